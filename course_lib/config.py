@@ -1,0 +1,71 @@
+"""Run profiles and run settings (introduced in lesson 00).
+
+A lesson's papermill ``parameters`` cell sets ``PROFILE = "full"``; the environment
+variable ``COURSE_PROFILE`` (CI sets ``smoke``) overrides it, so papermill and nbval
+runs both shrink the work while executing every code path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PROFILES = ("full", "smoke")
+PROFILE_ENV = "COURSE_PROFILE"
+
+
+def resolve_profile(requested: str = "full") -> str:
+    """The profile in force: ``$COURSE_PROFILE`` when set, else ``requested``.
+
+    An unknown name is an error rather than a silent fallback to ``full``.
+    """
+    env = os.environ.get(PROFILE_ENV, "").strip()
+    profile = env or requested
+    if profile not in PROFILES:
+        source = f"${PROFILE_ENV}" if env else "PROFILE"
+        raise ValueError(f"{source}={profile!r} is not a run profile; choose one of {PROFILES}")
+    return profile
+
+
+def is_smoke(profile: str | None = None) -> bool:
+    return resolve_profile(profile or "full") == "smoke"
+
+
+def pick(profile: str, *, full, smoke):
+    """Choose a lesson knob by profile: ``pick(P, full=4096, smoke=256)``."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of {PROFILES}")
+    return full if profile == "full" else smoke
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """The batch is stated once; everything else is derived and checked here.
+
+    ``global_batch_size = micro_batch_size * grad_accum_steps * world_size``.
+    """
+
+    global_batch_size: int
+    micro_batch_size: int
+    world_size: int = 1
+
+    def __post_init__(self):
+        for name in ("global_batch_size", "micro_batch_size", "world_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        per_step = self.micro_batch_size * self.world_size
+        if self.global_batch_size % per_step != 0:
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} is not divisible by "
+                f"micro_batch_size * world_size = {self.micro_batch_size} * {self.world_size} = {per_step}; "
+                f"choose a global batch that is a multiple of {per_step}"
+            )
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.world_size)
+
+    @property
+    def per_rank_batch_size(self) -> int:
+        return self.global_batch_size // self.world_size
