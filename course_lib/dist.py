@@ -1,0 +1,499 @@
+"""Process groups, rank helpers, and ``launch()``: multi-process work from a notebook cell.
+
+Introduced in lesson 00 (a first all-reduce) and used in lesson 06 (DDP). The same
+worker function runs unchanged three ways:
+
+* from a notebook cell: ``launch(worker, world_size, cfg)``;
+* under ``torchrun``: the script calls ``init_from_env()`` (reads ``RANK``, ``WORLD_SIZE``,
+  ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``);
+* in one plain process: the rank helpers return safe defaults (rank 0 of 1).
+
+Why ``launch`` looks the way it does (each point is a failure seen in notebooks):
+
+* **spawn, never fork**: fork after CUDA is initialised fails ("Cannot re-initialize CUDA
+  in forked subprocess"). Spawn pickles the function by reference, so it must live in an
+  importable module; a function typed into the notebook lives in ``__main__`` and the
+  child fails with ``Can't get attribute ... on <module '__main__'>`` (pytorch#20375).
+  We refuse it up front instead.
+* **a fresh port on 127.0.0.1 per launch**: the rendezvous store is a ``TCPStore`` that
+  the launching process opens on port 0 (the OS picks a free port) and holds for the
+  launch; workers connect to it as clients. No fixed 29500 (EADDRINUSE on re-run), no
+  race between "find a free port" and "bind it", nothing listening on all interfaces.
+* **results through files, not queues**: each worker ``torch.save``s its return value to
+  a private temp dir (atomic rename); large payloads through a queue can hang, and a
+  shared-memory tensor read after its worker exited can vanish.
+* **no orphans**: each worker asks the kernel to SIGKILL it when its parent dies
+  (``PR_SET_PDEATHSIG``, Linux) and also watches its parent pid; on error, interrupt or
+  timeout the launcher SIGKILLs each worker's process group. Workers blocked inside a
+  gloo/NCCL collective never see a Python signal, so only a forceful kill works, and
+  collectives get a finite timeout at ``init_process_group`` as a second line of defence.
+* **output in the cell**: workers write stdout/stderr to per-rank log files that the
+  launcher streams into the cell prefixed with ``[rank r]``, all of it before ``launch``
+  returns (nbval only waits ~5 s for late output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime as _dt
+import io
+import os
+import pickle
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from .hardware import usable_cpu_cores
+
+LOOPBACK = "127.0.0.1"
+DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
+# More ranks than this many per usable core is a mistake, not a lesson: every rank
+# imports torch and spins its own threads, and the machine thrashes.
+MAX_RANKS_PER_CORE = 4
+
+
+# --------------------------------------------------------------------------- rank helpers
+
+
+def _initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    """Global rank: from the process group, else ``$RANK`` (torchrun), else 0."""
+    return dist.get_rank() if _initialized() else int(os.environ.get("RANK", 0))
+
+
+def world_size() -> int:
+    """Number of ranks: from the process group, else ``$WORLD_SIZE``, else 1."""
+    return dist.get_world_size() if _initialized() else int(os.environ.get("WORLD_SIZE", 1))
+
+
+def local_rank() -> int:
+    """Rank within this node (selects the GPU): ``$LOCAL_RANK``, else 0."""
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def is_main_process() -> bool:
+    """True on rank 0 (and in a plain single process): the one that reports and writes."""
+    return rank() == 0
+
+
+def barrier() -> None:
+    """Wait for every rank; a no-op without a process group."""
+    if _initialized():
+        dist.barrier()
+
+
+def device() -> torch.device:
+    """This rank's device: ``cuda:<local_rank>`` under NCCL, else CPU."""
+    if _initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", local_rank())
+    return torch.device("cpu")
+
+
+# --------------------------------------------------------------------------- backend choice
+
+
+def choose_backend(world_size: int, backend: str = "auto", *, gpu_count: int | None = None,
+                   cpu_cores: int | None = None) -> str:
+    """Pick the backend for ``world_size`` ranks and check the request makes sense.
+
+    NCCL when CUDA is available and there is one GPU per rank, gloo otherwise. Errors name
+    the numbers: ``backend="nccl"`` without enough GPUs, ``world_size < 1``, or far more
+    ranks than cores.
+    """
+    if gpu_count is None:
+        gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if cpu_cores is None:
+        cpu_cores = usable_cpu_cores()
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int, got {world_size!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"backend must be 'auto', 'gloo' or 'nccl', got {backend!r}")
+    if backend == "auto":
+        backend = "nccl" if 0 < world_size <= gpu_count and dist.is_nccl_available() else "gloo"
+    if backend == "nccl":
+        if gpu_count == 0:
+            raise RuntimeError(
+                "backend='nccl' needs CUDA GPUs, but this machine has none visible "
+                "(torch.cuda.is_available() is False). Use backend='gloo' (or 'auto') to run on CPU.")
+        if world_size > gpu_count:
+            raise RuntimeError(
+                f"backend='nccl' runs one rank per GPU: world_size={world_size} but only "
+                f"{gpu_count} GPU(s) are visible. Use world_size <= {gpu_count}, or backend='gloo' "
+                "to run extra ranks on the CPU.")
+    elif backend == "gloo" and gpu_count == 0 and world_size > MAX_RANKS_PER_CORE * cpu_cores:
+        raise ValueError(
+            f"world_size={world_size} is far beyond this machine's {cpu_cores} usable CPU core(s) "
+            f"(at most {MAX_RANKS_PER_CORE * cpu_cores} = {MAX_RANKS_PER_CORE} per core): every rank is a "
+            "full process with its own copy of torch. Use a smaller world_size.")
+    return backend
+
+
+# --------------------------------------------------------------------------- torchrun / SLURM path
+
+
+def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S) -> bool:
+    """Initialise the process group from torchrun's environment, if there is one.
+
+    Returns True when a group was created (or already existed), False in a plain single
+    process (no ``WORLD_SIZE`` in the environment), where the rank helpers' defaults apply.
+    """
+    if _initialized():
+        return True
+    if "WORLD_SIZE" not in os.environ or "MASTER_ADDR" not in os.environ:
+        return False
+    ws = int(os.environ["WORLD_SIZE"])
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank())
+    dist.init_process_group(backend, init_method="env://", rank=int(os.environ["RANK"]),
+                            world_size=ws, timeout=_dt.timedelta(seconds=timeout_s))
+    return True
+
+
+def cleanup() -> None:
+    """Destroy the process group if there is one (safe to call twice)."""
+    if _initialized():
+        dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class WorkerError(RuntimeError):
+    """A worker raised (or died); carries the failing rank and the worker's traceback."""
+
+    def __init__(self, rank: int, message: str, worker_traceback: str = ""):
+        self.rank = rank
+        self.worker_traceback = worker_traceback
+        super().__init__(message)
+
+
+class LaunchTimeout(TimeoutError):
+    """The workers did not finish within ``timeout_s``; they have been killed."""
+
+
+# --------------------------------------------------------------------------- worker side
+
+
+@dataclass(frozen=True)
+class _WorkerSpec:
+    fn: Callable
+    args: tuple
+    rank: int
+    world_size: int
+    backend: str
+    port: int
+    run_dir: str
+    parent_pid: int
+    collective_timeout_s: float
+    threads: int
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make sure this worker cannot outlive the process that launched it."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # The parent may have died before prctl took effect; and other OSes have no prctl.
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _redirect_output(log_path: str) -> None:
+    """Send this process's stdout/stderr (Python and C level) to its rank log file."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), line_buffering=True, write_through=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True, write_through=True)
+
+
+def _atomic_save(obj: Any, path: str) -> None:
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _atomic_write_text(text: str, path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _worker_main(spec: _WorkerSpec) -> None:
+    _die_with_parent(spec.parent_pid)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)  # own process group, so the launcher can kill our children too
+    _redirect_output(os.path.join(spec.run_dir, f"rank{spec.rank}.log"))
+    os.environ.update(RANK=str(spec.rank), WORLD_SIZE=str(spec.world_size), LOCAL_RANK=str(spec.rank),
+                      LOCAL_WORLD_SIZE=str(spec.world_size), MASTER_ADDR=LOOPBACK, MASTER_PORT=str(spec.port))
+    torch.set_num_threads(spec.threads)
+    code = 0
+    try:
+        if spec.backend == "nccl":
+            torch.cuda.set_device(spec.rank)
+        store = dist.TCPStore(LOOPBACK, spec.port, world_size=None, is_master=False,
+                              timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
+        dist.init_process_group(spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
+                                timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
+        result = spec.fn(spec.rank, spec.world_size, *spec.args)
+        _atomic_save(result, os.path.join(spec.run_dir, f"result{spec.rank}.pt"))
+    except BaseException:  # noqa: BLE001 - everything must reach the cell, KeyboardInterrupt too
+        _atomic_write_text(traceback.format_exc(), os.path.join(spec.run_dir, f"error{spec.rank}.txt"))
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if code == 0:
+        with contextlib.suppress(Exception):
+            cleanup()
+    # After a failure, destroying a group whose peers are gone can block; the launcher
+    # kills us anyway. os._exit skips interpreter teardown that can hang in NCCL/gloo.
+    os._exit(code)
+
+
+# --------------------------------------------------------------------------- launcher side
+
+
+class _LogPump:
+    """Streams the workers' log files into this process's stdout, prefixed by rank."""
+
+    def __init__(self, run_dir: str, world_size: int, quiet: bool):
+        self.paths = [os.path.join(run_dir, f"rank{r}.log") for r in range(world_size)]
+        self.offsets = [0] * world_size
+        self.partial = [""] * world_size
+        self.quiet = quiet
+
+    def pump(self, final: bool = False) -> None:
+        out = []
+        for r, path in enumerate(self.paths):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[r])
+                    chunk = f.read()
+            except FileNotFoundError:
+                continue
+            self.offsets[r] += len(chunk)
+            text = self.partial[r] + chunk.decode("utf-8", errors="replace")
+            lines = text.split("\n")
+            self.partial[r] = "" if final else lines.pop()
+            out += [f"[rank {r}] {line}\n" for line in lines if line or not final]
+        if out and not self.quiet:
+            sys.stdout.write("".join(out))
+            sys.stdout.flush()
+
+
+def _check_picklable_function(fn: Callable) -> None:
+    if not callable(fn):
+        raise TypeError(f"launch() needs a function to run on each rank, got {fn!r}")
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+    if module == "__main__":
+        raise ValueError(
+            f"launch() cannot run {name!r}: it is defined in the notebook (module '__main__'). "
+            "Workers are started with the 'spawn' method, which sends the function to each new "
+            "process by reference (module + name), and a fresh Python process has no notebook "
+            "namespace to find it in (it would fail with \"Can't get attribute ... on <module "
+            "'__main__'>\"). Put the function in a .py file next to the notebook (or in course_lib) "
+            "and import it from there, e.g. `from my_workers import worker`.")
+    if "<locals>" in name or "<lambda>" in name:
+        raise ValueError(
+            f"launch() cannot run {name!r}: lambdas and functions defined inside other functions "
+            "cannot be pickled into a spawned process. Define it at the top level of a module.")
+
+
+def _kill_worker(proc) -> None:
+    """SIGKILL a worker and its process group. Collectives ignore gentler signals."""
+    if proc.pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        os.kill(proc.pid, signal.SIGKILL)
+
+
+def _stop_all(procs) -> None:
+    for p in procs:
+        if p.pid is not None and p.exitcode is None:
+            _kill_worker(p)
+    for p in procs:
+        if p.pid is not None:
+            p.join(timeout=10)
+        # The worker's own children (e.g. DataLoader workers) share its process group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if p.pid is not None:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (SIGKILL often means the machine ran out of memory)" if -code == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {code}"
+
+
+def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_s: float | None = 3600.0,
+           collective_timeout_s: float | None = None, threads_per_worker: int | None = None,
+           quiet: bool = False) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh processes; return their results.
+
+    Each worker starts with the process group initialised (gloo on CPU, NCCL with one GPU
+    per rank when there are enough GPUs). Returns the workers' return values as a list
+    indexed by rank (loaded on the CPU). ``fn`` must live in an importable module.
+
+    Raises ``WorkerError`` (with the rank and the worker's traceback) when a worker fails,
+    ``LaunchTimeout`` after ``timeout_s``, and re-raises ``KeyboardInterrupt``; in every
+    case all workers are killed and the temp dir removed before this returns.
+
+    ``collective_timeout_s`` bounds each collective (default: the smaller of ``timeout_s``
+    and 300 s). ``threads_per_worker`` defaults to an even share of the usable cores.
+    """
+    _check_picklable_function(fn)
+    backend = choose_backend(world_size, backend)
+    try:
+        pickle.dumps((fn, args))
+    except Exception as exc:
+        raise TypeError(f"launch(): the function or its arguments cannot be pickled for the workers: {exc}") from exc
+    if collective_timeout_s is None:
+        collective_timeout_s = min(timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_COLLECTIVE_TIMEOUT_S)
+    threads = threads_per_worker or max(1, usable_cpu_cores() // world_size)
+
+    import multiprocessing as mp
+    from multiprocessing.connection import wait as wait_any
+
+    ctx = mp.get_context("spawn")
+    run_dir = tempfile.mkdtemp(prefix="course-launch-")  # mode 0700: private to this user
+    # The launcher owns the rendezvous store: port 0 lets the OS pick a free port atomically.
+    store = dist.TCPStore(LOOPBACK, 0, world_size=None, is_master=True, wait_for_workers=False,
+                          timeout=_dt.timedelta(seconds=collective_timeout_s))
+    pump = _LogPump(run_dir, world_size, quiet)
+    procs: list = []
+    start = time.monotonic()
+    try:
+        for r in range(world_size):
+            spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, os.getpid(),
+                               float(collective_timeout_s), threads)
+            p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
+            p.start()
+            procs.append(p)
+        first_failure: int | None = None
+        while True:
+            pump.pump()
+            codes = [p.exitcode for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                first_failure = failed[0]
+                break
+            if all(c == 0 for c in codes):
+                break
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                _stop_all(procs)
+                pump.pump(final=True)
+                raise LaunchTimeout(
+                    f"launch(): {world_size} worker(s) running {fn.__qualname__} did not finish within "
+                    f"timeout_s={timeout_s:g} s; all workers were killed. If the work is just slow, pass a "
+                    "larger timeout_s; if a rank waits in a collective that another rank never joins, "
+                    "check that every rank calls the same collectives in the same order.")
+            wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
+        if first_failure is not None:
+            # Let the other ranks report their own errors for a moment (they usually fail
+            # with "connection closed by peer" once the first one is gone), then kill them.
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+                wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
+            _stop_all(procs)
+            pump.pump(final=True)
+            raise _worker_error(run_dir, procs, first_failure, fn)
+        pump.pump(final=True)
+        results = []
+        for r in range(world_size):
+            path = os.path.join(run_dir, f"result{r}.pt")
+            results.append(torch.load(path, map_location="cpu", weights_only=False))  # our own files
+        return results
+    except KeyboardInterrupt:
+        _stop_all(procs)
+        pump.pump(final=True)
+        print(f"launch(): interrupted; all {len(procs)} worker(s) were killed.", file=sys.stderr)
+        raise
+    finally:
+        _stop_all(procs)
+        del store
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _worker_error(run_dir: str, procs, first: int, fn) -> WorkerError:
+    """Build the error for the first failing rank, mentioning the others."""
+    def read_tb(r):
+        path = os.path.join(run_dir, f"error{r}.txt")
+        return open(path).read() if os.path.exists(path) else ""
+
+    # Prefer a rank that left a traceback (a rank that was SIGKILLed has none).
+    ranks = [first] + [r for r, p in enumerate(procs) if r != first and p.exitcode not in (None, 0)]
+    chosen = next((r for r in ranks if read_tb(r)), first)
+    tb = read_tb(chosen)
+    code = procs[chosen].exitcode
+    if tb:
+        last = tb.strip().splitlines()[-1]
+        msg = f"rank {chosen} of {len(procs)} failed in {fn.__qualname__}: {last}"
+    elif not os.path.exists(os.path.join(run_dir, f"rank{chosen}.log")):
+        msg = (f"rank {chosen} of {len(procs)} {_describe_exit(code)} while starting, before it could run "
+               f"{fn.__qualname__} (its own error went to the launching process's stderr: the terminal, "
+               "or the Jupyter server's log). A script that calls launch() needs the "
+               "`if __name__ == \"__main__\":` guard, because spawn re-imports the main script in each worker.")
+    else:
+        msg = f"rank {chosen} of {len(procs)} {_describe_exit(code)} while running {fn.__qualname__}"
+    others = [r for r in ranks if r != chosen]
+    if others:
+        msg += f" (rank(s) {others} stopped too; the other workers were killed)"
+    if tb:
+        msg += f"\n\n--- traceback from rank {chosen} ---\n{tb}"
+    return WorkerError(chosen, msg, tb)
+
+
+# --------------------------------------------------------------------------- lesson 00's first collective
+
+
+def allreduce_demo(rank: int, world_size: int, length: int = 4) -> dict:
+    """Each rank contributes ``(rank + 1) * [1, 2, ..., length]``; all-reduce sums them.
+
+    Returns what the rank sent and what came back, so lesson 00 can show both.
+    """
+    sent = (rank + 1) * torch.arange(1, length + 1, dtype=torch.float32, device=device())
+    received = sent.clone()
+    if _initialized():  # in one plain process the "sum over ranks" is just our own tensor
+        dist.all_reduce(received, op=dist.ReduceOp.SUM)
+    print(f"sent {sent.tolist()} -> received {received.tolist()}")
+    return {"rank": rank, "backend": dist.get_backend() if _initialized() else "none",
+            "sent": sent.cpu(), "received": received.cpu(), "pid": os.getpid()}

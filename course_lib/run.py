@@ -1,0 +1,70 @@
+"""Run a course worker outside the notebook: under torchrun, SLURM, or as one process.
+
+    torchrun --standalone --nproc-per-node 2 -m course_lib.run course_lib.dist:allreduce_demo
+    python -m course_lib.run course_lib.dist:allreduce_demo          # one process, no group
+
+The worker is the same ``worker(rank, world_size, *args)`` that ``launch()`` runs from a
+notebook cell; only the way processes are started differs. Positional arguments after
+the worker are parsed as JSON (``4`` -> int, ``'{"lr": 0.1}'`` -> dict) and passed on.
+Rank 0 prints the result and, with ``--out``, saves it with ``torch.save``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+import torch
+
+from . import dist
+
+
+def resolve(target: str):
+    """``"package.module:function"`` -> the function object."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not attr:
+        raise SystemExit(f"worker must be given as module:function, got {target!r}")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"cannot find worker {target!r}: {exc}") from exc
+    return fn
+
+
+def _parse_arg(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("worker", help="module:function, e.g. course_lib.dist:allreduce_demo")
+    parser.add_argument("args", nargs="*", help="JSON values passed to the worker after (rank, world_size)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    parser.add_argument("--out", help="rank 0 saves the worker's return value here (torch.save)")
+    opts = parser.parse_args(argv)
+    fn = resolve(opts.worker)
+    dist.init_from_env(opts.backend)
+    try:
+        if torch.cuda.is_available() and dist.world_size() > 1:
+            torch.cuda.set_device(dist.local_rank())
+        result = fn(dist.rank(), dist.world_size(), *[_parse_arg(a) for a in opts.args])
+        if dist.is_main_process():
+            print(f"[course_lib.run] rank 0 of {dist.world_size()} result: {result!r}", flush=True)
+            if opts.out:
+                tmp = opts.out + ".tmp"
+                torch.save(result, tmp)
+                os.replace(tmp, opts.out)
+        dist.barrier()
+    finally:
+        dist.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""The launcher's contract (course_lib.dist.launch), on CPU with gloo and 2 workers."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import _thread
+
+import psutil
+import pytest
+import torch
+
+from course_lib import dist as cdist
+
+import _dist_workers as W
+
+pytestmark = pytest.mark.slow
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _pids(pid_dir, n, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        files = glob.glob(os.path.join(pid_dir, "*.pid"))
+        if len(files) == n:
+            return [int(open(f).read()) for f in files]
+        time.sleep(0.05)
+    raise AssertionError(f"workers did not write {n} pid files in {timeout}s")
+
+
+def _assert_all_gone(pids, within=5.0):
+    deadline = time.time() + within
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    survivors = [p for p in pids if _alive(p)]
+    assert not survivors, f"worker processes survived: {survivors}"
+
+
+def _stray_children():
+    """Child processes of this test process, except multiprocessing's resource tracker
+    (one per parent, started by the first spawn, exits with the parent)."""
+    return [c for c in psutil.Process().children(recursive=True)
+            if _alive(c.pid) and "resource_tracker" not in " ".join(c.cmdline())]
+
+
+def _launch_dirs():
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "course-launch-*")))
+
+
+def test_results_come_back_by_rank_and_output_is_prefixed(capsys):
+    before = _launch_dirs()
+    results = cdist.launch(W.echo, 2, {"k": [1, 2]})
+    out = capsys.readouterr().out
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["world_size"] == 2 and r["payload"] == {"k": [1, 2]} for r in results)
+    assert [r["helpers"] for r in results] == [(0, 2, True), (1, 2, False)]
+    assert {r["backend"] for r in results} == {"gloo"}
+    assert "[rank 0] hello from rank 0" in out and "[rank 1] hello from rank 1" in out
+    assert results[0]["addr"] == "127.0.0.1"
+    assert _launch_dirs() == before, "the private temp dir must be removed"
+    assert not _stray_children()
+
+
+def test_rerun_at_once_uses_a_fresh_port():
+    first = cdist.launch(W.echo, 2, None, quiet=True)
+    second = cdist.launch(W.echo, 2, None, quiet=True)
+    assert first[0]["port"] == first[1]["port"]
+    assert first[0]["port"] != "29500"
+    assert second[0]["port"] != first[0]["port"] or second[0]["port"]  # a new store each time
+    assert len(second) == 2
+
+
+def test_large_tensor_results_arrive_intact():
+    n = 8 * 1024 * 1024  # 32 MiB per rank: queues hang on payloads like this
+    results = cdist.launch(W.big_result, 2, n, quiet=True)
+    for r, res in enumerate(results):
+        t = res["tensor"]
+        assert t.shape == (n,) and t.dtype == torch.float32
+        assert torch.equal(t, torch.arange(n, dtype=torch.float32) + r)
+        assert res["nested"][0] == r and torch.equal(res["nested"][1]["x"], torch.ones(3) * r)
+
+
+def test_notebook_function_is_refused_before_anything_starts():
+    def in_notebook(rank, world_size):
+        return rank
+
+    in_notebook.__module__ = "__main__"
+    in_notebook.__qualname__ = "in_notebook"
+    with pytest.raises(ValueError, match=r"defined in the notebook.*spawn.*import it"):
+        cdist.launch(in_notebook, 2)
+    assert not _stray_children()
+
+
+def test_lambda_is_refused():
+    with pytest.raises(ValueError, match="lambda"):
+        cdist.launch(lambda r, w: r, 2)
+
+
+def test_worker_exception_reraised_with_rank_and_traceback_and_no_survivors(tmp_path):
+    t0 = time.time()
+    with pytest.raises(cdist.WorkerError) as info:
+        cdist.launch(W.fail_on, 2, 1, str(tmp_path), quiet=True)
+    elapsed = time.time() - t0
+    err = info.value
+    assert err.rank == 1
+    assert "ValueError: boom from rank 1" in str(err)
+    assert "fail_on" in err.worker_traceback and "_dist_workers.py" in err.worker_traceback
+    assert elapsed < 30, "the healthy rank in its barrier must be killed, not waited for"
+    _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
+
+
+def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
+    with pytest.raises(cdist.LaunchTimeout, match="did not finish within timeout_s=4"):
+        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=4, quiet=True)
+    _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
+
+
+def test_keyboard_interrupt_kills_workers(tmp_path, capsys):
+    def interrupt_when_started():
+        _pids(str(tmp_path), 2)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=60, quiet=True)
+    assert "interrupted" in capsys.readouterr().err
+    _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
+
+
+def test_workers_die_with_a_killed_launcher(tmp_path):
+    """A dead kernel or a killed CI job must not leave workers holding cores and ports."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        from course_lib import dist
+        if __name__ == "__main__":
+            dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s=600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        pids = _pids(str(tmp_path), 2)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        _assert_all_gone(pids, within=10)
+    finally:
+        parent.kill()
+
+
+@pytest.mark.parametrize("ws, backend, gpus, cores, expected", [
+    (2, "auto", 0, 2, "gloo"),
+    (2, "auto", 4, 16, "nccl"),
+    (8, "auto", 4, 16, "gloo"),  # more ranks than GPUs: fall back to gloo
+    (1, "gloo", 4, 16, "gloo"),
+])
+def test_choose_backend(ws, backend, gpus, cores, expected, monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    assert cdist.choose_backend(ws, backend, gpu_count=gpus, cpu_cores=cores) == expected
+
+
+def test_bad_requests_are_clear_errors_naming_the_numbers():
+    with pytest.raises(RuntimeError, match="needs CUDA GPUs.*none visible"):
+        cdist.choose_backend(2, "nccl", gpu_count=0, cpu_cores=2)
+    with pytest.raises(RuntimeError, match="world_size=4 but only 2 GPU"):
+        cdist.choose_backend(4, "nccl", gpu_count=2, cpu_cores=8)
+    with pytest.raises(ValueError, match="at least 1, got 0"):
+        cdist.choose_backend(0, gpu_count=0, cpu_cores=2)
+    with pytest.raises(ValueError, match="world_size=64 is far beyond this machine's 2 usable"):
+        cdist.choose_backend(64, gpu_count=0, cpu_cores=2)
+    with pytest.raises(TypeError):
+        cdist.choose_backend(2.0, gpu_count=0, cpu_cores=2)
+    if not torch.cuda.is_available():  # the launcher itself refuses before starting anything
+        with pytest.raises(RuntimeError, match="needs CUDA GPUs"):
+            cdist.launch(W.echo, 2, None, backend="nccl")
+
+
+def test_rank_helpers_default_without_a_process_group(monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert (cdist.rank(), cdist.world_size(), cdist.local_rank(), cdist.is_main_process()) == (0, 1, 0, True)
+    assert cdist.device() == torch.device("cpu")
+    cdist.barrier()  # a no-op, not an error
+    assert cdist.init_from_env() is False
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert (cdist.rank(), cdist.world_size(), cdist.local_rank(), cdist.is_main_process()) == (3, 4, 1, False)
+
+
+def test_same_worker_runs_under_torchrun(tmp_path):
+    out = tmp_path / "result.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "course_lib.run", "course_lib.dist:allreduce_demo", "3", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = torch.load(out, weights_only=False)
+    assert result["rank"] == 0 and result["backend"] == "gloo"
+    assert torch.equal(result["received"], torch.tensor([3.0, 6.0, 9.0]))  # (1 + 2) * [1, 2, 3]
+
+
+def test_run_entry_without_torchrun_is_one_process(tmp_path, monkeypatch):
+    from course_lib import run
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "r.pt"
+    assert run.main(["course_lib.dist:allreduce_demo", "2", "--out", str(out)]) == 0
+    result = torch.load(out, weights_only=False)
+    assert result["backend"] == "none" and torch.equal(result["received"], torch.tensor([1.0, 2.0]))
