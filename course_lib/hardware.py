@@ -26,7 +26,7 @@ class GPU:
     compute_capability: str  # "9.0"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Hardware:
     cpu_cores: int  # cores this process may use (affinity / cgroup aware)
     cpu_model: str
@@ -73,6 +73,8 @@ class Hardware:
 
     def __str__(self) -> str:
         return str(self.table())
+
+    __repr__ = __str__
 
 
 def _yes(flag: bool) -> str:

@@ -1,0 +1,150 @@
+"""Execute the course's notebooks with papermill and write executed copies and a summary.
+
+Used by ``make course`` (full profile, into ``runs/<timestamp>/``) and by ``make test``
+(smoke profile, into ``ci/executed/``, which nbval then re-executes and compares).
+
+    python ci/run_notebooks.py --profile smoke --out ci/executed notebooks solutions
+    python ci/run_notebooks.py --profile full --out runs/20261129-0912 --kernel largebatch-course notebooks
+
+Each notebook runs in its own directory (so a lesson can import a .py file beside it),
+with ``COURSE_PROFILE`` and ``COURSE_RESULTS_DIR`` set; lessons save their measured
+results as JSON there, and the summary collects them. A failing notebook does not
+stop the others; the exit status is non-zero and the failing cell's error is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class NotebookRun:
+    notebook: str
+    output: str
+    ok: bool
+    seconds: float
+    error: str = ""
+    failing_cell: int | None = None
+
+
+@dataclass
+class CourseRun:
+    profile: str
+    out_dir: str
+    runs: list[NotebookRun] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+
+def find_notebooks(paths: list[str]) -> list[Path]:
+    """Notebooks under the given files/dirs, in lesson order (NN_ prefix), checkpoints skipped."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += sorted(q for q in p.glob("*.ipynb") if ".ipynb_checkpoints" not in q.parts)
+        elif p.suffix == ".ipynb" and p.exists():
+            found.append(p)
+        else:
+            raise SystemExit(f"run_notebooks: {p} is neither a notebook nor a directory")
+    return found
+
+
+def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path,
+            log_output: bool, cell_timeout: int | None) -> NotebookRun:
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["COURSE_PROFILE"] = profile
+    os.environ["COURSE_RESULTS_DIR"] = str(results_dir.resolve())
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(str(nb), str(out), kernel_name=kernel, cwd=str(nb.parent.resolve()),
+                            log_output=log_output, progress_bar=log_output, execution_timeout=cell_timeout)
+        return NotebookRun(str(nb), str(out), True, time.perf_counter() - t0)
+    except PapermillExecutionError as exc:
+        tb = "\n".join(exc.traceback) if exc.traceback else ""
+        msg = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}\n{_strip_ansi(tb)}"
+        return NotebookRun(str(nb), str(out), False, time.perf_counter() - t0, msg, exc.exec_count)
+    except Exception as exc:  # dead kernel (often: out of memory), timeouts, bad notebook JSON
+        hint = " (a dead kernel is often the machine running out of memory)" if "dead" in str(exc).lower() else ""
+        return NotebookRun(str(nb), str(out), False, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}{hint}")
+
+
+def _strip_ansi(text: str) -> str:
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def write_summary(run: CourseRun) -> Path:
+    """``summary.md`` and ``summary.json``: hardware, each notebook's status and time, results."""
+    out = Path(run.out_dir)
+    lines = [f"# Course run — profile `{run.profile}`", "", f"Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+    try:
+        sys.path.insert(0, str(REPO))
+        from course_lib import hardware, results
+
+        lines += [hardware.detect().table().to_markdown(), ""]
+        lines += [results.summary_markdown(out / "results"), ""]
+    except Exception as exc:  # the summary must still be written if course_lib is broken
+        lines += [f"(could not describe hardware/results: {exc})", ""]
+    lines += ["## Notebooks", "", "| notebook | status | wall time (s) | executed copy |", "|---|---|---|---|"]
+    for r in run.runs:
+        status = "ok" if r.ok else f"FAILED (cell {r.failing_cell})" if r.failing_cell else "FAILED"
+        lines.append(f"| {Path(r.notebook).name} | {status} | {r.seconds:.1f} | {Path(r.output).name} |")
+    lines.append(f"\nTotal: {sum(r.seconds for r in run.runs):.1f} s for {len(run.runs)} notebook(s).")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    (out / "summary.json").write_text(json.dumps({"profile": run.profile, "ok": run.ok,
+                                                   "notebooks": [asdict(r) for r in run.runs]}, indent=2))
+    return out / "summary.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", default=["notebooks"], help="notebooks or directories of notebooks")
+    parser.add_argument("--profile", choices=["full", "smoke"], default=os.environ.get("COURSE_PROFILE") or "full",
+                        help="run profile (default: $COURSE_PROFILE, else full)")
+    parser.add_argument("--out", required=True, help="directory for executed copies, results and the summary")
+    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name (default: python3)")
+    parser.add_argument("--cell-timeout", type=int, default=None, help="seconds per cell (default: none)")
+    parser.add_argument("--quiet", action="store_true", help="don't stream cell output (CI)")
+    opts = parser.parse_args(argv)
+
+    notebooks = find_notebooks(opts.paths)
+    if not notebooks:
+        print("run_notebooks: no notebooks found in", opts.paths, file=sys.stderr)
+        return 1
+    out_dir = Path(opts.out)
+    run = CourseRun(opts.profile, str(out_dir))
+    t0 = time.perf_counter()
+    for i, nb in enumerate(notebooks, 1):
+        # executed copies keep their folder name so notebooks/ and solutions/ don't collide
+        target = out_dir / nb.parent.name / nb.name
+        print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}) ...", flush=True)
+        r = execute(nb, target, profile=opts.profile, kernel=opts.kernel, results_dir=out_dir / "results",
+                    log_output=not opts.quiet, cell_timeout=opts.cell_timeout)
+        run.runs.append(r)
+        print(f"[{i}/{len(notebooks)}] {nb}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f} s", flush=True)
+        if not r.ok:
+            print(f"--- {nb} failed at {r.error}", file=sys.stderr, flush=True)
+    summary = write_summary(run)
+    failed = [r.notebook for r in run.runs if not r.ok]
+    print(f"\nExecuted {len(run.runs)} notebook(s) in {time.perf_counter() - t0:.1f} s; "
+          f"{len(failed)} failed{': ' + ', '.join(failed) if failed else ''}. Summary: {summary}", flush=True)
+    return 0 if run.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

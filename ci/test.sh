@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite, as `make test` runs it (CI too, through .ci/run).
+#  1. pytest on tests/: course_lib unit tests, and every notebook in notebooks/ (and
+#     solutions/) executed with papermill in the smoke profile; executed copies go to
+#     ci/executed/.
+#  2. nbval re-executes those executed copies and compares the outputs of the cells marked
+#     `# NBVAL_CHECK_OUTPUT` with the papermill run's: deterministic outputs must agree.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+export COURSE_PROFILE=smoke
+export PYTHONDONTWRITEBYTECODE=1
+start=$(date +%s)
+
+rm -rf ci/executed
+"$PY" -m pytest tests -p no:cacheprovider
+unit_end=$(date +%s)
+
+mapfile -t executed < <(find ci/executed -name '*.ipynb' | sort)
+if [ "${#executed[@]}" -eq 0 ]; then
+  echo "ci/test.sh: no executed notebooks in ci/executed: tests/test_notebooks.py did not run" >&2
+  exit 1
+fi
+"$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider "${executed[@]}"
+end=$(date +%s)
+echo "make test: wall time $((end - start)) s (pytest incl. papermill $((unit_end - start)) s, nbval $((end - unit_end)) s)"

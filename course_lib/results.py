@@ -1,0 +1,115 @@
+"""Saved results and the trick ladder (assembled across lessons 01-06).
+
+Each lesson saves what it measured as JSON in the run's results directory
+(``$COURSE_RESULTS_DIR``, set by ``make course``; else ``runs/interactive/results``).
+The **trick ladder** is built from the rows lessons save with ``save_ladder_row``:
+baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel — each with
+time-to-target, speedup over the baseline and final HR@10, all measured on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from .tables import Table
+
+LADDER_STEPS = ("baseline", "+linear scaling", "+warmup", "+LARS", "+mixed precision", "+data parallel")
+
+
+def results_dir() -> Path:
+    """Where this run's results go: ``$COURSE_RESULTS_DIR`` (set by ``make course``), else
+    ``runs/interactive/results`` in the course checkout (or the current directory)."""
+    if os.environ.get("COURSE_RESULTS_DIR"):
+        return Path(os.environ["COURSE_RESULTS_DIR"])
+    repo = Path(__file__).resolve().parent.parent
+    root = repo if (repo / "pyproject.toml").exists() else Path.cwd()
+    return root / "runs" / "interactive" / "results"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _clean(value):
+    """JSON-safe: NaN/inf become None (never a fake number), tensors become lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _clean(value.tolist())
+    return value
+
+
+def save_result(name: str, record: dict, directory: Path | None = None) -> Path:
+    """Write ``record`` as ``<name>.json`` in the results directory (atomically)."""
+    path = Path(directory or results_dir()) / f"{name}.json"
+    _atomic_write(path, json.dumps(_clean(record), indent=2, sort_keys=True))
+    return path
+
+
+def load_results(directory: Path | None = None) -> dict[str, dict]:
+    d = Path(directory or results_dir())
+    return {p.stem: json.loads(p.read_text()) for p in sorted(d.glob("*.json"))} if d.is_dir() else {}
+
+
+def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: float, target_hr: float,
+                    directory: Path | None = None, **details) -> Path:
+    """Save one rung of the trick ladder. ``time_to_target_s=None`` means "not reached"."""
+    if step not in LADDER_STEPS:
+        raise ValueError(f"unknown ladder step {step!r}; choose one of {LADDER_STEPS}")
+    slug = LADDER_STEPS.index(step)
+    row = {"step": step, "time_to_target_s": time_to_target_s, "final_hr": final_hr,
+           "target_hr": target_hr, **details}
+    return save_result(f"ladder_{slug}", row, directory)
+
+
+def ladder_table(directory: Path | None = None) -> Table:
+    """The trick ladder from saved rows, in the course's order, with speedups over the baseline."""
+    rows = {r["step"]: r for name, r in load_results(directory).items() if name.startswith("ladder_")}
+    t = Table(["step", "time to target (s)", "speedup", "final HR@10", "target", "setting"],
+              title="The trick ladder (measured on this machine)")
+    base = rows.get("baseline", {}).get("time_to_target_s")
+    for step in LADDER_STEPS:
+        if step not in rows:
+            continue
+        r = rows[step]
+        ttt = r.get("time_to_target_s")
+        speedup = f"{base / ttt:.1f}x" if (base and ttt) else "—"
+        t.add(**{"step": step, "time to target (s)": ttt if ttt is not None else "not reached",
+                 "speedup": speedup, "final HR@10": r.get("final_hr"), "target": r.get("target_hr"),
+                 "setting": r.get("setting", "")})
+    return t
+
+
+def summary_markdown(directory: Path | None = None) -> str:
+    """Markdown for a run summary: the ladder (if any rows) and every saved result's scalars."""
+    results = load_results(directory)
+    if not results:
+        return "_No lesson saved results in this run._"
+    parts = []
+    if any(n.startswith("ladder_") for n in results):
+        parts += [ladder_table(directory).to_markdown(), ""]
+    for name, rec in results.items():
+        if name.startswith("ladder_"):
+            continue
+        scalars = {k: v for k, v in rec.items() if isinstance(v, (int, float, str, bool)) or v is None}
+        t = Table(["quantity", "value"], title=name)
+        for k, v in scalars.items():
+            t.add(quantity=k, value=v)
+        parts += [t.to_markdown(), ""]
+    return "\n".join(parts)

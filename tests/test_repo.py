@@ -1,0 +1,76 @@
+"""The repository's own invariants: clean notebooks, consistent dependency lists, CI entry."""
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ALL_NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises") for p in (REPO / d).glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_is_committed_clean(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"].get("kernelspec", {}).get("language") == "python", \
+        "kernelspec.language must be set (papermill: 'No language found in notebook')"
+    with_outputs = [i for i, c in enumerate(nb["cells"]) if c.get("outputs") or c.get("execution_count")]
+    assert not with_outputs, f"cells {with_outputs} have outputs or execution counts: clear them before committing"
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_NOTEBOOKS if p.parent.name != "exercises"],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_notebook_has_a_parameters_cell_with_the_full_profile(path):
+    nb = json.loads(path.read_text())
+    tagged = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell tagged 'parameters' (papermill injects after it)"
+    source = "".join(tagged[0]["source"])
+    assert re.search(r'^PROFILE = "full"', source, re.M), "the parameters cell sets PROFILE = \"full\""
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "resolve_profile(PROFILE)" in code, "COURSE_PROFILE must be able to override PROFILE"
+
+
+def test_lesson_names_are_ordered():
+    names = [p.name for p in sorted((REPO / "notebooks").glob("*.ipynb"))]
+    assert names and all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", n) for n in names), names
+
+
+def _requirement_map(reqs):
+    out = {}
+    for r in reqs:
+        m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", r)
+        out[m.group(1).lower().replace("_", "-")] = m.group(2).replace(" ", "")
+    return out
+
+
+def _environment_pip_requirements():
+    """The pip: list of environment.yml, parsed without a YAML library (a small, fixed format)."""
+    lines = (REPO / "environment.yml").read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if re.match(r"^\s*-\s*pip:\s*$", l))
+    reqs = []
+    for line in lines[start + 1:]:
+        m = re.match(r"^\s{6,}-\s*(.+?)\s*$", line)
+        if not m:
+            break
+        reqs.append(m.group(1))
+    return reqs
+
+
+def test_environment_yml_agrees_with_pyproject():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = _requirement_map(project["dependencies"] + project["optional-dependencies"]["dev"])
+    env = _environment_pip_requirements()
+    assert "-e ." in env, "environment.yml must install the course package itself (-e .)"
+    got = _requirement_map([r for r in env if not r.startswith("-")])
+    assert got == wanted, "environment.yml's pip list must match pyproject (dependencies + dev)"
+    assert wanted["torch"] == "==2.13.0"
+    text = (REPO / "environment.yml").read_text()
+    assert re.search(r"^\s*-\s*python=3\.1[0-9]\s*$", text, re.M)
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    assert "make course" in readme and "make test" in readme
+    assert re.search(r"^make test\s*$", (REPO / ".ci" / "run").read_text(), re.M)
