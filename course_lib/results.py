@@ -113,3 +113,23 @@ def summary_markdown(directory: Path | None = None) -> str:
             t.add(quantity=k, value=v)
         parts += [t.to_markdown(), ""]
     return "\n".join(parts)
+
+
+def figure_lines(directory: Path | None = None) -> list[str]:
+    """One ``FIGURE <lesson>.<quantity> = <value>`` line per measured scalar (for ci/gpu-check.sh)."""
+    lines = []
+    for name, rec in load_results(directory).items():
+        for key, value in sorted(rec.items()):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                lines.append(f"FIGURE {name}.{key} = {value:.6g}")
+            elif value is None and key.endswith("_s"):
+                lines.append(f"FIGURE {name}.{key} = not reached")
+    return lines
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "--figures":
+        raise SystemExit("usage: python -m course_lib.results --figures RESULTS_DIR")
+    print("\n".join(figure_lines(Path(sys.argv[2]))) or "(no results saved)")

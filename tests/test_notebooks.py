@@ -22,6 +22,8 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
 def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "smoke")  # restored after the test
+    # A solution notebook must pass its own checks: strict checks raise instead of printing.
+    monkeypatch.setenv("COURSE_CHECKS_STRICT", "1" if nb.parent.name == "solutions" else "0")
     run = run_notebooks.execute(nb, EXECUTED / nb.parent.name / nb.name, profile="smoke", kernel="python3",
                                 results_dir=EXECUTED / "results", log_output=False, cell_timeout=900)
     print(f"{nb.name}: {run.seconds:.1f} s")
