@@ -21,6 +21,6 @@ if [ "${#executed[@]}" -eq 0 ]; then
   echo "ci/test.sh: no executed notebooks in ci/executed: tests/test_notebooks.py did not run" >&2
   exit 1
 fi
-"$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider "${executed[@]}"
+COURSE_CHECKS_STRICT=1 "$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider "${executed[@]}"
 end=$(date +%s)
 echo "make test: wall time $((end - start)) s (pytest incl. papermill $((unit_end - start)) s, nbval $((end - unit_end)) s)"

@@ -16,9 +16,10 @@ Why ``launch`` looks the way it does (each point is a failure seen in notebooks)
   child fails with ``Can't get attribute ... on <module '__main__'>`` (pytorch#20375).
   We refuse it up front instead.
 * **a fresh port on 127.0.0.1 per launch**: the rendezvous store is a ``TCPStore`` that
-  the launching process opens on port 0 (the OS picks a free port) and holds for the
-  launch; workers connect to it as clients. No fixed 29500 (EADDRINUSE on re-run), no
-  race between "find a free port" and "bind it", nothing listening on all interfaces.
+  the launching process serves from a socket it bound to 127.0.0.1 on port 0 (the OS
+  picks a free port) and holds for the launch; workers connect to it as clients. No fixed
+  29500 (EADDRINUSE on re-run), no race between "find a free port" and "bind it", nothing
+  listening on all interfaces.
 * **results through files, not queues**: each worker ``torch.save``s its return value to
   a private temp dir (atomic rename); large payloads through a queue can hang, and a
   shared-memory tensor read after its worker exited can vanish.
@@ -364,6 +365,32 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+def _loopback_store(timeout_s: float) -> "dist.TCPStore":
+    """The rendezvous store for one launch, listening on 127.0.0.1 only, on a port the OS picks.
+
+    Given a host and port 0, TCPStore's server still listens on all interfaces (seen with
+    torch 2.13: ``*:<port>`` in ``ss -ltn``), which a shared login node must not do. So we
+    bind the listening socket ourselves and hand it over (``master_listen_fd``; the store
+    takes ownership and closes it). Where that is not supported, fall back to port 0.
+    """
+    import socket
+
+    timeout = _dt.timedelta(seconds=timeout_s)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        store = dist.TCPStore(LOOPBACK, port, world_size=None, is_master=True, wait_for_workers=False,
+                              timeout=timeout, master_listen_fd=sock.fileno())
+        sock.detach()  # the store owns the fd now
+        return store
+    except (RuntimeError, TypeError, ValueError):
+        sock.close()
+        return dist.TCPStore(LOOPBACK, 0, world_size=None, is_master=True, wait_for_workers=False,
+                             timeout=timeout)
+
+
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_s: float | None = 3600.0,
            collective_timeout_s: float | None = None, threads_per_worker: int | None = None,
            quiet: bool = False) -> list:
@@ -395,9 +422,7 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
 
     ctx = mp.get_context("spawn")
     run_dir = tempfile.mkdtemp(prefix="course-launch-")  # mode 0700: private to this user
-    # The launcher owns the rendezvous store: port 0 lets the OS pick a free port atomically.
-    store = dist.TCPStore(LOOPBACK, 0, world_size=None, is_master=True, wait_for_workers=False,
-                          timeout=_dt.timedelta(seconds=collective_timeout_s))
+    store = _loopback_store(collective_timeout_s)
     pump = _LogPump(run_dir, world_size, quiet)
     procs: list = []
     start = time.monotonic()

@@ -220,3 +220,13 @@ def test_run_entry_without_torchrun_is_one_process(tmp_path, monkeypatch):
     assert run.main(["course_lib.dist:allreduce_demo", "2", "--out", str(out)]) == 0
     result = torch.load(out, weights_only=False)
     assert result["backend"] == "none" and torch.equal(result["received"], torch.tensor([1.0, 2.0]))
+
+
+def test_rendezvous_listens_on_loopback_only():
+    store = cdist._loopback_store(10)
+    try:
+        listening = [c for c in psutil.Process().net_connections(kind="tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port]
+        assert listening and all(c.laddr.ip == "127.0.0.1" for c in listening), listening
+    finally:
+        del store
