@@ -1,0 +1,35 @@
+"""Large-batch optimization: lr scaling rules and schedules, LARS, LAMB (lessons 02, 03, 04, 07).
+
+- ``schedules``: ``linear_scaled_lr``, ``sqrt_scaled_lr``, ``warmup_lr``, ``lr_at``, ``lr_factor``
+- ``lars``: ``LARS``, ``lars_trust_ratio``, ``param_groups`` (biases and norm parameters out)
+- ``lamb``: ``LAMB``, ``lamb_trust_ratio``
+"""
+
+from .lamb import LAMB, lamb_trust_ratio
+from .lars import LARS, lars_trust_ratio, param_groups
+from .schedules import (
+    DECAY_KINDS,
+    WARMUP_KINDS,
+    linear_scaled_lr,
+    lr_at,
+    lr_factor,
+    make_lambda,
+    sqrt_scaled_lr,
+    warmup_lr,
+)
+
+__all__ = [
+    "LARS",
+    "LAMB",
+    "param_groups",
+    "lars_trust_ratio",
+    "lamb_trust_ratio",
+    "linear_scaled_lr",
+    "sqrt_scaled_lr",
+    "warmup_lr",
+    "lr_at",
+    "lr_factor",
+    "make_lambda",
+    "WARMUP_KINDS",
+    "DECAY_KINDS",
+]
