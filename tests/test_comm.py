@@ -1,0 +1,246 @@
+"""course_lib.comm: bandwidth bookkeeping, the alpha-beta model, and two real gloo runs."""
+
+import numpy as np
+import pytest
+
+from course_lib import comm
+from course_lib import dist as cdist
+
+ALPHA, BETA = 50e-6, 1e-9  # 50 us latency, 1 GB/s
+SIZES = 4.0 ** np.arange(1, 14)
+
+
+# --------------------------------------------------------------------------- algbw / busbw
+
+
+def test_algbw_is_size_over_time():
+    assert comm.algbw(1e9, 0.5) == 2e9
+    with pytest.raises(ValueError):
+        comm.algbw(1, 0.0)
+
+
+@pytest.mark.parametrize("p, factor", [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75)])
+def test_busbw_is_nccl_tests_factor(p, factor):
+    # nccl-tests doc/PERFORMANCE.md: allreduce busbw = algbw * 2(n-1)/n
+    assert comm.allreduce_busbw_factor(p) == factor
+    assert comm.busbw(10e9, p) == pytest.approx(10e9 * factor)
+
+
+def test_busbw_tends_to_twice_algbw():
+    assert comm.busbw(1.0, 1024) == pytest.approx(2.0, rel=1e-3)
+
+
+def test_default_sizes():
+    gpu, cpu, smoke = comm.default_sizes("cuda"), comm.default_sizes("cpu"), comm.default_sizes(smoke=True)
+    assert gpu[0] == cpu[0] == 4 and gpu[-1] == 256 * 2**20 and cpu[-1] == 64 * 2**20
+    assert all(b == 4 * a for a, b in zip(gpu, gpu[1:]))
+    assert len(smoke) == 3 and max(smoke) <= 2**16
+    with pytest.raises(ValueError):
+        comm.default_sizes("tpu")
+
+
+# --------------------------------------------------------------------------- fit_alpha_beta
+
+
+@pytest.mark.parametrize("robust", [True, False])
+def test_fit_recovers_exact_line(robust):
+    alpha, beta = comm.fit_alpha_beta(SIZES, ALPHA + BETA * SIZES, robust=robust)
+    assert alpha == pytest.approx(ALPHA, rel=1e-6)
+    assert beta == pytest.approx(BETA, rel=1e-6)
+
+
+def test_fit_tolerates_proportional_noise():
+    rng = np.random.default_rng(0)
+    errors = []
+    for _ in range(20):
+        times = (ALPHA + BETA * SIZES) * np.exp(rng.normal(0.0, 0.05, SIZES.size))  # ~5 % noise
+        alpha, beta = comm.fit_alpha_beta(SIZES, times)
+        errors.append((abs(alpha / ALPHA - 1), abs(beta / BETA - 1)))
+    errors = np.array(errors)
+    assert np.median(errors, axis=0).max() < 0.1
+    assert errors.max() < 0.3
+
+
+def test_fit_ignores_a_few_slow_outliers():
+    times = ALPHA + BETA * SIZES
+    times[[1, 6]] *= 10  # two sizes hit by another process
+    alpha, beta = comm.fit_alpha_beta(SIZES, times)
+    assert alpha == pytest.approx(ALPHA, rel=0.02) and beta == pytest.approx(BETA, rel=0.02)
+    plain_alpha, _ = comm.fit_alpha_beta(SIZES, times, robust=False)
+    assert abs(plain_alpha / ALPHA - 1) > abs(alpha / ALPHA - 1)
+
+
+def test_fit_never_returns_negative_parameters():
+    alpha, beta = comm.fit_alpha_beta([1e3, 1e6, 1e7], [1e-3, 0.9e-3, 0.8e-3])
+    assert alpha > 0 and beta == 0.0
+    alpha, beta = comm.fit_alpha_beta([1e3, 1e6], [1e-9, 1e-3])
+    assert alpha >= 0 and beta > 0
+    with pytest.raises(ValueError):
+        comm.fit_alpha_beta([8, 8], [1e-3, 2e-3])
+
+
+# --------------------------------------------------------------------------- algorithm costs
+
+
+ALGOS = list(comm.ALLREDUCE_ALGORITHMS.items())
+
+
+@pytest.mark.parametrize("name, cost", ALGOS)
+def test_one_rank_costs_nothing(name, cost):
+    assert cost(1e6, 1, ALPHA, BETA, 1e-10) == 0.0
+
+
+def test_two_ranks_by_hand():
+    n, a, b, g = 1e6, ALPHA, BETA, 1e-10
+    expected = {
+        "flat tree": 2 * (a + n * b) + n * g,      # send to root, send back
+        "binary tree": 2 * (a + n * b) + n * g,    # same tree when p = 2
+        "ring": 2 * a + n * b + n * g / 2,         # 2 steps of n/2
+        "butterfly": a + n * b + n * g,            # one exchange of the full vector
+        "rabenseifner": 2 * a + n * b + n * g / 2,  # halving + doubling, 1 step each
+    }
+    for name, cost in ALGOS:
+        assert cost(n, 2, a, b, g) == pytest.approx(expected[name]), name
+
+
+def test_ring_bandwidth_term_tends_to_2n_beta():
+    n = 1e8
+    bandwidth_term = [comm.ring_allreduce_time(n, p, 0.0, BETA) for p in (2, 8, 64, 1024)]
+    assert bandwidth_term == sorted(bandwidth_term)
+    assert bandwidth_term[-1] == pytest.approx(2 * n * BETA, rel=1e-3)
+    assert all(t < 2 * n * BETA for t in bandwidth_term)
+    assert comm.rabenseifner_allreduce_time(n, 1024, 0.0, BETA) == pytest.approx(bandwidth_term[-1])
+
+
+def test_latency_terms_by_rank_count():
+    p = 64  # a latency-bound message: n = 0
+    assert comm.butterfly_allreduce_time(0, p, ALPHA, BETA) == pytest.approx(6 * ALPHA)
+    assert comm.binary_tree_allreduce_time(0, p, ALPHA, BETA) == pytest.approx(12 * ALPHA)
+    assert comm.ring_allreduce_time(0, p, ALPHA, BETA) == pytest.approx(126 * ALPHA)
+    assert comm.flat_tree_allreduce_time(0, p, ALPHA, BETA) == pytest.approx(126 * ALPHA)
+    assert comm.best_algorithm(8, p, ALPHA, BETA) == "butterfly"
+    assert comm.best_algorithm(1e9, p, ALPHA, BETA) in ("ring", "rabenseifner")
+    # Flat tree's bandwidth term grows with p; the ring's does not.
+    assert comm.flat_tree_allreduce_time(1e8, p, 0, BETA) > 30 * comm.ring_allreduce_time(1e8, p, 0, BETA)
+
+
+def test_non_power_of_two_costs_more_than_the_power_below():
+    for name in ("butterfly", "rabenseifner"):
+        cost = comm.ALLREDUCE_ALGORITHMS[name]
+        assert cost(1e6, 6, ALPHA, BETA) > cost(1e6, 4, ALPHA, BETA)
+        assert cost(1e6, 8, ALPHA, BETA) < cost(1e6, 6, ALPHA, BETA)  # the power above can be cheaper
+    assert comm.binary_tree_allreduce_time(0, 5, ALPHA, BETA) == pytest.approx(6 * ALPHA)  # ceil(log2 5) = 3
+    with pytest.raises(ValueError):
+        comm.ring_allreduce_time(1, 0, ALPHA, BETA)
+
+
+def test_link_parameters_put_the_ring_on_the_fit():
+    p, A, B = 4, 300e-6, 2e-9
+    a, b = comm.link_alpha_beta_from_ring_fit(A, B, p)
+    for n in (4.0, 1e6, 1e8):
+        assert comm.ring_allreduce_time(n, p, a, b) == pytest.approx(A + B * n)
+    with pytest.raises(ValueError):
+        comm.link_alpha_beta_from_ring_fit(A, B, 1)
+
+
+def test_predict_table_has_every_algorithm():
+    sizes = [4, 1024, 2**20]
+    t = comm.predict_table(sizes, 4, ALPHA, BETA, measured_s=[1e-4, 2e-4, 3e-3], fitted=(1e-4, 1e-9))
+    assert len(t.rows) == 3 and "measured (us)" in t.columns and "fit (us)" in t.columns
+    assert all(f"{k} (us)" in t.columns for k in comm.ALLREDUCE_ALGORITHMS)
+    assert t.rows[0]["butterfly (us)"] == pytest.approx(2 * ALPHA * 1e6 + 2 * 4 * BETA * 1e6)
+    assert "butterfly" in str(t)
+
+
+def test_mlp_spec_size():
+    spec = comm.default_mlp_spec("cpu")
+    assert sum(p.numel() for p in spec.build().parameters()) == spec.num_params
+    assert 2 < spec.param_mb < 10
+    assert 10 < comm.default_mlp_spec("cuda").param_mb < 50
+
+
+# --------------------------------------------------------------------------- real runs (2 gloo ranks)
+
+
+@pytest.mark.slow
+def test_allreduce_benchmark_on_two_gloo_ranks():
+    sizes = [4, 4096, 2**18 + 2]  # the last one is not a whole number of floats
+    rows_by_rank = cdist.launch(comm.allreduce_benchmark, 2, sizes, 6, 2, backend="gloo", timeout_s=120)
+    rows = rows_by_rank[0]
+    assert rows == rows_by_rank[1]  # timings are maxed over ranks: both ranks report the same
+    assert [r["size_bytes"] for r in rows] == [4, 4096, 2**18]
+    for r in rows:
+        assert r["correct"] and r["world_size"] == 2 and r["backend"] == "gloo"
+        assert r["time_s"] > 0 and r["time_mean_s"] > 0
+        assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 1.0)  # 2(p-1)/p = 1 for p = 2
+    result = comm.BenchResult(rows=rows, world_size=2, backend="gloo")
+    assert len(result.table().rows) == 3
+    alpha, beta = result.fit()
+    assert alpha >= 0 and beta >= 0 and (alpha > 0 or beta > 0)
+
+
+@pytest.mark.slow
+def test_ddp_bucket_benchmark_on_two_gloo_ranks():
+    spec = comm.default_mlp_spec(smoke=True)
+    rows = cdist.launch(comm.ddp_bucket_benchmark, 2, [0.01, 25.0], 3, spec, 1, True,
+                        backend="gloo", timeout_s=120)[0]
+    assert [r["overlap"] for r in rows] == [True, True, False, None]
+    assert [r["bucket_cap_mb"] for r in rows[:2]] == [0.01, 25.0]
+    assert rows[2]["bucket_cap_mb"] == pytest.approx(spec.param_mb)
+    assert all(r["step_ms"] > 0 for r in rows)
+    assert all(r["params_in_sync"] for r in rows[:3])
+    table = comm.BucketResult(rows=rows, world_size=2, backend="gloo", model_spec=spec).table()
+    assert len(table.rows) == 4
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _fake_result(p):
+    rows = []
+    for n in SIZES:
+        t = ALPHA + BETA * n
+        rows.append({"size_bytes": int(n), "time_s": t, "algbw_GBps": n / t / 1e9,
+                     "busbw_GBps": comm.busbw(n / t, p) / 1e9})
+    return comm.BenchResult(rows=rows, world_size=p, backend="gloo")
+
+
+@pytest.mark.parametrize("p", [1, 4])
+def test_plot_allreduce_cost(p):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib import comm_plots
+
+    fig, (ax_t, ax_bw) = comm_plots.plot_allreduce_cost(_fake_result(p))
+    n_lines = 2 + (len(comm.ALLREDUCE_ALGORITHMS) if p > 1 else 0)
+    assert len(ax_t.get_lines()) == n_lines
+    assert ax_t.get_xscale() == "log" and ax_t.get_yscale() == "log"
+    plt.close(fig)
+
+
+def test_plot_ddp_buckets():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib import comm_plots
+
+    rows = [{"bucket_cap_mb": 1.0, "step_ms": 10.0, "overlap": True},
+            {"bucket_cap_mb": 4.5, "step_ms": 12.0, "overlap": False},
+            {"bucket_cap_mb": 0.0, "step_ms": 8.0, "overlap": None}]
+    fig, ax = comm_plots.plot_ddp_buckets(comm.BucketResult(rows=rows, world_size=2, backend="gloo"))
+    assert len(ax.patches) == 3
+    plt.close(fig)
+
+
+def test_importing_the_plots_sets_nothing():
+    import subprocess
+    import sys
+
+    code = ("import sys, course_lib.comm_plots, course_lib.comm; "
+            "print('matplotlib.pyplot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
