@@ -1,0 +1,337 @@
+"""course_lib.checks: a correct answer passes, a stub is "not implemented yet", and each
+classic mistake fails with a message that names it.
+
+The lesson-06 implementations live at module level because the checks run them in
+spawned workers, which import them by module and name (this file is importable as
+``test_checks``: pytest puts tests/ on sys.path). Only two tests launch processes.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from course_lib import checks
+from course_lib.metrics import positive_rank
+from course_lib.optim import LAMB, LARS, lars_trust_ratio
+
+
+@pytest.fixture(autouse=True)
+def lenient(monkeypatch):
+    monkeypatch.delenv(checks.STRICT_ENV, raising=False)
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# --------------------------------------------------------------------------- implementations: 01-04
+
+
+def hit_rate_ok(scores, k):
+    rank = (scores[:, 1:] >= scores[:, :1]).sum(1)
+    return (rank < k).float().mean().item()
+
+
+def ndcg_ok(scores, k):
+    rank = (scores[:, 1:] >= scores[:, :1]).sum(1).double()
+    return torch.where(rank < k, 1 / torch.log2(rank + 2), torch.zeros_like(rank)).mean().item()
+
+
+def ndcg_natural_log(scores, k):
+    rank = (scores[:, 1:] >= scores[:, :1]).sum(1).double()
+    return torch.where(rank < k, 1 / torch.log(rank + 2), torch.zeros_like(rank)).mean().item()
+
+
+def hit_rate_optimistic_ties(scores, k):
+    rank = (scores[:, 1:] > scores[:, :1]).sum(1)
+    return (rank < k).float().mean().item()
+
+
+def linear_ok(base_lr, batch_size, base_batch_size):
+    return base_lr * batch_size / base_batch_size
+
+
+def sqrt_ok(base_lr, batch_size, base_batch_size):
+    return base_lr * math.sqrt(batch_size / base_batch_size)
+
+
+def warmup_ok(step, warmup_steps, total_steps, decay="constant"):
+    if step < warmup_steps:
+        return step / warmup_steps
+    if decay == "constant" or total_steps == warmup_steps:
+        return 1.0 if decay == "constant" or step <= warmup_steps else 0.0
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def warmup_one_step_ahead(step, warmup_steps, total_steps, decay="constant"):
+    return warmup_ok(step + 1, warmup_steps, total_steps, decay)
+
+
+def trust_ratio_ok(w_norm, g_norm, trust_coefficient, weight_decay, eps):
+    if w_norm == 0 or g_norm == 0:
+        return 1.0
+    return trust_coefficient * w_norm / (g_norm + weight_decay * w_norm + eps)
+
+
+def trust_ratio_unguarded(w_norm, g_norm, trust_coefficient, weight_decay, eps):
+    return trust_coefficient * w_norm / (g_norm + weight_decay * w_norm + eps)
+
+
+def _lars_step(groups, state, guard=True):
+    for group in groups:
+        for p in group["params"]:
+            g = p.grad
+            if group["weight_decay"] != 0:
+                w_norm, g_norm = p.norm().item(), g.norm().item()
+                ratio_fn = trust_ratio_ok if guard else trust_ratio_unguarded
+                ratio = ratio_fn(w_norm, g_norm, group["trust_coefficient"], group["weight_decay"], group["eps"])
+                g = (g + group["weight_decay"] * p) * ratio
+            if group["momentum"]:
+                buf = state[p].get("momentum_buffer")
+                buf = g.clone() if buf is None else buf.mul_(group["momentum"]).add_(g)
+                state[p]["momentum_buffer"] = g = buf
+            p.add_(g, alpha=-group["lr"])
+
+
+def lars_step_ok(groups, state):
+    _lars_step(groups, state)
+
+
+def lars_step_without_zero_norm_guard(groups, state):
+    _lars_step(groups, state, guard=False)
+
+
+# --------------------------------------------------------------------------- 05: loss scaler
+
+
+class LossScalerOK:
+    def __init__(self, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000,
+                 skip_step=True):
+        self.scale_value, self.growth_factor, self.backoff_factor = init_scale, growth_factor, backoff_factor
+        self.growth_interval, self.clean_steps, self.found_inf, self.skip_step = growth_interval, 0, False, skip_step
+
+    def get_scale(self):
+        return self.scale_value
+
+    def scale(self, loss):
+        return loss * self.scale_value
+
+    def step(self, optimizer):
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        for g in grads:
+            g.div_(self.scale_value)
+        self.found_inf = not all(torch.isfinite(g).all() for g in grads)
+        if not self.found_inf or not self.skip_step:
+            optimizer.step()
+
+    def update(self):
+        if self.found_inf:
+            self.scale_value *= self.backoff_factor
+            self.clean_steps = 0
+        else:
+            self.clean_steps += 1
+            if self.clean_steps == self.growth_interval:
+                self.scale_value *= self.growth_factor
+                self.clean_steps = 0
+
+
+class LossScalerNoSkip(LossScalerOK):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs, skip_step=False)
+
+
+class StubScaler:
+    def __init__(self, **kwargs):
+        raise NotImplementedError()
+
+
+# --------------------------------------------------------------------------- 06: run in spawned workers
+
+
+def average_gradients_ok(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+
+
+def average_gradients_sums(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+
+
+def _ring(tensor, even_chunks_only):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    flat = tensor.view(-1)
+    if even_chunks_only:  # the classic bug: n // world_size per chunk, the remainder forgotten
+        c = flat.numel() // world_size
+        chunks = [flat[i * c:(i + 1) * c] for i in range(world_size)]
+    else:
+        chunks = list(torch.tensor_split(flat, world_size))
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+
+    def exchange(send_idx, recv_idx):
+        buf = torch.empty_like(chunks[recv_idx])
+        for req in (dist.isend(chunks[send_idx].clone(), right), dist.irecv(buf, left)):
+            req.wait()
+        return buf
+
+    for s in range(world_size - 1):  # reduce-scatter
+        recv_idx = (rank - s - 1) % world_size
+        chunks[recv_idx] += exchange((rank - s) % world_size, recv_idx)
+    for s in range(world_size - 1):  # all-gather
+        recv_idx = (rank - s) % world_size
+        chunks[recv_idx].copy_(exchange((rank + 1 - s) % world_size, recv_idx))
+
+
+def ring_ok(tensor):
+    _ring(tensor, even_chunks_only=False)
+
+
+def ring_even_chunks_only(tensor):
+    _ring(tensor, even_chunks_only=True)
+
+
+# --------------------------------------------------------------------------- 07: LAMB
+
+
+def _lamb_step(groups, state, max_grad_norm, bias_correction=True):
+    grads = [p.grad for g in groups for p in g["params"]]
+    divisor = max(1.0, torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item() / max_grad_norm)
+    for group in groups:
+        beta1, beta2 = group["betas"]
+        for p in group["params"]:
+            g = p.grad / divisor
+            st = state[p]
+            if not st:
+                st.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+            st["step"] += 1
+            t = st["step"]
+            st["exp_avg"].mul_(beta1).add_(g, alpha=1 - beta1)
+            st["exp_avg_sq"].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            m, v = st["exp_avg"], st["exp_avg_sq"]
+            if bias_correction:
+                m, v = m / (1 - beta1**t), v / (1 - beta2**t)
+            update = m / (v.sqrt() + group["eps"]) + group["weight_decay"] * p
+            ratio = 1.0
+            if group["weight_decay"] != 0:
+                w_norm, u_norm = p.norm().item(), update.norm().item()
+                ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+            p.add_(update, alpha=-group["lr"] * ratio)
+
+
+def lamb_step_ok(groups, state, max_grad_norm):
+    _lamb_step(groups, state, max_grad_norm)
+
+
+def lamb_step_without_bias_correction(groups, state, max_grad_norm):
+    _lamb_step(groups, state, max_grad_norm, bias_correction=False)
+
+
+# --------------------------------------------------------------------------- tests
+
+IN_PROCESS = [  # (check, correct implementation)
+    (checks.check_hit_rate, hit_rate_ok),
+    (checks.check_ndcg, ndcg_ok),
+    (checks.check_linear_scaled_lr, linear_ok),
+    (checks.check_sqrt_scaled_lr, sqrt_ok),
+    (checks.check_warmup_factor, warmup_ok),
+    (checks.check_lars_trust_ratio, trust_ratio_ok),
+    (checks.check_lars_step, lars_step_ok),
+    (checks.check_loss_scaler, LossScalerOK),
+    (checks.check_lamb_step, lamb_step_ok),
+]
+
+
+@pytest.mark.parametrize("check, impl", IN_PROCESS, ids=[c.__name__ for c, _ in IN_PROCESS])
+def test_a_correct_implementation_passes(check, impl):
+    result = check(impl)
+    assert result.passed, result.message
+    assert result and "PASS" in repr(result) and "PASS" in result._repr_html_()
+    assert len(result.cases) >= 3, "every check runs several cases"
+
+
+WRONG = [  # (check, subtly wrong implementation, words the message must contain)
+    (checks.check_ndcg, ndcg_natural_log, ["natural log", "log2"]),
+    (checks.check_hit_rate, hit_rate_optimistic_ties, ["ties", "expected 0, got 1"]),
+    (checks.check_sqrt_scaled_lr, linear_ok, ["linear rule", "sqrt"]),
+    (checks.check_linear_scaled_lr, sqrt_ok, ["square-root rule"]),
+    (checks.check_warmup_factor, warmup_one_step_ahead, ["one step ahead", "at step 0 expected 0, got 0.2"]),
+    (checks.check_lars_trust_ratio, trust_ratio_unguarded, ["zero norm", "zero-norm guard", "expected 1,"]),
+    (checks.check_lars_step, lars_step_without_zero_norm_guard, ["zero-initialized weight", "zero-norm guard",
+                                                                 "'3.weight'"]),
+    (checks.check_loss_scaler, LossScalerNoSkip, ["step 3 (inf gradients)", "SKIPPED"]),
+    (checks.check_lamb_step, lamb_step_without_bias_correction, ["without bias correction", "after step 1"]),
+]
+
+
+@pytest.mark.parametrize("check, impl, words", WRONG, ids=[f"{c.__name__}-{i.__name__}" for c, i, _ in WRONG])
+def test_a_classic_mistake_fails_and_is_named(check, impl, words):
+    result = check(impl)
+    assert not result.passed and not result.not_implemented
+    assert "case '" in result.message  # which case differs
+    for word in words:
+        assert word in result.message, result.message
+    assert "FAIL" in repr(result) and "FAIL" in result._repr_html_()
+
+
+def test_the_references_behind_the_checks_are_the_course_code():
+    # The messages above only mean something if the checks compare with course_lib itself.
+    assert lars_trust_ratio(0.0, 1.0, trust_coefficient=0.001, weight_decay=0.0, eps=1e-8) == 1.0
+    assert positive_rank(torch.zeros(1, 3)).item() == 2
+    assert LARS and LAMB
+
+
+def test_a_learner_error_is_reported_not_raised():
+    def broken(scores, k):
+        return scores.nonexistent_method()
+
+    result = checks.check_hit_rate(broken)
+    assert not result.passed
+    assert "AttributeError" in result.message and "nonexistent_method" in result.message
+
+
+def test_a_function_defined_in_the_notebook_is_refused_with_the_reason():
+    def ring(tensor):  # stands in for a function typed into a notebook cell
+        pass
+
+    ring.__module__ = "__main__"
+    result = checks.check_ring_all_reduce(ring)
+    assert not result.passed and "spawn" in result.message and "%%writefile" in result.message
+
+
+def test_strict_mode_raises_on_failure_and_on_a_stub(monkeypatch):
+    monkeypatch.setenv(checks.STRICT_ENV, "1")
+    with pytest.raises(checks.CheckFailed, match="natural log"):
+        checks.check_ndcg(ndcg_natural_log)
+    with pytest.raises(checks.CheckFailed, match="not implemented yet"):
+        checks.check_ndcg(_stub)
+    assert checks.check_ndcg(ndcg_ok).passed  # a pass never raises
+
+
+def test_gradient_averaging_check_against_ddp():
+    # One launch (2 ranks) checks both implementations, to keep the suite fast.
+    per_rank = checks._launch_cases("check_average_gradients", checks._grad_avg_worker,
+                                    [average_gradients_ok, average_gradients_sums], 2, True)
+    assert isinstance(per_rank, list), per_rank
+    ok = checks._grad_avg_result("check_average_gradients", [r[0] for r in per_rank], 2, True)
+    assert ok.passed, ok.message
+    summed = checks._grad_avg_result("check_average_gradients", [r[1] for r in per_rank], 2, True)
+    assert not summed.passed
+    assert "2 times DDP's gradient" in summed.message and "SUMs" in summed.message, summed.message
+
+
+def test_ring_all_reduce_check_on_three_ranks():
+    # One launch (3 ranks): a correct ring, and one that drops the remainder of uneven chunks.
+    sizes = checks.ring_sizes(3)
+    assert {1, 2, 4, 1001, (4, 3)} <= set(sizes)  # shorter than, and not divisible by, world_size; 2-D
+    per_rank = checks._launch_cases("check_ring_all_reduce", checks._ring_worker,
+                                    [ring_ok, ring_even_chunks_only], 3, sizes)
+    assert isinstance(per_rank, list), per_rank
+    ok = checks._ring_result("check_ring_all_reduce", [r[0] for r in per_rank], 3, sizes)
+    assert ok.passed, ok.message
+    uneven = checks._ring_result("check_ring_all_reduce", [r[1] for r in per_rank], 3, sizes)
+    assert not uneven.passed
+    assert "shape (1,) on 3 ranks" in uneven.message and "tensor_split" in uneven.message, uneven.message
