@@ -70,7 +70,9 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
     os.environ["COURSE_RESULTS_DIR"] = str(results_dir.resolve())
     t0 = time.perf_counter()
     try:
-        pm.execute_notebook(str(nb), str(out), kernel_name=kernel, cwd=str(nb.parent.resolve()),
+        # PROFILE is injected too, so re-executing the executed copy (nbval) uses the same profile.
+        pm.execute_notebook(str(nb), str(out), parameters={"PROFILE": profile}, kernel_name=kernel,
+                            cwd=str(nb.parent.resolve()),
                             log_output=log_output, progress_bar=log_output, execution_timeout=cell_timeout)
         return NotebookRun(str(nb), str(out), True, time.perf_counter() - t0)
     except PapermillExecutionError as exc:
