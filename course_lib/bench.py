@@ -1,0 +1,139 @@
+"""Measurements for lesson 01: loader comparison, throughput vs batch size, a profile.
+
+Command line (the lesson's numbers without the notebook)::
+
+    python -m course_lib.bench ncf [--batch-size 256] [--device cpu|cuda] [--dataset ml-1m]
+
+prints batch-production and training throughput of the device-resident sampler and of
+the DataLoader path at the same batch size, and ends with ``ratio loader: <x>``
+(device-resident over DataLoader, loading alone). Under Nsight Systems the training
+phases show up as NVTX ranges: ``nsys profile -t cuda,nvtx python -m course_lib.bench ncf``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from .data.movielens import ImplicitData
+from .data.sampler import DeviceSampler, make_dataloader
+from .metrics import throughput
+from .tables import Table
+from .train import TrainConfig, train_to_target
+
+
+def _sync(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def batch_production_rate(batches, num_samples: int, device: torch.device) -> float:
+    """Samples/s of producing batches alone (on ``device``), for about ``num_samples`` samples."""
+    _sync(device)
+    t0 = time.perf_counter()
+    n = 0
+    while n < num_samples:
+        for users, items, labels in batches:
+            users, items, labels = (t.to(device, non_blocking=True) for t in (users, items, labels))
+            n += labels.numel()
+            if n >= num_samples:
+                break
+    _sync(device)
+    return throughput(n, time.perf_counter() - t0)
+
+
+def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, device=None,
+                      load_samples: int = 200_000, train_steps: int = 150) -> dict:
+    """Device-resident sampler vs per-sample DataLoader at the same batch size, measured now."""
+    from .hardware import default_device
+
+    cfg = cfg or TrainConfig()
+    device = torch.device(device) if device is not None else default_device()
+    data = data.to(device)
+    sampler = DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
+                            neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
+    loader = make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
+                             neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
+    batch_production_rate(sampler, 4 * cfg.batch_size, device)  # warm-up
+    out = {"batch_size": cfg.batch_size, "device": str(device),
+           "device_load_sps": batch_production_rate(sampler, load_samples * 10, device),
+           "dataloader_load_sps": batch_production_rate(loader, load_samples, device)}
+    for loader_name in ("device", "dataloader"):
+        r = train_to_target(data, cfg.replace(loader=loader_name), max_steps=train_steps, device=device,
+                            progress="none", evaluate_points=False, time_phases=False)
+        out[f"{loader_name}_train_sps"] = r.samples_per_s
+    out["ratio_loading"] = out["device_load_sps"] / out["dataloader_load_sps"]
+    out["ratio_training"] = out["device_train_sps"] / out["dataloader_train_sps"]
+    return out
+
+
+def comparison_table(comp: dict) -> Table:
+    t = Table(["path", "loading only (samples/s)", "training (samples/s)"],
+              title=f"Batch production vs training, batch {comp['batch_size']} on {comp['device']}")
+    t.add(**{"path": "DataLoader (per-sample __getitem__)",
+             "loading only (samples/s)": round(comp["dataloader_load_sps"]),
+             "training (samples/s)": round(comp["dataloader_train_sps"])})
+    t.add(**{"path": "device-resident sampler", "loading only (samples/s)": round(comp["device_load_sps"]),
+             "training (samples/s)": round(comp["device_train_sps"])})
+    t.add(**{"path": "ratio (device / DataLoader)", "loading only (samples/s)": f"{comp['ratio_loading']:.1f}x",
+             "training (samples/s)": f"{comp['ratio_training']:.2f}x"})
+    return t
+
+
+def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, device=None,
+                        samples_per_point: int = 400_000, min_steps: int = 8) -> Table:
+    """Training samples/s per batch size (same model, device sampler, no evaluation)."""
+    t = Table(["batch size", "steps", "samples/s", "ms/step"], title="Training throughput vs batch size")
+    for b in batch_sizes:
+        steps = max(min_steps, samples_per_point // b)
+        # one short untimed run first: allocator and thread-pool warm-up for this shape
+        train_to_target(data, cfg.replace(batch_size=b), max_steps=2, device=device, progress="none",
+                        evaluate_points=False, time_phases=False)
+        r = train_to_target(data, cfg.replace(batch_size=b), max_steps=steps, device=device, progress="none",
+                            evaluate_points=False, time_phases=False)
+        t.add(**{"batch size": b, "steps": r.steps, "samples/s": round(r.samples_per_s),
+                 "ms/step": 1000 * r.train_time_s / max(1, r.steps)})
+    return t
+
+
+def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, device=None,
+                  sort_by: str | None = None, row_limit: int = 10) -> str:
+    """``torch.profiler`` over a few training steps; the table of the top ops (and phase ranges)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .hardware import default_device
+
+    device = torch.device(device) if device is not None else default_device()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    train_to_target(data, cfg, max_steps=3, device=device, progress="none", evaluate_points=False)  # warm-up
+    with profile(activities=activities) as prof:
+        train_to_target(data, cfg, max_steps=steps, device=device, progress="none", evaluate_points=False)
+    sort_by = sort_by or ("cuda_time_total" if device.type == "cuda" else "cpu_time_total")
+    return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["ncf"], help="which benchmark")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--dataset", default="ml-1m", help="ml-1m, ml-20m or synthetic")
+    parser.add_argument("--profile", default="full", help="full or smoke ($COURSE_PROFILE overrides)")
+    args = parser.parse_args(argv)
+
+    from .data import load_implicit
+
+    data = load_implicit(args.dataset, profile=args.profile)
+    print(f"data: {data.source}")
+    comp = loader_comparison(data, TrainConfig(batch_size=args.batch_size), device=args.device)
+    print(comparison_table(comp))
+    print(f"ratio training: {comp['ratio_training']:.2f}")
+    print(f"ratio loader: {comp['ratio_loading']:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

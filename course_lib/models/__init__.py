@@ -1,0 +1,5 @@
+"""Models of the course: NeuMF (lesson 01)."""
+
+from .ncf import NeuMF
+
+__all__ = ["NeuMF"]

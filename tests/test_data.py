@@ -1,0 +1,154 @@
+"""Parsing, leave-one-out split, checksums and samplers on tiny generated files (lesson 01)."""
+
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from course_lib.data import DatasetError, DeviceSampler, load_implicit, make_dataloader, sample_eval_negatives
+from course_lib.data import movielens
+from course_lib.data.synthetic import format_ratings_dat, generate_ratings, write_ml1m_zip
+
+# (user, movie, rating, timestamp); user 10's latest is movie 7, user 20 has a tie at t=500
+ROWS = [(10, 5, 4, 100), (10, 7, 3, 300), (10, 9, 5, 200),
+        (20, 9, 2, 500), (20, 5, 5, 500), (20, 3, 1, 50), (30, 3, 4, 10)]
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("COURSE_MOVIELENS_DIR", raising=False)
+    monkeypatch.delenv("COURSE_PROFILE", raising=False)
+
+
+def _dat_zip(path):
+    text = "".join(f"{u}::{m}::{r}::{t}\n" for u, m, r, t in ROWS)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("ml-1m/ratings.dat", text)
+    return path
+
+
+def _csv_zip(path):
+    text = "userId,movieId,rating,timestamp\n" + "".join(f"{u},{m},{r}.5,{t}\n" for u, m, r, t in ROWS)
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("ml-20m/ratings.csv", text)
+    return path
+
+
+@pytest.mark.parametrize("fmt,maker,member", [("dat", _dat_zip, "ml-1m/ratings.dat"),
+                                              ("csv", _csv_zip, "ml-20m/ratings.csv")])
+def test_parse_and_leave_one_out(tmp_path, fmt, maker, member):
+    cols = movielens.parse_ratings(maker(tmp_path / "r.zip"), fmt, member=member)
+    assert cols["user"].tolist() == [r[0] for r in ROWS]
+    assert cols["timestamp"].tolist() == [r[3] for r in ROWS]
+    tu, ti, test, nu, ni = movielens.leave_one_out(cols["user"], cols["item"], cols["timestamp"])
+    # user 30 has one interaction and is dropped; ids: users {10,20}->{0,1}, movies {3,5,7,9}->{0..3}
+    assert (nu, ni) == (2, 4)
+    assert test.tolist() == [2, 3]  # user 10: movie 7 (latest); user 20: tie at 500 -> larger id 9
+    pairs = sorted(zip(tu.tolist(), ti.tolist()))
+    assert pairs == [(0, 1), (0, 3), (1, 0), (1, 1)]
+
+
+def test_corrupt_zip_names_file_and_checksum(tmp_path, monkeypatch):
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "ml-1m.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(DatasetError) as err:
+        load_implicit("ml-1m", data_dir=staged, download=False)
+    msg = str(err.value)
+    assert "ml-1m.zip" in msg and movielens.DATASETS["ml-1m"].md5 in msg and "download" in msg
+
+
+def test_failed_download_leaves_no_file(tmp_path, monkeypatch):
+    import io
+
+    class FakeResponse(io.BytesIO):
+        headers = {"Content-Length": "10"}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    monkeypatch.setattr(movielens.urllib.request, "urlopen", lambda *a, **k: FakeResponse(b"truncated!"))
+    dest = tmp_path / "dl"
+    with pytest.raises(DatasetError, match="c4d9eecfca2ab87c1945afe126590906"):
+        movielens.download_zip("ml-1m", dest)
+    assert list(dest.iterdir()) == []  # neither the zip nor a .part file
+
+
+def test_truncated_extracted_file_is_refused(tmp_path):
+    (tmp_path / "ml-1m").mkdir()
+    (tmp_path / "ml-1m" / "ratings.dat").write_text("1::2::3::4\n")
+    with pytest.raises(DatasetError, match="1000209"):
+        load_implicit("ml-1m", data_dir=tmp_path, download=False)
+
+
+def test_offline_falls_back_to_synthetic_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(movielens, "publisher_reachable", lambda *a, **k: False)
+    monkeypatch.setitem(movielens._synthetic.SIZES, "ml-1m", dict(num_users=200, num_items=300, num_ratings=8000))
+    data = load_implicit("ml-1m", data_dir=tmp_path)
+    assert data.synthetic and "SYNTHETIC" in data.source and "not found locally" in data.source
+    again = load_implicit("ml-1m", data_dir=tmp_path)  # from the processed cache
+    assert torch.equal(again.eval_negatives, data.eval_negatives)
+
+
+def test_synthetic_is_deterministic_and_parses(tmp_path):
+    a = generate_ratings(300, 200, 15_000, seed=3)
+    b = generate_ratings(300, 200, 15_000, seed=3)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    z = write_ml1m_zip(tmp_path / "s.zip", seed=3, num_users=300, num_items=200, num_ratings=15_000)
+    cols = movielens.parse_ratings(z, "dat")
+    assert np.array_equal(cols["item"], a["item"]) and cols["user"].min() == 1
+    assert len(set(zip(a["user"].tolist(), a["item"].tolist()))) == len(a["user"])  # no repeated pairs
+    assert format_ratings_dat({k: v[:1] for k, v in a.items()}).count(b"::") == 3
+
+
+def test_eval_negatives_never_positive():
+    data = load_implicit("synthetic", profile="smoke")
+    pos = set(zip(data.train_users.tolist(), data.train_items.tolist()))
+    pos |= set(enumerate(data.test_items.tolist()))
+    negs = data.eval_negatives
+    assert negs.shape == (data.num_users, 100)
+    for u in range(data.num_users):
+        row = negs[u].tolist()
+        assert len(set(row)) == len(row)
+        assert not any((u, i) in pos for i in row)
+
+
+def test_eval_negatives_dense_user():
+    # user 0 rated 95 of 100 items: only 5 candidates remain
+    users = np.zeros(95, dtype=np.int64)
+    items = np.arange(95)
+    negs = sample_eval_negatives(users, items, num_users=1, num_items=100, num_negatives=5)
+    assert sorted(negs[0].tolist()) == [95, 96, 97, 98, 99]
+    with pytest.raises(ValueError):
+        sample_eval_negatives(users, items, num_users=1, num_items=100, num_negatives=6)
+
+
+@pytest.mark.parametrize("batch_size", [7, 64, 1000])
+def test_device_sampler_epoch(batch_size):
+    users = torch.arange(50).repeat_interleave(3)  # 150 positives
+    items = torch.arange(150) % 40
+    s = DeviceSampler(users, items, 40, batch_size=batch_size, neg_per_pos=4, seed=1, chunk_positives=32)
+    batches = list(s)
+    assert len(batches) == len(s)
+    assert all(len(b[0]) == batch_size for b in batches[:-1])
+    u = torch.cat([b[0] for b in batches])
+    i = torch.cat([b[1] for b in batches])
+    y = torch.cat([b[2] for b in batches])
+    assert len(y) == 150 * 5 and int(y.sum()) == 150
+    pos = sorted(zip(u[y == 1].tolist(), i[y == 1].tolist()))
+    assert pos == sorted(zip(users.tolist(), items.tolist()))  # every positive exactly once
+    assert torch.equal(torch.bincount(u[y == 0], minlength=50), torch.full((50,), 12))  # 4 per positive
+    assert int(i.max()) < 40
+
+
+def test_dataloader_path_same_epoch_shape():
+    users = torch.arange(20)
+    items = torch.arange(20) % 7
+    dl = make_dataloader(users, items, 7, batch_size=16, neg_per_pos=4)
+    y = torch.cat([b[2] for b in dl])
+    assert len(y) == 100 and int(y.sum()) == 20

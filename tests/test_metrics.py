@@ -1,0 +1,38 @@
+"""HR@K / NDCG@K on a case small enough to compute by hand (lesson 01)."""
+
+import math
+
+import pytest
+import torch
+
+from course_lib.metrics import hit_rate_at_k, hr_ndcg, ndcg_at_k, positive_rank, speedup, throughput, time_to_target
+
+
+def test_ranks_hr_and_ndcg_by_hand():
+    # column 0 is the held-out positive
+    scores = torch.tensor([
+        [0.9, 0.1, 0.2, 0.3],  # best: rank 0
+        [0.5, 0.6, 0.1, 0.7],  # two negatives above: rank 2
+        [0.1, 0.2, 0.3, 0.4],  # worst: rank 3
+        [0.5, 0.5, 0.1, 0.1],  # a tie counts against the positive: rank 1
+    ])
+    assert positive_rank(scores).tolist() == [0, 2, 3, 1]
+    # K = 2: users 0 and 3 hit
+    assert hit_rate_at_k(scores, 2) == pytest.approx(0.5)
+    assert ndcg_at_k(scores, 2) == pytest.approx((1 / math.log2(2) + 1 / math.log2(3)) / 4)
+    # K = 3: users 0, 1, 3 hit
+    hr, ndcg = hr_ndcg(scores, 3)
+    assert hr == pytest.approx(0.75)
+    assert ndcg == pytest.approx((1.0 + 1 / math.log2(4) + 1 / math.log2(3)) / 4)
+
+
+def test_constant_scores_never_hit():
+    assert hit_rate_at_k(torch.zeros(5, 101), 10) == 0.0
+
+
+def test_time_to_target_is_none_when_not_reached():
+    times, hrs = [0.0, 1.0, 2.0], [0.1, 0.5, 0.6]
+    assert time_to_target(times, hrs, 0.5) == 1.0
+    assert time_to_target(times, hrs, 1.0) is None
+    assert speedup(10.0, 2.0) == 5.0 and speedup(None, 2.0) is None
+    assert throughput(100, 2.0) == 50.0 and math.isnan(throughput(1, 0.0))
