@@ -1,0 +1,157 @@
+"""Mixed precision in one small object: autocast, dynamic loss scaling, unscale-before-step (lessons 05 and 07).
+
+``Precision(mode, device)`` gives the training loop four calls::
+
+    prec = Precision("auto", device)
+    with prec.autocast():
+        loss = model(x, y)
+    prec.backward(loss)          # loss * scale for fp16, plain backward otherwise
+    prec.unscale_(optimizer)     # optional: before clipping; step() does it if you did not
+    took_step = prec.step(optimizer)  # False when fp16 found inf/nan and skipped the update
+    prec.update()                # adjust the fp16 loss scale, record it
+
+Modes:
+
+- ``"fp32"``: no autocast, no scaler.
+- ``"bf16"``: ``torch.autocast(device_type, torch.bfloat16)``. bfloat16 has fp32's
+  exponent range, so gradients do not underflow and no loss scaling is needed.
+- ``"fp16"``: ``torch.autocast(device_type, torch.float16)`` with a
+  ``torch.amp.GradScaler``: the loss is multiplied by a large scale (65536 to start) so
+  that small gradients survive fp16's narrow range; when a step produces inf/nan the
+  step is skipped and the scale halved, and after ``growth_interval`` good steps it doubles.
+- ``"auto"``: chosen from :func:`course_lib.hardware.detect` — bf16 where it is native
+  (Ampere or newer GPUs; CPUs with AVX512-BF16 or AMX), fp16 on GPUs without native
+  bf16 (Volta, Turing), and fp32 on CPUs without native bf16. On such CPUs (AVX2-only
+  servers, most laptops) autocast is emulated: we measured it about **20x slower than
+  fp32** for NeuMF, so "auto" does not pick it there.
+
+Why ``step`` always unscales first: LARS and LAMB compute trust ratios from gradient
+norms, and LAMB's global pre-normalization and ordinary clipping compare the gradient
+norm with a threshold; on loss-scaled gradients all of those are wrong (apex#1030).
+``GradScaler.step`` would unscale too, but only *inside* its call, after anything the
+loop did to the gradients, so we unscale explicitly, before the loop clips or steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+MODES = ("fp32", "bf16", "fp16", "auto")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def auto_mode(hw=None, device: torch.device | str = "cpu") -> str:
+    """The mode ``"auto"`` resolves to on this machine for ``device`` (lesson 05)."""
+    device = torch.device(device)
+    if hw is None:
+        from .hardware import detect
+
+        hw = detect()
+    if hw.bf16_autocast == "native":
+        if device.type == "cuda" or not hw.gpu_count:
+            return "bf16"
+    if device.type == "cuda" and hw.gpu_count:
+        return "fp16"  # a GPU without native bf16 (Volta, Turing) still has fp16 tensor cores
+    return "fp32"  # a CPU without native bf16: emulated autocast is much slower than fp32
+
+
+class Precision:
+    """Autocast + (for fp16) dynamic loss scaling, with gradients unscaled before every step (lessons 05, 07).
+
+    ``.mode`` is the resolved mode (never ``"auto"``), ``.dtype`` the autocast dtype
+    (``torch.float32`` for fp32), ``.scaler`` the ``GradScaler`` or None.
+    Over a run it records ``.scale_history`` (the loss scale after each ``update``;
+    1.0 each step without a scaler) and ``.skipped_steps`` (how many updates were
+    skipped because of inf/nan gradients), with ``.skipped_at`` the step indices.
+    """
+
+    def __init__(self, mode: str = "fp32", device: torch.device | str = "cpu", *, init_scale: float = 2.0**16,
+                 growth_interval: int = 2000, hw=None):
+        if mode not in MODES:
+            raise ValueError(f"precision mode {mode!r}; choose one of {MODES}")
+        self.device = torch.device(device)
+        self.requested = mode
+        self.mode = auto_mode(hw, self.device) if mode == "auto" else mode
+        self.dtype = _DTYPES.get(self.mode, torch.float32)
+        self.scaler = None
+        if self.mode == "fp16":
+            self.scaler = torch.amp.GradScaler(self.device.type, init_scale=init_scale,
+                                               growth_interval=growth_interval)
+        self.scale_history: list[float] = []
+        self.skipped_steps = 0
+        self.skipped_at: list[int] = []
+        self._steps = 0
+        self._unscaled = False
+        self._last_step_taken = True
+
+    def __repr__(self) -> str:
+        auto = f" (auto)" if self.requested == "auto" else ""
+        return f"Precision({self.mode!r}{auto}, device={str(self.device)!r}, loss scaling={'dynamic' if self.scaler else 'off'})"
+
+    @property
+    def scale(self) -> float:
+        """The current loss scale (1.0 without a scaler)."""
+        return float(self.scaler.get_scale()) if self.scaler is not None else 1.0
+
+    def autocast(self):
+        """The forward-pass context: ``torch.autocast`` for bf16/fp16, a null context for fp32."""
+        if self.mode == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, with the loss multiplied by the current scale for fp16."""
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide the gradients by the loss scale, in place, once per step (no-op without a scaler).
+
+        Call it before clipping or reading gradient norms; ``step`` calls it when you did not.
+        """
+        if self.scaler is not None and not self._unscaled:
+            self.scaler.unscale_(optimizer)
+        self._unscaled = True
+
+    @staticmethod
+    def _grads_finite(optimizer: torch.optim.Optimizer) -> bool:
+        flags = [torch.isfinite(p.grad).all() for g in optimizer.param_groups for p in g["params"]
+                 if p.grad is not None]
+        return bool(torch.stack(flags).all()) if flags else True
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Unscale (if scaling), then ``optimizer.step()`` unless a gradient is inf/nan; True when the step was taken.
+
+        Without a scaler the step is always taken (bf16 and fp32 do not skip).
+        """
+        self.unscale_(optimizer)
+        if self.scaler is None:
+            optimizer.step()
+            taken = True
+        else:
+            # The gradients are unscaled now; an inf/nan among them means the scale was too
+            # large for this step. GradScaler.step sees the same flags and skips the update.
+            taken = self._grads_finite(optimizer)
+            self.scaler.step(optimizer)
+        if not taken:
+            self.skipped_steps += 1
+            self.skipped_at.append(self._steps)
+        self._last_step_taken = taken
+        return taken
+
+    def update(self) -> None:
+        """End of a step: let the scaler adjust its scale (halve after inf/nan, grow after a run of good steps); record it."""
+        if self.scaler is not None:
+            self.scaler.update()
+        self.scale_history.append(self.scale)
+        self._steps += 1
+        self._unscaled = False
+
+    def state(self) -> dict:
+        """What the run's record keeps: mode, final scale, skipped steps."""
+        return {"mode": self.mode, "requested": self.requested, "loss_scale": self.scale,
+                "skipped_steps": self.skipped_steps}

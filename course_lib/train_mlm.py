@@ -1,0 +1,396 @@
+"""BERT masked-LM pretraining: ``train_mlm(cfg, data, device=...) -> record`` (lesson 07_bert_lamb).
+
+One loop for every run of the lesson; the lesson changes :class:`MLMTrainConfig`, never
+the loop:
+
+- the batch is stated once (``global_batch_size``, ``micro_batch_size``) and
+  ``grad_accum_steps`` is derived by :class:`course_lib.config.BatchConfig`, which
+  refuses a global batch that does not divide;
+- ``optimizer="adam"`` (AdamW, global-norm clipping at ``max_grad_norm``) or ``"lamb"``
+  (:class:`course_lib.optim.LAMB`; ``max_grad_norm`` is its global pre-normalization,
+  ``bias_correction`` its Adam bias correction — the two ablations of the talk);
+- the peak lr comes from ``base_lr`` at ``base_batch_size`` by the square-root or linear
+  rule, with linear warmup and BERT's linear decay (:func:`course_lib.optim.lr_at`);
+- mixed precision through :class:`course_lib.precision.Precision` (gradients unscaled
+  before clipping and before LAMB's trust ratios);
+- inside a process group the model is wrapped in DistributedDataParallel, each rank
+  trains on its slice of every global batch and skips the all-reduce (``no_sync``) on
+  all but the last micro step; only rank 0 reports.
+
+The clock: ``time_to_target_s`` is wall time spent *training* until the first
+evaluation whose held-out MLM loss is at or below ``target_loss``; evaluation time is
+excluded (reported as ``eval_time_s``). Not reached: ``None``, never the run length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import dist as cdist
+from .config import BatchConfig
+from .data.text import IGNORE_INDEX, MLMData
+from .models.bert import BertForMLM, bert_config
+from .optim import LAMB, linear_scaled_lr, lr_at, param_groups, sqrt_scaled_lr
+from .precision import Precision
+
+OPTIMIZERS = ("adam", "lamb")
+LR_SCALINGS = ("sqrt", "linear", "none")
+
+
+@dataclass(frozen=True)
+class MLMTrainConfig:
+    """Every setting of one BERT MLM run. Batches count sequences."""
+
+    global_batch_size: int = 256
+    micro_batch_size: int = 64
+    optimizer: str = "lamb"  # "adam" (AdamW) | "lamb"
+    base_lr: float = 1e-3  # the lr at base_batch_size
+    base_batch_size: int = 256
+    lr_scaling: str = "sqrt"  # "sqrt" (LAMB paper) | "linear" | "none"
+    warmup_fraction: float = 0.1  # of max_steps, linear from 0
+    decay: str = "polynomial"  # BERT: linear decay to 0 ("polynomial", power 1)
+    max_steps: int = 100
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    max_grad_norm: float | None = 1.0  # LAMB: global pre-normalization; Adam: clipping. None = off
+    bias_correction: bool = True  # LAMB only (AdamW always corrects)
+    precision: str = "fp32"  # "fp32" | "bf16" | "fp16" | "auto"
+    model: str = "mini"  # preset of course_lib.models.bert.PRESETS
+    norm: str = "post"  # "post" (original BERT) | "pre"
+    dropout: float = 0.1
+    eval_every: int = 10  # optimizer steps between held-out evaluations
+    target_loss: float | None = None
+    stop_at_target: bool = False
+    seed: int = 0
+    label: str = ""
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.optimizer!r}; choose one of {OPTIMIZERS}")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise ValueError(f"lr_scaling={self.lr_scaling!r}; choose one of {LR_SCALINGS}")
+        if self.max_steps < 1 or self.eval_every < 1:
+            raise ValueError(f"max_steps and eval_every must be >= 1, got {self.max_steps}, {self.eval_every}")
+        if not 0.0 <= self.warmup_fraction <= 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1], got {self.warmup_fraction}")
+        object.__setattr__(self, "betas", tuple(self.betas))
+        self.batch(1)  # a global batch that does not divide is an error here, not mid-run
+
+    def batch(self, world_size: int = 1) -> BatchConfig:
+        return BatchConfig(self.global_batch_size, self.micro_batch_size, world_size)
+
+    @property
+    def peak_lr(self) -> float:
+        if self.lr_scaling == "none":
+            return self.base_lr
+        rule = sqrt_scaled_lr if self.lr_scaling == "sqrt" else linear_scaled_lr
+        return rule(self.base_lr, self.global_batch_size, self.base_batch_size)
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(round(self.warmup_fraction * self.max_steps))
+
+    def lr_at(self, step: int) -> float:
+        return lr_at(step, peak_lr=self.peak_lr, warmup_steps=self.warmup_steps, total_steps=self.max_steps,
+                     decay=self.decay)
+
+    def replace(self, **changes) -> "MLMTrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def name(self) -> str:
+        return self.label or f"{self.optimizer} b={self.global_batch_size}"
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(peak_lr=self.peak_lr, warmup_steps=self.warmup_steps)
+        return d
+
+
+def build_model(cfg: MLMTrainConfig, vocab_size: int, max_position: int) -> BertForMLM:
+    return BertForMLM(bert_config(cfg.model, vocab_size=vocab_size, max_position=max_position, norm=cfg.norm,
+                                  dropout=cfg.dropout, attention_dropout=cfg.dropout))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: MLMTrainConfig) -> torch.optim.Optimizer:
+    """AdamW or LAMB over ``param_groups`` (biases and LayerNorm: no decay, and no trust ratio for LAMB)."""
+    groups = param_groups(model, cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.AdamW(groups, lr=cfg.peak_lr, betas=cfg.betas, eps=cfg.eps)
+    return LAMB(groups, lr=cfg.peak_lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
+                bias_correction=cfg.bias_correction, max_grad_norm=cfg.max_grad_norm)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, data: MLMData, precision: Precision, batch_size: int = 64) -> float:
+    """Mean MLM cross-entropy over every scored position of the held-out set."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for lo in range(0, data.eval_inputs.shape[0], batch_size):
+        x, y = data.eval_inputs[lo:lo + batch_size], data.eval_labels[lo:lo + batch_size]
+        n = int((y != IGNORE_INDEX).sum())
+        if n == 0:
+            continue
+        with precision.autocast():
+            loss = model(x, y)
+        total += float(loss) * n
+        count += n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+
+        return type(get_ipython()).__name__ == "ZMQInteractiveShell"
+    except ImportError:
+        return False
+
+
+def resolve_progress(progress: str = "auto") -> str:
+    """``"auto"``: a tqdm bar in an interactive notebook, log lines under papermill/CI/scripts.
+
+    A kernel cannot tell papermill from a person, so ``$CI`` or ``$COURSE_PROFILE`` (what CI
+    and ``make course`` set) count as non-interactive; ``$COURSE_PROGRESS`` overrides all.
+    """
+    progress = os.environ.get("COURSE_PROGRESS", "") or progress
+    if progress not in ("auto", "bar", "log", "none"):
+        raise ValueError(f"progress={progress!r}; choose auto, bar, log or none")
+    if progress != "auto":
+        return progress
+    if os.environ.get("CI") or os.environ.get("COURSE_PROFILE") or not _in_notebook():
+        return "log"
+    return "bar"
+
+
+class _Progress:
+    def __init__(self, mode: str, total: int, label: str):
+        self.mode, self.label, self.bar = mode, label, None
+        if mode == "bar":
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="step", leave=True)
+
+    def step(self):
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def point(self, step: int, total: int, train_loss: float, eval_loss: float, lr: float, train_s: float):
+        if self.mode == "log":
+            print(f"[{self.label}] step {step}/{total}  train loss {train_loss:.3f}  eval loss {eval_loss:.3f}  "
+                  f"lr {lr:.2e}  train {train_s:.1f}s", flush=True)
+        elif self.bar is not None:
+            self.bar.set_postfix(eval_loss=f"{eval_loss:.3f}", refresh=False)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str | None = None,
+              progress: str = "auto", model: BertForMLM | None = None) -> dict:
+    """Pretrain a BERT on ``data`` with ``cfg``; return the run's record (a dict; on ranks > 0 too).
+
+    Record keys: ``config``, ``label``, ``time_to_target_s``, ``steps_to_target``,
+    ``reached``, ``final_eval_loss``, ``best_eval_loss``, ``diverged``, ``steps``,
+    ``train_time_s``, ``eval_time_s``, ``seqs_per_s``, ``tokens_per_s``, ``grad_accum_steps``,
+    ``world_size``, ``precision`` (mode, loss scale, skipped steps), ``curves``
+    (``step``/``train_loss``/``lr`` per step; ``eval_step``/``eval_loss``/``eval_time_s``).
+    """
+    device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
+                                                               else cdist.device())
+    rank, world_size = cdist.rank(), cdist.world_size()
+    distributed = cdist._initialized() and world_size > 1
+    batch = cfg.batch(world_size)
+    accum = batch.grad_accum_steps
+    label = cfg.name()
+
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank (DDP also broadcasts them)
+    if model is None:
+        model = build_model(cfg, data.vocab_size, data.seq_len)
+    model = model.to(device)
+    model.train()
+    net = model
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = make_optimizer(model, cfg)
+    precision = Precision(cfg.precision, device)
+    # The same generator on every rank: all ranks draw the same global batch and masks,
+    # and each keeps its own slice, so W ranks x k micro steps = one process with the whole batch.
+    gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
+
+    curves = {"step": [], "train_loss": [], "lr": [], "eval_step": [], "eval_loss": [], "eval_time_s": []}
+    train_s = eval_s = 0.0
+    time_to_target = steps_to_target = None
+    diverged = False
+    shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps, label)
+
+    def eval_point(step: int, train_loss: float) -> float:
+        nonlocal eval_s, time_to_target, steps_to_target
+        t0 = time.perf_counter()
+        loss = evaluate(model, data, precision, batch_size=max(cfg.micro_batch_size, 32))
+        eval_s += time.perf_counter() - t0
+        curves["eval_step"].append(step)
+        curves["eval_loss"].append(loss)
+        curves["eval_time_s"].append(train_s)
+        if cfg.target_loss is not None and time_to_target is None and loss <= cfg.target_loss:
+            time_to_target, steps_to_target = train_s, step
+        shown.point(step, cfg.max_steps, train_loss, loss, curves["lr"][-1] if curves["lr"] else 0.0, train_s)
+        return loss
+
+    eval_point(0, float("nan"))
+    step = 0
+    try:
+        for step in range(1, cfg.max_steps + 1):
+            _sync(device)
+            t0 = time.perf_counter()
+            lr = cfg.lr_at(step - 1)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            inputs, labels_global = data.masked_batch(cfg.global_batch_size, gen)  # (B_global, T)
+            labels_global = labels_global.to(device)
+            lo = rank * batch.per_rank_batch_size
+            inputs = inputs[lo:lo + batch.per_rank_batch_size].to(device, non_blocking=True)
+            labels = labels_global[lo:lo + batch.per_rank_batch_size]
+            # The loss of the step is the mean over every scored token of the *global* batch:
+            # each micro batch's mean is weighted by its share of those tokens (x world_size,
+            # since DDP averages over ranks), so any split into ranks and micro steps gives
+            # the same gradient as one process with the whole batch.
+            n_global = (labels_global != IGNORE_INDEX).sum().clamp(min=1)
+            step_loss = torch.zeros((), device=device)
+            for micro in range(accum):
+                sl = slice(micro * cfg.micro_batch_size, (micro + 1) * cfg.micro_batch_size)
+                weight = (labels[sl] != IGNORE_INDEX).sum() * world_size / n_global
+                # Gradients are all-reduced only on the last micro step (DDP's no_sync).
+                ctx = net.no_sync() if distributed and micro < accum - 1 else contextlib.nullcontext()
+                with ctx:
+                    with precision.autocast():
+                        loss = net(inputs[sl], labels[sl]) * weight
+                    precision.backward(loss)
+                step_loss += loss.detach()
+            precision.unscale_(optimizer)  # true gradients for clipping and for LAMB's norms
+            if cfg.optimizer == "adam" and cfg.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            precision.step(optimizer)
+            precision.update()
+            optimizer.zero_grad(set_to_none=True)
+            if distributed:
+                torch.distributed.all_reduce(step_loss)  # per-rank shares of the global mean add up
+                step_loss /= world_size
+            train_loss = float(step_loss)  # synchronizes
+            _sync(device)
+            train_s += time.perf_counter() - t0
+            curves["step"].append(step)
+            curves["train_loss"].append(train_loss)
+            curves["lr"].append(lr)
+            shown.step()
+            if not math.isfinite(train_loss) and precision.scaler is None:
+                diverged = True
+                break
+            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+                loss = eval_point(step, train_loss)
+                if not math.isfinite(loss):
+                    diverged = True
+                    break
+                if cfg.stop_at_target and time_to_target is not None:
+                    break
+    finally:
+        shown.close()
+
+    if curves["eval_step"][-1] != step and not diverged:
+        eval_point(step, curves["train_loss"][-1])
+    steps = len(curves["step"])
+    seqs = steps * cfg.global_batch_size
+    finite = [x for x in curves["eval_loss"] if math.isfinite(x)]
+    return {
+        "label": label,
+        "config": cfg.to_dict(),
+        "target_loss": cfg.target_loss,
+        "reached": time_to_target is not None,
+        "time_to_target_s": time_to_target,
+        "steps_to_target": steps_to_target,
+        "final_eval_loss": curves["eval_loss"][-1],
+        "best_eval_loss": min(finite) if finite else None,
+        "diverged": diverged,
+        "steps": steps,
+        "train_time_s": train_s,
+        "eval_time_s": eval_s,
+        "seqs_per_s": seqs / train_s if train_s > 0 else None,
+        "tokens_per_s": seqs * data.seq_len / train_s if train_s > 0 else None,
+        "grad_accum_steps": accum,
+        "world_size": world_size,
+        "device": str(device),
+        "precision": precision.state(),
+        "curves": curves,
+    }
+
+
+def mlm_worker(rank: int, world_size: int, cfg: MLMTrainConfig, data_spec: dict) -> dict | None:
+    """``launch(mlm_worker, W, cfg, data_spec)``: each rank builds the data (tokenizer from the cache) and trains.
+
+    ``data_spec``: keyword arguments of :func:`course_lib.data.text.build_mlm_data` plus
+    ``corpus`` (the ``load_corpus`` name). Returns the record on rank 0, None elsewhere.
+    """
+    from .data.text import build_mlm_data, load_corpus
+
+    spec = dict(data_spec)
+    corpus = load_corpus(spec.pop("corpus", "auto"), spec.pop("text_dir", None))
+    device = cdist.device()
+    data = build_mlm_data(corpus, device=device, **spec)
+    record = train_mlm(cfg, data, device=device, progress="log")
+    return record if cdist.is_main_process() else None
+
+
+def throughput(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str, steps: int = 5,
+               warmup_steps: int = 2) -> dict:
+    """Sequences/s and tokens/s of training steps at ``cfg`` (no evaluation), after ``warmup_steps`` untimed ones."""
+    device = torch.device(device)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, data.vocab_size, data.seq_len).to(device)
+    optimizer = make_optimizer(model, cfg)
+    precision = Precision(cfg.precision, device)
+    gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
+    accum = cfg.batch(1).grad_accum_steps
+    t0 = 0.0
+    for i in range(warmup_steps + steps):
+        if i == warmup_steps:
+            _sync(device)
+            t0 = time.perf_counter()
+        inputs, labels = data.masked_batch(cfg.global_batch_size, gen)
+        inputs, labels = inputs.to(device), labels.to(device)
+        for micro in range(accum):
+            sl = slice(micro * cfg.micro_batch_size, (micro + 1) * cfg.micro_batch_size)
+            with precision.autocast():
+                loss = model(inputs[sl], labels[sl]) / accum
+            precision.backward(loss)
+        precision.step(optimizer)
+        precision.update()
+        optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    seqs = steps * cfg.global_batch_size
+    return {"precision": precision.mode, "seqs_per_s": seqs / seconds, "tokens_per_s": seqs * data.seq_len / seconds,
+            "step_s": seconds / steps, "final_loss": float(loss.detach()) * accum}

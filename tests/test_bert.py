@@ -1,0 +1,135 @@
+"""course_lib.models.bert and course_lib.train_mlm (lesson 07)."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
+from course_lib.models import bert as bert_mod
+from course_lib.models.bert import PRESETS, BertForMLM, bert_config, build_bert
+from course_lib.train_mlm import MLMTrainConfig, train_mlm
+
+TINY = dict(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, max_position=16)
+
+
+def _batch(vocab=500, B=4, T=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (B, T), generator=g)
+    labels = torch.where(torch.rand(B, T, generator=g) < 0.3, ids, torch.full_like(ids, -100))
+    return ids, labels
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_shapes_and_both_layouts_run(norm):
+    model = BertForMLM(bert_config("tiny", vocab_size=500, norm=norm, **TINY))
+    ids, labels = _batch()
+    assert model(ids).shape == (4, 16, 500)
+    assert model.encode(ids).shape == (4, 16, 32)
+    loss = model(ids, labels)
+    loss.backward()
+    assert loss.ndim == 0 and all(p.grad is not None for p in model.parameters())
+    assert (model.final_ln is not None) == (norm == "pre")
+
+
+def test_decoder_tied_to_token_embeddings():
+    model = build_bert("tiny", vocab_size=500, **TINY)
+    assert model.head.decoder.weight is model.tok_emb.weight
+    assert model.head.decoder.bias.shape == (500,)
+    assert sum(p is model.tok_emb.weight for p in model.parameters()) == 1
+
+
+def test_initial_loss_near_ln_vocab():
+    torch.manual_seed(0)
+    model = build_bert("tiny", vocab_size=2000, dropout=0.0, attention_dropout=0.0, **TINY)
+    ids, labels = _batch(vocab=2000, B=16)
+    with torch.no_grad():
+        loss = float(model(ids, labels))
+    assert loss == pytest.approx(math.log(2000), abs=0.2)
+    emb_std = float(model.tok_emb.weight.std())
+    assert emb_std == pytest.approx(0.02, rel=0.1)
+
+
+def test_attention_goes_through_sdpa(monkeypatch):
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bert_mod.F, "scaled_dot_product_attention", spy)
+    model = build_bert("tiny", vocab_size=500, **TINY)
+    model(_batch()[0])
+    assert calls == [(4, 2, 16, 16)] * 2  # (B, H, T, D) per layer
+
+
+def test_presets():
+    base = bert_config("base", vocab_size=30522)
+    assert (base.num_layers, base.hidden_size, base.num_heads, base.intermediate_size) == (12, 768, 12, 3072)
+    assert set(PRESETS) >= {"mini", "small", "base"}
+    with pytest.raises(ValueError, match="divisible"):
+        bert_config("mini", num_heads=3)
+    with pytest.raises(dataclasses_error()):
+        base.hidden_size = 1
+
+
+def dataclasses_error():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    import os
+
+    os.environ["COURSE_DATA_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        corpus = Corpus("t", "test", tuple(pydoc_corpus().documents[:15]))
+        return build_mlm_data(corpus, vocab_size=300, seq_len=16, max_tokens=6000)
+    finally:
+        del os.environ["COURSE_DATA_DIR"]
+
+
+def test_global_batch_that_does_not_divide_is_an_error():
+    with pytest.raises(ValueError, match="not divisible"):
+        MLMTrainConfig(global_batch_size=100, micro_batch_size=64)
+
+
+def test_peak_lr_scaling_rules():
+    cfg = MLMTrainConfig(global_batch_size=1024, micro_batch_size=64, base_lr=1e-3, base_batch_size=256)
+    assert cfg.peak_lr == pytest.approx(2e-3)
+    assert cfg.replace(lr_scaling="linear").peak_lr == pytest.approx(4e-3)
+    assert cfg.lr_at(0) == 0.0 and cfg.lr_at(cfg.warmup_steps) == pytest.approx(cfg.peak_lr)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "lamb"])
+def test_train_mlm_lowers_loss_and_times_the_target(small_data, optimizer):
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=16, micro_batch_size=8, optimizer=optimizer,
+                         base_lr=5e-3 if optimizer == "adam" else 2e-2, base_batch_size=16, max_steps=8,
+                         eval_every=4, dropout=0.0, target_loss=100.0)
+    r = train_mlm(cfg, small_data, device="cpu", progress="none")
+    ev = r["curves"]["eval_loss"]
+    assert r["grad_accum_steps"] == 2 and r["steps"] == 8 and len(r["curves"]["lr"]) == 8
+    assert ev[-1] < ev[0] - 0.1
+    assert r["reached"] and r["steps_to_target"] == 0 and r["time_to_target_s"] == 0.0
+    assert r["seqs_per_s"] > 0 and r["tokens_per_s"] == pytest.approx(r["seqs_per_s"] * 16)
+
+
+def test_unreached_target_has_no_time(small_data):
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=2, eval_every=1,
+                         target_loss=0.01, dropout=0.0)
+    r = train_mlm(cfg, small_data, device="cpu", progress="none")
+    assert r["reached"] is False and r["time_to_target_s"] is None and r["steps_to_target"] is None
+
+
+def test_grad_accumulation_matches_one_big_batch(small_data):
+    """k micro steps of b give the same update as one step of k*b (the invariant the lesson relies on)."""
+    common = dict(model="tiny", global_batch_size=16, optimizer="lamb", max_steps=2, eval_every=2, dropout=0.0,
+                  base_lr=1e-2, base_batch_size=16)
+    one = train_mlm(MLMTrainConfig(micro_batch_size=16, **common), small_data, device="cpu", progress="none")
+    four = train_mlm(MLMTrainConfig(micro_batch_size=4, **common), small_data, device="cpu", progress="none")
+    assert one["curves"]["train_loss"] == pytest.approx(four["curves"]["train_loss"], rel=1e-4)
+    assert one["final_eval_loss"] == pytest.approx(four["final_eval_loss"], rel=1e-4)

@@ -1,0 +1,95 @@
+"""course_lib.precision: autocast dtypes, dynamic loss scaling, unscale before the step (lessons 05, 07)."""
+
+import pytest
+import torch
+
+from course_lib.hardware import detect
+from course_lib.optim import LAMB, param_groups
+from course_lib.precision import Precision, auto_mode
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+
+@pytest.mark.parametrize("mode,dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_autocast_dtype_on_cpu(mode, dtype):
+    prec = Precision(mode, "cpu")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with prec.autocast():
+        assert (a @ b).dtype == dtype
+    assert (prec.scaler is not None) == (mode == "fp16")
+
+
+def test_fp16_overflow_step_is_skipped_and_scale_halves():
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    prec = Precision("fp16", "cpu", init_scale=1024.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    prec.backward(model(torch.randn(4, 8)).sum())
+    next(model.parameters()).grad[0, 0] = float("inf")  # a forced overflow
+    assert prec.step(opt) is False
+    prec.update()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert prec.skipped_steps == 1 and prec.skipped_at == [0]
+    assert prec.scale_history == [512.0]
+    # the next, finite step goes through
+    opt.zero_grad()
+    prec.backward(model(torch.randn(4, 8)).sum())
+    assert prec.step(opt) is True
+    prec.update()
+    assert prec.skipped_steps == 1 and len(prec.scale_history) == 2
+
+
+def test_step_unscales_gradients_and_lamb_trust_ratio_matches():
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    ref, scaled = _model(), _model()
+    ref_opt = LAMB(param_groups(ref, 0.01), lr=0.01, max_grad_norm=1.0)
+    sc_opt = LAMB(param_groups(scaled, 0.01), lr=0.01, max_grad_norm=1.0)
+    # fp32 reference
+    torch.nn.functional.mse_loss(ref(x), y).backward()
+    ref_opt.step()
+    # the same fp32 math with the loss scaled by 2**16: step must unscale first
+    prec = Precision("fp16", "cpu", init_scale=2.0**16)
+    prec.backward(torch.nn.functional.mse_loss(scaled(x), y))
+    assert prec.step(sc_opt) is True
+    for p, q in zip(ref.parameters(), scaled.parameters()):
+        torch.testing.assert_close(q.grad, p.grad)  # gradients after the step are the true ones
+        torch.testing.assert_close(q, p)
+        torch.testing.assert_close(sc_opt.state[q]["trust_ratio"], ref_opt.state[p]["trust_ratio"])
+
+
+def test_unscale_then_clip_then_step_unscales_once():
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    prec = Precision("fp16", "cpu", init_scale=256.0)
+    prec.backward(model(torch.randn(4, 8)).sum())
+    prec.unscale_(opt)
+    g = next(model.parameters()).grad.clone()
+    assert prec.step(opt)  # does not unscale a second time (GradScaler would raise)
+    torch.testing.assert_close(next(model.parameters()).grad, g)
+    prec.update()
+
+
+def test_auto_picks_what_the_docstring_says_on_this_cpu():
+    hw = detect()
+    prec = Precision("auto", "cpu", hw=hw)
+    expected = "bf16" if hw.bf16_autocast == "native" and not hw.gpu_count else "fp32"
+    assert prec.mode == expected and prec.requested == "auto"
+
+
+def test_auto_mode_rules():
+    class HW:
+        def __init__(self, bf16, gpus):
+            self.bf16_autocast, self.gpu_count = bf16, gpus
+
+    assert auto_mode(HW("native", 1), "cuda") == "bf16"
+    assert auto_mode(HW("emulated (slow)", 1), "cuda") == "fp16"
+    assert auto_mode(HW("emulated (slow)", 0), "cpu") == "fp32"
+    assert auto_mode(HW("native", 0), "cpu") == "bf16"
+
+
+def test_bad_mode_is_refused():
+    with pytest.raises(ValueError, match="choose one of"):
+        Precision("fp8")
