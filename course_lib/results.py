@@ -43,9 +43,12 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def _clean(value):
-    """JSON-safe: NaN/inf become None (never a fake number), tensors become lists."""
+    """JSON-safe: NaN/inf become None (never a fake number), tensors become lists,
+    devices and paths strings."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, (Path,)) or type(value).__name__ == "device":
+        return str(value)
     if isinstance(value, dict):
         return {str(k): _clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -55,10 +58,13 @@ def _clean(value):
     return value
 
 
-def save_result(name: str, record: dict, directory: Path | None = None) -> Path:
-    """Write ``record`` as ``<name>.json`` in the results directory (atomically)."""
+def save_result(name: str, record, directory: Path | None = None, **extra) -> Path:
+    """Write ``record`` (a dict, or a result with ``to_dict()``) plus ``extra`` fields as
+    ``<name>.json`` in the results directory, atomically."""
+    payload = record.to_dict() if hasattr(record, "to_dict") else dict(record)
+    payload.update(extra)
     path = Path(directory or results_dir()) / f"{name}.json"
-    _atomic_write(path, json.dumps(_clean(record), indent=2, sort_keys=True))
+    _atomic_write(path, json.dumps(_clean(payload), indent=2, sort_keys=True))
     return path
 
 

@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
-import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +32,7 @@ from .data.movielens import ImplicitData
 from .data.sampler import DeviceSampler, make_dataloader
 from .metrics import hr_ndcg, throughput
 from .models.ncf import NeuMF
+from .results import save_result  # noqa: F401  (lessons save their records from here too)
 from .tables import Table
 
 OPTIMIZERS = ("sgd", "adam", "lars")
@@ -473,79 +470,3 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
         curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
         best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best],
     )
-
-
-# --------------------------------------------------------------------------- results for the trick ladder
-
-
-def results_dir() -> Path:
-    return Path(os.environ.get("COURSE_RESULTS_DIR") or Path("runs") / "latest" / "results")
-
-
-def save_result(name: str, record, directory: str | os.PathLike | None = None, **extra) -> Path:
-    """Write ``record`` (a TrainResult or dict, plus ``extra`` fields) as ``<name>.json``, atomically,
-    into ``$COURSE_RESULTS_DIR`` (default ``runs/latest/results``)."""
-    payload = record.to_dict() if hasattr(record, "to_dict") else dict(record)
-    payload.update(extra)
-    out = Path(directory) if directory else results_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{name}.json"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=out)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, default=_json_default, allow_nan=True)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-def _json_default(obj):
-    if isinstance(obj, (torch.device, Path)):
-        return str(obj)
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
-
-
-# --------------------------------------------------------------------------- lesson helpers
-
-# HR@10 targets the baseline reaches reliably (keyed by dataset name and eval negatives).
-# Real ml-1m, 100 negatives: NCF reaches ~0.69-0.70 in He et al. (2017); 0.66 leaves margin.
-# Real ml-20m, 999 negatives: MLPerf's NCF target 0.635. The synthetic targets sit between
-# the popularity baseline and what NeuMF reaches in ~1-2 epochs, measured on these sets
-# (synthetic-ml-1m: popularity 0.39, NeuMF/Adam 0.77 after 1 epoch, 0.79 after 2).
-TARGETS = {
-    ("ml-1m", 100): 0.66,
-    ("ml-20m", 999): 0.635,
-    ("ml-20m", 100): 0.635,  # unmeasured with 100 negatives: a conservative lower bound
-    ("synthetic-ml-1m", 100): 0.75,
-    ("synthetic-small", 100): 0.50,
-}
-
-
-def default_target_hr(data: ImplicitData) -> float:
-    """The lesson's HR@10 target for ``data`` (see :data:`TARGETS`)."""
-    key = (data.name, data.num_eval_negatives)
-    if key not in TARGETS:
-        raise KeyError(f"no default HR@10 target for {data.name} with {data.num_eval_negatives} negatives; "
-                       f"pass one explicitly (known: {sorted(TARGETS)})")
-    return TARGETS[key]
-
-
-def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
-             extra: tuple[TrainConfig, ...] = (), progress: str = "none") -> tuple[Table, float, list[TrainResult]]:
-    """Short runs at each lr (plus ``extra`` configs for comparison); returns the table,
-    the lr of ``cfg.optimizer`` with the best final HR@10, and the results."""
-    runs = [cfg.replace(lr=lr) for lr in lrs] + list(extra)
-    results = [train_to_target(data, c, max_epochs=max_epochs, device=device, progress=progress,
-                               label=f"{c.optimizer} lr {c.lr:g}") for c in runs]
-    t = Table(["optimizer", "lr", "epochs", "HR@10", "NDCG@10", "train loss"],
-              title=f"lr sweep at batch {cfg.batch_size}, {max_epochs:g} epoch each")
-    for r in results:
-        t.add(optimizer=r.config["optimizer"], lr=r.config["lr"], epochs=round(r.epochs, 2),
-              **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
-    own = [r for r in results if r.config["optimizer"] == cfg.optimizer]
-    best = max(own, key=lambda r: r.final_hr)
-    return t, best.config["lr"], results
