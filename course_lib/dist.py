@@ -49,11 +49,12 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
+from .fileio import atomic_torch_save, atomic_write_text
 from .hardware import usable_cpu_cores
 
 LOOPBACK = "127.0.0.1"
@@ -236,17 +237,6 @@ def _redirect_output(log_path: str) -> None:
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True, write_through=True)
 
 
-def _atomic_save(obj: Any, path: str) -> None:
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(text: str, path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _worker_main(spec: _WorkerSpec) -> None:
@@ -266,9 +256,9 @@ def _worker_main(spec: _WorkerSpec) -> None:
         dist.init_process_group(spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
                                 timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
         result = spec.fn(spec.rank, spec.world_size, *spec.args)
-        _atomic_save(result, os.path.join(spec.run_dir, f"result{spec.rank}.pt"))
+        atomic_torch_save(result, os.path.join(spec.run_dir, f"result{spec.rank}.pt"))
     except BaseException:  # noqa: BLE001 - everything must reach the cell, KeyboardInterrupt too
-        _atomic_write_text(traceback.format_exc(), os.path.join(spec.run_dir, f"error{spec.rank}.txt"))
+        atomic_write_text(os.path.join(spec.run_dir, f"error{spec.rank}.txt"), traceback.format_exc())
         code = 1
     finally:
         sys.stdout.flush()

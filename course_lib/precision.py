@@ -87,7 +87,7 @@ class Precision:
         self._last_step_taken = True
 
     def __repr__(self) -> str:
-        auto = f" (auto)" if self.requested == "auto" else ""
+        auto = " (auto)" if self.requested == "auto" else ""
         return f"Precision({self.mode!r}{auto}, device={str(self.device)!r}, loss scaling={'dynamic' if self.scaler else 'off'})"
 
     @property

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 
 import torch
 
 from . import dist
+from .fileio import atomic_torch_save
 
 
 def resolve(target: str):
@@ -57,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         if dist.is_main_process():
             print(f"[course_lib.run] rank 0 of {dist.world_size()} result: {result!r}", flush=True)
             if opts.out:
-                tmp = opts.out + ".tmp"
-                torch.save(result, tmp)
-                os.replace(tmp, opts.out)
+                atomic_torch_save(result, opts.out)
         dist.barrier()
     finally:
         dist.cleanup()

@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from . import dist as cdist
 from .config import BatchConfig

@@ -15,7 +15,8 @@ def echo(rank, world_size, payload):
     return {"rank": rank, "world_size": world_size, "payload": payload,
             "port": os.environ["MASTER_PORT"], "addr": os.environ["MASTER_ADDR"],
             "helpers": (cdist.rank(), cdist.world_size(), cdist.is_main_process()),
-            "backend": dist.get_backend()}
+            "backend": dist.get_backend(),
+            "stdout_file": os.readlink("/proc/self/fd/1") if os.path.exists("/proc/self/fd/1") else None}
 
 
 def big_result(rank, world_size, n):

@@ -21,10 +21,8 @@ evaluation ranks it against ``num_eval_negatives`` items the user never rated.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import zlib
-import tempfile
 import urllib.error
 import urllib.request
 import zipfile
@@ -35,6 +33,7 @@ import numpy as np
 import torch
 
 from ..config import resolve_profile
+from ..fileio import atomic_torch_save, cache_dir, download, file_digest
 from ..tables import Table
 from . import synthetic as _synthetic
 from .sampler import sample_eval_negatives
@@ -75,13 +74,6 @@ DATASETS: dict[str, MovieLensSpec] = {
 # --------------------------------------------------------------------------- paths
 
 
-def cache_dir() -> Path:
-    """Per-user cache: ``$COURSE_DATA_DIR`` or ``$XDG_CACHE_HOME/largebatch-course``."""
-    env = os.environ.get("COURSE_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "largebatch-course"
 
 
 def search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -104,12 +96,8 @@ def find_local(name: str, data_dir: str | os.PathLike | None = None) -> Path | N
 # --------------------------------------------------------------------------- integrity
 
 
-def md5sum(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def md5sum(path: str | os.PathLike) -> str:
+    return file_digest(path, "md5")
 
 
 def verify_md5(path: str | os.PathLike, expected: str, *, url: str = "") -> None:
@@ -126,13 +114,6 @@ def verify_md5(path: str | os.PathLike, expected: str, *, url: str = "") -> None
         )
 
 
-def _atomic_target(dest: Path):
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    os.close(fd)
-    return Path(tmp)
-
-
 def publisher_reachable(url: str, timeout: float = 3.0) -> bool:
     """A HEAD request with a short timeout: offline nodes answer False quickly, never hang."""
     try:
@@ -145,26 +126,13 @@ def publisher_reachable(url: str, timeout: float = 3.0) -> bool:
 
 def download_zip(name: str, dest_dir: str | os.PathLike | None = None, *, timeout: float = 30.0) -> Path:
     """Download ``name``'s zip into the cache: temp name -> md5 check -> rename."""
-    from tqdm.auto import tqdm
-
     spec = DATASETS[name]
     dest = Path(dest_dir or cache_dir()) / spec.zip_name
-    tmp = _atomic_target(dest)
     try:
-        with urllib.request.urlopen(spec.url, timeout=timeout) as resp, open(tmp, "wb") as out:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=f"downloading {spec.zip_name}") as bar:
-                while block := resp.read(1 << 20):
-                    out.write(block)
-                    bar.update(len(block))
-        verify_md5(tmp, spec.md5, url=spec.url)
-        os.replace(tmp, dest)
+        return download(spec.url, dest, verify=lambda tmp: verify_md5(tmp, spec.md5, url=spec.url),
+                        timeout=timeout)
     except DatasetError as err:
         raise DatasetError(f"download of {spec.url} is incomplete or corrupt: {err}") from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return dest
 
 
 # --------------------------------------------------------------------------- parsing
@@ -350,13 +318,7 @@ def _save_processed(data: ImplicitData, path: Path) -> None:
         "train_users": data.train_users, "train_items": data.train_items,
         "test_items": data.test_items, "eval_negatives": data.eval_negatives,
     }
-    tmp = _atomic_target(path)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    atomic_torch_save(payload, path)
 
 
 def _load_processed(path: Path) -> ImplicitData | None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from ..fileio import atomic_path
 
 # named sizes; "ml-1m" matches ml-1m's shape (6040 users, 3706 rated movies, ~1M ratings)
 SIZES = {
@@ -95,16 +96,10 @@ def write_ml1m_zip(path: str | os.PathLike, *, seed: int = 0, **sizes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     cols = generate_ratings(seed=seed, **sizes)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
             zf.writestr("ml-1m/ratings.dat", format_ratings_dat(cols))
             zf.writestr("ml-1m/README", _readme(seed, sizes))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -24,14 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import urllib.error
-import urllib.request
 import zipfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
+
+from ..fileio import atomic_write_text, cache_dir, download, file_digest
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 TEXT_SUFFIXES = (".txt", ".rst", ".md")
@@ -59,25 +60,8 @@ class CorpusError(RuntimeError):
     """A corpus could not be found, read, downloaded or verified."""
 
 
-def cache_dir() -> Path:
-    """The course cache: ``$COURSE_DATA_DIR``, else ``~/.cache/largebatch-course`` (``$XDG_CACHE_HOME`` honoured)."""
-    env = os.environ.get("COURSE_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "largebatch-course"
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------- the corpus
@@ -175,12 +159,12 @@ def load_corpus(which: str = "auto", text_dir: str | os.PathLike | None = None) 
     return pydoc_corpus()
 
 
-def _sha1(path: Path) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+
+
+def _check_sha1(path: Path, *, expected: str, url: str) -> None:
+    got = file_digest(path, "sha1")
+    if got != expected:
+        raise CorpusError(f"SHA-1 {got} != expected {expected} (truncated or corrupt download from {url})")
 
 
 def download_wikitext(name: str = "wikitext-2", directory: str | os.PathLike | None = None, *,
@@ -190,27 +174,17 @@ def download_wikitext(name: str = "wikitext-2", directory: str | os.PathLike | N
         raise ValueError(f"unknown WikiText {name!r}; choose one of {tuple(WIKITEXT)}")
     spec = WIKITEXT[name]
     target = Path(directory or cache_dir()) / spec["file"]
-    if target.is_file() and _sha1(target) == spec["sha1"]:
+    if target.is_file() and file_digest(target, "sha1") == spec["sha1"]:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     errors = []
     for template in WIKITEXT_URLS:
         url = template.format(file=spec["file"])
-        fd, tmp = tempfile.mkstemp(prefix=spec["file"] + ".", suffix=".part", dir=target.parent)
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-                while block := resp.read(1 << 20):
-                    out.write(block)
-            got = _sha1(Path(tmp))
-            if got != spec["sha1"]:
-                errors.append(f"{url}: SHA-1 {got} != expected {spec['sha1']}")
-                continue
-            os.replace(tmp, target)
-            return target
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return download(url, target, verify=partial(_check_sha1, expected=spec["sha1"], url=url),
+                            timeout=timeout)
+        except (urllib.error.URLError, OSError, ValueError, CorpusError) as exc:
             errors.append(f"{url}: {exc}")
-        finally:
-            Path(tmp).unlink(missing_ok=True)
     raise CorpusError(
         f"could not download {spec['file']}:\n  " + "\n  ".join(errors)
         + f"\nWithout internet, put the archive at {target} yourself, or pass a text directory "
@@ -278,7 +252,7 @@ def train_tokenizer(corpus: Corpus, vocab_size: int = 8192, *, min_frequency: in
                                         special_tokens=list(SPECIAL_TOKENS), show_progress=False,
                                         continuing_subword_prefix="##")
     tok.train_from_iterator(iter(corpus.documents), trainer=trainer, length=len(corpus.documents))
-    _atomic_write_bytes(path, tok.to_str().encode("utf-8"))
+    atomic_write_text(path, tok.to_str())
     tok.from_cache = False
     return tok
 
