@@ -39,6 +39,7 @@ from .data.text import IGNORE_INDEX, MLMData
 from .models.bert import BertForMLM, bert_config
 from .optim import LAMB, linear_scaled_lr, lr_at, param_groups, sqrt_scaled_lr
 from .precision import Precision
+from .progress import resolve_progress
 
 OPTIMIZERS = ("adam", "lamb")
 LR_SCALINGS = ("sqrt", "linear", "none")
@@ -150,29 +151,6 @@ def evaluate(model: torch.nn.Module, data: MLMData, precision: Precision, batch_
 # --------------------------------------------------------------------------- progress
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-
-        return type(get_ipython()).__name__ == "ZMQInteractiveShell"
-    except ImportError:
-        return False
-
-
-def resolve_progress(progress: str = "auto") -> str:
-    """``"auto"``: a tqdm bar in an interactive notebook, log lines under papermill/CI/scripts.
-
-    A kernel cannot tell papermill from a person, so ``$CI`` or ``$COURSE_PROFILE`` (what CI
-    and ``make course`` set) count as non-interactive; ``$COURSE_PROGRESS`` overrides all.
-    """
-    progress = os.environ.get("COURSE_PROGRESS", "") or progress
-    if progress not in ("auto", "bar", "log", "none"):
-        raise ValueError(f"progress={progress!r}; choose auto, bar, log or none")
-    if progress != "auto":
-        return progress
-    if os.environ.get("CI") or os.environ.get("COURSE_PROFILE") or not _in_notebook():
-        return "log"
-    return "bar"
 
 
 class _Progress:
