@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass
 
