@@ -74,3 +74,15 @@ def test_ci_runs_the_readme_test_command():
     readme = (REPO / "README.md").read_text()
     assert "make course" in readme and "make test" in readme
     assert re.search(r"^make test\s*$", (REPO / ".ci" / "run").read_text(), re.M)
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_NOTEBOOKS if p.parent.name != "exercises"],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_papermill_parses_every_parameter(path):
+    """papermill must understand each knob (an '=' inside a trailing comment defeats its parser)."""
+    import papermill
+
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    assigned = re.findall(r"^([A-Za-z_]\w*)\s*=", "".join(cell["source"]), re.M)
+    assert set(papermill.inspect_notebook(str(path))) == set(assigned)
