@@ -93,6 +93,10 @@ def test_offline_falls_back_to_synthetic_and_says_so(tmp_path, monkeypatch):
     assert data.synthetic and "SYNTHETIC" in data.source and "not found locally" in data.source
     again = load_implicit("ml-1m", data_dir=tmp_path)  # from the processed cache
     assert torch.equal(again.eval_negatives, data.eval_negatives)
+    # the cached set must still say why it runs now, not why it was first generated
+    requested = load_implicit("synthetic", data_dir=tmp_path, synthetic_size="ml-1m")
+    assert "requested" in requested.source and "not found locally" not in requested.source
+    assert "not found locally" in load_implicit("ml-1m", data_dir=tmp_path).source
 
 
 def test_synthetic_is_deterministic_and_parses(tmp_path):

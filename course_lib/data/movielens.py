@@ -390,19 +390,20 @@ def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: 
                    use_cache: bool = True) -> ImplicitData:
     """The synthetic set of ``size`` (see :data:`synthetic.SIZES`), parsed by the real ml-1m parser."""
     params = _synthetic.SIZES[size]
+    why = f" because {reason}" if reason else ""
+    # The sentence says why synthetic data runs *this* time, so it is never taken from the cache.
+    source = (f"SYNTHETIC data ({params['num_users']} users x {params['num_items']} items, seed {seed}, "
+              f"ml-1m file format){why}; numbers are not comparable to published MovieLens results.")
     key = f"synthetic-{size}-s{seed}-neg{num_eval_negatives}"
     cached = _load_processed(_processed_path(key)) if use_cache else None
     if cached is not None:
-        return cached
+        return replace(cached, source=source)
     zpath = cache_dir() / "synthetic" / f"synthetic-{size}-seed{seed}.zip"
     if not zpath.is_file():
         _synthetic.write_ml1m_zip(zpath, seed=seed, **params)
-    why = f" because {reason}" if reason else ""
     data = implicit_from_file(
         zpath, "dat", name=f"synthetic-{size}", synthetic=True, member="ml-1m/ratings.dat",
-        source=(f"SYNTHETIC data ({params['num_users']} users x {params['num_items']} items, seed {seed}, "
-                f"ml-1m file format){why}; numbers are not comparable to published MovieLens results."),
-        num_eval_negatives=num_eval_negatives, seed=seed,
+        source=source, num_eval_negatives=num_eval_negatives, seed=seed,
     )
     if use_cache:
         _save_processed(data, _processed_path(key))
