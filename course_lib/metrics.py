@@ -21,10 +21,13 @@ import torch
 def positive_rank(scores: torch.Tensor) -> torch.Tensor:
     """0-based rank of the positive (column 0) among its row: (U, 1 + n) -> (U,).
 
-    rank = number of negatives scoring >= the positive (ties pessimistic).
+    rank = number of negatives scoring >= the positive (ties pessimistic). A NaN score (a
+    diverged model) counts as the lowest possible: NaN >= x is False, so without this a dead
+    model would rank every positive first and score HR@10 = 1.
     """
     if scores.dim() != 2 or scores.shape[1] < 2:
         raise ValueError(f"scores must be (users, 1 + negatives), got shape {tuple(scores.shape)}")
+    scores = torch.nan_to_num(scores.float(), nan=-math.inf)
     pos = scores[:, :1]  # (U, 1)
     return (scores[:, 1:] >= pos).sum(dim=1)  # (U,)
 

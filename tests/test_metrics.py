@@ -36,3 +36,12 @@ def test_time_to_target_is_none_when_not_reached():
     assert time_to_target(times, hrs, 1.0) is None
     assert speedup(10.0, 2.0) == 5.0 and speedup(None, 2.0) is None
     assert throughput(100, 2.0) == 50.0 and math.isnan(throughput(1, 0.0))
+
+
+def test_a_diverged_model_scores_no_hits():
+    scores = torch.full((5, 101), float("nan"))
+    assert hit_rate_at_k(scores, 10) == 0.0 and ndcg_at_k(scores, 10) == 0.0
+    mixed = torch.zeros(2, 11)
+    mixed[0, 0] = float("nan")  # only the positive is NaN: a miss, not a hit
+    mixed[1, 0] = 1.0
+    assert hit_rate_at_k(mixed, 1) == 0.5
