@@ -423,13 +423,14 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
             p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
             p.start()
             procs.append(p)
-        first_failure: int | None = None
+        exited_ns: dict[int, int] = {}  # when the launcher first saw each worker gone
+        failed: list[int] = []
         while True:
             pump.pump()
             codes = [p.exitcode for p in procs]
+            exited_ns.update({r: time.time_ns() for r, c in enumerate(codes) if c is not None and r not in exited_ns})
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                first_failure = failed[0]
                 break
             if all(c == 0 for c in codes):
                 break
@@ -442,15 +443,17 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
                     "larger timeout_s; if a rank waits in a collective that another rank never joins, "
                     "check that every rank calls the same collectives in the same order.")
             wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
-        if first_failure is not None:
+        if failed:
             # Let the other ranks report their own errors for a moment (they usually fail
             # with "connection closed by peer" once the first one is gone), then kill them.
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
                 wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
+                exited_ns.update({r: time.time_ns() for r, p in enumerate(procs)
+                                  if p.exitcode is not None and r not in exited_ns})
             _stop_all(procs)
             pump.pump(final=True)
-            raise _worker_error(run_dir, procs, first_failure, fn)
+            raise _worker_error(run_dir, procs, exited_ns, fn)
         pump.pump(final=True)
         results = []
         for r in range(world_size):
@@ -468,15 +471,27 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _worker_error(run_dir: str, procs, first: int, fn) -> WorkerError:
-    """Build the error for the first failing rank, mentioning the others."""
-    def read_tb(r):
-        path = os.path.join(run_dir, f"error{r}.txt")
-        return open(path).read() if os.path.exists(path) else ""
+def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn) -> WorkerError:
+    """Build the error for the rank that failed first (the cause), mentioning the others.
 
-    # Prefer a rank that left a traceback (a rank that was SIGKILLed has none).
-    ranks = [first] + [r for r, p in enumerate(procs) if r != first and p.exitcode not in (None, 0)]
-    chosen = next((r for r in ranks if read_tb(r)), first)
+    When one rank raises, its peers fail moments later in their pending collective
+    ("connection closed by peer"), often before the launcher's next poll sees the first
+    one gone. The root cause is the rank whose error was written first (each worker writes
+    its traceback before it exits); a rank that died without one (a signal) counts from
+    when the launcher saw it exit.
+    """
+    def error_path(r):
+        return os.path.join(run_dir, f"error{r}.txt")
+
+    def read_tb(r):
+        return open(error_path(r)).read() if os.path.exists(error_path(r)) else ""
+
+    def failed_at_ns(r):
+        # a rank we killed ourselves after the grace period was never seen exiting: it sorts last
+        return os.stat(error_path(r)).st_mtime_ns if os.path.exists(error_path(r)) else exited_ns.get(r, sys.maxsize)
+
+    ranks = sorted((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), key=failed_at_ns)
+    chosen = ranks[0]
     tb = read_tb(chosen)
     code = procs[chosen].exitcode
     if tb:

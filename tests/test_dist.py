@@ -228,3 +228,17 @@ def test_rendezvous_listens_on_loopback_only():
         assert listening and all(c.laddr.ip == "127.0.0.1" for c in listening), listening
     finally:
         del store
+
+
+def test_the_rank_that_failed_first_is_blamed(tmp_path):
+    """Peers of a failing rank fail moments later in their collective; blame the first error."""
+    from types import SimpleNamespace
+
+    (tmp_path / "error1.txt").write_text("Traceback ...\nValueError: the real cause\n")
+    (tmp_path / "error0.txt").write_text("Traceback ...\nRuntimeError: Connection closed by peer\n")
+    os.utime(tmp_path / "error1.txt", ns=(1_000_000_000, 1_000_000_000))
+    os.utime(tmp_path / "error0.txt", ns=(2_000_000_000, 2_000_000_000))
+    procs = [SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=-9)]
+    err = cdist._worker_error(str(tmp_path), procs, {0: 3_000_000_000, 1: 3_000_000_000}, W.echo)
+    assert err.rank == 1 and "ValueError: the real cause" in str(err)
+    assert "rank(s) [0, 2] stopped too" in str(err)
