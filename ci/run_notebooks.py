@@ -100,6 +100,8 @@ def write_summary(run: CourseRun) -> Path:
 
         lines += [hardware.detect().table().to_markdown(), ""]
         lines += [results.summary_markdown(out / "results"), ""]
+        if results.ladder_figure(out / "results", out / "ladder.png") is not None:
+            lines += ["![The trick ladder](ladder.png)", ""]
     except Exception as exc:  # the summary must still be written if course_lib is broken
         lines += [f"(could not describe hardware/results: {exc})", ""]
     lines += ["## Notebooks", "", "| notebook | status | wall time (s) | executed copy |", "|---|---|---|---|"]

@@ -72,3 +72,180 @@ def plot_loader_comparison(comparison: dict, *, ax=None):
     ax.set_title(f"batch {comparison['batch_size']} on {comparison['device']}", fontsize=10)
     ax.legend(fontsize=8)
     return fig
+
+
+# --------------------------------------------------------------------------- lessons 02-05: the large-batch ladder
+
+
+def plot_steps_to_target(rows, *, ax=None, x: str = "batch size", y: str = "steps to target", group: str = "rule"):
+    """Steps to target against batch size on log-log axes, with the perfect-scaling line (lesson 02).
+
+    ``rows``: dicts with ``x``, ``y`` (None when not reached) and ``group`` (one line each).
+    Perfect scaling (Shallue et al. 2018) halves the steps when the batch doubles: a line of
+    slope -1 through the smallest batch that reached the target.
+    """
+    fig, ax = _axes(ax)
+    groups = {}
+    for r in rows:
+        groups.setdefault(r.get(group, ""), []).append(r)
+    reached = [r for r in rows if r.get(y)]
+    for name, rs in groups.items():
+        pts = sorted((r[x], r[y]) for r in rs if r.get(y))
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=str(name))
+        missed = [r[x] for r in rs if not r.get(y)]
+        if missed and reached:
+            top = max(r[y] for r in reached)
+            ax.scatter(missed, [top * 1.5] * len(missed), marker="x", color="red", zorder=3,
+                       label=f"{name}: not reached" if name else "not reached")
+    if reached:
+        b0, s0 = min((r[x], r[y]) for r in reached)
+        xs = sorted({r[x] for r in rows})
+        ax.plot(xs, [s0 * b0 / b for b in xs], ls="--", color="gray", lw=1, label="perfect scaling")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_time_to_target(rows, *, ax=None, x: str = "batch size", y: str = "time to target (s)",
+                        group: str = "rule", baseline_s: float | None = None):
+    """Time to target against batch size (log x), one line per group; ``baseline_s`` as a dashed line."""
+    fig, ax = _axes(ax)
+    groups = {}
+    for r in rows:
+        groups.setdefault(r.get(group, ""), []).append(r)
+    for name, rs in groups.items():
+        pts = sorted((r[x], r[y]) for r in rs if r.get(y))
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=str(name))
+    if baseline_s:
+        ax.axhline(baseline_s, ls="--", color="gray", lw=1, label=f"baseline {baseline_s:.0f} s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_generalization_gap(results, *, ax=None):
+    """Train-side vs test HR@10 at the end of each run, against batch size (lesson 02, Keskar et al. 2016)."""
+    fig, ax = _axes(ax)
+    pts = sorted((r.config["batch_size"], r.final_train_hr, r.final_hr) for r in results
+                 if r.final_train_hr is not None and r.final_hr is not None)
+    if pts:
+        b, tr, te = zip(*pts)
+        ax.plot(b, tr, marker="o", label="train side (latest training item)")
+        ax.plot(b, te, marker="s", label="test (held-out item)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("HR@10 at the end of the run")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_loss_curves(results, *, labels=None, ax=None, x: str = "epoch", y: str = "loss"):
+    """Training loss (or ``y="hr"``) at the evaluation points of several runs (lesson 03)."""
+    fig, ax = _axes(ax)
+    for i, r in enumerate(results):
+        pts = [(a, b) for a, b in zip(r.curve[x], r.curve[y]) if b is not None]
+        name = labels[i] if labels else f"batch {r.config['batch_size']}"
+        if r.diverged:
+            name += " (diverged)"
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=3, label=name)
+    ax.set_xlabel(x)
+    ax.set_ylabel({"loss": "training loss (mean BCE since the last point)", "hr": "HR@10"}.get(y, y))
+    if y == "loss":
+        ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_lr_schedules(schedules: dict, *, ax=None):
+    """``{label: (steps, lrs)}`` as lines: warmup shapes (lesson 03)."""
+    fig, ax = _axes(ax)
+    for name, (steps, lrs) in schedules.items():
+        ax.plot(steps, lrs, label=name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("learning rate")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_trust_ratios(history: dict, *, ax=None, title: str = ""):
+    """Each adapted layer's trust ratio over training, log y (lesson 04); from ``TrainResult.history``."""
+    fig, ax = _axes(ax, figsize=(7, 4))
+    steps = history["step"]
+    for name, ratios in sorted(history["trust_ratio"].items()):
+        ax.plot(steps[:len(ratios)], ratios, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("trust ratio")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+# fp16's range (IEEE binary16): smallest subnormal, smallest normal, largest finite
+FP16_SUBNORMAL, FP16_MIN_NORMAL, FP16_MAX = 2.0 ** -24, 2.0 ** -14, 65504.0
+
+
+def plot_gradient_histogram(log2_magnitudes: dict, *, ax=None):
+    """Histograms of log2|g| (``{label: 1-D array}``) with fp16's representable range marked (lesson 05)."""
+    import math
+
+    import numpy as np
+
+    fig, ax = _axes(ax, figsize=(7, 4))
+    allv = np.concatenate([np.asarray(v) for v in log2_magnitudes.values()])
+    lo = min(-40.0, math.floor(allv.min())) if allv.size else -40.0
+    bins = np.arange(lo, 20.0, 0.5)
+    for name, v in log2_magnitudes.items():
+        ax.hist(np.clip(np.asarray(v), lo, 19.5), bins=bins, alpha=0.5, label=name)
+    ax.axvspan(lo, math.log2(FP16_SUBNORMAL), color="red", alpha=0.08)
+    ax.set_yscale("log")
+    top = ax.get_ylim()[1]
+    for xv, txt, h in ((math.log2(FP16_SUBNORMAL), "2^-24 smallest\nsubnormal;\nbelow: 0", 0.9),
+                       (math.log2(FP16_MIN_NORMAL), "2^-14\nsmallest\nnormal", 0.9),
+                       (math.log2(FP16_MAX), "65504\nlargest", 0.9)):
+        ax.axvline(xv, color="red", ls="--", lw=1)
+        ax.text(xv, top * h, " " + txt, color="red", fontsize=7, va="top")
+    ax.set_xlabel("log2 |gradient element|")
+    ax.set_ylabel("count")
+    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    return fig
+
+
+def plot_loss_scale(history: dict, *, ax=None, title: str = ""):
+    """The dynamic loss scale over training (lesson 05), from ``TrainResult.history``."""
+    fig, ax = _axes(ax)
+    ax.step(history["step"], history["loss_scale"], where="post")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss scale")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+def plot_ladder(rows, *, ax=None):
+    """The trick ladder as horizontal bars of time to target, with the speedup over the baseline
+    (rows from :func:`course_lib.results.ladder_rows`)."""
+    fig, ax = _axes(ax, figsize=(7, 0.6 + 0.55 * max(1, len(rows))))
+    names = [r["step"] for r in rows][::-1]
+    times = [r.get("time_to_target_s") or 0.0 for r in rows][::-1]
+    bars = ax.barh(names, times, color=["tab:blue" if t else "lightgray" for t in times])
+    for bar_, r in zip(bars, rows[::-1]):
+        t = r.get("time_to_target_s")
+        txt = "not reached" if not t else f"{t:.1f} s" + (f"  ({r['speedup']:.1f}x)" if r.get("speedup") else "")
+        ax.text(bar_.get_width(), bar_.get_y() + bar_.get_height() / 2, " " + txt, va="center", fontsize=8)
+    ax.set_xlabel("training time to the target HR@10 (s)")
+    target = next((r.get("target_hr") for r in rows if r.get("target_hr")), None)
+    ax.set_title("The trick ladder" + (f" (target HR@10 {target:.3f})" if target else ""), fontsize=10)
+    ax.set_xlim(0, max(times + [1.0]) * 1.35)
+    return fig

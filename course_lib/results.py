@@ -84,6 +84,48 @@ def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: floa
     return save_result(f"ladder_{slug}", row, directory)
 
 
+def save_ladder_result(step: str, result, *, setting: str, directory: Path | None = None, **details) -> Path:
+    """``save_ladder_row`` from a :class:`course_lib.train.TrainResult` (lessons 01-05): time to
+    target, final HR@10 and the run's batch, lr, optimizer, precision and throughput."""
+    c = result.config
+    return save_ladder_row(step, time_to_target_s=result.time_to_target_s, final_hr=result.final_hr,
+                           target_hr=result.target_hr, directory=directory, setting=setting,
+                           batch_size=c["batch_size"], lr=c["lr"], optimizer=c["optimizer"],
+                           precision=result.precision.get("mode", c["precision"]),
+                           warmup_steps=c.get("warmup_steps", 0), steps_to_target=result.steps_to_target,
+                           epochs_to_target=result.epochs_to_target, samples_per_s=result.samples_per_s,
+                           device=result.device, world_size=result.world_size, config=c, **details)
+
+
+def ladder_rows(directory: Path | None = None) -> list[dict]:
+    """The saved ladder rows in the course's order, each with ``speedup`` over the baseline (or None)."""
+    saved = {r["step"]: r for name, r in load_results(directory).items() if name.startswith("ladder_")}
+    base = saved.get("baseline", {}).get("time_to_target_s")
+    rows = []
+    for step in LADDER_STEPS:
+        if step in saved:
+            r = dict(saved[step])
+            ttt = r.get("time_to_target_s")
+            r["speedup"] = base / ttt if (base and ttt) else None
+            rows.append(r)
+    return rows
+
+
+def ladder_figure(directory: Path | None = None, path: Path | None = None):
+    """The ladder as a bar chart (:func:`course_lib.plots.plot_ladder`); written to ``path`` as PNG
+    when given (the run summary's ``ladder.png``). Returns the figure, or None without rows."""
+    rows = ladder_rows(directory)
+    if not rows:
+        return None
+    from .plots import plot_ladder
+
+    fig = plot_ladder(rows)
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
 def ladder_table(directory: Path | None = None) -> Table:
     """The trick ladder from saved rows, in the course's order, with speedups over the baseline."""
     rows = {r["step"]: r for name, r in load_results(directory).items() if name.startswith("ladder_")}

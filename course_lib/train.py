@@ -32,12 +32,13 @@ from .data.movielens import ImplicitData
 from .data.sampler import DeviceSampler, make_dataloader
 from .metrics import hr_ndcg, throughput
 from .models.ncf import NeuMF
+from .precision import Precision
 from .results import save_result  # noqa: F401  (lessons save their records from here too)
 from .tables import Table
 
-OPTIMIZERS = ("sgd", "adam", "lars")
+OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LOADERS = ("device", "dataloader")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # "auto": course_lib.precision.auto_mode
 PHASES = ("sampling", "forward_backward", "optimizer")
 
 
@@ -48,20 +49,26 @@ class TrainConfig:
 
     batch_size: int = 256
     lr: float = 0.01
-    optimizer: str = "sgd"  # "sgd" | "adam" | "lars"
+    optimizer: str = "sgd"  # "sgd" | "adam" | "lars" | "lamb"
     momentum: float = 0.9
+    nesterov: bool = False  # sgd and lars
     weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)  # adam only
+    betas: tuple[float, float] = (0.9, 0.999)  # adam and lamb
+    trust_coefficient: float = 0.001  # lars: eta in trust_ratio = eta * ||w|| / (||g|| + wd * ||w||)
+    trust_clip: bool = False  # lars: apex LARC "clip" mode, min(trust_ratio / lr, 1)
     neg_per_pos: int = 4  # NCF paper: 4 sampled negatives per positive
     factors: int = 32  # GMF embedding size
     layers: tuple[int, ...] = (128, 64, 32)  # MLP sizes; layers[0] = user + item MLP embedding
     eval_every: float = 1.0  # epochs between evaluation points; fractions allowed
     seed: int = 0
     loader: str = "device"  # "device" (DeviceSampler) | "dataloader" (torch DataLoader)
-    precision: str = "fp32"  # "fp32" | "bf16" | "fp16"
+    precision: str = "fp32"  # "fp32" | "bf16" | "fp16" | "auto" (lesson 05: course_lib.precision.Precision)
     warmup_steps: int = 0  # schedule hook: > 0 or decay != "none" calls optim.schedules.lr_at
-    warmup: str = "linear"
-    decay: str = "none"
+    warmup: str = "linear"  # "linear" | "exponential" (lesson 03)
+    decay: str = "none"  # "none" (= "constant") | "polynomial" | "cosine", over max_epochs
+    # lesson 06: samples per forward/backward on one rank; None = batch_size / world_size.
+    # grad_accum_steps = batch_size / (micro_batch_size * world_size), checked by BatchConfig.
+    micro_batch_size: int | None = None
 
     def __post_init__(self):
         for name, allowed in (("optimizer", OPTIMIZERS), ("loader", LOADERS), ("precision", PRECISIONS)):
@@ -92,25 +99,39 @@ def build_model(data: ImplicitData, cfg: TrainConfig) -> NeuMF:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimizer factory: "sgd" (with momentum), "adam", or "lars" (lesson 04)."""
-    params = model.parameters()
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    from .optim import LARS  # lazy: course_lib.optim is written separately
+    """The optimizer factory: "sgd" (with momentum), "adam", "lars" (lesson 04) or "lamb" (lesson 07).
 
-    return LARS(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    Parameters come in two groups (:func:`course_lib.optim.param_groups`): weights with
+    ``cfg.weight_decay`` and biases with none. For LARS and LAMB the weight group also gets
+    ``always_adapt=True``: in their semantics a group with ``weight_decay=0`` is *not*
+    adapted (that is how biases are excluded), so without it a run with ``weight_decay=0``
+    would silently be plain momentum SGD / Adam. Weight decay stays a separate choice.
+    """
+    from .optim import LAMB, LARS, param_groups  # lazy: keeps importing train cheap
+
+    groups = param_groups(model, cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas)
+    for g in groups:
+        # the weights (matrices, embeddings) are adapted; biases (1-D) keep a trust ratio of 1
+        g["always_adapt"] = any(p.ndim > 1 for p in g["params"])
+    if cfg.optimizer == "lamb":
+        return LAMB(groups, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return LARS(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov,
+                trust_coefficient=cfg.trust_coefficient, trust_clip=cfg.trust_clip)
 
 
 def lr_for_step(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """The schedule hook: constant ``cfg.lr`` unless warmup/decay is configured."""
+    """The schedule hook (lesson 03): ``lr_at(step)`` with ``cfg.lr`` as the peak, planned over
+    ``total_steps`` (= max_epochs * steps_per_epoch in the loop); ``decay="none"`` is "constant"."""
     if not cfg.uses_schedule:
         return cfg.lr
     from .optim.schedules import lr_at  # lazy, see make_optimizer
 
     return lr_at(step, peak_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
-                 warmup=cfg.warmup, decay=cfg.decay)
+                 warmup=cfg.warmup, decay="constant" if cfg.decay == "none" else cfg.decay)
 
 
 def rank_and_world_size() -> tuple[int, int]:
@@ -133,24 +154,17 @@ def make_batches(data: ImplicitData, cfg: TrainConfig, *, rank: int = 0, world_s
                            neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
 
 
-def _precision(cfg: TrainConfig, device: torch.device):
-    """(autocast context factory, GradScaler or None) for ``cfg.precision``."""
-    if cfg.precision == "fp32":
-        return contextlib.nullcontext, None
-    dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
-    return (lambda: torch.autocast(device.type, dtype=dtype)), scaler
-
-
 # --------------------------------------------------------------------------- evaluation
 
 
 @torch.no_grad()
-def score_candidates(model: torch.nn.Module, data: ImplicitData, *, max_pairs: int = 1 << 20) -> torch.Tensor:
-    """(num_users, 1 + num_neg) scores; column 0 is each user's held-out item."""
+def score_candidates(model: torch.nn.Module, data: ImplicitData, *, max_pairs: int = 1 << 20,
+                     positives: torch.Tensor | None = None) -> torch.Tensor:
+    """(num_users, 1 + num_neg) scores; column 0 is each user's held-out item (or ``positives``)."""
     was_training = model.training
     model.eval()
-    cands = torch.cat([data.test_items[:, None], data.eval_negatives], dim=1)  # (U, 1+n)
+    positives = data.test_items if positives is None else positives  # (U,)
+    cands = torch.cat([positives[:, None], data.eval_negatives], dim=1)  # (U, 1+n)
     chunk = max(1, max_pairs // cands.shape[1])
     out = []
     for lo in range(0, cands.shape[0], chunk):
@@ -158,14 +172,32 @@ def score_candidates(model: torch.nn.Module, data: ImplicitData, *, max_pairs: i
         u = torch.arange(lo, lo + c.shape[0], device=c.device)[:, None].expand_as(c)
         out.append(model(u.reshape(-1), c.reshape(-1)).float().view(c.shape))
     model.train(was_training)
-    # A diverged model scores NaN, and NaN >= x is False, so metrics.positive_rank would rank
-    # the positive first: HR@10 = 1.0 for a dead model. NaN -> -inf makes it a tie, counted as a miss.
-    return torch.nan_to_num(torch.cat(out), nan=-math.inf)
+    return torch.cat(out)  # NaN scores (a diverged model) count as misses in metrics.positive_rank
 
 
 def evaluate(model: torch.nn.Module, data: ImplicitData, k: int = 10) -> tuple[float, float]:
     """(HR@k, NDCG@k) with leave-one-out positives against the sampled negatives."""
     return hr_ndcg(score_candidates(model, data), k)
+
+
+def last_train_items(data: ImplicitData) -> torch.Tensor:
+    """(num_users,) each user's most recent *training* item (training positives are stored
+    by user, then time; every user has at least one, see ``movielens.leave_one_out``)."""
+    u = data.train_users
+    is_last = torch.ones_like(u, dtype=torch.bool)
+    is_last[:-1] = u[1:] != u[:-1]
+    out = torch.full((data.num_users,), -1, dtype=torch.long, device=u.device)
+    out[u[is_last]] = data.train_items[is_last]
+    if (out < 0).any():
+        raise ValueError("some users have no training positive: train-side HR@10 is undefined for them")
+    return out
+
+
+def evaluate_train(model: torch.nn.Module, data: ImplicitData, k: int = 10) -> tuple[float, float]:
+    """(HR@k, NDCG@k) on the *training* side (lesson 02, the generalization gap): each user's most
+    recent training positive ranked against the same sampled negatives as the test item.
+    A model that memorizes its training set scores high here and low on :func:`evaluate`."""
+    return hr_ndcg(score_candidates(model, data, positives=last_train_items(data)), k)
 
 
 def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
@@ -280,6 +312,37 @@ class _Progress:
             self.bar.close()
 
 
+class _History:
+    """What the optimizer and the loss scaler did, sampled every ``every`` steps (lessons 03-05):
+    the lr actually applied, the fp16 loss scale, and each adapted layer's trust ratio
+    (LARS/LAMB keep it in ``optimizer.state[p]["trust_ratio"]``)."""
+
+    def __init__(self, model: torch.nn.Module, every: int):
+        self.every = max(1, int(every))
+        self.names = {p: n for n, p in model.named_parameters()}
+        self.data = {"step": [], "lr": [], "loss_scale": [], "trust_ratio": {}}
+
+    def after_step(self, step: int, optimizer: torch.optim.Optimizer, prec: Precision) -> None:
+        """``step`` counts optimizer steps taken so far (1 after the first)."""
+        if (step - 1) % self.every:
+            return
+        d = self.data
+        d["step"].append(step - 1)  # the step whose update this was, counted from 0 like lr_at
+        d["lr"].append(float(optimizer.param_groups[0]["lr"]))
+        d["loss_scale"].append(prec.scale_history[-1] if prec.scale_history else prec.scale)
+        for group in optimizer.param_groups:
+            if not group.get("always_adapt") and not group.get("weight_decay"):
+                continue  # not adapted: LARS/LAMB leave the ratio at 1 (biases)
+            for p in group["params"]:
+                ratio = optimizer.state.get(p, {}).get("trust_ratio")
+                if ratio is not None:
+                    d["trust_ratio"].setdefault(self.names.get(p, "?"), []).append(float(ratio))
+
+
+def _all_finite(model: torch.nn.Module) -> bool:
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
 # --------------------------------------------------------------------------- the result record
 
 
@@ -309,6 +372,20 @@ class TrainResult:
     final_ndcg: float | None = None
     best_hr: float | None = None
     best_ndcg: float | None = None
+    comm_time_s: float | None = None  # lesson 06: gradient all-reduce time (DDP); None on one process
+    steps_per_epoch: int = 0
+    diverged: bool = False  # the weights became inf/nan; the run stopped there
+    final_train_hr: float | None = None  # lesson 02: HR@10 on each user's latest *training* item
+    final_train_ndcg: float | None = None
+    precision: dict = field(default_factory=dict)  # lesson 05: mode, final loss scale, skipped steps
+    history: dict = field(default_factory=dict)  # sampled per step: step, lr, loss_scale, trust_ratio{layer: []}
+
+    @property
+    def generalization_gap(self) -> float | None:
+        """Train-side minus test HR@10 at the end (Keskar et al. 2016); None when not evaluated."""
+        if self.final_train_hr is None or self.final_hr is None:
+            return None
+        return self.final_train_hr - self.final_hr
 
     @property
     def reached(self) -> bool:
@@ -350,7 +427,8 @@ class TrainResult:
 def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | None = None,
                     max_epochs: float = 10, max_steps: int | None = None, device=None,
                     progress: str = "auto", stop_at_target: bool = True, evaluate_points: bool = True,
-                    time_phases: bool = True, label: str = "", k: int = 10) -> TrainResult:
+                    time_phases: bool = True, label: str = "", k: int = 10, checkpoint=None,
+                    record_every: int | None = None, keep_model: bool = False) -> TrainResult:
     """Train NeuMF until HR@``k`` >= ``target_hr`` at an evaluation point (or the budget ends).
 
     Evaluation points come every ``cfg.eval_every`` epochs, plus one at step 0 and one at
@@ -358,22 +436,34 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     training time only; evaluation time is reported as ``eval_time_s``. On CUDA,
     ``time_phases=True`` synchronizes at phase boundaries to split the time honestly
     (small cost); with ``False`` only evaluation points synchronize.
+
+    The lr schedule (``cfg.warmup_steps``, ``cfg.decay``) is planned over
+    ``max_epochs * steps_per_epoch`` steps, whatever ``max_steps`` or the target cut off.
+    Every ``record_every`` steps (default: ~250 samples per run) ``result.history`` records
+    the lr applied, the loss scale and the per-layer trust ratios (LARS/LAMB). A run whose
+    weights turn inf/nan stops at the next evaluation point with ``diverged=True``. At the
+    end, ``final_train_hr`` ranks each user's latest training item (the generalization gap).
+
+    Inside a process group (lesson 06) the same call trains data parallel: see
+    :mod:`course_lib.ddp`. ``checkpoint``: a ``ddp.Checkpointer`` (save every N steps on
+    rank 0, resume from its latest file).
     """
+    from .ddp import DataParallel
     from .hardware import default_device
 
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = rank_and_world_size()
+    par = DataParallel(cfg.batch_size, cfg.micro_batch_size, device)  # lesson 06: checks the batch arithmetic
     torch.manual_seed(cfg.seed)
     data = data.to(device)
     model = build_model(data, cfg).to(device)
-    train_model = model
-    if world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        train_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    train_model = par.wrap(model)  # DistributedDataParallel on several ranks, else the model itself
     optimizer = make_optimizer(model, cfg)
-    autocast, scaler = _precision(cfg, device)
-    batches = make_batches(data, cfg, rank=rank, world_size=world_size)
+    prec = Precision(cfg.precision, device)  # lesson 05: autocast, fp16 loss scaling, unscale before step
+    scaler = prec.scaler  # the GradScaler (fp16) or None; checkpoints keep its state
+    batches = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
+    if checkpoint is not None:
+        batches = checkpoint.track(batches)
     steps_per_epoch = len(batches)
     if steps_per_epoch == 0:
         raise ValueError(f"{data.name} has no training positives: nothing to train on")
@@ -381,6 +471,8 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)
     eval_interval = max(1, round(cfg.eval_every * steps_per_epoch))
+    schedule_steps = math.ceil(max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
+    history = _History(model, record_every or max(1, schedule_steps // 250))
     clock = PhaseClock(device, enabled=time_phases)
     bar = _Progress(resolve_progress(progress) if rank == 0 else "none", total_steps, target_hr,
                     label or f"b{cfg.batch_size} lr{cfg.lr:g}")
@@ -389,6 +481,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     step = samples = 0
     loss_sum, loss_count = torch.zeros((), device=device), 0
     reached_at = None
+    diverged = False
 
     def eval_point():
         nonlocal eval_time, loss_sum, loss_count, reached_at
@@ -405,7 +498,16 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
             reached_at = len(curve["hr"]) - 1
 
     model.train()
-    eval_point()  # step 0: the untrained model, for the curve
+    resumed = checkpoint.restore(model, optimizer, scaler) if checkpoint is not None else None
+    if resumed is not None:  # lesson 06: continue an interrupted run from its checkpoint
+        step, samples, train_time, eval_time, loss_count, reached_at = (resumed[key] for key in (
+            "step", "samples", "train_time_s", "eval_time_s", "loss_count", "reached_at"))
+        loss_sum = resumed["loss_sum"].to(device)
+        for key in curve:
+            curve[key] += resumed["curve"][key]
+        clock.seconds.update(resumed["phase_s"])
+    else:
+        eval_point()  # step 0: the untrained model, for the curve
     done = step >= total_steps
     seg_start = time.perf_counter()
     while not done:
@@ -417,37 +519,47 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
                     batch = tuple(t.to(device, non_blocking=True) for t in batch)
             if batch is None:
                 break  # end of epoch
-            users, items, labels = batch
             if cfg.uses_schedule:
-                lr = lr_for_step(cfg, step, total_steps)
+                lr = lr_for_step(cfg, step, schedule_steps)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
             with clock.phase("forward_backward"):
-                with autocast():
-                    logits = train_model(users, items)
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-                (scaler.scale(loss) if scaler else loss).backward()
+                # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
+                for (users, items, labels), denominator, sync in par.micro_batches(train_model, batch):
+                    with sync:
+                        with prec.autocast():
+                            logits = train_model(users, items)
+                        loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float(),
+                                                                  reduction="sum") / denominator
+                        prec.backward(loss)  # loss * scale for fp16
+                    loss_sum += loss.detach()
             with clock.phase("optimizer"):
-                if scaler is not None:
-                    scaler.unscale_(optimizer)  # true gradient norms for LARS/LAMB and clipping
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
+                prec.step(optimizer)  # unscales first: LARS/LAMB see true gradient norms; skips inf/nan (fp16)
+                prec.update()
                 optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
             loss_count += 1
-            samples += labels.numel() * world_size
+            samples += batch[0].numel()  # the global batch: all ranks together
             step += 1
             bar.step()
+            history.after_step(step, optimizer, prec)
             if step % eval_interval == 0 or step == total_steps:
                 clock.sync()
                 train_time += time.perf_counter() - seg_start
                 eval_point()
                 seg_start = time.perf_counter()
-                if stop_at_target and reached_at is not None:
+                if not _all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
+                    diverged = done = True
+                    break
+                if stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
                     done = True
                     break
+            if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock
+                clock.sync()
+                train_time += time.perf_counter() - seg_start
+                checkpoint.save(model, optimizer, scaler, step=step, samples=samples, train_time_s=train_time,
+                                eval_time_s=eval_time, loss_sum=loss_sum, loss_count=loss_count,
+                                reached_at=reached_at, curve=curve, phase_s=clock.seconds)
+                seg_start = time.perf_counter()
         else:
             done = True
         if step >= total_steps:
@@ -457,11 +569,16 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
         train_time += time.perf_counter() - seg_start
         eval_point()
     bar.close()
+    train_hr = train_ndcg = None
+    if evaluate_points:  # lesson 02: the train side of the generalization gap, off the clock
+        t0 = time.perf_counter()
+        train_hr, train_ndcg = evaluate_train(model, data, k)
+        eval_time += time.perf_counter() - t0
 
     i_best = max(range(len(curve["hr"])), key=lambda j: -1.0 if curve["hr"][j] is None else curve["hr"][j])
     phase = dict(clock.seconds) if time_phases else {}
     phase["evaluation"] = eval_time
-    return TrainResult(
+    result = TrainResult(
         config=cfg.to_dict(), dataset=data.name, data_source=data.source, synthetic=data.synthetic,
         device=str(device), world_size=world_size, target_hr=target_hr,
         time_to_target_s=curve["time_s"][reached_at] if reached_at is not None else None,
@@ -470,8 +587,13 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
         epochs=step / steps_per_epoch, steps=step, samples=samples, train_time_s=train_time,
         eval_time_s=eval_time, samples_per_s=throughput(samples, train_time), phase_time_s=phase,
         curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
-        best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best],
+        best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best], comm_time_s=par.comm_time_s,
+        steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
+        precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
     )
+    if keep_model:  # lesson 05 inspects the trained model's gradients; not a field, so never serialized
+        result.model = model
+    return result
 
 
 # --------------------------------------------------------------------------- lesson helpers

@@ -1,0 +1,78 @@
+"""The trick ladder: rows saved by lessons 01-05, its table, its figure, and the run summary's PNG."""
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from course_lib import results
+from course_lib.explore import scaled_config, scaling_table, sweep_table
+from course_lib.train import TrainConfig, TrainResult
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", precision="fp32") -> TrainResult:
+    cfg = TrainConfig(batch_size=batch, lr=lr, optimizer=optimizer, precision=precision)
+    return TrainResult(config=cfg.to_dict(), dataset="synthetic-tiny", data_source="test", synthetic=True,
+                       device="cpu", world_size=1, target_hr=0.75, time_to_target_s=ttt,
+                       steps_to_target=None if ttt is None else 100, epochs_to_target=None if ttt is None else 1.0,
+                       epochs=1.0, steps=100, samples=batch * 100, train_time_s=ttt or 50.0, eval_time_s=1.0,
+                       samples_per_s=1e5, phase_time_s={}, final_hr=hr, precision={"mode": precision})
+
+
+def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
+    results.save_ladder_result("+warmup", fake_result(16384, 0.01, None, hr=0.7), setting="b16384 warmup",
+                               directory=tmp_path)
+    results.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=tmp_path)
+    results.save_ladder_result("+linear scaling", fake_result(4096, 4e-3, 10.0), setting="b4096",
+                               directory=tmp_path)
+    rows = results.ladder_rows(tmp_path)
+    assert [r["step"] for r in rows] == ["baseline", "+linear scaling", "+warmup"]
+    assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(4.0)
+    assert rows[2]["speedup"] is None and rows[2]["time_to_target_s"] is None
+    assert rows[1]["batch_size"] == 4096 and rows[1]["precision"] == "fp32"
+    md = results.ladder_table(tmp_path).to_markdown()
+    assert "4.0x" in md and "not reached" in md
+    with pytest.raises(ValueError):
+        results.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, directory=tmp_path)
+
+
+def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    assert results.ladder_figure(tmp_path / "empty") is None
+    res = tmp_path / "results"
+    results.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=res)
+    results.save_ladder_result("+LARS", fake_result(65536, 1.0, 8.0, optimizer="lars"), setting="lars",
+                               directory=res)
+    monkeypatch.syspath_prepend(str(REPO / "ci"))
+    mod = importlib.import_module("run_notebooks")
+    summary = mod.write_summary(mod.CourseRun("smoke", str(tmp_path)))
+    text = summary.read_text()
+    assert (tmp_path / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![The trick ladder](ladder.png)" in text and "| +LARS |" in text and "5.0x" in text
+
+
+def test_scaling_rules_table_and_configs():
+    base = TrainConfig(batch_size=256, lr=1e-3, optimizer="adam")
+    t = scaling_table(1e-3, 256, [256, 1024, 65536])
+    assert [r["lr (linear: k x)"] for r in t.rows] == pytest.approx([1e-3, 4e-3, 0.256])
+    assert [r["lr (sqrt: sqrt(k) x)"] for r in t.rows] == pytest.approx([1e-3, 2e-3, 1.6e-2])
+    assert scaled_config(base, 4096, "sqrt").lr == pytest.approx(4e-3)
+    assert scaled_config(base, 4096, "linear", warmup_steps=10).warmup_steps == 10
+    with pytest.raises(ValueError):
+        scaled_config(base, 4096, "cubic")
+    table = sweep_table([fake_result(256, 1e-3, 40.0), fake_result(4096, 4e-3, None)], ["linear", "linear"])
+    assert table.rows[1]["time to target (s)"] == "not reached"
+
+
+def test_pick_degraded_batch():
+    from course_lib.explore import pick_degraded_batch
+
+    rows = [{"rule": "linear", "batch size": b, "time to target (s)": t, "epochs to target": e}
+            for b, t, e in ((1024, 5.0, 1.0), (4096, 4.0, 2.0), (16384, None, None), (65536, None, None))]
+    assert pick_degraded_batch(rows, (4096, 16384, 65536)) == 16384
+    assert pick_degraded_batch(rows[:2], (1024, 4096)) == 4096
+    assert pick_degraded_batch([], (16384, 65536)) == 16384

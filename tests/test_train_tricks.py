@@ -1,0 +1,115 @@
+"""The large-batch tricks inside the one loop (lessons 02-05): schedule, LARS groups, loss scaling, records."""
+
+import functools
+import math
+
+import pytest
+import torch
+
+import course_lib.train as train
+from course_lib.data import load_synthetic
+from course_lib.optim import lr_at
+from course_lib.precision import Precision
+from course_lib.train import TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    import os
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny steps: one thread is faster on a busy shared box
+    old = os.environ.get("COURSE_DATA_DIR")
+    os.environ["COURSE_DATA_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        yield load_synthetic("tiny")
+    finally:
+        torch.set_num_threads(threads)
+        if old is None:
+            os.environ.pop("COURSE_DATA_DIR")
+        else:
+            os.environ["COURSE_DATA_DIR"] = old
+
+
+TINY = TrainConfig(batch_size=512, lr=5e-3, optimizer="adam", factors=8, layers=(16, 8), eval_every=1.0)
+
+
+def run(data, cfg, **kw):
+    kw.setdefault("max_epochs", 1)
+    return train_to_target(data, cfg, device="cpu", progress="none", record_every=1, **kw)
+
+
+@pytest.mark.parametrize("warmup,decay,warmup_steps", [("linear", "cosine", 5), ("exponential", "none", 6),
+                                                       ("linear", "polynomial", 0)])
+def test_lr_in_the_loop_follows_lr_at(data, warmup, decay, warmup_steps):
+    cfg = TINY.replace(optimizer="sgd", lr=0.5, warmup_steps=warmup_steps, warmup=warmup, decay=decay)
+    r = run(data, cfg, max_epochs=2, max_steps=12)  # planned over 2 epochs, cut at 12 steps
+    planned = math.ceil(2 * r.steps_per_epoch)
+    h = r.history
+    assert h["step"] == list(range(12))
+    expected = [lr_at(s, peak_lr=0.5, warmup_steps=warmup_steps, total_steps=planned, warmup=warmup,
+                      decay="constant" if decay == "none" else decay) for s in h["step"]]
+    assert h["lr"] == pytest.approx(expected, rel=1e-12)
+    assert h["lr"][0] < 0.5 if warmup_steps else h["lr"][0] == pytest.approx(0.5)
+
+
+def test_lars_adapts_weights_and_excludes_biases(data):
+    model = train.build_model(data, TINY)
+    opt = make_optimizer(model, TINY.replace(optimizer="lars", lr=1.0, weight_decay=0.0))
+    names = {p: n for n, p in model.named_parameters()}
+    for g in opt.param_groups:
+        kinds = {names[p].rsplit(".", 1)[-1] for p in g["params"]}
+        if g["always_adapt"]:
+            assert kinds == {"weight"} and all(p.ndim > 1 for p in g["params"])
+        else:
+            assert kinds == {"bias"} and g["weight_decay"] == 0.0
+    # one step through the loop: weights get a real trust ratio, zero-initialized biases move
+    r = run(data, TINY.replace(optimizer="lars", lr=1.0), max_steps=2)
+    ratios = r.history["trust_ratio"]
+    assert set(ratios) == {n for n, p in model.named_parameters() if p.ndim > 1}
+    assert all(v[0] != pytest.approx(1.0) for v in ratios.values())
+    m = train_to_target(data, TINY.replace(optimizer="lars", lr=1.0), device="cpu", progress="none",
+                        max_steps=2, keep_model=True).model
+    assert m.out.bias.abs().sum() > 0  # excluded from the trust ratio, so it is not frozen at 0
+
+
+def test_trust_ratio_is_the_same_with_and_without_loss_scaling(data, monkeypatch):
+    """fp16 through the loop: gradients are unscaled before LARS reads their norm (apex#1030)."""
+    cfg = TINY.replace(optimizer="lars", lr=1.0, precision="fp16", weight_decay=1e-4)
+    ratios = {}
+    for scale in (2.0 ** 4, 2.0 ** 14):
+        monkeypatch.setattr(train, "Precision", functools.partial(Precision, init_scale=scale))
+        r = run(data, cfg, max_steps=3)
+        assert r.precision["mode"] == "fp16" and r.precision["skipped_steps"] == 0
+        assert r.history["loss_scale"][0] == scale
+        ratios[scale] = r.history["trust_ratio"]
+    small, large = ratios.values()
+    for name in small:
+        # the scales differ 1024x; unscaled ratios agree up to fp16 rounding of the forward/backward
+        assert large[name] == pytest.approx(small[name], rel=2e-2), name
+
+
+def test_precision_modes_and_records(data):
+    r = run(data, TINY.replace(precision="auto"), max_steps=2)
+    assert r.precision["requested"] == "auto" and r.precision["mode"] in ("fp32", "bf16")
+    r = run(data, TINY.replace(precision="bf16"), max_steps=2)
+    assert r.precision["mode"] == "bf16" and r.history["loss_scale"] == [1.0, 1.0]
+    with pytest.raises(ValueError):
+        TINY.replace(precision="fp8")
+
+
+def test_divergence_stops_the_run_and_scores_as_a_miss(data):
+    r = run(data, TINY.replace(optimizer="sgd", lr=1e12, momentum=0.0), max_epochs=3)
+    assert r.diverged and r.epochs < 3
+    assert r.final_hr == 0.0  # NaN scores are a miss, not a hit (HR@10 = 1.0 before the fix)
+
+
+def test_train_side_hr_uses_latest_training_item(data):
+    last = last_train_items(data)
+    for u in (0, 7, data.num_users - 1):
+        assert last[u] == data.train_items[data.train_users == u][-1]
+    r = run(data, TINY, max_epochs=2)
+    assert r.final_train_hr is not None and 0.0 <= r.final_train_hr <= 1.0
+    assert r.generalization_gap == pytest.approx(r.final_train_hr - r.final_hr)
+    m = train_to_target(data, TINY, device="cpu", progress="none", max_steps=1, keep_model=True).model
+    assert evaluate_train(m, data) != evaluate(m, data)
