@@ -1,0 +1,162 @@
+"""Data parallel training (course_lib.ddp): the invariants that make lesson 06 true, on CPU/gloo.
+
+Launches cost seconds each (process start, torch import, the first DDP construction), so
+one module-scoped DDP run serves several tests: 2 ranks x micro batch 64 x 2 accumulation
+steps, 8 steps, checkpoint every 2 steps.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from course_lib import dist as cdist
+from course_lib.config import BatchConfig
+from course_lib.ddp import (CHECKPOINT_NAME, Checkpointer, RunSpec, batch_config, batch_table, batchnorm_table,
+                            batchnorm_worker, ncf_worker)
+from course_lib.train import TrainConfig, train_to_target
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+# global batch 256 = 2 ranks x micro batch 64 x 2 accumulation steps; an eval point every 3 steps
+CFG = TrainConfig(batch_size=256, micro_batch_size=64, optimizer="adam", lr=5e-3, factors=8, layers=(16, 8),
+                  eval_every=0.011)
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Tiny synthetic data cached where the spawned workers (which inherit os.environ) find it."""
+    from course_lib.data import load_implicit
+
+    saved = {k: os.environ.get(k) for k in ("COURSE_DATA_DIR", "COURSE_PROFILE")}
+    os.environ["COURSE_DATA_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    os.environ.pop("COURSE_PROFILE", None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        data = load_implicit("synthetic", synthetic_size="tiny")
+        yield {"data": data, "tmp": tmp_path_factory.mktemp("ddp")}
+    finally:
+        torch.set_num_threads(threads)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _spec(checkpoint_dir, **kw):
+    return RunSpec(dataset="synthetic", synthetic_size="tiny", max_steps=STEPS, checkpoint_dir=str(checkpoint_dir),
+                   checkpoint_every=2, progress="none", **kw)
+
+
+def _model(checkpoint_dir):
+    state = torch.load(Path(checkpoint_dir) / CHECKPOINT_NAME, weights_only=True)  # tensors and plain containers only
+    return state["step"], state["model"]
+
+
+def _assert_same_params(a, b, rtol=1e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        rel = ((a[k].double() - b[k].double()).norm() / b[k].double().norm().clamp_min(1e-30)).item()
+        assert rel <= rtol, f"{k}: relative difference {rel:.2e} > {rtol:g}"
+
+
+@pytest.fixture(scope="module")
+def ddp_run(env):
+    results = cdist.launch(ncf_worker, 2, CFG, _spec(env["tmp"] / "full"), quiet=True, timeout_s=120)
+    return results, env["tmp"] / "full"
+
+
+def test_ranks_x_micro_batches_x_accumulation_equals_one_big_batch(env, ddp_run):
+    """W=2 x b=64 x k=2 (DDP, no_sync) == one process with batch 256, after 8 Adam steps, fp32."""
+    results, ckpt = ddp_run
+    assert [r["steps"] for r in results] == [STEPS, STEPS] and results[0]["world_size"] == 2
+    assert results[0]["samples"] == STEPS * CFG.batch_size
+    assert results[0]["curve"]["hr"] == results[1]["curve"]["hr"], "ranks must evaluate identical models"
+    assert results[0]["comm_time_s"] > 0
+    ref_dir = env["tmp"] / "reference"
+    ref = train_to_target(env["data"], CFG.replace(micro_batch_size=None), max_steps=STEPS, device="cpu",
+                          progress="none", checkpoint=Checkpointer(ref_dir, 2))
+    assert ref.world_size == 1 and ref.comm_time_s is None
+    step, ddp_params = _model(ckpt)
+    assert step == STEPS
+    _assert_same_params(ddp_params, _model(ref_dir)[1])
+    assert results[0]["curve"]["step"] == ref.curve["step"]
+
+
+def test_accumulation_on_one_process_equals_the_full_batch(env):
+    runs = {}
+    for micro in (None, 64):  # k = 1 and k = 4
+        d = env["tmp"] / f"single-{micro}"
+        train_to_target(env["data"], CFG.replace(micro_batch_size=micro), max_steps=4, device="cpu",
+                        progress="none", evaluate_points=False, checkpoint=Checkpointer(d, 4))
+        runs[micro] = _model(d)[1]
+    _assert_same_params(runs[64], runs[None])
+
+
+def test_global_batch_that_does_not_divide_is_a_clear_error(env):
+    with pytest.raises(ValueError, match=r"global_batch_size=1000 is not divisible by .* 64 \* 1 = 64"):
+        train_to_target(env["data"], CFG.replace(batch_size=1000, micro_batch_size=64), max_steps=1, device="cpu")
+    with pytest.raises(ValueError, match="global batch 1000 does not split evenly over world_size=3"):
+        batch_config(1000, None, 3)
+    assert batch_config(4096, 256, 2) == BatchConfig(4096, 256, 2) and BatchConfig(4096, 256, 2).grad_accum_steps == 8
+    rows = batch_table(4096, 256, (1, 2, 3)).rows
+    assert [r["grad_accum_steps"] for r in rows] == [16, 8, "does not divide"]
+
+
+def _stray_children():
+    return [c for c in psutil.Process().children(recursive=True)
+            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline())]
+
+
+def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_run):
+    _, full = ddp_run
+    ckpt = env["tmp"] / "interrupted"
+    t0 = time.time()
+    with pytest.raises(cdist.WorkerError) as info:  # rank 1 dies after step 5; rank 0 waits in an all-reduce
+        cdist.launch(ncf_worker, 2, CFG, _spec(ckpt, fail_at_step=5, fail_rank=1), quiet=True, timeout_s=120)
+    assert info.value.rank == 1 and "injected failure on rank 1 after step 5" in str(info.value)
+    assert time.time() - t0 < 60 and not _stray_children()
+    assert _model(ckpt)[0] == 4, "the last checkpoint before the failure"
+    assert os.listdir(ckpt) == [CHECKPOINT_NAME], "no half-written checkpoint (temp file) left behind"
+
+    resumed = cdist.launch(ncf_worker, 2, CFG, _spec(ckpt), quiet=True, timeout_s=120)
+    uninterrupted = _model(full)
+    assert resumed[0]["steps"] == STEPS and _model(ckpt)[0] == STEPS
+    _assert_same_params(_model(ckpt)[1], uninterrupted[1])
+    full_record = torch.load(full / CHECKPOINT_NAME, weights_only=True)["loop"]["curve"]
+    assert resumed[0]["curve"]["step"] == full_record["step"] and resumed[0]["curve"]["hr"] == full_record["hr"]
+
+
+def test_synchronized_batchnorm_matches_one_process_and_local_does_not(env):
+    out = cdist.launch(batchnorm_worker, 2, 4, 3, quiet=True, timeout_s=120)[0]
+    local, sync = out["rows"]["local BatchNorm"], out["rows"]["synchronized BatchNorm"]
+    assert max(sync["running_mean"], sync["running_var"], sync["parameters"]) < 1e-5
+    assert min(local["running_mean"], local["running_var"]) > 1e-2
+    assert sync["bn_class"] == "AllReduceBatchNorm"  # CPU: torch's SyncBatchNorm needs GPU tensors
+    assert [r["matches (< 1e-05)"] for r in batchnorm_table(out).rows] == [False, True]
+
+
+def test_same_worker_under_torchrun_with_two_cpu_processes(env):
+    out = env["tmp"] / "torchrun.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "course_lib.train_ddp", "--dataset", "synthetic", "--synthetic-size", "tiny",
+           "--global-batch", "256", "--micro-batch", "64", "--max-steps", "8", "--target-hr", "0.0",
+           "--config", json.dumps({"factors": 8, "layers": [16, 8], "eval_every": 0.011}), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the target (0.0) is met at step 0; the first decision point after training is step 3, and
+    # rank 0's decision is broadcast, so both ranks stop there
+    assert "rank 0 of 2 stopped after 3 steps" in proc.stdout and "rank 1 of 2 stopped after 3 steps" in proc.stdout
+    record = json.loads(out.read_text())
+    assert record["world_size"] == 2 and record["steps"] == 3 and record["steps_to_target"] == 0
