@@ -149,7 +149,7 @@ def fp16_underflow_table(mags: dict) -> Table:
 
 def widgets_available() -> bool:
     """True in a notebook a person drives (ipywidgets can render); False under papermill/CI/scripts."""
-    from .train import resolve_progress
+    from .progress import resolve_progress
 
     if resolve_progress("auto") != "bar":  # CI, $COURSE_PROFILE, scripts: no widget frontend
         return False

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -33,6 +32,7 @@ from .data.sampler import DeviceSampler, make_dataloader
 from .metrics import hr_ndcg, throughput
 from .models.ncf import NeuMF
 from .precision import Precision
+from .progress import in_notebook, resolve_progress
 from .results import save_result  # noqa: F401  (lessons save their records from here too)
 from .tables import Table
 
@@ -243,31 +243,6 @@ class PhaseClock:
                 torch.cuda.nvtx.range_pop()
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-
-        shell = get_ipython()
-        return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
-    except ImportError:
-        return False
-
-
-def resolve_progress(progress: str = "auto") -> str:
-    """"auto" -> "bar" in an interactive notebook, "log" under CI/papermill/scripts.
-
-    A kernel cannot tell whether a person or papermill is driving it, so "auto" treats
-    ``$CI`` or ``$COURSE_PROFILE`` (what CI sets) as non-interactive;
-    ``$COURSE_PROGRESS`` overrides everything.
-    """
-    progress = os.environ.get("COURSE_PROGRESS", "") or progress
-    if progress not in ("auto", "bar", "log", "none"):
-        raise ValueError(f"progress={progress!r}; choose auto, bar, log or none")
-    if progress != "auto":
-        return progress
-    if os.environ.get("CI") or os.environ.get("COURSE_PROFILE") or not _in_notebook():
-        return "log"
-    return "bar"
 
 
 class _Progress:
@@ -278,7 +253,7 @@ class _Progress:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total_steps, desc=label, unit="step", leave=True)
-            if _in_notebook():
+            if in_notebook():
                 import matplotlib.pyplot as plt
                 from IPython.display import display
 
