@@ -5,7 +5,7 @@
 #
 #   bash ci/gpu-check.sh              # uses $PY, else .venv/bin/python, else python3
 #   OUT=/tmp/x bash ci/gpu-check.sh   # where executed notebooks and results go
-#   ALLOW_CPU=1 bash ci/gpu-check.sh  # dry run of this script on a CPU-only machine
+#   ALLOW_CPU=1 CHECK_PROFILE=smoke bash ci/gpu-check.sh   # dry run on a CPU-only machine
 #
 # It installs nothing (GPU nodes are often offline): it needs torch with CUDA, pytest,
 # papermill and nbformat importable, and puts this checkout on PYTHONPATH. `make test`
@@ -35,8 +35,8 @@ PY
 echo "== unit tests (CUDA visible; notebooks run below in the full profile)"
 "$PY" -m pytest tests -q -x -p no:cacheprovider --ignore=tests/test_notebooks.py || status=1
 
-echo "== lessons, full profile"
-"$PY" ci/run_notebooks.py --profile full --quiet --out "$OUT" notebooks || status=1
+echo "== lessons, ${CHECK_PROFILE:-full} profile"
+"$PY" ci/run_notebooks.py --profile "${CHECK_PROFILE:-full}" --quiet --out "$OUT" notebooks || status=1
 
 echo "== NCF loader benchmark"
 if "$PY" -c "import course_lib.bench" 2>/dev/null; then
