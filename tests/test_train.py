@@ -8,30 +8,8 @@ import time
 import pytest
 
 import course_lib.train as train
-from course_lib.data import load_synthetic
 from course_lib.train import TrainConfig, evaluate_popularity, save_result, train_to_target
 
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    import os
-
-    import torch
-
-    # one intra-op thread: these steps are tiny, and on a busy machine two spinning
-    # OpenMP threads per process can make them 50x slower (measured on a shared 2-core box)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    old = os.environ.get("COURSE_DATA_DIR")
-    os.environ["COURSE_DATA_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    try:
-        yield load_synthetic("tiny")
-    finally:
-        torch.set_num_threads(threads)
-        if old is None:
-            os.environ.pop("COURSE_DATA_DIR")
-        else:
-            os.environ["COURSE_DATA_DIR"] = old
 
 
 CFG = TrainConfig(batch_size=512, lr=5e-3, optimizer="adam", factors=16, layers=(32, 16), eval_every=0.5)

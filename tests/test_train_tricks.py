@@ -4,31 +4,12 @@ import functools
 import math
 
 import pytest
-import torch
 
 import course_lib.train as train
-from course_lib.data import load_synthetic
 from course_lib.optim import lr_at
 from course_lib.precision import Precision
 from course_lib.train import TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target
 
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    import os
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny steps: one thread is faster on a busy shared box
-    old = os.environ.get("COURSE_DATA_DIR")
-    os.environ["COURSE_DATA_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    try:
-        yield load_synthetic("tiny")
-    finally:
-        torch.set_num_threads(threads)
-        if old is None:
-            os.environ.pop("COURSE_DATA_DIR")
-        else:
-            os.environ["COURSE_DATA_DIR"] = old
 
 
 TINY = TrainConfig(batch_size=512, lr=5e-3, optimizer="adam", factors=8, layers=(16, 8), eval_every=1.0)
