@@ -174,6 +174,22 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def process_group_from_env(backend: str = "auto"):
+    """For script entries: ``init_from_env()`` for the block, then a barrier and ``cleanup()``.
+
+    Under torchrun every rank runs the block; in a plain process it runs alone. If the
+    block raises, the barrier is skipped (the peers are brought down by their timeout or
+    by torchrun) and the group is still destroyed.
+    """
+    init_from_env(backend)
+    try:
+        yield
+        barrier()
+    finally:
+        cleanup()
+
+
 # --------------------------------------------------------------------------- errors
 
 

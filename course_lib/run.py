@@ -49,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="rank 0 saves the worker's return value here (torch.save)")
     opts = parser.parse_args(argv)
     fn = resolve(opts.worker)
-    dist.init_from_env(opts.backend)
-    try:
+    with dist.process_group_from_env(opts.backend):
         if torch.cuda.is_available() and dist.world_size() > 1:
             torch.cuda.set_device(dist.local_rank())
         result = fn(dist.rank(), dist.world_size(), *[_parse_arg(a) for a in opts.args])
@@ -58,9 +57,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[course_lib.run] rank 0 of {dist.world_size()} result: {result!r}", flush=True)
             if opts.out:
                 atomic_torch_save(result, opts.out)
-        dist.barrier()
-    finally:
-        dist.cleanup()
     return 0
 
 

@@ -50,8 +50,8 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
 
 def main(argv=None) -> int:
     cfg, spec, out, backend = parse(argv)
-    dist.init_from_env(backend)  # torchrun's RANK/WORLD_SIZE/MASTER_ADDR; a plain process stays alone
-    try:
+    # torchrun's RANK/WORLD_SIZE/MASTER_ADDR; a plain process stays alone
+    with dist.process_group_from_env(backend):
         record = ncf_worker(dist.rank(), dist.world_size(), cfg, spec)
         print(f"rank {dist.rank()} of {dist.world_size()} stopped after {record['steps']} steps", flush=True)
         if dist.is_main_process():
@@ -60,9 +60,6 @@ def main(argv=None) -> int:
                   f"final HR@10 {record['final_hr']}; {record['samples_per_s']:,.0f} samples/s", flush=True)
             if out:
                 print(f"wrote {save_result(Path(out).stem, record, Path(out).parent)}", flush=True)
-        dist.barrier()
-    finally:
-        dist.cleanup()
     return 0
 
 
