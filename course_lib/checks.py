@@ -660,6 +660,21 @@ def _probe_not_implemented(name: str, fn, probe: Callable[[], None]) -> CheckRes
     return None
 
 
+def _distributed_check(name: str, fn, probe: Callable[[], None], worker: Callable, judge: Callable,
+                       world_size: int, *args, timeout_s: float) -> CheckResult:
+    """The shape of every multi-process check: refuse what spawn cannot import, answer a stub
+    without launching, run ``worker`` on ``world_size`` ranks, then ``judge(per_rank_results)``."""
+    early = _spawnable(name, fn)
+    if early is None:
+        early = _probe_not_implemented(name, fn, probe)
+    if early is not None:
+        return _finish(early)
+    results = _launch_cases(name, worker, [fn], world_size, *args, timeout_s=timeout_s)
+    if isinstance(results, CheckResult):
+        return _finish(results)
+    return _finish(judge([r[0] for r in results]))
+
+
 def _launch_cases(name: str, worker: Callable, fns: list, world_size: int, *args,
                   timeout_s: float = 120.0) -> list | CheckResult:
     """Run ``worker(rank, world_size, fns, *args)`` on ``world_size`` processes; map failures to results."""
@@ -766,15 +781,9 @@ def check_average_gradients(fn: Callable, world_size: int = 2, compare_ddp: bool
     ``fn`` must live in an importable module (see ``%%writefile`` in lesson 06).
     """
     name = "check_average_gradients"
-    early = _spawnable(name, fn)
-    if early is None:
-        early = _probe_not_implemented(name, fn, lambda: fn(_grad_net()))
-    if early is not None:
-        return _finish(early)
-    results = _launch_cases(name, _grad_avg_worker, [fn], world_size, compare_ddp, timeout_s=timeout_s)
-    if isinstance(results, CheckResult):
-        return _finish(results)
-    return _finish(_grad_avg_result(name, [r[0] for r in results], world_size, compare_ddp))
+    return _distributed_check(name, fn, lambda: fn(_grad_net()), _grad_avg_worker,
+                              lambda per_rank: _grad_avg_result(name, per_rank, world_size, compare_ddp),
+                              world_size, compare_ddp, timeout_s=timeout_s)
 
 
 def ring_sizes(world_size: int) -> list:
@@ -851,15 +860,9 @@ def check_ring_all_reduce(fn: Callable, world_size: int = 3, sizes: list | None 
     """
     name = "check_ring_all_reduce"
     sizes = ring_sizes(world_size) if sizes is None else list(sizes)
-    early = _spawnable(name, fn)
-    if early is None:
-        early = _probe_not_implemented(name, fn, lambda: fn(torch.zeros(3)))
-    if early is not None:
-        return _finish(early)
-    results = _launch_cases(name, _ring_worker, [fn], world_size, sizes, timeout_s=timeout_s)
-    if isinstance(results, CheckResult):
-        return _finish(results)
-    return _finish(_ring_result(name, [r[0] for r in results], world_size, sizes))
+    return _distributed_check(name, fn, lambda: fn(torch.zeros(3)), _ring_worker,
+                              lambda per_rank: _ring_result(name, per_rank, world_size, sizes),
+                              world_size, sizes, timeout_s=timeout_s)
 
 
 # --------------------------------------------------------------------------- 07: LAMB
