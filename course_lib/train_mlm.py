@@ -324,18 +324,49 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     }
 
 
+def data_digest(data: MLMData) -> str:
+    """A short digest of the vocabulary and the token rows: equal digests, identical data."""
+    import hashlib
+
+    h = hashlib.sha256(data.tokenizer.to_str().encode())
+    for t in (data.train_ids, data.eval_inputs, data.eval_labels):
+        h.update(t.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_same_data_on_all_ranks(data: MLMData) -> None:
+    """Raise on every rank if the ranks built different data (each trains on its slice of one global batch)."""
+    if not (cdist._initialized() and cdist.world_size() > 1):
+        return
+    digests = [None] * cdist.world_size()
+    torch.distributed.all_gather_object(digests, data_digest(data))
+    if len(set(digests)) > 1:
+        raise RuntimeError(
+            f"the ranks built different MLM data (digests by rank: {digests}). Every rank must load the same "
+            "corpus and the same cached tokenizer: on several nodes, point COURSE_DATA_DIR at a file system "
+            "they all share, or build the data once (rank 0) before launching.")
+
+
 def mlm_worker(rank: int, world_size: int, cfg: MLMTrainConfig, data_spec: dict) -> dict | None:
     """``launch(mlm_worker, W, cfg, data_spec)``: each rank builds the data (tokenizer from the cache) and trains.
 
     ``data_spec``: keyword arguments of :func:`course_lib.data.text.build_mlm_data` plus
     ``corpus`` (the ``load_corpus`` name). Returns the record on rank 0, None elsewhere.
     """
-    from .data.text import build_mlm_data, load_corpus
+    from .data.text import build_mlm_data, load_corpus, train_tokenizer
 
     spec = dict(data_spec)
     corpus = load_corpus(spec.pop("corpus", "auto"), spec.pop("text_dir", None))
     device = cdist.device()
+    # Hugging Face's WordPiece trainer is not deterministic (hash-map iteration order breaks
+    # ties differently in each process: huggingface/tokenizers#1794), so ranks that each
+    # trained a tokenizer would tokenize the same text differently. Rank 0 trains and caches
+    # it; the others wait and load the cached file.
+    if cdist.is_main_process():
+        train_tokenizer(corpus, spec.get("vocab_size", 8192))
+    cdist.barrier()
     data = build_mlm_data(corpus, device=device, **spec)
+    check_same_data_on_all_ranks(data)
     record = train_mlm(cfg, data, device=device, progress="log")
     return record if cdist.is_main_process() else None
 

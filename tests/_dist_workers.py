@@ -48,3 +48,14 @@ def hang_in_collective(rank, world_size, pid_dir):
     else:
         while True:
             time.sleep(1)
+
+
+def mlm_data_differs(rank, world_size):
+    """Each rank builds MLM data from a different text: the check must stop every rank."""
+    from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
+    from course_lib.train_mlm import check_same_data_on_all_ranks
+
+    docs = pydoc_corpus().documents[rank * 5:rank * 5 + 5]
+    data = build_mlm_data(Corpus(f"rank{rank}", "test", tuple(docs)), vocab_size=200, seq_len=16, max_tokens=2000)
+    check_same_data_on_all_ranks(data)
+    return "trained on mismatched data"

@@ -47,7 +47,7 @@ def test_initial_loss_near_ln_vocab():
     with torch.no_grad():
         loss = float(model(ids, labels))
     assert loss == pytest.approx(math.log(2000), abs=0.2)
-    emb_std = float(model.tok_emb.weight.std())
+    emb_std = float(model.tok_emb.weight.detach().std())
     assert emb_std == pytest.approx(0.02, rel=0.1)
 
 
@@ -133,3 +133,53 @@ def test_grad_accumulation_matches_one_big_batch(small_data):
     four = train_mlm(MLMTrainConfig(micro_batch_size=4, **common), small_data, device="cpu", progress="none")
     assert one["curves"]["train_loss"] == pytest.approx(four["curves"]["train_loss"], rel=1e-4)
     assert one["final_eval_loss"] == pytest.approx(four["final_eval_loss"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_two_ranks_with_accumulation_match_one_process(tmp_path, monkeypatch):
+    """mlm_worker under launch: 2 gloo ranks x micro 4 x 2 accumulation == one process with batch 16.
+
+    The lesson's DDP path (several GPUs) runs the same loop; this pins it on CPU: the
+    per-token loss weighting and ``no_sync`` must give one process's update exactly.
+    """
+    from course_lib import dist as cdist
+    from course_lib.data.text import load_corpus
+    from course_lib.train_mlm import mlm_worker
+
+    text_dir = tmp_path / "text"
+    text_dir.mkdir()
+    for i, doc in enumerate(pydoc_corpus().documents[:15]):
+        (text_dir / f"{i:02d}.txt").write_text(doc, encoding="utf-8")
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))  # inherited by the spawned workers
+    spec = dict(corpus="dir", text_dir=str(text_dir), vocab_size=300, seq_len=16, max_tokens=6000)
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=16, micro_batch_size=4, optimizer="lamb", base_lr=1e-2,
+                         base_batch_size=16, max_steps=3, eval_every=3, dropout=0.0)
+
+    records = cdist.launch(mlm_worker, 2, cfg, spec, quiet=True, timeout_s=120)
+    assert records[1] is None, "only rank 0 reports"
+    ddp = records[0]
+    assert ddp["world_size"] == 2 and ddp["grad_accum_steps"] == 2 and ddp["steps"] == 3
+
+    data = build_mlm_data(load_corpus("dir", text_dir), vocab_size=300, seq_len=16, max_tokens=6000)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = train_mlm(cfg.replace(micro_batch_size=16), data, device="cpu", progress="none")
+    finally:
+        torch.set_num_threads(threads)
+    assert ddp["curves"]["train_loss"] == pytest.approx(one["curves"]["train_loss"], rel=1e-5)
+    assert ddp["final_eval_loss"] == pytest.approx(one["final_eval_loss"], rel=1e-5)
+    # and the weights moved (3 steps are too few to promise a lower loss, but an update that
+    # did nothing on both sides would make the comparison above vacuous)
+    assert abs(ddp["final_eval_loss"] - ddp["curves"]["eval_loss"][0]) > 1e-4
+
+
+@pytest.mark.slow
+def test_ranks_with_different_data_get_a_clear_error(tmp_path, monkeypatch):
+    from course_lib import dist as cdist
+
+    from _dist_workers import mlm_data_differs
+
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))
+    with pytest.raises(cdist.WorkerError, match="different MLM data"):
+        cdist.launch(mlm_data_differs, 2, quiet=True, timeout_s=120)
