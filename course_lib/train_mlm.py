@@ -192,7 +192,9 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     ``reached``, ``final_eval_loss``, ``best_eval_loss``, ``diverged``, ``steps``,
     ``train_time_s``, ``eval_time_s``, ``seqs_per_s``, ``tokens_per_s``, ``grad_accum_steps``,
     ``world_size``, ``precision`` (mode, loss scale, skipped steps), ``curves``
-    (``step``/``train_loss``/``lr`` per step; ``eval_step``/``eval_loss``/``eval_time_s``).
+    (``step``/``train_loss``/``lr`` per step; ``eval_step``/``eval_loss``/``eval_time_s``),
+    ``trust_ratios`` (LAMB only, else None: ``{parameter name: [ratio used at each step]}``
+    for every parameter LAMB adapts — how differently it scales each layer's Adam step).
     """
     device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
                                                                else cdist.device())
@@ -213,6 +215,8 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
 
         net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = make_optimizer(model, cfg)
+    adapted = _adapted_parameters(model, optimizer)
+    trust_steps: list[torch.Tensor] = []  # one small tensor per step; moved to the host once, at the end
     precision = Precision(cfg.precision, device)
     # The same generator on every rank: all ranks draw the same global batch and masks,
     # and each keeps its own slice, so W ranks x k micro steps = one process with the whole batch.
@@ -273,6 +277,9 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
             precision.step(optimizer)
             precision.update()
             optimizer.zero_grad(set_to_none=True)
+            if adapted:
+                trust_steps.append(torch.stack([optimizer.state[p]["trust_ratio"] if "trust_ratio" in optimizer.state[p]
+                                                else torch.full((), math.nan, device=p.device) for _, p in adapted]))
             if distributed:
                 torch.distributed.all_reduce(step_loss)  # per-rank shares of the global mean add up
                 step_loss /= world_size
@@ -321,7 +328,26 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
         "device": str(device),
         "precision": precision.state(),
         "curves": curves,
+        "trust_ratios": _trust_ratio_curves(adapted, trust_steps),
     }
+
+
+def _adapted_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list:
+    """``(name, parameter)`` for each parameter whose step LAMB scales by a trust ratio (none for Adam)."""
+    if not isinstance(optimizer, LAMB):
+        return []
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [(names[id(p)], p) for g in optimizer.param_groups if g["weight_decay"] != 0 or g["always_adapt"]
+            for p in g["params"]]
+
+
+def _trust_ratio_curves(adapted: list, steps: list) -> dict | None:
+    if not adapted:
+        return None
+    if not steps:
+        return {name: [] for name, _ in adapted}
+    table = torch.stack(steps).cpu().T.tolist()  # (parameters, steps); a step skipped by the loss scaler: NaN
+    return {name: row for (name, _), row in zip(adapted, table)}
 
 
 def data_digest(data: MLMData) -> str:

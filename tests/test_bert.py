@@ -183,3 +183,22 @@ def test_ranks_with_different_data_get_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))
     with pytest.raises(cdist.WorkerError, match="different MLM data"):
         cdist.launch(mlm_data_differs, 2, quiet=True, timeout_s=120)
+
+
+def test_lamb_runs_record_each_adapted_layers_trust_ratio(small_data):
+    """At step 1 Adam's update is sign(g) per element (m/sqrt(v) = g/|g|; eps and decay made tiny here),
+    so LAMB's first trust ratio for a weight is ||w0|| / sqrt(numel)."""
+    common = dict(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=3, eval_every=3, dropout=0.0,
+                  base_batch_size=8, weight_decay=1e-6, eps=1e-12)
+    model = build_bert("tiny", vocab_size=small_data.vocab_size, max_position=small_data.seq_len, dropout=0.0,
+                       attention_dropout=0.0)
+    expected = {n: float(p.detach().norm()) / p.numel() ** 0.5 for n, p in model.named_parameters()
+                if p.ndim >= 2}  # weights adapt; biases and LayerNorm do not
+    r = train_mlm(MLMTrainConfig(optimizer="lamb", base_lr=1e-2, **common), small_data, device="cpu",
+                  progress="none", model=model)
+    ratios = r["trust_ratios"]
+    assert set(ratios) == set(expected) and all(len(v) == 3 for v in ratios.values())
+    for name, first in expected.items():
+        assert ratios[name][0] == pytest.approx(first, rel=1e-3), name
+    assert train_mlm(MLMTrainConfig(optimizer="adam", base_lr=1e-3, **common), small_data, device="cpu",
+                     progress="none")["trust_ratios"] is None
