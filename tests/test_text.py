@@ -95,3 +95,17 @@ def test_build_mlm_data_holds_out_a_tail(cache):
     inputs, labels = data.masked_batch(8, torch.Generator().manual_seed(0))
     assert inputs.shape == (8, 32) and (labels != -100).any()
     assert "held-out" in data.describe()
+
+
+def test_unigram_loss_is_the_cross_entropy_of_token_frequencies():
+    import math
+
+    from course_lib.data.text import IGNORE_INDEX, MLMData, SpecialIds
+
+    special = SpecialIds(0, 1, 2, 3, 4)
+    train = torch.tensor([[2, 5, 5, 5, 6, 3]])  # counts: 5 three times, 6 once (+1 smoothing on 5..7)
+    labels = torch.tensor([[IGNORE_INDEX, 5, 6, IGNORE_INDEX]])
+    data = MLMData("t", "t", None, special, vocab_size=8, seq_len=6, train_ids=train, eval_inputs=labels.clone(),
+                   eval_labels=labels, num_tokens=6)
+    total = 4 + 2 + 1  # smoothed counts of ids 5, 6, 7
+    assert data.unigram_loss() == pytest.approx(-(math.log(4 / total) + math.log(2 / total)) / 2)

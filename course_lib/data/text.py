@@ -365,6 +365,20 @@ class MLMData:
         return mask_tokens(self.sample(batch_size, generator), vocab_size=self.vocab_size, special=self.special,
                            generator=generator)
 
+    def unigram_loss(self) -> float:
+        """The held-out MLM loss of a model that knows only how often each token occurs.
+
+        Cross-entropy on the held-out labels of the training rows' token frequencies
+        (add-one smoothed; special tokens are never labels, so they are not counted). A
+        run stuck near this loss has learned nothing about context.
+        """
+        ids = self.train_ids.flatten()
+        counts = torch.bincount(ids, minlength=self.vocab_size).double() + 1.0
+        counts[list(self.special.all)] = 0.0
+        log_p = (counts / counts.sum()).log()
+        labels = self.eval_labels[self.eval_labels != IGNORE_INDEX]
+        return float(-log_p[labels].mean())
+
     def describe(self) -> str:
         return (f"{self.corpus_description}\n"
                 f"tokens: {self.num_tokens:,} (WordPiece vocabulary {self.vocab_size:,}); "
