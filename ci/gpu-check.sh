@@ -44,6 +44,10 @@ if "$PY" -c "import course_lib.bench" 2>/dev/null; then
   "$PY" -m course_lib.bench ncf --device "$dev" | tee "$OUT/bench_ncf.txt" || status=1
 fi
 
+echo "== BERT-base training throughput (lesson 07's GPU goal: sequences/s with AMP at 128 tokens)"
+if [ "${CHECK_PROFILE:-full}" = smoke ]; then bert_args="--model tiny --seq-len 32 --batch-size 8 --steps 2"; else bert_args=""; fi
+"$PY" -m course_lib.bench bert --device "${dev:-cpu}" $bert_args | tee "$OUT/bench_bert.txt" || status=1
+
 echo "== figures"
 "$PY" -m course_lib.results --figures "$OUT/results"
 echo "gpu-check: $( [ $status -eq 0 ] && echo ok || echo FAILED ) in $(( $(date +%s) - start )) s; executed notebooks in $OUT"

@@ -1,13 +1,19 @@
-"""Measurements for lesson 01: loader comparison, throughput vs batch size, a profile.
+"""Measurements for lesson 01 (loader comparison, throughput vs batch size, a profile) and 07 (BERT throughput).
 
-Command line (the lesson's numbers without the notebook)::
+Command line (the lessons' numbers without the notebooks)::
 
     python -m course_lib.bench ncf [--batch-size 256] [--device cpu|cuda] [--dataset ml-1m]
+    python -m course_lib.bench bert [--model base] [--seq-len 128] [--batch-size 64] [--device cuda]
 
 prints batch-production and training throughput of the device-resident sampler and of
 the DataLoader path at the same batch size, and ends with ``ratio loader: <x>``
 (device-resident over DataLoader, loading alone). Under Nsight Systems the training
 phases show up as NVTX ranges: ``nsys profile -t cuda,nvtx python -m course_lib.bench ncf``.
+
+``bert`` times LAMB training steps of a BERT shape (BERT-base by default: 12 layers, hidden
+768, vocabulary 30522, 128 tokens) on random token ids — the speed does not depend on the
+text — in fp32 and in each mixed-precision mode the device supports, and ends with
+``bert seqs/s <mode>: <x>`` lines and the speedup of the fastest mode over fp32.
 """
 
 from __future__ import annotations
@@ -115,23 +121,89 @@ def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, devi
     return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
 
 
+# Quoted, not measured here: NVIDIA DeepLearningExamples' BERT README, one V100, phase 1
+# (128 tokens), mixed precision, as the lesson-07 issue cites it.
+V100_PHASE1_AMP_SEQS_PER_S = 172.0
+
+
+def shape_only_mlm_data(vocab_size: int, seq_len: int, rows: int, *, device, seed: int = 0):
+    """An :class:`MLMData` of random token ids: for timing a model shape, not for learning."""
+    from .data.text import MLMData, SpecialIds, mask_tokens
+
+    g = torch.Generator().manual_seed(seed)
+    special = SpecialIds(0, 1, 2, 3, 4)
+    ids = torch.randint(5, vocab_size, (rows + 8, seq_len), generator=g)
+    ids[:, 0], ids[:, -1] = special.cls, special.sep
+    eval_inputs, eval_labels = mask_tokens(ids[-8:], vocab_size=vocab_size, special=special, generator=g)
+    return MLMData(corpus_name="random", corpus_description="random token ids (shape only)", tokenizer=None,
+                   special=special, vocab_size=vocab_size, seq_len=seq_len, train_ids=ids[:-8].to(device),
+                   eval_inputs=eval_inputs.to(device), eval_labels=eval_labels.to(device),
+                   num_tokens=ids.numel())
+
+
+def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int = 64, vocab_size: int = 30522,
+                    device=None, steps: int = 10, warmup_steps: int = 3, precisions=None) -> dict:
+    """Training sequences/s of a BERT shape per precision mode: ``{mode: throughput() record}``."""
+    from .hardware import default_device
+    from .train_mlm import MLMTrainConfig, throughput
+
+    device = torch.device(device) if device is not None else default_device()
+    if precisions is None:
+        precisions = ["fp32", "bf16"] + (["fp16"] if device.type == "cuda" else [])  # CPU bf16 may be emulated: measured
+    data = shape_only_mlm_data(vocab_size, seq_len, max(batch_size, 8), device=device)
+    cfg = MLMTrainConfig(model=model, global_batch_size=batch_size, micro_batch_size=batch_size, optimizer="lamb",
+                         dropout=0.1)
+    out = {}
+    for mode in precisions:
+        out[mode] = throughput(cfg.replace(precision=mode), data, device=device, steps=steps,
+                               warmup_steps=warmup_steps)
+        out[mode]["batch_size"] = batch_size
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["ncf"], help="which benchmark")
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("what", choices=["ncf", "bert"], help="which benchmark")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 256 (ncf), 64 (bert)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--dataset", default="ml-1m", help="ml-1m, ml-20m or synthetic")
-    parser.add_argument("--profile", default="full", help="full or smoke ($COURSE_PROFILE overrides)")
+    parser.add_argument("--dataset", default="ml-1m", help="ncf: ml-1m, ml-20m or synthetic")
+    parser.add_argument("--profile", default="full", help="ncf: full or smoke ($COURSE_PROFILE overrides)")
+    parser.add_argument("--model", default="base", help="bert: a preset of course_lib.models.bert (default base)")
+    parser.add_argument("--seq-len", type=int, default=128, help="bert: tokens per sequence")
+    parser.add_argument("--steps", type=int, default=10, help="bert: timed steps per precision mode")
     args = parser.parse_args(argv)
+    if args.what == "bert":
+        return _main_bert(args)
 
     from .data import load_implicit
 
     data = load_implicit(args.dataset, profile=args.profile)
     print(f"data: {data.source}")
-    comp = loader_comparison(data, TrainConfig(batch_size=args.batch_size), device=args.device)
+    comp = loader_comparison(data, TrainConfig(batch_size=args.batch_size or 256), device=args.device)
     print(comparison_table(comp))
     print(f"ratio training: {comp['ratio_training']:.2f}")
     print(f"ratio loader: {comp['ratio_loading']:.1f}")
+    return 0
+
+
+def _main_bert(args) -> int:
+    batch = args.batch_size or 64
+    print(f"BERT {args.model}, {args.seq_len} tokens, batch {batch}, LAMB training steps on random ids", flush=True)
+    res = bert_throughput(args.model, seq_len=args.seq_len, batch_size=batch, device=args.device, steps=args.steps,
+                          warmup_steps=max(1, min(3, args.steps)))
+    t = Table(["precision", "sequences/s", "tokens/s", "step (ms)", "speedup vs fp32"])
+    for mode, r in res.items():
+        t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
+                                 "step (ms)": round(r["step_s"] * 1e3, 1),
+                                 "speedup vs fp32": round(r["seqs_per_s"] / res["fp32"]["seqs_per_s"], 2)})
+    print(t)
+    for mode, r in res.items():
+        print(f"bert seqs/s {mode}: {r['seqs_per_s']:.1f}")
+    best = max(res, key=lambda m: res[m]["seqs_per_s"])
+    print(f"ratio {best} vs fp32: {res[best]['seqs_per_s'] / res['fp32']['seqs_per_s']:.2f}")
+    if args.model == "base" and args.seq_len == 128:
+        print(f"ratio {best} vs V100 phase-1 AMP (~{V100_PHASE1_AMP_SEQS_PER_S:.0f} seq/s, NVIDIA, quoted): "
+              f"{res[best]['seqs_per_s'] / V100_PHASE1_AMP_SEQS_PER_S:.2f}")
     return 0
 
 
