@@ -170,7 +170,7 @@ def figure_lines(directory: Path | None = None) -> list[str]:
         for key, value in sorted(rec.items()):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 lines.append(f"FIGURE {name}.{key} = {value:.6g}")
-            elif value is None and key.endswith("_s"):
+            elif value is None and (key.endswith("_s") or "to_target" in key):  # a time or a step count
                 lines.append(f"FIGURE {name}.{key} = not reached")
     return lines
 

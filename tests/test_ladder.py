@@ -76,3 +76,15 @@ def test_pick_degraded_batch():
     assert pick_degraded_batch(rows, (4096, 16384, 65536)) == 16384
     assert pick_degraded_batch(rows[:2], (1024, 4096)) == 4096
     assert pick_degraded_batch([], (16384, 65536)) == 16384
+
+
+def test_figure_lines_one_per_scalar_and_unreached_said_so(tmp_path):
+    results.save_result("07_x", {"lamb_steps_to_target": 60, "adam_steps_to_target": None, "time_to_target_s": None,
+                                 "speedup": 2.03, "label": "text is not a figure", "curve": [1, 2], "ok": True,
+                                 "note": None}, directory=tmp_path)
+    assert results.figure_lines(tmp_path) == [
+        "FIGURE 07_x.adam_steps_to_target = not reached",
+        "FIGURE 07_x.lamb_steps_to_target = 60",
+        "FIGURE 07_x.speedup = 2.03",
+        "FIGURE 07_x.time_to_target_s = not reached",
+    ]
