@@ -274,12 +274,13 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
             precision.unscale_(optimizer)  # true gradients for clipping and for LAMB's norms
             if cfg.optimizer == "adam" and cfg.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            precision.step(optimizer)
+            taken = precision.step(optimizer)
             precision.update()
             optimizer.zero_grad(set_to_none=True)
-            if adapted:
-                trust_steps.append(torch.stack([optimizer.state[p]["trust_ratio"] if "trust_ratio" in optimizer.state[p]
-                                                else torch.full((), math.nan, device=p.device) for _, p in adapted]))
+            if adapted:  # NaN where no ratio was used: a step the fp16 loss scaler skipped, a weight without gradient
+                nan = torch.full((), math.nan, device=device)
+                trust_steps.append(torch.stack([optimizer.state[p].get("trust_ratio", nan) if taken else nan
+                                                for _, p in adapted]))
             if distributed:
                 torch.distributed.all_reduce(step_loss)  # per-rank shares of the global mean add up
                 step_loss /= world_size
@@ -337,8 +338,7 @@ def _adapted_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer
     if not isinstance(optimizer, LAMB):
         return []
     names = {id(p): n for n, p in model.named_parameters()}
-    return [(names[id(p)], p) for g in optimizer.param_groups if g["weight_decay"] != 0 or g["always_adapt"]
-            for p in g["params"]]
+    return [(names[id(p)], p) for g in optimizer.param_groups if LAMB.adapts(g) for p in g["params"]]
 
 
 def _trust_ratio_curves(adapted: list, steps: list) -> dict | None:
@@ -346,7 +346,7 @@ def _trust_ratio_curves(adapted: list, steps: list) -> dict | None:
         return None
     if not steps:
         return {name: [] for name, _ in adapted}
-    table = torch.stack(steps).cpu().T.tolist()  # (parameters, steps); a step skipped by the loss scaler: NaN
+    table = torch.stack(steps).cpu().T.tolist()  # (parameters, steps)
     return {name: row for (name, _), row in zip(adapted, table)}
 
 

@@ -123,6 +123,11 @@ class LAMB(torch.optim.Optimizer):
                     f"a param group has {group['max_grad_norm']!r}, the optimizer {max_grad_norm!r}"
                 )
 
+    @staticmethod
+    def adapts(group: dict) -> bool:
+        """Whether a param group's steps are scaled by trust ratios (decayed, or ``always_adapt``)."""
+        return group["weight_decay"] != 0 or group["always_adapt"]
+
     @torch.no_grad()
     def _global_clip_divisor(self) -> torch.Tensor | None:
         """``max(1, ||g||_global / max_grad_norm)`` over every gradient, or None when off."""
@@ -152,7 +157,7 @@ class LAMB(torch.optim.Optimizer):
             beta3 = 1.0 - beta1 if group["grad_averaging"] else 1.0
             eps = group["eps"]
             weight_decay = group["weight_decay"]
-            adapt = weight_decay != 0 or group["always_adapt"]
+            adapt = self.adapts(group)
             for p in group["params"]:
                 if p.grad is None:
                     continue
