@@ -217,6 +217,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     optimizer = make_optimizer(model, cfg)
     adapted = _adapted_parameters(model, optimizer)
     trust_steps: list[torch.Tensor] = []  # one small tensor per step; moved to the host once, at the end
+    nan = torch.full((), math.nan, device=device)
     precision = Precision(cfg.precision, device)
     # The same generator on every rank: all ranks draw the same global batch and masks,
     # and each keeps its own slice, so W ranks x k micro steps = one process with the whole batch.
@@ -278,7 +279,6 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
             precision.update()
             optimizer.zero_grad(set_to_none=True)
             if adapted:  # NaN where no ratio was used: a step the fp16 loss scaler skipped, a weight without gradient
-                nan = torch.full((), math.nan, device=device)
                 trust_steps.append(torch.stack([optimizer.state[p].get("trust_ratio", nan) if taken else nan
                                                 for _, p in adapted]))
             if distributed:
