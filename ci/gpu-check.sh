@@ -49,6 +49,6 @@ if [ "${CHECK_PROFILE:-full}" = smoke ]; then bert_args="--model tiny --seq-len 
 "$PY" -m course_lib.bench bert --device "${dev:-cpu}" $bert_args | tee "$OUT/bench_bert.txt" || status=1
 
 echo "== figures"
-"$PY" -m course_lib.results --figures "$OUT/results"
+"$PY" -m course_lib.summary --figures "$OUT/results"
 echo "gpu-check: $( [ $status -eq 0 ] && echo ok || echo FAILED ) in $(( $(date +%s) - start )) s; executed notebooks in $OUT"
 exit $status

@@ -1,7 +1,51 @@
 """course_lib: the tested helpers every lesson of the large-batch course imports.
 
-One concept per module (see README.md for the map). Importing the package does no
-work beyond definitions: no seeding, no rcParams, no device touched.
+One concept per module. Importing the package does no work beyond definitions: no
+seeding, no rcParams, no device touched. The map, lowest layer first (a module imports
+only from the layers above it in this list, never from one below):
+
+Foundations (no other course_lib module, or only these)
+    tables.py        Table: the tables every lesson prints (text, HTML, Markdown)
+    config.py        run profiles (full / smoke); BatchConfig: global = ranks x micro x accumulation
+    fileio.py        atomic writes, verified downloads, the cache directory
+    progress.py      bar vs log lines: one rule for every long-running call
+    metrics.py       HR@K, NDCG@K, time to target
+    hardware.py      what this machine has (cores, GPUs, backends, 16-bit support)
+    precision.py     Precision: autocast, fp16 loss scaling, unscale before the step
+    dist.py          process groups, rank helpers, launch() from a notebook cell, torchrun entry
+    tiers.py         the tier plan: every per-tier decision, a pure function of a hardware description
+    results.py       each lesson's measurements saved as JSON
+    plots.py         the lessons' figures (pyplot imported inside each function)
+Models, data, optimizers
+    data/            movielens.py, synthetic.py, sampler.py (NeuMF's batches), text.py (BERT's corpus)
+    models/          ncf.py (NeuMF), bert.py, mlp_bn.py
+    optim/           schedules.py (scaling rules, warmup, decay), lars.py, lamb.py, param groups
+Distributed mechanics
+    parallel/        data_parallel.py (the per-rank slice, accumulation, DDP wrap), checkpoint.py,
+                     sync_batchnorm.py, scaling.py; tensor/pipeline/sharded parallelism go here (lesson 10)
+    comm/            cost.py (alpha-beta model of collectives), bench.py (measured), plots.py;
+                     collectives from send/recv go here (lesson 08)
+Training
+    train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
+                     mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)
+What the lessons measure and show
+    search.py        scaled settings, sweeps and their tables, lr grids that extend at their edge
+    ladder.py        the trick ladder: the one writer and reader of its rungs
+    mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
+    optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
+    widgets.py       interactive sliders (a static figure under papermill/CI)
+    lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
+    summary.py       the run summary of `make course` and gpu-check's FIGURE lines
+    bench.py         `python -m course_lib.bench ncf|bert`
+    checks.py        the exercises' checks
+Entry points: run.py (`python -m course_lib.run module:worker` under torchrun),
+train_ddp.py (lesson 06 as a script, SLURM).
+
+Where a new lesson's helpers go: mechanics in the package of their kind (a collective in
+comm/, a way of splitting a model in parallel/, a probe of the hardware in a perf/
+package); what the lesson measures and reads from its results in a module named for the
+concept (like optimizer_study.py); its worker functions in train/workers.py or beside the
+mechanics they run. Each with tests in tests/, next to the invariant it makes true.
 """
 
 __version__ = "0.1.0"

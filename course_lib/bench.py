@@ -23,12 +23,18 @@ import sys
 import time
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
+from .data import load_implicit
 from .data.movielens import ImplicitData
 from .data.sampler import DeviceSampler, make_dataloader
+from .data.text import MLMData, SpecialIds, mask_tokens
+from .hardware import default_device
 from .metrics import throughput
 from .tables import Table
-from .train import TrainConfig, train_to_target
+from .train.mlm import MLMTrainConfig
+from .train.mlm import throughput as mlm_throughput
+from .train.ncf import TrainConfig, train_to_target
 
 
 def _sync(device: torch.device):
@@ -54,8 +60,6 @@ def batch_production_rate(batches, num_samples: int, device: torch.device) -> fl
 def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, device=None,
                       load_samples: int = 200_000, train_steps: int = 150) -> dict:
     """Device-resident sampler vs per-sample DataLoader at the same batch size, measured now."""
-    from .hardware import default_device
-
     cfg = cfg or TrainConfig()
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)
@@ -108,10 +112,6 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
 def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, device=None,
                   sort_by: str | None = None, row_limit: int = 10) -> str:
     """``torch.profiler`` over a few training steps; the table of the top ops (and phase ranges)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from .hardware import default_device
-
     device = torch.device(device) if device is not None else default_device()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     train_to_target(data, cfg, max_steps=3, device=device, progress="none", evaluate_points=False)  # warm-up
@@ -128,8 +128,6 @@ V100_PHASE1_AMP_SEQS_PER_S = 172.0
 
 def shape_only_mlm_data(vocab_size: int, seq_len: int, rows: int, *, device, seed: int = 0):
     """An :class:`MLMData` of random token ids: for timing a model shape, not for learning."""
-    from .data.text import MLMData, SpecialIds, mask_tokens
-
     g = torch.Generator().manual_seed(seed)
     special = SpecialIds(0, 1, 2, 3, 4)
     ids = torch.randint(5, vocab_size, (rows + 8, seq_len), generator=g)
@@ -144,9 +142,6 @@ def shape_only_mlm_data(vocab_size: int, seq_len: int, rows: int, *, device, see
 def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int = 64, vocab_size: int = 30522,
                     device=None, steps: int = 10, warmup_steps: int = 3, precisions=None) -> dict:
     """Training sequences/s of a BERT shape per precision mode: ``{mode: throughput() record}``."""
-    from .hardware import default_device
-    from .train_mlm import MLMTrainConfig, throughput
-
     device = torch.device(device) if device is not None else default_device()
     if precisions is None:
         precisions = ["fp32", "bf16"] + (["fp16"] if device.type == "cuda" else [])  # CPU bf16 may be emulated: measured
@@ -155,7 +150,7 @@ def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int 
                          dropout=0.1)
     out = {}
     for mode in precisions:
-        out[mode] = throughput(cfg.replace(precision=mode), data, device=device, steps=steps,
+        out[mode] = mlm_throughput(cfg.replace(precision=mode), data, device=device, steps=steps,
                                warmup_steps=warmup_steps)
         out[mode]["batch_size"] = batch_size
     return out
@@ -174,8 +169,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.what == "bert":
         return _main_bert(args)
-
-    from .data import load_implicit
 
     data = load_implicit(args.dataset, profile=args.profile)
     print(f"data: {data.source}")

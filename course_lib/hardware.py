@@ -141,13 +141,13 @@ def _gpus_from_torch() -> tuple[GPU, ...]:
 def detect() -> Hardware:
     """Detect cores, GPUs, backends and autocast support of this machine."""
     cuda = torch.cuda.is_available()
-    gpus: tuple[GPU, ...] = ()
-    if cuda:
-        gpus = _gpus_from_nvidia_smi() or ()
-        if len(gpus) != torch.cuda.device_count():
-            gpus = _gpus_from_torch()
+    # nvidia-smi is asked even without CUDA: GPUs this torch cannot use (a CPU-only build, a
+    # driver too old) are listed with cuda_available=False, and the tier plan says so.
+    gpus: tuple[GPU, ...] = _gpus_from_nvidia_smi() or ()
+    if cuda and len(gpus) != torch.cuda.device_count():
+        gpus = _gpus_from_torch()
     model, flags = _cpu_info()
-    if gpus:
+    if gpus and cuda:
         major = min(int(g.compute_capability.split(".")[0]) for g in gpus)
         bf16 = "native" if major >= 8 else "emulated (slow)"  # bf16 tensor cores from Ampere (8.0)
         fp16 = "native" if major >= 7 else "yes"  # fp16 tensor cores from Volta (7.0)

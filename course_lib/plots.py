@@ -191,6 +191,37 @@ def plot_trust_ratios(history: dict, *, ax=None, title: str = ""):
     return fig
 
 
+def plot_mlm_runs(records: dict, target: float, title: str):
+    """BERT runs side by side (lesson 07): train loss per step, and held-out loss per sequence seen
+    with the target, zoomed on the approach to it (where runs differ)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for name, r in records.items():
+        c = r["curves"]
+        ax1.plot(c["step"], c["train_loss"], label=name, alpha=0.8)
+        ax2.plot([s * r["config"]["global_batch_size"] for s in c["eval_step"]], c["eval_loss"], marker="o", label=name)
+    ax2.axhline(target, color="gray", ls="--", lw=1, label="target")
+    finite = [r["best_eval_loss"] for r in records.values() if r["best_eval_loss"] is not None]
+    ax2.set_ylim(min(finite + [target]) - 0.1, target + 1.0)
+    ax1.set(xlabel="optimizer step", ylabel="train MLM loss", title=title)
+    ax2.set(xlabel="sequences seen", ylabel="held-out MLM loss", title="held-out loss")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_lamb_trust_ratios(ratios: dict, *, title: str = ""):
+    """LAMB's trust ratio of every adapted weight per step, log y (lesson 07; ``record["trust_ratios"]``)."""
+    fig, ax = _axes(None, figsize=(11, 3.8))
+    for name, row in ratios.items():
+        ax.plot(range(1, len(row) + 1), row, lw=1, label=name.replace("encoder.", "").replace(".weight", ""))
+    ax.set(xlabel="optimizer step", ylabel="trust ratio ||w|| / ||u||", yscale="log", title=title)
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
 # fp16's range (IEEE binary16): smallest subnormal, smallest normal, largest finite
 FP16_SUBNORMAL, FP16_MIN_NORMAL, FP16_MAX = 2.0 ** -24, 2.0 ** -14, 65504.0
 

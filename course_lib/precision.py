@@ -38,6 +38,8 @@ import contextlib
 
 import torch
 
+from .hardware import detect
+
 MODES = ("fp32", "bf16", "fp16", "auto")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -46,8 +48,6 @@ def auto_mode(hw=None, device: torch.device | str = "cpu") -> str:
     """The mode ``"auto"`` resolves to on this machine for ``device`` (lesson 05)."""
     device = torch.device(device)
     if hw is None:
-        from .hardware import detect
-
         hw = detect()
     if hw.bf16_autocast == "native":
         if device.type == "cuda" or not hw.gpu_count:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from . import dist
-from .ddp import RunSpec, ncf_worker
+from .train.workers import RunSpec, ncf_worker
 from .results import save_result
 
 

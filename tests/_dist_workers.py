@@ -53,7 +53,7 @@ def hang_in_collective(rank, world_size, pid_dir):
 def mlm_data_differs(rank, world_size):
     """Each rank builds MLM data from a different text: the check must stop every rank."""
     from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
-    from course_lib.train_mlm import check_same_data_on_all_ranks
+    from course_lib.train.workers import check_same_data_on_all_ranks
 
     docs = pydoc_corpus().documents[rank * 5:rank * 5 + 5]
     data = build_mlm_data(Corpus(f"rank{rank}", "test", tuple(docs)), vocab_size=200, seq_len=16, max_tokens=2000)

@@ -1,4 +1,4 @@
-"""course_lib.models.bert and course_lib.train_mlm (lesson 07)."""
+"""course_lib.models.bert and course_lib.train.mlm (lesson 07)."""
 
 import math
 
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
 from course_lib.models import bert as bert_mod
 from course_lib.models.bert import PRESETS, BertForMLM, bert_config, build_bert
-from course_lib.train_mlm import MLMTrainConfig, train_mlm
+from course_lib.train.mlm import MLMTrainConfig, train_mlm
 
 TINY = dict(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, max_position=16)
 
@@ -144,7 +144,7 @@ def test_two_ranks_with_accumulation_match_one_process(tmp_path, monkeypatch):
     """
     from course_lib import dist as cdist
     from course_lib.data.text import load_corpus
-    from course_lib.train_mlm import mlm_worker
+    from course_lib.train.workers import mlm_worker
 
     text_dir = tmp_path / "text"
     text_dir.mkdir()

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from course_lib import checks
+from course_lib.checks import l06_allreduce as l06
 from course_lib.metrics import positive_rank
 from course_lib.optim import LAMB, LARS, lars_trust_ratio
 
@@ -313,12 +314,12 @@ def test_strict_mode_raises_on_failure_and_on_a_stub(monkeypatch):
 
 def test_gradient_averaging_check_against_ddp():
     # One launch (2 ranks) checks both implementations, to keep the suite fast.
-    per_rank = checks._launch_cases("check_average_gradients", checks._grad_avg_worker,
+    per_rank = l06._launch_cases("check_average_gradients", l06._grad_avg_worker,
                                     [average_gradients_ok, average_gradients_sums], 2, True)
     assert isinstance(per_rank, list), per_rank
-    ok = checks._grad_avg_result("check_average_gradients", [r[0] for r in per_rank], 2, True)
+    ok = l06._grad_avg_result("check_average_gradients", [r[0] for r in per_rank], 2, True)
     assert ok.passed, ok.message
-    summed = checks._grad_avg_result("check_average_gradients", [r[1] for r in per_rank], 2, True)
+    summed = l06._grad_avg_result("check_average_gradients", [r[1] for r in per_rank], 2, True)
     assert not summed.passed
     assert "2 times DDP's gradient" in summed.message and "SUMs" in summed.message, summed.message
 
@@ -327,11 +328,11 @@ def test_ring_all_reduce_check_on_three_ranks():
     # One launch (3 ranks): a correct ring, and one that drops the remainder of uneven chunks.
     sizes = checks.ring_sizes(3)
     assert {1, 2, 4, 1001, (4, 3)} <= set(sizes)  # shorter than, and not divisible by, world_size; 2-D
-    per_rank = checks._launch_cases("check_ring_all_reduce", checks._ring_worker,
+    per_rank = l06._launch_cases("check_ring_all_reduce", l06._ring_worker,
                                     [ring_ok, ring_even_chunks_only], 3, sizes)
     assert isinstance(per_rank, list), per_rank
-    ok = checks._ring_result("check_ring_all_reduce", [r[0] for r in per_rank], 3, sizes)
+    ok = l06._ring_result("check_ring_all_reduce", [r[0] for r in per_rank], 3, sizes)
     assert ok.passed, ok.message
-    uneven = checks._ring_result("check_ring_all_reduce", [r[1] for r in per_rank], 3, sizes)
+    uneven = l06._ring_result("check_ring_all_reduce", [r[1] for r in per_rank], 3, sizes)
     assert not uneven.passed
     assert "shape (1,) on 3 ranks" in uneven.message and "tensor_split" in uneven.message, uneven.message

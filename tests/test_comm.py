@@ -212,7 +212,7 @@ def test_plot_allreduce_cost(p):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from course_lib import comm_plots
+    from course_lib.comm import plots as comm_plots
 
     fig, (ax_t, ax_bw) = comm_plots.plot_allreduce_cost(_fake_result(p))
     n_lines = 2 + (len(comm.ALLREDUCE_ALGORITHMS) if p > 1 else 0)
@@ -226,7 +226,7 @@ def test_plot_ddp_buckets():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from course_lib import comm_plots
+    from course_lib.comm import plots as comm_plots
 
     rows = [{"bucket_cap_mb": 1.0, "step_ms": 10.0, "overlap": True},
             {"bucket_cap_mb": 4.5, "step_ms": 12.0, "overlap": False},
@@ -240,7 +240,7 @@ def test_importing_the_plots_sets_nothing():
     import subprocess
     import sys
 
-    code = ("import sys, course_lib.comm_plots, course_lib.comm; "
+    code = ("import sys, course_lib.comm.plots, course_lib.comm; "
             "print('matplotlib.pyplot' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

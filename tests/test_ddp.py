@@ -1,4 +1,4 @@
-"""Data parallel training (course_lib.ddp): the invariants that make lesson 06 true, on CPU/gloo.
+"""Data parallel training (course_lib.parallel, course_lib.train.workers): the invariants that make lesson 06 true, on CPU/gloo.
 
 Launches cost seconds each (process start, torch import, the first DDP construction), so
 one module-scoped DDP run serves several tests: 2 ranks x micro batch 64 x 2 accumulation
@@ -18,9 +18,10 @@ import torch
 
 from course_lib import dist as cdist
 from course_lib.config import BatchConfig
-from course_lib.ddp import (CHECKPOINT_NAME, Checkpointer, RunSpec, batch_config, batch_table, batchnorm_table,
-                            batchnorm_worker, ncf_worker)
+from course_lib.parallel import CHECKPOINT_NAME, Checkpointer, batch_config, batch_table
+from course_lib.parallel.sync_batchnorm import batchnorm_table, batchnorm_worker
 from course_lib.train import TrainConfig, train_to_target
+from course_lib.train.workers import RunSpec, ncf_worker
 
 pytestmark = pytest.mark.slow
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import results
-from course_lib.explore import scaled_config, scaling_table, sweep_table
+from course_lib import ladder, results, summary
+from course_lib.search import scaled_config, scaling_table, sweep_table
 from course_lib.train import TrainConfig, TrainResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,30 +22,55 @@ def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", precision="fp32") -> 
 
 
 def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
-    results.save_ladder_result("+warmup", fake_result(16384, 0.01, None, hr=0.7), setting="b16384 warmup",
+    ladder.save_ladder_result("+warmup", fake_result(16384, 0.01, None, hr=0.7), setting="b16384 warmup",
                                directory=tmp_path)
-    results.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=tmp_path)
-    results.save_ladder_result("+linear scaling", fake_result(4096, 4e-3, 10.0), setting="b4096",
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=tmp_path)
+    ladder.save_ladder_result("+linear scaling", fake_result(4096, 4e-3, 10.0), setting="b4096",
                                directory=tmp_path)
-    rows = results.ladder_rows(tmp_path)
+    rows = ladder.ladder_rows(tmp_path)
     assert [r["step"] for r in rows] == ["baseline", "+linear scaling", "+warmup"]
     assert rows[0]["speedup"] == pytest.approx(1.0) and rows[1]["speedup"] == pytest.approx(4.0)
     assert rows[2]["speedup"] is None and rows[2]["time_to_target_s"] is None
     assert rows[1]["batch_size"] == 4096 and rows[1]["precision"] == "fp32"
-    md = results.ladder_table(tmp_path).to_markdown()
+    md = ladder.ladder_table(tmp_path).to_markdown()
     assert "4.0x" in md and "not reached" in md
     with pytest.raises(ValueError):
-        results.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, directory=tmp_path)
+        ladder.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
+                               directory=tmp_path)
+    with pytest.raises(ValueError, match="dataset"):
+        ladder.save_ladder_row("+LARS", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="",
+                               directory=tmp_path)
+
+
+def test_ladder_refuses_rungs_of_different_datasets(tmp_path):
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=tmp_path)
+    other = fake_result(4096, 4e-3, 10.0)
+    other.dataset = "ml-20m"
+    ladder.save_ladder_result("+linear scaling", other, setting="b4096", directory=tmp_path)
+    for read in (ladder.ladder_rows, ladder.ladder_table, ladder.ladder_figure):
+        with pytest.raises(ladder.LadderMismatch, match="'baseline': synthetic-tiny, '\\+linear scaling': ml-20m"):
+            read(tmp_path)
+
+
+def test_each_rung_says_what_actually_ran(tmp_path):
+    lamb = fake_result(16384, 1e-2, 8.0, optimizer="lamb", precision="bf16")
+    lamb.config["warmup_steps"] = 40
+    ladder.save_ladder_result("+LARS", lamb, setting="layer-wise adaptive", directory=tmp_path)
+    row = ladder.ladder_rows(tmp_path)[0]
+    assert row["ran"] == "lamb, linear warmup 40 steps, bf16" and row["dataset"] == "synthetic-tiny"
+    assert "| lamb, linear warmup 40 steps, bf16 |" in ladder.ladder_table(tmp_path).to_markdown()
+    assert ladder.what_ran({"optimizer": "adam", "lr_scaling": "sqrt", "precision": "fp32"}, 2) == \
+        "adam, sqrt rule, fp32, 2 ranks"
 
 
 def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    assert results.ladder_figure(tmp_path / "empty") is None
+    assert ladder.ladder_figure(tmp_path / "empty") is None
     res = tmp_path / "results"
-    results.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=res)
-    results.save_ladder_result("+LARS", fake_result(65536, 1.0, 8.0, optimizer="lars"), setting="lars",
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), setting="b256", directory=res)
+    ladder.save_ladder_result("+LARS", fake_result(65536, 1.0, 8.0, optimizer="lars"), setting="lars",
                                directory=res)
     monkeypatch.syspath_prepend(str(REPO / "ci"))
     mod = importlib.import_module("run_notebooks")
@@ -69,7 +94,7 @@ def test_scaling_rules_table_and_configs():
 
 
 def test_pick_degraded_batch():
-    from course_lib.explore import pick_degraded_batch
+    from course_lib.search import pick_degraded_batch
 
     rows = [{"rule": "linear", "batch size": b, "time to target (s)": t, "epochs to target": e}
             for b, t, e in ((1024, 5.0, 1.0), (4096, 4.0, 2.0), (16384, None, None), (65536, None, None))]
@@ -82,7 +107,7 @@ def test_figure_lines_one_per_scalar_and_unreached_said_so(tmp_path):
     results.save_result("07_x", {"lamb_steps_to_target": 60, "adam_steps_to_target": None, "time_to_target_s": None,
                                  "speedup": 2.03, "label": "text is not a figure", "curve": [1, 2], "ok": True,
                                  "note": None}, directory=tmp_path)
-    assert results.figure_lines(tmp_path) == [
+    assert summary.figure_lines(tmp_path) == [
         "FIGURE 07_x.adam_steps_to_target = not reached",
         "FIGURE 07_x.lamb_steps_to_target = 60",
         "FIGURE 07_x.speedup = 2.03",

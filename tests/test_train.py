@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-import course_lib.train as train
-from course_lib.train import TrainConfig, evaluate_popularity, save_result, train_to_target
+import course_lib.train.ncf as train
+from course_lib.results import save_result
+from course_lib.train import TrainConfig, evaluate_popularity, train_to_target
 
 
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-import course_lib.train as train
+import course_lib.train.ncf as train
 from course_lib.optim import lr_at
 from course_lib.precision import Precision
 from course_lib.train import TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target

@@ -1,23 +1,11 @@
-"""A small MLP with BatchNorm, and batch statistics synchronized across ranks (lesson 06).
+"""A small MLP with BatchNorm: the smallest model where BatchNorm matters (lesson 06).
 
-BatchNorm normalizes with the mean and variance *of the batch it sees*. Under data
-parallelism each rank sees only its slice of the global batch, so plain BatchNorm
-normalizes with the statistics of ``B / W`` samples: at a small per-rank batch they are
-noisy, and the running statistics kept for evaluation differ from what one process with
-the whole batch would keep. ``torch.nn.SyncBatchNorm`` all-reduces the statistics so
-every rank normalizes with those of the global batch.
-
-``torch.nn.SyncBatchNorm`` runs on GPUs only: on CPU tensors its forward raises
-"SyncBatchNorm expected input tensor to be on GPU ..." (torch 2.13,
-``torch/nn/modules/batchnorm.py``). :class:`AllReduceBatchNorm` does the same job with
-two explicit all-reduces (sum, then sum of squared deviations), so the lesson can show
-it on CPU with gloo; :func:`convert_sync_batchnorm` picks the one that fits the backend.
+Synchronizing its batch statistics across ranks is :mod:`course_lib.parallel.sync_batchnorm`.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 
@@ -33,74 +21,3 @@ class MLPBN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, in) -> (B, out)."""
         return self.fc2(torch.relu(self.bn(self.fc1(x))))
-
-
-class _AllReduceSum(torch.autograd.Function):
-    """Sum over ranks, differentiable: the gradient of a sum over ranks is the sum over
-    ranks of the gradients (what SyncBatchNorm's backward all-reduces, too)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
-
-
-class AllReduceBatchNorm(nn.BatchNorm1d):
-    """BatchNorm over the global batch, for (N, C) or (N, C, L) inputs, on any backend.
-
-    In training with more than one rank: global count ``n``, global mean, then global
-    (biased) variance of the deviations, each one all-reduce; normalize with them and
-    update the running statistics with the unbiased variance ``var * n / (n - 1)``, as
-    ``nn.BatchNorm1d`` does for one process that holds the whole batch. Otherwise
-    (evaluation, one rank) it is plain BatchNorm.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(x)
-        dims = [0] + list(range(2, x.dim()))  # every dim but channels
-        shape = [1, -1] + [1] * (x.dim() - 2)  # (1, C) or (1, C, 1)
-        count = torch.tensor([x.numel() / x.shape[1]], dtype=x.dtype, device=x.device)
-        dist.all_reduce(count)
-        n = count.item()
-        mean = _AllReduceSum.apply(x.sum(dims)) / n  # (C,)
-        var = _AllReduceSum.apply(((x - mean.view(shape)) ** 2).sum(dims)) / n  # (C,), biased
-        if self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked += 1
-                m = self.momentum if self.momentum is not None else 1.0 / self.num_batches_tracked.item()
-                self.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
-                self.running_var.mul_(1 - m).add_(var.detach() * n / max(n - 1, 1), alpha=m)
-        y = (x - mean.view(shape)) / torch.sqrt(var.view(shape) + self.eps)
-        if self.affine:
-            y = y * self.weight.view(shape) + self.bias.view(shape)
-        return y
-
-
-def convert_sync_batchnorm(module: nn.Module, backend: str | None = None) -> nn.Module:
-    """Every ``BatchNorm1d`` of ``module`` synchronized across ranks.
-
-    NCCL (GPU tensors): ``nn.SyncBatchNorm.convert_sync_batchnorm``, the real thing.
-    Other backends (gloo on CPU): :class:`AllReduceBatchNorm`, same statistics.
-    Parameters and running statistics are carried over.
-    """
-    if backend is None:
-        backend = dist.get_backend() if dist.is_available() and dist.is_initialized() else "gloo"
-    if backend == "nccl":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(module)
-    if isinstance(module, nn.BatchNorm1d) and not isinstance(module, AllReduceBatchNorm):
-        new = AllReduceBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
-                                 module.track_running_stats)
-        new.load_state_dict(module.state_dict())
-        new.train(module.training)
-        return new
-    for name, child in module.named_children():
-        module.add_module(name, convert_sync_batchnorm(child, backend))
-    return module

@@ -1,7 +1,8 @@
 """BERT masked-LM pretraining: ``train_mlm(cfg, data, device=...) -> record`` (lesson 07_bert_lamb).
 
-One loop for every run of the lesson; the lesson changes :class:`MLMTrainConfig`, never
-the loop:
+The step is the course's one engine (:mod:`course_lib.train.engine`), as for NeuMF; this
+module adds BERT's model, masked batches and held-out loss. The lesson changes
+:class:`MLMTrainConfig`, never the loop:
 
 - the batch is stated once (``global_batch_size``, ``micro_batch_size``) and
   ``grad_accum_steps`` is derived by :class:`course_lib.config.BatchConfig`, which
@@ -24,21 +25,23 @@ excluded (reported as ``eval_time_s``). Not reached: ``None``, never the run len
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
-from . import dist as cdist
-from .config import BatchConfig
-from .data.text import IGNORE_INDEX, MLMData
-from .models.bert import BertForMLM, bert_config
-from .optim import LAMB, linear_scaled_lr, lr_at, param_groups, sqrt_scaled_lr
-from .precision import Precision
-from .progress import resolve_progress
+from .. import dist as cdist
+from ..config import BatchConfig
+from ..data.text import IGNORE_INDEX, MLMData
+from ..models.bert import BertForMLM, bert_config
+from ..optim import LAMB, linear_scaled_lr, lr_at, param_groups, sqrt_scaled_lr
+from ..parallel.data_parallel import DataParallel
+from ..precision import Precision
+from ..progress import resolve_progress
+from .engine import Engine, sync
 
 OPTIMIZERS = ("adam", "lamb")
 LR_SCALINGS = ("sqrt", "linear", "none")
@@ -156,8 +159,6 @@ class _Progress:
     def __init__(self, mode: str, total: int, label: str):
         self.mode, self.label, self.bar = mode, label, None
         if mode == "bar":
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=total, desc=label, unit="step", leave=True)
 
     def step(self):
@@ -179,11 +180,6 @@ class _Progress:
 # --------------------------------------------------------------------------- the loop
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str | None = None,
               progress: str = "auto", model: BertForMLM | None = None) -> dict:
     """Pretrain a BERT on ``data`` with ``cfg``; return the run's record (a dict; on ranks > 0 too).
@@ -198,10 +194,9 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     """
     device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
                                                                else cdist.device())
-    rank, world_size = cdist.rank(), cdist.world_size()
+    world_size = cdist.world_size()
     distributed = cdist._initialized() and world_size > 1
-    batch = cfg.batch(world_size)
-    accum = batch.grad_accum_steps
+    accum = cfg.batch(world_size).grad_accum_steps
     label = cfg.name()
 
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank (DDP also broadcasts them)
@@ -209,16 +204,11 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
         model = build_model(cfg, data.vocab_size, data.seq_len)
     model = model.to(device)
     model.train()
-    net = model
-    if distributed:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = make_optimizer(model, cfg)
+    engine = _engine(cfg, model, device)
+    optimizer, precision = engine.optimizer, engine.precision
     adapted = _adapted_parameters(model, optimizer)
     trust_steps: list[torch.Tensor] = []  # one small tensor per step; moved to the host once, at the end
     nan = torch.full((), math.nan, device=device)
-    precision = Precision(cfg.precision, device)
     # The same generator on every rank: all ranks draw the same global batch and masks,
     # and each keeps its own slice, so W ranks x k micro steps = one process with the whole batch.
     gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
@@ -246,38 +236,13 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     step = 0
     try:
         for step in range(1, cfg.max_steps + 1):
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
             lr = cfg.lr_at(step - 1)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            inputs, labels_global = data.masked_batch(cfg.global_batch_size, gen)  # (B_global, T)
-            labels_global = labels_global.to(device)
-            lo = rank * batch.per_rank_batch_size
-            inputs = inputs[lo:lo + batch.per_rank_batch_size].to(device, non_blocking=True)
-            labels = labels_global[lo:lo + batch.per_rank_batch_size]
-            # The loss of the step is the mean over every scored token of the *global* batch:
-            # each micro batch's mean is weighted by its share of those tokens (x world_size,
-            # since DDP averages over ranks), so any split into ranks and micro steps gives
-            # the same gradient as one process with the whole batch.
-            n_global = (labels_global != IGNORE_INDEX).sum().clamp(min=1)
-            step_loss = torch.zeros((), device=device)
-            for micro in range(accum):
-                sl = slice(micro * cfg.micro_batch_size, (micro + 1) * cfg.micro_batch_size)
-                weight = (labels[sl] != IGNORE_INDEX).sum() * world_size / n_global
-                # Gradients are all-reduced only on the last micro step (DDP's no_sync).
-                ctx = net.no_sync() if distributed and micro < accum - 1 else contextlib.nullcontext()
-                with ctx:
-                    with precision.autocast():
-                        loss = net(inputs[sl], labels[sl]) * weight
-                    precision.backward(loss)
-                step_loss += loss.detach()
-            precision.unscale_(optimizer)  # true gradients for clipping and for LAMB's norms
-            if cfg.optimizer == "adam" and cfg.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            taken = precision.step(optimizer)
-            precision.update()
-            optimizer.zero_grad(set_to_none=True)
+            engine.set_lr(lr)
+            # The loss of the step is the mean over every scored token of the *global* batch
+            # (the same on every rank); the engine gives each rank its slice in micro batches.
+            step_loss, taken = engine.step(*_global_batch(data, cfg, gen, device))
             if adapted:  # NaN where no ratio was used: a step the fp16 loss scaler skipped, a weight without gradient
                 trust_steps.append(torch.stack([optimizer.state[p].get("trust_ratio", nan) if taken else nan
                                                 for _, p in adapted]))
@@ -285,7 +250,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
                 torch.distributed.all_reduce(step_loss)  # per-rank shares of the global mean add up
                 step_loss /= world_size
             train_loss = float(step_loss)  # synchronizes
-            _sync(device)
+            sync(device)
             train_s += time.perf_counter() - t0
             curves["step"].append(step)
             curves["train_loss"].append(train_loss)
@@ -333,6 +298,26 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     }
 
 
+def _mlm_loss_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
+    """BERT's MLM loss on a micro batch, summed over its scored tokens (the engine divides)."""
+    inputs, labels = micro
+    return net(inputs, labels) * (labels != IGNORE_INDEX).sum()
+
+
+def _engine(cfg: MLMTrainConfig, model: torch.nn.Module, device: torch.device) -> Engine:
+    """The engine for ``cfg``: AdamW clips at ``max_grad_norm``; LAMB pre-normalizes inside its step."""
+    return Engine(model, make_optimizer(model, cfg), precision=Precision(cfg.precision, device),
+                  parallel=DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device),
+                  loss_sum=_mlm_loss_sum, max_grad_norm=cfg.max_grad_norm if cfg.optimizer == "adam" else None)
+
+
+def _global_batch(data: MLMData, cfg: MLMTrainConfig, gen: torch.Generator, device: torch.device):
+    """``((inputs, labels), scored tokens)`` of one global batch of masked sequences, on ``device``."""
+    inputs, labels = data.masked_batch(cfg.global_batch_size, gen)  # (B_global, T) each
+    inputs, labels = inputs.to(device, non_blocking=True), labels.to(device)
+    return (inputs, labels), (labels != IGNORE_INDEX).sum().clamp(min=1)
+
+
 def _adapted_parameters(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> list:
     """``(name, parameter)`` for each parameter whose step LAMB scales by a trust ratio (none for Adam)."""
     if not isinstance(optimizer, LAMB):
@@ -350,80 +335,24 @@ def _trust_ratio_curves(adapted: list, steps: list) -> dict | None:
     return {name: row for (name, _), row in zip(adapted, table)}
 
 
-def data_digest(data: MLMData) -> str:
-    """A short digest of the vocabulary and the token rows: equal digests, identical data."""
-    import hashlib
-
-    h = hashlib.sha256(data.tokenizer.to_str().encode())
-    for t in (data.train_ids, data.eval_inputs, data.eval_labels):
-        h.update(t.detach().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def check_same_data_on_all_ranks(data: MLMData) -> None:
-    """Raise on every rank if the ranks built different data (each trains on its slice of one global batch)."""
-    if not (cdist._initialized() and cdist.world_size() > 1):
-        return
-    digests = [None] * cdist.world_size()
-    torch.distributed.all_gather_object(digests, data_digest(data))
-    if len(set(digests)) > 1:
-        raise RuntimeError(
-            f"the ranks built different MLM data (digests by rank: {digests}). Every rank must load the same "
-            "corpus and the same cached tokenizer: on several nodes, point COURSE_DATA_DIR at a file system "
-            "they all share, or build the data once (rank 0) before launching.")
-
-
-def mlm_worker(rank: int, world_size: int, cfg: MLMTrainConfig, data_spec: dict) -> dict | None:
-    """``launch(mlm_worker, W, cfg, data_spec)``: each rank builds the data (tokenizer from the cache) and trains.
-
-    ``data_spec``: keyword arguments of :func:`course_lib.data.text.build_mlm_data` plus
-    ``corpus`` (the ``load_corpus`` name). Returns the record on rank 0, None elsewhere.
-    """
-    from .data.text import build_mlm_data, load_corpus, train_tokenizer
-
-    spec = dict(data_spec)
-    corpus = load_corpus(spec.pop("corpus", "auto"), spec.pop("text_dir", None))
-    device = cdist.device()
-    # Hugging Face's WordPiece trainer is not deterministic (hash-map iteration order breaks
-    # ties differently in each process: huggingface/tokenizers#1794), so ranks that each
-    # trained a tokenizer would tokenize the same text differently. Rank 0 trains and caches
-    # it; the others wait and load the cached file.
-    if cdist.is_main_process():
-        train_tokenizer(corpus, spec.get("vocab_size", 8192))
-    cdist.barrier()
-    data = build_mlm_data(corpus, device=device, **spec)
-    check_same_data_on_all_ranks(data)
-    record = train_mlm(cfg, data, device=device, progress="log")
-    return record if cdist.is_main_process() else None
-
-
 def throughput(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str, steps: int = 5,
                warmup_steps: int = 2) -> dict:
-    """Sequences/s and tokens/s of training steps at ``cfg`` (no evaluation), after ``warmup_steps`` untimed ones."""
+    """Sequences/s and tokens/s of training steps at ``cfg`` (no evaluation), after ``warmup_steps`` untimed ones.
+
+    The steps are the engine's, as in :func:`train_mlm` (one process)."""
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.vocab_size, data.seq_len).to(device)
-    optimizer = make_optimizer(model, cfg)
-    precision = Precision(cfg.precision, device)
+    engine = _engine(cfg, model, device)  # its optimizer starts at cfg.peak_lr
     gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
-    accum = cfg.batch(1).grad_accum_steps
     t0 = 0.0
     for i in range(warmup_steps + steps):
         if i == warmup_steps:
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter()
-        inputs, labels = data.masked_batch(cfg.global_batch_size, gen)
-        inputs, labels = inputs.to(device), labels.to(device)
-        for micro in range(accum):
-            sl = slice(micro * cfg.micro_batch_size, (micro + 1) * cfg.micro_batch_size)
-            with precision.autocast():
-                loss = model(inputs[sl], labels[sl]) / accum
-            precision.backward(loss)
-        precision.step(optimizer)
-        precision.update()
-        optimizer.zero_grad(set_to_none=True)
-    _sync(device)
+        loss, _ = engine.step(*_global_batch(data, cfg, gen, device))
+    sync(device)
     seconds = time.perf_counter() - t0
     seqs = steps * cfg.global_batch_size
-    return {"precision": precision.mode, "seqs_per_s": seqs / seconds, "tokens_per_s": seqs * data.seq_len / seconds,
-            "step_s": seconds / steps, "final_loss": float(loss.detach()) * accum}
+    return {"precision": engine.precision.mode, "seqs_per_s": seqs / seconds,
+            "tokens_per_s": seqs * data.seq_len / seconds, "step_s": seconds / steps, "final_loss": float(loss)}

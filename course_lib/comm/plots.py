@@ -1,4 +1,4 @@
-"""Figures for lesson 06: what an all-reduce costs, measured and modelled.
+"""Figures of what communication costs, measured and modelled (lesson 06).
 
 Matplotlib is imported inside the functions: importing this module sets no rcParams,
 opens no figure and picks no backend.
@@ -6,18 +6,23 @@ opens no figure and picks no backend.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from . import comm
+from . import cost
+
+if TYPE_CHECKING:
+    from . import bench
 
 
-def plot_allreduce_cost(result: "comm.BenchResult", *, gamma: float = 0.0, algorithms=None, axes=None):
+def plot_allreduce_cost(result: "bench.BenchResult", *, gamma: float = 0.0, algorithms=None, axes=None):
     """Two panels: time vs size (log-log) and bus bandwidth vs size, for one sweep.
 
     Left: the measured time per all-reduce (max over ranks), the fitted ``alpha + beta n``
     line, and each algorithm's predicted time for the same number of ranks. The algorithms
     need per-link ``alpha, beta``; they come from the fit under the assumption that the
-    library ran a ring (``comm.link_alpha_beta_from_ring_fit``), so the ring curve lies on
+    library ran a ring (``cost.link_alpha_beta_from_ring_fit``), so the ring curve lies on
     the fit and the others show what the same links would give with another algorithm.
     With one rank there are no links, and only the measurement and the fit are drawn.
     Right: measured busbw, and the asymptote ``1 / beta_link`` that a ring would reach.
@@ -38,13 +43,13 @@ def plot_allreduce_cost(result: "comm.BenchResult", *, gamma: float = 0.0, algor
 
     ax_t.loglog(n, t * 1e6, "o", color="black", label="measured", zorder=3)
     ax_t.loglog(grid, (alpha + beta * grid) * 1e6, "-", color="black", lw=2, alpha=0.4,
-                label=f"fit: {alpha * 1e6:.3g} us + n / {1 / beta / comm.GB:.3g} GB/s" if beta > 0
+                label=f"fit: {alpha * 1e6:.3g} us + n / {1 / beta / cost.GB:.3g} GB/s" if beta > 0
                 else f"fit: {alpha * 1e6:.3g} us")
     link = None
     if p > 1:
-        link = comm.link_alpha_beta_from_ring_fit(alpha, beta, p)
-        names = list(algorithms or comm.ALLREDUCE_ALGORITHMS)
-        preds = comm.predict_times(grid, p, link[0], link[1], gamma)
+        link = cost.link_alpha_beta_from_ring_fit(alpha, beta, p)
+        names = list(algorithms or cost.ALLREDUCE_ALGORITHMS)
+        preds = cost.predict_times(grid, p, link[0], link[1], gamma)
         for name in names:
             ax_t.loglog(grid, preds[name] * 1e6, "--", lw=1, label=f"{name} (model)")
     ax_t.set_xlabel("message size (bytes)")
@@ -55,7 +60,7 @@ def plot_allreduce_cost(result: "comm.BenchResult", *, gamma: float = 0.0, algor
     busbw = np.array([r["busbw_GBps"] for r in result.rows])
     ax_bw.semilogx(n, busbw, "o-", color="black", label="measured busbw")
     if link is not None and link[1] > 0:
-        ax_bw.axhline(1 / link[1] / comm.GB, color="gray", ls=":", label="1 / beta (link bandwidth from fit)")
+        ax_bw.axhline(1 / link[1] / cost.GB, color="gray", ls=":", label="1 / beta (link bandwidth from fit)")
     ax_bw.set_xlabel("message size (bytes)")
     ax_bw.set_ylabel("bus bandwidth (GB/s)")
     ax_bw.set_title("busbw = algbw * 2(p-1)/p  (nccl-tests)")
@@ -64,7 +69,7 @@ def plot_allreduce_cost(result: "comm.BenchResult", *, gamma: float = 0.0, algor
     return fig, (ax_t, ax_bw)
 
 
-def plot_ddp_buckets(result: "comm.BucketResult", ax=None):
+def plot_ddp_buckets(result: "bench.BucketResult", ax=None):
     """Bar chart of DDP step time per bucket cap, next to the no-overlap (and floor) rows."""
     import matplotlib.pyplot as plt
 

@@ -1,10 +1,12 @@
-"""The course's one training loop: ``train_to_target(data, cfg) -> TrainResult`` (lesson 01).
+"""NeuMF trained to a target hit rate: ``train_to_target(data, cfg) -> TrainResult`` (lesson 01).
 
-Later lessons change its *inputs*, never copy it:
+The step itself is the course's one engine (:mod:`course_lib.train.engine`); this module
+adds what is NeuMF's: the model, its batches, HR@10 evaluation points, the record. Later
+lessons change its *inputs*, never copy it:
 
 * lesson 02-03: ``cfg.batch_size``/``cfg.lr`` and the schedule hook
   (``cfg.warmup_steps``, ``cfg.decay`` -> :func:`course_lib.optim.schedules.lr_at`);
-* lesson 04: ``cfg.optimizer = "lars"`` (:func:`make_optimizer`, imported lazily);
+* lesson 04: ``cfg.optimizer = "lars"`` (:func:`make_optimizer`);
 * lesson 05: ``cfg.precision = "bf16" | "fp16"`` (autocast; GradScaler for fp16,
   gradients unscaled before the optimizer step so LARS sees true norms);
 * lesson 06: the same call inside a process group: the model is wrapped in
@@ -18,7 +20,6 @@ target is never reached, ``time_to_target_s`` is ``None`` — never the run leng
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
@@ -26,20 +27,25 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
-from .data.movielens import ImplicitData
-from .data.sampler import DeviceSampler, make_dataloader
-from .metrics import hr_ndcg, throughput
-from .models.ncf import NeuMF
-from .precision import Precision
-from .progress import in_notebook, resolve_progress
-from .results import save_result  # noqa: F401  (lessons save their records from here too)
-from .tables import Table
+from .. import dist as cdist
+from ..data.movielens import ImplicitData
+from ..data.sampler import DeviceSampler, make_dataloader
+from ..hardware import default_device
+from ..metrics import hr_ndcg, throughput
+from ..models.ncf import NeuMF
+from ..optim import LAMB, LARS, lr_at, param_groups
+from ..parallel.data_parallel import DataParallel
+from ..plots import plot_curve
+from ..precision import Precision
+from ..progress import in_notebook, resolve_progress
+from ..tables import Table
+from .engine import Engine, PhaseClock, all_finite
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LOADERS = ("device", "dataloader")
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # "auto": course_lib.precision.auto_mode
-PHASES = ("sampling", "forward_backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -107,8 +113,6 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     adapted (that is how biases are excluded), so without it a run with ``weight_decay=0``
     would silently be plain momentum SGD / Adam. Weight decay stays a separate choice.
     """
-    from .optim import LAMB, LARS, param_groups  # lazy: keeps importing train cheap
-
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
@@ -128,19 +132,8 @@ def lr_for_step(cfg: TrainConfig, step: int, total_steps: int) -> float:
     ``total_steps`` (= max_epochs * steps_per_epoch in the loop); ``decay="none"`` is "constant"."""
     if not cfg.uses_schedule:
         return cfg.lr
-    from .optim.schedules import lr_at  # lazy, see make_optimizer
-
     return lr_at(step, peak_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
                  warmup=cfg.warmup, decay="constant" if cfg.decay == "none" else cfg.decay)
-
-
-def rank_and_world_size() -> tuple[int, int]:
-    """(0, 1) unless a torch.distributed process group is initialised."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def make_batches(data: ImplicitData, cfg: TrainConfig, *, rank: int = 0, world_size: int = 1):
@@ -210,57 +203,18 @@ def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
 # --------------------------------------------------------------------------- timing and progress
 
 
-class PhaseClock:
-    """Accumulates wall time per phase; on CUDA it synchronizes at phase boundaries
-    (otherwise kernels still running are billed to the next phase) and opens NVTX ranges
-    so Nsight Systems shows the phases."""
-
-    def __init__(self, device: torch.device, enabled: bool = True):
-        self.cuda = device.type == "cuda"
-        self.enabled = enabled
-        self.seconds = {p: 0.0 for p in PHASES}
-
-    def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    @contextlib.contextmanager
-    def phase(self, name: str):
-        if not self.enabled:
-            yield
-            return
-        self.sync()
-        if self.cuda:
-            torch.cuda.nvtx.range_push(name)
-        t0 = time.perf_counter()
-        try:
-            with torch.profiler.record_function(name):  # a named row in torch.profiler tables
-                yield
-        finally:
-            self.sync()
-            self.seconds[name] += time.perf_counter() - t0
-            if self.cuda:
-                torch.cuda.nvtx.range_pop()
-
-
-
-
 class _Progress:
     def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str):
         self.mode, self.target_hr, self.label = mode, target_hr, label
         self.bar = self.fig = self.handle = None
         if mode == "bar":
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=total_steps, desc=label, unit="step", leave=True)
             if in_notebook():
+                # imported here, not at the top: workers import this module and draw nothing
                 import matplotlib.pyplot as plt
                 from IPython.display import display
 
-                from .plots import plot_curve
-
                 self.fig, self.ax = plt.subplots(figsize=(6, 3.2))
-                self._plot_curve = plot_curve
                 plt.close(self.fig)  # shown through the display handle only
                 self.handle = display(self.fig, display_id=True)
 
@@ -279,7 +233,7 @@ class _Progress:
             self.bar.set_postfix(hr=f"{curve['hr'][i]:.3f}", refresh=False)
         if self.handle is not None:
             self.ax.clear()
-            self._plot_curve(curve, target_hr=self.target_hr, ax=self.ax, label=self.label)
+            plot_curve(curve, target_hr=self.target_hr, ax=self.ax, label=self.label)
             self.handle.update(self.fig)
 
     def close(self):
@@ -314,8 +268,10 @@ class _History:
                     d["trust_ratio"].setdefault(self.names.get(p, "?"), []).append(float(ratio))
 
 
-def _all_finite(model: torch.nn.Module) -> bool:
-    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+def _bce_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
+    """NeuMF's loss on a micro batch, summed over its samples (the engine divides)."""
+    users, items, labels = micro
+    return F.binary_cross_entropy_with_logits(net(users, items).float(), labels.float(), reduction="sum")
 
 
 # --------------------------------------------------------------------------- the result record
@@ -420,22 +376,21 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     end, ``final_train_hr`` ranks each user's latest training item (the generalization gap).
 
     Inside a process group (lesson 06) the same call trains data parallel: see
-    :mod:`course_lib.ddp`. ``checkpoint``: a ``ddp.Checkpointer`` (save every N steps on
-    rank 0, resume from its latest file).
+    :mod:`course_lib.parallel.data_parallel`. ``checkpoint``: a
+    :class:`course_lib.parallel.Checkpointer` (save every N steps on rank 0, resume from
+    its latest file).
     """
-    from .ddp import DataParallel
-    from .hardware import default_device
-
     device = torch.device(device) if device is not None else default_device()
-    rank, world_size = rank_and_world_size()
+    rank, world_size = cdist.rank(), cdist.world_size()
     par = DataParallel(cfg.batch_size, cfg.micro_batch_size, device)  # lesson 06: checks the batch arithmetic
     torch.manual_seed(cfg.seed)
     data = data.to(device)
     model = build_model(data, cfg).to(device)
-    train_model = par.wrap(model)  # DistributedDataParallel on several ranks, else the model itself
     optimizer = make_optimizer(model, cfg)
     prec = Precision(cfg.precision, device)  # lesson 05: autocast, fp16 loss scaling, unscale before step
     scaler = prec.scaler  # the GradScaler (fp16) or None; checkpoints keep its state
+    clock = PhaseClock(device, enabled=time_phases)
+    engine = Engine(model, optimizer, precision=prec, parallel=par, loss_sum=_bce_sum, clock=clock)
     batches = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
     if checkpoint is not None:
         batches = checkpoint.track(batches)
@@ -448,7 +403,6 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     eval_interval = max(1, round(cfg.eval_every * steps_per_epoch))
     schedule_steps = math.ceil(max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
     history = _History(model, record_every or max(1, schedule_steps // 250))
-    clock = PhaseClock(device, enabled=time_phases)
     bar = _Progress(resolve_progress(progress) if rank == 0 else "none", total_steps, target_hr,
                     label or f"b{cfg.batch_size} lr{cfg.lr:g}")
     curve = {"epoch": [], "step": [], "time_s": [], "hr": [], "ndcg": [], "loss": []}
@@ -495,23 +449,10 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
             if batch is None:
                 break  # end of epoch
             if cfg.uses_schedule:
-                lr = lr_for_step(cfg, step, schedule_steps)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-            with clock.phase("forward_backward"):
-                # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
-                for (users, items, labels), denominator, sync in par.micro_batches(train_model, batch):
-                    with sync:
-                        with prec.autocast():
-                            logits = train_model(users, items)
-                        loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float(),
-                                                                  reduction="sum") / denominator
-                        prec.backward(loss)  # loss * scale for fp16
-                    loss_sum += loss.detach()
-            with clock.phase("optimizer"):
-                prec.step(optimizer)  # unscales first: LARS/LAMB see true gradient norms; skips inf/nan (fp16)
-                prec.update()
-                optimizer.zero_grad(set_to_none=True)
+                engine.set_lr(lr_for_step(cfg, step, schedule_steps))
+            # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
+            loss, _ = engine.step(batch)
+            loss_sum += loss
             loss_count += 1
             samples += batch[0].numel()  # the global batch: all ranks together
             step += 1
@@ -522,7 +463,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
                 train_time += time.perf_counter() - seg_start
                 eval_point()
                 seg_start = time.perf_counter()
-                if not _all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
+                if not all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
                     diverged = done = True
                     break
                 if stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
@@ -594,20 +535,3 @@ def default_target_hr(data: ImplicitData) -> float:
         raise KeyError(f"no default HR@10 target for {data.name} with {data.num_eval_negatives} negatives; "
                        f"pass one explicitly (known: {sorted(TARGETS)})")
     return TARGETS[key]
-
-
-def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
-             extra: tuple[TrainConfig, ...] = (), progress: str = "none") -> tuple[Table, float, list[TrainResult]]:
-    """Short runs at each lr (plus ``extra`` configs for comparison); returns the table,
-    the lr of ``cfg.optimizer`` with the best final HR@10, and the results."""
-    runs = [cfg.replace(lr=lr) for lr in lrs] + list(extra)
-    results = [train_to_target(data, c, max_epochs=max_epochs, device=device, progress=progress,
-                               label=f"{c.optimizer} lr {c.lr:g}") for c in runs]
-    t = Table(["optimizer", "lr", "epochs", "HR@10", "NDCG@10", "train loss"],
-              title=f"lr sweep at batch {cfg.batch_size}, {max_epochs:g} epoch each")
-    for r in results:
-        t.add(optimizer=r.config["optimizer"], lr=r.config["lr"], epochs=round(r.epochs, 2),
-              **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
-    own = [r for r in results if r.config["optimizer"] == cfg.optimizer]
-    best = max(own, key=lambda r: r.final_hr)
-    return t, best.config["lr"], results

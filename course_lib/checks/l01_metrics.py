@@ -1,0 +1,96 @@
+"""Exercise 01: HR@K and NDCG@K."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from ..metrics import hit_rate_at_k
+from ..metrics import ndcg_at_k
+from .harness import (
+    CheckResult,
+    _finish,
+    _Mismatch,
+    _call,
+    _label,
+    _run_cases,
+    _as_float,
+    _close,
+)
+
+
+# --------------------------------------------------------------------------- 01: HR@K and NDCG@K
+
+
+def _ranking_cases(k: int) -> list[tuple[str, torch.Tensor]]:
+    """Score matrices (users, 1 positive + 100 negatives), positive in column 0."""
+    g = torch.Generator().manual_seed(1)
+    n_neg = 100
+
+    def at_rank(ranks: list[int]) -> torch.Tensor:
+        # positive scores 0; `r` negatives score above it (1..), the rest below; columns shuffled
+        rows = []
+        for r in ranks:
+            neg = torch.cat([torch.rand(r, generator=g) + 0.5, -torch.rand(n_neg - r, generator=g) - 0.5])
+            rows.append(torch.cat([torch.zeros(1), neg[torch.randperm(n_neg, generator=g)]]))
+        return torch.stack(rows)  # (U, 101)
+
+    return [
+        ("random scores, 64 users x (1 positive + 100 negatives)", torch.randn(64, 1 + n_neg, generator=g)),
+        ("positive on top for every user (rank 0)", at_rank([0] * 8)),
+        (f"positive at rank {k - 1}: the last place inside the top {k}", at_rank([k - 1] * 4)),
+        (f"positive at rank {k}: the first place outside the top {k}", at_rank([k] * 4)),
+        ("one user per rank 0..100", at_rank(list(range(n_neg + 1)))),
+        ("ties: every item scores the same (a tie counts against the positive)", torch.zeros(5, 1 + n_neg)),
+        ("ties: two negatives tie with the positive, two are above it", torch.tensor(
+            [[0.0, 1.0, 1.0, 0.0, 0.0] + [-1.0] * (n_neg - 4)])),
+    ]
+
+
+def _rank_hint(scores: torch.Tensor, got: float, k: int, metric: str) -> str:
+    ranks_strict = (scores[:, 1:] > scores[:, :1]).sum(1).double()
+    if metric == "hr":
+        if _close(got, (ranks_strict < k).double().mean().item()):
+            return ("\nhint: that is what you get when ties count for the positive (`>`); the course counts "
+                    "a negative that scores equal to the positive as ranked above it (`>=`).")
+        if _close(got, (ranks_strict <= k).double().mean().item()) or _close(
+                got, ((scores[:, 1:] >= scores[:, :1]).sum(1) <= k).double().mean().item()):
+            return f"\nhint: a hit is rank < {k} with 0-based ranks (rank {k} is the {k + 1}th place)."
+        return ""
+    ranks = (scores[:, 1:] >= scores[:, :1]).sum(1).double()
+    hit = ranks < k
+    for base, label in ((math.e, "natural log"), (10.0, "log10")):
+        alt = torch.where(hit, math.log(base) / torch.log(ranks + 2), torch.zeros_like(ranks)).mean().item()
+        if _close(got, alt):
+            return f"\nhint: that is NDCG with the {label}; the discount is 1 / log2(rank + 2) (torch.log2)."
+    alt = torch.where(hit, 1 / torch.log2(ranks + 1), torch.zeros_like(ranks)).mean().item()
+    if _close(got, alt):
+        return "\nhint: ranks are 0-based here, so the discount is 1 / log2(rank + 2), not log2(rank + 1)."
+    alt = torch.where(ranks_strict < k, 1 / torch.log2(ranks_strict + 2), torch.zeros_like(ranks)).mean().item()
+    if _close(got, alt):
+        return "\nhint: ties must count against the positive (`>=`), as in HR@K."
+    return ""
+
+
+def _check_ranking_metric(name: str, fn, reference, k: int, metric: str) -> CheckResult:
+    def case(scores):
+        def run():
+            expected = reference(scores, k)
+            got = _as_float(_call(fn, scores.clone(), k), _label(fn))
+            if not _close(got, expected):
+                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}" + _rank_hint(scores, got, k, metric))
+        return run
+
+    return _finish(_run_cases(name, fn, [(c, case(s)) for c, s in _ranking_cases(k)]))
+
+
+def check_hit_rate(fn: Callable, k: int = 10) -> CheckResult:
+    """``fn(scores, k) -> float``: HR@K against ``course_lib.metrics.hit_rate_at_k`` (lesson 01)."""
+    return _check_ranking_metric("check_hit_rate", fn, hit_rate_at_k, k, "hr")
+
+
+def check_ndcg(fn: Callable, k: int = 10) -> CheckResult:
+    """``fn(scores, k) -> float``: NDCG@K against ``course_lib.metrics.ndcg_at_k`` (lesson 01)."""
+    return _check_ranking_metric("check_ndcg", fn, ndcg_at_k, k, "ndcg")

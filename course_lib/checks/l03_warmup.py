@@ -1,0 +1,89 @@
+"""Exercise 03: a warmup schedule."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..optim import lr_at
+from .harness import (
+    CheckResult,
+    _finish,
+    _Mismatch,
+    _NotImplemented,
+    _LearnerError,
+    _call,
+    _label,
+    _run_cases,
+    _as_float,
+    _close,
+)
+
+
+# --------------------------------------------------------------------------- 03: warmup
+
+
+def check_warmup_factor(fn: Callable) -> CheckResult:
+    """``fn(step, warmup_steps, total_steps, decay) -> factor``: linear warmup from 0, then constant or cosine (lesson 03).
+
+    Reference: ``course_lib.optim.lr_at(step, peak_lr=1, ..., warmup="linear", end_lr=0)``.
+    The last case uses ``fn`` as ``LambdaLR``'s ``lr_lambda`` (through ``functools.partial``).
+    """
+    def ref(step, warmup_steps, total_steps, decay):
+        return lr_at(step, peak_lr=1.0, warmup_steps=warmup_steps, total_steps=total_steps, decay=decay)
+
+    def schedule_case(warmup_steps, total_steps, decay):
+        def run():
+            steps = range(total_steps + 4)  # a few steps past the end: the factor stays at its end value
+            expected = [ref(s, warmup_steps, total_steps, decay) for s in steps]
+            got = [_as_float(_call(fn, s, warmup_steps, total_steps, decay), f"{_label(fn)} at step {s}")
+                   for s in steps]
+            bad = [s for s in steps if not _close(got[s], expected[s], atol=1e-12)]
+            if bad:
+                s = bad[0]
+                hint = ""
+                if all(_close(got[t], expected[t + 1]) for t in range(min(warmup_steps, len(steps) - 1))):
+                    hint = ("\nhint: your ramp is one step ahead: the factor is 0 at step 0 and reaches 1 exactly "
+                            "at step == warmup_steps.")
+                elif s > warmup_steps and decay == "cosine":
+                    hint = ("\nhint: after warmup, progress = (step - warmup_steps) / (total_steps - warmup_steps), "
+                            "capped at 1, and the factor is (1 + cos(pi * progress)) / 2.")
+                raise _Mismatch(f"at step {s} expected {expected[s]:.6g}, got {got[s]:.6g}{hint}")
+        return run
+
+    def lambdalr_case():
+        peak_lr, warmup_steps, total_steps = 0.4, 5, 20
+        model = nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=peak_lr)
+        factor = functools.partial(fn, warmup_steps=warmup_steps, total_steps=total_steps, decay="cosine")
+        try:
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+            got = []
+            for _ in range(total_steps + 2):
+                got.append(opt.param_groups[0]["lr"])
+                opt.step()
+                sched.step()
+        except NotImplementedError as exc:
+            raise _NotImplemented() from exc
+        except TypeError as exc:
+            raise _Mismatch(f"LambdaLR could not call it as lr_lambda(step) with warmup_steps, total_steps and decay "
+                            f"given by keyword: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001
+            raise _LearnerError(exc) from exc
+        for s, lr in enumerate(got):
+            expected = peak_lr * ref(s, warmup_steps, total_steps, "cosine")
+            if not _close(float(lr), expected):
+                raise _Mismatch(f"optimizer lr at step {s}: expected {expected:.6g}, got {float(lr):.6g}")
+
+    cases = [
+        ("linear warmup over 5 steps, then constant (total 20)", schedule_case(5, 20, "constant")),
+        ("linear warmup over 5 steps, then cosine to 0 at step 20", schedule_case(5, 20, "cosine")),
+        ("no warmup (warmup_steps=0), cosine over 10 steps", schedule_case(0, 10, "cosine")),
+        ("a one-step warmup, then cosine to step 8", schedule_case(1, 8, "cosine")),
+        ("warmup over the whole run (warmup_steps == total_steps == 6)", schedule_case(6, 6, "cosine")),
+        ("used as LambdaLR's lr_lambda: SGD(lr=0.4), warmup 5, cosine to step 20", lambdalr_case),
+    ]
+    return _finish(_run_cases("check_warmup_factor", fn, cases))

@@ -1,0 +1,109 @@
+"""Exercise 04: the LARS trust ratio and step."""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from ..optim import LARS, lars_trust_ratio, param_groups
+from .harness import (
+    CheckResult,
+    _finish,
+    _Mismatch,
+    _call,
+    _label,
+    _run_cases,
+    _as_float,
+    _close,
+    _small_net,
+    _fixed_grads,
+    _trajectory,
+    _compare_trajectories,
+    _learner_stepper,
+)
+
+
+# --------------------------------------------------------------------------- 04: LARS
+
+
+def check_lars_trust_ratio(fn: Callable) -> CheckResult:
+    """``fn(w_norm, g_norm, trust_coefficient, weight_decay, eps) -> float`` against ``lars_trust_ratio`` (lesson 04)."""
+    def case(w_norm, g_norm, tc, wd, eps):
+        def run():
+            expected = lars_trust_ratio(w_norm, g_norm, trust_coefficient=tc, weight_decay=wd, eps=eps)
+            got = _as_float(_call(fn, w_norm, g_norm, tc, wd, eps), _label(fn))
+            if not _close(got, expected, rtol=1e-6):
+                hint = ""
+                if w_norm == 0 or g_norm == 0:
+                    hint = ("\nhint: the zero-norm guard: when ||w|| == 0 or ||g|| == 0 the ratio is 1 (a "
+                            "zero-initialized weight would otherwise get 0 and never move).")
+                elif _close(got, tc * w_norm / (g_norm + eps)):
+                    hint = "\nhint: weight decay enters the denominator: ||g|| + weight_decay * ||w|| + eps."
+                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
+        return run
+
+    params = [  # (w_norm, g_norm, trust_coefficient, weight_decay, eps)
+        (3.0, 0.5, 0.001, 5e-4, 1e-8),
+        (12.0, 400.0, 0.02, 1e-4, 1e-8),
+        (0.7, 1e-4, 0.001, 0.0, 1e-8),
+        (0.0, 2.0, 0.001, 5e-4, 1e-8),
+        (3.0, 0.0, 0.001, 5e-4, 1e-8),
+        (0.0, 0.0, 0.001, 5e-4, 1e-8),
+    ]
+    cases = [(f"||w||={w:g}, ||g||={g:g}, trust_coefficient={tc:g}, weight_decay={wd:g}"
+              + (" (zero norm)" if w == 0 or g == 0 else ""), case(w, g, tc, wd, eps))
+             for w, g, tc, wd, eps in params]
+    return _finish(_run_cases("check_lars_trust_ratio", fn, cases))
+
+
+def check_lars_step(fn: Callable) -> CheckResult:
+    """``fn(groups, state)``: one LARS step in place, against ``course_lib.optim.LARS`` (lesson 04).
+
+    ``groups`` are optimizer-style dicts (``params``, ``lr``, ``momentum``, ``weight_decay``,
+    ``trust_coefficient``, ``eps``) built by ``param_groups`` (biases and LayerNorm in a
+    ``weight_decay=0`` group); ``state`` is a ``defaultdict(dict)`` keyed by parameter,
+    kept across steps (for ``state[p]["momentum_buffer"]``). Called under ``torch.no_grad()``.
+    """
+    def case(zero_weight=False, zero_grad=None, momentum=0.9, steps=3, grad_scale=1.0):
+        hyper = dict(lr=1.0, momentum=momentum, trust_coefficient=0.02, eps=1e-8)
+
+        def make_groups(net):
+            return [dict(g, **hyper) for g in param_groups(net, weight_decay=5e-4)]
+
+        def run():
+            base = _small_net(zero_weight)
+            grads = _fixed_grads(base, steps, grad_scale, seed=2, zero=zero_grad)
+            ref_net = copy.deepcopy(base)
+            ref_opt = LARS(make_groups(ref_net), **hyper)
+            expected = _trajectory(ref_net, ref_opt.step, grads)
+            variant_net = copy.deepcopy(base)
+            variant = LARS(make_groups(variant_net), always_adapt=True, **hyper)
+            variants = {"that applies the trust ratio to the weight_decay=0 group too (biases and norm "
+                        "parameters must get plain SGD with momentum)": _trajectory(variant_net, variant.step, grads)}
+            net = copy.deepcopy(base)
+            groups = make_groups(net)
+            got = _trajectory(net, _learner_stepper(fn, groups, defaultdict(dict)), grads)
+            try:
+                _compare_trajectories(net, groups, expected, got, variants)
+            except _Mismatch as diff:
+                zero_weight_index = [n for n, _ in net.named_parameters()].index("3.weight")
+                if zero_weight and torch.count_nonzero(got[0][zero_weight_index]) == 0:
+                    raise _Mismatch(f"{diff}\nhint: your zero-initialized weight did not move: its trust ratio "
+                                    "must be 1 when ||w|| == 0 (the zero-norm guard).") from None
+                if zero_grad is not None:
+                    raise _Mismatch(f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
+                                    "ratio must be 1 (the zero-norm guard), not trust_coefficient / weight_decay.") from None
+                raise
+        return run
+
+    cases = [
+        ("3 steps, weights adapted, biases and LayerNorm in the weight_decay=0 group", case()),
+        ("a zero-initialized weight (||w|| = 0)", case(zero_weight=True)),
+        ("a layer whose gradient is all zeros (||g|| = 0)", case(zero_grad="0.weight")),
+        ("large gradients (x1000)", case(grad_scale=1000.0)),
+        ("momentum=0", case(momentum=0.0, steps=2)),
+    ]
+    return _finish(_run_cases("check_lars_step", fn, cases))

@@ -1,0 +1,119 @@
+"""Exercise 05: a dynamic loss scaler."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .harness import (
+    CheckResult,
+    _finish,
+    _Mismatch,
+    _NotImplemented,
+    _LearnerError,
+    _run_cases,
+    _fmt,
+    _close,
+)
+
+
+# --------------------------------------------------------------------------- 05: dynamic loss scaling
+
+
+def check_loss_scaler(scaler_class: Callable) -> CheckResult:
+    """A dynamic loss scaler class against ``torch.amp.GradScaler`` (lesson 05).
+
+    ``scaler_class(init_scale, growth_factor, growth_interval, backoff_factor)`` (by keyword)
+    must have ``scale(loss)``, ``step(optimizer)`` (unscale the gradients; skip the step
+    when any is inf/nan), ``update()`` and ``get_scale()``, used as
+    ``scaler.scale(loss).backward(); scaler.step(opt); scaler.update()``.
+    """
+
+    def case(plan: str, init_scale: float, growth_interval: int):
+        kinds = {"c": "clean", "i": "inf", "n": "nan"}
+
+        def run():
+            torch.manual_seed(0)
+            base = nn.Linear(4, 3)
+            xs = torch.randn(len(plan), 8, 4, generator=torch.Generator().manual_seed(3))
+            settings = dict(init_scale=init_scale, growth_factor=2.0, backoff_factor=0.5,
+                            growth_interval=growth_interval)
+
+            def drive(scaler, net):
+                opt = torch.optim.SGD(net.parameters(), lr=0.1)
+                for t, kind in enumerate(plan):
+                    opt.zero_grad()
+                    loss = net(xs[t]).pow(2).mean()
+                    scale_before = float(scaler.get_scale())
+                    scaled = scaler.scale(loss)
+                    scaled.backward()
+                    if kind == "i":
+                        net.weight.grad[0, 0] = float("inf")  # as if fp16 gradients had overflowed
+                    elif kind == "n":
+                        net.bias.grad[1] = float("nan")
+                    before = [p.detach().clone() for p in net.parameters()]
+                    scaler.step(opt)
+                    stepped = any(not torch.equal(b, p) for b, p in zip(before, net.parameters()))
+                    scaler.update()
+                    scaled_value = float(scaled.detach() if torch.is_tensor(scaled) else scaled)
+                    yield dict(t=t, kind=kinds[kind], scaled=scaled_value,
+                               loss=float(loss.detach()), scale_before=scale_before,
+                               stepped=stepped, scale=float(scaler.get_scale()),
+                               params=[p.detach().clone() for p in net.parameters()])
+
+            reference = list(drive(torch.amp.GradScaler("cpu", **settings), copy.deepcopy(base)))
+            try:
+                scaler = scaler_class(**settings)
+            except NotImplementedError as exc:
+                raise _NotImplemented() from exc
+            except Exception as exc:  # noqa: BLE001
+                raise _LearnerError(exc) from exc
+            steps = drive(scaler, copy.deepcopy(base))
+            for exp in reference:
+                try:
+                    got = next(steps)
+                except (NotImplementedError, StopIteration) as exc:
+                    raise _NotImplemented() from exc
+                except Exception as exc:  # noqa: BLE001
+                    raise _LearnerError(exc) from exc
+                where = f"step {exp['t'] + 1} ({exp['kind']} gradients)"
+                if not _close(got["scaled"], exp["scaled"], rtol=1e-6):
+                    raise _Mismatch(f"{where}: scale(loss) gave {got['scaled']:.6g}, expected loss x scale = "
+                                    f"{exp['loss']:.6g} x {exp['scale_before']:g} = {exp['scaled']:.6g}")
+                if got["stepped"] != exp["stepped"]:
+                    if exp["stepped"]:
+                        raise _Mismatch(f"{where}: the gradients are finite, so step() must call optimizer.step(); "
+                                        "yours left the parameters unchanged")
+                    raise _Mismatch(f"{where}: the reference SKIPPED optimizer.step() (a gradient is {exp['kind']}) "
+                                    "and left the parameters unchanged; yours changed them. Skip the step when "
+                                    "any gradient is not finite.")
+                prev = reference[exp["t"] - 1]["params"] if exp["t"] else [p.detach() for p in base.parameters()]
+                for name, e, g, before in zip(("weight", "bias"), exp["params"], got["params"], prev):
+                    if not torch.allclose(g, e, rtol=1e-5, atol=1e-7, equal_nan=True):
+                        hint = ""
+                        moved = (e - before).abs().sum().item()
+                        ratio = (g - before).abs().sum().item() / moved if moved > 0 else math.nan
+                        if _close(ratio, exp["scale_before"], rtol=1e-3):
+                            hint = ("\nhint: your update is `scale` times too big: unscale the gradients (divide "
+                                    "them by the scale) before optimizer.step().")
+                        raise _Mismatch(f"{where}: parameter '{name}' after the step:\n  expected {_fmt(e)}\n"
+                                        f"  got      {_fmt(g)}{hint}")
+                if got["scale"] != exp["scale"]:
+                    raise _Mismatch(
+                        f"{where}: scale after update() is {got['scale']:g}, expected {exp['scale']:g} "
+                        f"(was {exp['scale_before']:g}; halve it after a skipped step, double it after "
+                        f"growth_interval={growth_interval} clean steps in a row, and restart that count after "
+                        "a skipped step or a growth)")
+        return run
+
+    cases = [
+        ("init_scale=1024, growth_interval=3: clean, clean, inf, 4 clean, nan, inf, 3 clean",
+         case("cciccccnic" + "cc", 1024.0, 3)),
+        ("init_scale=4, growth_interval=1: growth every clean step, inf in between", case("ccicnc", 4.0, 1)),
+        ("init_scale=65536, growth_interval=2000: an overflow on the very first step", case("icc", 65536.0, 2000)),
+    ]
+    return _finish(_run_cases("check_loss_scaler", scaler_class, cases))

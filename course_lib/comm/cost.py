@@ -1,0 +1,277 @@
+"""The cost model of communication: bandwidth bookkeeping and the alpha-beta(-gamma) model (lessons 06, 08, 09).
+
+Pure functions of sizes, rank counts and link parameters: nothing here touches a process
+group, so a performance model (lesson 09) can build on it and tests check it by hand.
+
+1. **Bandwidth bookkeeping.** An all-reduce of ``n`` bytes that takes ``t`` seconds has
+   *algorithm bandwidth* ``algbw = n / t`` and *bus bandwidth* ``busbw = algbw * 2(p-1)/p``
+   on ``p`` ranks. The factor is NVIDIA nccl-tests' convention (``doc/PERFORMANCE.md`` in
+   github.com/NVIDIA/nccl-tests): an optimal all-reduce must move ``2(p-1)/p * n`` bytes
+   through each rank's link, so busbw is what the links actually carried and can be
+   compared with the hardware's peak whatever ``p`` is. Units: bytes/s in the code, GB/s
+   (1e9, as nccl-tests prints) in the tables.
+2. **The alpha-beta(-gamma) model**: a message of ``n`` bytes costs ``alpha + n*beta``
+   (latency + size / bandwidth), reducing ``n`` bytes costs ``n*gamma``. ``fit_alpha_beta``
+   fits measured times; the textbook costs of the all-reduce algorithms from the seed
+   talk (flat tree, binary tree, ring/pipeline, butterfly) and Rabenseifner's algorithm
+   follow Thakur, Rabenseifner & Gropp (2005), "Optimization of Collective Communication
+   Operations in MPICH", Int. J. High Performance Computing Applications 19(1):49-66.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..tables import Table
+
+GB = 1e9  # nccl-tests reports GB/s with GB = 1e9 bytes
+MB = 2**20  # DDP's bucket_cap_mb is in MiB (bucket_cap_mb * 1024 * 1024 bytes)
+
+
+# --------------------------------------------------------------------------- bandwidth bookkeeping
+
+
+def algbw(n_bytes: float, time_s: float) -> float:
+    """Algorithm bandwidth in bytes/s: message size over time per operation (nccl-tests)."""
+    if time_s <= 0:
+        raise ValueError(f"time must be positive, got {time_s!r} s")
+    return n_bytes / time_s
+
+
+def allreduce_busbw_factor(world_size: int) -> float:
+    """``2(p-1)/p``: bytes each rank's link carries per byte all-reduced (nccl-tests' busbw).
+
+    ``p = 1`` gives 0: a single rank moves nothing over a bus, so its bus bandwidth is 0
+    (its algbw is just a memory copy, not communication).
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    return 2 * (world_size - 1) / world_size
+
+
+def busbw(algbw_bytes_per_s: float, world_size: int) -> float:
+    """Bus bandwidth of an all-reduce: ``algbw * 2(p-1)/p`` (nccl-tests, doc/PERFORMANCE.md)."""
+    return algbw_bytes_per_s * allreduce_busbw_factor(world_size)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+# --------------------------------------------------------------------------- the alpha-beta model
+
+
+def fit_alpha_beta(sizes_bytes, times_s, *, robust: bool = True) -> tuple[float, float]:
+    """Fit ``t = alpha + beta * n`` to measured (size, time) pairs; return ``(alpha, beta)``.
+
+    How: a linear fit on the **relative** residuals ``r_i = (t_i - alpha - beta n_i) / t_i``,
+    i.e. each point weighted by ``1 / t_i``. Why: the times span several orders of
+    magnitude. A plain least-squares fit minimises absolute errors, so the largest messages
+    decide everything and alpha comes out as noise (often negative); on relative errors
+    every point counts the same, so the small messages (where ``t ~ alpha``) set alpha and
+    the large ones (where ``t ~ beta n``) set beta -- what the log-log plot shows by eye.
+    Timing noise is also roughly proportional to the time, another reason to weight so.
+
+    ``robust=True`` (default) minimises ``sum |r_i|`` instead of ``sum r_i**2``
+    (iteratively reweighted least squares, starting from the least-squares fit): on a
+    shared machine a few sizes come out several times too slow (another process took the
+    core), and a least-absolute fit follows the majority of points instead of bending
+    towards those. On exact data both give the same answer.
+
+    Neither parameter may be negative: if the fit gives a negative one, it is set to 0
+    and the other is refitted alone. Needs at least two distinct sizes.
+    """
+    n = np.asarray(sizes_bytes, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    if n.shape != t.shape or n.ndim != 1:
+        raise ValueError(f"sizes and times must be 1-D and the same length, got {n.shape} and {t.shape}")
+    if len(np.unique(n)) < 2:
+        raise ValueError("fit_alpha_beta needs at least two different message sizes")
+    if np.any(t <= 0) or np.any(n < 0):
+        raise ValueError("times must be positive and sizes non-negative")
+    X = np.stack([1.0 / t, n / t], axis=1)  # row i: [1, n_i] / t_i, so X @ (alpha, beta) ~ 1
+    ones = np.ones_like(t)
+
+    def solve(w):  # weighted least squares on the relative residuals
+        sw = np.sqrt(w)
+        return np.linalg.lstsq(X * sw[:, None], ones * sw, rcond=None)[0]
+
+    w = np.ones_like(t)
+    coef = solve(w)
+    if robust:  # IRLS for least absolute deviation: weight 1/|r|, floored so exact fits stay put
+        for _ in range(50):
+            r = np.abs(ones - X @ coef)
+            w = 1.0 / np.maximum(r, 1e-6)
+            new = solve(w)
+            if np.allclose(new, coef, rtol=1e-9, atol=0):
+                coef = new
+                break
+            coef = new
+    alpha, beta = float(coef[0]), float(coef[1])
+    if alpha < 0:  # latency below zero: fit the bandwidth term alone
+        alpha, beta = 0.0, float(np.sum(w * X[:, 1]) / np.sum(w * X[:, 1] ** 2))
+    elif beta < 0:  # time falling with size: only a latency is left to fit
+        alpha, beta = float(np.sum(w * X[:, 0]) / np.sum(w * X[:, 0] ** 2)), 0.0
+    return alpha, beta
+
+
+def _log2_steps(p: int) -> int:
+    """``ceil(log2 p)``: rounds of a binomial tree / recursive doubling on p ranks."""
+    return (_check_p(p) - 1).bit_length()
+
+
+def _check_p(p: int) -> int:
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"p (number of ranks) must be an int >= 1, got {p!r}")
+    return int(p)
+
+
+def _largest_power_of_two_at_most(p: int) -> int:
+    return 1 << (p.bit_length() - 1)
+
+
+def flat_tree_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """Flat tree: every rank sends to the root, the root reduces, then sends the result back.
+
+    The root handles ``p-1`` full messages one after the other, twice::
+
+        T = 2(p-1) alpha + 2(p-1) n beta + (p-1) n gamma
+
+    Latency and bandwidth both grow linearly with ``p``: fine for a handful of ranks only.
+    """
+    p = _check_p(p)
+    return 2 * (p - 1) * (alpha + n_bytes * beta) + (p - 1) * n_bytes * gamma
+
+
+def binary_tree_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """Binomial tree reduce to a root, then binomial tree broadcast (Thakur et al. 2005, sec. 4).
+
+    ``ceil(log2 p)`` rounds each way, each moving the full message::
+
+        T = 2 ceil(log2 p) (alpha + n beta) + ceil(log2 p) n gamma
+
+    Latency grows only with the tree depth, but every round carries all ``n`` bytes.
+    """
+    steps = _log2_steps(p)
+    return 2 * steps * (alpha + n_bytes * beta) + steps * n_bytes * gamma
+
+
+def ring_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """Ring / pipeline: reduce-scatter then all-gather, ``2(p-1)`` steps of ``n/p`` bytes each.
+
+    ::
+
+        T = 2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
+
+    The bandwidth term tends to ``2 n beta`` however many ranks there are (bandwidth-optimal),
+    but the latency term grows with ``p`` -- the seed talk's "scales with twice the number of
+    nodes". Used by Baidu's ring all-reduce and by NCCL for large messages.
+    """
+    p = _check_p(p)
+    frac = (p - 1) / p
+    return 2 * (p - 1) * alpha + 2 * frac * n_bytes * beta + frac * n_bytes * gamma
+
+
+def _non_power_of_two_extra(n_bytes: float, p: int, alpha: float, beta: float, gamma: float) -> float:
+    """MPICH's fix for p not a power of two (Thakur et al. 2005, sec. 4.4): the ``p - p'``
+    extra ranks first hand their data to a partner (one step with a reduction) and get the
+    result back at the end (one more step); the other ``p'`` ranks run the algorithm."""
+    if p == _largest_power_of_two_at_most(p):
+        return 0.0
+    return 2 * alpha + 2 * n_bytes * beta + n_bytes * gamma
+
+
+def butterfly_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """Butterfly / recursive doubling: in round k each rank swaps its full vector with the rank
+    ``2**k`` away and reduces, so after ``log2 p`` rounds everyone has the sum::
+
+        T = log2(p) (alpha + n beta + n gamma)            (p a power of two)
+
+    Fewest latency terms of all (best for small messages), but every round sends all ``n``
+    bytes. For other ``p``, ``log2 p'`` rounds on the largest power of two ``p' < p`` plus
+    two extra steps (see ``_non_power_of_two_extra``).
+    """
+    p = _check_p(p)
+    steps = int(math.log2(_largest_power_of_two_at_most(p)))
+    return (steps * (alpha + n_bytes * beta + n_bytes * gamma)
+            + _non_power_of_two_extra(n_bytes, p, alpha, beta, gamma))
+
+
+def rabenseifner_allreduce_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """Rabenseifner: reduce-scatter by recursive halving, then all-gather by recursive doubling::
+
+        T = 2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma   (p a power of two)
+
+    The ring's bandwidth term with the butterfly's (doubled) latency term: MPICH's choice
+    for long messages (Thakur et al. 2005, sec. 4.4). Non-powers of two as for the butterfly.
+    """
+    p = _check_p(p)
+    q = _largest_power_of_two_at_most(p)
+    frac = (q - 1) / q
+    return (2 * math.log2(q) * alpha + 2 * frac * n_bytes * beta + frac * n_bytes * gamma
+            + _non_power_of_two_extra(n_bytes, p, alpha, beta, gamma))
+
+
+ALLREDUCE_ALGORITHMS = {
+    "flat tree": flat_tree_allreduce_time,
+    "binary tree": binary_tree_allreduce_time,
+    "ring": ring_allreduce_time,
+    "butterfly": butterfly_allreduce_time,
+    "rabenseifner": rabenseifner_allreduce_time,
+}
+
+
+def predict_times(sizes_bytes, p: int, alpha: float, beta: float, gamma: float = 0.0) -> dict[str, np.ndarray]:
+    """Predicted all-reduce time (s) of every algorithm in ``ALLREDUCE_ALGORITHMS`` per size."""
+    return {name: np.array([f(float(n), p, alpha, beta, gamma) for n in sizes_bytes])
+            for name, f in ALLREDUCE_ALGORITHMS.items()}
+
+
+def best_algorithm(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> str:
+    """Name of the cheapest algorithm for this message size and rank count under the model."""
+    return min(ALLREDUCE_ALGORITHMS, key=lambda k: ALLREDUCE_ALGORITHMS[k](n_bytes, p, alpha, beta, gamma))
+
+
+def link_alpha_beta_from_ring_fit(alpha_fit: float, beta_fit: float, p: int) -> tuple[float, float]:
+    """Per-message ``(alpha, beta)`` of one link, assuming the measured all-reduce was a ring.
+
+    A fit of the library's all-reduce gives ``t = A + B n`` for the whole collective, not for
+    one message. If the library ran a ring, ``A = 2(p-1) alpha`` and ``B = 2(p-1)/p beta``;
+    inverting that lets the other algorithms be predicted for the same links (the ring's
+    curve then lies on the fit by construction). The assumption is ours: NCCL switches
+    between ring and tree by size and topology, gloo has ring and halving-doubling variants.
+    """
+    p = _check_p(p)
+    if p == 1:
+        raise ValueError("with p = 1 an all-reduce sends no messages, so the fit says nothing about links")
+    return alpha_fit / (2 * (p - 1)), beta_fit * p / (2 * (p - 1))
+
+
+def predict_table(sizes_bytes, p: int, alpha: float, beta: float, gamma: float = 0.0,
+                  measured_s=None, fitted: tuple[float, float] | None = None) -> Table:
+    """Model vs measurement per message size, in microseconds.
+
+    ``alpha, beta`` are per-message (link) parameters for the algorithm formulas;
+    ``fitted`` is the ``(A, B)`` fit of the measured collective, shown as its own column;
+    ``measured_s`` the measured times. The last column names the model's cheapest algorithm.
+    """
+    preds = predict_times(sizes_bytes, p, alpha, beta, gamma)
+    cols = ["size"] + (["measured (us)"] if measured_s is not None else []) \
+        + (["fit (us)"] if fitted is not None else []) + [f"{k} (us)" for k in preds] + ["cheapest"]
+    t = Table(cols, title=f"all-reduce time, p = {p}: alpha = {alpha * 1e6:.3g} us, "
+                          f"beta = {beta * GB:.3g} s/GB per link, gamma = {gamma * GB:.3g} s/GB")
+    for i, n in enumerate(sizes_bytes):
+        row = {"size": _human_bytes(float(n)), "cheapest": best_algorithm(float(n), p, alpha, beta, gamma)}
+        if measured_s is not None:
+            row["measured (us)"] = float(measured_s[i]) * 1e6
+        if fitted is not None:
+            row["fit (us)"] = (fitted[0] + fitted[1] * float(n)) * 1e6
+        row.update({f"{k} (us)": float(v[i]) * 1e6 for k, v in preds.items()})
+        t.add(**row)
+    return t

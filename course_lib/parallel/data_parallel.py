@@ -1,0 +1,156 @@
+"""Data parallelism: the per-rank slice of the global batch, accumulation, the DDP wrap (lesson 06).
+
+The training engine (:mod:`course_lib.train.engine`) hands every global batch to
+:class:`DataParallel` and never mentions ranks itself. Tensor, pipeline and sharded
+parallelism (lesson 10) plug in beside this module, behind the same seam: something that
+wraps the model and says which part of each batch this rank computes.
+
+**Why W ranks x micro batch b x k accumulation steps = one process with batch W*b*k.**
+Every rank draws the *same* global batch (same sampler seed, so the same permutation and
+negatives) and takes its slice ``r`` of ``W`` (``tensor_split``), then splits that slice
+into ``k`` micro batches. Each micro step's loss is its *sum* over samples (or scored
+tokens) divided by ``n / W`` (``n``: the count in the global batch), so the ``k`` backward
+passes add up to ``W x`` the rank's share of the full-batch mean; DDP's all-reduce averages
+over the ``W`` ranks, which leaves exactly the gradient of the mean over all ``n`` — also
+for the smaller last batch of an epoch. ``no_sync()`` skips the all-reduce on all but the
+last micro step (gradients accumulate locally; DDP docs: "gradients will be accumulated in
+module variables, which will later be synchronized in the first forward-backward pass
+exiting the context"). The sample order does not depend on ``W``, so a checkpoint taken
+with one world size also resumes with another. ``tests/test_ddp.py`` checks the invariant
+for NeuMF, ``tests/test_bert.py`` for BERT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .. import dist as cdist
+from ..config import BatchConfig
+from ..tables import Table
+
+# --------------------------------------------------------------------------- the batch, stated once
+
+
+def batch_config(global_batch_size: int, micro_batch_size: int | None, world_size: int) -> BatchConfig:
+    """``BatchConfig`` for a run; ``micro_batch_size=None`` means no accumulation (b = B / W)."""
+    if micro_batch_size is None:
+        if global_batch_size % world_size:
+            raise ValueError(f"global batch {global_batch_size} does not split evenly over world_size={world_size} "
+                             f"ranks; choose a multiple of {world_size}")
+        micro_batch_size = global_batch_size // world_size
+    return BatchConfig(global_batch_size, micro_batch_size, world_size)
+
+
+def batch_table(global_batch_size: int, micro_batch_size: int, world_sizes=(1, 2, 4, 8)) -> Table:
+    """How one global batch becomes per-rank micro batches and accumulation steps."""
+    t = Table(["world_size", "global_batch_size", "micro_batch_size", "grad_accum_steps", "per-rank batch"],
+              title=f"global batch {global_batch_size}, micro batch {micro_batch_size}")
+    for w in world_sizes:
+        try:
+            bc = BatchConfig(global_batch_size, micro_batch_size, w)
+            t.add(world_size=w, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
+                  grad_accum_steps=bc.grad_accum_steps, **{"per-rank batch": bc.per_rank_batch_size})
+        except ValueError:
+            t.add(world_size=w, global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
+                  grad_accum_steps="does not divide")
+    return t
+
+
+# --------------------------------------------------------------------------- DDP and micro steps
+
+
+class DataParallel:
+    """Data parallelism for one run of ``train_to_target``; on one process it only accumulates."""
+
+    def __init__(self, global_batch_size: int, micro_batch_size: int | None, device: torch.device,
+                 bucket_cap_mb: float | None = None):
+        self.distributed = cdist._initialized() and dist.get_world_size() > 1
+        self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if self.distributed else (0, 1)
+        self.batch = batch_config(global_batch_size, micro_batch_size, self.world_size)
+        self.device = device
+        self.bucket_cap_mb = bucket_cap_mb
+        self.ddp = None
+        self._comm: list[tuple[float, float]] = []  # (start, end) of each bucket's all-reduce
+        self.sync_steps = 0
+
+    @property
+    def grad_accum_steps(self) -> int:
+        return self.batch.grad_accum_steps
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """DDP around ``model`` when there are several ranks (it broadcasts rank 0's weights)."""
+        if not self.distributed:
+            return model
+        kwargs = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
+        self.ddp = DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None, **kwargs)
+        if dist.get_backend() == "gloo":  # time each bucket's all-reduce (NCCL: see comm_time_s)
+            self.ddp.register_comm_hook(None, self._timed_allreduce)
+        return self.ddp
+
+    def _timed_allreduce(self, state, bucket):
+        """DDP's default hook (average = divide, then sum over ranks), with a stopwatch."""
+        t0 = time.perf_counter()
+        fut = dist.all_reduce(bucket.buffer().div_(self.world_size), async_op=True).get_future()
+
+        def done(f):
+            self._comm.append((t0, time.perf_counter()))
+            return f.value()[0]
+
+        return fut.then(done)
+
+    def micro_batches(self, train_model: torch.nn.Module, batch, count=None):
+        """Yield ``(micro_batch, denominator, sync_context)`` for the ``k`` micro steps of one step.
+
+        ``batch`` is the global batch (identical on every rank); ``count`` how many terms its
+        mean has (default ``batch[0].numel()``, the samples; BERT passes its scored tokens).
+        The caller computes ``loss = sum over the micro batch / denominator`` and calls
+        backward inside the context: ``no_sync()`` for all but the last micro step, so DDP
+        all-reduces once.
+        """
+        n = batch[0].numel() if count is None else count
+        denominator = n / self.world_size
+        local = [t.tensor_split(self.world_size)[self.rank] for t in batch]  # this rank's slice
+        k = self.grad_accum_steps
+        for i, micro in enumerate(zip(*(t.tensor_split(k) for t in local))):
+            last = i == k - 1
+            if self.ddp is not None and not last:
+                sync = self.ddp.no_sync()  # accumulate locally, no all-reduce
+            else:
+                sync = contextlib.nullcontext()
+                if self.ddp is not None:
+                    self.sync_steps += 1  # this micro step all-reduces
+            yield micro, denominator, sync
+
+    def agree(self, flag: bool) -> bool:
+        """Rank 0's ``flag`` on every rank: all ranks stop at the same step."""
+        if not self.distributed:
+            return flag
+        t = torch.tensor([1 if flag else 0], device=self.device)
+        dist.broadcast(t, src=0)
+        return bool(t.item())
+
+    @property
+    def comm_time_s(self) -> float | None:
+        """Seconds with a gradient all-reduce in flight (None on one process).
+
+        gloo: the union of the timed all-reduces (part of it overlaps backward compute).
+        NCCL: host clocks cannot see GPU collectives finish, so this uses DDP's own
+        sampled timers (``avg_backward_comm_time``; sampled on the first iterations and
+        every 100th) times the number of synchronizing steps: an estimate.
+        """
+        if self.ddp is None:
+            return None
+        if dist.get_backend() != "gloo":
+            avg_ns = self.ddp._get_ddp_logging_data().get("avg_backward_comm_time", 0)
+            return avg_ns * 1e-9 * self.sync_steps
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self._comm):
+            total += max(0.0, b - max(a, end))
+            end = max(end, b)
+        return total

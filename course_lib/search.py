@@ -1,0 +1,146 @@
+"""Sweeps and search: scaled settings, sweeps and their tables, lr grids that extend at their edge (lessons 01-07, 12).
+
+Every run goes through the one engine (``train_to_target`` for NeuMF, ``train_mlm`` for
+BERT); this module only builds their inputs, collects their outputs and picks among them.
+
+- ``scaled_config`` / ``scaling_table``: what the linear and square-root rules give
+  (pure arithmetic, the lessons' deterministic NBVAL cells);
+- ``run_sweep`` / ``sweep_rows`` / ``sweep_table`` / ``fastest``: a sweep and its table;
+- ``lr_sweep``: short runs per lr, the best one (lesson 01);
+- ``sweep_with_edge_extension``: a grid that grows while its best point sits on an edge
+  (lesson 07's lr search); successive halving and Hyperband (lesson 12) belong here too;
+- ``pick_degraded_batch``: where a scaling rule broke, from a saved sweep (lesson 03).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .optim.schedules import linear_scaled_lr, sqrt_scaled_lr
+from .data.movielens import ImplicitData
+from .tables import Table
+from .train.ncf import TrainConfig, TrainResult, train_to_target
+
+RULES = {"linear": linear_scaled_lr, "sqrt": sqrt_scaled_lr}
+
+
+def scaled_config(base_cfg, batch_size: int, rule: str = "linear", base_batch_size: int | None = None, **changes):
+    """``base_cfg`` at ``batch_size`` with its lr scaled by ``rule`` ("linear" | "sqrt") (lesson 02)."""
+    if rule not in RULES:
+        raise ValueError(f"rule={rule!r}; choose one of {sorted(RULES)}")
+    base = base_batch_size or base_cfg.batch_size
+    return base_cfg.replace(batch_size=batch_size, lr=RULES[rule](base_cfg.lr, batch_size, base), **changes)
+
+
+def scaling_table(base_lr: float, base_batch_size: int, batch_sizes) -> Table:
+    """The lr each rule gives at each batch size (deterministic: a lesson's NBVAL_CHECK_OUTPUT cell)."""
+    t = Table(["batch size", "k", "lr (linear: k x)", "lr (sqrt: sqrt(k) x)"],
+              title=f"Scaled learning rates from lr {base_lr:g} at batch {base_batch_size}")
+    for b in batch_sizes:
+        t.add(**{"batch size": b, "k": b / base_batch_size,
+                 "lr (linear: k x)": linear_scaled_lr(base_lr, b, base_batch_size),
+                 "lr (sqrt: sqrt(k) x)": sqrt_scaled_lr(base_lr, b, base_batch_size)})
+    return t
+
+
+def run_sweep(data, cfgs, *, target_hr: float, max_epochs, device=None, labels=None, progress: str = "auto",
+              **kwargs) -> list:
+    """``train_to_target`` for each config (``max_epochs``: a number, or a function of the config)."""
+    results = []
+    for i, cfg in enumerate(cfgs):
+        epochs = max_epochs(cfg) if callable(max_epochs) else max_epochs
+        label = labels[i] if labels else f"b{cfg.batch_size} {cfg.optimizer} lr {cfg.lr:.3g}"
+        results.append(train_to_target(data, cfg, target_hr=target_hr, max_epochs=epochs, device=device,
+                                       progress=progress, label=label, **kwargs))
+    return results
+
+
+def sweep_rows(results, labels=None) -> list[dict]:
+    """One dict per run: the quantities the lessons tabulate and plot."""
+    rows = []
+    for i, r in enumerate(results):
+        c = r.config
+        rows.append({
+            "rule": labels[i] if labels else "", "batch size": c["batch_size"], "optimizer": c["optimizer"],
+            "lr": c["lr"], "warmup steps": c.get("warmup_steps", 0), "precision": r.precision.get("mode", c["precision"]),
+            "time to target (s)": r.time_to_target_s, "steps to target": r.steps_to_target,
+            "epochs to target": r.epochs_to_target, "final HR@10": r.final_hr, "best HR@10": r.best_hr,
+            "train HR@10": r.final_train_hr, "epochs run": r.epochs, "samples/s": r.samples_per_s,
+            "diverged": r.diverged,
+        })
+    return rows
+
+
+def sweep_table(results, labels=None, *, title: str = "",
+                columns=("rule", "batch size", "lr", "time to target (s)", "steps to target", "epochs to target",
+                         "final HR@10", "epochs run", "samples/s")) -> Table:
+    """The measured table of a sweep; "not reached" (never the run length) where the target was missed."""
+    t = Table(list(columns), title=title)
+    for row in sweep_rows(results, labels):
+        if row["time to target (s)"] is None:
+            row["time to target (s)"] = "diverged" if row["diverged"] else "not reached"
+        t.add(**{c: row[c] for c in columns})
+    return t
+
+
+def fastest(results):
+    """The run that reached its target in the least training time (None when none did)."""
+    reached = [r for r in results if r.time_to_target_s is not None]
+    return min(reached, key=lambda r: r.time_to_target_s) if reached else None
+
+
+def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
+             extra: tuple[TrainConfig, ...] = (), progress: str = "none") -> tuple[Table, float, list[TrainResult]]:
+    """Short runs at each lr (plus ``extra`` configs for comparison); returns the table,
+    the lr of ``cfg.optimizer`` with the best final HR@10, and the results."""
+    runs = [cfg.replace(lr=lr) for lr in lrs] + list(extra)
+    results = [train_to_target(data, c, max_epochs=max_epochs, device=device, progress=progress,
+                               label=f"{c.optimizer} lr {c.lr:g}") for c in runs]
+    t = Table(["optimizer", "lr", "epochs", "HR@10", "NDCG@10", "train loss"],
+              title=f"lr sweep at batch {cfg.batch_size}, {max_epochs:g} epoch each")
+    for r in results:
+        t.add(optimizer=r.config["optimizer"], lr=r.config["lr"], epochs=round(r.epochs, 2),
+              **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
+    own = [r for r in results if r.config["optimizer"] == cfg.optimizer]
+    best = max(own, key=lambda r: r.final_hr)
+    return t, best.config["lr"], results
+
+
+def sweep_with_edge_extension(run: Callable[[float], dict], factors, score: Callable[[dict], float], *,
+                              max_extensions: int = 2) -> dict[float, dict]:
+    """``{factor: run(factor)}`` over a grid that grows while its best point sits on an edge.
+
+    Runs every factor of ``factors``; while the best (lowest ``score``) is the smallest
+    factor, one more at half of it, while it is the largest, one more at double it — at
+    most ``max_extensions`` times. A best point inside the grid ends the search: a minimum
+    is bracketed. Each factor runs once.
+    """
+    todo, done = sorted(factors), {}
+    for _ in range(max_extensions + 1):
+        for f in todo:
+            if f not in done:
+                done[f] = run(f)
+        best = min(done, key=lambda f: score(done[f]))
+        if best == min(done):
+            todo = [best / 2]  # a smaller value might be better still
+        elif best == max(done):
+            todo = [best * 2]
+        else:
+            break
+    return {f: done[f] for f in sorted(done)}
+
+
+def pick_degraded_batch(rows, candidates, rule: str = "linear") -> int:
+    """The batch where ``rule`` broke or degraded most, from lesson 02's sweep rows (lesson 03).
+
+    The smallest batch of ``rule`` that missed the target (diverged or not reached); if every
+    run reached it, the one that needed the most epochs. Without rows, ``candidates[0]``.
+    """
+    mine = sorted((r for r in rows or () if r.get("rule") == rule and r["batch size"] in candidates),
+                  key=lambda r: r["batch size"])
+    if not mine:
+        return candidates[0]
+    missed = [r for r in mine if r.get("time to target (s)") is None]
+    if missed:
+        return missed[0]["batch size"]
+    return max(mine, key=lambda r: r.get("epochs to target") or 0.0)["batch size"]

@@ -1,0 +1,24 @@
+"""Training: the one engine and what each model adds to it (lessons 01-07).
+
+- :mod:`.engine` — the step (micro batches, precision, clipping, optimizer) and the clock;
+- :mod:`.ncf` — NeuMF to a target HR@10: ``TrainConfig``, ``train_to_target``, evaluation;
+- :mod:`.mlm` — BERT masked-LM to a target loss: ``MLMTrainConfig``, ``train_mlm``;
+- :mod:`.workers` — the same runs as ``worker(rank, world_size, ...)`` for every launcher.
+
+NeuMF's names are re-exported: ``from course_lib.train import TrainConfig, train_to_target``.
+"""
+
+from .ncf import (
+    TARGETS,
+    TrainConfig,
+    TrainResult,
+    build_model,
+    default_target_hr,
+    evaluate,
+    evaluate_popularity,
+    evaluate_train,
+    last_train_items,
+    make_batches,
+    make_optimizer,
+    train_to_target,
+)

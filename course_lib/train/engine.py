@@ -1,0 +1,133 @@
+"""The training engine: one optimizer step for every model of the course (lessons 01-07).
+
+NeuMF (:mod:`course_lib.train.ncf`), BERT (:mod:`course_lib.train.mlm`) and the throughput
+benchmarks all step through :class:`Engine`; a lesson changes its inputs, never copies it.
+One step, in order:
+
+1. the lr of this step (the schedule is the caller's: ``course_lib.optim.lr_at``);
+2. the global batch cut into this rank's micro batches by the data-parallel seam
+   (:class:`course_lib.parallel.DataParallel`): ``no_sync`` on all but the last, so DDP
+   all-reduces once per step;
+3. each micro batch's loss is a *sum* (over samples, or scored tokens) divided by the
+   global batch's count over the ranks, so any split into ranks x micro steps gives the
+   gradient of the mean over the whole global batch (the W x b x k invariant);
+4. precision (:class:`course_lib.precision.Precision`): autocast, fp16 loss scaling, and the
+   gradients unscaled *before* clipping and before LARS/LAMB read their norms (apex#1030);
+5. optional global-norm clipping, the optimizer step (skipped by the fp16 scaler on
+   inf/nan), the scaler's update, and the gradients cleared.
+
+The training clock (:class:`PhaseClock`) splits a step's wall time into sampling,
+forward/backward and optimizer phases; evaluation is never on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable
+
+import torch
+
+from ..parallel.data_parallel import DataParallel
+from ..precision import Precision
+
+PHASES = ("sampling", "forward_backward", "optimizer")
+
+
+class PhaseClock:
+    """Accumulates wall time per phase; on CUDA it synchronizes at phase boundaries
+    (otherwise kernels still running are billed to the next phase) and opens NVTX ranges
+    so Nsight Systems shows the phases. ``enabled=False``: no synchronization, no timing."""
+
+    def __init__(self, device: torch.device, enabled: bool = True):
+        self.cuda = device.type == "cuda"
+        self.enabled = enabled
+        self.seconds = {p: 0.0 for p in PHASES}
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        if not self.enabled:
+            yield
+            return
+        self.sync()
+        if self.cuda:
+            torch.cuda.nvtx.range_push(name)
+        t0 = time.perf_counter()
+        try:
+            with torch.profiler.record_function(name):  # a named row in torch.profiler tables
+                yield
+        finally:
+            self.sync()
+            self.seconds[name] += time.perf_counter() - t0
+            if self.cuda:
+                torch.cuda.nvtx.range_pop()
+
+
+LossSum = Callable[[torch.nn.Module, tuple], torch.Tensor]  # (net, micro batch) -> summed loss (scalar)
+
+
+class Engine:
+    """The step of one training run: model (wrapped for data parallelism), optimizer, precision.
+
+    ``loss_sum(net, micro_batch)`` returns the loss *summed* over what the micro batch
+    counts (samples for NeuMF, scored tokens for BERT); :meth:`step` divides it so the
+    gradient is that of the mean over the global batch, whatever the ranks and micro steps.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, precision: Precision,
+                 parallel: DataParallel, loss_sum: LossSum, max_grad_norm: float | None = None,
+                 clock: PhaseClock | None = None):
+        self.model = model
+        self.optimizer = optimizer
+        self.precision = precision
+        self.parallel = parallel
+        self.net = parallel.wrap(model)  # DistributedDataParallel on several ranks, else the model itself
+        self.loss_sum = loss_sum
+        self.max_grad_norm = max_grad_norm
+        self.clock = clock or PhaseClock(precision.device, enabled=False)
+        self.device = precision.device
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self, batch: tuple, count: float | torch.Tensor | None = None) -> tuple[torch.Tensor, bool]:
+        """One optimizer step on the global ``batch`` (identical on every rank).
+
+        ``count``: how many terms the global batch's mean has (default: ``batch[0].numel()``).
+        Returns ``(loss, taken)``: this rank's share of the global-mean loss (a detached
+        0-d tensor: summed over the ranks it is the mean) and whether the optimizer step
+        was taken (False when the fp16 scaler skipped it).
+        """
+        prec = self.precision
+        loss_total = torch.zeros((), device=self.device)
+        with self.clock.phase("forward_backward"):
+            for micro, denominator, sync in self.parallel.micro_batches(self.net, batch, count):
+                with sync:
+                    with prec.autocast():
+                        loss = self.loss_sum(self.net, micro) / denominator
+                    prec.backward(loss)  # loss * scale for fp16
+                loss_total += loss.detach()
+        with self.clock.phase("optimizer"):
+            prec.unscale_(self.optimizer)  # true gradients for clipping and for LARS/LAMB's norms
+            if self.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+            taken = prec.step(self.optimizer)  # skips inf/nan gradients (fp16)
+            prec.update()
+            self.optimizer.zero_grad(set_to_none=True)
+        return loss_total, taken
+
+
+def all_finite(model: torch.nn.Module) -> bool:
+    """No inf/nan among the weights (a diverged run never recovers)."""
+    return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU): before reading a host clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

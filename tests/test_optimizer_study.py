@@ -1,0 +1,85 @@
+"""Lesson 07's study helpers (course_lib.optimizer_study) and the edge-extending sweep (course_lib.search)."""
+
+import math
+
+import pytest
+
+from course_lib import optimizer_study as st
+from course_lib.search import sweep_with_edge_extension
+
+
+def record(evals, *, best=None, diverged=False, label="run", batch=256, steps=None):
+    """A train_mlm-shaped record with held-out losses ``evals`` at steps 10, 20, ... (1 s apart)."""
+    steps_ = [10 * (i + 1) for i in range(len(evals))]
+    finite = [x for x in evals if math.isfinite(x)]
+    return {"label": label, "config": {"global_batch_size": batch, "peak_lr": 1e-3}, "diverged": diverged,
+            "best_eval_loss": best if best is not None else (min(finite) if finite else None),
+            "final_eval_loss": evals[-1], "steps": steps or steps_[-1], "seqs_per_s": 100.0,
+            "curves": {"eval_step": steps_, "eval_loss": list(evals), "eval_time_s": [float(i + 1) for i in range(len(evals))]}}
+
+
+def test_time_to_loss_is_the_first_evaluation_at_or_below_the_target():
+    r = record([5.0, 4.5, 4.2, 4.3, 4.1])
+    assert st.time_to_loss(r, 4.2) == (3.0, 30)
+    assert st.time_to_loss(r, 4.0) == (None, None)
+    assert st.time_to_loss(record([math.nan, 4.0]), 4.5) == (2.0, 20)  # NaN never counts as reached
+
+
+def test_verdict_each_case():
+    target = 4.2
+    both_never = st.verdict(record([4.6, 4.5]), record([4.4, 4.3]), target)
+    assert both_never[0] == "lamb" and "neither reached" in both_never[1]
+    assert st.verdict(record([4.6]), record([4.1]), target) == ("lamb", "LAMB reached the target where Adam did not")
+    assert st.verdict(record([4.1]), record([4.6]), target) == ("adam", "Adam reached the target where LAMB did not")
+    fewer = st.verdict(record([4.5, 4.1]), record([4.15, 4.0]), target)  # lamb at step 10, adam at 20
+    assert fewer[0] == "lamb" and "step 20" in fewer[1] and "step 10" in fewer[1]
+    tie = st.verdict(record([4.1], best=4.0), record([4.15], best=4.1), target)  # same evaluation: lower loss
+    assert tie[0] == "adam" and "same evaluation" in tie[1]
+    diverged = st.verdict(record([4.5], best=4.5), record([4.4], best=4.4, diverged=True), target)
+    assert diverged[0] == "adam"  # a diverged run never wins on its best loss
+
+
+def test_seeds_agree_sentence():
+    assert st.seeds_agree(["lamb", "lamb"], 256).startswith("Both seeds agree: lamb")
+    assert "within the noise" in st.seeds_agree(["lamb", "adam"], 256)
+
+
+def test_study_config_states_the_settings_once():
+    study = st.Study(small_batch=32, large_batch=256, micro_batch=64, small_seqs=7680, large_seqs=30720,
+                     common=dict(model="tiny", dropout=0.0))
+    small, large = study.config("adam", 32), study.config("lamb", 256, lr_factor=0.5, seed=1)
+    assert (small.max_steps, small.warmup_fraction, small.micro_batch_size) == (240, 0.1, 32)
+    assert (large.max_steps, large.warmup_fraction, large.micro_batch_size, large.seed) == (120, 0.2, 64, 1)
+    assert large.batch(1).grad_accum_steps == 4 and large.eval_every == 6
+    assert large.peak_lr == pytest.approx(1e-2 * 0.5 * math.sqrt(256 / 32))  # sqrt rule from the small batch
+    assert small.peak_lr == pytest.approx(1e-3) and small.model == "tiny"
+
+
+def test_summary_and_best_of():
+    a, b = record([4.5, 4.1], label="lamb x1"), record([4.4, 4.3], label="lamb x2")
+    assert st.best_of({"lamb x1": a, "lamb x2": b, "adam x1": record([3.0])}, "lamb") is a
+    s = st.summary(a, 4.2)
+    assert (s["steps_to_loss"], s["time_to_loss_s"], s["eval_loss_curve"]) == (20, 2.0, [(10, 4.5), (20, 4.1)])
+
+
+def test_trust_ratio_spread():
+    r = {"trust_ratios": {"w1": [0.02, 0.04], "w2": [0.01, 0.04]}}
+    out = st.trust_ratio_spread(r)
+    assert (out["first_min"], out["first_max"]) == pytest.approx((0.01, 0.02))
+    assert out["spread"].tolist() == pytest.approx([2.0, 1.0]) and out["spread_max"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("best, expected_grid", [
+    (0.45, [0.25, 0.5, 1.0]),  # inside the grid: no extension
+    (0.05, [0.0625, 0.125, 0.25, 0.5, 1.0]),  # below the grid: halve twice (max_extensions=2)
+    (3.0, [0.25, 0.5, 1.0, 2.0, 4.0]),  # above: double until the best is inside
+])
+def test_sweep_with_edge_extension(best, expected_grid):
+    calls = []
+
+    def run(f):
+        calls.append(f)
+        return {"loss": abs(math.log(f / best))}
+
+    done = sweep_with_edge_extension(run, (1.0, 0.25, 0.5), lambda r: r["loss"], max_extensions=2)
+    assert sorted(calls) == expected_grid and list(done) == expected_grid  # each factor runs once, in order

@@ -1,0 +1,104 @@
+"""The tier plan, checked for machines we do not have: a CPU laptop, one GPU, nodes of 3, 4 and 8 GPUs."""
+
+import pytest
+
+from course_lib.config import BatchConfig
+from course_lib.hardware import GPU, Hardware
+from course_lib.tiers import largest_power_of_two_at_most, plan
+
+
+def machine(gpus: int = 0, *, cores: int = 8, bf16: str | None = None, cuda: bool | None = None) -> Hardware:
+    cuda = bool(gpus) if cuda is None else cuda
+    return Hardware(cpu_cores=cores, cpu_model="test CPU",
+                    gpus=tuple(GPU(i, "NVIDIA H100 80GB HBM3", 80.0, "9.0") for i in range(gpus)),
+                    cuda_available=cuda, gloo_available=True, nccl_available=cuda and gpus > 0,
+                    bf16_autocast=bf16 or ("native" if gpus else "emulated (slow)"),
+                    fp16_autocast="native" if gpus else "emulated (slow)")
+
+
+LAPTOP, ONE, THREE, FOUR, EIGHT = machine(0, cores=4), machine(1), machine(3), machine(4), machine(8)
+
+
+def test_cpu_laptop():
+    p = plan(LAPTOP)
+    assert (p.tier, p.device, p.dataset, p.precision) == ("cpu", "cpu", "ml-1m", "fp32")
+    assert (p.dp_world_size, p.dp_backend, p.dp_on_ladder) == (2, "gloo", True)
+    assert (p.demo_world_size, p.demo_backend) == (2, "gloo")
+    assert p.scaling_world_sizes == (1, 2)
+    assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("mini", 64, 1)
+    assert plan(machine(0, bf16="native")).precision == "bf16"  # a CPU with AMX / AVX512-BF16
+
+
+def test_one_gpu_measures_communication_on_two_gloo_ranks_and_keeps_them_off_the_ladder():
+    p = plan(ONE)
+    assert (p.tier, p.device, p.dataset, p.precision) == ("one-gpu", "cuda", "ml-20m", "bf16")
+    assert (p.dp_world_size, p.dp_backend) == (2, "gloo")  # never two NCCL ranks on one GPU
+    assert not p.dp_on_ladder  # CPU processes are not comparable with the GPU's rungs
+    assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("small", 128, 1)
+
+
+@pytest.mark.parametrize("hw, ranks", [(THREE, 2), (FOUR, 4), (EIGHT, 8)])
+def test_gpu_nodes_use_nccl_on_a_power_of_two_ranks(hw, ranks):
+    p = plan(hw)
+    assert (p.tier, p.dp_world_size, p.dp_backend, p.dp_on_ladder) == ("multi-gpu", ranks, "nccl", True)
+    assert p.demo_backend == "nccl" and p.bert_world_size == ranks
+    assert p.scaling_world_sizes == tuple(w for w in (1, 2, 4, 8) if w <= ranks)
+
+
+@pytest.mark.parametrize("hw", [LAPTOP, ONE, THREE, FOUR, EIGHT], ids=["cpu", "1gpu", "3gpu", "4gpu", "8gpu"])
+@pytest.mark.parametrize("profile", ["full", "smoke"])
+def test_every_world_size_the_plan_launches_divides_the_lessons_batches(hw, profile):
+    """Lesson 06's global batches (4096 and its micro batch 512; smoke 1024 / 128) and lesson 07's
+    large batch split over every world size the plan launches."""
+    p = plan(hw, profile)
+    ncf_batch, ncf_micro = (1024, 128) if profile == "smoke" else (4096, 512)
+    for w in set(p.scaling_world_sizes) | {p.dp_world_size}:
+        BatchConfig(ncf_batch, ncf_batch // w, w)
+    BatchConfig(2 * ncf_micro * 2, ncf_micro, p.demo_world_size)  # the accumulation check
+    small = 8 if profile == "smoke" else 32
+    large = small * p.bert_large_batch_factor
+    micro = min(p.bert_max_micro_batch, large // p.bert_world_size)
+    BatchConfig(large, micro, p.bert_world_size)
+
+
+def test_the_whole_course_uses_one_dataset_per_machine():
+    for hw in (LAPTOP, ONE, EIGHT):
+        assert len({plan(hw, prof).dataset for prof in ("full", "smoke")}) == 1
+
+
+def test_gpus_that_torch_cannot_use_are_a_clear_error_not_a_silent_cpu_tier():
+    with pytest.raises(RuntimeError, match="nvidia-smi lists 2 GPU.*CUDA build of torch"):
+        plan(machine(2, cuda=False))
+
+
+def test_plan_table_and_unknown_profile():
+    assert "dp_world_size" in str(plan(EIGHT))
+    with pytest.raises(ValueError, match="profile"):
+        plan(LAPTOP, "huge")
+
+
+def test_largest_power_of_two_at_most():
+    assert [largest_power_of_two_at_most(n) for n in (1, 2, 3, 5, 7, 8, 9)] == [1, 2, 2, 4, 4, 8, 8]
+    with pytest.raises(ValueError):
+        largest_power_of_two_at_most(0)
+
+
+def test_lesson_setup_takes_the_plan_and_lesson_01s_lr(tmp_path, monkeypatch, capsys):
+    """One call per lesson: profile, plan, data of the plan's dataset, target, and the baseline lr
+    lesson 01 saved for that dataset (1e-3 when it saved none)."""
+    from course_lib import lesson
+    from course_lib.results import save_result
+
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    s = lesson.setup("full", hw=LAPTOP, base_batch=512)
+    assert (s.profile, s.plan.dataset, str(s.device)) == ("smoke", "ml-1m", "cpu")
+    assert s.data is not None and s.target_hr > 0 and s.base_lr == lesson.DEFAULT_BASE_LR
+    assert s.base_cfg.batch_size == 512 and s.base_cfg.optimizer == "adam"
+    assert s.data.source.split("\n")[0] in capsys.readouterr().out  # it says what it loaded
+    save_result("01_baseline", {"dataset": s.data.name, "lr": 2e-3})
+    assert lesson.setup("full", hw=LAPTOP, quiet=True).base_lr == 2e-3
+    save_result("01_baseline", {"dataset": "another", "lr": 5e-3})  # another dataset's choice is not taken
+    assert lesson.setup("full", hw=LAPTOP, quiet=True).base_lr == lesson.DEFAULT_BASE_LR
+    assert lesson.setup("full", ncf=False, hw=ONE, quiet=True).data is None
