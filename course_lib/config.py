@@ -7,6 +7,7 @@ runs both shrink the work while executing every code path.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -69,3 +70,43 @@ class BatchConfig:
     @property
     def per_rank_batch_size(self) -> int:
         return self.global_batch_size // self.world_size
+
+    def describe(self) -> str:
+        """``global batch 4096 = 2 ranks x micro batch 512 x 4 accumulation steps``."""
+        return (f"global batch {self.global_batch_size} = {self.world_size} rank{'s' if self.world_size > 1 else ''} "
+                f"x micro batch {self.micro_batch_size} x {self.grad_accum_steps} accumulation step"
+                f"{'s' if self.grad_accum_steps > 1 else ''}")
+
+
+# --------------------------------------------------------------------------- settings are checked once, by name
+
+_SIMPLE = {"int": int, "float": (int, float), "str": str, "bool": bool}
+
+
+def check_field_types(settings) -> None:
+    """Every field of a settings dataclass has its annotated type; a wrong one is an error naming
+    the field, the value and the type (``lr='1e-3'`` fails here, not deep inside a run).
+
+    Understands the annotations settings use: ``int``, ``float``, ``str``, ``bool``, ``X | None``
+    and ``tuple[...]``. A bool is not accepted where a number is expected."""
+    cls = type(settings).__name__
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        kinds = [k.strip() for k in str(f.type).split("|")]
+        if value is None and "None" in kinds:
+            continue
+        ok = False
+        for kind in kinds:
+            if kind == "None":
+                continue  # value is not None here
+            if kind.startswith("tuple"):
+                ok = isinstance(value, (tuple, list))
+            elif kind in _SIMPLE:
+                ok = isinstance(value, _SIMPLE[kind]) and (kind == "bool" or not isinstance(value, bool))
+            else:
+                ok = True  # a type this checker does not know: not its business
+            if ok:
+                break
+        if not ok:
+            raise TypeError(f"{cls}.{f.name} must be {f.type}, got {value!r} ({type(value).__name__})"
+                            + (" — write the number without quotes" if isinstance(value, str) else ""))

@@ -412,9 +412,17 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
 
     ``collective_timeout_s`` bounds each collective (default: the smaller of ``timeout_s``
     and 300 s). ``threads_per_worker`` defaults to an even share of the usable cores.
+
+    Run settings among ``args`` are checked against ``world_size`` here, before any process
+    starts: an argument with a ``check_world_size(world_size)`` method (``TrainConfig``,
+    ``MLMTrainConfig``: a global batch that does not split over the ranks) raises in the cell.
     """
     _check_picklable_function(fn)
     backend = choose_backend(world_size, backend)
+    for arg in args:
+        for item in arg if isinstance(arg, (list, tuple)) else (arg,):
+            if callable(getattr(item, "check_world_size", None)):
+                item.check_world_size(world_size)
     try:
         pickle.dumps((fn, args))
     except Exception as exc:

@@ -5,7 +5,7 @@ with time-to-target, speedup over the baseline and final HR@10, all measured on 
 machine and saved as a result (``ladder_<n>.json``) by the lesson that measured it.
 
 Every rung records how it was obtained (settings, dataset, tier, world size, precision,
-seed) and *what actually ran* (a "+LARS" rung that trained with LAMB says so). A speedup
+seed, device) and *what actually ran* (a "+LARS" rung that trained with LAMB says so). A speedup
 is a ratio of two times on the same data: the ladder refuses to compare rungs measured on
 different datasets (:class:`LadderMismatch`). Later lessons read the setting of an earlier
 rung from here (:func:`config_from_ladder`, :func:`ladder_config`), and lesson 01's
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from .hardware import detect
 from .plots import plot_ladder
 from .results import load_results, save_result
 from .tables import Table
@@ -55,6 +56,7 @@ def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: floa
     slug = LADDER_STEPS.index(step)
     row = {"step": step, "time_to_target_s": time_to_target_s, "final_hr": final_hr,
            "target_hr": target_hr, "dataset": dataset, **details}
+    row.setdefault("tier", detect().tier)
     if "config" in row and "ran" not in row:
         row["ran"] = what_ran(row["config"], row.get("world_size", 1))
     return save_result(f"ladder_{slug}", row, directory)

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .optim.schedules import linear_scaled_lr, sqrt_scaled_lr
+from .optim.schedules import LR_RULES, linear_scaled_lr, scaled_lr, sqrt_scaled_lr
 from .data.movielens import ImplicitData
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, train_to_target
 
-RULES = {"linear": linear_scaled_lr, "sqrt": sqrt_scaled_lr}
-
 
 def scaled_config(base_cfg, batch_size: int, rule: str = "linear", base_batch_size: int | None = None, **changes):
     """``base_cfg`` at ``batch_size`` with its lr scaled by ``rule`` ("linear" | "sqrt") (lesson 02)."""
-    if rule not in RULES:
-        raise ValueError(f"rule={rule!r}; choose one of {sorted(RULES)}")
+    if rule not in LR_RULES:
+        raise ValueError(f"rule={rule!r}; choose one of {sorted(LR_RULES)}")
     base = base_batch_size or base_cfg.batch_size
-    return base_cfg.replace(batch_size=batch_size, lr=RULES[rule](base_cfg.lr, batch_size, base), **changes)
+    return base_cfg.replace(batch_size=batch_size, lr=scaled_lr(rule, base_cfg.lr, batch_size, base), **changes)
 
 
 def scaling_table(base_lr: float, base_batch_size: int, batch_sizes) -> Table:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from course_lib import ladder, results, summary
+from course_lib.hardware import detect
 from course_lib.search import scaled_config, scaling_table, sweep_table
 from course_lib.train import TrainConfig, TrainResult
 
@@ -58,6 +59,7 @@ def test_each_rung_says_what_actually_ran(tmp_path):
     ladder.save_ladder_result("+LARS", lamb, setting="layer-wise adaptive", directory=tmp_path)
     row = ladder.ladder_rows(tmp_path)[0]
     assert row["ran"] == "lamb, linear warmup 40 steps, bf16" and row["dataset"] == "synthetic-tiny"
+    assert row["tier"] == detect().tier and row["world_size"] == 1 and row["seed"] == 0
     assert "| lamb, linear warmup 40 steps, bf16 |" in ladder.ladder_table(tmp_path).to_markdown()
     assert ladder.what_ran({"optimizer": "adam", "lr_scaling": "sqrt", "precision": "fp32"}, 2) == \
         "adam, sqrt rule, fp32, 2 ranks"

@@ -102,3 +102,37 @@ def test_lesson_setup_takes_the_plan_and_lesson_01s_lr(tmp_path, monkeypatch, ca
     save_result("01_baseline", {"dataset": "another", "lr": 5e-3})  # another dataset's choice is not taken
     assert lesson.setup("full", hw=LAPTOP, quiet=True).base_lr == lesson.DEFAULT_BASE_LR
     assert lesson.setup("full", ncf=False, hw=ONE, quiet=True).data is None
+
+
+def test_settings_check_their_types_by_name_and_describe_their_arithmetic():
+    from course_lib.train import TrainConfig
+    from course_lib.train.mlm import MLMTrainConfig
+
+    with pytest.raises(TypeError, match=r"TrainConfig.batch_size must be int, got '256'.*without quotes"):
+        TrainConfig(batch_size="256")
+    with pytest.raises(TypeError, match=r"TrainConfig.lr must be float, got '1e-3'"):
+        TrainConfig(lr="1e-3")
+    with pytest.raises(TypeError, match=r"MLMTrainConfig.max_grad_norm must be float \| None, got True"):
+        MLMTrainConfig(max_grad_norm=True)
+    assert TrainConfig(batch_size=4096, micro_batch_size=512, optimizer="adam", lr=4e-3).describe(2) == \
+        "global batch 4096 = 2 ranks x micro batch 512 x 4 accumulation steps; adam lr 0.004 (as given); fp32"
+    m = MLMTrainConfig(global_batch_size=256, micro_batch_size=64, base_lr=1e-2, base_batch_size=64, max_steps=100,
+                       warmup_fraction=0.2)
+    assert m.describe() == ("global batch 256 = 1 rank x micro batch 64 x 4 accumulation steps; lamb peak lr 0.02 = "
+                            "0.01 at batch 64, sqrt rule; warmup 20 of 100 steps; fp32")
+
+
+def test_launch_refuses_a_batch_that_does_not_split_before_starting_anything(monkeypatch):
+    from course_lib import dist as cdist
+    from course_lib.train import TrainConfig
+    from course_lib.train.workers import RunSpec, ncf_runs, ncf_worker
+
+    def no_process(*a, **k):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(cdist, "_loopback_store", no_process)
+    cfg = TrainConfig(batch_size=4096, micro_batch_size=512)
+    with pytest.raises(ValueError, match="4096 is not divisible by micro_batch_size \\* world_size = 512 \\* 3"):
+        cdist.launch(ncf_worker, 3, cfg, RunSpec())
+    with pytest.raises(ValueError, match="does not split evenly over world_size=3"):
+        cdist.launch(ncf_runs, 3, [TrainConfig(batch_size=256), TrainConfig(batch_size=4096)], RunSpec())

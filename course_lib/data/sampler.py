@@ -87,23 +87,19 @@ class DeviceSampler:
     collide with one of the user's positives (probability ~ density, about 4% on ml-1m);
     rejecting those would cost a lookup per sample for little accuracy.
 
-    Under data parallelism each rank takes its ``1/world_size`` slice of every global
-    batch (same seed on all ranks, so they agree on the permutation). ``batch_size``
-    counts samples (positives + negatives), as in NVIDIA's reference.
+    Under data parallelism every rank draws the same global batches (same seed, so the
+    same permutation) and :class:`course_lib.parallel.DataParallel` gives each its slice.
+    ``batch_size`` counts samples (positives + negatives), as in NVIDIA's reference.
     """
 
     def __init__(self, users: torch.Tensor, items: torch.Tensor, num_items: int, *, batch_size: int,
-                 neg_per_pos: int = 4, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 drop_last: bool = False, chunk_positives: int = 1 << 16):
+                 neg_per_pos: int = 4, seed: int = 0, drop_last: bool = False, chunk_positives: int = 1 << 16):
         if users.shape != items.shape or users.dim() != 1:
             raise ValueError("users and items must be 1-D tensors of equal length")
-        if batch_size % world_size:
-            raise ValueError(f"global batch {batch_size} is not divisible by world_size {world_size}")
         self.users, self.items = users, items
         self.num_items = num_items
         self.batch_size = batch_size  # global: positives + negatives, all ranks together
         self.neg_per_pos = neg_per_pos
-        self.rank, self.world_size = rank, world_size
         self.drop_last = drop_last
         self.chunk_positives = chunk_positives
         self.device = users.device
@@ -143,17 +139,10 @@ class DeviceSampler:
                 u, i, y = (torch.cat([r, x]) for r, x in zip(rest, (u, i, y)))
             full = u.numel() // b * b
             for start in range(0, full, b):
-                yield self._shard(u[start:start + b], i[start:start + b], y[start:start + b])
+                yield u[start:start + b], i[start:start + b], y[start:start + b]
             rest = (u[full:], i[full:], y[full:])
         if rest is not None and rest[0].numel() and not self.drop_last:
-            yield self._shard(*rest)
-
-    def _shard(self, u, i, y):
-        if self.world_size == 1:
-            return u, i, y
-        per_rank = -(-u.numel() // self.world_size)
-        lo = self.rank * per_rank
-        return u[lo:lo + per_rank], i[lo:lo + per_rank], y[lo:lo + per_rank]
+            yield rest
 
 
 # --------------------------------------------------------------------------- the DataLoader path

@@ -1,6 +1,6 @@
 """Large-batch optimization: lr scaling rules and schedules, LARS, LAMB (lessons 02, 03, 04, 07).
 
-- ``schedules``: ``linear_scaled_lr``, ``sqrt_scaled_lr``, ``warmup_lr``, ``lr_at``, ``lr_factor``
+- ``schedules``: ``linear_scaled_lr``, ``sqrt_scaled_lr``, ``scaled_lr`` (by rule name), ``warmup_lr``, ``lr_at``, ``lr_factor``
 - ``lars``: ``LARS``, ``lars_trust_ratio``, ``param_groups`` (biases and norm parameters out)
 - ``lamb``: ``LAMB``, ``lamb_trust_ratio``
 """
@@ -9,11 +9,14 @@ from .lamb import LAMB, lamb_trust_ratio
 from .lars import LARS, lars_trust_ratio, param_groups
 from .schedules import (
     DECAY_KINDS,
+    LR_RULES,
+    LR_SCALINGS,
     WARMUP_KINDS,
     linear_scaled_lr,
     lr_at,
     lr_factor,
     make_lambda,
+    scaled_lr,
     sqrt_scaled_lr,
     warmup_lr,
 )
@@ -26,6 +29,9 @@ __all__ = [
     "lamb_trust_ratio",
     "linear_scaled_lr",
     "sqrt_scaled_lr",
+    "scaled_lr",
+    "LR_RULES",
+    "LR_SCALINGS",
     "warmup_lr",
     "lr_at",
     "lr_factor",

@@ -62,6 +62,18 @@ def sqrt_scaled_lr(base_lr: float, batch_size: int, base_batch_size: int) -> flo
     return base_lr * math.sqrt(batch_size / base_batch_size)
 
 
+LR_RULES = {"linear": linear_scaled_lr, "sqrt": sqrt_scaled_lr}
+LR_SCALINGS = ("none", *LR_RULES)  # "none": the base lr is used as it is, whatever the batch
+
+
+def scaled_lr(rule: str, base_lr: float, batch_size: int, base_batch_size: int) -> float:
+    """The peak lr at ``batch_size`` from ``base_lr`` at ``base_batch_size`` by ``rule``
+    ("linear" | "sqrt" | "none"): the one place a run's lr rule is applied."""
+    if rule not in LR_SCALINGS:
+        raise ValueError(f"lr scaling rule {rule!r}; choose one of {LR_SCALINGS}")
+    return base_lr if rule == "none" else LR_RULES[rule](base_lr, batch_size, base_batch_size)
+
+
 def _resolve_start_factor(kind: str, start_factor: float | None) -> float:
     if kind not in WARMUP_KINDS:
         raise ValueError(f"unknown warmup kind {kind!r}; choose one of {WARMUP_KINDS}")

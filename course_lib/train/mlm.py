@@ -34,17 +34,16 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import dist as cdist
-from ..config import BatchConfig
+from ..config import BatchConfig, check_field_types
 from ..data.text import IGNORE_INDEX, MLMData
 from ..models.bert import BertForMLM, bert_config
-from ..optim import LAMB, linear_scaled_lr, lr_at, param_groups, sqrt_scaled_lr
+from ..optim import LAMB, LR_SCALINGS, lr_at, param_groups, scaled_lr
 from ..parallel.data_parallel import DataParallel
 from ..precision import Precision
 from ..progress import resolve_progress
 from .engine import Engine, sync
 
 OPTIMIZERS = ("adam", "lamb")
-LR_SCALINGS = ("sqrt", "linear", "none")
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,7 @@ class MLMTrainConfig:
     label: str = ""
 
     def __post_init__(self):
+        check_field_types(self)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer={self.optimizer!r}; choose one of {OPTIMIZERS}")
         if self.lr_scaling not in LR_SCALINGS:
@@ -92,10 +92,7 @@ class MLMTrainConfig:
 
     @property
     def peak_lr(self) -> float:
-        if self.lr_scaling == "none":
-            return self.base_lr
-        rule = sqrt_scaled_lr if self.lr_scaling == "sqrt" else linear_scaled_lr
-        return rule(self.base_lr, self.global_batch_size, self.base_batch_size)
+        return scaled_lr(self.lr_scaling, self.base_lr, self.global_batch_size, self.base_batch_size)
 
     @property
     def warmup_steps(self) -> int:
@@ -107,6 +104,18 @@ class MLMTrainConfig:
 
     def replace(self, **changes) -> "MLMTrainConfig":
         return dataclasses.replace(self, **changes)
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raise (naming the numbers) unless the global batch splits over ``world_size`` ranks;
+        ``course_lib.dist.launch`` calls it before it starts any process."""
+        self.batch(world_size)
+
+    def describe(self, world_size: int = 1) -> str:
+        """The run's batch arithmetic and lr derivation, as it prints them at start."""
+        rule = {"none": "as given", "linear": "linear rule", "sqrt": "sqrt rule"}[self.lr_scaling]
+        return (f"{self.batch(world_size).describe()}; {self.optimizer} peak lr {self.peak_lr:.3g} = {self.base_lr:g} at "
+                f"batch {self.base_batch_size}, {rule}; warmup {self.warmup_steps} of {self.max_steps} steps; "
+                f"{self.precision}")
 
     def name(self) -> str:
         return self.label or f"{self.optimizer} b={self.global_batch_size}"
@@ -156,8 +165,10 @@ def evaluate(model: torch.nn.Module, data: MLMData, precision: Precision, batch_
 
 
 class _Progress:
-    def __init__(self, mode: str, total: int, label: str):
+    def __init__(self, mode: str, total: int, label: str, settings: str = ""):
         self.mode, self.label, self.bar = mode, label, None
+        if mode != "none" and settings:
+            print(f"[{label}] {settings}", flush=True)  # the batch arithmetic and lr derivation, before the first step
         if mode == "bar":
             self.bar = tqdm(total=total, desc=label, unit="step", leave=True)
 
@@ -217,7 +228,8 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     train_s = eval_s = 0.0
     time_to_target = steps_to_target = None
     diverged = False
-    shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps, label)
+    shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps, label,
+                      cfg.describe(world_size))
 
     def eval_point(step: int, train_loss: float) -> float:
         nonlocal eval_s, time_to_target, steps_to_target
@@ -277,6 +289,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     return {
         "label": label,
         "config": cfg.to_dict(),
+        "corpus": data.corpus_name,
         "target_loss": cfg.target_loss,
         "reached": time_to_target is not None,
         "time_to_target_s": time_to_target,

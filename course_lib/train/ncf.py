@@ -30,13 +30,14 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .. import dist as cdist
+from ..config import check_field_types
 from ..data.movielens import ImplicitData
 from ..data.sampler import DeviceSampler, make_dataloader
 from ..hardware import default_device
 from ..metrics import hr_ndcg, throughput
 from ..models.ncf import NeuMF
 from ..optim import LAMB, LARS, lr_at, param_groups
-from ..parallel.data_parallel import DataParallel
+from ..parallel.data_parallel import DataParallel, batch_config
 from ..plots import plot_curve
 from ..precision import Precision
 from ..progress import in_notebook, resolve_progress
@@ -77,6 +78,7 @@ class TrainConfig:
     micro_batch_size: int | None = None
 
     def __post_init__(self):
+        check_field_types(self)
         for name, allowed in (("optimizer", OPTIMIZERS), ("loader", LOADERS), ("precision", PRECISIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r}; choose one of {allowed}")
@@ -92,6 +94,17 @@ class TrainConfig:
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
+
+    def check_world_size(self, world_size: int) -> None:
+        """Raise (naming the numbers) unless the global batch splits over ``world_size`` ranks;
+        ``course_lib.dist.launch`` calls it before it starts any process."""
+        batch_config(self.batch_size, self.micro_batch_size, world_size)
+
+    def describe(self, world_size: int = 1) -> str:
+        """The run's batch arithmetic and lr, as it prints them at start."""
+        batch = batch_config(self.batch_size, self.micro_batch_size, world_size)
+        warm = f", {self.warmup} warmup over {self.warmup_steps} steps" if self.warmup_steps else ""
+        return f"{batch.describe()}; {self.optimizer} lr {self.lr:g} (as given){warm}; {self.precision}"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -136,12 +149,12 @@ def lr_for_step(cfg: TrainConfig, step: int, total_steps: int) -> float:
                  warmup=cfg.warmup, decay="constant" if cfg.decay == "none" else cfg.decay)
 
 
-def make_batches(data: ImplicitData, cfg: TrainConfig, *, rank: int = 0, world_size: int = 1):
-    """An iterable of (users, items, labels) batches, re-iterable once per epoch."""
+def make_batches(data: ImplicitData, cfg: TrainConfig):
+    """An iterable of global (users, items, labels) batches, re-iterable once per epoch."""
     if cfg.loader == "device":
         return DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
-                             neg_per_pos=cfg.neg_per_pos, seed=cfg.seed, rank=rank, world_size=world_size)
-    if world_size > 1:
+                             neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
+    if cdist.world_size() > 1:
         raise NotImplementedError("loader='dataloader' is the single-process comparison; use loader='device' with DDP")
     return make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
                            neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
@@ -204,8 +217,10 @@ def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
 
 
 class _Progress:
-    def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str):
+    def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str, settings: str = ""):
         self.mode, self.target_hr, self.label = mode, target_hr, label
+        if mode != "none" and settings:
+            print(f"[{label}] {settings}", flush=True)  # the batch arithmetic and lr, before the first step
         self.bar = self.fig = self.handle = None
         if mode == "bar":
             self.bar = tqdm(total=total_steps, desc=label, unit="step", leave=True)
@@ -404,7 +419,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     schedule_steps = math.ceil(max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
     history = _History(model, record_every or max(1, schedule_steps // 250))
     bar = _Progress(resolve_progress(progress) if rank == 0 else "none", total_steps, target_hr,
-                    label or f"b{cfg.batch_size} lr{cfg.lr:g}")
+                    label or f"b{cfg.batch_size} lr{cfg.lr:g}", cfg.describe(world_size))
     curve = {"epoch": [], "step": [], "time_s": [], "hr": [], "ndcg": [], "loss": []}
     train_time = eval_time = 0.0
     step = samples = 0
