@@ -20,6 +20,8 @@ Models, data, optimizers
     data/            movielens.py, synthetic.py, sampler.py (NeuMF's batches), text.py (BERT's corpus)
     models/          ncf.py (NeuMF), bert.py, mlp_bn.py
     optim/           schedules.py (scaling rules, warmup, decay), lars.py, lamb.py, param groups
+    settings.py      RunSettings: one vocabulary for every training run (global batch, base lr + rule
+                     -> peak lr, warmup, decay, precision, optimizer, budget), checked by field
 Distributed mechanics
     parallel/        data_parallel.py (the per-rank slice, accumulation, DDP wrap), checkpoint.py,
                      sync_batchnorm.py, scaling.py; tensor/pipeline/sharded parallelism go here (lesson 10)

@@ -63,16 +63,16 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
     cfg = cfg or TrainConfig()
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)
-    sampler = DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
+    sampler = DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
                             neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
-    loader = make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
+    loader = make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
                              neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
-    batch_production_rate(sampler, 4 * cfg.batch_size, device)  # warm-up
-    out = {"batch_size": cfg.batch_size, "device": str(device),
+    batch_production_rate(sampler, 4 * cfg.global_batch_size, device)  # warm-up
+    out = {"batch_size": cfg.global_batch_size, "device": str(device),
            "device_load_sps": batch_production_rate(sampler, load_samples * 10, device),
            "dataloader_load_sps": batch_production_rate(loader, load_samples, device)}
     for loader_name in ("device", "dataloader"):
-        r = train_to_target(data, cfg.replace(loader=loader_name), max_steps=train_steps, device=device,
+        r = train_to_target(data, cfg.replace(loader=loader_name, max_steps=train_steps), device=device,
                             progress="none", evaluate_points=False, time_phases=False)
         out[f"{loader_name}_train_sps"] = r.samples_per_s
     out["ratio_loading"] = out["device_load_sps"] / out["dataloader_load_sps"]
@@ -100,9 +100,9 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
     for b in batch_sizes:
         steps = max(min_steps, samples_per_point // b)
         # one short untimed run first: allocator and thread-pool warm-up for this shape
-        train_to_target(data, cfg.replace(batch_size=b), max_steps=2, device=device, progress="none",
+        train_to_target(data, cfg.replace(global_batch_size=b, max_steps=2), device=device, progress="none",
                         evaluate_points=False, time_phases=False)
-        r = train_to_target(data, cfg.replace(batch_size=b), max_steps=steps, device=device, progress="none",
+        r = train_to_target(data, cfg.replace(global_batch_size=b, max_steps=steps), device=device, progress="none",
                             evaluate_points=False, time_phases=False)
         t.add(**{"batch size": b, "steps": r.steps, "samples/s": round(r.samples_per_s),
                  "ms/step": 1000 * r.train_time_s / max(1, r.steps)})
@@ -114,9 +114,9 @@ def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, devi
     """``torch.profiler`` over a few training steps; the table of the top ops (and phase ranges)."""
     device = torch.device(device) if device is not None else default_device()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    train_to_target(data, cfg, max_steps=3, device=device, progress="none", evaluate_points=False)  # warm-up
+    train_to_target(data, cfg.replace(max_steps=3), device=device, progress="none", evaluate_points=False)  # warm-up
     with profile(activities=activities) as prof:
-        train_to_target(data, cfg, max_steps=steps, device=device, progress="none", evaluate_points=False)
+        train_to_target(data, cfg.replace(max_steps=steps), device=device, progress="none", evaluate_points=False)
     sort_by = sort_by or ("cuda_time_total" if device.type == "cuda" else "cpu_time_total")
     return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
 
@@ -172,7 +172,7 @@ def main(argv=None) -> int:
 
     data = load_implicit(args.dataset, profile=args.profile)
     print(f"data: {data.source}")
-    comp = loader_comparison(data, TrainConfig(batch_size=args.batch_size or 256), device=args.device)
+    comp = loader_comparison(data, TrainConfig(global_batch_size=args.batch_size or 256), device=args.device)
     print(comparison_table(comp))
     print(f"ratio training: {comp['ratio_training']:.2f}")
     print(f"ratio loader: {comp['ratio_loading']:.1f}")

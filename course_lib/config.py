@@ -1,8 +1,11 @@
-"""Run profiles and run settings (introduced in lesson 00).
+"""Run profiles, the batch arithmetic, and settings checked by field (introduced in lesson 00).
 
 A lesson's papermill ``parameters`` cell sets ``PROFILE = "full"``; the environment
 variable ``COURSE_PROFILE`` (CI sets ``smoke``) overrides it, so papermill and nbval
 runs both shrink the work while executing every code path.
+
+The run settings themselves (one vocabulary for every training run) are
+:class:`course_lib.settings.RunSettings`; :func:`check_field_types` checks them by name.
 """
 
 from __future__ import annotations
@@ -110,3 +113,5 @@ def check_field_types(settings) -> None:
         if not ok:
             raise TypeError(f"{cls}.{f.name} must be {f.type}, got {value!r} ({type(value).__name__})"
                             + (" — write the number without quotes" if isinstance(value, str) else ""))
+
+

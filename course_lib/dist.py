@@ -159,8 +159,9 @@ def init_from_env(backend: str = "auto", timeout_s: float = DEFAULT_COLLECTIVE_T
     if "WORLD_SIZE" not in os.environ or "MASTER_ADDR" not in os.environ:
         return False
     ws = int(os.environ["WORLD_SIZE"])
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    # NCCL needs one GPU per rank *on this node*: torchrun's LOCAL_WORLD_SIZE ranks share its GPUs
+    # (two NCCL ranks on one GPU fail), so the choice is choose_backend's rule for the node's ranks.
+    backend = choose_backend(int(os.environ.get("LOCAL_WORLD_SIZE", ws)), backend)
     if backend == "nccl":
         torch.cuda.set_device(local_rank())
     dist.init_process_group(backend, init_method="env://", rank=int(os.environ["RANK"]),

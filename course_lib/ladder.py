@@ -68,7 +68,7 @@ def save_ladder_result(step: str, result, *, setting: str, directory: Path | Non
     c = result.config
     return save_ladder_row(step, time_to_target_s=result.time_to_target_s, final_hr=result.final_hr,
                            target_hr=result.target_hr, dataset=result.dataset, directory=directory,
-                           setting=setting, batch_size=c["batch_size"], lr=c["lr"], optimizer=c["optimizer"],
+                           setting=setting, batch_size=c["global_batch_size"], lr=c["peak_lr"], optimizer=c["optimizer"],
                            precision=result.precision.get("mode", c["precision"]),
                            warmup_steps=c.get("warmup_steps", 0), seed=c.get("seed"),
                            steps_to_target=result.steps_to_target, epochs_to_target=result.epochs_to_target,
@@ -147,9 +147,14 @@ def load_baseline(data, target_hr: float, directory=None) -> TrainResult | None:
         return None
 
 
-def _config(base_cfg: TrainConfig, saved: dict, skip=()) -> TrainConfig:
+# What a later lesson takes from a rung is its recipe; the budget, the target and how often to
+# evaluate stay the later lesson's own.
+NOT_THE_RECIPE = ("max_epochs", "max_steps", "target_hr", "stop_at_target", "eval_every_epochs")
+
+
+def _config(base_cfg: TrainConfig, saved: dict) -> TrainConfig:
     names = {f.name for f in dataclasses.fields(base_cfg)}
-    return base_cfg.replace(**{k: v for k, v in saved.items() if k in names and k not in skip})
+    return base_cfg.replace(**{k: v for k, v in saved.items() if k in names and k not in NOT_THE_RECIPE})
 
 
 def config_from_ladder(base_cfg: TrainConfig, directory=None, steps=None, dataset: str | None = None):
@@ -161,16 +166,16 @@ def config_from_ladder(base_cfg: TrainConfig, directory=None, steps=None, datase
     if not rows:
         return base_cfg, None
     row = min(rows, key=lambda r: r["time_to_target_s"])
-    return _config(base_cfg, row["config"], skip=("eval_every",)), row
+    return _config(base_cfg, row["config"]), row
 
 
 def ladder_config(default: TrainConfig, directory=None, dataset: str | None = None):
-    """The setting to add data parallelism to: the latest saved rung (before "+data parallel")
-    that recorded its ``config``, measured on ``dataset`` when given; else ``default``.
-    Returns ``(cfg, rung)``."""
+    """The setting to add data parallelism to: the recipe of the latest saved rung (before
+    "+data parallel") that recorded its ``config``, measured on ``dataset`` when given, with
+    ``default``'s budget and target; else ``default``. Returns ``(cfg, rung)``."""
     rows = {r["step"]: r for r in ladder_rows(directory) if dataset is None or r.get("dataset") == dataset}
     for rung in reversed(LADDER_STEPS[:-1]):
         saved = rows.get(rung, {}).get("config")
         if isinstance(saved, dict):
-            return TrainConfig(**{k: v for k, v in saved.items() if k in TrainConfig.__dataclass_fields__}), rung
+            return _config(default, saved), rung
     return default, None

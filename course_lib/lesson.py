@@ -38,7 +38,7 @@ class Lesson:
 
     @property
     def base_lr(self) -> float | None:
-        return None if self.base_cfg is None else self.base_cfg.lr
+        return None if self.base_cfg is None else self.base_cfg.base_lr
 
     def describe(self) -> str:
         lines = [f"profile {self.profile}; {self.hw.tier} machine; device {self.device}"]
@@ -47,7 +47,7 @@ class Lesson:
             lines.append(f"target HR@10 >= {self.target_hr:g}")
         if self.base_cfg is not None:
             c = self.base_cfg
-            lines.append(f"baseline: batch {c.batch_size}, {c.optimizer} lr {c.lr:g}")
+            lines.append(f"baseline: batch {c.global_batch_size}, {c.optimizer} lr {c.peak_lr:g}")
         return "\n".join(lines)
 
     __str__ = describe
@@ -73,7 +73,8 @@ def setup(profile: str = "full", *, ncf: bool = True, dataset: str | None = None
         s.data = load_implicit(dataset or tier_plan.dataset, profile=profile)
         s.target_hr = target_hr or default_target_hr(s.data)
         lr = base_lr or baseline_lr(s.data) or DEFAULT_BASE_LR
-        s.base_cfg = TrainConfig(batch_size=base_batch, lr=lr, optimizer=optimizer, eval_every=eval_every)
+        s.base_cfg = TrainConfig(global_batch_size=base_batch, base_lr=lr, optimizer=optimizer,
+                                 eval_every_epochs=eval_every, target_hr=s.target_hr)
     if not quiet:
         print(s.describe())
     return s

@@ -68,6 +68,6 @@ def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: in
     Returns ``{mode: TrainResult}``; the first few steps (allocation, autocast caches) are
     included, so use enough steps that they do not dominate.
     """
-    return {m: train_to_target(data, cfg.replace(precision=m), max_steps=steps, max_epochs=10, device=device,
-                               progress="none", evaluate_points=False, stop_at_target=False)
+    return {m: train_to_target(data, cfg.replace(precision=m, max_steps=steps, max_epochs=10.0, stop_at_target=False),
+                               device=device, progress="none", evaluate_points=False)
             for m in modes}

@@ -25,8 +25,8 @@ class Study:
 
     ``config(optimizer, batch, lr_factor)`` is the one place a run's settings come from: the
     sqrt rule scales ``base_lrs[optimizer]`` from ``small_batch`` to ``batch``, times
-    ``lr_factor``; a large-batch run gets ``large_seqs`` sequences and 20% warmup, a small one
-    ``small_seqs`` and 10%; 20 evaluations per run.
+    ``lr_factor``; a large-batch run gets ``large_seqs`` sequences and 20% of its steps as
+    warmup, a small one ``small_seqs`` and 10%; 20 evaluations per run.
     """
 
     small_batch: int
@@ -42,8 +42,8 @@ class Study:
         steps = max(2, (self.large_seqs if large else self.small_seqs) // batch)
         settings = dict(optimizer=optimizer, global_batch_size=batch, micro_batch_size=min(batch, self.micro_batch),
                         base_lr=self.base_lrs[optimizer] * lr_factor, base_batch_size=self.small_batch,
-                        lr_scaling="sqrt", max_steps=steps, warmup_fraction=0.2 if large else 0.1,
-                        eval_every=max(1, steps // 20))
+                        lr_scaling="sqrt", max_steps=steps, warmup_steps=round((0.2 if large else 0.1) * steps),
+                        eval_every_steps=max(1, steps // 20))
         return MLMTrainConfig(**{**settings, **self.common, **changes})
 
 

@@ -33,7 +33,7 @@ def plot_results(results, *, target_hr: float | None = None, labels=None, ax=Non
     """Several runs' HR@10 curves on one axis."""
     fig, ax = _axes(ax)
     for i, r in enumerate(results):
-        name = labels[i] if labels else f"batch {r.config['batch_size']}, lr {r.config['lr']:g}"
+        name = labels[i] if labels else f"batch {r.config['global_batch_size']}, lr {r.config['peak_lr']:g}"
         plot_curve(r.curve, ax=ax, label=name, x=x)
     if target_hr is not None:
         ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:.3f}")
@@ -134,7 +134,7 @@ def plot_time_to_target(rows, *, ax=None, x: str = "batch size", y: str = "time 
 def plot_generalization_gap(results, *, ax=None):
     """Train-side vs test HR@10 at the end of each run, against batch size (lesson 02, Keskar et al. 2016)."""
     fig, ax = _axes(ax)
-    pts = sorted((r.config["batch_size"], r.final_train_hr, r.final_hr) for r in results
+    pts = sorted((r.config["global_batch_size"], r.final_train_hr, r.final_hr) for r in results
                  if r.final_train_hr is not None and r.final_hr is not None)
     if pts:
         b, tr, te = zip(*pts)
@@ -152,7 +152,7 @@ def plot_loss_curves(results, *, labels=None, ax=None, x: str = "epoch", y: str 
     fig, ax = _axes(ax)
     for i, r in enumerate(results):
         pts = [(a, b) for a, b in zip(r.curve[x], r.curve[y]) if b is not None]
-        name = labels[i] if labels else f"batch {r.config['batch_size']}"
+        name = labels[i] if labels else f"batch {r.config['global_batch_size']}"
         if r.diverged:
             name += " (diverged)"
         if pts:

@@ -16,8 +16,6 @@ import importlib
 import json
 import sys
 
-import torch
-
 from . import dist
 from .fileio import atomic_torch_save
 
@@ -49,9 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="rank 0 saves the worker's return value here (torch.save)")
     opts = parser.parse_args(argv)
     fn = resolve(opts.worker)
-    with dist.process_group_from_env(opts.backend):
-        if torch.cuda.is_available() and dist.world_size() > 1:
-            torch.cuda.set_device(dist.local_rank())
+    with dist.process_group_from_env(opts.backend):  # selects this rank's GPU when the backend is NCCL
         result = fn(dist.rank(), dist.world_size(), *[_parse_arg(a) for a in opts.args])
         if dist.is_main_process():
             print(f"[course_lib.run] rank 0 of {dist.world_size()} result: {result!r}", flush=True)

@@ -16,18 +16,30 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .optim.schedules import LR_RULES, linear_scaled_lr, scaled_lr, sqrt_scaled_lr
+from .optim.schedules import LR_RULES, linear_scaled_lr, sqrt_scaled_lr
 from .data.movielens import ImplicitData
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, train_to_target
 
 
 def scaled_config(base_cfg, batch_size: int, rule: str = "linear", base_batch_size: int | None = None, **changes):
-    """``base_cfg`` at ``batch_size`` with its lr scaled by ``rule`` ("linear" | "sqrt") (lesson 02)."""
+    """``base_cfg`` at ``batch_size`` with its lr scaled by ``rule`` ("linear" | "sqrt") (lesson 02).
+
+    The base lr stays what it was; the setting records its base batch (``base_batch_size``,
+    else the base setting's own) and its rule, and derives ``peak_lr`` from them."""
     if rule not in LR_RULES:
         raise ValueError(f"rule={rule!r}; choose one of {sorted(LR_RULES)}")
-    base = base_batch_size or base_cfg.batch_size
-    return base_cfg.replace(batch_size=batch_size, lr=scaled_lr(rule, base_cfg.lr, batch_size, base), **changes)
+    base = base_batch_size or base_cfg.base_batch_size or base_cfg.global_batch_size
+    return base_cfg.replace(global_batch_size=batch_size, base_batch_size=base, lr_scaling=rule, **changes)
+
+
+def at_batch(cfg, batch_size: int, rule_if_given: str = "sqrt"):
+    """The same recipe at another global batch (lesson 06's weak scaling): a setting with a scaling
+    rule re-derives its peak lr from its own base; one whose lr was given as it is ("none") is
+    scaled from its current batch by ``rule_if_given``."""
+    if cfg.lr_scaling != "none":
+        return cfg.replace(global_batch_size=batch_size)
+    return scaled_config(cfg, batch_size, rule_if_given, base_batch_size=cfg.global_batch_size)
 
 
 def scaling_table(base_lr: float, base_batch_size: int, batch_sizes) -> Table:
@@ -41,16 +53,11 @@ def scaling_table(base_lr: float, base_batch_size: int, batch_sizes) -> Table:
     return t
 
 
-def run_sweep(data, cfgs, *, target_hr: float, max_epochs, device=None, labels=None, progress: str = "auto",
-              **kwargs) -> list:
-    """``train_to_target`` for each config (``max_epochs``: a number, or a function of the config)."""
-    results = []
-    for i, cfg in enumerate(cfgs):
-        epochs = max_epochs(cfg) if callable(max_epochs) else max_epochs
-        label = labels[i] if labels else f"b{cfg.batch_size} {cfg.optimizer} lr {cfg.lr:.3g}"
-        results.append(train_to_target(data, cfg, target_hr=target_hr, max_epochs=epochs, device=device,
-                                       progress=progress, label=label, **kwargs))
-    return results
+def run_sweep(data, cfgs, *, device=None, labels=None, progress: str = "auto", **kwargs) -> list:
+    """``train_to_target`` for each setting (each carries its own budget and target)."""
+    return [train_to_target(data, cfg, device=device, progress=progress, **kwargs,
+                            label=labels[i] if labels else f"b{cfg.global_batch_size} {cfg.optimizer} lr {cfg.peak_lr:.3g}")
+            for i, cfg in enumerate(cfgs)]
 
 
 def sweep_rows(results, labels=None) -> list[dict]:
@@ -59,8 +66,8 @@ def sweep_rows(results, labels=None) -> list[dict]:
     for i, r in enumerate(results):
         c = r.config
         rows.append({
-            "rule": labels[i] if labels else "", "batch size": c["batch_size"], "optimizer": c["optimizer"],
-            "lr": c["lr"], "warmup steps": c.get("warmup_steps", 0), "precision": r.precision.get("mode", c["precision"]),
+            "rule": labels[i] if labels else "", "batch size": c["global_batch_size"], "optimizer": c["optimizer"],
+            "lr": c["peak_lr"], "warmup steps": c.get("warmup_steps", 0), "precision": r.precision.get("mode", c["precision"]),
             "time to target (s)": r.time_to_target_s, "steps to target": r.steps_to_target,
             "epochs to target": r.epochs_to_target, "final HR@10": r.final_hr, "best HR@10": r.best_hr,
             "train HR@10": r.final_train_hr, "epochs run": r.epochs, "samples/s": r.samples_per_s,
@@ -89,19 +96,21 @@ def fastest(results):
 
 def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
              extra: tuple[TrainConfig, ...] = (), progress: str = "none") -> tuple[Table, float, list[TrainResult]]:
-    """Short runs at each lr (plus ``extra`` configs for comparison); returns the table,
-    the lr of ``cfg.optimizer`` with the best final HR@10, and the results."""
-    runs = [cfg.replace(lr=lr) for lr in lrs] + list(extra)
-    results = [train_to_target(data, c, max_epochs=max_epochs, device=device, progress=progress,
-                               label=f"{c.optimizer} lr {c.lr:g}") for c in runs]
+    """Short runs (``max_epochs`` each, the whole budget: no target) at each base lr of ``cfg``
+    (plus ``extra`` settings for comparison); returns the table, the base lr of ``cfg.optimizer``
+    with the best final HR@10, and the results."""
+    short = dict(max_epochs=float(max_epochs), max_steps=None, stop_at_target=False)
+    runs = [cfg.replace(base_lr=lr, **short) for lr in lrs] + [c.replace(**short) for c in extra]
+    results = [train_to_target(data, c, device=device, progress=progress,
+                               label=f"{c.optimizer} lr {c.peak_lr:g}") for c in runs]
     t = Table(["optimizer", "lr", "epochs", "HR@10", "NDCG@10", "train loss"],
-              title=f"lr sweep at batch {cfg.batch_size}, {max_epochs:g} epoch each")
+              title=f"lr sweep at batch {cfg.global_batch_size}, {max_epochs:g} epoch each")
     for r in results:
-        t.add(optimizer=r.config["optimizer"], lr=r.config["lr"], epochs=round(r.epochs, 2),
+        t.add(optimizer=r.config["optimizer"], lr=r.config["peak_lr"], epochs=round(r.epochs, 2),
               **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
     own = [r for r in results if r.config["optimizer"] == cfg.optimizer]
     best = max(own, key=lambda r: r.final_hr)
-    return t, best.config["lr"], results
+    return t, best.config["base_lr"], results
 
 
 def sweep_with_edge_extension(run: Callable[[float], dict], factors, score: Callable[[dict], float], *,

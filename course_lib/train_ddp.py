@@ -25,7 +25,7 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
     p = argparse.ArgumentParser(prog="python -m course_lib.train_ddp", description=__doc__.split("\n\n")[0])
     p.add_argument("--global-batch", type=int, default=4096, help="samples per optimizer step, all ranks")
     p.add_argument("--micro-batch", type=int, default=None, help="samples per forward/backward on one rank")
-    p.add_argument("--lr", type=float, default=0.004)
+    p.add_argument("--lr", type=float, default=0.004, help="the lr as given (TrainConfig.base_lr, no scaling rule)")
     p.add_argument("--optimizer", default="adam", choices=["sgd", "adam", "lars"])
     p.add_argument("--config", default="{}", help="more TrainConfig fields as JSON, e.g. '{\"warmup_steps\": 50}'")
     p.add_argument("--dataset", default="ml-1m", help="ml-1m, ml-20m or synthetic ($COURSE_MOVIELENS_DIR: offline copies)")
@@ -40,11 +40,11 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     p.add_argument("--out", default=None, help="rank 0 writes the result record here (JSON)")
     a = p.parse_args(argv)
-    cfg = {"batch_size": a.global_batch, "micro_batch_size": a.micro_batch, "lr": a.lr, "optimizer": a.optimizer,
+    cfg = {"global_batch_size": a.global_batch, "micro_batch_size": a.micro_batch, "base_lr": a.lr,
+           "optimizer": a.optimizer, "target_hr": a.target_hr, "max_epochs": a.max_epochs, "max_steps": a.max_steps,
            **json.loads(a.config)}
-    spec = RunSpec(dataset=a.dataset, synthetic_size=a.synthetic_size, profile=a.profile, target_hr=a.target_hr,
-                   max_epochs=a.max_epochs, max_steps=a.max_steps, checkpoint_dir=a.checkpoint_dir,
-                   checkpoint_every=a.checkpoint_every, resume=not a.no_resume)
+    spec = RunSpec(dataset=a.dataset, synthetic_size=a.synthetic_size, profile=a.profile,
+                   checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=not a.no_resume)
     return cfg, spec, a.out, a.backend
 
 

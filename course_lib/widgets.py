@@ -34,15 +34,17 @@ def explore(data, base_cfg, *, target_hr: float, max_epochs: float = 2.0, device
     it runs once with the given values (default: the base batch and lr) and returns
     ``(figure, result)`` for a static figure.
     """
-    batch_size = batch_size or base_cfg.batch_size
-    lr = lr or base_cfg.lr
+    batch_size = batch_size or base_cfg.global_batch_size
+    lr = lr or base_cfg.peak_lr
 
     def run(b, lr_, warm, ax=None):
-        cfg = base_cfg.replace(batch_size=int(b), lr=float(lr_), warmup_steps=int(warm))
-        r = train_to_target(data, cfg, target_hr=target_hr, max_epochs=max_epochs, device=device,
-                            progress="none", stop_at_target=False)
+        # the slider's lr is the peak lr itself (no scaling rule), at the chosen batch
+        cfg = base_cfg.replace(global_batch_size=int(b), base_lr=float(lr_), base_batch_size=None, lr_scaling="none",
+                               warmup_steps=int(warm), target_hr=target_hr, max_epochs=float(max_epochs),
+                               stop_at_target=False)
+        r = train_to_target(data, cfg, device=device, progress="none")
         fig = plot_curve(r.curve, target_hr=target_hr, ax=ax, x="epoch",
-                         label=f"batch {cfg.batch_size}, lr {cfg.lr:.3g}, warmup {cfg.warmup_steps}")
+                         label=f"batch {cfg.global_batch_size}, lr {cfg.peak_lr:.3g}, warmup {cfg.warmup_steps}")
         return fig, r
 
     if interactive is None:

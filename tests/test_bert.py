@@ -108,8 +108,8 @@ def test_peak_lr_scaling_rules():
 @pytest.mark.parametrize("optimizer", ["adam", "lamb"])
 def test_train_mlm_lowers_loss_and_times_the_target(small_data, optimizer):
     cfg = MLMTrainConfig(model="tiny", global_batch_size=16, micro_batch_size=8, optimizer=optimizer,
-                         base_lr=5e-3 if optimizer == "adam" else 2e-2, base_batch_size=16, max_steps=8,
-                         eval_every=4, dropout=0.0, target_loss=100.0)
+                         base_lr=5e-3 if optimizer == "adam" else 2e-2, base_batch_size=16, max_steps=8, warmup_steps=1,
+                         eval_every_steps=4, dropout=0.0, target_loss=100.0)
     r = train_mlm(cfg, small_data, device="cpu", progress="none")
     ev = r["curves"]["eval_loss"]
     assert r["grad_accum_steps"] == 2 and r["steps"] == 8 and len(r["curves"]["lr"]) == 8
@@ -119,7 +119,7 @@ def test_train_mlm_lowers_loss_and_times_the_target(small_data, optimizer):
 
 
 def test_unreached_target_has_no_time(small_data):
-    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=2, eval_every=1,
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=2, warmup_steps=0, eval_every_steps=1,
                          target_loss=0.01, dropout=0.0)
     r = train_mlm(cfg, small_data, device="cpu", progress="none")
     assert r["reached"] is False and r["time_to_target_s"] is None and r["steps_to_target"] is None
@@ -127,7 +127,7 @@ def test_unreached_target_has_no_time(small_data):
 
 def test_grad_accumulation_matches_one_big_batch(small_data):
     """k micro steps of b give the same update as one step of k*b (the invariant the lesson relies on)."""
-    common = dict(model="tiny", global_batch_size=16, optimizer="lamb", max_steps=2, eval_every=2, dropout=0.0,
+    common = dict(model="tiny", global_batch_size=16, optimizer="lamb", max_steps=2, warmup_steps=0, eval_every_steps=2, dropout=0.0,
                   base_lr=1e-2, base_batch_size=16)
     one = train_mlm(MLMTrainConfig(micro_batch_size=16, **common), small_data, device="cpu", progress="none")
     four = train_mlm(MLMTrainConfig(micro_batch_size=4, **common), small_data, device="cpu", progress="none")
@@ -153,7 +153,7 @@ def test_two_ranks_with_accumulation_match_one_process(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))  # inherited by the spawned workers
     spec = dict(corpus="dir", text_dir=str(text_dir), vocab_size=300, seq_len=16, max_tokens=6000)
     cfg = MLMTrainConfig(model="tiny", global_batch_size=16, micro_batch_size=4, optimizer="lamb", base_lr=1e-2,
-                         base_batch_size=16, max_steps=3, eval_every=3, dropout=0.0)
+                         base_batch_size=16, max_steps=3, warmup_steps=0, eval_every_steps=3, dropout=0.0)
 
     records = cdist.launch(mlm_worker, 2, cfg, spec, quiet=True, timeout_s=120)
     assert records[1] is None, "only rank 0 reports"
@@ -188,7 +188,7 @@ def test_ranks_with_different_data_get_a_clear_error(tmp_path, monkeypatch):
 def test_lamb_runs_record_each_adapted_layers_trust_ratio(small_data):
     """At step 1 Adam's update is sign(g) per element (m/sqrt(v) = g/|g|; eps and decay made tiny here),
     so LAMB's first trust ratio for a weight is ||w0|| / sqrt(numel)."""
-    common = dict(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=3, eval_every=3, dropout=0.0,
+    common = dict(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=3, warmup_steps=0, eval_every_steps=3, dropout=0.0,
                   base_batch_size=8, weight_decay=1e-6, eps=1e-12)
     model = build_bert("tiny", vocab_size=small_data.vocab_size, max_position=small_data.seq_len, dropout=0.0,
                        attention_dropout=0.0)

@@ -19,6 +19,7 @@ import torch
 from course_lib import dist as cdist
 from course_lib.config import BatchConfig
 from course_lib.parallel import CHECKPOINT_NAME, Checkpointer, batch_config, batch_table
+from course_lib.parallel.checkpoint import PREVIOUS_NAME
 from course_lib.parallel.sync_batchnorm import batchnorm_table, batchnorm_worker
 from course_lib.train import TrainConfig, train_to_target
 from course_lib.train.workers import RunSpec, ncf_worker
@@ -27,9 +28,9 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 # global batch 256 = 2 ranks x micro batch 64 x 2 accumulation steps; an eval point every 3 steps
-CFG = TrainConfig(batch_size=256, micro_batch_size=64, optimizer="adam", lr=5e-3, factors=8, layers=(16, 8),
-                  eval_every=0.011)
 STEPS = 8
+CFG = TrainConfig(global_batch_size=256, micro_batch_size=64, optimizer="adam", base_lr=5e-3, factors=8, layers=(16, 8),
+                  eval_every_epochs=0.011, max_steps=STEPS)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def env(tmp_path_factory):
 
 
 def _spec(checkpoint_dir, **kw):
-    return RunSpec(dataset="synthetic", synthetic_size="tiny", max_steps=STEPS, checkpoint_dir=str(checkpoint_dir),
+    return RunSpec(dataset="synthetic", synthetic_size="tiny", checkpoint_dir=str(checkpoint_dir),
                    checkpoint_every=2, progress="none", **kw)
 
 
@@ -81,11 +82,11 @@ def test_ranks_x_micro_batches_x_accumulation_equals_one_big_batch(env, ddp_run)
     """W=2 x b=64 x k=2 (DDP, no_sync) == one process with batch 256, after 8 Adam steps, fp32."""
     results, ckpt = ddp_run
     assert [r["steps"] for r in results] == [STEPS, STEPS] and results[0]["world_size"] == 2
-    assert results[0]["samples"] == STEPS * CFG.batch_size
+    assert results[0]["samples"] == STEPS * CFG.global_batch_size
     assert results[0]["curve"]["hr"] == results[1]["curve"]["hr"], "ranks must evaluate identical models"
     assert results[0]["comm_time_s"] > 0
     ref_dir = env["tmp"] / "reference"
-    ref = train_to_target(env["data"], CFG.replace(micro_batch_size=None), max_steps=STEPS, device="cpu",
+    ref = train_to_target(env["data"], CFG.replace(micro_batch_size=None), device="cpu",
                           progress="none", checkpoint=Checkpointer(ref_dir, 2))
     assert ref.world_size == 1 and ref.comm_time_s is None
     step, ddp_params = _model(ckpt)
@@ -98,7 +99,7 @@ def test_accumulation_on_one_process_equals_the_full_batch(env):
     runs = {}
     for micro in (None, 64):  # k = 1 and k = 4
         d = env["tmp"] / f"single-{micro}"
-        train_to_target(env["data"], CFG.replace(micro_batch_size=micro), max_steps=4, device="cpu",
+        train_to_target(env["data"], CFG.replace(micro_batch_size=micro, max_steps=4), device="cpu",
                         progress="none", evaluate_points=False, checkpoint=Checkpointer(d, 4))
         runs[micro] = _model(d)[1]
     _assert_same_params(runs[64], runs[None])
@@ -106,7 +107,7 @@ def test_accumulation_on_one_process_equals_the_full_batch(env):
 
 def test_global_batch_that_does_not_divide_is_a_clear_error(env):
     with pytest.raises(ValueError, match=r"global_batch_size=1000 is not divisible by .* 64 \* 1 = 64"):
-        train_to_target(env["data"], CFG.replace(batch_size=1000, micro_batch_size=64), max_steps=1, device="cpu")
+        train_to_target(env["data"], CFG.replace(global_batch_size=1000, micro_batch_size=64, max_steps=1), device="cpu")
     with pytest.raises(ValueError, match="global batch 1000 does not split evenly over world_size=3"):
         batch_config(1000, None, 3)
     assert batch_config(4096, 256, 2) == BatchConfig(4096, 256, 2) and BatchConfig(4096, 256, 2).grad_accum_steps == 8
@@ -128,7 +129,8 @@ def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_r
     assert info.value.rank == 1 and "injected failure on rank 1 after step 5" in str(info.value)
     assert time.time() - t0 < 60 and not _stray_children()
     assert _model(ckpt)[0] == 4, "the last checkpoint before the failure"
-    assert os.listdir(ckpt) == [CHECKPOINT_NAME], "no half-written checkpoint (temp file) left behind"
+    assert sorted(os.listdir(ckpt)) == sorted([CHECKPOINT_NAME, PREVIOUS_NAME]), \
+        "the latest and the previous checkpoint, no half-written one (temp file) left behind"
 
     resumed = cdist.launch(ncf_worker, 2, CFG, _spec(ckpt), quiet=True, timeout_s=120)
     uninterrupted = _model(full)
@@ -152,7 +154,7 @@ def test_same_worker_under_torchrun_with_two_cpu_processes(env):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "course_lib.train_ddp", "--dataset", "synthetic", "--synthetic-size", "tiny",
            "--global-batch", "256", "--micro-batch", "64", "--max-steps", "8", "--target-hr", "0.0",
-           "--config", json.dumps({"factors": 8, "layers": [16, 8], "eval_every": 0.011}), "--out", str(out)]
+           "--config", json.dumps({"factors": 8, "layers": [16, 8], "eval_every_epochs": 0.011}), "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", precision="fp32") -> TrainResult:
-    cfg = TrainConfig(batch_size=batch, lr=lr, optimizer=optimizer, precision=precision)
+    cfg = TrainConfig(global_batch_size=batch, base_lr=lr, optimizer=optimizer, precision=precision)
     return TrainResult(config=cfg.to_dict(), dataset="synthetic-tiny", data_source="test", synthetic=True,
                        device="cpu", world_size=1, target_hr=0.75, time_to_target_s=ttt,
                        steps_to_target=None if ttt is None else 100, epochs_to_target=None if ttt is None else 1.0,
@@ -83,11 +83,14 @@ def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
 
 
 def test_scaling_rules_table_and_configs():
-    base = TrainConfig(batch_size=256, lr=1e-3, optimizer="adam")
+    base = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam")
     t = scaling_table(1e-3, 256, [256, 1024, 65536])
     assert [r["lr (linear: k x)"] for r in t.rows] == pytest.approx([1e-3, 4e-3, 0.256])
     assert [r["lr (sqrt: sqrt(k) x)"] for r in t.rows] == pytest.approx([1e-3, 2e-3, 1.6e-2])
-    assert scaled_config(base, 4096, "sqrt").lr == pytest.approx(4e-3)
+    scaled = scaled_config(base, 4096, "sqrt")
+    assert scaled.peak_lr == pytest.approx(4e-3)
+    assert (scaled.base_lr, scaled.base_batch_size, scaled.lr_scaling) == (1e-3, 256, "sqrt")  # the base is kept
+    assert scaled_config(scaled, 16384, "linear").peak_lr == pytest.approx(1e-3 * 64)  # from the same base
     assert scaled_config(base, 4096, "linear", warmup_steps=10).warmup_steps == 10
     with pytest.raises(ValueError):
         scaled_config(base, 4096, "cubic")
@@ -115,3 +118,13 @@ def test_figure_lines_one_per_scalar_and_unreached_said_so(tmp_path):
         "FIGURE 07_x.speedup = 2.03",
         "FIGURE 07_x.time_to_target_s = not reached",
     ]
+
+
+def test_at_batch_keeps_a_rule_or_scales_an_lr_given_as_is():
+    from course_lib.search import at_batch
+
+    ruled = scaled_config(TrainConfig(global_batch_size=256, base_lr=1e-3), 4096, "sqrt")
+    assert at_batch(ruled, 1024).peak_lr == pytest.approx(1e-3 * 2)  # sqrt(1024 / 256), from its own base
+    given = TrainConfig(global_batch_size=4096, base_lr=4e-3)
+    assert at_batch(given, 1024, "linear").peak_lr == pytest.approx(1e-3)  # 4e-3 x 1024 / 4096
+    assert at_batch(given, 16384).peak_lr == pytest.approx(8e-3)  # sqrt by default

@@ -14,7 +14,7 @@ LAYERS = [
     {"hardware"},
     {"precision", "dist"},
     {"tiers", "results", "plots"},
-    {"data", "models", "optim"},
+    {"data", "models", "optim", "settings"},
     {"parallel", "comm"},
     {"train"},
     {"search", "ladder", "mixed_precision", "optimizer_study", "widgets", "lesson", "checks"},

@@ -48,9 +48,9 @@ def test_study_config_states_the_settings_once():
     study = st.Study(small_batch=32, large_batch=256, micro_batch=64, small_seqs=7680, large_seqs=30720,
                      common=dict(model="tiny", dropout=0.0))
     small, large = study.config("adam", 32), study.config("lamb", 256, lr_factor=0.5, seed=1)
-    assert (small.max_steps, small.warmup_fraction, small.micro_batch_size) == (240, 0.1, 32)
-    assert (large.max_steps, large.warmup_fraction, large.micro_batch_size, large.seed) == (120, 0.2, 64, 1)
-    assert large.batch(1).grad_accum_steps == 4 and large.eval_every == 6
+    assert (small.max_steps, small.warmup_steps, small.micro_batch_size) == (240, 24, 32)
+    assert (large.max_steps, large.warmup_steps, large.micro_batch_size, large.seed) == (120, 24, 64, 1)
+    assert large.batch(1).grad_accum_steps == 4 and large.eval_every_steps == 6
     assert large.peak_lr == pytest.approx(1e-2 * 0.5 * math.sqrt(256 / 32))  # sqrt rule from the small batch
     assert small.peak_lr == pytest.approx(1e-3) and small.model == "tiny"
 

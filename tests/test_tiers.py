@@ -95,7 +95,8 @@ def test_lesson_setup_takes_the_plan_and_lesson_01s_lr(tmp_path, monkeypatch, ca
     s = lesson.setup("full", hw=LAPTOP, base_batch=512)
     assert (s.profile, s.plan.dataset, str(s.device)) == ("smoke", "ml-1m", "cpu")
     assert s.data is not None and s.target_hr > 0 and s.base_lr == lesson.DEFAULT_BASE_LR
-    assert s.base_cfg.batch_size == 512 and s.base_cfg.optimizer == "adam"
+    assert s.base_cfg.global_batch_size == 512 and s.base_cfg.optimizer == "adam"
+    assert s.base_cfg.target_hr == s.target_hr  # the target is part of the settings
     assert s.data.source.split("\n")[0] in capsys.readouterr().out  # it says what it loaded
     save_result("01_baseline", {"dataset": s.data.name, "lr": 2e-3})
     assert lesson.setup("full", hw=LAPTOP, quiet=True).base_lr == 2e-3
@@ -108,18 +109,29 @@ def test_settings_check_their_types_by_name_and_describe_their_arithmetic():
     from course_lib.train import TrainConfig
     from course_lib.train.mlm import MLMTrainConfig
 
-    with pytest.raises(TypeError, match=r"TrainConfig.batch_size must be int, got '256'.*without quotes"):
-        TrainConfig(batch_size="256")
-    with pytest.raises(TypeError, match=r"TrainConfig.lr must be float, got '1e-3'"):
-        TrainConfig(lr="1e-3")
+    with pytest.raises(TypeError, match=r"TrainConfig.global_batch_size must be int, got '256'.*without quotes"):
+        TrainConfig(global_batch_size="256")
+    with pytest.raises(TypeError, match=r"TrainConfig.base_lr must be float, got '1e-3'"):
+        TrainConfig(base_lr="1e-3")
+    with pytest.raises(ValueError, match=r"TrainConfig.lr_scaling='cubic'"):
+        TrainConfig(lr_scaling="cubic")
+    with pytest.raises(ValueError, match=r"MLMTrainConfig.warmup_steps=10 is longer than the run \(max_steps=5\)"):
+        MLMTrainConfig(max_steps=5)
     with pytest.raises(TypeError, match=r"MLMTrainConfig.max_grad_norm must be float \| None, got True"):
         MLMTrainConfig(max_grad_norm=True)
-    assert TrainConfig(batch_size=4096, micro_batch_size=512, optimizer="adam", lr=4e-3).describe(2) == \
+    assert TrainConfig(global_batch_size=4096, micro_batch_size=512, optimizer="adam", base_lr=4e-3).describe(2) == \
         "global batch 4096 = 2 ranks x micro batch 512 x 4 accumulation steps; adam lr 0.004 (as given); fp32"
+    ncf = TrainConfig(global_batch_size=4096, base_lr=1e-3, base_batch_size=256, lr_scaling="sqrt", warmup_steps=50)
+    assert ncf.describe() == ("global batch 4096 = 1 rank x micro batch 4096 x 1 accumulation step; sgd peak lr 0.004 "
+                              "= 0.001 at batch 256 x sqrt(4096 / 256) (sqrt rule), linear warmup 50 steps; fp32")
     m = MLMTrainConfig(global_batch_size=256, micro_batch_size=64, base_lr=1e-2, base_batch_size=64, max_steps=100,
-                       warmup_fraction=0.2)
-    assert m.describe() == ("global batch 256 = 1 rank x micro batch 64 x 4 accumulation steps; lamb peak lr 0.02 = "
-                            "0.01 at batch 64, sqrt rule; warmup 20 of 100 steps; fp32")
+                       warmup_steps=20)
+    assert m.describe().startswith("global batch 256 = 1 rank x micro batch 64 x 4 accumulation steps; ")
+    assert "lamb peak lr 0.02 = 0.01 at batch 64 x sqrt(256 / 64) (sqrt rule), linear warmup 20 steps, polynomial decay" \
+        in m.describe()
+    # a saved setting comes back with the lr it ran at, and says where that lr came from
+    saved = ncf.to_dict()
+    assert saved["peak_lr"] == pytest.approx(4e-3) and TrainConfig.from_dict(saved) == ncf
 
 
 def test_launch_refuses_a_batch_that_does_not_split_before_starting_anything(monkeypatch):
@@ -131,8 +143,33 @@ def test_launch_refuses_a_batch_that_does_not_split_before_starting_anything(mon
         raise AssertionError("a process was started")
 
     monkeypatch.setattr(cdist, "_loopback_store", no_process)
-    cfg = TrainConfig(batch_size=4096, micro_batch_size=512)
+    cfg = TrainConfig(global_batch_size=4096, micro_batch_size=512)
     with pytest.raises(ValueError, match="4096 is not divisible by micro_batch_size \\* world_size = 512 \\* 3"):
         cdist.launch(ncf_worker, 3, cfg, RunSpec())
     with pytest.raises(ValueError, match="does not split evenly over world_size=3"):
-        cdist.launch(ncf_runs, 3, [TrainConfig(batch_size=256), TrainConfig(batch_size=4096)], RunSpec())
+        cdist.launch(ncf_runs, 3, [TrainConfig(global_batch_size=256), TrainConfig(global_batch_size=4096)], RunSpec())
+
+
+@pytest.mark.parametrize("local_ranks, gpus, expected", [(2, 0, "gloo"), (2, 1, "gloo"), (2, 2, "nccl"), (4, 8, "nccl"),
+                                                          (8, 4, "gloo")])
+def test_torchrun_backend_needs_one_gpu_per_rank_on_the_node(local_ranks, gpus, expected, monkeypatch):
+    """``torchrun --nproc-per-node 2`` on one GPU must not pick NCCL (two NCCL ranks on one GPU fail)."""
+    from course_lib import dist as cdist
+
+    chosen = {}
+
+    def fake_init(backend, **kw):
+        chosen["backend"] = backend
+        raise SystemExit  # stop before a real process group
+
+    monkeypatch.setattr(cdist.torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(cdist.torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(cdist.torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(cdist.dist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(cdist.dist, "init_process_group", fake_init)
+    for k, v in {"WORLD_SIZE": str(local_ranks * 2), "LOCAL_WORLD_SIZE": str(local_ranks), "RANK": "0",
+                 "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit):
+        cdist.init_from_env("auto")
+    assert chosen["backend"] == expected

@@ -12,18 +12,18 @@ from course_lib.train import TrainConfig, evaluate, evaluate_train, last_train_i
 
 
 
-TINY = TrainConfig(batch_size=512, lr=5e-3, optimizer="adam", factors=8, layers=(16, 8), eval_every=1.0)
+TINY = TrainConfig(global_batch_size=512, base_lr=5e-3, optimizer="adam", factors=8, layers=(16, 8), eval_every_epochs=1.0)
 
 
 def run(data, cfg, **kw):
-    kw.setdefault("max_epochs", 1)
-    return train_to_target(data, cfg, device="cpu", progress="none", record_every=1, **kw)
+    budget = {"max_epochs": float(kw.pop("max_epochs", 1)), "max_steps": kw.pop("max_steps", None)}
+    return train_to_target(data, cfg.replace(**budget), device="cpu", progress="none", record_every=1, **kw)
 
 
 @pytest.mark.parametrize("warmup,decay,warmup_steps", [("linear", "cosine", 5), ("exponential", "none", 6),
                                                        ("linear", "polynomial", 0)])
 def test_lr_in_the_loop_follows_lr_at(data, warmup, decay, warmup_steps):
-    cfg = TINY.replace(optimizer="sgd", lr=0.5, warmup_steps=warmup_steps, warmup=warmup, decay=decay)
+    cfg = TINY.replace(optimizer="sgd", base_lr=0.5, warmup_steps=warmup_steps, warmup=warmup, decay=decay)
     r = run(data, cfg, max_epochs=2, max_steps=12)  # planned over 2 epochs, cut at 12 steps
     planned = math.ceil(2 * r.steps_per_epoch)
     h = r.history
@@ -36,7 +36,7 @@ def test_lr_in_the_loop_follows_lr_at(data, warmup, decay, warmup_steps):
 
 def test_lars_adapts_weights_and_excludes_biases(data):
     model = train.build_model(data, TINY)
-    opt = make_optimizer(model, TINY.replace(optimizer="lars", lr=1.0, weight_decay=0.0))
+    opt = make_optimizer(model, TINY.replace(optimizer="lars", base_lr=1.0, weight_decay=0.0))
     names = {p: n for n, p in model.named_parameters()}
     for g in opt.param_groups:
         kinds = {names[p].rsplit(".", 1)[-1] for p in g["params"]}
@@ -45,18 +45,18 @@ def test_lars_adapts_weights_and_excludes_biases(data):
         else:
             assert kinds == {"bias"} and g["weight_decay"] == 0.0
     # one step through the loop: weights get a real trust ratio, zero-initialized biases move
-    r = run(data, TINY.replace(optimizer="lars", lr=1.0), max_steps=2)
+    r = run(data, TINY.replace(optimizer="lars", base_lr=1.0), max_steps=2)
     ratios = r.history["trust_ratio"]
     assert set(ratios) == {n for n, p in model.named_parameters() if p.ndim > 1}
     assert all(v[0] != pytest.approx(1.0) for v in ratios.values())
-    m = train_to_target(data, TINY.replace(optimizer="lars", lr=1.0), device="cpu", progress="none",
-                        max_steps=2, keep_model=True).model
+    m = train_to_target(data, TINY.replace(optimizer="lars", base_lr=1.0, max_steps=2), device="cpu", progress="none",
+                        keep_model=True).model
     assert m.out.bias.abs().sum() > 0  # excluded from the trust ratio, so it is not frozen at 0
 
 
 def test_trust_ratio_is_the_same_with_and_without_loss_scaling(data, monkeypatch):
     """fp16 through the loop: gradients are unscaled before LARS reads their norm (apex#1030)."""
-    cfg = TINY.replace(optimizer="lars", lr=1.0, precision="fp16", weight_decay=1e-4)
+    cfg = TINY.replace(optimizer="lars", base_lr=1.0, precision="fp16", weight_decay=1e-4)
     ratios = {}
     for scale in (2.0 ** 4, 2.0 ** 14):
         monkeypatch.setattr(train, "Precision", functools.partial(Precision, init_scale=scale))
@@ -80,7 +80,7 @@ def test_precision_modes_and_records(data):
 
 
 def test_divergence_stops_the_run_and_scores_as_a_miss(data):
-    r = run(data, TINY.replace(optimizer="sgd", lr=1e12, momentum=0.0), max_epochs=3)
+    r = run(data, TINY.replace(optimizer="sgd", base_lr=1e12, momentum=0.0), max_epochs=3)
     assert r.diverged and r.epochs < 3
     assert r.final_hr == 0.0  # NaN scores are a miss, not a hit (HR@10 = 1.0 before the fix)
 
@@ -92,5 +92,5 @@ def test_train_side_hr_uses_latest_training_item(data):
     r = run(data, TINY, max_epochs=2)
     assert r.final_train_hr is not None and 0.0 <= r.final_train_hr <= 1.0
     assert r.generalization_gap == pytest.approx(r.final_train_hr - r.final_hr)
-    m = train_to_target(data, TINY, device="cpu", progress="none", max_steps=1, keep_model=True).model
+    m = train_to_target(data, TINY.replace(max_steps=1), device="cpu", progress="none", keep_model=True).model
     assert evaluate_train(m, data) != evaluate(m, data)

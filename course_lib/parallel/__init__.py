@@ -13,5 +13,5 @@ Tensor, pipeline and sharded data parallelism (lesson 10) go in ``tensor.py``,
 ``pipeline.py`` and ``sharded.py`` here, each wrapping the model the same way.
 """
 
-from .checkpoint import CHECKPOINT_NAME, Checkpointer, checkpoint_params, max_relative_difference
+from .checkpoint import CHECKPOINT_NAME, Checkpointer, CheckpointError, checkpoint_params, max_relative_difference
 from .data_parallel import DataParallel, batch_config, batch_table

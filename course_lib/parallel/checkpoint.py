@@ -1,8 +1,18 @@
-"""Checkpoints of a training run: rank 0 saves atomically, every rank resumes bit for bit (lesson 06)."""
+"""Checkpoints of a training run: rank 0 saves atomically, every rank resumes bit for bit (lesson 06).
+
+The previous checkpoint is kept beside the latest (``ncf_ddp.prev.pt``): when the latest
+cannot be read (a disk that filled up, a file cut short by a copy), resuming falls back to
+the previous one and says so; when neither can, the error names the files, says what is
+wrong with each, and how to start fresh. A file that ``torch.load(weights_only=True)``
+refuses is not a checkpoint this course wrote, and is never loaded.
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
+import sys
+import zipfile
 
 import torch
 
@@ -11,7 +21,35 @@ from ..data.sampler import DeviceSampler
 from ..fileio import atomic_torch_save
 
 CHECKPOINT_NAME = "ncf_ddp.pt"
+PREVIOUS_NAME = "ncf_ddp.prev.pt"
 CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint in the directory can be resumed from; the message says why and what to do."""
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict:
+    """A checkpoint this course wrote, loaded on the CPU with ``weights_only=True``; a clear
+    ``CheckpointError`` naming the file when it is damaged, foreign or of another format."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if "weights only" in str(exc).lower() or "weights_only" in str(exc):
+            raise CheckpointError(
+                f"{path} is not a checkpoint this course wrote: it holds Python objects that a safe load "
+                "(torch.load(weights_only=True)) refuses to run, so it was not loaded. Do not load it with "
+                "weights_only=False unless you wrote it yourself; delete it or move it aside to start fresh.") from None
+        raise CheckpointError(f"{path} is damaged (not a readable checkpoint: {exc})") from None
+    except (RuntimeError, EOFError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        raise CheckpointError(f"{path} is damaged ({size} bytes, cut short or overwritten: "
+                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(f"{path}: checkpoint format {found!r}, expected {CHECKPOINT_FORMAT} "
+                              "(written by another version of the course, or not a checkpoint)")
+    return state
 
 
 class Checkpointer:
@@ -28,6 +66,7 @@ class Checkpointer:
     def __init__(self, directory: str | os.PathLike | None, every: int = 0, *, resume: bool = True,
                  fail_at_step: int | None = None):
         self.path = os.path.join(directory, CHECKPOINT_NAME) if directory else None
+        self.previous = os.path.join(directory, PREVIOUS_NAME) if directory else None
         self.every, self.resume, self.fail_at_step = every, resume, fail_at_step
         self.sampler = None
         self.step = 0  # steps done, counted as batches are handed out
@@ -63,7 +102,8 @@ class Checkpointer:
         return self.path is not None and self.every > 0 and step % self.every == 0
 
     def save(self, model, optimizer, scaler, **loop_state) -> None:
-        """Rank 0 writes the checkpoint (temp file + rename: a crash never leaves half a file).
+        """Rank 0 writes the checkpoint (temp file + rename: a crash never leaves half a file),
+        keeping the one before it as the fallback.
 
         ``loop_state``: the training loop's counters, curve and clock (``step`` among them).
         """
@@ -77,15 +117,33 @@ class Checkpointer:
             "torch_rng": torch.get_rng_state(),
             "loop": {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in loop_state.items()},
         }
+        if os.path.exists(self.path):
+            os.replace(self.path, self.previous)  # a crash from here on still leaves the previous one
         atomic_torch_save(state, self.path)
 
     def load(self) -> dict | None:
-        if not (self.resume and self.path and os.path.exists(self.path)):
+        """The latest readable checkpoint (the previous one when the latest is damaged), or None
+        when there is none; ``CheckpointError`` when there are files and none can be read."""
+        if not (self.resume and self.path):
             return None
-        state = torch.load(self.path, map_location="cpu", weights_only=True)
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{self.path}: checkpoint format {state.get('format')!r}, expected {CHECKPOINT_FORMAT}")
-        return state
+        candidates = [p for p in (self.path, self.previous) if os.path.exists(p)]
+        problems = []
+        for path in candidates:
+            try:
+                state = read_checkpoint(path)
+            except CheckpointError as exc:
+                problems.append(str(exc))
+                continue
+            if problems:
+                print(f"warning: {problems[0]}; resuming from the previous checkpoint {path} "
+                      f"(step {state['step']}) instead", file=sys.stderr, flush=True)
+            return state
+        if problems:
+            raise CheckpointError("cannot resume: " + "; ".join(problems) + ". To start fresh, delete the "
+                                  f"checkpoint files in {os.path.dirname(self.path)} (or move them aside), or run "
+                                  "without resuming (Checkpointer(resume=False), RunSpec(resume=False), "
+                                  "train_ddp --no-resume).")
+        return None
 
     def restore(self, model, optimizer, scaler) -> dict | None:
         """Load the latest checkpoint into model/optimizer/scaler/sampler; the loop state, or None."""

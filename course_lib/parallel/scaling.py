@@ -23,8 +23,8 @@ def scaling_rows(strong: dict, weak: dict) -> list[dict]:
             ttt, ttt1 = r["time_to_target_s"], one["time_to_target_s"] if one else None
             comm = r.get("comm_time_s") or 0.0
             rows.append({
-                "mode": mode, "world_size": w, "global_batch": r["config"]["batch_size"],
-                "per_rank_batch": r["config"]["batch_size"] // w, "lr": r["config"]["lr"],
+                "mode": mode, "world_size": w, "global_batch": r["config"]["global_batch_size"],
+                "per_rank_batch": r["config"]["global_batch_size"] // w, "lr": r["config"]["peak_lr"],
                 "samples_per_s": r["samples_per_s"], "speedup": speedup,
                 "efficiency": speedup / w if speedup is not None else None,
                 "time_to_target_s": ttt, "epochs_to_target": r["epochs_to_target"],

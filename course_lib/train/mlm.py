@@ -25,7 +25,6 @@ excluded (reported as ``eval_time_s``). Not reached: ``None``, never the run len
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -34,96 +33,63 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import dist as cdist
-from ..config import BatchConfig, check_field_types
 from ..data.text import IGNORE_INDEX, MLMData
 from ..models.bert import BertForMLM, bert_config
-from ..optim import LAMB, LR_SCALINGS, lr_at, param_groups, scaled_lr
+from ..optim import LAMB, lr_at, param_groups
 from ..parallel.data_parallel import DataParallel
 from ..precision import Precision
 from ..progress import resolve_progress
+from ..settings import RunSettings
 from .engine import Engine, sync
 
 OPTIMIZERS = ("adam", "lamb")
 
 
 @dataclass(frozen=True)
-class MLMTrainConfig:
-    """Every setting of one BERT MLM run. Batches count sequences."""
+class MLMTrainConfig(RunSettings):
+    """Every setting of one BERT MLM run: :class:`course_lib.settings.RunSettings` (the batch,
+    the lr and its rule, the schedule, precision, the budget) plus BERT's own. Batches count
+    sequences. The budget is ``max_steps``; the schedule is BERT's: linear warmup, then
+    linear decay to 0 at ``max_steps``."""
 
-    global_batch_size: int = 256
-    micro_batch_size: int = 64
+    OPTIMIZERS = OPTIMIZERS
+
+    micro_batch_size: int | None = 64
     optimizer: str = "lamb"  # "adam" (AdamW) | "lamb"
-    base_lr: float = 1e-3  # the lr at base_batch_size
-    base_batch_size: int = 256
-    lr_scaling: str = "sqrt"  # "sqrt" (LAMB paper) | "linear" | "none"
-    warmup_fraction: float = 0.1  # of max_steps, linear from 0
+    base_batch_size: int | None = 256
+    lr_scaling: str = "sqrt"  # the LAMB paper's rule
+    warmup_steps: int = 10
     decay: str = "polynomial"  # BERT: linear decay to 0 ("polynomial", power 1)
-    max_steps: int = 100
     weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
+    max_steps: int | None = 100
+    stop_at_target: bool = False
     eps: float = 1e-6
     max_grad_norm: float | None = 1.0  # LAMB: global pre-normalization; Adam: clipping. None = off
     bias_correction: bool = True  # LAMB only (AdamW always corrects)
-    precision: str = "fp32"  # "fp32" | "bf16" | "fp16" | "auto"
     model: str = "mini"  # preset of course_lib.models.bert.PRESETS
     norm: str = "post"  # "post" (original BERT) | "pre"
     dropout: float = 0.1
-    eval_every: int = 10  # optimizer steps between held-out evaluations
-    target_loss: float | None = None
-    stop_at_target: bool = False
-    seed: int = 0
+    target_loss: float | None = None  # held-out MLM loss at an evaluation that ends the clock
+    eval_every_steps: int = 10  # optimizer steps between held-out evaluations
     label: str = ""
 
     def __post_init__(self):
-        check_field_types(self)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={self.optimizer!r}; choose one of {OPTIMIZERS}")
-        if self.lr_scaling not in LR_SCALINGS:
-            raise ValueError(f"lr_scaling={self.lr_scaling!r}; choose one of {LR_SCALINGS}")
-        if self.max_steps < 1 or self.eval_every < 1:
-            raise ValueError(f"max_steps and eval_every must be >= 1, got {self.max_steps}, {self.eval_every}")
-        if not 0.0 <= self.warmup_fraction <= 1.0:
-            raise ValueError(f"warmup_fraction must be in [0, 1], got {self.warmup_fraction}")
-        object.__setattr__(self, "betas", tuple(self.betas))
+        super().__post_init__()
+        if self.max_steps is None or self.eval_every_steps < 1:
+            raise ValueError(f"MLMTrainConfig needs max_steps (its budget) and eval_every_steps >= 1, got "
+                             f"{self.max_steps}, {self.eval_every_steps}")
+        if self.warmup_steps > self.max_steps:
+            raise ValueError(f"MLMTrainConfig.warmup_steps={self.warmup_steps} is longer than the run "
+                             f"(max_steps={self.max_steps})")
         self.batch(1)  # a global batch that does not divide is an error here, not mid-run
-
-    def batch(self, world_size: int = 1) -> BatchConfig:
-        return BatchConfig(self.global_batch_size, self.micro_batch_size, world_size)
-
-    @property
-    def peak_lr(self) -> float:
-        return scaled_lr(self.lr_scaling, self.base_lr, self.global_batch_size, self.base_batch_size)
-
-    @property
-    def warmup_steps(self) -> int:
-        return int(round(self.warmup_fraction * self.max_steps))
 
     def lr_at(self, step: int) -> float:
         return lr_at(step, peak_lr=self.peak_lr, warmup_steps=self.warmup_steps, total_steps=self.max_steps,
                      decay=self.decay)
 
-    def replace(self, **changes) -> "MLMTrainConfig":
-        return dataclasses.replace(self, **changes)
-
-    def check_world_size(self, world_size: int) -> None:
-        """Raise (naming the numbers) unless the global batch splits over ``world_size`` ranks;
-        ``course_lib.dist.launch`` calls it before it starts any process."""
-        self.batch(world_size)
-
-    def describe(self, world_size: int = 1) -> str:
-        """The run's batch arithmetic and lr derivation, as it prints them at start."""
-        rule = {"none": "as given", "linear": "linear rule", "sqrt": "sqrt rule"}[self.lr_scaling]
-        return (f"{self.batch(world_size).describe()}; {self.optimizer} peak lr {self.peak_lr:.3g} = {self.base_lr:g} at "
-                f"batch {self.base_batch_size}, {rule}; warmup {self.warmup_steps} of {self.max_steps} steps; "
-                f"{self.precision}")
-
     def name(self) -> str:
         return self.label or f"{self.optimizer} b={self.global_batch_size}"
 
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(peak_lr=self.peak_lr, warmup_steps=self.warmup_steps)
-        return d
 
 
 def build_model(cfg: MLMTrainConfig, vocab_size: int, max_position: int) -> BertForMLM:
@@ -271,7 +237,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
             if not math.isfinite(train_loss) and precision.scaler is None:
                 diverged = True
                 break
-            if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            if step % cfg.eval_every_steps == 0 or step == cfg.max_steps:
                 loss = eval_point(step, train_loss)
                 if not math.isfinite(loss):
                     diverged = True

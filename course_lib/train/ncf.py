@@ -4,7 +4,7 @@ The step itself is the course's one engine (:mod:`course_lib.train.engine`); thi
 adds what is NeuMF's: the model, its batches, HR@10 evaluation points, the record. Later
 lessons change its *inputs*, never copy it:
 
-* lesson 02-03: ``cfg.batch_size``/``cfg.lr`` and the schedule hook
+* lesson 02-03: ``cfg.global_batch_size``, the lr rule (``cfg.peak_lr``) and the schedule hook
   (``cfg.warmup_steps``, ``cfg.decay`` -> :func:`course_lib.optim.schedules.lr_at`);
 * lesson 04: ``cfg.optimizer = "lars"`` (:func:`make_optimizer`);
 * lesson 05: ``cfg.precision = "bf16" | "fp16"`` (autocast; GradScaler for fp16,
@@ -30,84 +30,59 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .. import dist as cdist
-from ..config import check_field_types
 from ..data.movielens import ImplicitData
 from ..data.sampler import DeviceSampler, make_dataloader
 from ..hardware import default_device
 from ..metrics import hr_ndcg, throughput
 from ..models.ncf import NeuMF
 from ..optim import LAMB, LARS, lr_at, param_groups
-from ..parallel.data_parallel import DataParallel, batch_config
+from ..parallel.data_parallel import DataParallel
 from ..plots import plot_curve
 from ..precision import Precision
 from ..progress import in_notebook, resolve_progress
+from ..settings import RunSettings
 from ..tables import Table
 from .engine import Engine, PhaseClock, all_finite
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LOADERS = ("device", "dataloader")
-PRECISIONS = ("fp32", "bf16", "fp16", "auto")  # "auto": course_lib.precision.auto_mode
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Every setting of one NeuMF training run. ``batch_size`` is global and counts
-    samples (positives + negatives), as in NVIDIA's NCF reference."""
+class TrainConfig(RunSettings):
+    """Every setting of one NeuMF run: :class:`course_lib.settings.RunSettings` (the batch, the lr
+    and its rule, the schedule, precision, the budget) plus NeuMF's own. Batches count samples
+    (positives + negatives), as in NVIDIA's NCF reference. The budget is ``max_epochs`` (and
+    ``max_steps`` when set); the lr schedule is planned over ``max_epochs``."""
 
-    batch_size: int = 256
-    lr: float = 0.01
+    OPTIMIZERS = OPTIMIZERS
+
     optimizer: str = "sgd"  # "sgd" | "adam" | "lars" | "lamb"
+    base_lr: float = 0.01
     momentum: float = 0.9
     nesterov: bool = False  # sgd and lars
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)  # adam and lamb
     trust_coefficient: float = 0.001  # lars: eta in trust_ratio = eta * ||w|| / (||g|| + wd * ||w||)
     trust_clip: bool = False  # lars: apex LARC "clip" mode, min(trust_ratio / lr, 1)
     neg_per_pos: int = 4  # NCF paper: 4 sampled negatives per positive
     factors: int = 32  # GMF embedding size
     layers: tuple[int, ...] = (128, 64, 32)  # MLP sizes; layers[0] = user + item MLP embedding
-    eval_every: float = 1.0  # epochs between evaluation points; fractions allowed
-    seed: int = 0
     loader: str = "device"  # "device" (DeviceSampler) | "dataloader" (torch DataLoader)
-    precision: str = "fp32"  # "fp32" | "bf16" | "fp16" | "auto" (lesson 05: course_lib.precision.Precision)
-    warmup_steps: int = 0  # schedule hook: > 0 or decay != "none" calls optim.schedules.lr_at
-    warmup: str = "linear"  # "linear" | "exponential" (lesson 03)
-    decay: str = "none"  # "none" (= "constant") | "polynomial" | "cosine", over max_epochs
-    # lesson 06: samples per forward/backward on one rank; None = batch_size / world_size.
-    # grad_accum_steps = batch_size / (micro_batch_size * world_size), checked by BatchConfig.
-    micro_batch_size: int | None = None
+    max_epochs: float = 10.0  # the budget; max_steps (RunSettings) cuts it shorter when set
+    target_hr: float | None = None  # HR@10 at an evaluation point that ends the clock
+    eval_every_epochs: float = 1.0  # evaluation points, in epochs; fractions allowed
 
     def __post_init__(self):
-        check_field_types(self)
-        for name, allowed in (("optimizer", OPTIMIZERS), ("loader", LOADERS), ("precision", PRECISIONS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r}; choose one of {allowed}")
-        if self.batch_size < 1 or self.lr <= 0 or self.eval_every <= 0:
-            raise ValueError(f"batch_size, lr and eval_every must be positive: {self.batch_size}, "
-                             f"{self.lr}, {self.eval_every}")
+        super().__post_init__()
+        if self.loader not in LOADERS:
+            raise ValueError(f"TrainConfig.loader={self.loader!r}; choose one of {LOADERS}")
+        if self.eval_every_epochs <= 0 or self.max_epochs <= 0:
+            raise ValueError(f"TrainConfig.eval_every_epochs and max_epochs must be positive: "
+                             f"{self.eval_every_epochs}, {self.max_epochs}")
         object.__setattr__(self, "layers", tuple(self.layers))
-        object.__setattr__(self, "betas", tuple(self.betas))
 
     @property
     def uses_schedule(self) -> bool:
         return self.warmup_steps > 0 or self.decay != "none"
-
-    def replace(self, **changes) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
-    def check_world_size(self, world_size: int) -> None:
-        """Raise (naming the numbers) unless the global batch splits over ``world_size`` ranks;
-        ``course_lib.dist.launch`` calls it before it starts any process."""
-        batch_config(self.batch_size, self.micro_batch_size, world_size)
-
-    def describe(self, world_size: int = 1) -> str:
-        """The run's batch arithmetic and lr, as it prints them at start."""
-        batch = batch_config(self.batch_size, self.micro_batch_size, world_size)
-        warm = f", {self.warmup} warmup over {self.warmup_steps} steps" if self.warmup_steps else ""
-        return f"{batch.describe()}; {self.optimizer} lr {self.lr:g} (as given){warm}; {self.precision}"
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 # --------------------------------------------------------------------------- seams
@@ -128,35 +103,35 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     """
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
+        return torch.optim.SGD(groups, lr=cfg.peak_lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas)
+        return torch.optim.Adam(groups, lr=cfg.peak_lr, betas=cfg.betas)
     for g in groups:
         # the weights (matrices, embeddings) are adapted; biases (1-D) keep a trust ratio of 1
         g["always_adapt"] = any(p.ndim > 1 for p in g["params"])
     if cfg.optimizer == "lamb":
-        return LAMB(groups, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    return LARS(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov,
+        return LAMB(groups, lr=cfg.peak_lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    return LARS(groups, lr=cfg.peak_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov,
                 trust_coefficient=cfg.trust_coefficient, trust_clip=cfg.trust_clip)
 
 
 def lr_for_step(cfg: TrainConfig, step: int, total_steps: int) -> float:
-    """The schedule hook (lesson 03): ``lr_at(step)`` with ``cfg.lr`` as the peak, planned over
+    """The schedule hook (lesson 03): ``lr_at(step)`` with ``cfg.peak_lr`` as the peak, planned over
     ``total_steps`` (= max_epochs * steps_per_epoch in the loop); ``decay="none"`` is "constant"."""
     if not cfg.uses_schedule:
-        return cfg.lr
-    return lr_at(step, peak_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
+        return cfg.peak_lr
+    return lr_at(step, peak_lr=cfg.peak_lr, warmup_steps=cfg.warmup_steps, total_steps=total_steps,
                  warmup=cfg.warmup, decay="constant" if cfg.decay == "none" else cfg.decay)
 
 
 def make_batches(data: ImplicitData, cfg: TrainConfig):
     """An iterable of global (users, items, labels) batches, re-iterable once per epoch."""
     if cfg.loader == "device":
-        return DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
+        return DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
                              neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
     if cdist.world_size() > 1:
         raise NotImplementedError("loader='dataloader' is the single-process comparison; use loader='device' with DDP")
-    return make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.batch_size,
+    return make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
                            neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
 
 
@@ -351,7 +326,7 @@ class TrainResult:
         c = self.config
         hr = "n/a" if self.final_hr is None else f"{self.final_hr:.4f}"
         ndcg = "n/a" if self.final_ndcg is None else f"{self.final_ndcg:.4f}"
-        return (f"batch {c['batch_size']}, {c['optimizer']} lr {c['lr']:g}, {c['precision']} on {self.device}"
+        return (f"batch {c['global_batch_size']}, {c['optimizer']} lr {c['peak_lr']:g}, {c['precision']} on {self.device}"
                 f" (x{self.world_size}): {ttt}; final HR@10 {hr}, "
                 f"NDCG@10 {ndcg} after {self.epochs:.2f} epochs; "
                 f"{self.samples_per_s:,.0f} samples/s; eval {self.eval_time_s:.1f} s (not on the clock)")
@@ -370,14 +345,15 @@ class TrainResult:
 # --------------------------------------------------------------------------- the loop
 
 
-def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | None = None,
-                    max_epochs: float = 10, max_steps: int | None = None, device=None,
-                    progress: str = "auto", stop_at_target: bool = True, evaluate_points: bool = True,
+def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
+                    progress: str = "auto", evaluate_points: bool = True,
                     time_phases: bool = True, label: str = "", k: int = 10, checkpoint=None,
                     record_every: int | None = None, keep_model: bool = False) -> TrainResult:
-    """Train NeuMF until HR@``k`` >= ``target_hr`` at an evaluation point (or the budget ends).
+    """Train NeuMF until HR@``k`` >= ``cfg.target_hr`` at an evaluation point (or the budget ends).
 
-    Evaluation points come every ``cfg.eval_every`` epochs, plus one at step 0 and one at
+    The budget is the settings': ``cfg.max_epochs`` (cut at ``cfg.max_steps`` when set);
+    ``cfg.stop_at_target=False`` trains the whole budget. Evaluation points come every
+    ``cfg.eval_every_epochs`` epochs, plus one at step 0 and one at
     the end. The training clock stops during evaluation, so ``time_to_target_s`` counts
     training time only; evaluation time is reported as ``eval_time_s``. On CUDA,
     ``time_phases=True`` synchronizes at phase boundaries to split the time honestly
@@ -397,7 +373,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     """
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = cdist.rank(), cdist.world_size()
-    par = DataParallel(cfg.batch_size, cfg.micro_batch_size, device)  # lesson 06: checks the batch arithmetic
+    par = DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device)  # lesson 06: checks the batch arithmetic
     torch.manual_seed(cfg.seed)
     data = data.to(device)
     model = build_model(data, cfg).to(device)
@@ -412,14 +388,15 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
     steps_per_epoch = len(batches)
     if steps_per_epoch == 0:
         raise ValueError(f"{data.name} has no training positives: nothing to train on")
-    total_steps = math.ceil(max_epochs * steps_per_epoch)
-    if max_steps is not None:
-        total_steps = min(total_steps, max_steps)
-    eval_interval = max(1, round(cfg.eval_every * steps_per_epoch))
-    schedule_steps = math.ceil(max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
+    target_hr = cfg.target_hr
+    total_steps = math.ceil(cfg.max_epochs * steps_per_epoch)
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+    eval_interval = max(1, round(cfg.eval_every_epochs * steps_per_epoch))
+    schedule_steps = math.ceil(cfg.max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
     history = _History(model, record_every or max(1, schedule_steps // 250))
     bar = _Progress(resolve_progress(progress) if rank == 0 else "none", total_steps, target_hr,
-                    label or f"b{cfg.batch_size} lr{cfg.lr:g}", cfg.describe(world_size))
+                    label or f"b{cfg.global_batch_size} lr{cfg.peak_lr:g}", cfg.describe(world_size))
     curve = {"epoch": [], "step": [], "time_s": [], "hr": [], "ndcg": [], "loss": []}
     train_time = eval_time = 0.0
     step = samples = 0
@@ -481,7 +458,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, target_hr: float | 
                 if not all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
                     diverged = done = True
                     break
-                if stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
+                if cfg.stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
                     done = True
                     break
             if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock

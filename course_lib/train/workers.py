@@ -29,7 +29,8 @@ from .ncf import TrainConfig, train_to_target
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Everything a worker needs besides ``TrainConfig``: small and picklable (no tensors).
+    """Everything a worker needs besides ``TrainConfig`` (which holds the budget and the target):
+    where the data comes from, checkpoints, reporting. Small and picklable (no tensors).
 
     Each worker loads the data itself (``load_implicit`` caches processed data on disk).
     """
@@ -38,10 +39,6 @@ class RunSpec:
     profile: str = "full"
     synthetic_size: str | None = None
     num_eval_negatives: int = 100
-    target_hr: float | None = None
-    max_epochs: float = 10
-    max_steps: int | None = None
-    stop_at_target: bool = True
     evaluate_points: bool = True
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -78,10 +75,9 @@ def ncf_worker(rank: int, world_size: int, cfg, spec) -> dict:
     fail = spec.fail_at_step if rank == spec.fail_rank else None
     checkpoint = (Checkpointer(spec.checkpoint_dir, spec.checkpoint_every, resume=spec.resume, fail_at_step=fail)
                   if spec.checkpoint_dir or fail is not None else None)
-    result = train_to_target(data, cfg, target_hr=spec.target_hr, max_epochs=spec.max_epochs,
-                             max_steps=spec.max_steps, device=cdist.device(), progress=spec.progress,
-                             stop_at_target=spec.stop_at_target, evaluate_points=spec.evaluate_points,
-                             label=spec.label or f"x{world_size} B{cfg.batch_size}", checkpoint=checkpoint)
+    result = train_to_target(data, cfg, device=cdist.device(), progress=spec.progress,
+                             evaluate_points=spec.evaluate_points,
+                             label=spec.label or f"x{world_size} B{cfg.global_batch_size}", checkpoint=checkpoint)
     return {**result.to_dict(), "rank": rank, "spec": spec.to_dict()}
 
 
