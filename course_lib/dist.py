@@ -19,7 +19,9 @@ Why ``launch`` looks the way it does (each point is a failure seen in notebooks)
   the launching process serves from a socket it bound to 127.0.0.1 on port 0 (the OS
   picks a free port) and holds for the launch; workers connect to it as clients. No fixed
   29500 (EADDRINUSE on re-run), no race between "find a free port" and "bind it", nothing
-  listening on all interfaces.
+  listening on all interfaces. The workers' own transports are pinned to the loopback
+  interface too (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``): gloo otherwise listens on
+  the address the hostname resolves to, the cluster network on an HPC node.
 * **results through files, not queues**: each worker ``torch.save``s its return value to
   a private temp dir (atomic rename); large payloads through a queue can hang, and a
   shared-memory tensor read after its worker exited can vanish.
@@ -243,6 +245,34 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+def loopback_interface() -> str:
+    """The name of this machine's loopback network interface ("lo" on Linux, "lo0" on macOS)."""
+    with contextlib.suppress(Exception):
+        import psutil
+
+        for name, addrs in psutil.net_if_addrs().items():
+            if any(a.address in (LOOPBACK, "::1") for a in addrs):
+                return name
+    return "lo0" if sys.platform == "darwin" else "lo"
+
+
+def _pin_transports_to_loopback() -> None:
+    """Make every socket a single-node launch's workers open listen on loopback.
+
+    Pinning the rendezvous store to 127.0.0.1 is not enough: gloo's TCP transport listens
+    on (and tells its peers) the address this machine's *hostname* resolves to, falling back
+    to 127.0.0.1 only when the hostname does not resolve. On an HPC node the hostname
+    resolves to the cluster network, so every notebook's workers would accept connections
+    from other nodes. ``GLOO_SOCKET_IFNAME`` makes each gloo device (the default group and
+    every ``new_group``) bind the named interface instead; ``NCCL_SOCKET_IFNAME`` does the
+    same for NCCL's bootstrap sockets. Both are set unconditionally: ``launch()`` is always
+    one node, so a cluster-wide setting inherited from the environment does not apply.
+    """
+    lo = loopback_interface()
+    os.environ["GLOO_SOCKET_IFNAME"] = lo
+    os.environ["NCCL_SOCKET_IFNAME"] = lo
+
+
 def _redirect_output(log_path: str) -> None:
     """Send this process's stdout/stderr (Python and C level) to its rank log file."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -262,6 +292,7 @@ def _worker_main(spec: _WorkerSpec) -> None:
     _redirect_output(os.path.join(spec.run_dir, f"rank{spec.rank}.log"))
     os.environ.update(RANK=str(spec.rank), WORLD_SIZE=str(spec.world_size), LOCAL_RANK=str(spec.rank),
                       LOCAL_WORLD_SIZE=str(spec.world_size), MASTER_ADDR=LOOPBACK, MASTER_PORT=str(spec.port))
+    _pin_transports_to_loopback()
     torch.set_num_threads(spec.threads)
     code = 0
     try:

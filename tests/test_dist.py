@@ -242,3 +242,78 @@ def test_the_rank_that_failed_first_is_blamed(tmp_path):
     err = cdist._worker_error(str(tmp_path), procs, {0: 3_000_000_000, 1: 3_000_000_000}, W.echo)
     assert err.rank == 1 and "ValueError: the real cause" in str(err)
     assert "rank(s) [0, 2] stopped too" in str(err)
+
+
+# --------------------------------------------------------------------------- no sockets beyond loopback
+
+
+def test_every_socket_of_the_launch_is_on_loopback(tmp_path):
+    """Not only the store: the workers' gloo listeners and connections, and anything else the
+    launch's process tree opens, must be bound to (and connected to) loopback addresses."""
+    results, sockets, error = W.launch_and_scan_sockets(str(tmp_path))
+    assert error is None, f"the socket scan failed: {error!r}"
+    assert results == [4.0, 4.0]  # 0 * 4 ones + 1 * 4 ones: the all-reduce really ran
+    assert any(s["status"] == psutil.CONN_LISTEN and s["pid"] != os.getpid() for s in sockets), \
+        f"expected the workers' gloo listeners among {sockets}"
+    assert not W.non_loopback(sockets), f"sockets beyond loopback: {W.non_loopback(sockets)}"
+
+
+def _global_ipv4():
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family.name == "AF_INET" and not a.address.startswith(("127.", "169.254.")):
+                return a.address
+    return None
+
+
+def test_workers_stay_on_loopback_when_the_hostname_resolves_to_the_network(tmp_path):
+    """HPC nodes: the hostname resolves to the cluster network, and gloo by default listens on
+    the address the hostname resolves to. Reproduce that in a private mount namespace with an
+    /etc/hosts that maps this machine's hostname to its global address."""
+    import json
+    import shutil
+    import socket
+
+    addr = _global_ipv4()
+    if addr is None:
+        pytest.skip("this machine has no global IPv4 address to map its hostname to")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to give /etc/hosts a private mount")
+    host = socket.gethostname()
+    lines = []
+    for line in open("/etc/hosts").read().splitlines():
+        fields = line.split("#")[0].split()
+        kept = [f for f in fields[1:] if f != host]
+        if fields and kept:
+            lines.append(" ".join([fields[0], *kept]))
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"{addr} {host}\n" + "\n".join(lines) + "\n")
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = tmp_path / "scan.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, socket, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        if __name__ == "__main__":
+            resolved = socket.gethostbyname(socket.gethostname())
+            results, sockets, error = W.launch_and_scan_sockets({str(pid_dir)!r})
+            print("SCAN " + json.dumps({{"resolved": resolved, "results": results, "sockets": sockets,
+                                         "error": repr(error) if error else None}}))
+    """))
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -m is not allowed here: {probe.stderr.strip()}")
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'mount --bind "$1" /etc/hosts && exec "$2" "$3"', "sh",
+         str(hosts), sys.executable, str(script)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    scan = [line for line in proc.stdout.splitlines() if line.startswith("SCAN ")]
+    assert proc.returncode == 0 and scan, proc.stdout + proc.stderr
+    report = json.loads(scan[0][5:])
+    if report["resolved"] != addr:
+        pytest.skip(f"the private /etc/hosts did not take effect ({host} -> {report['resolved']})")
+    assert report["error"] is None, report["error"]
+    assert report["results"] == [4.0, 4.0]
+    assert not W.non_loopback(report["sockets"]), \
+        f"with {host} -> {addr}, sockets beyond loopback: {W.non_loopback(report['sockets'])}"
