@@ -33,6 +33,7 @@ def _write_pid(pid_dir, rank):
 
 def fail_on(rank, world_size, bad_rank, pid_dir):
     _write_pid(pid_dir, rank)
+    dist.barrier()  # both pid files exist before anything fails, however slowly each rank started
     if rank == bad_rank:
         time.sleep(0.5)
         raise ValueError(f"boom from rank {rank}")

@@ -21,6 +21,15 @@ import _dist_workers as W
 
 pytestmark = pytest.mark.slow
 
+# Margins. A shared login node or a loaded CI box can be many times slower than an idle one
+# (spawning a worker imports torch: 2-3 s idle, 20 s and more under load; a 60 s wait racing a
+# 60 s launch timeout failed that way). So every wait below is generous -- a wait that is met
+# returns at once, it costs nothing on a fast machine -- and a launch's own timeout is always
+# far longer than any helper's wait, so a helper that gives up fails the test with its own
+# message instead of leaving it to the launch's timeout.
+WAIT_S = 300  # for workers to start and report
+LAUNCH_TIMEOUT_S = 900  # never reached by a passing test
+
 
 def _alive(pid):
     try:
@@ -29,7 +38,7 @@ def _alive(pid):
         return False
 
 
-def _pids(pid_dir, n, timeout=60):
+def _pids(pid_dir, n, timeout=WAIT_S):
     deadline = time.time() + timeout
     while time.time() < deadline:
         files = glob.glob(os.path.join(pid_dir, "*.pid"))
@@ -39,7 +48,7 @@ def _pids(pid_dir, n, timeout=60):
     raise AssertionError(f"workers did not write {n} pid files in {timeout}s")
 
 
-def _assert_all_gone(pids, within=5.0):
+def _assert_all_gone(pids, within=60.0):
     deadline = time.time() + within
     while time.time() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
@@ -108,30 +117,54 @@ def test_lambda_is_refused():
 def test_worker_exception_reraised_with_rank_and_traceback_and_no_survivors(tmp_path):
     t0 = time.time()
     with pytest.raises(cdist.WorkerError) as info:
-        cdist.launch(W.fail_on, 2, 1, str(tmp_path), quiet=True)
+        cdist.launch(W.fail_on, 2, 1, str(tmp_path), quiet=True, timeout_s=LAUNCH_TIMEOUT_S,
+                     collective_timeout_s=LAUNCH_TIMEOUT_S)
     elapsed = time.time() - t0
     err = info.value
     assert err.rank == 1
     assert "ValueError: boom from rank 1" in str(err)
     assert "fail_on" in err.worker_traceback and "_dist_workers.py" in err.worker_traceback
-    assert elapsed < 30, "the healthy rank in its barrier must be killed, not waited for"
+    # Waiting for the healthy rank's barrier would take the whole collective timeout (900 s);
+    # killing it takes a second or so, plus the workers' start-up (slow on a busy machine).
+    assert elapsed < LAUNCH_TIMEOUT_S / 2, "the healthy rank in its barrier must be killed, not waited for"
     _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
 
 
 def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
-    with pytest.raises(cdist.LaunchTimeout, match="did not finish within timeout_s=4"):
-        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=4, quiet=True)
-    _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
+    """The launch's timeout fires while rank 0 waits in a barrier rank 1 never joins.
+
+    The timeout counts from the launch, start-up included, and a busy machine can take longer
+    than a short timeout just to start the workers; then they never reached the collective
+    and the test would prove nothing. So the timeout grows until both workers were inside
+    the hang when it fired (one try on an idle machine).
+    """
+    for timeout_s in (5, 30, 180):
+        pid_dir = tmp_path / f"timeout{timeout_s}"
+        pid_dir.mkdir()
+        with pytest.raises(cdist.LaunchTimeout, match=f"did not finish within timeout_s={timeout_s}"):
+            cdist.launch(W.hang_in_collective, 2, str(pid_dir), timeout_s=timeout_s, quiet=True)
+        assert not _stray_children()
+        if len(glob.glob(str(pid_dir / "*.pid"))) == 2:
+            _assert_all_gone(_pids(str(pid_dir), 2, timeout=1))
+            return
+    pytest.fail(f"the workers never reached the collective within a {timeout_s} s launch timeout")
 
 
 def test_keyboard_interrupt_kills_workers(tmp_path, capsys):
+    helper_error = []
+
     def interrupt_when_started():
-        _pids(str(tmp_path), 2)
-        _thread.interrupt_main()
+        try:
+            _pids(str(tmp_path), 2)
+        except BaseException as exc:  # noqa: BLE001 - the test reports it below
+            helper_error.append(exc)
+        finally:
+            _thread.interrupt_main()  # also when giving up: the launch must not run on to its timeout
 
     threading.Thread(target=interrupt_when_started, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=60, quiet=True)
+        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=LAUNCH_TIMEOUT_S, quiet=True)
+    assert not helper_error, f"the helper thread gave up before the interrupt: {helper_error[0]}"
     assert "interrupted" in capsys.readouterr().err
     _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
 
@@ -144,14 +177,14 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
         import _dist_workers as W
         from course_lib import dist
         if __name__ == "__main__":
-            dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s=600)
+            dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         pids = _pids(str(tmp_path), 2)
         parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=10)
-        _assert_all_gone(pids, within=10)
+        parent.wait(timeout=WAIT_S)
+        _assert_all_gone(pids)
     finally:
         parent.kill()
 
@@ -202,7 +235,7 @@ def test_same_worker_runs_under_torchrun(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "course_lib.run", "course_lib.dist:allreduce_demo", "3", "--out", str(out)],
-        capture_output=True, text=True, timeout=120, env=env)
+        capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = torch.load(out, weights_only=False)
     assert result["rank"] == 0 and result["backend"] == "gloo"
