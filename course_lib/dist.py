@@ -349,19 +349,30 @@ class _LogPump:
             sys.stdout.flush()
 
 
+def _main_script() -> str | None:
+    """The file of the script running as ``__main__``, or None in a notebook/interactive kernel."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or os.path.basename(path) == "ipykernel_launcher.py":
+        return None
+    return path
+
+
 def _check_picklable_function(fn: Callable) -> None:
     if not callable(fn):
         raise TypeError(f"launch() needs a function to run on each rank, got {fn!r}")
     module = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     if module == "__main__":
+        script = _main_script()
+        where = f"the script {script}" if script else "the notebook"
+        home = "the script" if script else "the notebook"
         raise ValueError(
-            f"launch() cannot run {name!r}: it is defined in the notebook (module '__main__'). "
+            f"launch() cannot run {name!r}: it is defined in {where} (module '__main__'). "
             "Workers are started with the 'spawn' method, which sends the function to each new "
-            "process by reference (module + name), and a fresh Python process has no notebook "
-            "namespace to find it in (it would fail with \"Can't get attribute ... on <module "
-            "'__main__'>\"). Put the function in a .py file next to the notebook (or in course_lib) "
-            "and import it from there, e.g. `from my_workers import worker`.")
+            "process by reference (module + name), and a fresh Python process does not have "
+            f"{home}'s '__main__' to find it in (it would fail with \"Can't get attribute ... on <module "
+            f"'__main__'>\"). Put the function in a .py file next to {home} (or in course_lib) "
+            f"and import it from there, e.g. `from my_workers import {name}`.")
     if "<locals>" in name or "<lambda>" in name:
         raise ValueError(
             f"launch() cannot run {name!r}: lambdas and functions defined inside other functions "
@@ -502,11 +513,7 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
             pump.pump(final=True)
             raise _worker_error(run_dir, procs, exited_ns, fn)
         pump.pump(final=True)
-        results = []
-        for r in range(world_size):
-            path = os.path.join(run_dir, f"result{r}.pt")
-            results.append(torch.load(path, map_location="cpu", weights_only=False))  # our own files
-        return results
+        return [_load_result(run_dir, r, world_size, fn) for r in range(world_size)]
     except KeyboardInterrupt:
         _stop_all(procs)
         pump.pump(final=True)
@@ -516,6 +523,21 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
         _stop_all(procs)
         del store
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:
+    """Rank ``r``'s return value. A value that pickled in the worker can still fail to rebuild
+    here (its class lives in a module only the worker imported); say which rank and why."""
+    path = os.path.join(run_dir, f"result{r}.pt")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)  # our own files
+    except Exception as exc:  # noqa: BLE001 - any unpickling error: name the rank
+        raise WorkerError(
+            r, f"rank {r} of {world_size} finished {fn.__qualname__}, but its return value could not be "
+               f"rebuilt in the launching process ({type(exc).__name__}: {exc}). A worker's result is "
+               "pickled and loaded here, so every class in it must be importable here too. Return plain "
+               "data (tensors, numbers, strings, lists, dicts) or objects of classes from an importable "
+               "module that this process can import.") from exc
 
 
 def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn) -> WorkerError:

@@ -146,3 +146,17 @@ def _wait_for_pid_files(pid_dir, n, timeout_s):
         if time.monotonic() > deadline:
             raise TimeoutError(f"the workers did not write {n} pid files in {pid_dir} within {timeout_s} s")
         time.sleep(0.05)
+
+
+def result_only_the_worker_can_rebuild(rank, world_size, bad_rank):
+    """Rank ``bad_rank`` returns an object of a class that only exists in the worker: it pickles
+    there, and cannot be rebuilt in the launching process."""
+    import sys
+    import types
+
+    if rank != bad_rank:
+        return rank
+    module = types.ModuleType("course_test_only_in_worker")
+    exec("class Opaque:\n    pass\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    return {"rank": rank, "value": module.Opaque()}

@@ -98,14 +98,48 @@ def test_large_tensor_results_arrive_intact():
         assert res["nested"][0] == r and torch.equal(res["nested"][1]["x"], torch.ones(3) * r)
 
 
-def test_notebook_function_is_refused_before_anything_starts():
+def test_notebook_function_is_refused_before_anything_starts(monkeypatch):
     def in_notebook(rank, world_size):
         return rank
 
+    import types
+
     in_notebook.__module__ = "__main__"
     in_notebook.__qualname__ = "in_notebook"
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a kernel's: no __file__
     with pytest.raises(ValueError, match=r"defined in the notebook.*spawn.*import it"):
         cdist.launch(in_notebook, 2)
+    assert not _stray_children()
+
+
+def test_script_main_function_is_refused_with_a_message_for_scripts(monkeypatch):
+    import types
+
+    script = types.ModuleType("__main__")
+    script.__file__ = "/home/someone/train_ddp.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
+
+    def in_script(rank, world_size):
+        return rank
+
+    in_script.__module__ = "__main__"
+    in_script.__qualname__ = "in_script"
+    with pytest.raises(ValueError) as info:
+        cdist.launch(in_script, 2)
+    msg = str(info.value)
+    assert "notebook" not in msg
+    assert "defined in the script /home/someone/train_ddp.py" in msg and "from my_workers import in_script" in msg
+
+
+def test_result_that_cannot_be_rebuilt_names_the_rank():
+    with pytest.raises(cdist.WorkerError) as info:
+        cdist.launch(W.result_only_the_worker_can_rebuild, 2, 1, quiet=True, timeout_s=LAUNCH_TIMEOUT_S)
+    err = info.value
+    assert err.rank == 1
+    msg = str(err)
+    assert "rank 1" in msg and "result_only_the_worker_can_rebuild" in msg
+    assert "course_test_only_in_worker" in msg  # what could not be found
+    assert "plain data" in msg  # what to do
     assert not _stray_children()
 
 
