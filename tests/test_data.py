@@ -156,3 +156,12 @@ def test_dataloader_path_same_epoch_shape():
     dl = make_dataloader(users, items, 7, batch_size=16, neg_per_pos=4)
     y = torch.cat([b[2] for b in dl])
     assert len(y) == 100 and int(y.sum()) == 20
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_unknown_dataset_name_is_an_error_in_every_profile(profile, monkeypatch):
+    monkeypatch.setattr(movielens, "publisher_reachable", lambda *a, **k: False)
+    with pytest.raises(ValueError, match=r"unknown dataset 'ml-100k'.*ml-1m.*synthetic"):
+        load_implicit("ml-100k", profile=profile)
+    with pytest.raises(ValueError, match=r"unknown synthetic_size 'huge'.*tiny"):
+        load_implicit("synthetic", profile=profile, synthetic_size="huge")

@@ -344,6 +344,13 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
     uses the small synthetic set. ``data.source`` says in a sentence which data ran;
     ``data.synthetic`` is the flag. Processed data are cached per dataset, negatives and seed.
     """
+    # Names are checked before the profile is: a typo must fail in the smoke profile (CI) too,
+    # not quietly run on synthetic data there and fail only in the full course.
+    if dataset != "synthetic" and dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}: choose one of {sorted(DATASETS)} or 'synthetic' "
+                         "(check the DATASET parameter of the notebook or the --dataset option).")
+    if synthetic_size is not None:
+        _check_synthetic_size(synthetic_size)
     profile = resolve_profile(profile)
     if profile == "smoke":
         return load_synthetic("small", num_eval_negatives=num_eval_negatives, seed=seed,
@@ -351,8 +358,6 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
     if dataset == "synthetic":
         return load_synthetic(synthetic_size or "ml-1m", num_eval_negatives=num_eval_negatives, seed=seed,
                               reason="dataset='synthetic' was requested", use_cache=use_cache)
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASETS)} or 'synthetic'")
     spec = DATASETS[dataset]
     path = find_local(dataset, data_dir)
     how = f"found at {path}" if path else ""
@@ -389,7 +394,7 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
 def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: int = 0, reason: str = "",
                    use_cache: bool = True) -> ImplicitData:
     """The synthetic set of ``size`` (see :data:`synthetic.SIZES`), parsed by the real ml-1m parser."""
-    params = _synthetic.SIZES[size]
+    params = _synthetic.SIZES[_check_synthetic_size(size)]
     why = f" because {reason}" if reason else ""
     # The sentence says why synthetic data runs *this* time, so it is never taken from the cache.
     source = (f"SYNTHETIC data ({params['num_users']} users x {params['num_items']} items, seed {seed}, "
@@ -408,6 +413,13 @@ def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: 
     if use_cache:
         _save_processed(data, _processed_path(key))
     return data
+
+
+def _check_synthetic_size(size: str) -> str:
+    if size not in _synthetic.SIZES:
+        raise ValueError(f"unknown synthetic_size {size!r}: choose one of {list(_synthetic.SIZES)} "
+                         "(check the synthetic_size argument or the --synthetic-size option).")
+    return size
 
 
 def describe_data_sources(data_dir: str | os.PathLike | None = None, *, check_online: bool = True) -> Table:
