@@ -58,6 +58,10 @@ def test_corrupt_zip_names_file_and_checksum(tmp_path, monkeypatch):
         load_implicit("ml-1m", data_dir=staged, download=False)
     msg = str(err.value)
     assert "ml-1m.zip" in msg and movielens.DATASETS["ml-1m"].md5 in msg and "download" in msg
+    # download=True is the default and never replaces a file that is there: the advice must be
+    # to remove the bad file, not to rerun the same call
+    assert "download=True" not in msg
+    assert str(staged / "ml-1m.zip") in msg and "delete it or move it aside" in msg
 
 
 def test_failed_download_leaves_no_file(tmp_path, monkeypatch):
@@ -74,9 +78,11 @@ def test_failed_download_leaves_no_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(movielens.urllib.request, "urlopen", lambda *a, **k: FakeResponse(b"truncated!"))
     dest = tmp_path / "dl"
-    with pytest.raises(DatasetError, match="c4d9eecfca2ab87c1945afe126590906"):
+    with pytest.raises(DatasetError, match="c4d9eecfca2ab87c1945afe126590906") as err:
         movielens.download_zip("ml-1m", dest)
     assert list(dest.iterdir()) == []  # neither the zip nor a .part file
+    msg = str(err.value)  # the temporary file is gone: no advice to delete it, nor to rerun with download=True
+    assert "nothing was saved" in msg and ".part" not in msg and "download=True" not in msg
 
 
 def test_truncated_extracted_file_is_refused(tmp_path):

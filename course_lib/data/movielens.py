@@ -100,18 +100,31 @@ def md5sum(path: str | os.PathLike) -> str:
     return file_digest(path, "md5")
 
 
+class ChecksumMismatch(DatasetError):
+    """A file's md5 differs from the published one."""
+
+    def __init__(self, message: str, got: str, expected: str):
+        super().__init__(message)
+        self.got, self.expected = got, expected
+
+
 def verify_md5(path: str | os.PathLike, expected: str, *, url: str = "") -> None:
-    """Raise :class:`DatasetError` naming the file and the expected checksum on mismatch."""
+    """Raise :class:`DatasetError` naming the file, both checksums and the fix on mismatch.
+
+    A file that is present is used as it is and never downloaded again (``download=True``
+    only applies when nothing is found), so the fix is always to remove the bad file.
+    """
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path} does not exist (expected md5 {expected}).")
     got = md5sum(path)
     if got != expected:
-        fix = f"download it again from {url}" if url else "replace it with an intact copy"
-        raise DatasetError(
-            f"{path} is truncated or corrupt: md5 {got}, expected {expected}. "
-            f"Delete it and {fix} (or rerun with download=True)."
-        )
+        then = (f"the next load downloads a fresh copy from {url} (on a machine with internet)"
+                if url else "put an intact copy in its place")
+        raise ChecksumMismatch(
+            f"{path} is truncated or corrupt: md5 {got}, expected {expected}. A file that is there is "
+            f"never downloaded again, so delete it or move it aside; then {then}, or stage an intact copy "
+            "in $COURSE_MOVIELENS_DIR.", got, expected)
 
 
 def publisher_reachable(url: str, timeout: float = 3.0) -> bool:
@@ -131,8 +144,11 @@ def download_zip(name: str, dest_dir: str | os.PathLike | None = None, *, timeou
     try:
         return download(spec.url, dest, verify=lambda tmp: verify_md5(tmp, spec.md5, url=spec.url),
                         timeout=timeout)
-    except DatasetError as err:
-        raise DatasetError(f"download of {spec.url} is incomplete or corrupt: {err}") from None
+    except ChecksumMismatch as err:
+        raise DatasetError(
+            f"the download of {spec.url} is incomplete or corrupt (md5 {err.got}, expected {err.expected}); "
+            f"nothing was saved to {dest}. Try again; if it keeps failing, fetch the file another way and "
+            "stage it in $COURSE_MOVIELENS_DIR.") from None
 
 
 # --------------------------------------------------------------------------- parsing
