@@ -174,13 +174,38 @@ def _iter_chunks(f, chunk: int = 1 << 26):
 
 def _open_ratings(path: Path, spec: MovieLensSpec):
     if path.suffix == ".zip":
-        zf = zipfile.ZipFile(path)
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, EOFError, OSError) as err:
+            raise DatasetError(f"{path} is not a readable zip ({err}): it is truncated or corrupt. Delete it or "
+                               "move it aside and fetch it again.") from None
         try:
             return zf, zf.open(spec.member)
         except KeyError:
             zf.close()
             raise DatasetError(f"{path} has no member {spec.member}; is it really {spec.zip_name}?") from None
     return None, open(path, "rb")
+
+
+def _malformed_line(where: str, block: bytes, lines_before: int, fmt: str) -> str:
+    """The error for a block numpy could not parse: find and quote its first bad line."""
+    layout = "UserID::MovieID::Rating::Timestamp" if fmt == "dat" else "userId,movieId,rating,timestamp"
+    for i, line in enumerate(block.split(b"\n")):
+        fields = line.split()
+        if not fields:
+            continue
+        try:
+            ok = len(fields) == 4 and all(np.isfinite(float(x)) for x in fields)
+        except ValueError:
+            ok = False
+        if not ok:
+            shown = line.decode("latin-1")[:80].replace(" ", "::" if fmt == "dat" else ",")
+            return (f"{where}: line {lines_before + i + 1} is not '{layout}' (4 numbers): {shown!r}. The file is "
+                    "corrupt or not a MovieLens ratings file; delete it or move it aside and stage the original "
+                    "zip (or let the course download it).")
+    last = lines_before + block.count(b"\n")
+    return (f"{where}: lines {lines_before + 1}-{last} do not split into '{layout}' "
+            "columns; the file is truncated or corrupt. Delete it or move it aside and stage the original zip.")
 
 
 def parse_ratings(path: str | os.PathLike, fmt: str, *, member: str | None = None) -> dict[str, np.ndarray]:
@@ -192,28 +217,39 @@ def parse_ratings(path: str | os.PathLike, fmt: str, *, member: str | None = Non
     """
     path = Path(path)
     spec = MovieLensSpec("?", "", "", member or ("ml-1m/ratings.dat" if fmt == "dat" else "ratings.csv"), fmt, 0)
+    if fmt not in ("dat", "csv"):
+        raise ValueError(f"unknown ratings format {fmt!r}; use 'dat' or 'csv'")
     zf, f = _open_ratings(path, spec)
+    where = f"{path} (member {spec.member})" if path.suffix == ".zip" else str(path)
     cols = []
     try:
         first = True
-        for block in _iter_chunks(f):
+        lines_before = 0  # of the file, before this block
+        for raw in _iter_chunks(f):
+            block = raw
             if fmt == "csv":
                 if first:
                     header, _, block = block.partition(b"\n")
                     if not header.lower().startswith(b"userid"):
-                        raise DatasetError(f"{path}: expected a 'userId,movieId,rating,timestamp' header, got {header[:60]!r}")
+                        raise DatasetError(f"{where}: expected a 'userId,movieId,rating,timestamp' header, got "
+                                           f"{header[:60]!r}. It is not a MovieLens ratings file; delete it or move it "
+                                           "aside and stage the original zip.")
+                    lines_before += 1
                 block = block.replace(b",", b" ")
-            elif fmt == "dat":
-                block = block.replace(b"::", b" ")
             else:
-                raise ValueError(f"unknown ratings format {fmt!r}; use 'dat' or 'csv'")
+                block = block.replace(b"::", b" ")
             first = False
-            vals = np.fromstring(block.decode("latin-1"), sep=" ", dtype=np.float64)
-            if vals.size % 4:
-                raise DatasetError(f"{path}: a block does not split into 4 columns; the file is truncated or corrupt")
+            try:
+                vals = np.fromstring(block.decode("latin-1"), sep=" ", dtype=np.float64)
+            except ValueError:  # numpy: "string or file could not be read to its end due to unmatched data"
+                vals = None
+            if vals is None or vals.size % 4:
+                raise DatasetError(_malformed_line(where, block, lines_before, fmt))
             cols.append(vals.reshape(-1, 4))
+            lines_before += block.count(b"\n")
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:
-        raise DatasetError(f"{path} is not a readable zip ({err}); delete it and fetch it again") from None
+        raise DatasetError(f"{path} is not a readable zip ({err}): it is truncated or corrupt. Delete it or move it "
+                           "aside and fetch it again.") from None
     finally:
         f.close()
         if zf is not None:
@@ -420,7 +456,7 @@ def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: 
     if cached is not None:
         return replace(cached, source=source)
     zpath = cache_dir() / "synthetic" / f"synthetic-{size}-seed{seed}.zip"
-    if not zpath.is_file():
+    if not _synthetic.is_intact(zpath):  # missing, damaged, or without its recorded checksum
         _synthetic.write_ml1m_zip(zpath, seed=seed, **params)
     data = implicit_from_file(
         zpath, "dat", name=f"synthetic-{size}", synthetic=True, member="ml-1m/ratings.dat",
