@@ -56,7 +56,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .fileio import atomic_torch_save, atomic_write_text
+from .fileio import atomic_torch_save, atomic_write_text, new_private_temp_dir
 from .hardware import usable_cpu_cores
 
 LOOPBACK = "127.0.0.1"
@@ -220,6 +220,7 @@ class _WorkerSpec:
     backend: str
     port: int
     run_dir: str
+    tmp_dir: str | None
     parent_pid: int
     collective_timeout_s: float
     threads: int
@@ -286,6 +287,12 @@ def _redirect_output(log_path: str) -> None:
 
 
 def _worker_main(spec: _WorkerSpec) -> None:
+    if spec.tmp_dir:
+        # Temporary files of this worker and of everything it starts (multiprocessing's pymp-*
+        # folders, DataLoader workers' sockets, the user's own tempfile calls) go inside the
+        # launch's run folder, so they go when it goes, whatever way the launch ends.
+        os.environ["TMPDIR"] = spec.tmp_dir
+        tempfile.tempdir = spec.tmp_dir
     _die_with_parent(spec.parent_pid)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # own process group, so the launcher can kill our children too
@@ -439,6 +446,59 @@ def _loopback_store(timeout_s: float) -> "dist.TCPStore":
                              timeout=timeout)
 
 
+class _InterruptShield:
+    """Once a launch starts cleaning up, further SIGINTs wait until the cleanup is done.
+
+    A burst of interrupts (an impatient Ctrl-C, Jupyter's interrupt button pressed again)
+    used to land inside the cleanup after the first one and abort it, leaving workers and
+    the run folder behind. The handler raises ``KeyboardInterrupt`` as usual the first time
+    and shields everything after; an interrupt that arrives during the cleanup of a launch
+    that was not already failing is raised once the cleanup is done. Only in the main thread
+    (Python runs signal handlers there); elsewhere nothing changes.
+    """
+
+    def __init__(self):
+        self.shielding = False
+        self.pending = False
+        self.previous = None
+        self.installed = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):  # not SIG_IGN/SIG_DFL, nor a handler set outside Python
+                self.previous = previous
+                signal.signal(signal.SIGINT, self._handle)
+                self.installed = True
+        return self
+
+    def _handle(self, signum, frame):
+        if self.shielding:
+            self.pending = True
+            return
+        self.shielding = True  # set before raising: the next interrupt may come at any bytecode
+        if self.previous is not signal.default_int_handler:
+            try:
+                self.previous(signum, frame)
+            except BaseException:
+                raise
+            self.shielding = False  # that handler chose not to interrupt
+            return
+        raise KeyboardInterrupt
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+        if self.pending and exc_type is None:
+            raise KeyboardInterrupt
+        return False
+
+
+# AF_UNIX socket paths are limited to 107 bytes: multiprocessing puts listeners at
+# <tmp>/pymp-XXXXXXXX/listener-XXXXXXXX, so the workers' temp dir must leave room for that.
+_MAX_WORKER_TMP_LEN = 70
+
+
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_s: float | None = 3600.0,
            collective_timeout_s: float | None = None, threads_per_worker: int | None = None,
            quiet: bool = False) -> list:
@@ -464,19 +524,30 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
     if collective_timeout_s is None:
         collective_timeout_s = min(timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_COLLECTIVE_TIMEOUT_S)
     threads = threads_per_worker or max(1, usable_cpu_cores() // world_size)
+    with _InterruptShield() as shield:
+        return _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, threads, quiet, shield)
 
+
+def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, threads, quiet, shield) -> list:
     import multiprocessing as mp
     from multiprocessing.connection import wait as wait_any
 
     ctx = mp.get_context("spawn")
-    run_dir = tempfile.mkdtemp(prefix="course-launch-")  # mode 0700: private to this user
-    store = _loopback_store(collective_timeout_s)
-    pump = _LogPump(run_dir, world_size, quiet)
+    run_dir = store = pump = None
     procs: list = []
     start = time.monotonic()
     try:
+        # mode 0700, private to this user; named with this host and pid, so that the next
+        # launch removes it if this process is SIGKILLed before its own cleanup runs
+        run_dir = new_private_temp_dir("course-launch-")
+        tmp_dir = os.path.join(run_dir, "tmp")
+        os.mkdir(tmp_dir, 0o700)
+        if len(tmp_dir) > _MAX_WORKER_TMP_LEN:
+            tmp_dir = None  # a very long $TMPDIR: leave the workers' temp files where they were
+        pump = _LogPump(run_dir, world_size, quiet)
+        store = _loopback_store(collective_timeout_s)
         for r in range(world_size):
-            spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, os.getpid(),
+            spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, tmp_dir, os.getpid(),
                                float(collective_timeout_s), threads)
             p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
             p.start()
@@ -515,14 +586,18 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
         pump.pump(final=True)
         return [_load_result(run_dir, r, world_size, fn) for r in range(world_size)]
     except KeyboardInterrupt:
+        shield.shielding = True
         _stop_all(procs)
-        pump.pump(final=True)
+        if pump is not None:
+            pump.pump(final=True)
         print(f"launch(): interrupted; all {len(procs)} worker(s) were killed.", file=sys.stderr)
         raise
     finally:
+        shield.shielding = True  # from here on, an interrupt waits for the cleanup
         _stop_all(procs)
         del store
-        shutil.rmtree(run_dir, ignore_errors=True)
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:

@@ -41,7 +41,9 @@ def atomic_path(dest: str | os.PathLike, suffix: str = ".part") -> Iterator[Path
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+    remove_stale_partials(dest.parent)
+    # the owner's host and pid in the name: a later process can tell when the writer was killed
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{owner_tag()}.", suffix=suffix, dir=dest.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -169,6 +171,61 @@ def remove_stale_temp_dirs(prefix: str, parent: str | os.PathLike | None = None)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(str(path))
     return removed
+
+
+_TAGGED_PARTIAL = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9]+)-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.(part|tmp)$")
+_UNTAGGED_PARTIAL = re.compile(r"^\..+\.[a-z0-9_]{8}\.part$")  # atomic_path's names before owner tags
+UNTAGGED_PARTIAL_MAX_AGE_S = 3600.0
+
+
+def remove_stale_partials(directory: str | os.PathLike, *, recursive: bool = False) -> list[str]:
+    """Remove the temporary files of :func:`atomic_path` in ``directory`` whose writer is gone.
+
+    A writer that was SIGKILLed (a dead kernel, a killed job) never runs its ``finally``, and
+    its ``.part`` file (a 10 MB download, a processed dataset) would stay forever. Files from
+    before names carried their owner are removed once they are an hour old.
+    """
+    import time
+
+    removed = []
+    walker = os.walk(directory) if recursive else [(str(directory), [], None)]
+    for root, _dirs, files in walker:
+        if files is None:
+            try:
+                files = os.listdir(root)
+            except OSError:
+                return removed
+        for name in files:
+            if not name.startswith(".") or not name.endswith((".part", ".tmp")):
+                continue
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            m = _TAGGED_PARTIAL.match(name)
+            if m is not None:
+                stale = owner_is_gone(m.group("host"), int(m.group("pid")), st.st_mtime)
+            else:
+                stale = bool(_UNTAGGED_PARTIAL.match(name)) and time.time() - st.st_mtime > UNTAGGED_PARTIAL_MAX_AGE_S
+            if stale:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed.append(path)
+    return removed
+
+
+_CLEANED_CACHES: set[str] = set()
+
+
+def clean_cache_once(directory: str | os.PathLike | None = None) -> None:
+    """Remove stale temporary files under the cache (once per process and directory)."""
+    directory = str(directory or cache_dir())
+    if directory not in _CLEANED_CACHES and os.path.isdir(directory):
+        remove_stale_partials(directory, recursive=True)
+        _CLEANED_CACHES.add(directory)
 
 
 def new_private_temp_dir(prefix: str) -> str:

@@ -160,3 +160,32 @@ def result_only_the_worker_can_rebuild(rank, world_size, bad_rank):
     exec("class Opaque:\n    pass\n", module.__dict__)
     sys.modules[module.__name__] = module
     return {"rank": rank, "value": module.Opaque()}
+
+
+class _Range(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return torch.full((4,), float(i))
+
+
+def children_then_hang(rank, world_size, pid_dir):
+    """Start a plain subprocess and a DataLoader worker, report every descendant's pid in
+    ``desc<rank>.txt`` (the workers' pid files come last), then hang like ``hang_in_collective``."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    loader = torch.utils.data.DataLoader(_Range(), batch_size=2, num_workers=1, persistent_workers=True)
+    batches = iter(loader)
+    next(batches)  # the DataLoader worker is up and has sent a batch (through shared memory)
+    descendants = [p.pid for p in psutil.Process().children(recursive=True)]
+    assert child.pid in descendants and len(descendants) >= 2, descendants
+    with open(os.path.join(pid_dir, f"desc{rank}.txt.tmp"), "w") as f:
+        f.write("\n".join(map(str, descendants)))
+    os.replace(os.path.join(pid_dir, f"desc{rank}.txt.tmp"), os.path.join(pid_dir, f"desc{rank}.txt"))
+    hang_in_collective(rank, world_size, pid_dir)
+    return batches  # never reached; keeps the loader alive

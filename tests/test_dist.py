@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from course_lib import dist as cdist
+from course_lib import fileio
 
 import _dist_workers as W
 
@@ -65,6 +66,12 @@ def _stray_children():
 
 def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # launch's private dir goes here
+    # the run folder of a launcher that was SIGKILLed (its pid is gone): this launch removes it
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"course-launch-{fileio.owner_tag().rsplit('-', 1)[0]}-{dead.pid}-x1y2z3w4"
+    (stale / "tmp" / "pymp-abcdefgh").mkdir(parents=True)
+    (stale / "rank0.log").write_text("a large log\n")
     results = cdist.launch(W.echo, 2, {"k": [1, 2]})
     out = capsys.readouterr().out
     assert [r["rank"] for r in results] == [0, 1]
@@ -384,3 +391,49 @@ def test_workers_stay_on_loopback_when_the_hostname_resolves_to_the_network(tmp_
     assert report["results"] == [4.0, 4.0]
     assert not W.non_loopback(report["sockets"]), \
         f"with {host} -> {addr}, sockets beyond loopback: {W.non_loopback(report['sockets'])}"
+
+
+# --------------------------------------------------------------------------- nothing left behind
+
+
+def _start_launcher(tmp_path, worker):
+    """A launcher in its own process (as a kernel would be), with a private $TMPDIR to inspect.
+    Returns (process, pid_dir, tmp_dir)."""
+    pid_dir, tmp_dir = tmp_path / "pids", tmp_path / "tmp"
+    pid_dir.mkdir()
+    tmp_dir.mkdir()
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        from course_lib import dist
+        if __name__ == "__main__":
+            dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp_dir), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", script], env=env), pid_dir, tmp_dir
+
+
+def _assert_empty_soon(path, within=60.0):
+    deadline = time.time() + within
+    while time.time() < deadline and list(path.iterdir()):
+        time.sleep(0.1)
+    assert not list(path.iterdir()), f"left behind in {path}: {sorted(p.name for p in path.iterdir())}"
+
+
+def test_a_burst_of_interrupts_still_cleans_up_everything(tmp_path):
+    """Ctrl-C pressed again and again: the later interrupts must not abort the cleanup of the
+    first one (before: the run folder stayed in 2 of 4 tries)."""
+    parent, pid_dir, tmp_dir = _start_launcher(tmp_path, "hang_in_collective")
+    try:
+        pids = _pids(str(pid_dir), 2)
+        for _ in range(100):  # 2 s of interrupts every 20 ms, or until the launcher is gone
+            if parent.poll() is not None:
+                break
+            parent.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        assert parent.wait(timeout=WAIT_S) != 0
+        _assert_all_gone(pids)
+        _assert_empty_soon(tmp_dir, within=0)
+    finally:
+        parent.kill()

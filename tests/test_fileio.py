@@ -58,3 +58,38 @@ def test_a_reused_pid_does_not_keep_a_stale_dir(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_partial_files_of_killed_writers_are_removed_by_the_next_load(tmp_path, monkeypatch):
+    """A writer SIGKILLed inside atomic_path leaves its temporary file; the next load removes
+    it (and untagged ones from older versions once they are an hour old), never a live one."""
+    import signal
+
+    from course_lib.data import load_implicit
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("COURSE_DATA_DIR", str(cache))
+    monkeypatch.delenv("COURSE_MOVIELENS_DIR", raising=False)
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from course_lib.fileio import atomic_path\n"
+        f"with atomic_path({str(cache / 'ml-1m.zip')!r}) as tmp:\n"
+        "    tmp.write_bytes(b'0' * (10 << 20))\n"
+        "    print('written', flush=True)\n"
+        "    time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "written"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    left = list(cache.glob(".*.part"))
+    assert len(left) == 1 and left[0].stat().st_size == 10 << 20
+    old_style = cache / "processed" / ".synthetic-small-s0-neg100-v1.pt.k3j_x9q2.part"
+    old_style.parent.mkdir(parents=True)
+    old_style.write_bytes(b"x")
+    os.utime(old_style, (1_000_000_000, 1_000_000_000))
+    live = cache / f".other.zip.{fileio.owner_tag()}.abcd1234.part"  # this process is alive
+    live.write_bytes(b"x")
+
+    load_implicit("synthetic", profile="smoke")
+    assert sorted(p.name for p in cache.rglob("*.part")) == [live.name]

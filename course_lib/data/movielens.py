@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..config import resolve_profile
-from ..fileio import atomic_torch_save, cache_dir, download, file_digest
+from ..fileio import atomic_torch_save, cache_dir, clean_cache_once, download, file_digest
 from ..tables import Table
 from . import synthetic as _synthetic
 from .sampler import sample_eval_negatives
@@ -403,6 +403,7 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
                          "(check the DATASET parameter of the notebook or the --dataset option).")
     if synthetic_size is not None:
         _check_synthetic_size(synthetic_size)
+    clean_cache_once()  # temporary files of writers that were killed (a dead kernel, a killed job)
     profile = resolve_profile(profile)
     if profile == "smoke":
         return load_synthetic("small", num_eval_negatives=num_eval_negatives, seed=seed,
@@ -447,6 +448,7 @@ def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: 
                    use_cache: bool = True) -> ImplicitData:
     """The synthetic set of ``size`` (see :data:`synthetic.SIZES`), parsed by the real ml-1m parser."""
     params = _synthetic.SIZES[_check_synthetic_size(size)]
+    clean_cache_once()
     why = f" because {reason}" if reason else ""
     # The sentence says why synthetic data runs *this* time, so it is never taken from the cache.
     source = (f"SYNTHETIC data ({params['num_users']} users x {params['num_items']} items, seed {seed}, "
