@@ -27,7 +27,10 @@ Why ``launch`` looks the way it does (each point is a failure seen in notebooks)
   shared-memory tensor read after its worker exited can vanish.
 * **no orphans**: each worker asks the kernel to SIGKILL it when its parent dies
   (``PR_SET_PDEATHSIG``, Linux) and also watches its parent pid; on error, interrupt or
-  timeout the launcher SIGKILLs each worker's process group. Workers blocked inside a
+  timeout the launcher SIGKILLs each worker's process group. If the launcher itself is
+  SIGKILLed, a small watchdog process (its own session, fed through a pipe) kills the
+  workers' process groups -- what the workers started: subprocesses, DataLoader workers --
+  and removes the run folder. Workers blocked inside a
   gloo/NCCL collective never see a Python signal, so only a forceful kill works, and
   collectives get a finite timeout at ``init_process_group`` as a second line of defence.
 * **output in the cell**: workers write stdout/stderr to per-rank log files that the
@@ -494,6 +497,90 @@ class _InterruptShield:
         return False
 
 
+# The watchdog: a tiny process per launch, in its own session (a Ctrl-C or a kill of the
+# kernel's process group does not reach it), that reads the launcher's pipe. The launcher
+# writes each worker's process group to it, and "done" once it has cleaned up itself. EOF
+# without "done" means the launcher died without cleaning up (SIGKILL, the OOM killer): the
+# workers themselves die by their parent-death signal, but not what they started (a
+# subprocess, DataLoader workers, multiprocessing's resource tracker), which share their
+# process group. So the watchdog SIGKILLs those groups and removes the run folder.
+_WATCHDOG_CODE = r"""
+import os, shutil, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+fd, run_dir = int(sys.argv[1]), sys.argv[2]
+groups, done, buf = [], False, b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except InterruptedError:
+        continue
+    except OSError:
+        chunk = b""
+    if not chunk:
+        break
+    buf += chunk
+    *lines, buf = buf.split(b"\n")
+    for line in lines:
+        if line == b"done":
+            done = True
+        elif line.startswith(b"group "):
+            groups.append(int(line[6:]))
+if not done:
+    for attempt in range(3):  # again: a child may have forked while the group was being killed
+        for g in groups:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(g, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.2)
+    shutil.rmtree(run_dir, ignore_errors=True)
+"""
+
+
+class _Watchdog:
+    """Kills the workers' process groups and removes the run folder if the launcher dies first."""
+
+    def __init__(self, run_dir: str):
+        import subprocess
+
+        self.proc = None
+        self.fd = None
+        read_fd, write_fd = os.pipe()  # not inheritable: only this process holds the write end
+        try:
+            # -I -S: no user site, no PYTHON* variables, no site imports: starts in ~20 ms and
+            # cannot be redirected to other code by the environment
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG_CODE, str(read_fd), run_dir],
+                pass_fds=(read_fd,), start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.fd = write_fd
+        except OSError:
+            os.close(write_fd)  # no watchdog: the parent-death signal still stops the workers
+        finally:
+            os.close(read_fd)
+
+    def watch_group(self, pgid: int) -> None:
+        self._send(f"group {pgid}\n")
+
+    def _send(self, line: str) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, line.encode())
+
+    def stand_down(self) -> None:
+        """The launcher cleaned up itself: tell the watchdog to exit without doing anything."""
+        self._send("done\n")
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=10)
+
+
 # AF_UNIX socket paths are limited to 107 bytes: multiprocessing puts listeners at
 # <tmp>/pymp-XXXXXXXX/listener-XXXXXXXX, so the workers' temp dir must leave room for that.
 _MAX_WORKER_TMP_LEN = 70
@@ -533,7 +620,7 @@ def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, thre
     from multiprocessing.connection import wait as wait_any
 
     ctx = mp.get_context("spawn")
-    run_dir = store = pump = None
+    run_dir = store = pump = watchdog = None
     procs: list = []
     start = time.monotonic()
     try:
@@ -543,8 +630,11 @@ def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, thre
         tmp_dir = os.path.join(run_dir, "tmp")
         os.mkdir(tmp_dir, 0o700)
         if len(tmp_dir) > _MAX_WORKER_TMP_LEN:
-            tmp_dir = None  # a very long $TMPDIR: leave the workers' temp files where they were
+            # A very long $TMPDIR: the workers' temp files stay where they were (removed by
+            # their own finalizers; after a SIGKILL their pymp-* folders remain there).
+            tmp_dir = None
         pump = _LogPump(run_dir, world_size, quiet)
+        watchdog = _Watchdog(run_dir)
         store = _loopback_store(collective_timeout_s)
         for r in range(world_size):
             spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, tmp_dir, os.getpid(),
@@ -552,6 +642,7 @@ def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, thre
             p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
             p.start()
             procs.append(p)
+            watchdog.watch_group(p.pid)  # the worker makes itself the leader of group p.pid
         exited_ns: dict[int, int] = {}  # when the launcher first saw each worker gone
         failed: list[int] = []
         while True:
@@ -598,6 +689,8 @@ def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, thre
         del store
         if run_dir is not None:
             shutil.rmtree(run_dir, ignore_errors=True)
+        if watchdog is not None:
+            watchdog.stand_down()
 
 
 def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:

@@ -1,5 +1,6 @@
 """The launcher's contract (course_lib.dist.launch), on CPU with gloo and 2 workers."""
 
+import contextlib
 import glob
 import os
 import signal
@@ -396,12 +397,25 @@ def test_workers_stay_on_loopback_when_the_hostname_resolves_to_the_network(tmp_
 # --------------------------------------------------------------------------- nothing left behind
 
 
-def _start_launcher(tmp_path, worker):
+@pytest.fixture
+def short_tmp():
+    """A private $TMPDIR for a launcher process, with a short path: the workers' temporary
+    files go into the run folder only when the path leaves room for AF_UNIX socket names
+    (pytest's tmp_path is too long for that)."""
+    import pathlib
+    import shutil
+
+    path = pathlib.Path(tempfile.mkdtemp(prefix="ct-"))
+    assert len(str(path)) + 52 <= cdist._MAX_WORKER_TMP_LEN, f"the system temp dir {path.parent} is too long"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start_launcher(tmp_path, worker, tmp_dir):
     """A launcher in its own process (as a kernel would be), with a private $TMPDIR to inspect.
-    Returns (process, pid_dir, tmp_dir)."""
-    pid_dir, tmp_dir = tmp_path / "pids", tmp_path / "tmp"
+    Returns (process, pid_dir)."""
+    pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    tmp_dir.mkdir()
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
@@ -411,7 +425,7 @@ def _start_launcher(tmp_path, worker):
             dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
     env = {**os.environ, "TMPDIR": str(tmp_dir), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", script], env=env), pid_dir, tmp_dir
+    return subprocess.Popen([sys.executable, "-c", script], env=env), pid_dir
 
 
 def _assert_empty_soon(path, within=60.0):
@@ -421,10 +435,11 @@ def _assert_empty_soon(path, within=60.0):
     assert not list(path.iterdir()), f"left behind in {path}: {sorted(p.name for p in path.iterdir())}"
 
 
-def test_a_burst_of_interrupts_still_cleans_up_everything(tmp_path):
+def test_a_burst_of_interrupts_still_cleans_up_everything(tmp_path, short_tmp):
     """Ctrl-C pressed again and again: the later interrupts must not abort the cleanup of the
     first one (before: the run folder stayed in 2 of 4 tries)."""
-    parent, pid_dir, tmp_dir = _start_launcher(tmp_path, "hang_in_collective")
+    tmp_dir = short_tmp
+    parent, pid_dir = _start_launcher(tmp_path, "hang_in_collective", tmp_dir)
     try:
         pids = _pids(str(pid_dir), 2)
         for _ in range(100):  # 2 s of interrupts every 20 ms, or until the launcher is gone
@@ -437,3 +452,25 @@ def test_a_burst_of_interrupts_still_cleans_up_everything(tmp_path):
         _assert_empty_soon(tmp_dir, within=0)
     finally:
         parent.kill()
+
+
+def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp_path, short_tmp):
+    """SIGKILL of the kernel: the workers die by the parent-death signal, and what they started
+    (a plain subprocess, a DataLoader worker, multiprocessing's resource tracker) must die too;
+    the run folder (logs, results, the workers' pymp-* folders) must go."""
+    tmp_dir = short_tmp
+    parent, pid_dir = _start_launcher(tmp_path, "children_then_hang", tmp_dir)
+    descendants = []
+    try:
+        pids = _pids(str(pid_dir), 2)
+        descendants = [int(x) for r in range(2) for x in (pid_dir / f"desc{r}.txt").read_text().split()]
+        assert len(descendants) >= 4  # per worker: the subprocess and the DataLoader worker at least
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=WAIT_S)
+        _assert_all_gone(pids + descendants)
+        _assert_empty_soon(tmp_dir)
+    finally:
+        parent.kill()
+        for pid in descendants:  # never leave the test's own orphans behind when it fails
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
