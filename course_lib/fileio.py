@@ -145,9 +145,26 @@ def owner_is_gone(host: str, pid: int, last_modified: float) -> bool:
 _TAGGED_DIR = re.compile(r"^(?P<host>[A-Za-z0-9]+)-(?P<pid>[0-9]+)-[A-Za-z0-9_]+$")  # after the prefix
 
 
+_UNTAGGED_DIR = re.compile(r"^[a-z0-9_]{8}$")  # mkdtemp's suffix, in names from before owner tags
+UNTAGGED_DIR_MAX_AGE_S = 24 * 3600.0
+
+
+def _newest_mtime(path: Path, st: os.stat_result) -> float:
+    newest = st.st_mtime
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            with contextlib.suppress(OSError):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    return newest
+
+
 def remove_stale_temp_dirs(prefix: str, parent: str | os.PathLike | None = None) -> list[str]:
     """Remove ``<parent>/<prefix><host>-<pid>-*`` directories of this user whose process is gone
-    (a SIGKILLed kernel or launcher never ran its own cleanup). Returns what was removed."""
+    (a SIGKILLed kernel or launcher never ran its own cleanup). Directories from before names
+    carried their owner (``<prefix><8 characters>``) are removed once nothing in them changed
+    for a day. Returns what was removed."""
+    import time
+
     parent = Path(parent or tempfile.gettempdir())
     removed = []
     try:
@@ -158,7 +175,8 @@ def remove_stale_temp_dirs(prefix: str, parent: str | os.PathLike | None = None)
         if not name.startswith(prefix):
             continue
         m = _TAGGED_DIR.match(name[len(prefix):])
-        if m is None:
+        untagged = m is None and _UNTAGGED_DIR.match(name[len(prefix):]) is not None
+        if m is None and not untagged:
             continue
         path = parent / name
         try:
@@ -167,7 +185,11 @@ def remove_stale_temp_dirs(prefix: str, parent: str | os.PathLike | None = None)
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             continue  # never follow a link, never touch another user's files
-        if owner_is_gone(m.group("host"), int(m.group("pid")), st.st_mtime):
+        if untagged:
+            stale = time.time() - _newest_mtime(path, st) > UNTAGGED_DIR_MAX_AGE_S
+        else:
+            stale = owner_is_gone(m.group("host"), int(m.group("pid")), st.st_mtime)
+        if stale:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(str(path))
     return removed

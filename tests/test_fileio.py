@@ -41,9 +41,19 @@ def test_only_dirs_of_dead_owners_on_this_host_are_removed(tmp_path):
     untagged = tmp_path / "course-launch-abc123"
     for d in (dead, alive, mine, other_host, other_prefix, untagged):
         (d / "sub").mkdir(parents=True)
+    old_untagged = tmp_path / "course-launch-k3j_x9q2"  # an older version's, SIGKILLed long ago
+    old_untagged.mkdir()
+    (old_untagged / "rank0.log").write_text("x")
+    os.utime(old_untagged / "rank0.log", (1_000_000_000, 1_000_000_000))
+    os.utime(old_untagged, (1_000_000_000, 1_000_000_000))
+    busy_untagged = tmp_path / "course-launch-a1b2c3d4"  # old dir, but its log is still written to
+    busy_untagged.mkdir()
+    (busy_untagged / "rank0.log").write_text("x")
+    os.utime(busy_untagged, (1_000_000_000, 1_000_000_000))
     removed = fileio.remove_stale_temp_dirs("course-launch-", tmp_path)
-    assert removed == [str(dead)]
-    assert not dead.exists() and all(d.exists() for d in (alive, mine, other_host, other_prefix, untagged))
+    assert sorted(removed) == sorted([str(dead), str(old_untagged)])
+    assert not dead.exists() and all(d.exists() for d in (alive, mine, other_host, other_prefix, untagged,
+                                                           busy_untagged))
 
 
 def test_a_reused_pid_does_not_keep_a_stale_dir(tmp_path):
