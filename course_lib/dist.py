@@ -19,13 +19,18 @@ Why ``launch`` looks the way it does (each point is a failure seen in notebooks)
   the launching process serves from a socket it bound to 127.0.0.1 on port 0 (the OS
   picks a free port) and holds for the launch; workers connect to it as clients. No fixed
   29500 (EADDRINUSE on re-run), no race between "find a free port" and "bind it", nothing
-  listening on all interfaces.
+  listening on all interfaces. The workers' own transports are pinned to the loopback
+  interface too (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``): gloo otherwise listens on
+  the address the hostname resolves to, the cluster network on an HPC node.
 * **results through files, not queues**: each worker ``torch.save``s its return value to
   a private temp dir (atomic rename); large payloads through a queue can hang, and a
   shared-memory tensor read after its worker exited can vanish.
 * **no orphans**: each worker asks the kernel to SIGKILL it when its parent dies
   (``PR_SET_PDEATHSIG``, Linux) and also watches its parent pid; on error, interrupt or
-  timeout the launcher SIGKILLs each worker's process group. Workers blocked inside a
+  timeout the launcher SIGKILLs each worker's process group. If the launcher itself is
+  SIGKILLed, a small watchdog process (its own session, fed through a pipe) kills the
+  workers' process groups -- what the workers started: subprocesses, DataLoader workers --
+  and removes the run folder. Workers blocked inside a
   gloo/NCCL collective never see a Python signal, so only a forceful kill works, and
   collectives get a finite timeout at ``init_process_group`` as a second line of defence.
 * **output in the cell**: workers write stdout/stderr to per-rank log files that the
@@ -54,7 +59,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .fileio import atomic_torch_save, atomic_write_text
+from .fileio import atomic_torch_save, atomic_write_text, new_private_temp_dir
 from .hardware import usable_cpu_cores
 
 LOOPBACK = "127.0.0.1"
@@ -219,6 +224,7 @@ class _WorkerSpec:
     backend: str
     port: int
     run_dir: str
+    tmp_dir: str | None
     parent_pid: int
     collective_timeout_s: float
     threads: int
@@ -244,6 +250,34 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
+def loopback_interface() -> str:
+    """The name of this machine's loopback network interface ("lo" on Linux, "lo0" on macOS)."""
+    with contextlib.suppress(Exception):
+        import psutil
+
+        for name, addrs in psutil.net_if_addrs().items():
+            if any(a.address in (LOOPBACK, "::1") for a in addrs):
+                return name
+    return "lo0" if sys.platform == "darwin" else "lo"
+
+
+def _pin_transports_to_loopback() -> None:
+    """Make every socket a single-node launch's workers open listen on loopback.
+
+    Pinning the rendezvous store to 127.0.0.1 is not enough: gloo's TCP transport listens
+    on (and tells its peers) the address this machine's *hostname* resolves to, falling back
+    to 127.0.0.1 only when the hostname does not resolve. On an HPC node the hostname
+    resolves to the cluster network, so every notebook's workers would accept connections
+    from other nodes. ``GLOO_SOCKET_IFNAME`` makes each gloo device (the default group and
+    every ``new_group``) bind the named interface instead; ``NCCL_SOCKET_IFNAME`` does the
+    same for NCCL's bootstrap sockets. Both are set unconditionally: ``launch()`` is always
+    one node, so a cluster-wide setting inherited from the environment does not apply.
+    """
+    lo = loopback_interface()
+    os.environ["GLOO_SOCKET_IFNAME"] = lo
+    os.environ["NCCL_SOCKET_IFNAME"] = lo
+
+
 def _redirect_output(log_path: str) -> None:
     """Send this process's stdout/stderr (Python and C level) to its rank log file."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -257,12 +291,19 @@ def _redirect_output(log_path: str) -> None:
 
 
 def _worker_main(spec: _WorkerSpec) -> None:
+    if spec.tmp_dir:
+        # Temporary files of this worker and of everything it starts (multiprocessing's pymp-*
+        # folders, DataLoader workers' sockets, the user's own tempfile calls) go inside the
+        # launch's run folder, so they go when it goes, whatever way the launch ends.
+        os.environ["TMPDIR"] = spec.tmp_dir
+        tempfile.tempdir = spec.tmp_dir
     _die_with_parent(spec.parent_pid)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)  # own process group, so the launcher can kill our children too
     _redirect_output(os.path.join(spec.run_dir, f"rank{spec.rank}.log"))
     os.environ.update(RANK=str(spec.rank), WORLD_SIZE=str(spec.world_size), LOCAL_RANK=str(spec.rank),
                       LOCAL_WORLD_SIZE=str(spec.world_size), MASTER_ADDR=LOOPBACK, MASTER_PORT=str(spec.port))
+    _pin_transports_to_loopback()
     torch.set_num_threads(spec.threads)
     code = 0
     try:
@@ -319,19 +360,30 @@ class _LogPump:
             sys.stdout.flush()
 
 
+def _main_script() -> str | None:
+    """The file of the script running as ``__main__``, or None in a notebook/interactive kernel."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path or os.path.basename(path) == "ipykernel_launcher.py":
+        return None
+    return path
+
+
 def _check_picklable_function(fn: Callable) -> None:
     if not callable(fn):
         raise TypeError(f"launch() needs a function to run on each rank, got {fn!r}")
     module = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
     if module == "__main__":
+        script = _main_script()
+        where = f"the script {script}" if script else "the notebook"
+        home = "the script" if script else "the notebook"
         raise ValueError(
-            f"launch() cannot run {name!r}: it is defined in the notebook (module '__main__'). "
+            f"launch() cannot run {name!r}: it is defined in {where} (module '__main__'). "
             "Workers are started with the 'spawn' method, which sends the function to each new "
-            "process by reference (module + name), and a fresh Python process has no notebook "
-            "namespace to find it in (it would fail with \"Can't get attribute ... on <module "
-            "'__main__'>\"). Put the function in a .py file next to the notebook (or in course_lib) "
-            "and import it from there, e.g. `from my_workers import worker`.")
+            "process by reference (module + name), and a fresh Python process does not have "
+            f"{home}'s '__main__' to find it in (it would fail with \"Can't get attribute ... on <module "
+            f"'__main__'>\"). Put the function in a .py file next to {home} (or in course_lib) "
+            f"and import it from there, e.g. `from my_workers import {name}`.")
     if "<locals>" in name or "<lambda>" in name:
         raise ValueError(
             f"launch() cannot run {name!r}: lambdas and functions defined inside other functions "
@@ -398,6 +450,143 @@ def _loopback_store(timeout_s: float) -> "dist.TCPStore":
                              timeout=timeout)
 
 
+class _InterruptShield:
+    """Once a launch starts cleaning up, further SIGINTs wait until the cleanup is done.
+
+    A burst of interrupts (an impatient Ctrl-C, Jupyter's interrupt button pressed again)
+    used to land inside the cleanup after the first one and abort it, leaving workers and
+    the run folder behind. The handler raises ``KeyboardInterrupt`` as usual the first time
+    and shields everything after; an interrupt that arrives during the cleanup of a launch
+    that was not already failing is raised once the cleanup is done. Only in the main thread
+    (Python runs signal handlers there); elsewhere nothing changes.
+    """
+
+    def __init__(self):
+        self.shielding = False
+        self.pending = False
+        self.previous = None
+        self.installed = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):  # not SIG_IGN/SIG_DFL, nor a handler set outside Python
+                self.previous = previous
+                signal.signal(signal.SIGINT, self._handle)
+                self.installed = True
+        return self
+
+    def _handle(self, signum, frame):
+        if self.shielding:
+            self.pending = True
+            return
+        self.shielding = True  # set before raising: the next interrupt may come at any bytecode
+        if self.previous is not signal.default_int_handler:
+            try:
+                self.previous(signum, frame)
+            except BaseException:
+                raise
+            self.shielding = False  # that handler chose not to interrupt
+            return
+        raise KeyboardInterrupt
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.installed:
+            signal.signal(signal.SIGINT, self.previous)
+        if self.pending and exc_type is None:
+            raise KeyboardInterrupt
+        return False
+
+
+# The watchdog: a tiny process per launch, in its own session (a Ctrl-C or a kill of the
+# kernel's process group does not reach it), that reads the launcher's pipe. The launcher
+# writes each worker's process group to it, and "done" once it has cleaned up itself. EOF
+# without "done" means the launcher died without cleaning up (SIGKILL, the OOM killer): the
+# workers themselves die by their parent-death signal, but not what they started (a
+# subprocess, DataLoader workers, multiprocessing's resource tracker), which share their
+# process group. So the watchdog SIGKILLs those groups and removes the run folder.
+_WATCHDOG_CODE = r"""
+import os, shutil, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+fd, run_dir = int(sys.argv[1]), sys.argv[2]
+groups, done, buf = [], False, b""
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except InterruptedError:
+        continue
+    except OSError:
+        chunk = b""
+    if not chunk:
+        break
+    buf += chunk
+    *lines, buf = buf.split(b"\n")
+    for line in lines:
+        if line == b"done":
+            done = True
+        elif line.startswith(b"group "):
+            groups.append(int(line[6:]))
+if not done:
+    for attempt in range(3):  # again: a child may have forked while the group was being killed
+        for g in groups:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(g, signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.2)
+    shutil.rmtree(run_dir, ignore_errors=True)
+"""
+
+
+class _Watchdog:
+    """Kills the workers' process groups and removes the run folder if the launcher dies first."""
+
+    def __init__(self, run_dir: str):
+        import subprocess
+
+        self.proc = None
+        self.fd = None
+        read_fd, write_fd = os.pipe()  # not inheritable: only this process holds the write end
+        try:
+            # -I -S: no user site, no PYTHON* variables, no site imports: starts in ~20 ms and
+            # cannot be redirected to other code by the environment
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG_CODE, str(read_fd), run_dir],
+                pass_fds=(read_fd,), start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.fd = write_fd
+        except OSError:
+            os.close(write_fd)  # no watchdog: the parent-death signal still stops the workers
+        finally:
+            os.close(read_fd)
+
+    def watch_group(self, pgid: int) -> None:
+        self._send(f"group {pgid}\n")
+
+    def _send(self, line: str) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, line.encode())
+
+    def stand_down(self) -> None:
+        """The launcher cleaned up itself: tell the watchdog to exit without doing anything."""
+        self._send("done\n")
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+        if self.proc is not None:
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=10)
+
+
+# AF_UNIX socket paths are limited to 107 bytes: multiprocessing puts listeners at
+# <tmp>/pymp-XXXXXXXX/listener-XXXXXXXX, so the workers' temp dir must leave room for that.
+_MAX_WORKER_TMP_LEN = 70
+
+
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_s: float | None = 3600.0,
            collective_timeout_s: float | None = None, threads_per_worker: int | None = None,
            quiet: bool = False) -> list:
@@ -431,23 +620,38 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
     if collective_timeout_s is None:
         collective_timeout_s = min(timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_COLLECTIVE_TIMEOUT_S)
     threads = threads_per_worker or max(1, usable_cpu_cores() // world_size)
+    with _InterruptShield() as shield:
+        return _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, threads, quiet, shield)
 
+
+def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, threads, quiet, shield) -> list:
     import multiprocessing as mp
     from multiprocessing.connection import wait as wait_any
 
     ctx = mp.get_context("spawn")
-    run_dir = tempfile.mkdtemp(prefix="course-launch-")  # mode 0700: private to this user
-    store = _loopback_store(collective_timeout_s)
-    pump = _LogPump(run_dir, world_size, quiet)
+    run_dir = store = pump = watchdog = None
     procs: list = []
     start = time.monotonic()
     try:
+        # mode 0700, private to this user; named with this host and pid, so that the next
+        # launch removes it if this process is SIGKILLed before its own cleanup runs
+        run_dir = new_private_temp_dir("course-launch-")
+        tmp_dir = os.path.join(run_dir, "tmp")
+        os.mkdir(tmp_dir, 0o700)
+        if len(tmp_dir) > _MAX_WORKER_TMP_LEN:
+            # A very long $TMPDIR: the workers' temp files stay where they were (removed by
+            # their own finalizers; after a SIGKILL their pymp-* folders remain there).
+            tmp_dir = None
+        pump = _LogPump(run_dir, world_size, quiet)
+        watchdog = _Watchdog(run_dir)
+        store = _loopback_store(collective_timeout_s)
         for r in range(world_size):
-            spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, os.getpid(),
+            spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, tmp_dir, os.getpid(),
                                float(collective_timeout_s), threads)
             p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
             p.start()
             procs.append(p)
+            watchdog.watch_group(p.pid)  # the worker makes itself the leader of group p.pid
         exited_ns: dict[int, int] = {}  # when the launcher first saw each worker gone
         failed: list[int] = []
         while True:
@@ -480,20 +684,37 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
             pump.pump(final=True)
             raise _worker_error(run_dir, procs, exited_ns, fn)
         pump.pump(final=True)
-        results = []
-        for r in range(world_size):
-            path = os.path.join(run_dir, f"result{r}.pt")
-            results.append(torch.load(path, map_location="cpu", weights_only=False))  # our own files
-        return results
+        return [_load_result(run_dir, r, world_size, fn) for r in range(world_size)]
     except KeyboardInterrupt:
+        shield.shielding = True
         _stop_all(procs)
-        pump.pump(final=True)
+        if pump is not None:
+            pump.pump(final=True)
         print(f"launch(): interrupted; all {len(procs)} worker(s) were killed.", file=sys.stderr)
         raise
     finally:
+        shield.shielding = True  # from here on, an interrupt waits for the cleanup
         _stop_all(procs)
         del store
-        shutil.rmtree(run_dir, ignore_errors=True)
+        if run_dir is not None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if watchdog is not None:
+            watchdog.stand_down()
+
+
+def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:
+    """Rank ``r``'s return value. A value that pickled in the worker can still fail to rebuild
+    here (its class lives in a module only the worker imported); say which rank and why."""
+    path = os.path.join(run_dir, f"result{r}.pt")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)  # our own files
+    except Exception as exc:  # noqa: BLE001 - any unpickling error: name the rank
+        raise WorkerError(
+            r, f"rank {r} of {world_size} finished {fn.__qualname__}, but its return value could not be "
+               f"rebuilt in the launching process ({type(exc).__name__}: {exc}). A worker's result is "
+               "pickled and loaded here, so every class in it must be importable here too. Return plain "
+               "data (tensors, numbers, strings, lists, dicts) or objects of classes from an importable "
+               "module that this process can import.") from exc
 
 
 def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn) -> WorkerError:

@@ -1,4 +1,5 @@
-"""Files that are either complete or absent: atomic writes, verified downloads, the cache dir.
+"""Files that are either complete or absent: atomic writes, verified downloads, the cache dir,
+and private temporary directories.
 
 Everything the course writes (results, checkpoints, processed datasets, tokenizers,
 downloads) goes through ``atomic_path``: write to a temporary name in the destination's
@@ -8,9 +9,14 @@ failed checksum leaves the old file (or nothing), never half of a new one.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
+import re
+import shutil
+import socket
+import stat
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -35,7 +41,9 @@ def atomic_path(dest: str | os.PathLike, suffix: str = ".part") -> Iterator[Path
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix, dir=dest.parent)
+    remove_stale_partials(dest.parent)
+    # the owner's host and pid in the name: a later process can tell when the writer was killed
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{owner_tag()}.", suffix=suffix, dir=dest.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -91,3 +99,179 @@ def download(url: str, dest: str | os.PathLike, *, verify: Callable[[Path], None
                     bar.update(len(block))
         verify(tmp)
     return dest
+
+
+# --------------------------------------------------------------------------- private temp dirs
+
+
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:16] or "host"
+
+
+def owner_tag() -> str:
+    """``<host>-<pid>``: put in the names of temporary files and directories so that a later
+    process can tell whether their owner is gone (see :func:`owner_is_gone`)."""
+    return f"{_host_tag()}-{os.getpid()}"
+
+
+def owner_is_gone(host: str, pid: int, last_modified: float) -> bool:
+    """True when the process that made a temporary file (named with :func:`owner_tag`) is dead.
+
+    Only files of this host are judged (a shared file system may hold another node's files).
+    A pid that is alive again but started after the file was last written belongs to
+    another process: the owner is gone. Conservative otherwise: when unsure, keep the file.
+    """
+    if host != _host_tag() or pid == os.getpid():
+        return False
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return proc.create_time() > last_modified + 1.0
+    except ImportError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    except Exception as exc:  # psutil.NoSuchProcess, AccessDenied, ...
+        return type(exc).__name__ == "NoSuchProcess"
+
+
+_TAGGED_DIR = re.compile(r"^(?P<host>[A-Za-z0-9]+)-(?P<pid>[0-9]+)-[A-Za-z0-9_]+$")  # after the prefix
+
+
+_UNTAGGED_DIR = re.compile(r"^[a-z0-9_]{8}$")  # mkdtemp's suffix, in names from before owner tags
+UNTAGGED_DIR_MAX_AGE_S = 24 * 3600.0
+
+
+def _newest_mtime(path: Path, st: os.stat_result) -> float:
+    newest = st.st_mtime
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            with contextlib.suppress(OSError):
+                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+    return newest
+
+
+def remove_stale_temp_dirs(prefix: str, parent: str | os.PathLike | None = None) -> list[str]:
+    """Remove ``<parent>/<prefix><host>-<pid>-*`` directories of this user whose process is gone
+    (a SIGKILLed kernel or launcher never ran its own cleanup). Directories from before names
+    carried their owner (``<prefix><8 characters>``) are removed once nothing in them changed
+    for a day. Returns what was removed."""
+    import time
+
+    parent = Path(parent or tempfile.gettempdir())
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        m = _TAGGED_DIR.match(name[len(prefix):])
+        untagged = m is None and _UNTAGGED_DIR.match(name[len(prefix):]) is not None
+        if m is None and not untagged:
+            continue
+        path = parent / name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue  # never follow a link, never touch another user's files
+        if untagged:
+            stale = time.time() - _newest_mtime(path, st) > UNTAGGED_DIR_MAX_AGE_S
+        else:
+            stale = owner_is_gone(m.group("host"), int(m.group("pid")), st.st_mtime)
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return removed
+
+
+_TAGGED_PARTIAL = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9]+)-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.(part|tmp)$")
+_UNTAGGED_PARTIAL = re.compile(r"^\..+\.[a-z0-9_]{8}\.part$")  # atomic_path's names before owner tags
+UNTAGGED_PARTIAL_MAX_AGE_S = 3600.0
+
+
+def remove_stale_partials(directory: str | os.PathLike, *, recursive: bool = False) -> list[str]:
+    """Remove the temporary files of :func:`atomic_path` in ``directory`` whose writer is gone.
+
+    A writer that was SIGKILLed (a dead kernel, a killed job) never runs its ``finally``, and
+    its ``.part`` file (a 10 MB download, a processed dataset) would stay forever. Files from
+    before names carried their owner are removed once they are an hour old.
+    """
+    import time
+
+    removed = []
+    walker = os.walk(directory) if recursive else [(str(directory), [], None)]
+    for root, _dirs, files in walker:
+        if files is None:
+            try:
+                files = os.listdir(root)
+            except OSError:
+                return removed
+        for name in files:
+            if not name.startswith(".") or not name.endswith((".part", ".tmp")):
+                continue
+            path = os.path.join(root, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            m = _TAGGED_PARTIAL.match(name)
+            if m is not None:
+                stale = owner_is_gone(m.group("host"), int(m.group("pid")), st.st_mtime)
+            else:
+                stale = bool(_UNTAGGED_PARTIAL.match(name)) and time.time() - st.st_mtime > UNTAGGED_PARTIAL_MAX_AGE_S
+            if stale:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                    removed.append(path)
+    return removed
+
+
+_CLEANED_CACHES: set[str] = set()
+
+
+def clean_cache_once(directory: str | os.PathLike | None = None) -> None:
+    """Remove stale temporary files under the cache (once per process and directory)."""
+    directory = str(directory or cache_dir())
+    if directory not in _CLEANED_CACHES and os.path.isdir(directory):
+        remove_stale_partials(directory, recursive=True)
+        _CLEANED_CACHES.add(directory)
+
+
+def new_private_temp_dir(prefix: str) -> str:
+    """A fresh directory ``<tmp>/<prefix><host>-<pid>-<random>``, mode 0700, created exclusively
+    (``mkdtemp``): nobody else can have made it first or read it. Stale directories of the
+    same prefix whose process is gone are removed first. The caller removes it when done."""
+    remove_stale_temp_dirs(prefix)
+    return tempfile.mkdtemp(prefix=f"{prefix}{owner_tag()}-")
+
+
+_SESSION_DIRS: dict[str, str] = {}
+
+
+def session_temp_dir(prefix: str) -> str:
+    """One private temp directory per process (kernel) and prefix, created on the first call,
+    the same on every later call, removed when the process exits.
+
+    For a notebook that writes modules for its spawned workers to import: never a fixed name
+    such as ``/tmp/course-<user>``, which any user of a shared machine could create first
+    (then their code would run in your workers).
+    """
+    path = _SESSION_DIRS.get(prefix)
+    if path is None or not os.path.isdir(path):
+        path = new_private_temp_dir(prefix)
+        _SESSION_DIRS[prefix] = path
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path

@@ -33,6 +33,7 @@ def _write_pid(pid_dir, rank):
 
 def fail_on(rank, world_size, bad_rank, pid_dir):
     _write_pid(pid_dir, rank)
+    dist.barrier()  # both pid files exist before anything fails, however slowly each rank started
     if rank == bad_rank:
         time.sleep(0.5)
         raise ValueError(f"boom from rank {rank}")
@@ -59,3 +60,132 @@ def mlm_data_differs(rank, world_size):
     data = build_mlm_data(Corpus(f"rank{rank}", "test", tuple(docs)), vocab_size=200, seq_len=16, max_tokens=2000)
     check_same_data_on_all_ranks(data)
     return "trained on mismatched data"
+
+
+def _wait_for_file(path, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def hold_sockets_open(rank, world_size, pid_dir, release_path, wait_s=600):
+    """All-reduce once (so gloo's pairs are connected), report the pid, then wait for the test
+    to look at every socket of the process tree and create ``release_path``."""
+    t = torch.ones(4) * rank
+    dist.all_reduce(t)
+    _write_pid(pid_dir, rank)
+    _wait_for_file(release_path, wait_s)
+    return float(t.sum())
+
+
+def tree_sockets(root_pid=None):
+    """Every inet socket (TCP and UDP, v4 and v6, any state) of a process and its descendants."""
+    import psutil
+
+    root = psutil.Process(root_pid or os.getpid())
+    found = []
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            conns = proc.net_connections(kind="inet")
+            name = proc.name()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        for c in conns:
+            found.append({"pid": proc.pid, "name": name, "status": c.status,
+                          "laddr": tuple(c.laddr) if c.laddr else (), "raddr": tuple(c.raddr) if c.raddr else ()})
+    return found
+
+
+def non_loopback(sockets):
+    """The sockets bound to, or connected to, an address that is not loopback."""
+    import ipaddress
+
+    def off_host(addr):
+        if not addr:
+            return False
+        ip = ipaddress.ip_address(addr[0].split("%")[0])
+        ip = getattr(ip, "ipv4_mapped", None) or ip  # TCPStore's client connects from ::ffff:127.0.0.1
+        return not ip.is_loopback
+
+    return [s for s in sockets if off_host(s["laddr"]) or off_host(s["raddr"])]
+
+
+def launch_and_scan_sockets(pid_dir, world_size=2):
+    """Launch ``hold_sockets_open`` and, while every rank holds its sockets, list every socket
+    of this process's tree. Returns (results, sockets, error of the scanning thread or None)."""
+    import threading
+
+    from course_lib import dist as cdist
+
+    release = os.path.join(pid_dir, "release")
+    seen = {}
+
+    def scan():
+        try:
+            _wait_for_pid_files(pid_dir, world_size, timeout_s=300)
+            seen["sockets"] = tree_sockets()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test, never swallowed
+            seen["error"] = exc
+        finally:
+            open(release, "w").close()
+
+    thread = threading.Thread(target=scan, daemon=True)
+    thread.start()
+    results = cdist.launch(hold_sockets_open, world_size, pid_dir, release, timeout_s=600, quiet=True)
+    thread.join(timeout=60)
+    return results, seen.get("sockets", []), seen.get("error")
+
+
+def _wait_for_pid_files(pid_dir, n, timeout_s):
+    import glob
+
+    deadline = time.monotonic() + timeout_s
+    while len(glob.glob(os.path.join(pid_dir, "*.pid"))) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the workers did not write {n} pid files in {pid_dir} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def result_only_the_worker_can_rebuild(rank, world_size, bad_rank):
+    """Rank ``bad_rank`` returns an object of a class that only exists in the worker: it pickles
+    there, and cannot be rebuilt in the launching process."""
+    import sys
+    import types
+
+    if rank != bad_rank:
+        return rank
+    module = types.ModuleType("course_test_only_in_worker")
+    exec("class Opaque:\n    pass\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    return {"rank": rank, "value": module.Opaque()}
+
+
+class _Range(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return torch.full((4,), float(i))
+
+
+def children_then_hang(rank, world_size, pid_dir):
+    """Start a plain subprocess and a DataLoader worker, report every descendant's pid in
+    ``desc<rank>.txt`` (the workers' pid files come last), then hang like ``hang_in_collective``."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    loader = torch.utils.data.DataLoader(_Range(), batch_size=2, num_workers=1, persistent_workers=True)
+    batches = iter(loader)
+    next(batches)  # the DataLoader worker is up and has sent a batch (through shared memory)
+    descendants = [p.pid for p in psutil.Process().children(recursive=True)]
+    assert child.pid in descendants and len(descendants) >= 2, descendants
+    with open(os.path.join(pid_dir, f"desc{rank}.txt.tmp"), "w") as f:
+        f.write("\n".join(map(str, descendants)))
+    os.replace(os.path.join(pid_dir, f"desc{rank}.txt.tmp"), os.path.join(pid_dir, f"desc{rank}.txt"))
+    hang_in_collective(rank, world_size, pid_dir)
+    return batches  # never reached; keeps the loader alive

@@ -155,7 +155,7 @@ def test_two_ranks_with_accumulation_match_one_process(tmp_path, monkeypatch):
     cfg = MLMTrainConfig(model="tiny", global_batch_size=16, micro_batch_size=4, optimizer="lamb", base_lr=1e-2,
                          base_batch_size=16, max_steps=3, warmup_steps=0, eval_every_steps=3, dropout=0.0)
 
-    records = cdist.launch(mlm_worker, 2, cfg, spec, quiet=True, timeout_s=120)
+    records = cdist.launch(mlm_worker, 2, cfg, spec, quiet=True, timeout_s=600)
     assert records[1] is None, "only rank 0 reports"
     ddp = records[0]
     assert ddp["world_size"] == 2 and ddp["grad_accum_steps"] == 2 and ddp["steps"] == 3
@@ -182,7 +182,7 @@ def test_ranks_with_different_data_get_a_clear_error(tmp_path, monkeypatch):
 
     monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))
     with pytest.raises(cdist.WorkerError, match="different MLM data"):
-        cdist.launch(mlm_data_differs, 2, quiet=True, timeout_s=120)
+        cdist.launch(mlm_data_differs, 2, quiet=True, timeout_s=600)
 
 
 def test_lamb_runs_record_each_adapted_layers_trust_ratio(small_data):

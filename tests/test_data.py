@@ -58,6 +58,10 @@ def test_corrupt_zip_names_file_and_checksum(tmp_path, monkeypatch):
         load_implicit("ml-1m", data_dir=staged, download=False)
     msg = str(err.value)
     assert "ml-1m.zip" in msg and movielens.DATASETS["ml-1m"].md5 in msg and "download" in msg
+    # download=True is the default and never replaces a file that is there: the advice must be
+    # to remove the bad file, not to rerun the same call
+    assert "download=True" not in msg
+    assert str(staged / "ml-1m.zip") in msg and "delete it or move it aside" in msg
 
 
 def test_failed_download_leaves_no_file(tmp_path, monkeypatch):
@@ -74,9 +78,11 @@ def test_failed_download_leaves_no_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(movielens.urllib.request, "urlopen", lambda *a, **k: FakeResponse(b"truncated!"))
     dest = tmp_path / "dl"
-    with pytest.raises(DatasetError, match="c4d9eecfca2ab87c1945afe126590906"):
+    with pytest.raises(DatasetError, match="c4d9eecfca2ab87c1945afe126590906") as err:
         movielens.download_zip("ml-1m", dest)
     assert list(dest.iterdir()) == []  # neither the zip nor a .part file
+    msg = str(err.value)  # the temporary file is gone: no advice to delete it, nor to rerun with download=True
+    assert "nothing was saved" in msg and ".part" not in msg and "download=True" not in msg
 
 
 def test_truncated_extracted_file_is_refused(tmp_path):
@@ -156,3 +162,48 @@ def test_dataloader_path_same_epoch_shape():
     dl = make_dataloader(users, items, 7, batch_size=16, neg_per_pos=4)
     y = torch.cat([b[2] for b in dl])
     assert len(y) == 100 and int(y.sum()) == 20
+
+
+@pytest.mark.parametrize("profile", ["smoke", "full"])
+def test_unknown_dataset_name_is_an_error_in_every_profile(profile, monkeypatch):
+    monkeypatch.setattr(movielens, "publisher_reachable", lambda *a, **k: False)
+    with pytest.raises(ValueError, match=r"unknown dataset 'ml-100k'.*ml-1m.*synthetic"):
+        load_implicit("ml-100k", profile=profile)
+    with pytest.raises(ValueError, match=r"unknown synthetic_size 'huge'.*tiny"):
+        load_implicit("synthetic", profile=profile, synthetic_size="huge")
+
+
+def test_malformed_extracted_ratings_name_the_file_and_line(tmp_path):
+    (tmp_path / "ml-1m").mkdir()
+    bad = tmp_path / "ml-1m" / "ratings.dat"
+    bad.write_text("1::2::3::4\n1::3::5::6\n1::4::oops::7\n2::2::3::4\n")
+    with pytest.raises(DatasetError) as err:
+        load_implicit("ml-1m", data_dir=tmp_path, download=False)
+    msg = str(err.value)
+    assert str(bad) in msg and "line 3" in msg and "oops" in msg and "delete it" in msg
+
+
+def test_damaged_synthetic_zip_in_the_cache_is_rebuilt(tmp_path):
+    from course_lib.data import load_synthetic
+
+    first = load_synthetic("tiny", use_cache=False)
+    zips = list((tmp_path / "cache" / "synthetic").glob("*.zip"))
+    assert len(zips) == 1
+    good = zips[0].read_bytes()
+    for damage in (good[: len(good) // 2], b"PK\x03\x04 garbage", good[:100] + b"\0" * 50 + good[150:]):
+        zips[0].write_bytes(damage)
+        again = load_synthetic("tiny", use_cache=False)
+        assert torch.equal(again.train_items, first.train_items)
+        assert zipfile.ZipFile(zips[0]).testzip() is None  # rebuilt, intact
+    # a zip from before checksums existed (no record of its digest) is rebuilt too, not trusted
+    for sidecar in zips[0].parent.glob("*.md5"):
+        sidecar.unlink()
+    zips[0].write_bytes(b"PK\x03\x04 garbage")
+    assert torch.equal(load_synthetic("tiny", use_cache=False).train_items, first.train_items)
+
+
+def test_a_file_that_is_not_a_zip_is_a_dataset_error(tmp_path):
+    bad = tmp_path / "r.zip"
+    bad.write_bytes(b"not a zip at all")
+    with pytest.raises(DatasetError, match=r"r\.zip is not a readable zip"):
+        movielens.parse_ratings(bad, "dat")

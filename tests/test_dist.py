@@ -1,5 +1,6 @@
 """The launcher's contract (course_lib.dist.launch), on CPU with gloo and 2 workers."""
 
+import contextlib
 import glob
 import os
 import signal
@@ -16,10 +17,20 @@ import pytest
 import torch
 
 from course_lib import dist as cdist
+from course_lib import fileio
 
 import _dist_workers as W
 
 pytestmark = pytest.mark.slow
+
+# Margins. A shared login node or a loaded CI box can be many times slower than an idle one
+# (spawning a worker imports torch: 2-3 s idle, 20 s and more under load; a 60 s wait racing a
+# 60 s launch timeout failed that way). So every wait below is generous -- a wait that is met
+# returns at once, it costs nothing on a fast machine -- and a launch's own timeout is always
+# far longer than any helper's wait, so a helper that gives up fails the test with its own
+# message instead of leaving it to the launch's timeout.
+WAIT_S = 300  # for workers to start and report
+LAUNCH_TIMEOUT_S = 900  # never reached by a passing test
 
 
 def _alive(pid):
@@ -29,7 +40,7 @@ def _alive(pid):
         return False
 
 
-def _pids(pid_dir, n, timeout=60):
+def _pids(pid_dir, n, timeout=WAIT_S):
     deadline = time.time() + timeout
     while time.time() < deadline:
         files = glob.glob(os.path.join(pid_dir, "*.pid"))
@@ -39,7 +50,7 @@ def _pids(pid_dir, n, timeout=60):
     raise AssertionError(f"workers did not write {n} pid files in {timeout}s")
 
 
-def _assert_all_gone(pids, within=5.0):
+def _assert_all_gone(pids, within=60.0):
     deadline = time.time() + within
     while time.time() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
@@ -56,6 +67,12 @@ def _stray_children():
 
 def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # launch's private dir goes here
+    # the run folder of a launcher that was SIGKILLed (its pid is gone): this launch removes it
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"course-launch-{fileio.owner_tag().rsplit('-', 1)[0]}-{dead.pid}-x1y2z3w4"
+    (stale / "tmp" / "pymp-abcdefgh").mkdir(parents=True)
+    (stale / "rank0.log").write_text("a large log\n")
     results = cdist.launch(W.echo, 2, {"k": [1, 2]})
     out = capsys.readouterr().out
     assert [r["rank"] for r in results] == [0, 1]
@@ -89,14 +106,48 @@ def test_large_tensor_results_arrive_intact():
         assert res["nested"][0] == r and torch.equal(res["nested"][1]["x"], torch.ones(3) * r)
 
 
-def test_notebook_function_is_refused_before_anything_starts():
+def test_notebook_function_is_refused_before_anything_starts(monkeypatch):
     def in_notebook(rank, world_size):
         return rank
 
+    import types
+
     in_notebook.__module__ = "__main__"
     in_notebook.__qualname__ = "in_notebook"
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a kernel's: no __file__
     with pytest.raises(ValueError, match=r"defined in the notebook.*spawn.*import it"):
         cdist.launch(in_notebook, 2)
+    assert not _stray_children()
+
+
+def test_script_main_function_is_refused_with_a_message_for_scripts(monkeypatch):
+    import types
+
+    script = types.ModuleType("__main__")
+    script.__file__ = "/home/someone/train_ddp.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
+
+    def in_script(rank, world_size):
+        return rank
+
+    in_script.__module__ = "__main__"
+    in_script.__qualname__ = "in_script"
+    with pytest.raises(ValueError) as info:
+        cdist.launch(in_script, 2)
+    msg = str(info.value)
+    assert "notebook" not in msg
+    assert "defined in the script /home/someone/train_ddp.py" in msg and "from my_workers import in_script" in msg
+
+
+def test_result_that_cannot_be_rebuilt_names_the_rank():
+    with pytest.raises(cdist.WorkerError) as info:
+        cdist.launch(W.result_only_the_worker_can_rebuild, 2, 1, quiet=True, timeout_s=LAUNCH_TIMEOUT_S)
+    err = info.value
+    assert err.rank == 1
+    msg = str(err)
+    assert "rank 1" in msg and "result_only_the_worker_can_rebuild" in msg
+    assert "course_test_only_in_worker" in msg  # what could not be found
+    assert "plain data" in msg  # what to do
     assert not _stray_children()
 
 
@@ -108,30 +159,54 @@ def test_lambda_is_refused():
 def test_worker_exception_reraised_with_rank_and_traceback_and_no_survivors(tmp_path):
     t0 = time.time()
     with pytest.raises(cdist.WorkerError) as info:
-        cdist.launch(W.fail_on, 2, 1, str(tmp_path), quiet=True)
+        cdist.launch(W.fail_on, 2, 1, str(tmp_path), quiet=True, timeout_s=LAUNCH_TIMEOUT_S,
+                     collective_timeout_s=LAUNCH_TIMEOUT_S)
     elapsed = time.time() - t0
     err = info.value
     assert err.rank == 1
     assert "ValueError: boom from rank 1" in str(err)
     assert "fail_on" in err.worker_traceback and "_dist_workers.py" in err.worker_traceback
-    assert elapsed < 30, "the healthy rank in its barrier must be killed, not waited for"
+    # Waiting for the healthy rank's barrier would take the whole collective timeout (900 s);
+    # killing it takes a second or so, plus the workers' start-up (slow on a busy machine).
+    assert elapsed < LAUNCH_TIMEOUT_S / 2, "the healthy rank in its barrier must be killed, not waited for"
     _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
 
 
 def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
-    with pytest.raises(cdist.LaunchTimeout, match="did not finish within timeout_s=4"):
-        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=4, quiet=True)
-    _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
+    """The launch's timeout fires while rank 0 waits in a barrier rank 1 never joins.
+
+    The timeout counts from the launch, start-up included, and a busy machine can take longer
+    than a short timeout just to start the workers; then they never reached the collective
+    and the test would prove nothing. So the timeout grows until both workers were inside
+    the hang when it fired (one try on an idle machine).
+    """
+    for timeout_s in (5, 30, 180):
+        pid_dir = tmp_path / f"timeout{timeout_s}"
+        pid_dir.mkdir()
+        with pytest.raises(cdist.LaunchTimeout, match=f"did not finish within timeout_s={timeout_s}"):
+            cdist.launch(W.hang_in_collective, 2, str(pid_dir), timeout_s=timeout_s, quiet=True)
+        assert not _stray_children()
+        if len(glob.glob(str(pid_dir / "*.pid"))) == 2:
+            _assert_all_gone(_pids(str(pid_dir), 2, timeout=1))
+            return
+    pytest.fail(f"the workers never reached the collective within a {timeout_s} s launch timeout")
 
 
 def test_keyboard_interrupt_kills_workers(tmp_path, capsys):
+    helper_error = []
+
     def interrupt_when_started():
-        _pids(str(tmp_path), 2)
-        _thread.interrupt_main()
+        try:
+            _pids(str(tmp_path), 2)
+        except BaseException as exc:  # noqa: BLE001 - the test reports it below
+            helper_error.append(exc)
+        finally:
+            _thread.interrupt_main()  # also when giving up: the launch must not run on to its timeout
 
     threading.Thread(target=interrupt_when_started, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=60, quiet=True)
+        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=LAUNCH_TIMEOUT_S, quiet=True)
+    assert not helper_error, f"the helper thread gave up before the interrupt: {helper_error[0]}"
     assert "interrupted" in capsys.readouterr().err
     _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
 
@@ -144,14 +219,14 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
         import _dist_workers as W
         from course_lib import dist
         if __name__ == "__main__":
-            dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s=600)
+            dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
     parent = subprocess.Popen([sys.executable, "-c", script])
     try:
         pids = _pids(str(tmp_path), 2)
         parent.send_signal(signal.SIGKILL)
-        parent.wait(timeout=10)
-        _assert_all_gone(pids, within=10)
+        parent.wait(timeout=WAIT_S)
+        _assert_all_gone(pids)
     finally:
         parent.kill()
 
@@ -202,7 +277,7 @@ def test_same_worker_runs_under_torchrun(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "course_lib.run", "course_lib.dist:allreduce_demo", "3", "--out", str(out)],
-        capture_output=True, text=True, timeout=120, env=env)
+        capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = torch.load(out, weights_only=False)
     assert result["rank"] == 0 and result["backend"] == "gloo"
@@ -242,3 +317,160 @@ def test_the_rank_that_failed_first_is_blamed(tmp_path):
     err = cdist._worker_error(str(tmp_path), procs, {0: 3_000_000_000, 1: 3_000_000_000}, W.echo)
     assert err.rank == 1 and "ValueError: the real cause" in str(err)
     assert "rank(s) [0, 2] stopped too" in str(err)
+
+
+# --------------------------------------------------------------------------- no sockets beyond loopback
+
+
+def test_every_socket_of_the_launch_is_on_loopback(tmp_path):
+    """Not only the store: the workers' gloo listeners and connections, and anything else the
+    launch's process tree opens, must be bound to (and connected to) loopback addresses."""
+    results, sockets, error = W.launch_and_scan_sockets(str(tmp_path))
+    assert error is None, f"the socket scan failed: {error!r}"
+    assert results == [4.0, 4.0]  # 0 * 4 ones + 1 * 4 ones: the all-reduce really ran
+    assert any(s["status"] == psutil.CONN_LISTEN and s["pid"] != os.getpid() for s in sockets), \
+        f"expected the workers' gloo listeners among {sockets}"
+    assert not W.non_loopback(sockets), f"sockets beyond loopback: {W.non_loopback(sockets)}"
+
+
+def _global_ipv4():
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family.name == "AF_INET" and not a.address.startswith(("127.", "169.254.")):
+                return a.address
+    return None
+
+
+def test_workers_stay_on_loopback_when_the_hostname_resolves_to_the_network(tmp_path):
+    """HPC nodes: the hostname resolves to the cluster network, and gloo by default listens on
+    the address the hostname resolves to. Reproduce that in a private mount namespace with an
+    /etc/hosts that maps this machine's hostname to its global address."""
+    import json
+    import shutil
+    import socket
+
+    addr = _global_ipv4()
+    if addr is None:
+        pytest.skip("this machine has no global IPv4 address to map its hostname to")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) to give /etc/hosts a private mount")
+    host = socket.gethostname()
+    lines = []
+    for line in open("/etc/hosts").read().splitlines():
+        fields = line.split("#")[0].split()
+        kept = [f for f in fields[1:] if f != host]
+        if fields and kept:
+            lines.append(" ".join([fields[0], *kept]))
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"{addr} {host}\n" + "\n".join(lines) + "\n")
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = tmp_path / "scan.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, socket, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        if __name__ == "__main__":
+            resolved = socket.gethostbyname(socket.gethostname())
+            results, sockets, error = W.launch_and_scan_sockets({str(pid_dir)!r})
+            print("SCAN " + json.dumps({{"resolved": resolved, "results": results, "sockets": sockets,
+                                         "error": repr(error) if error else None}}))
+    """))
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -m is not allowed here: {probe.stderr.strip()}")
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", 'mount --bind "$1" /etc/hosts && exec "$2" "$3"', "sh",
+         str(hosts), sys.executable, str(script)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    scan = [line for line in proc.stdout.splitlines() if line.startswith("SCAN ")]
+    assert proc.returncode == 0 and scan, proc.stdout + proc.stderr
+    report = json.loads(scan[0][5:])
+    if report["resolved"] != addr:
+        pytest.skip(f"the private /etc/hosts did not take effect ({host} -> {report['resolved']})")
+    assert report["error"] is None, report["error"]
+    assert report["results"] == [4.0, 4.0]
+    assert not W.non_loopback(report["sockets"]), \
+        f"with {host} -> {addr}, sockets beyond loopback: {W.non_loopback(report['sockets'])}"
+
+
+# --------------------------------------------------------------------------- nothing left behind
+
+
+@pytest.fixture
+def short_tmp():
+    """A private $TMPDIR for a launcher process, with a short path: the workers' temporary
+    files go into the run folder only when the path leaves room for AF_UNIX socket names
+    (pytest's tmp_path is too long for that)."""
+    import pathlib
+    import shutil
+
+    path = pathlib.Path(tempfile.mkdtemp(prefix="ct-"))
+    assert len(str(path)) + 52 <= cdist._MAX_WORKER_TMP_LEN, f"the system temp dir {path.parent} is too long"
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _start_launcher(tmp_path, worker, tmp_dir):
+    """A launcher in its own process (as a kernel would be), with a private $TMPDIR to inspect.
+    Returns (process, pid_dir)."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        from course_lib import dist
+        if __name__ == "__main__":
+            dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp_dir), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-c", script], env=env), pid_dir
+
+
+def _assert_empty_soon(path, within=60.0):
+    deadline = time.time() + within
+    while time.time() < deadline and list(path.iterdir()):
+        time.sleep(0.1)
+    assert not list(path.iterdir()), f"left behind in {path}: {sorted(p.name for p in path.iterdir())}"
+
+
+def test_a_burst_of_interrupts_still_cleans_up_everything(tmp_path, short_tmp):
+    """Ctrl-C pressed again and again: the later interrupts must not abort the cleanup of the
+    first one (before: the run folder stayed in 2 of 4 tries)."""
+    tmp_dir = short_tmp
+    parent, pid_dir = _start_launcher(tmp_path, "hang_in_collective", tmp_dir)
+    try:
+        pids = _pids(str(pid_dir), 2)
+        for _ in range(100):  # 2 s of interrupts every 20 ms, or until the launcher is gone
+            if parent.poll() is not None:
+                break
+            parent.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        assert parent.wait(timeout=WAIT_S) != 0
+        _assert_all_gone(pids)
+        _assert_empty_soon(tmp_dir, within=0)
+    finally:
+        parent.kill()
+
+
+def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp_path, short_tmp):
+    """SIGKILL of the kernel: the workers die by the parent-death signal, and what they started
+    (a plain subprocess, a DataLoader worker, multiprocessing's resource tracker) must die too;
+    the run folder (logs, results, the workers' pymp-* folders) must go."""
+    tmp_dir = short_tmp
+    parent, pid_dir = _start_launcher(tmp_path, "children_then_hang", tmp_dir)
+    descendants = []
+    try:
+        pids = _pids(str(pid_dir), 2)
+        descendants = [int(x) for r in range(2) for x in (pid_dir / f"desc{r}.txt").read_text().split()]
+        assert len(descendants) >= 4  # per worker: the subprocess and the DataLoader worker at least
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=WAIT_S)
+        _assert_all_gone(pids + descendants)
+        _assert_empty_soon(tmp_dir)
+    finally:
+        parent.kill()
+        for pid in descendants:  # never leave the test's own orphans behind when it fails
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

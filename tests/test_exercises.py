@@ -142,8 +142,41 @@ def test_every_check_is_used_by_a_solution():
 
 def test_lesson_06_writes_the_learner_module_outside_the_repo():
     code = _code(REPO / "solutions" / "06_allreduce.ipynb")
-    assert "%%writefile {WORK_DIR}/" in code and "tempfile.gettempdir()" in code
+    assert "%%writefile {WORK_DIR}/" in code and "session_temp_dir(" in code
     assert "sys.path.insert(0, WORK_DIR)" in code and "importlib.reload" in code
+
+
+@pytest.mark.parametrize("folder", ["solutions", "exercises"])
+def test_lesson_06_never_imports_from_a_planted_shared_temp_dir(folder, tmp_path, monkeypatch):
+    """The directory that goes first on sys.path must be fresh and private: a predictable name
+    in the shared temp dir (e.g. /tmp/course-ex06-<user>) can be created first by anyone, with a
+    planted course_lib/ inside that every worker would import."""
+    import getpass
+    import os
+    import stat
+    import tempfile
+
+    from course_lib import fileio
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(fileio, "_SESSION_DIRS", {})
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    planted = tmp_path / f"course-ex06-{getpass.getuser()}"
+    (planted / "course_lib").mkdir(parents=True)
+    (planted / "course_lib" / "__init__.py").write_text("raise SystemExit('planted code ran')\n")
+    planted.chmod(0o777)
+    nb = json.loads((REPO / folder / "06_allreduce.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"]
+                if c["cell_type"] == "code" and "WORK_DIR =" in "".join(c["source"]))
+    namespace = {"os": os, "sys": sys, "tempfile": tempfile, "getpass": getpass}  # what earlier cells import
+    exec(cell, namespace)  # the notebook's own cell
+    work_dir = namespace["WORK_DIR"]
+    assert os.path.realpath(work_dir) != os.path.realpath(planted) and not os.listdir(work_dir)
+    st = os.stat(work_dir)
+    assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+    assert sys.path[0] == work_dir
+    exec(cell, namespace)  # re-running the cell keeps the same directory
+    assert namespace["WORK_DIR"] == work_dir and sys.path.count(work_dir) == 1
 
 
 # --------------------------------------------------------------------------- stubs

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..config import resolve_profile
-from ..fileio import atomic_torch_save, cache_dir, download, file_digest
+from ..fileio import atomic_torch_save, cache_dir, clean_cache_once, download, file_digest
 from ..tables import Table
 from . import synthetic as _synthetic
 from .sampler import sample_eval_negatives
@@ -100,18 +100,31 @@ def md5sum(path: str | os.PathLike) -> str:
     return file_digest(path, "md5")
 
 
+class ChecksumMismatch(DatasetError):
+    """A file's md5 differs from the published one."""
+
+    def __init__(self, message: str, got: str, expected: str):
+        super().__init__(message)
+        self.got, self.expected = got, expected
+
+
 def verify_md5(path: str | os.PathLike, expected: str, *, url: str = "") -> None:
-    """Raise :class:`DatasetError` naming the file and the expected checksum on mismatch."""
+    """Raise :class:`DatasetError` naming the file, both checksums and the fix on mismatch.
+
+    A file that is present is used as it is and never downloaded again (``download=True``
+    only applies when nothing is found), so the fix is always to remove the bad file.
+    """
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"{path} does not exist (expected md5 {expected}).")
     got = md5sum(path)
     if got != expected:
-        fix = f"download it again from {url}" if url else "replace it with an intact copy"
-        raise DatasetError(
-            f"{path} is truncated or corrupt: md5 {got}, expected {expected}. "
-            f"Delete it and {fix} (or rerun with download=True)."
-        )
+        then = (f"the next load downloads a fresh copy from {url} (on a machine with internet)"
+                if url else "put an intact copy in its place")
+        raise ChecksumMismatch(
+            f"{path} is truncated or corrupt: md5 {got}, expected {expected}. A file that is there is "
+            f"never downloaded again, so delete it or move it aside; then {then}, or stage an intact copy "
+            "in $COURSE_MOVIELENS_DIR.", got, expected)
 
 
 def publisher_reachable(url: str, timeout: float = 3.0) -> bool:
@@ -131,8 +144,11 @@ def download_zip(name: str, dest_dir: str | os.PathLike | None = None, *, timeou
     try:
         return download(spec.url, dest, verify=lambda tmp: verify_md5(tmp, spec.md5, url=spec.url),
                         timeout=timeout)
-    except DatasetError as err:
-        raise DatasetError(f"download of {spec.url} is incomplete or corrupt: {err}") from None
+    except ChecksumMismatch as err:
+        raise DatasetError(
+            f"the download of {spec.url} is incomplete or corrupt (md5 {err.got}, expected {err.expected}); "
+            f"nothing was saved to {dest}. Try again; if it keeps failing, fetch the file another way and "
+            "stage it in $COURSE_MOVIELENS_DIR.") from None
 
 
 # --------------------------------------------------------------------------- parsing
@@ -158,13 +174,38 @@ def _iter_chunks(f, chunk: int = 1 << 26):
 
 def _open_ratings(path: Path, spec: MovieLensSpec):
     if path.suffix == ".zip":
-        zf = zipfile.ZipFile(path)
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, EOFError, OSError) as err:
+            raise DatasetError(f"{path} is not a readable zip ({err}): it is truncated or corrupt. Delete it or "
+                               "move it aside and fetch it again.") from None
         try:
             return zf, zf.open(spec.member)
         except KeyError:
             zf.close()
             raise DatasetError(f"{path} has no member {spec.member}; is it really {spec.zip_name}?") from None
     return None, open(path, "rb")
+
+
+def _malformed_line(where: str, block: bytes, lines_before: int, fmt: str) -> str:
+    """The error for a block numpy could not parse: find and quote its first bad line."""
+    layout = "UserID::MovieID::Rating::Timestamp" if fmt == "dat" else "userId,movieId,rating,timestamp"
+    for i, line in enumerate(block.split(b"\n")):
+        fields = line.split()
+        if not fields:
+            continue
+        try:
+            ok = len(fields) == 4 and all(np.isfinite(float(x)) for x in fields)
+        except ValueError:
+            ok = False
+        if not ok:
+            shown = line.decode("latin-1")[:80].replace(" ", "::" if fmt == "dat" else ",")
+            return (f"{where}: line {lines_before + i + 1} is not '{layout}' (4 numbers): {shown!r}. The file is "
+                    "corrupt or not a MovieLens ratings file; delete it or move it aside and stage the original "
+                    "zip (or let the course download it).")
+    last = lines_before + block.count(b"\n")
+    return (f"{where}: lines {lines_before + 1}-{last} do not split into '{layout}' "
+            "columns; the file is truncated or corrupt. Delete it or move it aside and stage the original zip.")
 
 
 def parse_ratings(path: str | os.PathLike, fmt: str, *, member: str | None = None) -> dict[str, np.ndarray]:
@@ -176,28 +217,39 @@ def parse_ratings(path: str | os.PathLike, fmt: str, *, member: str | None = Non
     """
     path = Path(path)
     spec = MovieLensSpec("?", "", "", member or ("ml-1m/ratings.dat" if fmt == "dat" else "ratings.csv"), fmt, 0)
+    if fmt not in ("dat", "csv"):
+        raise ValueError(f"unknown ratings format {fmt!r}; use 'dat' or 'csv'")
     zf, f = _open_ratings(path, spec)
+    where = f"{path} (member {spec.member})" if path.suffix == ".zip" else str(path)
     cols = []
     try:
         first = True
-        for block in _iter_chunks(f):
+        lines_before = 0  # of the file, before this block
+        for raw in _iter_chunks(f):
+            block = raw
             if fmt == "csv":
                 if first:
                     header, _, block = block.partition(b"\n")
                     if not header.lower().startswith(b"userid"):
-                        raise DatasetError(f"{path}: expected a 'userId,movieId,rating,timestamp' header, got {header[:60]!r}")
+                        raise DatasetError(f"{where}: expected a 'userId,movieId,rating,timestamp' header, got "
+                                           f"{header[:60]!r}. It is not a MovieLens ratings file; delete it or move it "
+                                           "aside and stage the original zip.")
+                    lines_before += 1
                 block = block.replace(b",", b" ")
-            elif fmt == "dat":
-                block = block.replace(b"::", b" ")
             else:
-                raise ValueError(f"unknown ratings format {fmt!r}; use 'dat' or 'csv'")
+                block = block.replace(b"::", b" ")
             first = False
-            vals = np.fromstring(block.decode("latin-1"), sep=" ", dtype=np.float64)
-            if vals.size % 4:
-                raise DatasetError(f"{path}: a block does not split into 4 columns; the file is truncated or corrupt")
+            try:
+                vals = np.fromstring(block.decode("latin-1"), sep=" ", dtype=np.float64)
+            except ValueError:  # numpy: "string or file could not be read to its end due to unmatched data"
+                vals = None
+            if vals is None or vals.size % 4:
+                raise DatasetError(_malformed_line(where, block, lines_before, fmt))
             cols.append(vals.reshape(-1, 4))
+            lines_before += block.count(b"\n")
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:
-        raise DatasetError(f"{path} is not a readable zip ({err}); delete it and fetch it again") from None
+        raise DatasetError(f"{path} is not a readable zip ({err}): it is truncated or corrupt. Delete it or move it "
+                           "aside and fetch it again.") from None
     finally:
         f.close()
         if zf is not None:
@@ -344,6 +396,14 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
     uses the small synthetic set. ``data.source`` says in a sentence which data ran;
     ``data.synthetic`` is the flag. Processed data are cached per dataset, negatives and seed.
     """
+    # Names are checked before the profile is: a typo must fail in the smoke profile (CI) too,
+    # not quietly run on synthetic data there and fail only in the full course.
+    if dataset != "synthetic" and dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}: choose one of {sorted(DATASETS)} or 'synthetic' "
+                         "(check the DATASET parameter of the notebook or the --dataset option).")
+    if synthetic_size is not None:
+        _check_synthetic_size(synthetic_size)
+    clean_cache_once()  # temporary files of writers that were killed (a dead kernel, a killed job)
     profile = resolve_profile(profile)
     if profile == "smoke":
         return load_synthetic("small", num_eval_negatives=num_eval_negatives, seed=seed,
@@ -351,8 +411,6 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
     if dataset == "synthetic":
         return load_synthetic(synthetic_size or "ml-1m", num_eval_negatives=num_eval_negatives, seed=seed,
                               reason="dataset='synthetic' was requested", use_cache=use_cache)
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASETS)} or 'synthetic'")
     spec = DATASETS[dataset]
     path = find_local(dataset, data_dir)
     how = f"found at {path}" if path else ""
@@ -389,7 +447,8 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
 def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: int = 0, reason: str = "",
                    use_cache: bool = True) -> ImplicitData:
     """The synthetic set of ``size`` (see :data:`synthetic.SIZES`), parsed by the real ml-1m parser."""
-    params = _synthetic.SIZES[size]
+    params = _synthetic.SIZES[_check_synthetic_size(size)]
+    clean_cache_once()
     why = f" because {reason}" if reason else ""
     # The sentence says why synthetic data runs *this* time, so it is never taken from the cache.
     source = (f"SYNTHETIC data ({params['num_users']} users x {params['num_items']} items, seed {seed}, "
@@ -399,7 +458,7 @@ def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: 
     if cached is not None:
         return replace(cached, source=source)
     zpath = cache_dir() / "synthetic" / f"synthetic-{size}-seed{seed}.zip"
-    if not zpath.is_file():
+    if not _synthetic.is_intact(zpath):  # missing, damaged, or without its recorded checksum
         _synthetic.write_ml1m_zip(zpath, seed=seed, **params)
     data = implicit_from_file(
         zpath, "dat", name=f"synthetic-{size}", synthetic=True, member="ml-1m/ratings.dat",
@@ -408,6 +467,13 @@ def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: 
     if use_cache:
         _save_processed(data, _processed_path(key))
     return data
+
+
+def _check_synthetic_size(size: str) -> str:
+    if size not in _synthetic.SIZES:
+        raise ValueError(f"unknown synthetic_size {size!r}: choose one of {list(_synthetic.SIZES)} "
+                         "(check the synthetic_size argument or the --synthetic-size option).")
+    return size
 
 
 def describe_data_sources(data_dir: str | os.PathLike | None = None, *, check_online: bool = True) -> Table:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fileio import atomic_path
+from ..fileio import atomic_path, atomic_write_text, file_digest
 
 # named sizes; "ml-1m" matches ml-1m's shape (6040 users, 3706 rated movies, ~1M ratings)
 SIZES = {
@@ -91,16 +91,39 @@ def format_ratings_dat(cols: dict[str, np.ndarray]) -> bytes:
     return ("\n".join(line.tolist()) + "\n").encode("ascii")
 
 
+def checksum_path(path: str | os.PathLike) -> Path:
+    """Where the md5 of a generated zip is recorded: ``<zip>.md5`` next to it."""
+    return Path(f"{path}.md5")
+
+
 def write_ml1m_zip(path: str | os.PathLike, *, seed: int = 0, **sizes) -> Path:
-    """Write a synthetic ``ml-1m.zip``-layout archive (member ``ml-1m/ratings.dat``) atomically."""
+    """Write a synthetic ``ml-1m.zip``-layout archive (member ``ml-1m/ratings.dat``) atomically,
+    then its md5 to ``<zip>.md5`` (see :func:`is_intact`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     cols = generate_ratings(seed=seed, **sizes)
+    checksum_path(path).unlink(missing_ok=True)  # a zip is trusted only once its checksum is written
     with atomic_path(path) as tmp:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
             zf.writestr("ml-1m/ratings.dat", format_ratings_dat(cols))
             zf.writestr("ml-1m/README", _readme(seed, sizes))
+        digest = file_digest(tmp, "md5")
+    atomic_write_text(checksum_path(path), digest + "\n")
     return path
+
+
+def is_intact(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a generated zip whose md5 matches the one recorded when it was written.
+
+    A generated file has no published checksum, so it records its own: a zip damaged in the
+    cache (a full disk, a bad copy, an edit) or one without a record is rebuilt, not parsed.
+    """
+    path = Path(path)
+    try:
+        recorded = checksum_path(path).read_text().strip()
+        return path.is_file() and file_digest(path, "md5") == recorded
+    except OSError:
+        return False
 
 
 def _readme(seed: int, sizes: dict) -> str:
