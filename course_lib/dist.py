@@ -482,11 +482,8 @@ class _InterruptShield:
             return
         self.shielding = True  # set before raising: the next interrupt may come at any bytecode
         if self.previous is not signal.default_int_handler:
-            try:
-                self.previous(signum, frame)
-            except BaseException:
-                raise
-            self.shielding = False  # that handler chose not to interrupt
+            self.previous(signum, frame)  # a custom handler (if it raises, that starts the cleanup)
+            self.shielding = False  # it chose not to interrupt
             return
         raise KeyboardInterrupt
 
