@@ -81,6 +81,16 @@ class BatchConfig:
                 f"{'s' if self.grad_accum_steps > 1 else ''}")
 
 
+def batch_config(global_batch_size: int, micro_batch_size: int | None, world_size: int) -> BatchConfig:
+    """``BatchConfig`` for a run; ``micro_batch_size=None`` means no accumulation (b = B / W)."""
+    if micro_batch_size is None:
+        if global_batch_size % world_size:
+            raise ValueError(f"global batch {global_batch_size} does not split evenly over world_size={world_size} "
+                             f"ranks; choose a multiple of {world_size}")
+        micro_batch_size = global_batch_size // world_size
+    return BatchConfig(global_batch_size, micro_batch_size, world_size)
+
+
 # --------------------------------------------------------------------------- settings are checked once, by name
 
 _SIMPLE = {"int": int, "float": (int, float), "str": str, "bool": bool}

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from .config import BatchConfig, check_field_types
+from .config import BatchConfig, batch_config, check_field_types
 from .optim.schedules import DECAY_KINDS, LR_SCALINGS, WARMUP_KINDS, scaled_lr
 
 
@@ -82,13 +82,7 @@ class RunSettings:
 
     def batch(self, world_size: int = 1) -> BatchConfig:
         """The batch arithmetic on ``world_size`` ranks; raises (naming the numbers) when it does not divide."""
-        micro = self.micro_batch_size
-        if micro is None:
-            if self.global_batch_size % world_size:
-                raise ValueError(f"global batch {self.global_batch_size} does not split evenly over "
-                                 f"world_size={world_size} ranks; choose a multiple of {world_size}")
-            micro = self.global_batch_size // world_size
-        return BatchConfig(self.global_batch_size, micro, world_size)
+        return batch_config(self.global_batch_size, self.micro_batch_size, world_size)
 
     def check_world_size(self, world_size: int) -> None:
         """Raise unless the global batch splits over ``world_size`` ranks

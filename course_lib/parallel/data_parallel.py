@@ -30,20 +30,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import dist as cdist
-from ..config import BatchConfig
+from ..config import BatchConfig, batch_config
 from ..tables import Table
 
+
 # --------------------------------------------------------------------------- the batch, stated once
-
-
-def batch_config(global_batch_size: int, micro_batch_size: int | None, world_size: int) -> BatchConfig:
-    """``BatchConfig`` for a run; ``micro_batch_size=None`` means no accumulation (b = B / W)."""
-    if micro_batch_size is None:
-        if global_batch_size % world_size:
-            raise ValueError(f"global batch {global_batch_size} does not split evenly over world_size={world_size} "
-                             f"ranks; choose a multiple of {world_size}")
-        micro_batch_size = global_batch_size // world_size
-    return BatchConfig(global_batch_size, micro_batch_size, world_size)
 
 
 def batch_table(global_batch_size: int, micro_batch_size: int, world_sizes=(1, 2, 4, 8)) -> Table:
