@@ -31,6 +31,7 @@ from .data.sampler import DeviceSampler, make_dataloader
 from .data.text import MLMData, SpecialIds, mask_tokens
 from .hardware import default_device
 from .metrics import throughput
+from .precision import Precision
 from .tables import Table
 from .train.mlm import MLMTrainConfig
 from .train.mlm import throughput as mlm_throughput
@@ -94,8 +95,14 @@ def comparison_table(comp: dict) -> Table:
 
 
 def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, device=None,
-                        samples_per_point: int = 400_000, min_steps: int = 8) -> Table:
-    """Training samples/s per batch size (same model, device sampler, no evaluation)."""
+                        samples_per_point: int = 400_000, min_steps: int | None = None) -> Table:
+    """Training samples/s per batch size (same model, device sampler, no evaluation).
+
+    Each point runs ``samples_per_point`` samples, at least ``min_steps`` steps (default 8
+    on a CPU, 30 on a GPU, where a step at batch 65536 takes milliseconds and a handful of
+    them measures launch jitter rather than throughput)."""
+    device = torch.device(device) if device is not None else default_device()
+    min_steps = min_steps or (30 if device.type == "cuda" else 8)
     t = Table(["batch size", "steps", "samples/s", "ms/step"], title="Training throughput vs batch size")
     for b in batch_sizes:
         steps = max(min_steps, samples_per_point // b)
@@ -114,9 +121,11 @@ def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, devi
     """``torch.profiler`` over a few training steps; the table of the top ops (and phase ranges)."""
     device = torch.device(device) if device is not None else default_device()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    train_to_target(data, cfg.replace(max_steps=3), device=device, progress="none", evaluate_points=False)  # warm-up
+    data = data.to(device)  # once, outside the profile: the dataset's copy is not a training step
+    run = dict(device=device, progress="none", evaluate_points=False, time_phases=True)
+    train_to_target(data, cfg.replace(max_steps=3), **run)  # warm-up
     with profile(activities=activities) as prof:
-        train_to_target(data, cfg.replace(max_steps=steps), device=device, progress="none", evaluate_points=False)
+        train_to_target(data, cfg.replace(max_steps=steps), **run)
     sort_by = sort_by or ("cuda_time_total" if device.type == "cuda" else "cpu_time_total")
     return prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
 
@@ -184,6 +193,9 @@ def _main_bert(args) -> int:
     print(f"BERT {args.model}, {args.seq_len} tokens, batch {batch}, LAMB training steps on random ids", flush=True)
     res = bert_throughput(args.model, seq_len=args.seq_len, batch_size=batch, device=args.device, steps=args.steps,
                           warmup_steps=max(1, min(3, args.steps)))
+    fp32 = Precision("fp32", args.device or default_device()).fp32_matmul
+    print(f"fp32 here runs its matmuls in {fp32}" + ("" if fp32 == "tf32" else
+          " (TensorFloat-32 off: torch's default; torch.backends.cuda.matmul.allow_tf32 = True for tf32)"))
     t = Table(["precision", "sequences/s", "tokens/s", "step (ms)", "speedup vs fp32"])
     for mode, r in res.items():
         t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),

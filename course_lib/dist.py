@@ -103,8 +103,12 @@ def barrier() -> None:
 
 
 def device() -> torch.device:
-    """This rank's device: ``cuda:<local_rank>`` under NCCL, else CPU."""
-    if _initialized() and dist.get_backend() == "nccl":
+    """This rank's device: ``cuda:<local_rank>`` under NCCL, the CPU under gloo (ranks that
+    share a GPU, lesson 06 on one GPU), and for a process alone (no group: a script run
+    without torchrun) the GPU when there is one, else the CPU."""
+    if not _initialized():
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dist.get_backend() == "nccl":
         return torch.device("cuda", local_rank())
     return torch.device("cpu")
 

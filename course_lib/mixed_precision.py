@@ -65,9 +65,13 @@ def fp16_underflow_table(mags: dict) -> Table:
 def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: int = 30, device=None) -> dict:
     """Training samples/s of ``cfg`` in each precision over ``steps`` steps, no evaluation (lesson 05).
 
-    Returns ``{mode: TrainResult}``; the first few steps (allocation, autocast caches) are
-    included, so use enough steps that they do not dominate.
+    Returns ``{mode: TrainResult}``. Each mode first runs 3 untimed steps: the first use of a
+    kernel (loading, autotuning, the allocator growing, autocast's caches) is not its speed.
     """
-    return {m: train_to_target(data, cfg.replace(precision=m, max_steps=steps, max_epochs=10.0, stop_at_target=False),
-                               device=device, progress="none", evaluate_points=False)
-            for m in modes}
+    out = {}
+    for m in modes:
+        run = cfg.replace(precision=m, max_epochs=10.0, stop_at_target=False)
+        train_to_target(data, run.replace(max_steps=3), device=device, progress="none", evaluate_points=False)
+        out[m] = train_to_target(data, run.replace(max_steps=steps), device=device, progress="none",
+                                 evaluate_points=False)
+    return out

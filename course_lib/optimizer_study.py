@@ -47,6 +47,34 @@ class Study:
         return MLMTrainConfig(**{**settings, **self.common, **changes})
 
 
+MAX_EPOCHS = 20  # passes over the corpus a study run may make: beyond, it measures memorization
+
+
+def budget(large_batch: int, num_train: int, *, large_batches: int, large_factor: int = 4,
+           max_epochs: float = MAX_EPOCHS) -> tuple[int, int, str]:
+    """``(small_seqs, large_seqs, note)``: the study's budget in sequences for a corpus of ``num_train``.
+
+    The small-batch runs see ``large_batches`` large batches' worth of sequences, the large
+    ones ``large_factor`` times that (the large batch gets more samples, as in the talk),
+    but no run passes over the corpus more than ``max_epochs`` times: on a small corpus
+    (the offline pydoc text on a GPU: ~950 sequences, ~100 epochs uncapped) more passes
+    train the model to recite its data, and the comparison would be of memorization. The
+    note says when the cap cut the budget (empty otherwise).
+    """
+    if min(large_batch, num_train, large_batches, large_factor) < 1:
+        raise ValueError(f"budget needs positive sizes, got large_batch={large_batch}, num_train={num_train}, "
+                         f"large_batches={large_batches}, large_factor={large_factor}")
+    small = large_batch * large_batches
+    cap = int(max_epochs * num_train) // large_factor
+    if small <= cap:
+        return small, small * large_factor, ""
+    small = max(large_batch, cap)
+    note = (f"NOTE: the budget is capped at {max_epochs:g} passes over this corpus' {num_train} training sequences "
+            f"({small * large_factor} sequences for the large batch instead of {large_batch * large_batches * large_factor}); "
+            "a larger corpus (TEXT_DIR, or CORPUS='wikitext-103') gives the study its full length.")
+    return small, small * large_factor, note
+
+
 def best_loss_key(record: dict) -> float:
     """Best first: the lowest held-out loss; a diverged run last. (Evaluations are too sparse,
     and the clock too noisy on a shared machine, to rank runs by time.)"""

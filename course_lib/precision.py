@@ -88,7 +88,8 @@ class Precision:
 
     def __repr__(self) -> str:
         auto = " (auto)" if self.requested == "auto" else ""
-        return f"Precision({self.mode!r}{auto}, device={str(self.device)!r}, loss scaling={'dynamic' if self.scaler else 'off'})"
+        return (f"Precision({self.mode!r}{auto}, device={str(self.device)!r}, "
+                f"loss scaling={'dynamic' if self.scaler else 'off'}, fp32 matmuls={self.fp32_matmul})")
 
     @property
     def scale(self) -> float:
@@ -123,6 +124,15 @@ class Precision:
                  if p.grad is not None]
         return bool(torch.stack(flags).all()) if flags else True
 
+    def _found_no_inf(self, optimizer: torch.optim.Optimizer) -> bool:
+        """GradScaler's own inf/nan verdict for this step (``found_inf_per_device``, filled by
+        ``unscale_``: a private field of torch.amp.GradScaler, checked against torch 2.13);
+        a full pass over the gradients only if a future torch moves it."""
+        flags = getattr(self.scaler, "_per_optimizer_states", {}).get(id(optimizer), {}).get("found_inf_per_device")
+        if not flags:
+            return self._grads_finite(optimizer)
+        return not bool(sum(v.item() for v in flags.values()))
+
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """Unscale (if scaling), then ``optimizer.step()`` unless a gradient is inf/nan; True when the step was taken.
 
@@ -134,8 +144,10 @@ class Precision:
             taken = True
         else:
             # The gradients are unscaled now; an inf/nan among them means the scale was too
-            # large for this step. GradScaler.step sees the same flags and skips the update.
-            taken = self._grads_finite(optimizer)
+            # large for this step. GradScaler.unscale_ has already checked every gradient and
+            # GradScaler.step reads its flags (one .item() per device) to skip the update, so
+            # the step reuses those flags rather than making a second pass over the gradients.
+            taken = self._found_no_inf(optimizer)
             self.scaler.step(optimizer)
         if not taken:
             self.skipped_steps += 1
@@ -151,7 +163,16 @@ class Precision:
         self._steps += 1
         self._unscaled = False
 
+    @property
+    def fp32_matmul(self) -> str:
+        """How fp32 matrix products run here: "tf32" on GPUs when torch allows TensorFloat-32
+        (``torch.backends.cuda.matmul.allow_tf32``; off by default since torch 1.12), else
+        "fp32". An "fp32" baseline on an Ampere+ GPU is the slower, exact one unless it says tf32."""
+        if self.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+            return "tf32"
+        return "fp32"
+
     def state(self) -> dict:
-        """What the run's record keeps: mode, final scale, skipped steps."""
+        """What the run's record keeps: mode, final scale, skipped steps, and how fp32 matmuls ran."""
         return {"mode": self.mode, "requested": self.requested, "loss_scale": self.scale,
-                "skipped_steps": self.skipped_steps}
+                "skipped_steps": self.skipped_steps, "fp32_matmul": self.fp32_matmul}

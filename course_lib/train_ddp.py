@@ -1,7 +1,10 @@
 """Lesson 06 as a script: the notebook's ``ncf_worker`` under torchrun or SLURM.
 
     torchrun --standalone --nproc-per-node 2 -m course_lib.train_ddp --global-batch 4096 --lr 0.004
-    python -m course_lib.train_ddp --global-batch 4096          # one process, no group
+    python -m course_lib.train_ddp --global-batch 4096          # one process, no group (its GPU if any)
+
+It trains until the dataset's HR@10 target (the lessons' ``default_target_hr``; ``--target-hr``
+sets another, ``--no-target`` trains the whole ``--max-epochs`` budget).
 
 Multi-node (see notebooks/beyond/ncf_ddp.sbatch): one ``torchrun`` per node, rendezvous on
 the first node with ``--rdzv-backend c10d --rdzv-endpoint <host>:<port>``. Every rank runs
@@ -31,7 +34,9 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
     p.add_argument("--dataset", default="ml-1m", help="ml-1m, ml-20m or synthetic ($COURSE_MOVIELENS_DIR: offline copies)")
     p.add_argument("--synthetic-size", default=None)
     p.add_argument("--profile", default="full", choices=["full", "smoke"])
-    p.add_argument("--target-hr", type=float, default=None)
+    p.add_argument("--target-hr", type=float, default=None,
+                   help="stop at this HR@10 (default: the dataset's target, as in the lessons)")
+    p.add_argument("--no-target", action="store_true", help="train the whole budget, never stop early")
     p.add_argument("--max-epochs", type=float, default=10)
     p.add_argument("--max-steps", type=int, default=None)
     p.add_argument("--checkpoint-dir", default=None, help="on a file system every node sees")
@@ -44,7 +49,10 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
            "optimizer": a.optimizer, "target_hr": a.target_hr, "max_epochs": a.max_epochs, "max_steps": a.max_steps,
            **json.loads(a.config)}
     spec = RunSpec(dataset=a.dataset, synthetic_size=a.synthetic_size, profile=a.profile,
-                   checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=not a.no_resume)
+                   checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=not a.no_resume,
+                   default_target=a.target_hr is None and not a.no_target)
+    if a.no_target:
+        cfg["stop_at_target"] = False
     return cfg, spec, a.out, a.backend
 
 

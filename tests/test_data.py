@@ -92,6 +92,33 @@ def test_truncated_extracted_file_is_refused(tmp_path):
         load_implicit("ml-1m", data_dir=tmp_path, download=False)
 
 
+def test_each_dataset_is_evaluated_with_the_negatives_its_target_is_quoted_for(tmp_path, monkeypatch):
+    """#12.7: MLPerf's ml-20m target (HR@10 0.635) is for 999 negatives, not the course's 100."""
+    from course_lib.train.ncf import default_target_hr
+
+    seen = {}
+
+    def fake_parse(path, fmt, *, num_eval_negatives, **kw):
+        seen[kw["name"]] = num_eval_negatives
+        raise DatasetError("stop here")
+
+    monkeypatch.setattr(movielens, "implicit_from_file", fake_parse)
+    for name in ("ml-1m", "ml-20m"):
+        member = tmp_path / movielens.DATASETS[name].member
+        member.parent.mkdir(parents=True, exist_ok=True)
+        member.write_text("")
+        with pytest.raises(DatasetError):
+            load_implicit(name, data_dir=tmp_path, download=False, use_cache=False)
+    assert seen == {"ml-1m": 100, "ml-20m": 999}
+
+    class Data:
+        name, num_eval_negatives = "ml-20m", 100
+    with pytest.raises(KeyError, match="999 negatives; with 100"):
+        default_target_hr(Data())
+    Data.num_eval_negatives = 999
+    assert default_target_hr(Data()) == 0.635
+
+
 def test_offline_falls_back_to_synthetic_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(movielens, "publisher_reachable", lambda *a, **k: False)
     monkeypatch.setitem(movielens._synthetic.SIZES, "ml-1m", dict(num_users=200, num_items=300, num_ratings=8000))

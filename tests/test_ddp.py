@@ -166,3 +166,25 @@ def test_same_worker_under_torchrun_with_two_cpu_processes(env):
     assert "rank 0 of 2 stopped after 3 steps" in proc.stdout and "rank 1 of 2 stopped after 3 steps" in proc.stdout
     record = json.loads(out.read_text())
     assert record["world_size"] == 2 and record["steps"] == 3 and record["steps_to_target"] == 0
+
+
+def test_script_runs_train_to_the_datasets_target_on_its_own_device(env, monkeypatch):
+    """#12.11: ``python -m course_lib.train_ddp`` (and the sbatch example) stop at the dataset's
+    target, and a process alone trains on the machine's GPU, not on the CPU beside it."""
+    from course_lib import train_ddp
+    from course_lib.train import workers
+
+    cfg, spec, _, _ = train_ddp.parse(["--dataset", "synthetic"])
+    assert cfg["target_hr"] is None and spec.default_target
+    cfg, spec, _, _ = train_ddp.parse(["--no-target"])
+    assert not spec.default_target and cfg["stop_at_target"] is False
+    cfg, spec, _, _ = train_ddp.parse(["--target-hr", "0.5"])
+    assert cfg["target_hr"] == 0.5 and not spec.default_target
+
+    monkeypatch.setattr(workers, "default_target_hr", lambda data: 0.0)
+    record = ncf_worker(0, 1, CFG.replace(global_batch_size=64, micro_batch_size=None, max_steps=4),
+                        RunSpec(dataset="synthetic", synthetic_size="tiny", progress="none", default_target=True))
+    assert record["target_hr"] == 0.0 and record["steps_to_target"] == 0
+
+    monkeypatch.setattr(cdist.torch.cuda, "is_available", lambda: True)
+    assert str(cdist.device()) == "cuda"  # no process group: the GPU of a GPU machine

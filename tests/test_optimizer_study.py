@@ -83,3 +83,13 @@ def test_sweep_with_edge_extension(best, expected_grid):
 
     done = sweep_with_edge_extension(run, (1.0, 0.25, 0.5), lambda r: r["loss"], max_extensions=2)
     assert sorted(calls) == expected_grid and list(done) == expected_grid  # each factor runs once, in order
+
+
+def test_budget_never_passes_over_a_small_corpus_more_than_the_cap():
+    """#12.10: lesson 07 on one GPU with the pydoc corpus trained ~100 epochs of ~950 sequences."""
+    small, large, note = st.budget(256, 950, large_batches=100)
+    assert large <= st.MAX_EPOCHS * 950 and small * 4 == large and "capped" in note and "950" in note
+    assert st.budget(256, 100_000, large_batches=30) == (7680, 30720, "")  # a large corpus: uncapped
+    assert st.budget(256, 10, large_batches=30)[0] == 256  # never less than one large batch
+    with pytest.raises(ValueError, match="num_train=0"):
+        st.budget(256, 0, large_batches=30)

@@ -6,6 +6,7 @@ import pickle
 import time
 
 import pytest
+import torch
 
 import course_lib.train.ncf as train
 from course_lib.results import save_result
@@ -19,13 +20,54 @@ CFG = TrainConfig(global_batch_size=512, base_lr=5e-3, optimizer="adam", factors
 def test_reaches_target_and_beats_popularity(data):
     pop_hr, _ = evaluate_popularity(data)
     target = pop_hr + 0.05
-    r = train_to_target(data, CFG.replace(target_hr=target, max_epochs=15.0), device="cpu", progress="none")
+    r = train_to_target(data, CFG.replace(target_hr=target, max_epochs=15.0), device="cpu", progress="none",
+                        time_phases=True)
     assert r.reached and r.time_to_target_s > 0 and r.steps_to_target == r.steps
     assert r.best_hr >= target and r.final_hr >= target
     assert r.time_to_target_s <= r.train_time_s + 1e-9
     assert set(r.phase_time_s) == {"sampling", "forward_backward", "optimizer", "evaluation"}
     restored = pickle.loads(pickle.dumps(r))
     assert restored.to_dict() == r.to_dict() and "time to HR@10" in r.summary()
+
+
+def test_phase_clock_on_cuda_never_synchronizes_a_step_and_always_marks_nvtx(monkeypatch):
+    """#12.9: timing phases used to synchronize the GPU six times per step (no CPU/GPU overlap),
+    and NVTX ranges were emitted only when timing. Simulated CUDA: events and NVTX are fakes."""
+    from course_lib.train.engine import PHASES, PhaseClock
+
+    calls = {"sync": 0, "push": 0, "pop": 0}
+
+    class Event:
+        clock = 0.0
+
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            Event.clock += 0.25
+            self.t = Event.clock
+
+        def synchronize(self):
+            calls["sync"] += 1
+
+        def elapsed_time(self, end):
+            return 1000.0 * (end.t - self.t)  # ms, as CUDA reports
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.__setitem__("sync", calls["sync"] + 1))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.__setitem__("push", calls["push"] + 1))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.__setitem__("pop", calls["pop"] + 1))
+    for enabled in (False, True):
+        clock = PhaseClock(torch.device("cuda"), enabled=enabled)
+        for _ in range(10):  # ten steps
+            for name in PHASES:
+                with clock.phase(name):
+                    pass
+        assert calls["sync"] == 0  # nothing waited for the GPU during the steps
+        assert calls["push"] == calls["pop"] == 30 * (1 + enabled)
+        seconds = clock.seconds  # read off the clock: now it waits for the events
+        assert seconds == ({p: 0.0 for p in PHASES} if not enabled else {p: pytest.approx(2.5) for p in PHASES})
+    assert calls["sync"] == 30
 
 
 def test_impossible_target_is_not_reached(data):

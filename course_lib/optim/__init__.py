@@ -1,12 +1,12 @@
 """Large-batch optimization: lr scaling rules and schedules, LARS, LAMB (lessons 02, 03, 04, 07).
 
 - ``schedules``: ``linear_scaled_lr``, ``sqrt_scaled_lr``, ``scaled_lr`` (by rule name), ``warmup_lr``, ``lr_at``, ``lr_factor``
-- ``lars``: ``LARS``, ``lars_trust_ratio``, ``param_groups`` (biases and norm parameters out)
+- ``lars``: ``LARS``, ``lars_trust_ratio``, ``param_groups`` (biases and norm parameters out), ``fused_on_gpu``
 - ``lamb``: ``LAMB``, ``lamb_trust_ratio``
 """
 
 from .lamb import LAMB, lamb_trust_ratio
-from .lars import LARS, lars_trust_ratio, param_groups
+from .lars import LARS, fused_on_gpu, lars_trust_ratio, param_groups
 from .schedules import (
     DECAY_KINDS,
     LR_RULES,
@@ -25,6 +25,7 @@ __all__ = [
     "LARS",
     "LAMB",
     "param_groups",
+    "fused_on_gpu",
     "lars_trust_ratio",
     "lamb_trust_ratio",
     "linear_scaled_lr",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 
 from ..tables import Table
@@ -32,6 +34,64 @@ def scaling_rows(strong: dict, weak: dict) -> list[dict]:
                 "comm_s": comm, "comm_share": comm / r["train_time_s"] if r["train_time_s"] else None,
                 "final_hr": r["final_hr"]})
     return rows
+
+
+# Quoted, not measured: NVIDIA DeepLearningExamples' NCF reference trains ml-20m with a global
+# batch of 2**20 over 8 GPUs, 131,072 samples per GPU per step.
+NVIDIA_NCF_SAMPLES_PER_GPU = 131_072
+
+
+def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
+    """Least-squares ``step_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling rows.
+
+    Strong scaling keeps the global batch, so each size gives another per-rank batch: the
+    intercept is what a step costs whatever the batch (the optimizer's step over every
+    parameter, the gradient all-reduce, launches), the slope the compute per sample. None
+    with fewer than two sizes.
+    """
+    pts = [(r["per_rank_batch"], r["global_batch"] / r["samples_per_s"]) for r in rows
+           if r["mode"] == "strong" and r["samples_per_s"]]
+    if len({n for n, _ in pts}) < 2:
+        return None
+    mn = sum(n for n, _ in pts) / len(pts)
+    mt = sum(t for _, t in pts) / len(pts)
+    slope = sum((n - mn) * (t - mt) for n, t in pts) / sum((n - mn) ** 2 for n, _ in pts)
+    return mt - slope * mn, slope
+
+
+def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
+    """What the learner's own strong-scaling rows show, and the per-rank batch that would scale.
+
+    From :func:`step_time_fit`: the share of the largest run's step that does not shrink
+    with the per-rank batch, and the per-rank batch at which compute would be
+    ``compute_share`` of the step (a power of two). True on any tier: every number is read
+    from ``rows``.
+    """
+    strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
+    if len(strong) < 2:
+        return "one data-parallel size only: no scaling to read (a machine with more devices adds the others)."
+    top = strong[-1]
+    eff = top["efficiency"]
+    lead = (f"strong scaling to {top['world_size']} ranks at a global batch of {top['global_batch']} "
+            f"({top['per_rank_batch']} per rank): efficiency {eff:.2f}" if eff is not None else
+            f"strong scaling to {top['world_size']} ranks")
+    fit = step_time_fit(rows)
+    if fit is None or fit[1] <= 0:
+        return (lead + ". The step time did not shrink with the per-rank batch, so fixed costs (the optimizer's "
+                "step over every parameter, the all-reduce, launches) or noise dominate: measure again, or give "
+                f"each rank more samples (NVIDIA's NCF reference: {NVIDIA_NCF_SAMPLES_PER_GPU:,} per GPU, quoted).")
+    fixed, per_sample = fit
+    step = top["global_batch"] / top["samples_per_s"]
+    fixed_share = min(1.0, max(0.0, fixed / step))
+    need = compute_share / (1 - compute_share) * max(fixed, 0.0) / per_sample
+    suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
+    return (lead + f". Fitted over the sizes: each step costs {1e3 * max(fixed, 0.0):.2f} ms whatever the batch "
+            f"(optimizer step over every parameter, all-reduce, launches) plus {1e6 * per_sample:.2f} us per "
+            f"sample, so at {top['per_rank_batch']} samples per rank {fixed_share:.0%} of the step does not "
+            f"shrink when ranks are added. Compute would be {compute_share:.0%} of the step from about {suggest:,} "
+            f"samples per rank (global batch {suggest * top['world_size']:,} on {top['world_size']} ranks) — "
+            f"which is why NVIDIA's NCF reference trains at {NVIDIA_NCF_SAMPLES_PER_GPU:,} samples per GPU "
+            "(quoted), with the lr rules, warmup and LARS of lessons 02-04 to keep such a batch converging.")
 
 
 def scaling_table(rows: list[dict]) -> Table:

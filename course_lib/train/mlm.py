@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from .. import dist as cdist
 from ..data.text import IGNORE_INDEX, MLMData
 from ..models.bert import BertForMLM, bert_config
-from ..optim import LAMB, lr_at, param_groups
+from ..optim import LAMB, fused_on_gpu, lr_at, param_groups
 from ..parallel.data_parallel import DataParallel
 from ..precision import Precision
 from ..progress import resolve_progress
@@ -101,7 +101,7 @@ def make_optimizer(model: torch.nn.Module, cfg: MLMTrainConfig) -> torch.optim.O
     """AdamW or LAMB over ``param_groups`` (biases and LayerNorm: no decay, and no trust ratio for LAMB)."""
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "adam":
-        return torch.optim.AdamW(groups, lr=cfg.peak_lr, betas=cfg.betas, eps=cfg.eps)
+        return torch.optim.AdamW(groups, lr=cfg.peak_lr, betas=cfg.betas, eps=cfg.eps, fused=fused_on_gpu(model))
     return LAMB(groups, lr=cfg.peak_lr, betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay,
                 bias_correction=cfg.bias_correction, max_grad_norm=cfg.max_grad_norm)
 

@@ -21,7 +21,7 @@ from ..data import load_implicit
 from ..data.text import MLMData, build_mlm_data, load_corpus, train_tokenizer
 from ..parallel.checkpoint import Checkpointer
 from .mlm import MLMTrainConfig, train_mlm
-from .ncf import TrainConfig, train_to_target
+from .ncf import TrainConfig, default_target_hr, train_to_target
 
 
 # --------------------------------------------------------------------------- NeuMF
@@ -38,13 +38,14 @@ class RunSpec:
     dataset: str = "ml-1m"
     profile: str = "full"
     synthetic_size: str | None = None
-    num_eval_negatives: int = 100
+    num_eval_negatives: int | None = None  # None: the dataset's protocol (load_implicit)
     evaluate_points: bool = True
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     resume: bool = True
     label: str = ""
     progress: str = "log"
+    default_target: bool = False  # cfg.target_hr None: train to the dataset's default target (scripts)
     fail_at_step: int | None = None  # debug: this rank raises after that many steps
     fail_rank: int = 1
 
@@ -72,6 +73,8 @@ def ncf_worker(rank: int, world_size: int, cfg, spec) -> dict:
     cfg = cfg if isinstance(cfg, TrainConfig) else TrainConfig(**cfg)
     spec = spec if isinstance(spec, RunSpec) else RunSpec(**spec)
     data = load_data(spec)
+    if spec.default_target and cfg.target_hr is None:
+        cfg = cfg.replace(target_hr=default_target_hr(data))
     fail = spec.fail_at_step if rank == spec.fail_rank else None
     checkpoint = (Checkpointer(spec.checkpoint_dir, spec.checkpoint_every, resume=spec.resume, fail_at_step=fail)
                   if spec.checkpoint_dir or fail is not None else None)

@@ -1,0 +1,35 @@
+"""Lesson 06's reading of its own scaling rows (course_lib.parallel.scaling): the numbers it states come from the rows."""
+
+import pytest
+
+from course_lib.parallel.scaling import NVIDIA_NCF_SAMPLES_PER_GPU, scaling_reading, scaling_rows, step_time_fit
+
+
+def record(world, global_batch, step_s, ttt=10.0):
+    return {"config": {"global_batch_size": global_batch, "peak_lr": 1e-3}, "samples_per_s": global_batch / step_s,
+            "time_to_target_s": ttt, "epochs_to_target": 1.0, "train_time_s": 20.0, "comm_time_s": 1.0,
+            "final_hr": 0.7}
+
+
+def rows_for(fixed_s, per_sample_s, global_batch=16384, worlds=(1, 2, 4, 8)):
+    runs = {w: record(w, global_batch, fixed_s + per_sample_s * global_batch / w) for w in worlds}
+    return scaling_rows(runs, runs)
+
+
+def test_fit_recovers_a_fixed_cost_and_a_per_sample_cost():
+    fixed, per_sample = step_time_fit(rows_for(4e-3, 1e-7))
+    assert fixed == pytest.approx(4e-3) and per_sample == pytest.approx(1e-7)
+
+
+def test_reading_states_the_fixed_share_and_the_per_rank_batch_that_scales():
+    """#12.12: NeuMF at a fixed global batch on 8 GPUs: a dominant fixed cost, ~1x strong scaling."""
+    text = scaling_reading(rows_for(4e-3, 1e-7))  # 2048 per rank: 0.2 ms compute next to 4 ms fixed
+    assert "efficiency 0.17" in text and "95% of the step does not shrink" in text
+    # compute = 80% of the step from 4 x 4 ms / 0.1 us = 160,000 samples -> 262,144 (a power of two)
+    assert "262,144 samples per rank" in text and f"{NVIDIA_NCF_SAMPLES_PER_GPU:,}" in text
+
+
+def test_reading_with_one_size_or_no_trend_says_so():
+    assert "one data-parallel size" in scaling_reading(rows_for(4e-3, 1e-7, worlds=(1,)))
+    flat = scaling_reading(rows_for(4e-3, 0.0))
+    assert "did not shrink" in flat
