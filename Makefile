@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 KERNEL := largebatch-course
 TS     := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: course test lab kernel install exercises clean
+.PHONY: course test lab kernel install exercises clean wheelhouse
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,18 @@ test: $(STAMP)
 # Learner notebooks are generated from the solved ones; tests fail when they drift.
 exercises: $(STAMP)
 	$(PY) ci/make_exercises.py
+
+# For an offline GPU node: every dependency except torch, as wheels, into wheelhouse/ (run it
+# where PyPI is reachable; copy the folder with the checkout). WHEEL_PYTHON is the GPU node's
+# Python (default: this venv's); ci/gpu-check.sh installs from the folder with no index.
+WHEEL_PYTHON ?= $(shell $(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+wheelhouse: $(STAMP)
+	@mkdir -p wheelhouse
+	$(PY) ci/requirements.py > wheelhouse/requirements.txt
+	$(PY) -m pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(WHEEL_PYTHON) \
+	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -r wheelhouse/requirements.txt
+	@echo "wheelhouse/: $$(ls wheelhouse/*.whl | wc -l) wheels for Python $(WHEEL_PYTHON) (torch not included: the GPU node's own)"
 
 lab: kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=.

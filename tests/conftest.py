@@ -1,4 +1,13 @@
-"""Fixtures shared by the training-loop tests."""
+"""The suite's tier, and fixtures shared by the training-loop tests.
+
+``make test`` checks the **CPU tier** on every machine: its references (seeded runs,
+gloo, AllReduceBatchNorm, the smoke notebooks' checked outputs) are CPU results, and on a
+GPU host a test would otherwise pick NCCL or CUDA and compare a CUDA run with them. So the
+suite hides the GPUs (``CUDA_VISIBLE_DEVICES=`` — the course's own way to ask for the CPU
+tier, see ``course_lib.tiers``) before anything touches CUDA; workers and notebook kernels
+inherit it. The GPU tier has its own tests, ``tests/test_gpu.py``, which skip without a
+GPU: ``COURSE_TEST_GPU=1 pytest tests/test_gpu.py`` (``ci/gpu-check.sh`` runs them).
+"""
 
 import os
 
@@ -6,6 +15,19 @@ import pytest
 import torch
 
 from course_lib.data import load_synthetic
+
+GPU_RUN = os.environ.get("COURSE_TEST_GPU", "") not in ("", "0")
+
+
+def pytest_configure(config):
+    if not GPU_RUN:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def pytest_report_header(config):
+    if GPU_RUN:
+        return f"course tier under test: GPUs visible (COURSE_TEST_GPU=1, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
+    return "course tier under test: cpu (GPUs hidden; COURSE_TEST_GPU=1 pytest tests/test_gpu.py tests the GPU tier)"
 
 
 @pytest.fixture(scope="module")

@@ -88,3 +88,41 @@ def test_papermill_parses_every_parameter(path):
     cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
     assigned = re.findall(r"^([A-Za-z_]\w*)\s*=", "".join(cell["source"]), re.M)
     assert set(papermill.inspect_notebook(str(path))) == set(assigned)
+
+
+def test_the_wheelhouse_holds_every_requirement_but_torch():
+    """#12.5: an offline GPU node installs from wheelhouse/ and keeps its own CUDA torch."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(REPO / "ci" / "requirements.py")], capture_output=True, text=True,
+                         check=True).stdout.split()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = _requirement_map(project["dependencies"] + project["optional-dependencies"]["dev"])
+    assert _requirement_map(out) == {k: v for k, v in wanted.items() if k not in ("torch", "jupyterlab")}
+    assert {"papermill", "nbformat", "ipykernel", "pytest", "tokenizers"} <= set(_requirement_map(out))
+
+
+def test_gpu_check_dry_run_installs_with_no_index_and_ends_with_its_budget(tmp_path):
+    """The GPU check's plumbing on this CPU machine: the wheelhouse install (pip --no-index), the
+    dependency check, the hardware and plan, the GPU tests (skipped here). Lessons and benchmarks
+    are tested on their own (test_notebooks, test_bench)."""
+    import os
+    import subprocess
+    import sys
+
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    (wheelhouse / "requirements.txt").write_text("")  # nothing to install, but pip runs with --no-index
+    env = {**os.environ, "PY": sys.executable, "ALLOW_CPU": "1", "WHEELHOUSE": str(wheelhouse),
+           "OUT": str(tmp_path / "out"), "CHECK_NOTEBOOKS": "none", "CHECK_BENCH": "0"}
+    proc = subprocess.run(["bash", str(REPO / "ci" / "gpu-check.sh")], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"installing from {wheelhouse} (no index)" in proc.stdout
+    assert "The course's plan for this machine (cpu, smoke)" in proc.stdout
+    assert re.search(r"gpu-check: ok in \d+ s \(within the 600 s budget\)", proc.stdout)
+    (wheelhouse / "requirements.txt").unlink()
+    proc = subprocess.run(["bash", str(REPO / "ci" / "gpu-check.sh")], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 2 and "make wheelhouse" in proc.stderr

@@ -71,6 +71,29 @@ def test_gpus_that_torch_cannot_use_are_a_clear_error_not_a_silent_cpu_tier():
         plan(machine(2, cuda=False))
 
 
+def test_the_suite_runs_the_cpu_tier_on_a_gpu_host(tmp_path, monkeypatch):
+    """#12.2: on a GPU node the CPU-reference tests must not pick NCCL/CUDA.
+
+    A fake ``nvidia-smi`` lists eight H100s; under the suite (conftest hides the GPUs with
+    ``CUDA_VISIBLE_DEVICES=``) detection and the plan give the CPU tier, not an error.
+    """
+    import os
+
+    from course_lib import hardware
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n" + "".join(
+        f"echo '{i}, NVIDIA H100 80GB HBM3, 81559, 9.0'\n" for i in range(8)))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert hardware._gpus_from_nvidia_smi() == ()  # hidden, as CUDA will see them
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert len(hardware._gpus_from_nvidia_smi()) == 8  # the fake works: the hiding is what matters
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    hw = hardware.detect()
+    assert (hw.tier, hw.cuda_available, plan(hw, "smoke").device) == ("cpu", False, "cpu")
+
+
 def test_plan_table_and_unknown_profile():
     assert "dp_world_size" in str(plan(EIGHT))
     with pytest.raises(ValueError, match="profile"):

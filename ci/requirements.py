@@ -1,0 +1,49 @@
+"""Print the requirements a GPU check installs from a wheelhouse: the course's, minus torch.
+
+    python ci/requirements.py            # one requirement per line, from pyproject.toml
+
+GPU nodes bring their own CUDA build of torch (a wheelhouse torch would be the wrong build
+and several GB); JupyterLab is for people, not for the check, so it stays out too. Used by
+``make wheelhouse`` (which downloads them) and ``ci/gpu-check.sh`` (which installs them
+with no index).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = None
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+LEFT_OUT = {"torch", "jupyterlab"}
+
+
+def _parse_lists(text: str) -> dict:
+    """dependencies and optional-dependencies of a pyproject, without tomllib (Python 3.10)."""
+    sections = dict(re.findall(r"^\[([^\]]+)\]\s*$(.*?)(?=^\[|\Z)", text, flags=re.S | re.M))
+    lists = lambda body: {k: re.findall(r'"([^"]+)"', v)
+                          for k, v in re.findall(r"^([\w-]+)\s*=\s*\[(.*?)\]", body, flags=re.S | re.M)}
+    return {"dependencies": lists(sections.get("project", "")).get("dependencies", []),
+            "optional": lists(sections.get("project.optional-dependencies", ""))}
+
+
+def requirements(pyproject: Path = PYPROJECT) -> list[str]:
+    text = pyproject.read_text()
+    if tomllib is not None:
+        project = tomllib.loads(text)["project"]
+        reqs = list(project["dependencies"]) + [r for extra in project.get("optional-dependencies", {}).values()
+                                                for r in extra]
+    else:
+        lists = _parse_lists(text)
+        reqs = lists["dependencies"] + [r for extra in lists["optional"].values() for r in extra]
+    name = lambda r: re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].strip().lower()
+    return [r for r in reqs if name(r) not in LEFT_OUT]
+
+
+if __name__ == "__main__":
+    sys.stdout.write("".join(f"{r}\n" for r in requirements()))
