@@ -16,7 +16,8 @@ def machine(gpus: int = 0, *, cores: int = 8, bf16: str | None = None, cuda: boo
                     fp16_autocast="native" if gpus else "emulated (slow)")
 
 
-LAPTOP, ONE, THREE, FOUR, EIGHT = machine(0, cores=4), machine(1), machine(3), machine(4), machine(8)
+LAPTOP, ONE, TWO, THREE, FOUR, EIGHT = (machine(0, cores=4), machine(1), machine(2), machine(3), machine(4),
+                                       machine(8))
 
 
 def test_cpu_laptop():
@@ -37,7 +38,7 @@ def test_one_gpu_measures_communication_on_two_gloo_ranks_and_keeps_them_off_the
     assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("small", 128, 1)
 
 
-@pytest.mark.parametrize("hw, ranks", [(THREE, 2), (FOUR, 4), (EIGHT, 8)])
+@pytest.mark.parametrize("hw, ranks", [(TWO, 2), (THREE, 2), (FOUR, 4), (EIGHT, 8)])
 def test_gpu_nodes_use_nccl_on_a_power_of_two_ranks(hw, ranks):
     p = plan(hw)
     assert (p.tier, p.dp_world_size, p.dp_backend, p.dp_on_ladder) == ("multi-gpu", ranks, "nccl", True)
@@ -45,7 +46,7 @@ def test_gpu_nodes_use_nccl_on_a_power_of_two_ranks(hw, ranks):
     assert p.scaling_world_sizes == tuple(w for w in (1, 2, 4, 8) if w <= ranks)
 
 
-@pytest.mark.parametrize("hw", [LAPTOP, ONE, THREE, FOUR, EIGHT], ids=["cpu", "1gpu", "3gpu", "4gpu", "8gpu"])
+@pytest.mark.parametrize("hw", [LAPTOP, ONE, TWO, THREE, FOUR, EIGHT], ids=["cpu", "1gpu", "2gpu", "3gpu", "4gpu", "8gpu"])
 @pytest.mark.parametrize("profile", ["full", "smoke"])
 def test_every_world_size_the_plan_launches_divides_the_lessons_batches(hw, profile):
     """Lesson 06's global batches (4096 and its micro batch 512; smoke 1024 / 128) and lesson 07's
