@@ -93,13 +93,18 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
             "compare different problems. Rerun the lessons whose rungs differ with the same DATASET (the tier plan "
             "picks one for the whole course), or start a fresh results directory ($COURSE_RESULTS_DIR).")
     base = saved.get("baseline", {}).get("time_to_target_s")
-    rows = []
+    rows, before = [], None  # before: the latest rung below that reached the target
     for step in LADDER_STEPS:
         if step in saved:
             r = dict(saved[step])
             ttt = r.get("time_to_target_s")
             r["speedup"] = base / ttt if (base and ttt) else None
+            # this rung against the one below it: a trick that did not help here says so
+            r["vs_previous"] = before["time_to_target_s"] / ttt if (before and ttt) else None
+            r["previous_step"] = before["step"] if before else None
             rows.append(r)
+            if ttt:
+                before = r
     return rows
 
 
@@ -121,13 +126,17 @@ def ladder_table(directory: Path | None = None) -> Table:
     and what each rung actually ran."""
     rows = ladder_rows(directory)
     dataset = rows[0].get("dataset", "") if rows else ""
-    t = Table(["step", "time to target (s)", "speedup", "final HR@10", "target", "setting", "ran"],
-              title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
+    t = Table(["step", "time to target (s)", "speedup", "vs the rung below", "final HR@10", "target", "setting",
+               "ran"], title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
     for r in rows:
         ttt = r.get("time_to_target_s")
+        vs = r.get("vs_previous")
+        below = "—" if vs is None else (f"{vs:.2f}x" + ("" if vs >= 1 else f": slower than {r['previous_step']!r}, "
+                                                          "this trick did not help here"))
         t.add(**{"step": r["step"], "time to target (s)": ttt if ttt is not None else "not reached",
-                 "speedup": f"{r['speedup']:.1f}x" if r["speedup"] else "—", "final HR@10": r.get("final_hr"),
-                 "target": r.get("target_hr"), "setting": r.get("setting", ""), "ran": r.get("ran", "")})
+                 "speedup": f"{r['speedup']:.1f}x" if r["speedup"] else "—", "vs the rung below": below,
+                 "final HR@10": r.get("final_hr"), "target": r.get("target_hr"), "setting": r.get("setting", ""),
+                 "ran": r.get("ran", "")})
     return t
 
 
@@ -167,6 +176,16 @@ def config_from_ladder(base_cfg: TrainConfig, directory=None, steps=None, datase
         return base_cfg, None
     row = min(rows, key=lambda r: r["time_to_target_s"])
     return _config(base_cfg, row["config"]), row
+
+
+def rung_batch(step: str, default: int, *, dataset: str | None = None, directory=None) -> tuple[int, str]:
+    """``(global batch, where it came from)``: the batch of the saved rung ``step`` (measured on
+    ``dataset`` when given), else ``default`` — lesson 04 takes lesson 03's batch, which lesson
+    03 picks at run time, rather than a number typed in."""
+    for r in ladder_rows(directory):
+        if r["step"] == step and (dataset is None or r.get("dataset") == dataset) and r.get("batch_size"):
+            return int(r["batch_size"]), f"the {step!r} rung's batch (saved by an earlier lesson)"
+    return default, f"the default {default}: no {step!r} rung saved{' for ' + dataset if dataset else ''} yet"
 
 
 def ladder_config(default: TrainConfig, directory=None, dataset: str | None = None):

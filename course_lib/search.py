@@ -94,6 +94,37 @@ def fastest(results):
     return min(reached, key=lambda r: r.time_to_target_s) if reached else None
 
 
+def race_reading(results, *, target_hr: float, floor_hr: float | None = None) -> str:
+    """Per optimizer, what its best run did (from the records only), then the fastest overall.
+
+    A run's lr that sits at the edge of the grid it was swept over is flagged: the best may lie
+    beyond it. ``floor_hr``: the popularity ranking's HR, for runs that ended near it.
+    """
+    lines = []
+    by_opt: dict[str, list] = {}
+    for r in results:
+        by_opt.setdefault(r.config["optimizer"], []).append(r)
+    for opt, runs in by_opt.items():
+        lrs = sorted(r.config["peak_lr"] for r in runs)
+        reached = [r for r in runs if r.time_to_target_s is not None]
+        best_hr = lambda r: r.best_hr if r.best_hr is not None else (r.final_hr or 0.0)
+        best = min(reached, key=lambda r: r.time_to_target_s) if reached else max(runs, key=best_hr)
+        lr = best.config["peak_lr"]
+        edge = " (the edge of its grid: a better lr may lie beyond)" if len(lrs) > 1 and lr in (lrs[0], lrs[-1]) else ""
+        if reached:
+            what = f"reached HR@10 {target_hr} in {best.time_to_target_s:.1f} s ({best.steps_to_target} steps)"
+        else:
+            near = ""
+            if floor_hr is not None and best_hr(best) < floor_hr:
+                near = f", below the popularity ranking's {floor_hr:.3f}"
+            what = f"did not reach {target_hr}: best HR@10 {best_hr(best):.3f}{near}"
+        lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): best at lr {lr:.3g}{edge}, {what}")
+    win = fastest(results)
+    lines.append(f"fastest to the target: {win.config['optimizer']} at lr {win.config['peak_lr']:.3g}" if win
+                 else "no run reached the target")
+    return "\n".join(lines)
+
+
 def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
              extra: tuple[TrainConfig, ...] = (), progress: str = "none") -> tuple[Table, float, list[TrainResult]]:
     """Short runs (``max_epochs`` each, the whole budget: no target) at each base lr of ``cfg``

@@ -35,6 +35,15 @@ def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
     assert rows[1]["batch_size"] == 4096 and rows[1]["precision"] == "fp32"
     md = ladder.ladder_table(tmp_path).to_markdown()
     assert "4.0x" in md and "not reached" in md
+    ladder.save_ladder_result("+LARS", fake_result(16384, 0.01, 20.0, optimizer="lamb"), setting="b16384 lamb",
+                               directory=tmp_path)
+    rows = ladder.ladder_rows(tmp_path)  # +LARS is compared with +linear scaling (+warmup never reached)
+    assert rows[3]["vs_previous"] == pytest.approx(0.5) and rows[3]["previous_step"] == "+linear scaling"
+    assert "slower than '+linear scaling', this trick did not help here" in ladder.ladder_table(tmp_path).to_markdown()
+    # lesson 04 takes lesson 03's batch from its rung, not a number typed in
+    assert ladder.rung_batch("+warmup", 999, directory=tmp_path)[0] == 16384
+    assert ladder.rung_batch("+warmup", 999, dataset="ml-1m", directory=tmp_path) == (
+        999, "the default 999: no '+warmup' rung saved for ml-1m yet")
     with pytest.raises(ValueError):
         ladder.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
                                directory=tmp_path)
@@ -128,3 +137,15 @@ def test_at_batch_keeps_a_rule_or_scales_an_lr_given_as_is():
     given = TrainConfig(global_batch_size=4096, base_lr=4e-3)
     assert at_batch(given, 1024, "linear").peak_lr == pytest.approx(1e-3)  # 4e-3 x 1024 / 4096
     assert at_batch(given, 16384).peak_lr == pytest.approx(8e-3)  # sqrt by default
+
+
+def test_race_reading_states_each_optimizers_best_from_the_records():
+    from course_lib.search import race_reading
+
+    runs = [fake_result(16384, 1e-2, 12.0), fake_result(16384, 2e-2, None, hr=0.70),
+            fake_result(16384, 8.0, None, hr=0.10, optimizer="sgd"), fake_result(16384, 32.0, None, hr=0.05, optimizer="sgd"),
+            fake_result(16384, 5.0, 30.0, optimizer="lars")]
+    text = race_reading(runs, target_hr=0.75, floor_hr=0.39)
+    assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
+    assert "sgd (lr 8, 32): best at lr 8 (the edge" in text and "best HR@10 0.100, below the popularity ranking's 0.390" in text
+    assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")

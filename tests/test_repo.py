@@ -126,3 +126,16 @@ def test_gpu_check_dry_run_installs_with_no_index_and_ends_with_its_budget(tmp_p
     proc = subprocess.run(["bash", str(REPO / "ci" / "gpu-check.sh")], env=env, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 2 and "make wheelhouse" in proc.stderr
+
+
+def test_every_lesson_links_its_exercise_and_every_exercise_has_a_lesson():
+    links = {}
+    for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
+        text = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown")
+        links[nb.name] = set(re.findall(r"\(\.\./exercises/([\w.]+\.ipynb)\)", text))
+    exercises = {p.name for p in (REPO / "exercises").glob("*.ipynb")}
+    for lesson, linked in links.items():
+        assert linked <= exercises, f"{lesson} links a missing exercise: {linked - exercises}"
+        if not lesson.startswith("00_"):
+            assert linked, f"{lesson} links no exercise (end it with a link to exercises/NN_*.ipynb)"
+    assert exercises <= set().union(*links.values()), f"exercises no lesson links: {exercises - set().union(*links.values())}"

@@ -2,7 +2,8 @@
 
 import pytest
 
-from course_lib.parallel.scaling import NVIDIA_NCF_SAMPLES_PER_GPU, scaling_reading, scaling_rows, step_time_fit
+from course_lib.parallel.scaling import (NVIDIA_NCF_SAMPLES_PER_GPU, scaling_reading, scaling_rows, scaling_table,
+                                         step_time_fit)
 
 
 def record(world, global_batch, step_s, ttt=10.0):
@@ -27,6 +28,13 @@ def test_reading_states_the_fixed_share_and_the_per_rank_batch_that_scales():
     assert "efficiency 0.17" in text and "95% of the step does not shrink" in text
     # compute = 80% of the step from 4 x 4 ms / 0.1 us = 160,000 samples -> 262,144 (a power of two)
     assert "262,144 samples per rank" in text and f"{NVIDIA_NCF_SAMPLES_PER_GPU:,}" in text
+
+
+def test_the_table_says_how_communication_was_measured():
+    """gloo times every bucket; NCCL's figure is DDP's sampled estimate: the table says which."""
+    runs = {1: record(1, 1024, 0.01), 2: {**record(2, 1024, 0.006), "comm_method": "timed: every bucket's all-reduce"}}
+    md = scaling_table(scaling_rows(runs, runs)).to_markdown()
+    assert "comm measured by" in md and "timed: every bucket" in md
 
 
 def test_reading_with_one_size_or_no_trend_says_so():

@@ -127,6 +127,15 @@ class DataParallel:
         return bool(t.item())
 
     @property
+    def comm_method(self) -> str | None:
+        """How :attr:`comm_time_s` is measured here, for the tables that show it (None on one process)."""
+        if self.ddp is None:
+            return None
+        if dist.get_backend() == "gloo":
+            return "timed: every bucket's all-reduce"
+        return "estimated: DDP's sampled timers x steps"
+
+    @property
     def comm_time_s(self) -> float | None:
         """Seconds with a gradient all-reduce in flight (None on one process).
 

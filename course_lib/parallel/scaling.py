@@ -32,6 +32,7 @@ def scaling_rows(strong: dict, weak: dict) -> list[dict]:
                 "time_to_target_s": ttt, "epochs_to_target": r["epochs_to_target"],
                 "ttt_efficiency": ttt1 / (w * ttt) if (mode == "strong" and ttt and ttt1) else None,
                 "comm_s": comm, "comm_share": comm / r["train_time_s"] if r["train_time_s"] else None,
+                "comm_method": r.get("comm_method") or "",
                 "final_hr": r["final_hr"]})
     return rows
 
@@ -96,7 +97,8 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
 
 def scaling_table(rows: list[dict]) -> Table:
     t = Table(["mode", "ranks", "global batch", "per-rank batch", "samples/s", "speedup", "efficiency",
-               "time to target (s)", "epochs to target", "comm (s)", "comm share", "final HR@10"],
+               "time to target (s)", "epochs to target", "comm (s)", "comm share", "comm measured by",
+               "final HR@10"],
               title="Strong scaling (fixed global batch) and weak scaling (fixed per-rank batch)")
     for r in rows:
         t.add(**{"mode": r["mode"], "ranks": r["world_size"], "global batch": r["global_batch"],
@@ -105,7 +107,7 @@ def scaling_table(rows: list[dict]) -> Table:
                  "time to target (s)": r["time_to_target_s"] if r["time_to_target_s"] is not None else "not reached",
                  "epochs to target": r["epochs_to_target"], "comm (s)": r["comm_s"],
                  "comm share": f"{r['comm_share']:.0%}" if r["comm_share"] is not None else None,
-                 "final HR@10": r["final_hr"]})
+                 "comm measured by": r["comm_method"] or "—", "final HR@10": r["final_hr"]})
     return t
 
 

@@ -294,6 +294,7 @@ class TrainResult:
     best_hr: float | None = None
     best_ndcg: float | None = None
     comm_time_s: float | None = None  # lesson 06: gradient all-reduce time (DDP); None on one process
+    comm_method: str | None = None  # how comm_time_s was obtained (DataParallel.comm_method)
     steps_per_epoch: int = 0
     diverged: bool = False  # the weights became inf/nan; the run stopped there
     final_train_hr: float | None = None  # lesson 02: HR@10 on each user's latest *training* item
@@ -497,6 +498,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         eval_time_s=eval_time, samples_per_s=throughput(samples, train_time), phase_time_s=phase,
         curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
         best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best], comm_time_s=par.comm_time_s,
+        comm_method=par.comm_method,
         steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
         precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
     )
