@@ -116,6 +116,20 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
     return t
 
 
+def throughput_reading(table: Table) -> str:
+    """What a :func:`throughput_vs_batch` table shows, read from its rows."""
+    rows = [(r["batch size"], r["samples/s"]) for r in table.rows]
+    if len(rows) < 2:
+        return "one batch size measured: nothing to compare"
+    (b0, s0), (b1, s1) = rows[0], rows[-1]
+    (bp, sp) = rows[-2]
+    last = s1 / sp
+    trend = ("samples/s is flattening: the last step up gained less than 20 %" if last < 1.2 else
+             "samples/s was still growing at the largest batch measured")
+    return (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
+            f"batch {bp} -> {b1}: {last:.2f}x; {trend}")
+
+
 def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, device=None,
                   sort_by: str | None = None, row_limit: int = 10) -> str:
     """``torch.profiler`` over a few training steps; the table of the top ops (and phase ranges)."""

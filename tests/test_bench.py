@@ -40,3 +40,27 @@ def test_ncf_benchmark_prints_the_loader_ratio(capsys, one_thread, tmp_path, mon
     out = capsys.readouterr().out
     assert float(re.search(r"ratio loader: ([0-9.]+)", out).group(1)) > 0
     assert float(re.search(r"ratio training: ([0-9.]+)", out).group(1)) > 0
+
+
+def test_throughput_reading_is_read_from_the_rows():
+    from course_lib.bench import throughput_reading
+    from course_lib.tables import Table
+
+    t = Table(["batch size", "steps", "samples/s", "ms/step"])
+    for b, sps in ((256, 40_000), (1024, 120_000), (4096, 130_000)):
+        t.add(**{"batch size": b, "steps": 10, "samples/s": sps, "ms/step": 1.0})
+    text = throughput_reading(t)
+    assert "from batch 256 to 4096 (16x) samples/s went from 40,000 to 130,000 (3.2x)" in text
+    assert "1.08x; samples/s is flattening" in text
+
+
+def test_phase_reading_and_a_table_without_timed_phases():
+    from course_lib.train.ncf import TrainResult
+
+    r = TrainResult(config={}, dataset="d", data_source="", synthetic=True, device="cpu", world_size=1,
+                    target_hr=None, time_to_target_s=None, steps_to_target=None, epochs_to_target=None, epochs=1.0,
+                    steps=10, samples=100, train_time_s=8.0, eval_time_s=2.0, samples_per_s=12.5,
+                    phase_time_s={"sampling": 1.0, "forward_backward": 2.0, "optimizer": 5.0, "evaluation": 2.0})
+    assert r.phase_reading() == "the largest phase of the training clock is optimizer (62%); it is the next thing to make faster"
+    r.phase_time_s = {"evaluation": 2.0}
+    assert "not timed" in r.phase_reading() and "phases not timed" in str(r.table())

@@ -332,12 +332,29 @@ class TrainResult:
                 f"NDCG@10 {ndcg} after {self.epochs:.2f} epochs; "
                 f"{self.samples_per_s:,.0f} samples/s; eval {self.eval_time_s:.1f} s (not on the clock)")
 
+    def _phases(self) -> dict[str, float]:
+        phases = dict(self.phase_time_s)
+        if set(phases) <= {"evaluation"}:  # a run without time_phases: the training as one block
+            phases = {"training (phases not timed: time_phases=False)": self.train_time_s, **phases}
+        return phases
+
     def table(self, title: str = "") -> Table:
         t = Table(["phase", "seconds", "share"], title=title or "Where the time went")
-        total = sum(self.phase_time_s.values()) or math.nan
-        for k, v in self.phase_time_s.items():
+        phases = self._phases()
+        total = sum(phases.values()) or math.nan
+        for k, v in phases.items():
             t.add(phase=k, seconds=v, share=f"{v / total:.0%}")
         return t
+
+    def phase_reading(self) -> str:
+        """The largest phase of the training clock and its share, read from this run."""
+        train = {k: v for k, v in self.phase_time_s.items() if k != "evaluation"}
+        if not train or not sum(train.values()):
+            return "phases were not timed in this run (time_phases=False)"
+        name, sec = max(train.items(), key=lambda kv: kv[1])
+        share = sec / sum(train.values())
+        return (f"the largest phase of the training clock is {name} ({share:.0%}); "
+                + ("it is the next thing to make faster" if share >= 0.4 else "no single phase dominates"))
 
     def __str__(self) -> str:
         return self.summary()
