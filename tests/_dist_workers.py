@@ -9,6 +9,8 @@ import torch.distributed as dist
 
 from course_lib import dist as cdist
 
+from _timing import scaled
+
 
 def echo(rank, world_size, payload):
     print(f"hello from rank {rank}")
@@ -51,6 +53,13 @@ def hang_in_collective(rank, world_size, pid_dir):
             time.sleep(1)
 
 
+def ncf_runs_with_specs(rank, world_size, runs):
+    """Several ``ncf_worker`` runs, each with its own ``RunSpec``, in one launch (launches cost seconds)."""
+    from course_lib.train.workers import ncf_worker
+
+    return [ncf_worker(rank, world_size, cfg, spec) for cfg, spec in runs]
+
+
 def mlm_data_differs(rank, world_size):
     """Each rank builds MLM data from a different text: the check must stop every rank."""
     from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
@@ -70,13 +79,13 @@ def _wait_for_file(path, timeout_s):
         time.sleep(0.05)
 
 
-def hold_sockets_open(rank, world_size, pid_dir, release_path, wait_s=600):
+def hold_sockets_open(rank, world_size, pid_dir, release_path, wait_s=None):
     """All-reduce once (so gloo's pairs are connected), report the pid, then wait for the test
     to look at every socket of the process tree and create ``release_path``."""
     t = torch.ones(4) * rank
     dist.all_reduce(t)
     _write_pid(pid_dir, rank)
-    _wait_for_file(release_path, wait_s)
+    _wait_for_file(release_path, scaled(600) if wait_s is None else wait_s)
     return float(t.sum())
 
 
@@ -124,7 +133,7 @@ def launch_and_scan_sockets(pid_dir, world_size=2):
 
     def scan():
         try:
-            _wait_for_pid_files(pid_dir, world_size, timeout_s=300)
+            _wait_for_pid_files(pid_dir, world_size, timeout_s=scaled(300))
             seen["sockets"] = tree_sockets()
         except BaseException as exc:  # noqa: BLE001 - reported to the test, never swallowed
             seen["error"] = exc
@@ -133,8 +142,8 @@ def launch_and_scan_sockets(pid_dir, world_size=2):
 
     thread = threading.Thread(target=scan, daemon=True)
     thread.start()
-    results = cdist.launch(hold_sockets_open, world_size, pid_dir, release, timeout_s=600, quiet=True)
-    thread.join(timeout=60)
+    results = cdist.launch(hold_sockets_open, world_size, pid_dir, release, timeout_s=scaled(600), quiet=True)
+    thread.join(timeout=scaled(60))
     return results, seen.get("sockets", []), seen.get("error")
 
 

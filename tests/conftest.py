@@ -7,6 +7,11 @@ suite hides the GPUs (``CUDA_VISIBLE_DEVICES=`` — the course's own way to ask 
 tier, see ``course_lib.tiers``) before anything touches CUDA; workers and notebook kernels
 inherit it. The GPU tier has its own tests, ``tests/test_gpu.py``, which skip without a
 GPU: ``COURSE_TEST_GPU=1 pytest tests/test_gpu.py`` (``ci/gpu-check.sh`` runs them).
+
+No test depends on the machine's speed: tests wait on events (pid files, process exits,
+barriers), and every time bound is a generous base value times one suite-wide scale,
+``COURSE_TEST_TIMEOUT_SCALE`` (default 1; ``tests/_timing.py``). Raise it on a machine
+slower than a loaded 2-core box.
 """
 
 import os
@@ -15,6 +20,7 @@ import pytest
 import torch
 
 from course_lib.data import load_synthetic
+from _timing import SCALE
 
 GPU_RUN = os.environ.get("COURSE_TEST_GPU", "") not in ("", "0")
 
@@ -25,9 +31,10 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+    scale = f"time bounds x{SCALE:g} (COURSE_TEST_TIMEOUT_SCALE)"
     if GPU_RUN:
-        return f"course tier under test: GPUs visible (COURSE_TEST_GPU=1, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})"
-    return "course tier under test: cpu (GPUs hidden; COURSE_TEST_GPU=1 pytest tests/test_gpu.py tests the GPU tier)"
+        return [f"course tier under test: GPUs visible (COURSE_TEST_GPU=1, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})", scale]
+    return ["course tier under test: cpu (GPUs hidden; COURSE_TEST_GPU=1 pytest tests/test_gpu.py tests the GPU tier)", scale]
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from course_lib import checks
 from course_lib.checks import l06_allreduce as l06
 from course_lib.metrics import positive_rank
 from course_lib.optim import LAMB, LARS, lars_trust_ratio
+from _timing import scaled
 
 
 @pytest.fixture(autouse=True)
@@ -50,12 +51,24 @@ def hit_rate_optimistic_ties(scores, k):
     return (rank < k).float().mean().item()
 
 
+def hit_rate_ignores_k(scores, k):
+    return hit_rate_ok(scores, 10)
+
+
+def ndcg_ignores_k(scores, k):
+    return ndcg_ok(scores, 10)
+
+
 def linear_ok(base_lr, batch_size, base_batch_size):
     return base_lr * batch_size / base_batch_size
 
 
 def sqrt_ok(base_lr, batch_size, base_batch_size):
     return base_lr * math.sqrt(batch_size / base_batch_size)
+
+
+def linear_base_256(base_lr, batch_size, base_batch_size):
+    return base_lr * batch_size / 256
 
 
 def warmup_ok(step, warmup_steps, total_steps, decay="constant"):
@@ -81,8 +94,20 @@ def trust_ratio_unguarded(w_norm, g_norm, trust_coefficient, weight_decay, eps):
     return trust_coefficient * w_norm / (g_norm + weight_decay * w_norm + eps)
 
 
-def _lars_step(groups, state, guard=True):
+def trust_ratio_without_eps(w_norm, g_norm, trust_coefficient, weight_decay, eps):
+    return trust_ratio_ok(w_norm, g_norm, trust_coefficient, weight_decay, 0.0)
+
+
+def trust_ratio_eps_1e_8(w_norm, g_norm, trust_coefficient, weight_decay, eps):
+    return trust_ratio_ok(w_norm, g_norm, trust_coefficient, weight_decay, 1e-8)
+
+
+def _lars_step(groups, state, guard=True, **fixed):
+    """A LARS step; ``fixed`` hard-codes hyperparameters (a learner's mistake) instead of reading the group."""
     for group in groups:
+        group = {**group, **{k: v for k, v in fixed.items() if k != "weight_decay" or group["weight_decay"]}}
+        if fixed.get("first_group_lr"):
+            group["lr"] = groups[0]["lr"]
         for p in group["params"]:
             g = p.grad
             if group["weight_decay"] != 0:
@@ -103,6 +128,30 @@ def lars_step_ok(groups, state):
 
 def lars_step_without_zero_norm_guard(groups, state):
     _lars_step(groups, state, guard=False)
+
+
+def lars_step_ignores_lr(groups, state):  # the escape of issue #20: every case used lr=1
+    _lars_step(groups, state, lr=1.0)
+
+
+def lars_step_first_group_lr(groups, state):
+    _lars_step(groups, state, first_group_lr=True)
+
+
+def lars_step_momentum_0_9(groups, state):
+    _lars_step(groups, state, momentum=0.9)
+
+
+def lars_step_trust_coefficient_0_02(groups, state):
+    _lars_step(groups, state, trust_coefficient=0.02)
+
+
+def lars_step_weight_decay_5e_4(groups, state):
+    _lars_step(groups, state, weight_decay=5e-4)
+
+
+def lars_step_eps_1e_8(groups, state):
+    _lars_step(groups, state, eps=1e-8)
 
 
 # --------------------------------------------------------------------------- 05: loss scaler
@@ -144,6 +193,25 @@ class LossScalerNoSkip(LossScalerOK):
         super().__init__(**kwargs, skip_step=False)
 
 
+class LossScalerFixedFactors(LossScalerOK):
+    """Doubles and halves, whatever growth_factor and backoff_factor it is given."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{**kwargs, "growth_factor": 2.0, "backoff_factor": 0.5})
+
+
+class LossScalerInfOnly(LossScalerOK):
+    """Looks for inf only (``~isinf`` in place of ``isfinite``): steps on NaN gradients."""
+
+    def step(self, optimizer):
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        for g in grads:
+            g.div_(self.scale_value)
+        self.found_inf = any(torch.isinf(g).any() for g in grads)
+        if not self.found_inf:
+            optimizer.step()
+
+
 class StubScaler:
     def __init__(self, **kwargs):
         raise NotImplementedError()
@@ -161,6 +229,12 @@ def average_gradients_ok(model):
 def average_gradients_sums(model):
     for p in model.parameters():
         dist.all_reduce(p.grad)
+
+
+def average_gradients_halves(model):  # the escape of issue #20: the world size was always 2
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= 2
 
 
 def _ring(tensor, even_chunks_only):
@@ -195,13 +269,19 @@ def ring_even_chunks_only(tensor):
     _ring(tensor, even_chunks_only=True)
 
 
+def ring_by_all_reduce(tensor):  # right numbers, but not built from point-to-point messages
+    dist.all_reduce(tensor)
+
+
 # --------------------------------------------------------------------------- 07: LAMB
 
 
-def _lamb_step(groups, state, max_grad_norm, bias_correction=True):
+def _lamb_step(groups, state, max_grad_norm, bias_correction=True, **fixed):
+    """A LAMB step; ``fixed`` hard-codes hyperparameters (a learner's mistake) instead of reading the group."""
     grads = [p.grad for g in groups for p in g["params"]]
     divisor = max(1.0, torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item() / max_grad_norm)
     for group in groups:
+        group = {**group, **{k: v for k, v in fixed.items() if k != "weight_decay" or group["weight_decay"]}}
         beta1, beta2 = group["betas"]
         for p in group["params"]:
             g = p.grad / divisor
@@ -229,6 +309,26 @@ def lamb_step_ok(groups, state, max_grad_norm):
 
 def lamb_step_without_bias_correction(groups, state, max_grad_norm):
     _lamb_step(groups, state, max_grad_norm, bias_correction=False)
+
+
+def lamb_step_ignores_lr(groups, state, max_grad_norm):
+    _lamb_step(groups, state, max_grad_norm, lr=0.01)
+
+
+def lamb_step_betas_0_9_0_999(groups, state, max_grad_norm):
+    _lamb_step(groups, state, max_grad_norm, betas=(0.9, 0.999))
+
+
+def lamb_step_eps_1e_6(groups, state, max_grad_norm):
+    _lamb_step(groups, state, max_grad_norm, eps=1e-6)
+
+
+def lamb_step_weight_decay_0_01(groups, state, max_grad_norm):
+    _lamb_step(groups, state, max_grad_norm, weight_decay=0.01)
+
+
+def lamb_step_max_grad_norm_1(groups, state, max_grad_norm):
+    _lamb_step(groups, state, 1.0)
 
 
 # --------------------------------------------------------------------------- tests
@@ -267,6 +367,30 @@ WRONG = [  # (check, subtly wrong implementation, words the message must contain
     (checks.check_lamb_step, lamb_step_without_bias_correction, ["without bias correction", "after step 1"]),
 ]
 
+# Hard-coded hyperparameters (issue #20): each passed the checks while every case used the same
+# value (lr=1, k=10, growth x2 ...); now a case varies it. The messages name the case that differs.
+HARD_CODED = [  # (check, implementation, words the message must contain)
+    (checks.check_hit_rate, hit_rate_ignores_k, ["k=1", "use the k you are given"]),
+    (checks.check_ndcg, ndcg_ignores_k, ["k=1", "use the k you are given"]),
+    (checks.check_linear_scaled_lr, linear_base_256, ["base_batch_size=1024"]),
+    (checks.check_lars_trust_ratio, trust_ratio_without_eps, ["||g||=0.0001", "expected 6.9993, got 7"]),
+    (checks.check_lars_trust_ratio, trust_ratio_eps_1e_8, ["||w||=2, ||g||=1"]),
+    (checks.check_lars_step, lars_step_ignores_lr, ["lr=0.3", "ignores the group's lr"]),
+    (checks.check_lars_step, lars_step_first_group_lr, ["a different lr in each group", "first group's lr"]),
+    (checks.check_lars_step, lars_step_momentum_0_9, ["momentum=0"]),
+    (checks.check_lars_step, lars_step_trust_coefficient_0_02, ["trust_coefficient=0.001"]),
+    (checks.check_lars_step, lars_step_weight_decay_5e_4, ["weight_decay=0.05"]),
+    (checks.check_lars_step, lars_step_eps_1e_8, ["eps=0.01"]),
+    (checks.check_loss_scaler, LossScalerFixedFactors, ["growth_factor=4", "backoff_factor=0.25"]),
+    (checks.check_loss_scaler, LossScalerInfOnly, ["(nan gradients)", "SKIPPED"]),
+    (checks.check_lamb_step, lamb_step_ignores_lr, ["lr=0.05"]),
+    (checks.check_lamb_step, lamb_step_betas_0_9_0_999, ["betas=(0.8, 0.99)"]),
+    (checks.check_lamb_step, lamb_step_eps_1e_6, ["eps=0.01"]),
+    (checks.check_lamb_step, lamb_step_weight_decay_0_01, ["weight_decay=0.1"]),
+    (checks.check_lamb_step, lamb_step_max_grad_norm_1, ["max_grad_norm=5", "uses max_grad_norm=1"]),
+]
+WRONG += HARD_CODED
+
 
 @pytest.mark.parametrize("check, impl, words", WRONG, ids=[f"{c.__name__}-{i.__name__}" for c, i, _ in WRONG])
 def test_a_classic_mistake_fails_and_is_named(check, impl, words):
@@ -278,11 +402,19 @@ def test_a_classic_mistake_fails_and_is_named(check, impl, words):
     assert "FAIL" in repr(result) and "FAIL" in result._repr_html_()
 
 
-def test_the_references_behind_the_checks_are_the_course_code():
+def test_the_references_behind_the_checks_are_the_course_code(monkeypatch):
     # The messages above only mean something if the checks compare with course_lib itself.
+    from course_lib import metrics
+    from course_lib.checks import l01_metrics, l04_lars, l07_lamb
+
     assert lars_trust_ratio(0.0, 1.0, trust_coefficient=0.001, weight_decay=0.0, eps=1e-8) == 1.0
     assert positive_rank(torch.zeros(1, 3)).item() == 2
-    assert LARS and LAMB
+    assert l04_lars.LARS is LARS and l04_lars.lars_trust_ratio is lars_trust_ratio and l07_lamb.LAMB is LAMB
+    assert l01_metrics.hit_rate_at_k is metrics.hit_rate_at_k and l01_metrics.ndcg_at_k is metrics.ndcg_at_k
+    # and a change of the reference changes the verdict: with LARS adapting every group, the
+    # correct step no longer matches
+    monkeypatch.setattr(l04_lars, "LARS", lambda groups, **kw: LARS(groups, **{**kw, "always_adapt": True}))
+    assert not checks.check_lars_step(lars_step_ok).passed
 
 
 def test_a_learner_error_is_reported_not_raised():
@@ -313,26 +445,53 @@ def test_strict_mode_raises_on_failure_and_on_a_stub(monkeypatch):
 
 
 def test_gradient_averaging_check_against_ddp():
-    # One launch (2 ranks) checks both implementations, to keep the suite fast.
-    per_rank = l06._launch_cases("check_average_gradients", l06._grad_avg_worker,
-                                    [average_gradients_ok, average_gradients_sums], 2, True)
+    # One launch (3 ranks: odd, so dividing by a fixed 2 shows) checks all three implementations.
+    fns = [average_gradients_ok, average_gradients_sums, average_gradients_halves]
+    per_rank = l06._launch_cases("check_average_gradients", l06._grad_avg_worker, fns, 3, True,
+                                 timeout_s=scaled(600))
     assert isinstance(per_rank, list), per_rank
-    ok = l06._grad_avg_result("check_average_gradients", [r[0] for r in per_rank], 2, True)
+    ok, summed, halved = (l06._grad_avg_result("check_average_gradients", [r[i] for r in per_rank], 3, True)
+                          for i in range(len(fns)))
     assert ok.passed, ok.message
-    summed = l06._grad_avg_result("check_average_gradients", [r[1] for r in per_rank], 2, True)
     assert not summed.passed
-    assert "2 times DDP's gradient" in summed.message and "SUMs" in summed.message, summed.message
+    assert "3 times DDP's gradient" in summed.message and "SUMs" in summed.message, summed.message
+    assert not halved.passed
+    assert "divided by 2, not by the world size (3)" in halved.message, halved.message
+
+
+def test_the_gradient_averaging_check_runs_an_odd_world_size_by_default():
+    import inspect
+
+    assert inspect.signature(checks.check_average_gradients).parameters["world_size"].default == 3
 
 
 def test_ring_all_reduce_check_on_three_ranks():
     # One launch (3 ranks): a correct ring, and one that drops the remainder of uneven chunks.
     sizes = checks.ring_sizes(3)
     assert {1, 2, 4, 1001, (4, 3)} <= set(sizes)  # shorter than, and not divisible by, world_size; 2-D
+    # And one that gets the right numbers from dist.all_reduce itself: refused, by name.
     per_rank = l06._launch_cases("check_ring_all_reduce", l06._ring_worker,
-                                    [ring_ok, ring_even_chunks_only], 3, sizes)
+                                    [ring_ok, ring_even_chunks_only, ring_by_all_reduce], 3, sizes,
+                                    timeout_s=scaled(600))
     assert isinstance(per_rank, list), per_rank
     ok = l06._ring_result("check_ring_all_reduce", [r[0] for r in per_rank], 3, sizes)
     assert ok.passed, ok.message
     uneven = l06._ring_result("check_ring_all_reduce", [r[1] for r in per_rank], 3, sizes)
     assert not uneven.passed
     assert "shape (1,) on 3 ranks" in uneven.message and "tensor_split" in uneven.message, uneven.message
+    collective = l06._ring_result("check_ring_all_reduce", [r[2] for r in per_rank], 3, sizes)
+    assert not collective.passed
+    assert "called dist.all_reduce, a collective" in collective.message, collective.message
+    assert dist.all_reduce.__module__.startswith("torch.distributed")  # the refusal was undone here too
+
+
+def test_the_ring_check_refuses_collectives_imported_by_name_and_restores_them():
+    namespace = {"all_gather": dist.all_gather}
+    exec("def ring(t):\n    all_gather([t], t)\n", namespace)
+    originals = {name: getattr(dist, name) for name in l06._COLLECTIVES if hasattr(dist, name)}
+    log = l06._CallLog(namespace["ring"])
+    with log, pytest.raises(RuntimeError, match="all_gather is a collective"):
+        namespace["ring"](torch.zeros(2))
+    assert log.collectives == ["all_gather"]
+    assert namespace["all_gather"] is originals["all_gather"]
+    assert all(getattr(dist, name) is fn for name, fn in originals.items())

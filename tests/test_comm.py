@@ -5,6 +5,7 @@ import pytest
 
 from course_lib import comm
 from course_lib import dist as cdist
+from _timing import scaled
 
 ALPHA, BETA = 50e-6, 1e-9  # 50 us latency, 1 GB/s
 SIZES = 4.0 ** np.arange(1, 14)
@@ -165,7 +166,7 @@ def test_mlp_spec_size():
 @pytest.mark.slow
 def test_allreduce_benchmark_on_two_gloo_ranks():
     sizes = [4, 4096, 2**18 + 2]  # the last one is not a whole number of floats
-    rows_by_rank = cdist.launch(comm.allreduce_benchmark, 2, sizes, 6, 2, backend="gloo", timeout_s=600)
+    rows_by_rank = cdist.launch(comm.allreduce_benchmark, 2, sizes, 6, 2, backend="gloo", timeout_s=scaled(600))
     rows = rows_by_rank[0]
     assert rows == rows_by_rank[1]  # timings are maxed over ranks: both ranks report the same
     assert [r["size_bytes"] for r in rows] == [4, 4096, 2**18]
@@ -184,7 +185,7 @@ def test_allreduce_benchmark_on_two_gloo_ranks():
 def test_ddp_bucket_benchmark_on_two_gloo_ranks():
     spec = comm.default_mlp_spec(smoke=True)
     rows = cdist.launch(comm.ddp_bucket_benchmark, 2, [0.01, 25.0], 3, spec, 1, True,
-                        backend="gloo", timeout_s=600)[0]
+                        backend="gloo", timeout_s=scaled(600))[0]
     assert [r["overlap"] for r in rows] == [True, True, False, None]
     assert [r["bucket_cap_mb"] for r in rows[:2]] == [0.01, 25.0]
     assert rows[2]["bucket_cap_mb"] == pytest.approx(spec.param_mb)

@@ -143,6 +143,54 @@ def test_synthetic_is_deterministic_and_parses(tmp_path):
     assert format_ratings_dat({k: v[:1] for k, v in a.items()}).count(b"::") == 3
 
 
+def test_the_synthetic_seed_is_used_and_pinned():
+    """A generator that ignored its seed passed the determinism test above. Different seeds must
+    differ, and seed 3 must keep giving the data the course's references were made with. The pin is
+    on the ratings per user (RNG draws and float64 arithmetic only, the same on every machine; the
+    item choice goes through a float32 matmul whose last bits depend on the BLAS). A deliberate
+    change of the generator updates these numbers."""
+    a = generate_ratings(300, 200, 15_000, seed=3)
+    b = generate_ratings(300, 200, 15_000, seed=4)
+    assert len(a["user"]) != len(b["user"]) or not all(np.array_equal(a[k], b[k]) for k in a)
+    per_user = np.bincount(a["user"])[1:]
+    assert len(per_user) == 300 and per_user.sum() == 13_557
+    assert per_user[:12].tolist() == [100, 21, 45, 29, 30, 33, 22, 33, 27, 100, 41, 31]
+    assert int((per_user * np.arange(1, 301)).sum()) == 2_068_008
+
+
+def test_a_matching_md5_is_accepted_and_a_good_download_is_kept(tmp_path, monkeypatch):
+    """Every other checksum test shows a mismatch refused; an md5 that computed something else
+    (SHA-1, the md5 of the path) would refuse every genuine file too and pass them all."""
+    import dataclasses
+    import hashlib
+    import io
+
+    f = tmp_path / "abc"
+    f.write_bytes(b"abc")
+    assert movielens.md5sum(f) == "900150983cd24fb0d6963f7d28e17f72"  # RFC 1321's test vector
+    movielens.verify_md5(f, "900150983cd24fb0d6963f7d28e17f72")  # no error
+    with pytest.raises(DatasetError):
+        movielens.verify_md5(f, "0" * 32)
+
+    payload = b"PK a zip, as far as the md5 is concerned"
+
+    class FakeResponse(io.BytesIO):
+        headers = {"Content-Length": str(len(payload))}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    monkeypatch.setattr(movielens.urllib.request, "urlopen", lambda *a, **k: FakeResponse(payload))
+    spec = dataclasses.replace(movielens.DATASETS["ml-1m"], md5=hashlib.md5(payload).hexdigest())
+    monkeypatch.setitem(movielens.DATASETS, "ml-1m", spec)
+    path = movielens.download_zip("ml-1m", tmp_path / "dl")
+    assert path == tmp_path / "dl" / spec.zip_name and path.read_bytes() == payload
+    assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == [spec.zip_name]  # no .part left
+
+
 def test_eval_negatives_never_positive():
     data = load_implicit("synthetic", profile="smoke")
     pos = set(zip(data.train_users.tolist(), data.train_items.tolist()))

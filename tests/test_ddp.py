@@ -1,8 +1,10 @@
 """Data parallel training (course_lib.parallel, course_lib.train.workers): the invariants that make lesson 06 true, on CPU/gloo.
 
 Launches cost seconds each (process start, torch import, the first DDP construction), so
-one module-scoped DDP run serves several tests: 2 ranks x micro batch 64 x 2 accumulation
-steps, 8 steps, checkpoint every 2 steps.
+one module-scoped launch serves several tests, with two runs: Adam, 2 ranks x micro batch 64
+x 2 accumulation steps, 8 steps, checkpoint every 2 steps; and plain SGD (no momentum: a
+gradient-scale bug shows at O(1), not damped by Adam's normalization), 2 ranks x micro batch
+512 x 4 accumulation steps, across the end of the first epoch (whose last batch is partial).
 """
 
 import json
@@ -22,6 +24,8 @@ from course_lib.parallel import CHECKPOINT_NAME, Checkpointer, batch_config, bat
 from course_lib.parallel.checkpoint import PREVIOUS_NAME
 from course_lib.parallel.sync_batchnorm import batchnorm_table, batchnorm_worker
 from course_lib.train import TrainConfig, train_to_target
+from course_lib.train.ncf import build_model
+from _timing import scaled
 from course_lib.train.workers import RunSpec, ncf_worker
 
 pytestmark = pytest.mark.slow
@@ -31,6 +35,10 @@ REPO = Path(__file__).resolve().parent.parent
 STEPS = 8
 CFG = TrainConfig(global_batch_size=256, micro_batch_size=64, optimizer="adam", base_lr=5e-3, factors=8, layers=(16, 8),
                   eval_every_epochs=0.011, max_steps=STEPS)
+# tiny synthetic data: 16 full global batches of 4096 and a last one of 1119 per epoch
+SGD_STEPS, SGD_STEPS_PER_EPOCH = 19, 17
+SGD_CFG = TrainConfig(global_batch_size=4096, micro_batch_size=512, optimizer="sgd", momentum=0.0, base_lr=0.5,
+                      factors=8, layers=(16, 8), max_steps=SGD_STEPS)
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +81,20 @@ def _assert_same_params(a, b, rtol=1e-6):
 
 
 @pytest.fixture(scope="module")
-def ddp_run(env):
-    results = cdist.launch(ncf_worker, 2, CFG, _spec(env["tmp"] / "full"), quiet=True, timeout_s=600)
-    return results, env["tmp"] / "full"
+def ddp_launch(env):
+    """One launch, two runs: CFG (Adam, checkpoints in full/) and SGD_CFG (across an epoch end, in sgd/)."""
+    from _dist_workers import ncf_runs_with_specs
+
+    runs = [(CFG, _spec(env["tmp"] / "full")),
+            (SGD_CFG, RunSpec(dataset="synthetic", synthetic_size="tiny", checkpoint_dir=str(env["tmp"] / "sgd"),
+                              checkpoint_every=SGD_STEPS, progress="none", evaluate_points=False))]
+    per_rank = cdist.launch(ncf_runs_with_specs, 2, runs, quiet=True, timeout_s=scaled(600))
+    return [[r[i] for r in per_rank] for i in range(len(runs))]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(env, ddp_launch):
+    return ddp_launch[0], env["tmp"] / "full"
 
 
 def test_ranks_x_micro_batches_x_accumulation_equals_one_big_batch(env, ddp_run):
@@ -84,7 +103,8 @@ def test_ranks_x_micro_batches_x_accumulation_equals_one_big_batch(env, ddp_run)
     assert [r["steps"] for r in results] == [STEPS, STEPS] and results[0]["world_size"] == 2
     assert results[0]["samples"] == STEPS * CFG.global_batch_size
     assert results[0]["curve"]["hr"] == results[1]["curve"]["hr"], "ranks must evaluate identical models"
-    assert results[0]["comm_time_s"] > 0
+    # the all-reduces ran inside the training clock: their time is some of it, not more
+    assert 0 < results[0]["comm_time_s"] <= results[0]["train_time_s"]
     ref_dir = env["tmp"] / "reference"
     ref = train_to_target(env["data"], CFG.replace(micro_batch_size=None), device="cpu",
                           progress="none", checkpoint=Checkpointer(ref_dir, 2))
@@ -93,6 +113,40 @@ def test_ranks_x_micro_batches_x_accumulation_equals_one_big_batch(env, ddp_run)
     assert step == STEPS
     _assert_same_params(ddp_params, _model(ref_dir)[1])
     assert results[0]["curve"]["step"] == ref.curve["step"]
+
+
+def test_accumulation_all_reduces_once_per_step_on_the_last_micro_step(ddp_launch):
+    """no_sync really skips the all-reduce: DDP's communication hook (gloo) ran during the backward
+    of micro step k - 1 only, once per step. A plain context in place of no_sync gives the same
+    numbers (the all-reduce of accumulated sums is linear) but all-reduces on every micro step."""
+    for results, cfg in zip(ddp_launch, (CFG, SGD_CFG)):
+        k = cfg.global_batch_size // (2 * cfg.micro_batch_size)
+        assert k > 1
+        for r in results:
+            assert r["allreduce_micro_steps"] == {k - 1: r["steps"]}, (k, r["allreduce_micro_steps"])
+
+
+def test_plain_sgd_across_an_epoch_end_equals_one_big_batch(env, ddp_launch):
+    """W=2 x b=512 x k=4 (DDP, no_sync) == one process with batch 4096, plain SGD, 19 steps: the
+    partial last batch of epoch 1 (1119 samples, slices of unequal size) is step 17."""
+    results = ddp_launch[1]
+    assert [r["steps"] for r in results] == [SGD_STEPS, SGD_STEPS]
+    assert results[0]["steps_per_epoch"] == SGD_STEPS_PER_EPOCH and results[0]["epochs"] > 1
+    ref_dir = env["tmp"] / "sgd-reference"
+    ref = train_to_target(env["data"], SGD_CFG.replace(micro_batch_size=None), device="cpu", progress="none",
+                          evaluate_points=False, checkpoint=Checkpointer(ref_dir, SGD_STEPS))
+    assert ref.steps == SGD_STEPS and ref.steps_per_epoch == SGD_STEPS_PER_EPOCH
+    assert results[0]["samples"] == ref.samples
+    step, ddp_params = _model(env["tmp"] / "sgd")
+    assert step == SGD_STEPS
+    ref_params = _model(ref_dir)[1]
+    _assert_same_params(ddp_params, ref_params, rtol=1e-5)
+    # and the runs moved: equal because both trained, not because neither did
+    torch.manual_seed(SGD_CFG.seed)  # as train_to_target does before it builds the model
+    start = build_model(env["data"], SGD_CFG)
+    moved = max(((ref_params[k] - v).norm() / v.norm().clamp_min(1e-30)).item()
+                for k, v in start.state_dict().items() if v.is_floating_point())
+    assert moved > 1e-3
 
 
 def test_accumulation_on_one_process_equals_the_full_batch(env):
@@ -125,17 +179,17 @@ def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_r
     ckpt = env["tmp"] / "interrupted"
     t0 = time.time()
     with pytest.raises(cdist.WorkerError) as info:  # rank 1 dies after step 5; rank 0 waits in an all-reduce
-        cdist.launch(ncf_worker, 2, CFG, _spec(ckpt, fail_at_step=5, fail_rank=1), quiet=True, timeout_s=900,
-                     collective_timeout_s=900)
+        cdist.launch(ncf_worker, 2, CFG, _spec(ckpt, fail_at_step=5, fail_rank=1), quiet=True,
+                     timeout_s=scaled(900), collective_timeout_s=scaled(900))
     assert info.value.rank == 1 and "injected failure on rank 1 after step 5" in str(info.value)
-    # waiting for rank 0's all-reduce would take the 900 s collective timeout; killing it is
+    # waiting for rank 0's all-reduce would take the whole collective timeout; killing it is
     # immediate (the margin covers a busy machine's slow start-up and training)
-    assert time.time() - t0 < 450 and not _stray_children()
+    assert time.time() - t0 < scaled(900) / 2 and not _stray_children()
     assert _model(ckpt)[0] == 4, "the last checkpoint before the failure"
     assert sorted(os.listdir(ckpt)) == sorted([CHECKPOINT_NAME, PREVIOUS_NAME]), \
         "the latest and the previous checkpoint, no half-written one (temp file) left behind"
 
-    resumed = cdist.launch(ncf_worker, 2, CFG, _spec(ckpt), quiet=True, timeout_s=600)
+    resumed = cdist.launch(ncf_worker, 2, CFG, _spec(ckpt), quiet=True, timeout_s=scaled(600))
     uninterrupted = _model(full)
     assert resumed[0]["steps"] == STEPS and _model(ckpt)[0] == STEPS
     _assert_same_params(_model(ckpt)[1], uninterrupted[1])
@@ -144,7 +198,7 @@ def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_r
 
 
 def test_synchronized_batchnorm_matches_one_process_and_local_does_not(env):
-    out = cdist.launch(batchnorm_worker, 2, 4, 3, quiet=True, timeout_s=600)[0]
+    out = cdist.launch(batchnorm_worker, 2, 4, 3, quiet=True, timeout_s=scaled(600))[0]
     local, sync = out["rows"]["local BatchNorm"], out["rows"]["synchronized BatchNorm"]
     assert max(sync["running_mean"], sync["running_var"], sync["parameters"]) < 1e-5
     assert min(local["running_mean"], local["running_var"]) > 1e-2
@@ -159,7 +213,7 @@ def test_same_worker_under_torchrun_with_two_cpu_processes(env):
            "--global-batch", "256", "--micro-batch", "64", "--max-steps", "8", "--target-hr", "0.0",
            "--config", json.dumps({"factors": 8, "layers": [16, 8], "eval_every_epochs": 0.011}), "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # the target (0.0) is met at step 0; the first decision point after training is step 3, and
     # rank 0's decision is broadcast, so both ranks stop there

@@ -20,17 +20,18 @@ from course_lib import dist as cdist
 from course_lib import fileio
 
 import _dist_workers as W
+from _timing import scaled
 
 pytestmark = pytest.mark.slow
 
-# Margins. A shared login node or a loaded CI box can be many times slower than an idle one
+# Margins (times the suite's scale, COURSE_TEST_TIMEOUT_SCALE: see _timing.py). A shared login node or a loaded CI box can be many times slower than an idle one
 # (spawning a worker imports torch: 2-3 s idle, 20 s and more under load; a 60 s wait racing a
 # 60 s launch timeout failed that way). So every wait below is generous -- a wait that is met
 # returns at once, it costs nothing on a fast machine -- and a launch's own timeout is always
 # far longer than any helper's wait, so a helper that gives up fails the test with its own
 # message instead of leaving it to the launch's timeout.
-WAIT_S = 300  # for workers to start and report
-LAUNCH_TIMEOUT_S = 900  # never reached by a passing test
+WAIT_S = scaled(300)  # for workers to start and report
+LAUNCH_TIMEOUT_S = scaled(900)  # never reached by a passing test
 
 
 def _alive(pid):
@@ -50,7 +51,8 @@ def _pids(pid_dir, n, timeout=WAIT_S):
     raise AssertionError(f"workers did not write {n} pid files in {timeout}s")
 
 
-def _assert_all_gone(pids, within=60.0):
+def _assert_all_gone(pids, within=None):
+    within = scaled(60) if within is None else within
     deadline = time.time() + within
     while time.time() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)
@@ -88,12 +90,20 @@ def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monk
 
 
 def test_rerun_at_once_uses_a_fresh_port():
+    import socket
+
     first = cdist.launch(W.echo, 2, None, quiet=True)
-    second = cdist.launch(W.echo, 2, None, quiet=True)
-    assert first[0]["port"] == first[1]["port"]
-    assert first[0]["port"] != "29500"
-    assert second[0]["port"] != first[0]["port"] or second[0]["port"]  # a new store each time
-    assert len(second) == 2
+    port = int(first[0]["port"])
+    assert first[0]["port"] == first[1]["port"] and port != 29500
+    with socket.socket() as held:
+        # the finished launch released its port: nothing of it still listens there
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        # and a launch made at once, with that port taken (a fixed port would fail here), runs on a new one
+        second = cdist.launch(W.echo, 2, None, quiet=True)
+    assert int(second[0]["port"]) != port and second[0]["port"] == second[1]["port"]
+    assert [r["rank"] for r in second] == [0, 1]
 
 
 def test_large_tensor_results_arrive_intact():
@@ -180,7 +190,7 @@ def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
     and the test would prove nothing. So the timeout grows until both workers were inside
     the hang when it fired (one try on an idle machine).
     """
-    for timeout_s in (5, 30, 180):
+    for timeout_s in (5, 30, scaled(180)):
         pid_dir = tmp_path / f"timeout{timeout_s}"
         pid_dir.mkdir()
         with pytest.raises(cdist.LaunchTimeout, match=f"did not finish within timeout_s={timeout_s}"):
@@ -217,6 +227,7 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
+from _timing import scaled
         from course_lib import dist
         if __name__ == "__main__":
             dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s={LAUNCH_TIMEOUT_S})
@@ -370,19 +381,20 @@ def test_workers_stay_on_loopback_when_the_hostname_resolves_to_the_network(tmp_
         import json, socket, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
+from _timing import scaled
         if __name__ == "__main__":
             resolved = socket.gethostbyname(socket.gethostname())
             results, sockets, error = W.launch_and_scan_sockets({str(pid_dir)!r})
             print("SCAN " + json.dumps({{"resolved": resolved, "results": results, "sockets": sockets,
                                          "error": repr(error) if error else None}}))
     """))
-    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True, timeout=scaled(60))
     if probe.returncode != 0:
         pytest.skip(f"unshare -m is not allowed here: {probe.stderr.strip()}")
     proc = subprocess.run(
         ["unshare", "-m", "sh", "-c", 'mount --bind "$1" /etc/hosts && exec "$2" "$3"', "sh",
          str(hosts), sys.executable, str(script)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        capture_output=True, text=True, timeout=scaled(600), env={**os.environ, "OMP_NUM_THREADS": "1"})
     scan = [line for line in proc.stdout.splitlines() if line.startswith("SCAN ")]
     assert proc.returncode == 0 and scan, proc.stdout + proc.stderr
     report = json.loads(scan[0][5:])
@@ -420,6 +432,7 @@ def _start_launcher(tmp_path, worker, tmp_dir):
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
+from _timing import scaled
         from course_lib import dist
         if __name__ == "__main__":
             dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
@@ -428,7 +441,8 @@ def _start_launcher(tmp_path, worker, tmp_dir):
     return subprocess.Popen([sys.executable, "-c", script], env=env), pid_dir
 
 
-def _assert_empty_soon(path, within=60.0):
+def _assert_empty_soon(path, within=None):
+    within = scaled(60) if within is None else within
     deadline = time.time() + within
     while time.time() < deadline and list(path.iterdir()):
         time.sleep(0.1)

@@ -25,6 +25,7 @@ from course_lib.parallel import CHECKPOINT_NAME, Checkpointer
 from course_lib.train import TrainConfig, train_to_target
 from course_lib.train.ncf import build_model, make_optimizer
 from course_lib.train.workers import RunSpec, ncf_worker
+from _timing import scaled
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="GPU tier: needs CUDA (COURSE_TEST_GPU=1 on a GPU machine)")
@@ -75,7 +76,7 @@ def test_bert_steps_on_the_gpu():
 
 def test_the_launcher_picks_the_backend_the_gpus_allow():
     """Two ranks: NCCL with one GPU each, gloo CPU processes when they would share one GPU."""
-    out = cdist.launch(cdist.allreduce_demo, 2, quiet=True, timeout_s=300)
+    out = cdist.launch(cdist.allreduce_demo, 2, quiet=True, timeout_s=scaled(300))
     expected = "nccl" if torch.cuda.device_count() >= 2 else "gloo"
     assert [o["backend"] for o in out] == [expected, expected]
     assert torch.equal(out[0]["received"], 3 * torch.arange(1, 5, dtype=torch.float32))
@@ -87,7 +88,7 @@ def test_nccl_data_parallel_equals_one_process(data, tmp_path):
     spec = RunSpec(dataset="synthetic", synthetic_size="tiny", checkpoint_dir=str(tmp_path / "ddp"),
                    checkpoint_every=8, progress="none")
     cfg = CFG.replace(micro_batch_size=64)
-    out = cdist.launch(ncf_worker, 2, cfg, spec, backend="nccl", quiet=True, timeout_s=600)
+    out = cdist.launch(ncf_worker, 2, cfg, spec, backend="nccl", quiet=True, timeout_s=scaled(600))
     assert out[0]["device"] == "cuda:0" and out[1]["device"] == "cuda:1"
     train_to_target(data, CFG, device="cuda", progress="none", checkpoint=Checkpointer(tmp_path / "one", 8))
     a = torch.load(tmp_path / "ddp" / CHECKPOINT_NAME, weights_only=True)["model"]

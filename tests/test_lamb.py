@@ -110,6 +110,40 @@ def test_first_step_bias_correction_and_grad_averaging(bias_correction, grad_ave
     assert p.item() == pytest.approx(1.0 - 0.1 * expected, rel=1e-12)
 
 
+def test_always_adapt_applies_the_trust_ratio_at_zero_weight_decay():
+    """First step, one parameter w = (3, 4), g = (1, 1): the update is g / (|g| + eps) (Adam's
+    first step), the ratio ||w|| / ||update||, so the step moves w by exactly lr * ||w||."""
+    lr = 0.1
+    for always_adapt in (True, False):
+        p = nn.Parameter(t64([3.0, 4.0]))
+        p.grad = t64([1.0, 1.0])
+        opt = LAMB([p], lr=lr, weight_decay=0.0, max_grad_norm=None, always_adapt=always_adapt)
+        opt.step()
+        update = t64([1.0, 1.0]) / (1.0 + EPS)
+        ratio = 5.0 / update.norm().item() if always_adapt else 1.0
+        assert_close(p.detach(), t64([3.0, 4.0]) - lr * ratio * update, rtol=1e-12, atol=1e-12)
+        assert opt.state[p]["trust_ratio"].item() == pytest.approx(ratio, rel=1e-6)
+        moved = (p.detach() - t64([3.0, 4.0])).norm().item()
+        assert moved == pytest.approx(lr * 5.0 if always_adapt else lr * update.norm().item(), rel=1e-12)
+
+
+def test_trust_clip_caps_the_ratio_at_one_and_leaves_smaller_ratios_alone():
+    """trust_clip (timm): min(ratio, 1). With g = (1, 1) on the first step ||update|| ~ sqrt(2):
+    w = (3, 4) has ratio 5 / sqrt(2) > 1 (clipped: a plain Adam step), w = (0.3, 0.4) has 0.5 / sqrt(2)."""
+    lr = 0.1
+    big, small = nn.Parameter(t64([3.0, 4.0])), nn.Parameter(t64([0.3, 0.4]))
+    for p in (big, small):
+        p.grad = t64([1.0, 1.0])
+    opt = LAMB([big, small], lr=lr, weight_decay=0.0, max_grad_norm=None, always_adapt=True, trust_clip=True)
+    opt.step()
+    update = t64([1.0, 1.0]) / (1.0 + EPS)
+    small_ratio = 0.5 / update.norm().item()
+    assert_close(big.detach(), t64([3.0, 4.0]) - lr * update, rtol=1e-12, atol=1e-12)
+    assert_close(small.detach(), t64([0.3, 0.4]) - lr * small_ratio * update, rtol=1e-12, atol=1e-12)
+    assert opt.state[big]["trust_ratio"].item() == 1.0
+    assert opt.state[small]["trust_ratio"].item() == pytest.approx(small_ratio, rel=1e-6)
+
+
 def test_without_weight_decay_or_prenormalization_it_is_torch_adam():
     a, b = tiny_model(), tiny_model()
     lamb = LAMB(a.parameters(), lr=0.01, betas=(B1, B2), eps=EPS, weight_decay=0.0, max_grad_norm=None)

@@ -45,3 +45,16 @@ def test_a_diverged_model_scores_no_hits():
     mixed[0, 0] = float("nan")  # only the positive is NaN: a miss, not a hit
     mixed[1, 0] = 1.0
     assert hit_rate_at_k(mixed, 1) == 0.5
+
+
+def test_a_nan_negative_counts_as_the_lowest_score():
+    nan = float("nan")
+    scores = torch.tensor([
+        [0.5, nan, 0.9, 0.1],  # one negative above, the NaN one below: rank 1
+        [0.5, nan, nan, 0.1],  # no negative above: rank 0 (a NaN negative never outranks the positive)
+        [nan, nan, 0.1, -1.0],  # NaN positive: lowest, tied with the NaN negative (a tie counts against it)
+    ])
+    assert positive_rank(scores).tolist() == [1, 0, 3]
+    assert hit_rate_at_k(scores, 1) == pytest.approx(1 / 3) and hit_rate_at_k(scores, 2) == pytest.approx(2 / 3)
+    assert ndcg_at_k(scores, 2) == pytest.approx((1 / math.log2(3) + 1.0) / 3)
+    assert hr_ndcg(scores, 2) == (hit_rate_at_k(scores, 2), ndcg_at_k(scores, 2))

@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "ci"))
 import run_notebooks  # noqa: E402
+from _timing import scaled  # noqa: E402
 
 NOTEBOOKS = run_notebooks.find_notebooks([str(p) for p in (REPO / "notebooks", REPO / "solutions") if p.is_dir()])
 EXECUTED = REPO / "ci" / "executed"
@@ -25,7 +26,7 @@ def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
     # A solution notebook must pass its own checks: strict checks raise instead of printing.
     monkeypatch.setenv("COURSE_CHECKS_STRICT", "1" if nb.parent.name == "solutions" else "0")
     run = run_notebooks.execute(nb, EXECUTED / nb.parent.name / nb.name, profile="smoke", kernel="python3",
-                                results_dir=EXECUTED / "results", log_output=False, cell_timeout=900)
+                                results_dir=EXECUTED / "results", log_output=False, cell_timeout=scaled(900))
     print(f"{nb.name}: {run.seconds:.1f} s")
     assert run.ok, f"{nb.relative_to(REPO)} failed at {run.error}"
 

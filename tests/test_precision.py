@@ -22,7 +22,8 @@ def test_autocast_dtype_on_cpu(mode, dtype):
     assert (prec.scaler is not None) == (mode == "fp16")
 
 
-def test_fp16_overflow_step_is_skipped_and_scale_halves(monkeypatch):
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_fp16_overflow_step_is_skipped_and_scale_halves(monkeypatch, bad):
     # #12.10: the verdict is GradScaler's own (found_inf_per_device), not a second pass over the gradients
     monkeypatch.setattr(Precision, "_grads_finite", staticmethod(lambda opt: pytest.fail("extra isfinite pass")))
     model = _model()
@@ -30,7 +31,7 @@ def test_fp16_overflow_step_is_skipped_and_scale_halves(monkeypatch):
     prec = Precision("fp16", "cpu", init_scale=1024.0)
     before = [p.detach().clone() for p in model.parameters()]
     prec.backward(model(torch.randn(4, 8)).sum())
-    next(model.parameters()).grad[0, 0] = float("inf")  # a forced overflow
+    next(model.parameters()).grad[0, 0] = bad  # a forced overflow (inf), or a NaN (inf - inf, 0 * inf)
     assert prec.step(opt) is False
     prec.update()
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
@@ -42,6 +43,17 @@ def test_fp16_overflow_step_is_skipped_and_scale_halves(monkeypatch):
     assert prec.step(opt) is True
     prec.update()
     assert prec.skipped_steps == 1 and len(prec.scale_history) == 2
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_the_fallback_finiteness_pass_catches_inf_and_nan(bad):
+    # used when torch's GradScaler no longer exposes its flags; `~isinf` in place of isfinite misses NaN
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.randn(4, 8)).sum().backward()
+    assert Precision._grads_finite(opt) is True
+    list(model.parameters())[-1].grad[0] = bad
+    assert Precision._grads_finite(opt) is False
 
 
 def test_step_unscales_gradients_and_lamb_trust_ratio_matches():

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from _timing import scaled
+
 REPO = Path(__file__).resolve().parent.parent
 ALL_NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises") for p in (REPO / d).glob("*.ipynb"))
 
@@ -117,14 +119,14 @@ def test_gpu_check_dry_run_installs_with_no_index_and_ends_with_its_budget(tmp_p
     env = {**os.environ, "PY": sys.executable, "ALLOW_CPU": "1", "WHEELHOUSE": str(wheelhouse),
            "OUT": str(tmp_path / "out"), "CHECK_NOTEBOOKS": "none", "CHECK_BENCH": "0"}
     proc = subprocess.run(["bash", str(REPO / "ci" / "gpu-check.sh")], env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=scaled(600))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"installing from {wheelhouse} (no index)" in proc.stdout
     assert "The course's plan for this machine (cpu, smoke)" in proc.stdout
     assert re.search(r"gpu-check: ok in \d+ s \(within the 600 s budget\)", proc.stdout)
     (wheelhouse / "requirements.txt").unlink()
     proc = subprocess.run(["bash", str(REPO / "ci" / "gpu-check.sh")], env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=scaled(600))
     assert proc.returncode == 2 and "make wheelhouse" in proc.stderr
 
 
@@ -139,3 +141,17 @@ def test_every_lesson_links_its_exercise_and_every_exercise_has_a_lesson():
         if not lesson.startswith("00_"):
             assert linked, f"{lesson} links no exercise (end it with a link to exercises/NN_*.ipynb)"
     assert exercises <= set().union(*links.values()), f"exercises no lesson links: {exercises - set().union(*links.values())}"
+
+
+def test_every_time_bound_in_the_suite_goes_through_the_one_scale():
+    """A bare number of seconds as a timeout fails on a machine five times slower; ``scaled(...)`` (tests/_timing.py)
+    multiplies every bound by COURSE_TEST_TIMEOUT_SCALE. Bounds of 0 or 1 s are left alone: they
+    only read what already happened (pid files written before the launch returned)."""
+    bare = re.compile(r"\b(timeout_s|timeout|cell_timeout|within|wait_s|WAIT_S|LAUNCH_TIMEOUT_S)\s*=\s*(\d+(\.\d*)?)")
+    found = []
+    for path in sorted((REPO / "tests").glob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for m in bare.finditer(line):
+                if float(m.group(2)) > 1:
+                    found.append(f"{path.name}:{n}: {line.strip()}")
+    assert not found, "time bounds outside scaled():\n" + "\n".join(found)

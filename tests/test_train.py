@@ -78,10 +78,14 @@ def test_impossible_target_is_not_reached(data):
 
 def test_evaluation_is_off_the_clock(data, monkeypatch):
     real = train.evaluate
+    spans = []  # (enter, exit) of each evaluation, on the same clock the loop uses
 
     def slow_evaluate(*a, **k):
+        enter = time.perf_counter()
         time.sleep(0.2)
-        return real(*a, **k)
+        out = real(*a, **k)
+        spans.append((enter, time.perf_counter()))
+        return out
 
     monkeypatch.setattr(train, "evaluate", slow_evaluate)
     t0 = time.perf_counter()
@@ -92,12 +96,20 @@ def test_evaluation_is_off_the_clock(data, monkeypatch):
     assert r.eval_time_s >= 0.2 * points
     assert r.train_time_s < wall - 0.2 * points + 0.05
     assert r.curve["time_s"][-1] == pytest.approx(r.train_time_s)
+    # Between two evaluation points the training clock advanced by at most the wall time between the
+    # end of one evaluation and the start of the next: none of the 0.2 s inside an evaluation counts.
+    # (A one-sided bound: no margin for the machine's speed is needed.)
+    assert len(spans) >= points
+    times = r.curve["time_s"]
+    for i in range(1, points):
+        assert times[i] - times[i - 1] <= spans[i][0] - spans[i - 1][1], (i, times, spans)
 
 
 def test_dataloader_path_runs_same_loop(data):
     r = train_to_target(data, CFG.replace(loader="dataloader", global_batch_size=256, max_steps=10), device="cpu",
                         progress="none", evaluate_points=False)
-    assert r.steps == 10 and r.samples == 10 * 256 and r.samples_per_s > 0
+    assert r.steps == 10 and r.samples == 10 * 256
+    assert r.train_time_s > 0 and r.samples_per_s == pytest.approx(r.samples / r.train_time_s)
 
 
 def test_config_is_checked():

@@ -144,6 +144,8 @@ def _as_float(value, what: str) -> float:
 def _close(a: float, b: float, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):  # rtol * inf would make any number close to inf
+        return a == b
     return abs(a - b) <= atol + rtol * abs(b)
 
 

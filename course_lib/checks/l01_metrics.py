@@ -24,29 +24,41 @@ from .harness import (
 # --------------------------------------------------------------------------- 01: HR@K and NDCG@K
 
 
-def _ranking_cases(k: int) -> list[tuple[str, torch.Tensor]]:
-    """Score matrices (users, 1 positive + 100 negatives), positive in column 0."""
+def _ranking_cases(k: int) -> list[tuple[str, int, torch.Tensor]]:
+    """(label, k, scores): score matrices (users, 1 positive + negatives), positive in column 0.
+
+    Every boundary case runs at the learner's ``k`` and at other values of k (1 and a k that
+    is neither), and one case has 49 negatives instead of 100: a function that hard-codes
+    k = 10 or 100 negatives fails.
+    """
     g = torch.Generator().manual_seed(1)
     n_neg = 100
 
-    def at_rank(ranks: list[int]) -> torch.Tensor:
+    def at_rank(ranks: list[int], negatives: int = n_neg) -> torch.Tensor:
         # positive scores 0; `r` negatives score above it (1..), the rest below; columns shuffled
         rows = []
         for r in ranks:
-            neg = torch.cat([torch.rand(r, generator=g) + 0.5, -torch.rand(n_neg - r, generator=g) - 0.5])
-            rows.append(torch.cat([torch.zeros(1), neg[torch.randperm(n_neg, generator=g)]]))
-        return torch.stack(rows)  # (U, 101)
+            neg = torch.cat([torch.rand(r, generator=g) + 0.5, -torch.rand(negatives - r, generator=g) - 0.5])
+            rows.append(torch.cat([torch.zeros(1), neg[torch.randperm(negatives, generator=g)]]))
+        return torch.stack(rows)  # (U, 1 + negatives)
 
-    return [
-        ("random scores, 64 users x (1 positive + 100 negatives)", torch.randn(64, 1 + n_neg, generator=g)),
-        ("positive on top for every user (rank 0)", at_rank([0] * 8)),
-        (f"positive at rank {k - 1}: the last place inside the top {k}", at_rank([k - 1] * 4)),
-        (f"positive at rank {k}: the first place outside the top {k}", at_rank([k] * 4)),
-        ("one user per rank 0..100", at_rank(list(range(n_neg + 1)))),
-        ("ties: every item scores the same (a tie counts against the positive)", torch.zeros(5, 1 + n_neg)),
-        ("ties: two negatives tie with the positive, two are above it", torch.tensor(
+    cases = [
+        ("random scores, 64 users x (1 positive + 100 negatives)", k, torch.randn(64, 1 + n_neg, generator=g)),
+        ("positive on top for every user (rank 0)", k, at_rank([0] * 8)),
+        (f"positive at rank {k - 1}: the last place inside the top {k}", k, at_rank([k - 1] * 4)),
+        (f"positive at rank {k}: the first place outside the top {k}", k, at_rank([k] * 4)),
+        ("one user per rank 0..100", k, at_rank(list(range(n_neg + 1)))),
+        ("ties: every item scores the same (a tie counts against the positive)", k, torch.zeros(5, 1 + n_neg)),
+        ("ties: two negatives tie with the positive, two are above it", k, torch.tensor(
             [[0.0, 1.0, 1.0, 0.0, 0.0] + [-1.0] * (n_neg - 4)])),
     ]
+    for other in [o for o in (1, 3 if k != 3 else 7) if o != k]:
+        cases.append((f"another k: k={other}, one user per rank 0..100", other, at_rank(list(range(n_neg + 1)))))
+        cases.append((f"another k: k={other}, positive at rank {other - 1} and at rank {other}", other,
+                      at_rank([other - 1, other] * 2)))
+    cases.append((f"49 negatives instead of 100 (k={min(k, 49)}): 30 users at ranks 0..49", min(k, 49),
+                  at_rank([r % 50 for r in range(0, 150, 5)], negatives=49)))
+    return cases
 
 
 def _rank_hint(scores: torch.Tensor, got: float, k: int, metric: str) -> str:
@@ -75,15 +87,19 @@ def _rank_hint(scores: torch.Tensor, got: float, k: int, metric: str) -> str:
 
 
 def _check_ranking_metric(name: str, fn, reference, k: int, metric: str) -> CheckResult:
-    def case(scores):
+    def case(scores, k):
         def run():
             expected = reference(scores, k)
             got = _as_float(_call(fn, scores.clone(), k), _label(fn))
             if not _close(got, expected):
-                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}" + _rank_hint(scores, got, k, metric))
+                if k != 10 and _close(got, reference(scores, 10)):
+                    hint = f"\nhint: that is the value at k=10: use the k you are given (here k={k}), not a fixed 10."
+                else:
+                    hint = _rank_hint(scores, got, k, metric)
+                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
         return run
 
-    return _finish(_run_cases(name, fn, [(c, case(s)) for c, s in _ranking_cases(k)]))
+    return _finish(_run_cases(name, fn, [(c, case(s, kk)) for c, kk, s in _ranking_cases(k)]))
 
 
 def check_hit_rate(fn: Callable, k: int = 10) -> CheckResult:

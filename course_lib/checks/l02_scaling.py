@@ -29,6 +29,7 @@ _SCALING_CASES = [  # (base_lr, batch_size, base_batch_size)
     (0.1, 768, 256),
     (0.1, 128, 256),
     (0.0, 1024, 256),
+    (0.02, 3072, 512),  # a base batch other than 256 and 1024, an lr other than 0.1 and 0.001
 ]
 
 

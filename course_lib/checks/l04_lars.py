@@ -52,6 +52,7 @@ def check_lars_trust_ratio(fn: Callable) -> CheckResult:
         (0.0, 2.0, 0.001, 5e-4, 1e-8),
         (3.0, 0.0, 0.001, 5e-4, 1e-8),
         (0.0, 0.0, 0.001, 5e-4, 1e-8),
+        (2.0, 1.0, 0.01, 1e-3, 0.5),  # an eps large enough to matter: it is added to the denominator
     ]
     cases = [(f"||w||={w:g}, ||g||={g:g}, trust_coefficient={tc:g}, weight_decay={wd:g}"
               + (" (zero norm)" if w == 0 or g == 0 else ""), case(w, g, tc, wd, eps))
@@ -67,22 +68,34 @@ def check_lars_step(fn: Callable) -> CheckResult:
     ``weight_decay=0`` group); ``state`` is a ``defaultdict(dict)`` keyed by parameter,
     kept across steps (for ``state[p]["momentum_buffer"]``). Called under ``torch.no_grad()``.
     """
-    def case(zero_weight=False, zero_grad=None, momentum=0.9, steps=3, grad_scale=1.0):
-        hyper = dict(lr=1.0, momentum=momentum, trust_coefficient=0.02, eps=1e-8)
+    def case(zero_weight=False, zero_grad=None, momentum=0.9, steps=3, grad_scale=1.0, lr=1.0,
+             trust_coefficient=0.02, weight_decay=5e-4, eps=1e-8, no_decay_lr=None):
+        hyper = dict(lr=lr, momentum=momentum, trust_coefficient=trust_coefficient, eps=eps)
 
-        def make_groups(net):
-            return [dict(g, **hyper) for g in param_groups(net, weight_decay=5e-4)]
+        def make_groups(net, lrs=(lr, no_decay_lr)):
+            groups = [dict(g, **hyper) for g in param_groups(net, weight_decay=weight_decay)]
+            if lrs[1] is not None:
+                groups[1]["lr"] = lrs[1]
+            groups[0]["lr"] = lrs[0]
+            return groups
 
         def run():
             base = _small_net(zero_weight)
             grads = _fixed_grads(base, steps, grad_scale, seed=2, zero=zero_grad)
-            ref_net = copy.deepcopy(base)
-            ref_opt = LARS(make_groups(ref_net), **hyper)
-            expected = _trajectory(ref_net, ref_opt.step, grads)
-            variant_net = copy.deepcopy(base)
-            variant = LARS(make_groups(variant_net), always_adapt=True, **hyper)
+
+            def reference(lrs=(lr, no_decay_lr), **overrides):
+                ref_net = copy.deepcopy(base)
+                return _trajectory(ref_net, LARS(make_groups(ref_net, lrs), **{**hyper, **overrides}).step, grads)
+
+            expected = reference()
             variants = {"that applies the trust ratio to the weight_decay=0 group too (biases and norm "
-                        "parameters must get plain SGD with momentum)": _trajectory(variant_net, variant.step, grads)}
+                        "parameters must get plain SGD with momentum)": reference(always_adapt=True)}
+            if lr != 1.0 or no_decay_lr is not None:
+                variants["that ignores the group's lr (as if lr were 1): multiply the update by group['lr']"] = (
+                    reference(lrs=(1.0, 1.0)))
+            if no_decay_lr is not None:
+                variants["that uses the first group's lr for every group: read group['lr'] in each group"] = (
+                    reference(lrs=(lr, lr)))
             net = copy.deepcopy(base)
             groups = make_groups(net)
             got = _trajectory(net, _learner_stepper(fn, groups, defaultdict(dict)), grads)
@@ -105,5 +118,10 @@ def check_lars_step(fn: Callable) -> CheckResult:
         ("a layer whose gradient is all zeros (||g|| = 0)", case(zero_grad="0.weight")),
         ("large gradients (x1000)", case(grad_scale=1000.0)),
         ("momentum=0", case(momentum=0.0, steps=2)),
+        # every hyperparameter away from the values above: each must be read from the group
+        ("lr=0.3, momentum=0.5, trust_coefficient=0.001, weight_decay=0.05, eps=0.01",
+         case(lr=0.3, momentum=0.5, trust_coefficient=0.001, weight_decay=0.05, eps=0.01)),
+        ("a different lr in each group (0.5 for the weights, 0.05 for biases and LayerNorm)",
+         case(lr=0.5, no_decay_lr=0.05, steps=2)),
     ]
     return _finish(_run_cases("check_lars_step", fn, cases))

@@ -33,14 +33,15 @@ def check_loss_scaler(scaler_class: Callable) -> CheckResult:
     ``scaler.scale(loss).backward(); scaler.step(opt); scaler.update()``.
     """
 
-    def case(plan: str, init_scale: float, growth_interval: int):
+    def case(plan: str, init_scale: float, growth_interval: int, growth_factor: float = 2.0,
+             backoff_factor: float = 0.5):
         kinds = {"c": "clean", "i": "inf", "n": "nan"}
 
         def run():
             torch.manual_seed(0)
             base = nn.Linear(4, 3)
             xs = torch.randn(len(plan), 8, 4, generator=torch.Generator().manual_seed(3))
-            settings = dict(init_scale=init_scale, growth_factor=2.0, backoff_factor=0.5,
+            settings = dict(init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor,
                             growth_interval=growth_interval)
 
             def drive(scaler, net):
@@ -105,9 +106,9 @@ def check_loss_scaler(scaler_class: Callable) -> CheckResult:
                 if got["scale"] != exp["scale"]:
                     raise _Mismatch(
                         f"{where}: scale after update() is {got['scale']:g}, expected {exp['scale']:g} "
-                        f"(was {exp['scale_before']:g}; halve it after a skipped step, double it after "
-                        f"growth_interval={growth_interval} clean steps in a row, and restart that count after "
-                        "a skipped step or a growth)")
+                        f"(was {exp['scale_before']:g}; multiply it by backoff_factor={backoff_factor:g} after a "
+                        f"skipped step, by growth_factor={growth_factor:g} after growth_interval={growth_interval} "
+                        "clean steps in a row, and restart that count after a skipped step or a growth)")
         return run
 
     cases = [
@@ -115,5 +116,7 @@ def check_loss_scaler(scaler_class: Callable) -> CheckResult:
          case("cciccccnic" + "cc", 1024.0, 3)),
         ("init_scale=4, growth_interval=1: growth every clean step, inf in between", case("ccicnc", 4.0, 1)),
         ("init_scale=65536, growth_interval=2000: an overflow on the very first step", case("icc", 65536.0, 2000)),
+        ("growth_factor=4, backoff_factor=0.25, init_scale=32, growth_interval=2: nan gradients only",
+         case("ccnccnc", 32.0, 2, growth_factor=4.0, backoff_factor=0.25)),
     ]
     return _finish(_run_cases("check_loss_scaler", scaler_class, cases))

@@ -131,6 +131,11 @@ def _grad_avg_worker(rank: int, world_size: int, fns: list, compare_ddp: bool) -
                 hint = "\nhint: yours is still this rank's own gradient: it was not all-reduced (in place)."
             elif torch.allclose(got, e / world_size, rtol=1e-4, atol=1e-6):
                 hint = f"\nhint: yours is {ref_name} divided by world_size once more than needed."
+            else:
+                fixed = [d for d in range(2, 9) if torch.allclose(got * d, e * world_size, rtol=1e-4, atol=1e-6)]
+                if fixed:
+                    hint = (f"\nhint: yours is the sum over the ranks divided by {fixed[0]}, not by the world size "
+                            f"({world_size}): divide by dist.get_world_size().")
             problems.append(f"rank {rank}: gradient of '{n}' differs from {ref_name}:\n"
                             f"  expected {_fmt(e)}\n  got      {_fmt(got)}{hint}")
         out.append(problems)
@@ -148,11 +153,12 @@ def _grad_avg_result(name: str, per_rank: list[list[str]], world_size: int, comp
                        "x 4 samples each, a 2-layer MLP).", cases)
 
 
-def check_average_gradients(fn: Callable, world_size: int = 2, compare_ddp: bool = True,
+def check_average_gradients(fn: Callable, world_size: int = 3, compare_ddp: bool = True,
                             timeout_s: float = 120.0) -> CheckResult:
     """``fn(model)``: average ``p.grad`` over the ranks with ``all_reduce``, compared with DDP (lesson 06).
 
-    Launches ``world_size`` gloo processes; each computes the gradient of its own shard
+    Launches ``world_size`` gloo processes (default 3: an odd world size, so a function that
+    divides by a fixed 2 instead of the world size fails); each computes the gradient of its own shard
     of one global batch, calls ``fn(model)``, and compares with the gradients that
     ``DistributedDataParallel`` computes (``compare_ddp=False``: with the whole batch's
     gradient in one process, which DDP equals; that saves DDP's start-up time).
@@ -170,8 +176,56 @@ def ring_sizes(world_size: int) -> list:
     return list(dict.fromkeys(s for s in sizes if s != 0))
 
 
+# What a ring may not call: every collective of torch.distributed (a ring is built from
+# point-to-point messages). Point-to-point calls are left unwrapped: P2POp accepts only the
+# real dist.isend / dist.irecv.
+_COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "all_gather_object",
+                "reduce_scatter", "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "gather",
+                "scatter", "all_to_all", "all_to_all_single", "all_reduce_coalesced")
+
+
+class _CallLog:
+    """While active, refuses (raises) and records every torch.distributed collective ``fn``
+    calls: as ``dist.<name>`` and as a name its module imported (``from torch.distributed import ...``).
+    """
+
+    def __init__(self, fn):
+        self.fn_globals = getattr(fn, "__globals__", {})
+        self.collectives: list[str] = []
+        self._saved: list[tuple[object, str, object]] = []
+
+    def _refuse(self, name):
+        def refused(*args, **kwargs):
+            self.collectives.append(name)
+            raise RuntimeError(f"dist.{name} is a collective: build the ring from send/recv (or isend/irecv) only")
+        return refused
+
+    def __enter__(self):
+        for name in _COLLECTIVES:
+            original = getattr(dist, name, None)
+            if original is None:
+                continue
+            refused = self._refuse(name)
+            self._saved.append((dist, name, original))
+            setattr(dist, name, refused)
+            for key, value in list(self.fn_globals.items()):
+                if value is original:
+                    self._saved.append((self.fn_globals, key, value))
+                    self.fn_globals[key] = refused
+        return self
+
+    def __exit__(self, *exc):
+        for target, name, original in reversed(self._saved):
+            if isinstance(target, dict):
+                target[name] = original
+            else:
+                setattr(target, name, original)
+        self._saved.clear()
+
+
 def _ring_worker(rank: int, world_size: int, fns: list, sizes: list) -> list[list[str]]:
-    """For each learner function: the cases that differ from ``dist.all_reduce`` on this rank."""
+    """For each learner function: the cases that differ from ``dist.all_reduce`` on this rank,
+    or the collectives it called (a ring is built from point-to-point messages only)."""
     out = []
     for fn in fns:
         problems = []
@@ -182,12 +236,20 @@ def _ring_worker(rank: int, world_size: int, fns: list, sizes: list) -> list[lis
             expected = x.clone()
             dist.all_reduce(expected)
             got = x.clone()
+            log = _CallLog(fn)
             try:
-                returned = fn(got)
+                with log:
+                    returned = fn(got)
             except NotImplementedError:
                 raise
             except Exception as exc:
-                raise RuntimeError(f"on a tensor of shape {shape}: {type(exc).__name__}: {exc}") from exc
+                if not log.collectives:
+                    raise RuntimeError(f"on a tensor of shape {shape}: {type(exc).__name__}: {exc}") from exc
+            if log.collectives:  # refused: raised, or caught by the learner's code
+                problems.append(f"shape {shape} on {world_size} ranks: your function called "
+                                f"dist.{log.collectives[0]}, a collective; a ring all-reduce is built from "
+                                "point-to-point messages only (dist.send/recv or dist.isend/irecv)")
+                break
             if torch.is_tensor(returned) and returned.data_ptr() != got.data_ptr():
                 got = returned
             if got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-5, atol=1e-5):
@@ -232,7 +294,9 @@ def check_ring_all_reduce(fn: Callable, world_size: int = 3, sizes: list | None 
 
     Launches ``world_size`` gloo processes and runs ``fn`` on tensors of every shape in
     ``sizes`` (default ``ring_sizes(world_size)``: lengths below, at and not divisible by
-    ``world_size``, and a 2-D tensor). ``fn`` must live in an importable module.
+    ``world_size``, and a 2-D tensor). ``fn`` must live in an importable module, and it must
+    build the sum from point-to-point messages: a call to a collective (``dist.all_reduce``,
+    ``all_gather``, ``broadcast``...) is refused and reported.
     """
     name = "check_ring_all_reduce"
     sizes = ring_sizes(world_size) if sizes is None else list(sizes)

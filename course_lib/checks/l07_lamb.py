@@ -33,13 +33,13 @@ def check_lamb_step(fn: Callable) -> CheckResult:
     ``||w|| / ||update||`` (1 when a norm is 0) only in groups with ``weight_decay != 0``.
     Called under ``torch.no_grad()``.
     """
-    max_grad_norm = 1.0
-    hyper = dict(lr=0.01, betas=(0.9, 0.999), eps=1e-6)
+    def case(zero_weight=False, grad_scale=0.01, steps=3, lr=0.01, betas=(0.9, 0.999), eps=1e-6,
+             weight_decay=0.01, max_grad_norm=1.0):
+        hyper = dict(lr=lr, betas=betas, eps=eps)
 
-    def make_groups(net):
-        return [dict(g, **hyper) for g in param_groups(net, weight_decay=0.01)]
+        def make_groups(net):
+            return [dict(g, **hyper) for g in param_groups(net, weight_decay=weight_decay)]
 
-    def case(zero_weight=False, grad_scale=0.01, steps=3):
         def run():
             base = _small_net(zero_weight)
             grads = _fixed_grads(base, steps, grad_scale, seed=5)
@@ -58,6 +58,9 @@ def check_lamb_step(fn: Callable) -> CheckResult:
                     reference(max_grad_norm=None),
                 "that applies the trust ratio to the weight_decay=0 group too": reference(always_adapt=True),
             }
+            if max_grad_norm != 1.0:
+                variants["that uses max_grad_norm=1 instead of the max_grad_norm it is given"] = (
+                    reference(max_grad_norm=1.0))
             net = copy.deepcopy(base)
             groups = make_groups(net)
             got = _trajectory(net, _learner_stepper(fn, groups, defaultdict(dict), max_grad_norm), grads)
@@ -69,5 +72,9 @@ def check_lamb_step(fn: Callable) -> CheckResult:
         ("3 steps, large gradients of changing size (global norm > max_grad_norm: pre-normalized)",
          case(grad_scale=[3.0, 40.0, 0.5])),
         ("a zero-initialized weight (||w|| = 0: trust ratio 1)", case(zero_weight=True, grad_scale=0.5)),
+        # every hyperparameter away from the values above: each must be read from the group (or argument)
+        ("lr=0.05, betas=(0.8, 0.99), eps=0.01, weight_decay=0.1, max_grad_norm=5 (global norm between 1 and 5 "
+         "on some steps)", case(grad_scale=[0.5, 3.0, 0.05], lr=0.05, betas=(0.8, 0.99), eps=0.01,
+                                weight_decay=0.1, max_grad_norm=5.0)),
     ]
     return _finish(_run_cases("check_lamb_step", fn, cases))

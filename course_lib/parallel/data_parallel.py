@@ -22,6 +22,7 @@ for NeuMF, ``tests/test_bert.py`` for BERT.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 
@@ -68,6 +69,10 @@ class DataParallel:
         self.ddp = None
         self._comm: list[tuple[float, float]] = []  # (start, end) of each bucket's all-reduce
         self.sync_steps = 0
+        # gloo: {micro-step index i: how many steps all-reduced during micro step i} -- with
+        # no_sync working, only the last index k - 1 appears, once per step (tests/test_ddp.py)
+        self.allreduce_micro_steps: collections.Counter = collections.Counter()
+        self._reduced_now = False
 
     @property
     def grad_accum_steps(self) -> int:
@@ -87,6 +92,7 @@ class DataParallel:
     def _timed_allreduce(self, state, bucket):
         """DDP's default hook (average = divide, then sum over ranks), with a stopwatch."""
         t0 = time.perf_counter()
+        self._reduced_now = True
         fut = dist.all_reduce(bucket.buffer().div_(self.world_size), async_op=True).get_future()
 
         def done(f):
@@ -116,7 +122,10 @@ class DataParallel:
                 sync = contextlib.nullcontext()
                 if self.ddp is not None:
                     self.sync_steps += 1  # this micro step all-reduces
-            yield micro, denominator, sync
+            self._reduced_now = False
+            yield micro, denominator, sync  # the caller's backward runs here (and calls the hook)
+            if self._reduced_now:
+                self.allreduce_micro_steps[i] += 1
 
     def agree(self, flag: bool) -> bool:
         """Rank 0's ``flag`` on every rank: all ranks stop at the same step."""

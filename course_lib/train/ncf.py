@@ -301,6 +301,8 @@ class TrainResult:
     final_train_ndcg: float | None = None
     precision: dict = field(default_factory=dict)  # lesson 05: mode, final loss scale, skipped steps
     history: dict = field(default_factory=dict)  # sampled per step: step, lr, loss_scale, trust_ratio{layer: []}
+    # lesson 06 (gloo): {micro-step index: steps whose all-reduce ran in it}; {k - 1: steps} when no_sync works
+    allreduce_micro_steps: dict = field(default_factory=dict)
 
     @property
     def generalization_gap(self) -> float | None:
@@ -518,6 +520,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         comm_method=par.comm_method,
         steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
         precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
+        allreduce_micro_steps=dict(par.allreduce_micro_steps),
     )
     if keep_model:  # lesson 05 inspects the trained model's gradients; not a field, so never serialized
         result.model = model
