@@ -317,6 +317,10 @@ def _worker_main(spec: _WorkerSpec) -> None:
                               timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
         dist.init_process_group(spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
                                 timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
+        # Every rank's side of gloo's full mesh is connected before any rank runs (and maybe
+        # exits): a fast worker that returned and tore its group down while a slower peer was
+        # still connecting failed that peer's init ("connectFullMesh ... closed by peer").
+        dist.barrier()
         result = spec.fn(spec.rank, spec.world_size, *spec.args)
         atomic_torch_save(result, os.path.join(spec.run_dir, f"result{spec.rank}.pt"))
     except BaseException:  # noqa: BLE001 - everything must reach the cell, KeyboardInterrupt too

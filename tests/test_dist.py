@@ -227,7 +227,6 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
-from _timing import scaled
         from course_lib import dist
         if __name__ == "__main__":
             dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s={LAUNCH_TIMEOUT_S})
@@ -381,7 +380,6 @@ def test_workers_stay_on_loopback_when_the_hostname_resolves_to_the_network(tmp_
         import json, socket, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
-from _timing import scaled
         if __name__ == "__main__":
             resolved = socket.gethostbyname(socket.gethostname())
             results, sockets, error = W.launch_and_scan_sockets({str(pid_dir)!r})
@@ -432,7 +430,6 @@ def _start_launcher(tmp_path, worker, tmp_dir):
         import sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
-from _timing import scaled
         from course_lib import dist
         if __name__ == "__main__":
             dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
