@@ -181,3 +181,105 @@ def test_a_rank_failing_mid_collective_ends_the_launch_with_its_error():
     assert err.value.rank == 1
     assert "failed halfway through the ring all-reduce" in str(err.value)
     assert time.monotonic() - start < 100  # ended by the failure, not by the launch timeout
+
+
+# --------------------------------------------------------------------------- reading the results (lesson 08)
+
+
+def _fake_collectives(ps=(2, 4), sizes=tuple(4**k for k in range(1, 12))):
+    """Times exactly as the model says, for the three algorithms and a 'backend' that is the ring."""
+    from course_lib.comm.bench import CollectivesResult
+
+    rows = []
+    for p in ps:
+        for n in sizes:
+            for name, f in [("ring", comm.ring_allreduce_time), ("recursive doubling", comm.butterfly_allreduce_time),
+                            ("tree", comm.binary_tree_allreduce_time), ("backend", comm.ring_allreduce_time)]:
+                t = f(n, p, ALPHA, BETA, GAMMA)
+                rows.append({"p": p, "algorithm": name, "kind": "allreduce", "size_bytes": n, "time_s": t,
+                             "algbw_GBps": n / t / 1e9, "busbw_GBps": comm.busbw(n / t, p) / 1e9})
+    return CollectivesResult(rows)
+
+
+def test_measured_crossover_finds_the_model_crossover_on_model_data():
+    from course_lib import collectives_study as study
+
+    result = _fake_collectives()
+    for p in (2, 4):
+        measured, model = study.measured_crossover(result, p), study.model_crossover(p, ALPHA, BETA, GAMMA)
+        assert model is not None and measured == pytest.approx(model, rel=0.5)  # interpolated between sizes
+    table = study.crossover_table(result, ALPHA, BETA, GAMMA)
+    assert [r["p"] for r in table.rows] == [2, 4]
+    text = study.verdict(result, ALPHA, BETA, GAMMA, p_far=1024)
+    assert "recursive doubling wins below about" in text and "1024 ranks" in text
+    bw = study.bandwidth_table(result, 4)
+    assert all(r["ring / backend"] == pytest.approx(1.0) for r in bw.rows)
+    ext = study.extrapolation_table(study.links(ALPHA, BETA), ps=(8, 1024))
+    assert {r["cheapest"] for r in ext.rows} <= {"ring", "recursive doubling", "tree", "rabenseifner"}
+    assert len(ext.rows) == 2 * 2 * (1 + len(comm.QUOTED_INTERCONNECTS))
+
+
+def test_no_crossover_is_said_as_such():
+    from course_lib import collectives_study as study
+
+    result = _fake_collectives(sizes=(4, 16, 64))  # all latency-bound: recursive doubling ahead throughout
+    assert study.measured_crossover(result, 4) is None
+    assert "still ahead of the ring at the largest size measured" in study.verdict(result, ALPHA, BETA, GAMMA)
+
+
+def test_lesson_spec_sizes_and_groups():
+    from course_lib import collectives_study as study
+
+    full, smoke = study.lesson_spec("full", 4), study.lesson_spec("smoke", 3)
+    assert full["groups"] == [[0, 1], [0, 1, 2], [0, 1, 2, 3]] and smoke["groups"] == [[0, 1], [0, 1, 2]]
+    assert max(full["sizes"]) == 16 * 2**20 and max(smoke["sizes"]) <= 2**12
+    with pytest.raises(ValueError):
+        study.lesson_spec("full", 1)
+
+
+def test_pingpong_fit_and_spread():
+    from course_lib.comm.bench import PingPong
+
+    rows = [{"repeat": r, "size_bytes": n, "one_way_s": (ALPHA + BETA * n) * (1 + 0.1 * r)}
+            for r in range(3) for n in (1, 1024, 2**20, 2**22)]
+    pp = PingPong(rows)
+    alpha, beta = pp.alpha_beta()
+    assert alpha == pytest.approx(ALPHA * 1.1, rel=1e-6) and beta == pytest.approx(BETA * 1.1, rel=1e-6)
+    lo, mid, hi = pp.spread()["alpha_us"]
+    assert lo < mid < hi and lo == pytest.approx(ALPHA * 1e6)
+    assert len(pp.table().rows) == 4
+
+
+def test_figures_and_the_static_widget():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.comm import plots
+    from course_lib.widgets import allreduce_explorer
+
+    ring = C.ring_allreduce_schedule(4, 8)
+    fig, ax = plots.plot_schedule(ring)
+    assert len(ax.texts) >= ring.messages  # one label per chunk-sized message (plus the legend line)
+    plt.close(fig)
+    fig, axes = plots.plot_schedules([ring, C.binomial_tree_broadcast_schedule(5, 8, 2)])
+    plt.close(fig)
+    fig, axes = plots.plot_predicted_vs_measured(_fake_collectives(), ALPHA, BETA, GAMMA)
+    assert len(axes[0]) == 2 and len(axes[0][0].get_lines()) == 4 + 3  # 4 measured series, 3 models
+    plt.close(fig)
+    fig, axes = plots.plot_extrapolation({"a": (ALPHA, BETA), "b": (1e-6, 1e-11)})
+    assert len(axes[0][0].get_lines()) == 2 * 4
+    plt.close(fig)
+    fig, table = allreduce_explorer(p=1024, n_bytes=8, alpha=ALPHA, beta=BETA, interactive=False)
+    assert table.title == "winner: recursive doubling"
+    plt.close(fig)
+
+
+@pytest.mark.slow
+def test_bench_collectives_prints_the_ratio(capsys):
+    from course_lib import bench
+
+    assert bench.main(["collectives", "--size-mib", "0.25", "--iters", "2"]) == 0
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("ratio ring/backend: ") and float(last.split(": ")[1]) > 0
