@@ -24,7 +24,8 @@ Models, data, optimizers
                      -> peak lr, warmup, decay, precision, optimizer, budget), checked by field
 Distributed mechanics
     parallel/        data_parallel.py (the per-rank slice, accumulation, DDP wrap), checkpoint.py,
-                     sync_batchnorm.py, scaling.py; tensor/pipeline/sharded parallelism go here (lesson 10)
+                     sync_batchnorm.py, scaling.py, staleness.py (stale/async updates, a parameter server;
+                     lesson 08); tensor/pipeline/sharded parallelism go here (lesson 10)
     comm/            cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py,
                      collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08)
 Training

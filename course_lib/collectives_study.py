@@ -14,8 +14,11 @@ import math
 import numpy as np
 
 from .comm import cost
-from .comm.bench import CollectivesResult
+from .comm.bench import (ALLREDUCE_BENCH, BROADCAST_BENCH, CollectivesResult, collectives_benchmark, measure_gamma,
+                         pingpong_benchmark)
+from .comm.collectives import compare_with_backend
 from .config import pick
+from .parallel.staleness import ServerConfig, parameter_server_worker
 from .tables import Table
 
 # The all-reduce algorithms of the course and their cost formula (cost.py).
@@ -23,8 +26,10 @@ ALLREDUCE_MODELS = {"ring": cost.ring_allreduce_time, "recursive doubling": cost
                     "tree": cost.binary_tree_allreduce_time}
 
 
-def lesson_spec(profile: str, max_ranks: int) -> dict:
-    """What lesson 08's one launch measures: groups of 2..``max_ranks`` ranks, sizes, repeats."""
+def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, backend: str = "gloo") -> dict:
+    """What lesson 08's one launch measures: groups of 2..``max_ranks`` ranks, sizes, repeats, and
+    the parameter-server runs (gloo only: they send CPU tensors; with ``max_ranks >= 3`` rank 2 is
+    the straggler, else rank 1)."""
     if max_ranks < 2:
         raise ValueError(f"lesson 08 needs at least 2 ranks, got {max_ranks}")
     top = pick(profile, full=24, smoke=12)  # 2**24 = 16 MiB; smoke: 4 KiB
@@ -40,7 +45,28 @@ def lesson_spec(profile: str, max_ranks: int) -> dict:
         "iters": pick(profile, full=8, smoke=2),
         "warmup": pick(profile, full=2, smoke=1),
         "segments": 8,
+        "server_configs": [ServerConfig(mode=mode, straggler_rank=straggler, delay_s=straggler_delay_s,
+                                        budget_s=pick(profile, full=2.0, smoke=0.3), lr=0.05)
+                           for straggler in (None, 2 if max_ranks >= 3 else 1) for mode in ("sync", "async")]
+        if backend == "gloo" else [],
     }
+
+
+def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Lesson 08's measurements in one launch (each launch costs seconds of start-up), in order:
+    correctness against torch.distributed, a ping-pong, the all-reduce and broadcast sweeps on
+    every group of ``spec["groups"]``, ``gamma``, and the parameter-server runs."""
+    groups = spec.get("groups")
+    out = {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=groups),
+           "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec.get("pingpong_iters", 20),
+                                          spec.get("repeats", 5))}
+    out["allreduce"] = collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec.get("iters", 10),
+                                             spec.get("warmup", 2), groups)
+    out["broadcast"] = collectives_benchmark(rank, world_size, spec["sizes"], BROADCAST_BENCH, spec.get("iters", 10),
+                                             spec.get("warmup", 2), groups, spec.get("segments", 8))
+    out["gamma_s_per_byte"] = measure_gamma()
+    out["parameter_server"] = parameter_server_worker(rank, world_size, spec.get("server_configs", []))
+    return out
 
 
 def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling",

@@ -535,27 +535,6 @@ class CollectivesResult:
         return t
 
 
-def collectives_lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """Lesson 08's measurements in one launch (each launch costs seconds of start-up):
-
-    correctness against torch.distributed (``spec["check_lengths"]``), a ping-pong
-    (``spec["pingpong_sizes"]``, ``spec["repeats"]``), and the all-reduce and broadcast
-    sweeps on every group in ``spec["groups"]`` (``spec["sizes"]``, ``spec["iters"]``).
-    """
-    from .collectives import compare_with_backend
-
-    groups = spec.get("groups")
-    out = {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=groups),
-           "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec.get("pingpong_iters", 20),
-                                          spec.get("repeats", 5))}
-    out["allreduce"] = collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec.get("iters", 10),
-                                             spec.get("warmup", 2), groups)
-    out["broadcast"] = collectives_benchmark(rank, world_size, spec["sizes"], BROADCAST_BENCH, spec.get("iters", 10),
-                                             spec.get("warmup", 2), groups, spec.get("segments", 8))
-    out["gamma_s_per_byte"] = measure_gamma()
-    return out
-
-
 def ring_vs_backend(world_size: int = 2, size_bytes: int = 16 * MB, iters: int = 10, warmup: int = 3,
                     *, backend: str = "auto", timeout_s: float = 600.0) -> CollectivesResult:
     """The course's ring all-reduce against the backend's, at one size, in one launch (``bench collectives``)."""

@@ -156,36 +156,30 @@ def pipelined_broadcast_schedule(p: int, n: int, src: int = 0, segments: int = D
     return Schedule(f"pipelined broadcast ({k} segments)", p, n, tuple(rounds), src)
 
 
-def ring_reduce_scatter_schedule(p: int, n: int) -> Schedule:
-    """``p - 1`` rounds: in round ``s`` rank ``r`` sends chunk ``(r - s - 1) % p`` to ``r + 1``,
-    which adds it to its own. Afterwards rank ``r`` holds the full sum of chunk ``r``."""
+def _ring_rounds(p: int, n: int, offset: int, reduce: bool) -> tuple[tuple[Transfer, ...], ...]:
+    """``p - 1`` rounds in which rank ``r`` sends chunk ``(r - s - offset) % p`` to ``r + 1`` in round
+    ``s``; empty chunks (``n < p``) are no message, and rounds left empty are dropped."""
     _check_p_root(p)
     bounds = chunk_bounds(n, p)
     rounds = []
     for s in range(p - 1):
-        rnd = []
-        for r in range(p):
-            lo, hi = bounds[(r - s - 1) % p]
-            if hi > lo:  # an empty chunk is no message (n < p)
-                rnd.append(Transfer(r, (r + 1) % p, lo, hi, reduce=True))
-        rounds.append(tuple(rnd))
-    return Schedule("ring reduce-scatter", p, n, tuple(r for r in rounds if r))
+        sent = [(r, bounds[(r - s - offset) % p]) for r in range(p)]
+        rnd = tuple(Transfer(r, (r + 1) % p, lo, hi, reduce=reduce) for r, (lo, hi) in sent if hi > lo)
+        if rnd:
+            rounds.append(rnd)
+    return tuple(rounds)
+
+
+def ring_reduce_scatter_schedule(p: int, n: int) -> Schedule:
+    """``p - 1`` rounds: in round ``s`` rank ``r`` sends chunk ``(r - s - 1) % p`` to ``r + 1``,
+    which adds it to its own. Afterwards rank ``r`` holds the full sum of chunk ``r``."""
+    return Schedule("ring reduce-scatter", p, n, _ring_rounds(p, n, 1, reduce=True))
 
 
 def ring_all_gather_schedule(p: int, n: int) -> Schedule:
     """``p - 1`` rounds: rank ``r`` starts with chunk ``r`` and in round ``s`` passes chunk
     ``(r - s) % p`` to ``r + 1``. Afterwards every rank holds every chunk."""
-    _check_p_root(p)
-    bounds = chunk_bounds(n, p)
-    rounds = []
-    for s in range(p - 1):
-        rnd = []
-        for r in range(p):
-            lo, hi = bounds[(r - s) % p]
-            if hi > lo:
-                rnd.append(Transfer(r, (r + 1) % p, lo, hi))
-        rounds.append(tuple(rnd))
-    return Schedule("ring all-gather", p, n, tuple(r for r in rounds if r))
+    return Schedule("ring all-gather", p, n, _ring_rounds(p, n, 0, reduce=False))
 
 
 def ring_allreduce_schedule(p: int, n: int) -> Schedule:
