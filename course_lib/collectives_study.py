@@ -74,14 +74,17 @@ def measured_crossover(result: CollectivesResult, p: int, small: str = "recursiv
     """The measured message size (bytes) from which ``large`` stays at least as fast as ``small``.
 
     Between the last size where ``small`` won and the next, interpolated on a log scale (the
-    time difference crosses zero there). None when ``large`` never wins, or wins everywhere.
+    time difference crosses zero there). 0.0 when ``large`` won at every size measured, None
+    when it was not ahead at the largest.
     """
     n, t_small = result.times(p, small)
     n2, t_large = result.times(p, large)
     if not len(n) or not np.array_equal(n, n2):
         return None
     wins = t_large <= t_small
-    if wins.all() or not wins[-1]:
+    if wins.all():
+        return 0.0
+    if not wins[-1]:
         return None
     last_loss = int(np.nonzero(~wins)[0][-1])
     a, b = np.log(n[last_loss]), np.log(n[last_loss + 1])
@@ -92,12 +95,18 @@ def measured_crossover(result: CollectivesResult, p: int, small: str = "recursiv
 
 def model_crossover(p: int, alpha: float, beta: float, gamma: float = 0.0, small: str = "recursive doubling",
                     large: str = "ring") -> float | None:
-    """The size above which ``large`` is cheaper than ``small`` under the alpha-beta-gamma model."""
-    return cost.crossover_size(ALLREDUCE_MODELS[small], ALLREDUCE_MODELS[large], p, alpha, beta, gamma)
+    """The size above which ``large`` is cheaper than ``small`` under the alpha-beta-gamma model
+    (0.0: at every size, e.g. the ring against the tree on 2 ranks; None: at no size)."""
+    f_small, f_large = ALLREDUCE_MODELS[small], ALLREDUCE_MODELS[large]
+    if f_large(1.0, p, alpha, beta, gamma) <= f_small(1.0, p, alpha, beta, gamma):
+        return 0.0
+    return cost.crossover_size(f_small, f_large, p, alpha, beta, gamma)
 
 
 def _size(n: float | None) -> str:
-    return "never" if n is None else cost._human_bytes(float(round(n)))
+    if n is None:
+        return "never"
+    return "every size" if n == 0 else cost._human_bytes(float(round(n)))
 
 
 def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0) -> Table:
@@ -160,7 +169,7 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
     model = model_crossover(p, alpha, beta, gamma)
     n, t_rd = result.times(p, "recursive doubling")
     _, t_ring = result.times(p, "ring")
-    if measured is not None:
+    if measured:  # a size > 0: recursive doubling first, then the ring
         lines.append(f"At p = {p} on this machine recursive doubling wins below about {_size(measured)} and the ring "
                      f"from there on (measured); the alpha-beta-gamma model with your ping-pong's alpha and beta "
                      f"puts the crossover at {_size(model)}.")
@@ -176,7 +185,7 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
     rd_lat = math.log2(p_far) * alpha
     t_ring = cost.ring_allreduce_time(gradient_bytes, p_far, alpha, beta, gamma)
     t_rd = cost.butterfly_allreduce_time(gradient_bytes, p_far, alpha, beta, gamma)
-    lines.append(f"With the same links and {p_far} ranks the model moves the crossover to {_size(far)}: the ring's "
+    lines.append(f"With the same links and {p_far} ranks the model puts the crossover at {_size(far)}: the ring's "
                  f"latency term is 2(p-1) alpha = {ring_lat * 1e3:.3g} ms per all-reduce, recursive doubling's "
                  f"log2(p) alpha = {rd_lat * 1e3:.3g} ms.")
     lines.append(f"A {_size(gradient_bytes)} gradient at p = {p_far}: ring {t_ring * 1e3:.4g} ms, recursive doubling "

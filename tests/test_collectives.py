@@ -1,5 +1,5 @@
 """course_lib.comm.collectives: schedules replayed by hand, priced by the alpha-beta model,
-and executed on 2-5 gloo ranks against torch.distributed (one launch per rank count)."""
+and executed on 2-5 gloo ranks against torch.distributed (sub-groups of one 5-rank launch)."""
 
 import math
 import random
@@ -11,6 +11,9 @@ import torch
 from course_lib import comm
 from course_lib import dist as cdist
 from course_lib.comm import collectives as C
+from course_lib.parallel import staleness as S
+
+import _dist_workers  # tests/ is on sys.path under pytest; spawned workers import it by name
 
 ALPHA, BETA, GAMMA = 20e-6, 1e-9, 0.25e-9
 ALLREDUCE_SCHEDULES = ["ring all-reduce", "recursive doubling all-reduce", "tree all-reduce"]
@@ -149,10 +152,38 @@ GROUPS = [[1, 3], [0, 2, 4], [1, 2, 3, 4], [0, 1, 2, 3, 4]]
 LENGTHS = [1, 3, 5, 9, 33]  # below, at and above every p here, and not divisible by most
 
 
+SERVER_RUNS = [S.ServerConfig(mode=m, straggler_rank=s, delay_s=0.02, budget_s=0.4, lr=0.05)
+               for s in (None, 2) for m in ("sync", "async")]
+
+
 @pytest.fixture(scope="module")
-def backend_comparison():
-    return cdist.launch(C.compare_with_backend, 5, LENGTHS, ("float32", "bfloat16", "int64"), (1, 3), GROUPS,
-                        backend="gloo", timeout_s=300, collective_timeout_s=120, threads_per_worker=1, quiet=True)
+def five_ranks():
+    """One launch of 5 gloo ranks: every collective against torch.distributed, then the parameter-server runs."""
+    return cdist.launch(_dist_workers.collectives_and_parameter_server, 5, LENGTHS, ("float32", "bfloat16", "int64"),
+                        (1, 3), GROUPS, SERVER_RUNS, S.Problem(n_train=512, n_eval=256), backend="gloo",
+                        timeout_s=300, collective_timeout_s=120, threads_per_worker=1, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def backend_comparison(five_ranks):
+    return [r["compare"] for r in five_ranks]
+
+
+@pytest.mark.slow
+def test_parameter_server_sync_async_and_a_straggler(five_ranks):
+    records = five_ranks[0]["server"]
+    sync0, async0, sync1, async1 = records
+    assert [r["label"] for r in records] == ["sync", "async", "sync, rank 2 +20 ms", "async, rank 2 +20 ms"]
+    for r in (sync0, sync1):  # every round has one gradient from each worker, none stale
+        assert r["max_staleness"] == 0 and len(set(r["gradients_from"].values())) == 1
+    # the straggler: synchronous rounds take at least its delay; asynchronous updates do not wait for it
+    assert sync1["updates_per_s"] < 1 / 0.02
+    assert async1["gradients_from"][1] > 2 * async1["gradients_from"][2]
+    assert async1["max_staleness"] >= 2
+    assert all(r["final_loss"] < r["curve"]["loss"][0] for r in records)  # everyone learned something
+    text = S.server_reading(records)
+    assert "synchronous rounds fell from" in text and "updates old" in text
+    assert len(S.server_table(S.with_target(records, 10.0)).rows) == 4
 
 
 @pytest.mark.slow
@@ -225,6 +256,10 @@ def test_no_crossover_is_said_as_such():
     result = _fake_collectives(sizes=(4, 16, 64))  # all latency-bound: recursive doubling ahead throughout
     assert study.measured_crossover(result, 4) is None
     assert "still ahead of the ring at the largest size measured" in study.verdict(result, ALPHA, BETA, GAMMA)
+    # on 2 ranks the ring is cheaper than the tree at every size: said so, not "never"
+    assert study.model_crossover(2, ALPHA, BETA, GAMMA, small="tree") == 0.0
+    assert study.measured_crossover(result, 2, small="tree") == 0.0
+    assert study.crossover_table(result, ALPHA, BETA, GAMMA).rows[0]["model (tree)"] == "every size"
 
 
 def test_lesson_spec_sizes_and_groups():

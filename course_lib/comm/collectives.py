@@ -284,14 +284,22 @@ def run_schedule(schedule: Schedule, tensor: torch.Tensor, group=None, piece_byt
         raise ValueError(f"schedule is for {schedule.p} ranks x {schedule.n} elements; this is rank {rank} of "
                          f"{p} with {flat.numel()} elements")
     per_piece = max(1, piece_bytes // flat.element_size())
+    # One staging buffer for the whole call, reused round after round: a fresh one per round
+    # costs page faults every time (measured on the 2-core development machine, the ring at
+    # 16 MiB went from ~0.6 to ~0.9 of gloo's own all-reduce with it). Sized for every receive of
+    # the busiest round, an upper bound: pages that are never touched cost nothing.
+    need = max((sum(t.count for t in rnd if t.dst == rank) for rnd in schedule.rounds), default=0)
+    workspace = torch.empty(need, dtype=flat.dtype, device=flat.device)
     for rnd in schedule.rounds:
         receives, sends = [], []
         sending = [(t.lo, t.hi) for t in rnd if t.src == rank]
+        used = 0
         for t in rnd:
             if t.dst == rank:
                 overlaps = any(lo < t.hi and t.lo < hi for lo, hi in sending)
                 staged = t.reduce or overlaps  # never write a slice this rank is still sending
-                buf = torch.empty(t.count, dtype=flat.dtype, device=flat.device) if staged else None
+                buf = workspace[used:used + t.count] if staged else None
+                used += t.count if staged else 0
                 for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
                     target = flat[lo:hi]
                     landing = buf[lo - t.lo:hi - t.lo] if staged else target
