@@ -265,11 +265,19 @@ def _pieces(lo: int, hi: int, per_piece: int) -> list[tuple[int, int]]:
     return [(a, min(a + per_piece, hi)) for a in range(lo, hi, per_piece)]
 
 
+def _land(target: torch.Tensor, landing: torch.Tensor, reduce: bool, staged: bool) -> None:
+    if reduce:
+        target.add_(landing)
+    elif staged:
+        target.copy_(landing)
+
+
 def run_schedule(schedule: Schedule, tensor: torch.Tensor, group=None, piece_bytes: int = PIECE_BYTES) -> torch.Tensor:
     """Carry ``schedule`` out on this rank's ``tensor`` (in place) with isend/irecv only.
 
-    Each round: post this rank's receives (into a fresh buffer when it will add, straight
-    into its slice when it overwrites) and sends, wait for them, adding what came in. A
+    Each round: post this rank's receives (into a staging buffer when it will add, straight
+    into its slice when it overwrites) and sends, as one ``dist.batch_isend_irecv``, wait for
+    them, adding what came in. A
     sender's slice is never written during its own round, so every message carries what its
     sender held before the round -- the rule :meth:`Schedule.replay` follows.
 
@@ -291,7 +299,7 @@ def run_schedule(schedule: Schedule, tensor: torch.Tensor, group=None, piece_byt
     need = max((sum(t.count for t in rnd if t.dst == rank) for rnd in schedule.rounds), default=0)
     workspace = torch.empty(need, dtype=flat.dtype, device=flat.device)
     for rnd in schedule.rounds:
-        receives, sends = [], []
+        ops, landed = [], []  # receives first, then sends
         sending = [(t.lo, t.hi) for t in rnd if t.src == rank]
         used = 0
         for t in rnd:
@@ -303,20 +311,28 @@ def run_schedule(schedule: Schedule, tensor: torch.Tensor, group=None, piece_byt
                 for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
                     target = flat[lo:hi]
                     landing = buf[lo - t.lo:hi - t.lo] if staged else target
-                    req = dist.irecv(landing, _global(group, t.src), group=group, tag=tag)
-                    receives.append((req, target, landing, t.reduce, staged))
+                    ops.append(dist.P2POp(dist.irecv, landing, _global(group, t.src), group, tag))
+                    landed.append((target, landing, t.reduce, staged))
         for t in rnd:
             if t.src == rank:
                 for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
-                    sends.append(dist.isend(flat[lo:hi], _global(group, t.dst), group=group, tag=tag))
-        for req, target, landing, reduce, staged in receives:
-            req.wait()
-            if reduce:
-                target.add_(landing)
-            elif staged:
-                target.copy_(landing)
-        for req in sends:
-            req.wait()
+                    ops.append(dist.P2POp(dist.isend, flat[lo:hi], _global(group, t.dst), group, tag))
+        if not ops:
+            continue  # this rank sits the round out
+        # One batch per round: gloo posts the operations one by one; NCCL must group them, or two
+        # ranks that each first receive from the other would wait on each other forever.
+        works = dist.batch_isend_irecv(ops)
+        if len(works) == len(ops):  # one handle per operation: add each piece as soon as it lands
+            for work, (target, landing, reduce, staged) in zip(works, landed):
+                work.wait()
+                _land(target, landing, reduce, staged)
+            for work in works[len(landed):]:
+                work.wait()
+        else:  # coalesced into one handle (NCCL)
+            for work in works:
+                work.wait()
+            for target, landing, reduce, staged in landed:
+                _land(target, landing, reduce, staged)
     return tensor
 
 
