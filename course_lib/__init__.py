@@ -24,9 +24,10 @@ Models, data, optimizers
                      -> peak lr, warmup, decay, precision, optimizer, budget), checked by field
 Distributed mechanics
     parallel/        data_parallel.py (the per-rank slice, accumulation, DDP wrap), checkpoint.py,
-                     sync_batchnorm.py, scaling.py; tensor/pipeline/sharded parallelism go here (lesson 10)
-    comm/            cost.py (alpha-beta model of collectives), bench.py (measured), plots.py;
-                     collectives from send/recv go here (lesson 08)
+                     sync_batchnorm.py, scaling.py, staleness.py (stale/async updates, a parameter server;
+                     lesson 08); tensor/pipeline/sharded parallelism go here (lesson 10)
+    comm/            cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py,
+                     collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08)
 Training
     train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
                      mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)
@@ -35,10 +36,11 @@ What the lessons measure and show
     ladder.py        the trick ladder: the one writer and reader of its rungs
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
+    collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
     widgets.py       interactive sliders (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
     summary.py       the run summary of `make course` and gpu-check's FIGURE lines
-    bench.py         `python -m course_lib.bench ncf|bert`
+    bench.py         `python -m course_lib.bench ncf|bert|collectives`
     checks.py        the exercises' checks
 Entry points: run.py (`python -m course_lib.run module:worker` under torchrun),
 train_ddp.py (lesson 06 as a script, SLURM).

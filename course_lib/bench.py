@@ -4,6 +4,7 @@ Command line (the lessons' numbers without the notebooks)::
 
     python -m course_lib.bench ncf [--batch-size 256] [--device cpu|cuda] [--dataset ml-1m]
     python -m course_lib.bench bert [--model base] [--seq-len 128] [--batch-size 64] [--device cuda]
+    python -m course_lib.bench collectives [--world-size 2] [--size-mib 16] [--iters 10]
 
 prints batch-production and training throughput of the device-resident sampler and of
 the DataLoader path at the same batch size, and ends with ``ratio loader: <x>``
@@ -14,6 +15,11 @@ phases show up as NVTX ranges: ``nsys profile -t cuda,nvtx python -m course_lib.
 768, vocabulary 30522, 128 tokens) on random token ids — the speed does not depend on the
 text — in fp32 and in each mixed-precision mode the device supports, and ends with
 ``bert seqs/s <mode>: <x>`` lines and the speedup of the fastest mode over fp32.
+
+``collectives`` (lesson 08) times the course's ring all-reduce, built from isend/irecv
+(``course_lib.comm.collectives``), against the backend's own all-reduce at one message size,
+in one launch, and ends with ``ratio ring/backend: <x>``: the ring's bus bandwidth over the
+backend's (the same as the backend's time over the ring's).
 """
 
 from __future__ import annotations
@@ -181,7 +187,7 @@ def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["ncf", "bert"], help="which benchmark")
+    parser.add_argument("what", choices=["ncf", "bert", "collectives"], help="which benchmark")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 256 (ncf), 64 (bert)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dataset", default="ml-1m", help="ncf: ml-1m, ml-20m or synthetic")
@@ -189,9 +195,14 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="base", help="bert: a preset of course_lib.models.bert (default base)")
     parser.add_argument("--seq-len", type=int, default=128, help="bert: tokens per sequence")
     parser.add_argument("--steps", type=int, default=10, help="bert: timed steps per precision mode")
+    parser.add_argument("--world-size", type=int, default=2, help="collectives: ranks (default 2)")
+    parser.add_argument("--size-mib", type=float, default=16, help="collectives: message size in MiB (default 16)")
+    parser.add_argument("--iters", type=int, default=10, help="collectives: timed all-reduces per algorithm")
     args = parser.parse_args(argv)
     if args.what == "bert":
         return _main_bert(args)
+    if args.what == "collectives":
+        return _main_collectives(args)
 
     data = load_implicit(args.dataset, profile=args.profile)
     print(f"data: {data.source}")
@@ -223,6 +234,19 @@ def _main_bert(args) -> int:
     if args.model == "base" and args.seq_len == 128:
         print(f"ratio {best} vs V100 phase-1 AMP (~{V100_PHASE1_AMP_SEQS_PER_S:.0f} seq/s, NVIDIA, quoted): "
               f"{res[best]['seqs_per_s'] / V100_PHASE1_AMP_SEQS_PER_S:.2f}")
+    return 0
+
+
+def _main_collectives(args) -> int:
+    from .comm.bench import ring_vs_backend
+
+    size = int(args.size_mib * 2**20)
+    res = ring_vs_backend(args.world_size, size, args.iters)
+    print(res.table(args.world_size))
+    busbw = {r["algorithm"]: r["busbw_GBps"] for r in res.rows}
+    for name, bw in busbw.items():
+        print(f"busbw {name}: {bw:.3f} GB/s")
+    print(f"ratio ring/backend: {busbw['ring'] / busbw['backend']:.2f}")
     return 0
 
 

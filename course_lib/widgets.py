@@ -80,3 +80,63 @@ def explore(data, base_cfg, *, target_hr: float, max_epochs: float = 2.0, device
     button.on_click(on_click)
     display(w.VBox([w.HBox([b_w, lr_w]), w.HBox([warm_w, keep, button]), out]))
     return None, None
+
+
+def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float = 5e-6, beta: float = 1 / 50e9,
+                       gamma: float = 0.0, interactive: bool | None = None):
+    """P, message size, alpha and beta -> each all-reduce algorithm's modelled time and the winner (lesson 08).
+
+    With a widget frontend: sliders for log2 P, the message size, alpha and the link bandwidth,
+    and a bar chart that follows them. Otherwise (papermill, CI) one static ``(figure, table)``
+    for the given values.
+    """
+    from .collectives_study import ALLREDUCE_MODELS
+    from .comm import cost
+    from .tables import Table
+
+    models = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time,
+                  **{"flat tree": cost.flat_tree_allreduce_time})
+
+    def draw(p_, n_, a_, b_, ax=None):
+        times = {k: f(n_, p_, a_, b_, gamma) for k, f in models.items()}
+        best = min(times, key=times.get)
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.5, 3))
+        ax.barh(list(times), [v * 1e3 for v in times.values()],
+                color=["tab:green" if k == best else "tab:gray" for k in times])
+        ax.set_xscale("log")
+        ax.set_xlabel("modelled all-reduce time (ms)")
+        ax.set_title(f"p = {p_}, {cost._human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {1 / b_ / 1e9:.3g} GB/s: "
+                     f"{best} wins", fontsize=9)
+        ax.figure.tight_layout()
+        t = Table(["algorithm", "time (ms)"], title=f"winner: {best}")
+        for k, v in sorted(times.items(), key=lambda kv: kv[1]):
+            t.add(algorithm=k, **{"time (ms)": v * 1e3})
+        return ax.figure, t
+
+    if interactive is None:
+        interactive = widgets_available()
+    if not interactive:
+        return draw(p, n_bytes, alpha, beta)
+
+    p_w = w.IntSlider(value=int(math.log2(p)), min=1, max=14, description="log2 P")
+    n_w = w.FloatLogSlider(value=n_bytes, base=2, min=2, max=32, step=1, description="bytes")
+    a_w = w.FloatLogSlider(value=alpha, base=10, min=-7, max=-3, step=0.1, description="alpha (s)",
+                           readout_format=".1e")
+    bw_w = w.FloatLogSlider(value=1 / beta, base=10, min=8, max=12, step=0.1, description="bytes/s",
+                            readout_format=".1e")
+    out = w.Output()
+
+    def update(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig, t = draw(2**p_w.value, n_w.value, a_w.value, 1 / bw_w.value)
+            display(fig)
+            plt.close(fig)
+            display(t)
+
+    for s in (p_w, n_w, a_w, bw_w):
+        s.observe(update, names="value")
+    display(w.VBox([w.HBox([p_w, n_w]), w.HBox([a_w, bw_w]), out]))
+    update()
+    return None, None

@@ -198,3 +198,12 @@ def children_then_hang(rank, world_size, pid_dir):
     os.replace(os.path.join(pid_dir, f"desc{rank}.txt.tmp"), os.path.join(pid_dir, f"desc{rank}.txt"))
     hang_in_collective(rank, world_size, pid_dir)
     return batches  # never reached; keeps the loader alive
+
+
+def collectives_and_parameter_server(rank, world_size, lengths, dtypes, segments, groups, configs, problem):
+    """Lesson 08's two multi-process checks in one launch (a launch costs seconds of start-up)."""
+    from course_lib.comm.collectives import compare_with_backend
+    from course_lib.parallel.staleness import parameter_server_worker
+
+    return {"compare": compare_with_backend(rank, world_size, lengths, dtypes, segments, groups),
+            "server": parameter_server_worker(rank, world_size, configs, problem)}

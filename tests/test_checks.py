@@ -273,6 +273,58 @@ def ring_by_all_reduce(tensor):  # right numbers, but not built from point-to-po
     dist.all_reduce(tensor)
 
 
+# --------------------------------------------------------------------------- 08: broadcast trees
+
+
+def _binomial(tensor, src):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    me = (rank - src) % p  # rank relative to the root
+    mask = 1
+    while mask < p:  # receive from the parent: the rank that differs in my lowest set bit
+        if me & mask:
+            dist.recv(tensor, (me - mask + src) % p)
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask:  # then send to my children, farthest first
+        if me + mask < p:
+            dist.send(tensor, (me + mask + src) % p)
+        mask >>= 1
+
+
+def bcast_ok(tensor, src=0):
+    _binomial(tensor, src)
+
+
+def bcast_flat_tree(tensor, src=0):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    if rank == src:
+        for r in range(p):
+            if r != src:
+                dist.send(tensor, r)
+    else:
+        dist.recv(tensor, src)
+
+
+def bcast_chain(tensor, src=0):
+    rank, p = dist.get_rank(), dist.get_world_size()
+    me = (rank - src) % p
+    if me:
+        dist.recv(tensor, (rank - 1) % p)
+    if me < p - 1:
+        dist.send(tensor, (rank + 1) % p)
+
+
+def bcast_with_the_collective(tensor, src=0):
+    dist.broadcast(tensor, src)
+
+
+def bcast_into_a_copy(tensor, src=0):
+    out = tensor.clone()
+    _binomial(out, src)
+    return out
+
+
 # --------------------------------------------------------------------------- 07: LAMB
 
 
@@ -495,3 +547,27 @@ def test_the_ring_check_refuses_collectives_imported_by_name_and_restores_them()
     assert log.collectives == ["all_gather"]
     assert namespace["all_gather"] is originals["all_gather"]
     assert all(getattr(dist, name) is fn for name, fn in originals.items())
+
+
+def test_binomial_broadcast_check_on_four_ranks():
+    # One launch (4 ranks, where a flat tree and a chain give themselves away): five implementations.
+    from course_lib.checks import l08_collectives as l08
+
+    cases = l08.broadcast_cases(4)
+    assert {(1,), (3,), (5,), (7, 3)} <= {c[0] for c in cases} and {c[1] for c in cases} == set(l08.DTYPES)
+    fns = [bcast_ok, bcast_flat_tree, bcast_chain, bcast_with_the_collective, bcast_into_a_copy]
+    per_rank = l06._launch_cases("check_binomial_tree_broadcast", l08._bcast_worker, fns, 4, cases)
+    assert isinstance(per_rank, list), per_rank
+
+    def judged(i):
+        return l08._judge("check_binomial_tree_broadcast", {4: [r[i] for r in per_rank]}, {4: cases})
+
+    ok = judged(0)
+    assert ok.passed, ok.message
+    messages = {fn.__name__: judged(i).message for i, fn in enumerate(fns) if i}
+    assert not any(judged(i).passed for i in range(1, len(fns)))
+    assert "flat tree" in messages["bcast_flat_tree"] and "sent to 3 ranks" in messages["bcast_flat_tree"]
+    assert "chain" in messages["bcast_chain"] and "3 hops" in messages["bcast_chain"]
+    assert "dist.broadcast" in messages["bcast_with_the_collective"]
+    assert "in place" in messages["bcast_into_a_copy"]
+

@@ -17,7 +17,8 @@ LAYERS = [
     {"data", "models", "optim", "settings"},
     {"parallel", "comm"},
     {"train"},
-    {"search", "ladder", "mixed_precision", "optimizer_study", "layerwise", "widgets", "lesson", "checks"},
+    {"search", "ladder", "mixed_precision", "optimizer_study", "layerwise", "collectives_study", "widgets", "lesson",
+     "checks"},
     {"summary", "bench", "run", "train_ddp"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -57,8 +57,13 @@ def _distributed_check(name: str, fn, probe: Callable[[], None], worker: Callabl
     return _finish(judge([r[0] for r in results]))
 
 
+RING_DEADLOCK_HINT = ("a ring where each rank first calls a blocking send() and only then recv() can "
+                      "deadlock. Post the send and the receive together (dist.isend + dist.irecv, then wait on "
+                      "both), or let even ranks send first and odd ranks receive first.")
+
+
 def _launch_cases(name: str, worker: Callable, fns: list, world_size: int, *args,
-                  timeout_s: float = 120.0) -> list | CheckResult:
+                  timeout_s: float = 120.0, deadlock_hint: str = RING_DEADLOCK_HINT) -> list | CheckResult:
     """Run ``worker(rank, world_size, fns, *args)`` on ``world_size`` processes; map failures to results."""
     try:
         return launch(worker, world_size, fns, *args, backend="gloo", timeout_s=timeout_s,
@@ -74,9 +79,7 @@ def _launch_cases(name: str, worker: Callable, fns: list, world_size: int, *args
     except LaunchTimeout:
         return CheckResult(name, False, (
             f"the workers did not finish within {timeout_s:g} s. Most likely every rank is waiting for "
-            "another: a ring where each rank first calls a blocking send() and only then recv() can "
-            "deadlock. Post the send and the receive together (dist.isend + dist.irecv, then wait on "
-            "both), or let even ranks send first and odd ranks receive first."))
+            f"another: {deadlock_hint}"))
 
 
 def _grad_net() -> nn.Module:

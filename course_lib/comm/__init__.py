@@ -4,10 +4,12 @@
   the all-reduce algorithms; pure functions, no process group.
 - :mod:`.bench` — benchmarks that run under ``course_lib.dist.launch``: all-reduce time
   per message size, DDP step time per gradient bucket size.
+- :mod:`.collectives` — broadcast and all-reduce algorithms built from isend/irecv, each a
+  pure schedule (who sends what to whom, round by round) and one executor (lesson 08).
 - :mod:`.plots` — their figures.
 
-Lesson 08's collectives built from send/recv go in a module of their own here.
-The names of :mod:`.cost` and :mod:`.bench` are re-exported: ``comm.fit_alpha_beta``.
+The names of :mod:`.cost`, :mod:`.bench` and :mod:`.collectives` are re-exported:
+``comm.fit_alpha_beta``, ``comm.ring_allreduce``.
 """
 
 from .bench import (
@@ -21,14 +23,41 @@ from .bench import (
     run_allreduce_benchmark,
     run_ddp_bucket_benchmark,
 )
+from .collectives import (
+    ALLREDUCES,
+    BROADCASTS,
+    SCHEDULES,
+    Schedule,
+    Transfer,
+    binomial_tree_broadcast,
+    chunk_bounds,
+    flat_tree_broadcast,
+    pipelined_broadcast,
+    recursive_doubling_allreduce,
+    ring_all_gather,
+    ring_allreduce,
+    ring_reduce_scatter,
+    run_schedule,
+    tree_allreduce,
+)
 from .cost import (
     ALLREDUCE_ALGORITHMS,
+    BROADCAST_ALGORITHMS,
     GB,
+    QUOTED_INTERCONNECTS,
     MB,
     algbw,
     allreduce_busbw_factor,
     best_algorithm,
     binary_tree_allreduce_time,
+    binomial_tree_broadcast_time,
+    crossover_size,
+    flat_tree_broadcast_time,
+    optimal_segments,
+    pipelined_broadcast_time,
+    ring_all_gather_time,
+    ring_reduce_scatter_time,
+    schedule_time,
     busbw,
     butterfly_allreduce_time,
     fit_alpha_beta,

@@ -44,21 +44,22 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_blocks(op, iters: int, device: torch.device, blocks: int = 5) -> tuple[float, float]:
+def _timed_blocks(op, iters: int, device: torch.device, blocks: int = 5, group=None) -> tuple[float, float]:
     """Seconds per ``op()``: ``(median over blocks, mean over all iters)``, max over ranks.
 
     The ``iters`` calls run back to back in up to ``blocks`` blocks, each started by a
     barrier and ended by a CUDA synchronize. Each block's mean is maxed over ranks (a
     collective is done when the slowest rank is); the median over blocks shrugs off a block
     hit by another process on a shared machine (common on 2-core CI and login nodes), the
-    mean over all iterations is nccl-tests' number.
+    mean over all iterations is nccl-tests' number. ``group``: only its ranks take part.
     """
     blocks = max(1, min(blocks, iters))
     sizes = [iters // blocks + (1 if b < iters % blocks else 0) for b in range(blocks)]
     block_means = []
     for n in sizes:
         _sync(device)
-        cdist.barrier()
+        if cdist._initialized():
+            dist.barrier(group=group)
         start = time.perf_counter()
         for _ in range(n):
             op()
@@ -66,7 +67,7 @@ def _timed_blocks(op, iters: int, device: torch.device, blocks: int = 5) -> tupl
         block_means.append((time.perf_counter() - start) / n)
     means = torch.tensor(block_means, dtype=torch.float64, device=device)
     if cdist._initialized():
-        dist.all_reduce(means, op=dist.ReduceOp.MAX)
+        dist.all_reduce(means, op=dist.ReduceOp.MAX, group=group)
     means = means.cpu()
     mean_all = float((means * torch.tensor(sizes, dtype=torch.float64)).sum()) / iters
     return float(means.median()), mean_all
@@ -337,3 +338,207 @@ def run_ddp_bucket_benchmark(world_size: int, bucket_caps_mb: list[float], steps
     results = cdist.launch(ddp_bucket_benchmark, world_size, list(bucket_caps_mb), steps, spec, warmup,
                            compute_only, backend=chosen, timeout_s=timeout_s)
     return BucketResult(rows=results[0], world_size=world_size, backend=chosen, model_spec=spec)
+
+
+# --------------------------------------------------------------------------- lesson 08: point-to-point and the course's collectives
+
+
+def pingpong_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iters: int = 20,
+                       repeats: int = 5, warmup: int = 3) -> list[dict]:
+    """One-way message time between ranks 0 and 1, per size, ``repeats`` times; a worker for ``launch``.
+
+    Rank 0 sends ``n`` bytes to rank 1, which sends them back; half the round trip, averaged
+    over ``iters`` round trips, is one message: ``alpha + n beta``. Each repeat is a full pass
+    over the sizes, so the spread between repeats shows how steady this machine is. Only
+    rank 0's clock is read (one clock, no offset between processes). Other ranks wait.
+    Rows (on every rank): ``{"repeat", "size_bytes", "one_way_s"}``.
+    """
+    if world_size < 2:
+        raise ValueError("a ping-pong needs 2 ranks")
+    rows = []
+    device = cdist.device()
+    for rep in range(repeats):
+        for size in sizes_bytes:
+            buf = torch.zeros(max(1, int(size)), dtype=torch.uint8, device=device)
+            dist.barrier()
+            t = torch.zeros(1, dtype=torch.float64)
+            if rank in (0, 1):
+                peer = 1 - rank
+                for i in range(warmup + iters):
+                    if i == warmup:
+                        _sync(device)
+                        start = time.perf_counter()
+                    if rank == 0:
+                        dist.send(buf, peer)
+                        dist.recv(buf, peer)
+                    else:
+                        dist.recv(buf, peer)
+                        dist.send(buf, peer)
+                _sync(device)
+                t[0] = (time.perf_counter() - start) / (2 * iters)
+            dist.broadcast(t, 0)
+            rows.append({"repeat": rep, "size_bytes": buf.numel(), "one_way_s": float(t[0])})
+    return rows
+
+
+@dataclass
+class PingPong:
+    """Ping-pong rows and the alpha-beta fit of each repeat."""
+
+    rows: list[dict]
+
+    def fits(self) -> list[tuple[float, float]]:
+        """``(alpha, beta)`` fitted to each repeat on its own."""
+        reps = sorted({r["repeat"] for r in self.rows})
+        out = []
+        for rep in reps:
+            mine = [r for r in self.rows if r["repeat"] == rep]
+            out.append(fit_alpha_beta([r["size_bytes"] for r in mine], [r["one_way_s"] for r in mine]))
+        return out
+
+    def alpha_beta(self) -> tuple[float, float]:
+        """The median over repeats of alpha and of beta: this machine's link, as the lesson uses it."""
+        fits = np.array(self.fits())
+        return float(np.median(fits[:, 0])), float(np.median(fits[:, 1]))
+
+    def spread(self) -> dict:
+        """Min, median and max over repeats of alpha (us) and of the bandwidth 1/beta (GB/s)."""
+        fits = np.array(self.fits())
+        alpha_us = fits[:, 0] * 1e6
+        bw = np.array([1 / b / GB if b > 0 else float("inf") for b in fits[:, 1]])
+        return {"alpha_us": (float(alpha_us.min()), float(np.median(alpha_us)), float(alpha_us.max())),
+                "bandwidth_GBps": (float(bw.min()), float(np.median(bw)), float(bw.max())),
+                "repeats": len(fits)}
+
+    def table(self) -> Table:
+        sizes = sorted({r["size_bytes"] for r in self.rows})
+        t = Table(["size", "one-way min (us)", "median (us)", "max (us)"],
+                  title=f"ping-pong, rank 0 <-> rank 1, {self.spread()['repeats']} repeats")
+        for n in sizes:
+            ts = np.array([r["one_way_s"] for r in self.rows if r["size_bytes"] == n]) * 1e6
+            t.add(**{"size": _human_bytes(n), "one-way min (us)": ts.min(), "median (us)": float(np.median(ts)),
+                     "max (us)": ts.max()})
+        return t
+
+
+def measure_gamma(n_bytes: int = 4 * 2**20, repeats: int = 20, device=None) -> float:
+    """Seconds per byte of ``a += b`` on float32 on ``device`` (default: this process's): the
+    model's reduction term, ``gamma``."""
+    device = torch.device(device) if device is not None else cdist.device()
+    count = max(1, n_bytes // 4)
+    a = torch.zeros(count, device=device)
+    b = torch.ones(count, device=device)
+    a.add_(b)
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        a.add_(b)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) / (count * 4)
+
+
+def _collective_ops(name: str, buf: torch.Tensor, group, src: int = 0, segments: int = 8):
+    from . import collectives
+
+    if name == "backend":
+        return lambda: dist.all_reduce(buf, group=group)
+    if name == "backend broadcast":
+        return lambda: dist.broadcast(buf, src if group is None else dist.get_global_rank(group, src), group=group)
+    if name in collectives.ALLREDUCES:
+        fn = collectives.ALLREDUCES[name]
+        return lambda: fn(buf, group=group)
+    if name == "pipelined chain":
+        return lambda: collectives.pipelined_broadcast(buf, src, segments, group=group)
+    if name in collectives.BROADCASTS:
+        fn = collectives.BROADCASTS[name]
+        return lambda: fn(buf, src, group=group)
+    raise ValueError(f"unknown algorithm {name!r}")
+
+
+ALLREDUCE_BENCH = ("ring", "recursive doubling", "tree", "backend")
+BROADCAST_BENCH = ("flat tree", "binomial tree", "pipelined chain", "backend broadcast")
+
+
+def collectives_benchmark(rank: int, world_size: int, sizes_bytes: list[int], algorithms=ALLREDUCE_BENCH,
+                          iters: int = 10, warmup: int = 2, groups=None, segments: int = 8) -> list[dict]:
+    """Time each algorithm (course's and the backend's) per message size; a worker for ``launch``.
+
+    ``groups``: rank lists to measure on (``dist.new_group`` each), so one launch measures
+    several ``p``; ranks outside a group wait at the next barrier. float32 zeros (sums stay
+    zero), ``warmup`` untimed calls, then ``_timed_blocks`` (max over the group's ranks,
+    median over blocks). Rows: ``{"p", "algorithm", "kind", "size_bytes", "time_s",
+    "algbw_GBps", "busbw_GBps"}``; busbw uses nccl-tests' factor, ``2(p-1)/p`` for an
+    all-reduce and 1 for a broadcast.
+    """
+    device = cdist.device()
+    groups = [list(range(world_size))] if groups is None else [sorted(g) for g in groups]
+    handles = [None if len(g) == world_size else dist.new_group(g) for g in groups]
+    rows = []
+    for members, group in zip(groups, handles):
+        if rank in members:
+            p = len(members)
+            for size in sizes_bytes:
+                count = max(1, int(size) // 4)
+                buf = torch.zeros(count, dtype=torch.float32, device=device)
+                for name in algorithms:
+                    op = _collective_ops(name, buf, group, segments=segments)
+                    for _ in range(warmup):
+                        op()
+                    t, _ = _timed_blocks(op, iters, device, blocks=min(5, iters), group=group)
+                    kind = "broadcast" if "broadcast" in name or name in ("flat tree", "binomial tree",
+                                                                          "pipelined chain") else "allreduce"
+                    bw = algbw(count * 4, t)
+                    rows.append({"p": p, "algorithm": name, "kind": kind, "size_bytes": count * 4, "time_s": t,
+                                 "algbw_GBps": bw / GB,
+                                 "busbw_GBps": (busbw(bw, p) if kind == "allreduce" else bw) / GB})
+        dist.barrier()
+    return rows
+
+
+@dataclass
+class CollectivesResult:
+    """Measured times of the course's collectives and the backend's, as rank 0 saw them."""
+
+    rows: list[dict]
+    backend: str = "gloo"
+
+    def times(self, p: int, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(sizes_bytes, times_s)`` of one algorithm at ``p`` ranks."""
+        mine = sorted((r["size_bytes"], r["time_s"]) for r in self.rows if r["p"] == p and r["algorithm"] == algorithm)
+        return np.array([m[0] for m in mine], dtype=float), np.array([m[1] for m in mine], dtype=float)
+
+    @property
+    def world_sizes(self) -> list[int]:
+        return sorted({r["p"] for r in self.rows})
+
+    @property
+    def algorithms(self) -> list[str]:
+        return list(dict.fromkeys(r["algorithm"] for r in self.rows))
+
+    def table(self, p: int) -> Table:
+        algos = [a for a in self.algorithms if any(r["p"] == p and r["algorithm"] == a for r in self.rows)]
+        t = Table(["size"] + [f"{a} (us)" for a in algos] + ["fastest"],
+                  title=f"measured time per operation, p = {p} ({self.backend}; max over ranks, median of blocks)")
+        sizes = sorted({r["size_bytes"] for r in self.rows if r["p"] == p})
+        for n in sizes:
+            row = {"size": _human_bytes(n)}
+            best = None
+            for a in algos:
+                v = next(r["time_s"] for r in self.rows if r["p"] == p and r["algorithm"] == a and r["size_bytes"] == n)
+                row[f"{a} (us)"] = v * 1e6
+                if best is None or v < best[1]:
+                    best = (a, v)
+            row["fastest"] = best[0]
+            t.add(**row)
+        return t
+
+
+def ring_vs_backend(world_size: int = 2, size_bytes: int = 16 * MB, iters: int = 10, warmup: int = 3,
+                    *, backend: str = "auto", timeout_s: float = 600.0) -> CollectivesResult:
+    """The course's ring all-reduce against the backend's, at one size, in one launch (``bench collectives``)."""
+    chosen = cdist.choose_backend(world_size, backend)
+    rows = cdist.launch(collectives_benchmark, world_size, [size_bytes], ("ring", "backend"), iters, warmup,
+                        backend=chosen, timeout_s=timeout_s)[0]
+    return CollectivesResult(rows, chosen)

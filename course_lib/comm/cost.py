@@ -227,6 +227,138 @@ ALLREDUCE_ALGORITHMS = {
 }
 
 
+# --------------------------------------------------------------------------- broadcast, the ring's halves (lesson 08)
+
+
+def flat_tree_broadcast_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """The root sends all ``n`` bytes to each of the ``p-1`` others in turn: ``(p-1)(alpha + n beta)``."""
+    return (_check_p(p) - 1) * (alpha + n_bytes * beta)
+
+
+def binomial_tree_broadcast_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """The holders double every round: ``ceil(log2 p)(alpha + n beta)``. Latency grows with the
+    depth only, but every round moves the whole message (the seed talk's tree)."""
+    return _log2_steps(p) * (alpha + n_bytes * beta)
+
+
+def pipelined_broadcast_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0,
+                             segments: int | None = None) -> float:
+    """A chain, the message cut into ``k`` segments that follow each other::
+
+        T = (p - 1 + k - 1) (alpha + n/k beta)
+
+    ``k = 1`` is a plain chain, ``(p-1)(alpha + n beta)``; as ``k`` grows the bandwidth term
+    falls to ``n beta`` (independent of ``p``) while the latency term grows. ``segments=None``
+    takes ``optimal_segments``.
+    """
+    p = _check_p(p)
+    if p == 1:
+        return 0.0
+    k = optimal_segments(n_bytes, p, alpha, beta) if segments is None else int(segments)
+    if k < 1:
+        raise ValueError(f"segments must be >= 1, got {segments!r}")
+    return (p - 1 + k - 1) * (alpha + n_bytes / k * beta)
+
+
+def optimal_segments(n_bytes: float, p: int, alpha: float, beta: float) -> int:
+    """The ``k`` that minimises ``pipelined_broadcast_time``: ``sqrt(n beta (p-2) / alpha)``,
+    rounded to the better neighbouring integer, at least 1 (``p <= 2`` or ``alpha = 0``: 1 / many)."""
+    p = _check_p(p)
+    if p <= 2 or n_bytes <= 0:
+        return 1
+    if alpha <= 0:
+        return max(1, int(n_bytes))
+    k = math.sqrt(n_bytes * beta * (p - 2) / alpha)
+    candidates = {max(1, math.floor(k)), max(1, math.ceil(k))}
+    return min(candidates, key=lambda c: pipelined_broadcast_time(n_bytes, p, alpha, beta, segments=c))
+
+
+def ring_reduce_scatter_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """``p-1`` steps of ``n/p`` bytes, each added on arrival: ``(p-1)(alpha + n/p (beta + gamma))``."""
+    p = _check_p(p)
+    return (p - 1) * alpha + (p - 1) / p * n_bytes * (beta + gamma)
+
+
+def ring_all_gather_time(n_bytes: float, p: int, alpha: float, beta: float, gamma: float = 0.0) -> float:
+    """``p-1`` steps of ``n/p`` bytes (``n`` is the size of the gathered tensor): ``(p-1)(alpha + n/p beta)``."""
+    p = _check_p(p)
+    return (p - 1) * alpha + (p - 1) / p * n_bytes * beta
+
+
+BROADCAST_ALGORITHMS = {
+    "flat tree": flat_tree_broadcast_time,
+    "binomial tree": binomial_tree_broadcast_time,
+    "pipelined chain": pipelined_broadcast_time,
+}
+
+
+def schedule_time(schedule, alpha: float, beta: float, gamma: float = 0.0, element_size: int = 4) -> float:
+    """The alpha-beta(-gamma) price of a :class:`course_lib.comm.collectives.Schedule`, round by round.
+
+    A round lasts as long as its busiest rank: ``alpha`` per message that rank sends (or
+    receives, whichever is more), ``beta`` per byte through its link in the busier direction,
+    ``gamma`` per byte it adds. Rounds follow each other. For the course's schedules this
+    gives back the closed forms above (the tests check it), so the formulas are the count of
+    what the code sends.
+    """
+    total = 0.0
+    for rnd in schedule.rounds:
+        sent_msgs, recv_msgs, sent, recv, added = {}, {}, {}, {}, {}
+        for t in rnd:
+            b = t.count * element_size
+            sent_msgs[t.src] = sent_msgs.get(t.src, 0) + 1
+            recv_msgs[t.dst] = recv_msgs.get(t.dst, 0) + 1
+            sent[t.src] = sent.get(t.src, 0) + b
+            recv[t.dst] = recv.get(t.dst, 0) + b
+            if t.reduce:
+                added[t.dst] = added.get(t.dst, 0) + b
+        ranks = set(sent) | set(recv)
+        total += max(alpha * max(sent_msgs.get(r, 0), recv_msgs.get(r, 0))
+                     + beta * max(sent.get(r, 0), recv.get(r, 0)) + gamma * added.get(r, 0) for r in ranks)
+    return total
+
+
+def crossover_size(cost_a, cost_b, p: int, alpha: float, beta: float, gamma: float = 0.0,
+                   lo: float = 1.0, hi: float = 2.0**40) -> float | None:
+    """The message size (bytes) above which ``cost_b`` becomes cheaper than ``cost_a``, or None.
+
+    ``cost_a`` must be the cheaper one at ``lo`` (typically the latency-optimal algorithm) and
+    ``cost_b`` at ``hi``; found by bisection on a log scale (the costs are linear in ``n``, so
+    they cross at most once).
+    """
+    def diff(n):
+        return cost_a(n, p, alpha, beta, gamma) - cost_b(n, p, alpha, beta, gamma)
+
+    if diff(lo) >= 0 or diff(hi) <= 0:
+        return None
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(200):
+        m = (a + b) / 2
+        if diff(math.exp(m)) < 0:
+            a = m
+        else:
+            b = m
+    return math.exp((a + b) / 2)
+
+
+# Quoted, not measured: per-step latency and per-direction bandwidth of two interconnects, for
+# extrapolating lesson 08's costs. Bandwidths: NVIDIA's H100 SXM5 datasheet (NVLink 4: 900 GB/s
+# per GPU, both directions together, through NVSwitch within a DGX/HGX H100 node) and NVIDIA's
+# ConnectX-7 user manual (InfiniBand NDR: 400 Gb/s per port = 50 GB/s each way). Latencies: NCCL's
+# own tuning model, github.com/NVIDIA/nccl src/graph/tuning.cc (hwLat, ring algorithm, Simple
+# protocol -- the bandwidth-optimal one -- per hop: NVLink 5.7 us, network 6.6 us, in one NCCL 2.x
+# release; the table changes between releases); real latencies depend on the protocol (NCCL's LL protocol: under 1 us per hop
+# at half the bandwidth), the message size and the topology.
+QUOTED_INTERCONNECTS = {
+    "NVLink 4 via NVSwitch (H100 node)": {"alpha_s": 5.7e-6, "bandwidth_Bps": 450e9,
+                                          "source": "H100 SXM5 datasheet (900 GB/s bidirectional); "
+                                                    "NCCL tuning.cc hwLat NVLink ring/Simple 5.7 us"},
+    "InfiniBand NDR 400 Gb/s (between nodes)": {"alpha_s": 6.6e-6, "bandwidth_Bps": 50e9,
+                                                "source": "ConnectX-7 user manual (NDR 400 Gb/s per port); "
+                                                          "NCCL tuning.cc hwLat network ring/Simple 6.6 us"},
+}
+
+
 def predict_times(sizes_bytes, p: int, alpha: float, beta: float, gamma: float = 0.0) -> dict[str, np.ndarray]:
     """Predicted all-reduce time (s) of every algorithm in ``ALLREDUCE_ALGORITHMS`` per size."""
     return {name: np.array([f(float(n), p, alpha, beta, gamma) for n in sizes_bytes])

@@ -93,3 +93,142 @@ def plot_ddp_buckets(result: "bench.BucketResult", ax=None):
     ax.set_title(f"DDP gradient buckets, {result.world_size} ranks ({result.backend})")
     ax.figure.tight_layout()
     return ax.figure, ax
+
+
+# --------------------------------------------------------------------------- lesson 08: who sends what to whom
+
+
+def _range_label(schedule, t) -> str:
+    """'c2' for chunk 2 of a ring (chunk_bounds), else 'lo:hi'; '' for the whole tensor."""
+    from .collectives import chunk_bounds
+
+    if t.lo == 0 and t.hi == schedule.n:
+        return ""
+    bounds = chunk_bounds(schedule.n, schedule.p)
+    if schedule.name.startswith("ring") and (t.lo, t.hi) in bounds:
+        return f"c{bounds.index((t.lo, t.hi))}"
+    return f"{t.lo}:{t.hi}"
+
+
+def plot_schedule(schedule, ax=None):
+    """One algorithm step by step: ranks top to bottom, rounds left to right, one arrow per message.
+
+    An arrow goes from the sender at the start of a round to the receiver at its end; blue
+    arrows overwrite the receiver's copy, red ones are added to it (a reduction). Labels name
+    the part of the tensor sent (``c2``: chunk 2 of ``chunk_bounds``; ``3:5``: elements 3..4;
+    none: the whole tensor). Drawn from the same :class:`Schedule` the executor runs.
+    """
+    import matplotlib.pyplot as plt
+
+    p, rounds = schedule.p, schedule.rounds
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.2 + 1.1 * max(1, len(rounds)), 0.5 + 0.45 * p))
+    for r in range(p):
+        ax.axhline(r, color="lightgray", lw=1, zorder=0)
+    for k, rnd in enumerate(rounds):
+        for t in rnd:
+            color = "tab:red" if t.reduce else "tab:blue"
+            ax.annotate("", xy=(k + 1, t.dst), xytext=(k, t.src),
+                        arrowprops=dict(arrowstyle="-|>", color=color, lw=1.3, shrinkA=3, shrinkB=3))
+            label = _range_label(schedule, t)
+            if label:
+                ax.text(k + 0.5, (t.src + t.dst) / 2, label, fontsize=7, ha="center", va="center",
+                        bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.8))
+    if schedule.root is not None:
+        ax.plot([0], [schedule.root], "k*", ms=10, zorder=3)
+    ax.set_xlim(-0.3, max(1, len(rounds)) + 0.3)
+    ax.set_ylim(p - 0.5, -0.5)
+    ax.set_yticks(range(p), [f"rank {r}" for r in range(p)], fontsize=8)
+    ax.set_xticks(range(len(rounds) + 1))
+    ax.set_xlabel("round", fontsize=8)
+    ax.set_title(f"{schedule.name}: p = {p}, {len(rounds)} rounds, {schedule.messages} messages", fontsize=9)
+    kinds = {t.reduce for rnd in rounds for t in rnd}
+    ax.text(1.0, -0.02, "  ".join(k for k, on in (("red: added", True in kinds), ("blue: copied", False in kinds)) if on),
+            transform=ax.transAxes, fontsize=7, ha="right", va="top")
+    return ax.figure, ax
+
+
+def plot_schedules(schedules, ncols: int = 2):
+    """Several schedules in one figure (one panel each); returns ``(fig, axes)``."""
+    import matplotlib.pyplot as plt
+
+    schedules = list(schedules)
+    nrows = -(-len(schedules) // ncols)
+    widest = max(len(s.rounds) for s in schedules)
+    tallest = max(s.p for s in schedules)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * (1.5 + 0.75 * widest), nrows * (0.9 + 0.42 * tallest)),
+                             squeeze=False)
+    for ax, s in zip(axes.flat, schedules):
+        plot_schedule(s, ax=ax)
+    for ax in list(axes.flat)[len(schedules):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig, axes
+
+
+_COLORS = {"ring": "tab:blue", "recursive doubling": "tab:orange", "tree": "tab:green", "backend": "black",
+           "flat tree": "tab:purple", "binomial tree": "tab:green", "pipelined chain": "tab:blue",
+           "backend broadcast": "black"}
+
+
+def plot_predicted_vs_measured(result, alpha: float, beta: float, gamma: float = 0.0, kind: str = "allreduce",
+                               segments: int = 8):
+    """Per ``p``: measured time of each algorithm (dots) and its alpha-beta-gamma prediction (line).
+
+    ``alpha, beta`` per message (the ping-pong's), ``gamma`` per byte added. The backend's own
+    collective is drawn as black dots, with no model (we do not know which algorithm it ran).
+    Returns ``(fig, axes)``.
+    """
+    import matplotlib.pyplot as plt
+
+    from .collectives import COSTS
+
+    ps = result.world_sizes
+    fig, axes = plt.subplots(1, len(ps), figsize=(4.2 * len(ps), 3.6), squeeze=False, sharey=True)
+    algos = [a for a in result.algorithms if any(r["kind"] == kind and r["algorithm"] == a for r in result.rows)]
+    for ax, p in zip(axes[0], ps):
+        for a in algos:
+            n, t = result.times(p, a)
+            if not len(n):
+                continue
+            color = _COLORS.get(a, None)
+            ax.loglog(n, t * 1e6, "o", color=color, ms=4, label=f"{a} (measured)")
+            if a in COSTS:
+                grid = np.logspace(np.log10(n.min()), np.log10(n.max()), 100)
+                kw = {"segments": segments} if a == "pipelined chain" else {}
+                pred = [COSTS[a](x, p, alpha, beta, gamma, **kw) for x in grid]
+                ax.loglog(grid, np.array(pred) * 1e6, "-", color=color, lw=1, alpha=0.7)
+        ax.set_title(f"p = {p}", fontsize=10)
+        ax.set_xlabel("message size (bytes)")
+    axes[0][0].set_ylabel("time per operation (us)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"{kind}: measured (dots) vs alpha-beta-gamma model (lines)", fontsize=10)
+    fig.tight_layout()
+    return fig, axes
+
+
+def plot_extrapolation(links: dict, sizes_bytes=(8 * 2**10, 256 * 2**20), ps=None, gamma: float = 0.0):
+    """Predicted all-reduce time vs number of ranks (8 ... 1024), one panel per message size.
+
+    ``links``: name -> ``(alpha_s, beta_s_per_byte)``; one line style per link, one colour per
+    algorithm (ring, recursive doubling, the binomial tree, Rabenseifner). Returns ``(fig, axes)``.
+    """
+    import matplotlib.pyplot as plt
+
+    ps = list(ps or [2**k for k in range(3, 11)])
+    names = {"ring": cost.ring_allreduce_time, "recursive doubling": cost.butterfly_allreduce_time,
+             "tree": cost.binary_tree_allreduce_time, "rabenseifner": cost.rabenseifner_allreduce_time}
+    styles = ["-", "--", ":", "-."]
+    fig, axes = plt.subplots(1, len(sizes_bytes), figsize=(5.5 * len(sizes_bytes), 4.2), squeeze=False)
+    for j, n in enumerate(sizes_bytes):
+        ax = axes[0][j]
+        for i, (link, (a, b)) in enumerate(links.items()):
+            for name, f in names.items():
+                ax.loglog(ps, [f(n, p, a, b, gamma) * 1e3 for p in ps], styles[i % len(styles)],
+                          color=_COLORS.get(name, "gray"), label=f"{name}, {link}" if j == 0 else None)
+        ax.set_title(f"all-reduce of {cost._human_bytes(n)}", fontsize=9)
+        ax.set_xlabel("ranks p")
+        ax.set_ylabel("predicted time (ms)")
+    fig.legend(fontsize=7, loc="lower center", ncol=len(links), bbox_to_anchor=(0.5, -0.02 - 0.04 * len(names)))
+    fig.tight_layout()
+    return fig, axes
