@@ -13,6 +13,8 @@ from course_lib import dist as cdist
 from course_lib.comm import collectives as C
 from course_lib.parallel import staleness as S
 
+from _timing import scaled
+
 import _dist_workers  # tests/ is on sys.path under pytest; spawned workers import it by name
 
 ALPHA, BETA, GAMMA = 20e-6, 1e-9, 0.25e-9
@@ -161,7 +163,7 @@ def five_ranks():
     """One launch of 5 gloo ranks: every collective against torch.distributed, then the parameter-server runs."""
     return cdist.launch(_dist_workers.collectives_and_parameter_server, 5, LENGTHS, ("float32", "bfloat16", "int64"),
                         (1, 3), GROUPS, SERVER_RUNS, S.Problem(n_train=512, n_eval=256), backend="gloo",
-                        timeout_s=300, collective_timeout_s=120, threads_per_worker=1, quiet=True)
+                        timeout_s=scaled(300), collective_timeout_s=scaled(120), threads_per_worker=1, quiet=True)
 
 
 @pytest.fixture(scope="module")
@@ -207,11 +209,11 @@ def test_every_collective_equals_torch_distributed(backend_comparison):
 def test_a_rank_failing_mid_collective_ends_the_launch_with_its_error():
     start = time.monotonic()
     with pytest.raises(cdist.WorkerError) as err:
-        cdist.launch(C.fail_midway, 3, 1, backend="gloo", timeout_s=120, collective_timeout_s=15,
+        cdist.launch(C.fail_midway, 3, 1, backend="gloo", timeout_s=scaled(120), collective_timeout_s=scaled(15),
                      threads_per_worker=1, quiet=True)
     assert err.value.rank == 1
     assert "failed halfway through the ring all-reduce" in str(err.value)
-    assert time.monotonic() - start < 100  # ended by the failure, not by the launch timeout
+    assert time.monotonic() - start < scaled(100)  # ended by the failure, not by the launch timeout
 
 
 # --------------------------------------------------------------------------- reading the results (lesson 08)
