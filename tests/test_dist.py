@@ -202,7 +202,20 @@ def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
     pytest.fail(f"the workers never reached the collective within a {timeout_s} s launch timeout")
 
 
-def test_keyboard_interrupt_kills_workers(tmp_path, capsys):
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handler for the test, as a terminal or a Jupyter kernel has it.
+
+    A suite started in the background (``make test &`` from a non-interactive shell) inherits
+    SIGINT ignored, and then Python installs no handler and ``interrupt_main()`` does nothing
+    (documented for ``_thread.interrupt_main``): the test would wait for the collective timeout.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_keyboard_interrupt_kills_workers(tmp_path, capsys, python_sigint):
     helper_error = []
 
     def interrupt_when_started():
@@ -427,11 +440,13 @@ def _start_launcher(tmp_path, worker, tmp_dir):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     script = textwrap.dedent(f"""
-        import sys
+        import signal, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
         from course_lib import dist
         if __name__ == "__main__":
+            # as in a terminal or a kernel; a suite started in the background inherits SIGINT ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
     env = {**os.environ, "TMPDIR": str(tmp_dir), "OMP_NUM_THREADS": "1"}
