@@ -285,6 +285,10 @@ def test_pingpong_fit_and_spread():
     lo, mid, hi = pp.spread()["alpha_us"]
     assert lo < mid < hi and lo == pytest.approx(ALPHA * 1e6)
     assert len(pp.table().rows) == 4
+    # every size latency-bound (the smoke profile's few KiB): the fit's beta is 0, the link's is not
+    flat = PingPong([{"repeat": r, "size_bytes": n, "one_way_s": 1e-4} for r in range(3) for n in (8, 64, 4096)])
+    a, b = flat.alpha_beta()
+    assert b > 0 and a + b * 4096 == pytest.approx(1e-4, rel=0.02)
 
 
 def test_figures_and_the_static_widget():

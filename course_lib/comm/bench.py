@@ -397,9 +397,20 @@ class PingPong:
         return out
 
     def alpha_beta(self) -> tuple[float, float]:
-        """The median over repeats of alpha and of beta: this machine's link, as the lesson uses it."""
+        """The median over repeats of alpha and of beta: this machine's link, as the lesson uses it.
+
+        beta is never 0: when every size measured is latency-bound (the smoke profile's few
+        KiB, or noise on a busy machine) the fit's bandwidth term comes out 0, and a model with
+        an infinitely fast link predicts nothing. Then beta is bounded by the largest message:
+        what its median time leaves after alpha (at least 1 % of that time) per byte.
+        """
         fits = np.array(self.fits())
-        return float(np.median(fits[:, 0])), float(np.median(fits[:, 1]))
+        alpha, beta = float(np.median(fits[:, 0])), float(np.median(fits[:, 1]))
+        if beta <= 0:
+            n = max(r["size_bytes"] for r in self.rows)
+            t = float(np.median([r["one_way_s"] for r in self.rows if r["size_bytes"] == n]))
+            beta = max(t - alpha, 0.01 * t) / max(n, 1)
+        return alpha, beta
 
     def spread(self) -> dict:
         """Min, median and max over repeats of alpha (us) and of the bandwidth 1/beta (GB/s)."""
