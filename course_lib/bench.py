@@ -108,6 +108,7 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
     on a CPU, 30 on a GPU, where a step at batch 65536 takes milliseconds and a handful of
     them measures launch jitter rather than throughput)."""
     device = torch.device(device) if device is not None else default_device()
+    data = data.to(device)  # once: each run below would otherwise copy the dataset again
     min_steps = min_steps or (30 if device.type == "cuda" else 8)
     t = Table(["batch size", "steps", "samples/s", "ms/step"], title="Training throughput vs batch size")
     for b in batch_sizes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
+from .metrics import line_fit
 from .tables import Table
 from .train.ncf import TrainConfig, _bce_sum, build_model, make_batches
 
@@ -65,10 +66,9 @@ def frequency_slope(measured: dict) -> dict[int, float]:
     slopes = {}
     for b, (freq, norm) in measured["rows"].items():
         keep = norm > 0
-        x, y = freq[keep].log(), norm[keep].log()
-        if x.numel() < 2 or float(x.var()) == 0.0:
-            continue
-        slopes[b] = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+        fit = line_fit(freq[keep].log().tolist(), norm[keep].log().tolist())
+        if fit is not None:
+            slopes[b] = fit[1]
     return slopes
 
 

@@ -76,3 +76,16 @@ def speedup(baseline_s: float | None, new_s: float | None) -> float | None:
     if baseline_s is None or new_s is None or new_s <= 0:
         return None
     return baseline_s / new_s
+
+
+def line_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
+    """Ordinary least squares ``y = intercept + slope * x``: ``(intercept, slope)``, or None
+    with fewer than two distinct ``x`` (no slope to fit)."""
+    xs, ys = [float(x) for x in xs], [float(y) for y in ys]
+    if len(xs) != len(ys):
+        raise ValueError(f"line_fit needs as many x as y, got {len(xs)} and {len(ys)}")
+    if len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .hardware import default_device
 from .tables import Table
 from .train.ncf import make_batches, train_to_target
 
@@ -68,6 +69,8 @@ def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: in
     Returns ``{mode: TrainResult}``. Each mode first runs 3 untimed steps: the first use of a
     kernel (loading, autotuning, the allocator growing, autocast's caches) is not its speed.
     """
+    device = torch.device(device) if device is not None else default_device()
+    data = data.to(device)  # once: each run below would otherwise copy the dataset again
     out = {}
     for m in modes:
         run = cfg.replace(precision=m, max_epochs=10.0, stop_at_target=False)

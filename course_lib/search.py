@@ -100,6 +100,7 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
     A run's lr that sits at the edge of the grid it was swept over is flagged: the best may lie
     beyond it. ``floor_hr``: the popularity ranking's HR, for runs that ended near it.
     """
+    best_hr = lambda r: r.best_hr if r.best_hr is not None else (r.final_hr or 0.0)  # noqa: E731
     lines = []
     by_opt: dict[str, list] = {}
     for r in results:
@@ -107,7 +108,6 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
     for opt, runs in by_opt.items():
         lrs = sorted(r.config["peak_lr"] for r in runs)
         reached = [r for r in runs if r.time_to_target_s is not None]
-        best_hr = lambda r: r.best_hr if r.best_hr is not None else (r.final_hr or 0.0)
         best = min(reached, key=lambda r: r.time_to_target_s) if reached else max(runs, key=best_hr)
         lr = best.config["peak_lr"]
         edge = " (the edge of its grid: a better lr may lie beyond)" if len(lrs) > 1 and lr in (lrs[0], lrs[-1]) else ""

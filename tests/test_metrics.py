@@ -58,3 +58,13 @@ def test_a_nan_negative_counts_as_the_lowest_score():
     assert hit_rate_at_k(scores, 1) == pytest.approx(1 / 3) and hit_rate_at_k(scores, 2) == pytest.approx(2 / 3)
     assert ndcg_at_k(scores, 2) == pytest.approx((1 / math.log2(3) + 1.0) / 3)
     assert hr_ndcg(scores, 2) == (hit_rate_at_k(scores, 2), ndcg_at_k(scores, 2))
+
+
+def test_line_fit_recovers_a_line_and_refuses_a_single_x():
+    from course_lib.metrics import line_fit
+
+    intercept, slope = line_fit([1, 2, 4], [3 + 2 * x for x in (1, 2, 4)])
+    assert intercept == pytest.approx(3.0) and slope == pytest.approx(2.0)
+    assert line_fit([5, 5], [1, 2]) is None
+    with pytest.raises(ValueError, match="as many x as y"):
+        line_fit([1, 2], [1])

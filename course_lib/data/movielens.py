@@ -414,13 +414,13 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
     profile = resolve_profile(profile)
     if num_eval_negatives is not None and num_eval_negatives < 1:
         raise ValueError(f"num_eval_negatives={num_eval_negatives}: need at least 1 negative per user")
-    if num_eval_negatives is None and (profile == "smoke" or dataset == "synthetic"):
-        num_eval_negatives = 100
+    # the synthetic sets stand in for ml-1m and keep its protocol
+    synthetic_negatives = num_eval_negatives or DATASETS["ml-1m"].eval_negatives
     if profile == "smoke":
-        return load_synthetic("small", num_eval_negatives=num_eval_negatives, seed=seed,
+        return load_synthetic("small", num_eval_negatives=synthetic_negatives, seed=seed,
                               reason="the smoke profile always uses the small synthetic set", use_cache=use_cache)
     if dataset == "synthetic":
-        return load_synthetic(synthetic_size or "ml-1m", num_eval_negatives=num_eval_negatives, seed=seed,
+        return load_synthetic(synthetic_size or "ml-1m", num_eval_negatives=synthetic_negatives, seed=seed,
                               reason="dataset='synthetic' was requested", use_cache=use_cache)
     spec = DATASETS[dataset]
     path = find_local(dataset, data_dir)
@@ -431,8 +431,8 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
             how = f"downloaded from {spec.url} to {path}"
     if path is None:
         looked = ", ".join(str(d) for d in search_dirs(data_dir))
-        return load_synthetic(  # the stand-in keeps ml-1m's protocol
-            "ml-1m", num_eval_negatives=num_eval_negatives or 100, seed=seed,
+        return load_synthetic(
+            "ml-1m", num_eval_negatives=synthetic_negatives, seed=seed,
             use_cache=use_cache,
             reason=f"{dataset} was not found locally (looked in {looked})"
                    + (" and files.grouplens.org is unreachable" if download else " and download=False"),

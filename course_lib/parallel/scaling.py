@@ -6,6 +6,7 @@ import math
 
 import matplotlib.pyplot as plt
 
+from ..metrics import line_fit
 from ..tables import Table
 
 
@@ -50,14 +51,8 @@ def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
     parameter, the gradient all-reduce, launches), the slope the compute per sample. None
     with fewer than two sizes.
     """
-    pts = [(r["per_rank_batch"], r["global_batch"] / r["samples_per_s"]) for r in rows
-           if r["mode"] == "strong" and r["samples_per_s"]]
-    if len({n for n, _ in pts}) < 2:
-        return None
-    mn = sum(n for n, _ in pts) / len(pts)
-    mt = sum(t for _, t in pts) / len(pts)
-    slope = sum((n - mn) * (t - mt) for n, t in pts) / sum((n - mn) ** 2 for n, _ in pts)
-    return mt - slope * mn, slope
+    strong = [r for r in rows if r["mode"] == "strong" and r["samples_per_s"]]
+    return line_fit([r["per_rank_batch"] for r in strong], [r["global_batch"] / r["samples_per_s"] for r in strong])
 
 
 def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:

@@ -48,30 +48,33 @@ class PhaseClock:
     """
 
     def __init__(self, device: torch.device, enabled: bool = True):
+        self.device = device
         self.cuda = device.type == "cuda"
         self.enabled = enabled
         self._seconds = {p: 0.0 for p in PHASES}
         self._pending: list[tuple[str, object, object]] = []  # (phase, start event, end event), CUDA
 
-    @property
-    def seconds(self) -> dict[str, float]:
-        """Seconds per phase so far (on CUDA this waits for the recorded events: call it off the clock)."""
+    def _collect(self) -> None:
+        """Add the recorded CUDA event pairs to the totals (waits for the last one)."""
         for name, start, end in self._pending:
             end.synchronize()
             self._seconds[name] += start.elapsed_time(end) / 1000.0
         self._pending.clear()
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Seconds per phase so far (on CUDA this waits for the recorded events: call it off the clock)."""
+        self._collect()
         return self._seconds
 
     def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize()
+        sync(self.device)
 
     @contextlib.contextmanager
     def phase(self, name: str):
         if self.cuda:
             torch.cuda.nvtx.range_push(name)
-        timing = self.enabled
-        if timing and self.cuda:
+        if self.enabled and self.cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         t0 = time.perf_counter()
@@ -79,12 +82,12 @@ class PhaseClock:
             with torch.profiler.record_function(name):  # a named row in torch.profiler tables
                 yield
         finally:
-            if timing and self.cuda:
+            if self.enabled and self.cuda:
                 end.record()
                 self._pending.append((name, start, end))
                 if len(self._pending) >= 3000:  # bound the list on long runs (one wait per ~1000 steps)
-                    self.seconds
-            elif timing:
+                    self._collect()
+            elif self.enabled:
                 self._seconds[name] += time.perf_counter() - t0
             if self.cuda:
                 torch.cuda.nvtx.range_pop()
