@@ -219,3 +219,41 @@ def test_a_stub_fails_in_strict_mode(monkeypatch):
         checks.check_lars_step(_stub)
     with pytest.raises(AssertionError):  # CheckFailed is an AssertionError: pytest and CI read it as a failure
         checks.check_loss_scaler(StubScaler)
+
+
+# --------------------------------------------------------------------------- the learner's copy, run
+
+
+EXERCISES = sorted((REPO / "exercises").glob("*.ipynb"))
+
+
+def _outputs_text(cell: dict) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append("".join(out.get("text", "")))
+        parts.append("".join(out.get("data", {}).get("text/plain", "")))
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda p: p.name)
+def test_an_untouched_exercise_runs_and_every_check_says_not_implemented(exercise, tmp_path, monkeypatch):
+    """What a learner sees on opening an exercise and choosing "Run All" before writing anything:
+    every cell runs (no cell but the stubs depends on the answer), and every check cell reports
+    NOT IMPLEMENTED YET — not PASS, not FAIL, not a traceback."""
+    import run_notebooks
+    from _timing import scaled
+
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    monkeypatch.setenv(checks.STRICT_ENV, "0")
+    out = tmp_path / exercise.name
+    run = run_notebooks.execute(exercise, out, profile="smoke", kernel="python3", results_dir=tmp_path / "results",
+                                log_output=False, cell_timeout=scaled(900))
+    assert run.ok, f"{exercise.relative_to(REPO)} failed at {run.error}"
+    check_cells = [c for c in json.loads(out.read_text())["cells"]
+                   if c["cell_type"] == "code" and "checks.check_" in "".join(c["source"])]
+    assert check_cells, f"{exercise.name} has no check cell"
+    for cell in check_cells:
+        text = _outputs_text(cell)
+        assert "NOT IMPLEMENTED YET" in text, f"{exercise.name}: a check cell shows {text[:300]!r}"
+        assert "PASS" not in text and ": FAIL" not in text, f"{exercise.name}: {text[:300]!r}"
