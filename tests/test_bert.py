@@ -210,3 +210,27 @@ def test_lamb_runs_record_each_adapted_layers_trust_ratio(small_data):
         assert ratios[name][0] == pytest.approx(first, rel=1e-3), name
     assert train_mlm(MLMTrainConfig(optimizer="adam", base_lr=1e-3, **common), small_data, device="cpu",
                      progress="none")["trust_ratios"] is None
+
+
+def test_a_step_the_loss_scaler_skipped_records_nan_trust_ratios(small_data, monkeypatch):
+    """fp16's scaler skips a step whose gradients overflowed: no ratio was used then, so the record
+    says NaN rather than repeating the previous step's ratio (still in the optimizer's state)."""
+    from course_lib.precision import Precision
+
+    calls = {"n": 0}
+    real_step = Precision.step
+
+    def step_skipping_the_second(self, optimizer):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            return False  # as GradScaler.step does on inf/nan gradients: the optimizer does not step
+        return real_step(self, optimizer)
+
+    monkeypatch.setattr(Precision, "step", step_skipping_the_second)
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=3, warmup_steps=0,
+                         eval_every_steps=3, dropout=0.0, base_batch_size=8, optimizer="lamb", base_lr=1e-2)
+    ratios = train_mlm(cfg, small_data, device="cpu", progress="none")["trust_ratios"]
+    assert ratios and calls["n"] == 3
+    for name, per_step in ratios.items():
+        assert math.isfinite(per_step[0]) and math.isfinite(per_step[2]), name
+        assert math.isnan(per_step[1]), f"{name}: the skipped step recorded {per_step[1]}"

@@ -1,5 +1,7 @@
 """LARS (course_lib.optim.lars): the equations, the zero-norm guard, exclusion, SGD, LARC clip, AMP."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -294,3 +296,37 @@ def test_bad_group_override_is_refused():
     with pytest.raises(ValueError, match="weight_decay"):
         LARS([{"params": [nn.Parameter(torch.zeros(2))], "weight_decay": -1.0}], lr=0.1)
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("optimizer", ["lars", "lamb"])
+def test_low_precision_parameters_follow_the_fp32_trajectory(dtype, optimizer):
+    """LARS and LAMB on fp16/bf16 parameters (pure low-precision training, no fp32 master copy)
+    take the steps an fp32 run from the same (rounded) start takes, to the low precision's
+    rounding. 100 000 weights near 1: the sum of squares is past fp16's largest number (65504),
+    so a norm accumulated in fp16 would be inf and every trust ratio 0 or NaN."""
+    from course_lib.optim import LAMB
+
+    g = torch.Generator().manual_seed(0)
+    w0 = (1 + 0.1 * torch.randn(100_000, generator=g)).to(dtype)
+    grads = [torch.randn(100_000, generator=g) for _ in range(3)]
+
+    def run(dt):
+        w = nn.Parameter(w0.clone().to(dt))
+        opt = LARS([w], lr=20.0, momentum=0.9, weight_decay=1e-4) if optimizer == "lars" else \
+            LAMB([w], lr=0.05, weight_decay=0.01)
+        ratios = []
+        for grad in grads:
+            w.grad = grad.to(dt)
+            opt.step()
+            ratios.append(float(opt.state[w]["trust_ratio"]))
+        return w.detach().float(), ratios
+
+    (ref, ref_ratios), (low, low_ratios) = run(torch.float32), run(dtype)
+    eps = torch.finfo(dtype).eps
+    assert all(math.isfinite(r) and r > 0 for r in low_ratios)
+    assert low_ratios == pytest.approx(ref_ratios, rel=10 * eps)
+    moved = (ref - w0.float()).norm()
+    assert moved / w0.float().norm() > 0.02  # steps large enough for a wrong ratio to show
+    # the two trajectories differ by rounding (a few ulps per weight), not by a different step
+    assert float((low - ref).norm() / moved) < 0.1, f"{optimizer} in {dtype}"

@@ -75,6 +75,7 @@ class LAMB(torch.optim.Optimizer):
     setting for the whole optimizer (the norm is global). ``p.grad`` is left untouched.
     After each step ``optimizer.state[p]["trust_ratio"]`` holds the ratio just used (a
     0-dim float32 tensor). With mixed precision, unscale the gradients before ``step``.
+    For fp16/bf16 parameters the moments are kept, and the update computed, in fp32.
     """
 
     def __init__(
@@ -164,12 +165,19 @@ class LAMB(torch.optim.Optimizer):
                 if p.grad.is_sparse:
                     raise RuntimeError("LAMB does not support sparse gradients")
                 grad = p.grad if clip_divisor is None else p.grad / clip_divisor.to(p.grad.device)
+                # fp16/bf16 parameters: the moments and the update in fp32. In fp16, v = (1 - b2) g^2
+                # of a pre-normalized gradient (g ~ 1e-3) is ~1e-9, below fp16's smallest subnormal:
+                # v flushes to 0, the update becomes m / eps and every trust ratio collapses.
+                low = p.dtype in (torch.float16, torch.bfloat16)
+                w = p.float() if low else p
+                if low:
+                    grad = grad.float()
 
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)  # m
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)  # v
+                    state["exp_avg"] = torch.zeros_like(w, memory_format=torch.preserve_format)  # m
+                    state["exp_avg_sq"] = torch.zeros_like(w, memory_format=torch.preserve_format)  # v
                 state["step"] += 1
                 t = state["step"]
                 exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
@@ -185,14 +193,14 @@ class LAMB(torch.optim.Optimizer):
                 else:
                     update = exp_avg / exp_avg_sq.sqrt().add_(eps)
                 if weight_decay != 0:
-                    update.add_(p, alpha=weight_decay)
+                    update.add_(w, alpha=weight_decay)
 
                 if adapt:
-                    trust_ratio = lamb_trust_ratio(_l2_norm(p), _l2_norm(update), trust_clip=group["trust_clip"])
+                    trust_ratio = lamb_trust_ratio(_l2_norm(w), _l2_norm(update), trust_clip=group["trust_clip"])
                     update.mul_(trust_ratio)
                 else:
                     trust_ratio = torch.ones((), device=p.device)
                 state["trust_ratio"] = trust_ratio.detach().float()
 
-                p.add_(update, alpha=-lr)
+                p.add_(update.to(p.dtype), alpha=-lr)
         return loss
