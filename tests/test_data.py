@@ -1,5 +1,6 @@
 """Parsing, leave-one-out split, checksums and samplers on tiny generated files (lesson 01)."""
 
+import dataclasses
 import zipfile
 
 import numpy as np
@@ -282,3 +283,33 @@ def test_a_file_that_is_not_a_zip_is_a_dataset_error(tmp_path):
     bad.write_bytes(b"not a zip at all")
     with pytest.raises(DatasetError, match=r"r\.zip is not a readable zip"):
         movielens.parse_ratings(bad, "dat")
+
+
+def test_a_processed_cache_hit_skips_verification_and_a_replaced_file_is_a_miss(tmp_path, monkeypatch):
+    """The processed cache saves the md5 of a large zip and its parse; it may do so only for the
+    file it was built from: the same path, size and mtime. A file replaced at the same path is
+    verified and parsed again."""
+    calls = {"md5": 0, "parse": 0}
+    small = load_implicit("synthetic", profile="smoke")
+
+    def fake_md5(path, expected, *, url=""):
+        calls["md5"] += 1
+
+    def fake_parse(path, fmt, **kw):
+        calls["parse"] += 1
+        return dataclasses.replace(small, name=kw["name"], synthetic=False, meta={"file": str(path)})
+
+    monkeypatch.setattr(movielens, "verify_md5", fake_md5)
+    monkeypatch.setattr(movielens, "implicit_from_file", fake_parse)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    zip_path = data_dir / movielens.DATASETS["ml-1m"].zip_name
+    zip_path.write_bytes(b"the first download")
+    first = load_implicit("ml-1m", data_dir=data_dir, download=False)
+    assert calls == {"md5": 1, "parse": 1} and not first.synthetic
+    again = load_implicit("ml-1m", data_dir=data_dir, download=False)
+    assert calls == {"md5": 1, "parse": 1}, "a cache hit must not re-hash or re-parse"
+    assert torch.equal(again.eval_negatives, first.eval_negatives)
+    zip_path.write_bytes(b"a different file, same path")
+    load_implicit("ml-1m", data_dir=data_dir, download=False)
+    assert calls == {"md5": 2, "parse": 2}, "a replaced file must be verified again"

@@ -439,8 +439,10 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
         )
     num_eval_negatives = num_eval_negatives or spec.eval_negatives
     key = f"{dataset}-neg{num_eval_negatives}-seed{seed}"
+    # A hit must be this very file: the path, and its size and mtime, as when it was verified and
+    # parsed (a hit skips the md5 of a 300 MB zip; a file replaced at the same path is a miss).
     cached = _load_processed(_processed_path(key)) if use_cache else None
-    if cached is not None and cached.meta.get("file") == str(path):
+    if cached is not None and cached.meta.get("file") == str(path) and cached.meta.get("file_stamp") == _stamp(path):
         return cached
     if path.suffix == ".zip":
         verify_md5(path, spec.md5, url=spec.url)
@@ -451,9 +453,15 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
                               source=f"Real MovieLens {dataset} (GroupLens), {how}.",
                               num_eval_negatives=num_eval_negatives, seed=seed, member=spec.member,
                               expected_ratings=expected)
+    data = replace(data, meta={**data.meta, "file_stamp": _stamp(path)})
     if use_cache:
         _save_processed(data, _processed_path(key))
     return data
+
+
+def _stamp(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def load_synthetic(size: str = "ml-1m", *, num_eval_negatives: int = 100, seed: int = 0, reason: str = "",
