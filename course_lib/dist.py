@@ -46,6 +46,7 @@ import datetime as _dt
 import io
 import os
 import pickle
+import re
 import shutil
 import signal
 import sys
@@ -687,7 +688,7 @@ def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, thre
                                   if p.exitcode is not None and r not in exited_ns})
             _stop_all(procs)
             pump.pump(final=True)
-            raise _worker_error(run_dir, procs, exited_ns, fn)
+            raise _worker_error(run_dir, procs, exited_ns, fn, collective_timeout_s)
         pump.pump(final=True)
         return [_load_result(run_dir, r, world_size, fn) for r in range(world_size)]
     except KeyboardInterrupt:
@@ -722,7 +723,8 @@ def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:
                "module that this process can import.") from exc
 
 
-def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn) -> WorkerError:
+def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn,
+                  collective_timeout_s: float | None = None) -> WorkerError:
     """Build the error for the rank that failed first (the cause), mentioning the others.
 
     When one rank raises, its peers fail moments later in their pending collective
@@ -748,6 +750,11 @@ def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn) -> WorkerE
     if tb:
         last = tb.strip().splitlines()[-1]
         msg = f"rank {chosen} of {len(procs)} failed in {fn.__qualname__}: {last}"
+        if collective_timeout_s is not None and re.search(r"timed out|timeout", last, re.IGNORECASE):
+            msg += (f" -- a collective or the rendezvous waited longer than collective_timeout_s="
+                    f"{collective_timeout_s:g} s. Usually another rank never joined it: check that every rank "
+                    "calls the same collectives in the same order. If the ranks are only slow (a busy "
+                    "machine, a long first step), pass a larger collective_timeout_s to launch().")
     elif not os.path.exists(os.path.join(run_dir, f"rank{chosen}.log")):
         msg = (f"rank {chosen} of {len(procs)} {_describe_exit(code)} while starting, before it could run "
                f"{fn.__qualname__} (its own error went to the launching process's stderr: the terminal, "

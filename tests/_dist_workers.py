@@ -2,6 +2,7 @@
 because spawned workers import functions by module and name."""
 
 import os
+import signal
 import time
 
 import torch
@@ -40,6 +41,16 @@ def fail_on(rank, world_size, bad_rank, pid_dir):
         time.sleep(0.5)
         raise ValueError(f"boom from rank {rank}")
     dist.barrier()  # the healthy rank waits in a collective the failing rank never joins
+    return rank
+
+
+def killed_by_signal(rank, world_size, bad_rank, pid_dir):
+    """Rank ``bad_rank`` SIGKILLs itself (as the OOM killer would); the others wait in a collective."""
+    _write_pid(pid_dir, rank)
+    dist.barrier()
+    if rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
     return rank
 
 
@@ -198,6 +209,21 @@ def children_then_hang(rank, world_size, pid_dir):
     os.replace(os.path.join(pid_dir, f"desc{rank}.txt.tmp"), os.path.join(pid_dir, f"desc{rank}.txt"))
     hang_in_collective(rank, world_size, pid_dir)
     return batches  # never reached; keeps the loader alive
+
+
+def children_then_hang_with_only(rank, world_size, pid_dir, keep):
+    """``children_then_hang`` with the worker's own orphan defences switched off, except ``keep``:
+    "pdeathsig" (the kernel's parent-death signal), "parent-watch" (the thread that exits when
+    the parent pid changes), or anything else for neither. Lets a test show that each defence
+    works alone, rather than only that together they do."""
+    import ctypes
+
+    if keep != "pdeathsig":
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 0)  # PR_SET_PDEATHSIG = 0: no signal
+    if keep != "parent-watch":
+        parent = os.getppid()
+        os.getppid = lambda: parent  # the watch thread sees the launcher alive forever
+    children_then_hang(rank, world_size, pid_dir)
 
 
 def collectives_and_parameter_server(rank, world_size, lengths, dtypes, segments, groups, configs, problem):

@@ -434,9 +434,9 @@ def short_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _start_launcher(tmp_path, worker, tmp_dir):
+def _start_launcher(tmp_path, worker, tmp_dir, *args, watchdog=True):
     """A launcher in its own process (as a kernel would be), with a private $TMPDIR to inspect.
-    Returns (process, pid_dir)."""
+    ``watchdog=False`` gives the watchdog no process group to kill. Returns (process, pid_dir)."""
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     script = textwrap.dedent(f"""
@@ -447,7 +447,9 @@ def _start_launcher(tmp_path, worker, tmp_dir):
         if __name__ == "__main__":
             # as in a terminal or a kernel; a suite started in the background inherits SIGINT ignored
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            dist.launch(W.{worker}, 2, {str(pid_dir)!r}, timeout_s={LAUNCH_TIMEOUT_S})
+            if not {watchdog!r}:
+                dist._Watchdog.watch_group = lambda self, pgid: None
+            dist.launch(W.{worker}, 2, {str(pid_dir)!r}, *{args!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
     env = {**os.environ, "TMPDIR": str(tmp_dir), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-c", script], env=env), pid_dir
@@ -500,3 +502,105 @@ def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp
         for pid in descendants:  # never leave the test's own orphans behind when it fails
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- each orphan defence alone
+
+
+def _descendants(pid_dir):
+    return [int(x) for r in range(2) for x in (pid_dir / f"desc{r}.txt").read_text().split()]
+
+
+def _kill_all(pids):
+    for pid in pids:  # never leave the test's own orphans behind
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("keep", ["watchdog", "pdeathsig", "parent-watch"])
+def test_each_defence_alone_stops_the_workers_of_a_killed_launcher(tmp_path, short_tmp, keep):
+    """The launcher is SIGKILLed with only one defence left. Any one stops the workers; only the
+    watchdog, which kills their process groups, also stops what the workers started (the two
+    worker-side defences end the worker alone: its children are reparented and live on)."""
+    parent, pid_dir = _start_launcher(tmp_path, "children_then_hang_with_only", short_tmp, keep,
+                                      watchdog=keep == "watchdog")
+    descendants = []
+    try:
+        pids = _pids(str(pid_dir), 2)
+        descendants = _descendants(pid_dir)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=WAIT_S)
+        _assert_all_gone(pids + (descendants if keep == "watchdog" else []))
+    finally:
+        parent.kill()
+        _kill_all(descendants)
+
+
+def test_process_groups_alone_stop_what_the_workers_started(tmp_path, monkeypatch, python_sigint):
+    """The launcher alive (an interrupt): no watchdog groups, no worker-side defences; killing
+    each worker's process group takes the subprocess and the DataLoader worker with it."""
+    monkeypatch.setattr(cdist._Watchdog, "watch_group", lambda self, pgid: None)
+    helper_error = []
+
+    def interrupt_when_started():
+        try:
+            _pids(str(tmp_path), 2)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            helper_error.append(exc)
+        finally:
+            _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    descendants = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cdist.launch(W.children_then_hang_with_only, 2, str(tmp_path), "none", timeout_s=LAUNCH_TIMEOUT_S,
+                         quiet=True)
+        assert not helper_error, f"the helper thread gave up before the interrupt: {helper_error[0]}"
+        descendants = _descendants(tmp_path)
+        _assert_all_gone(_pids(str(tmp_path), 2, timeout=1) + descendants)
+    finally:
+        _kill_all(descendants)
+
+
+# --------------------------------------------------------------------------- the messages of the ways a rank dies
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path):
+    with pytest.raises(cdist.WorkerError) as err:
+        cdist.launch(W.killed_by_signal, 2, 1, str(tmp_path), timeout_s=LAUNCH_TIMEOUT_S,
+                     collective_timeout_s=LAUNCH_TIMEOUT_S, quiet=True)
+    msg = str(err.value)
+    assert err.value.rank == 1
+    assert "rank 1 of 2 was killed by SIGKILL" in msg and "ran out of memory" in msg
+    assert "while running killed_by_signal" in msg
+    _assert_all_gone(_pids(str(tmp_path), 2, timeout=1))
+
+
+def test_a_collective_timeout_says_what_to_check(tmp_path):
+    """Rank 1 never joins rank 0's barrier: with a finite collective timeout rank 0 fails by
+    itself (no launch timeout needed), and the message says which setting and what to check."""
+    with pytest.raises(cdist.WorkerError) as err:
+        cdist.launch(W.hang_in_collective, 2, str(tmp_path), timeout_s=LAUNCH_TIMEOUT_S,
+                     collective_timeout_s=scaled(10), quiet=True)
+    msg = str(err.value)
+    assert f"collective_timeout_s={scaled(10):g} s" in msg and "same collectives in the same order" in msg
+    assert not _stray_children()
+
+
+def test_a_rank_that_dies_while_starting_points_at_the_main_guard(tmp_path):
+    """A worker that died before it set up its log (spawn re-importing a script without the
+    __main__ guard, a broken environment) left no traceback: the message says where its own
+    error went and the usual cause."""
+    class Proc:
+        def __init__(self, exitcode):
+            self.exitcode = exitcode
+
+    def work(rank, world_size):
+        return rank
+
+    (tmp_path / "rank0.log").write_text("")  # rank 0 started; rank 1 never got that far
+    err = cdist._worker_error(str(tmp_path), [Proc(0), Proc(1)], {1: 0}, work, 60.0)
+    msg = str(err)
+    assert err.rank == 1 and "rank 1 of 2 exited with code 1 while starting, before it could run" in msg
+    assert "stderr" in msg and '`if __name__ == "__main__":` guard' in msg
