@@ -233,3 +233,41 @@ def collectives_and_parameter_server(rank, world_size, lengths, dtypes, segments
 
     return {"compare": compare_with_backend(rank, world_size, lengths, dtypes, segments, groups),
             "server": parameter_server_worker(rank, world_size, configs, problem)}
+
+
+def allreduce_batchnorm_unequal_shards(rank, world_size, sizes, seed=0):
+    """AllReduceBatchNorm on shards of different sizes (``sizes[r]`` rows on rank r) against one
+    process's BatchNorm1d on the whole batch: outputs, input gradients, parameter gradients
+    (summed over ranks) and running statistics. Returns the largest absolute differences."""
+    from torch import nn
+
+    from course_lib.parallel.sync_batchnorm import AllReduceBatchNorm
+
+    g = torch.Generator().manual_seed(seed)
+    n, c = sum(sizes), 6
+    x = torch.randn(n, c, generator=g) * torch.linspace(0.5, 3, c) + torch.linspace(-2, 2, c)
+    upstream = torch.randn(n, c, generator=g)  # d(loss)/d(output) of a loss summed over rows
+    ref = nn.BatchNorm1d(c)
+    with torch.no_grad():
+        ref.weight.copy_(torch.rand(c, generator=g) + 0.5)
+        ref.bias.copy_(torch.randn(c, generator=g))
+    bn = AllReduceBatchNorm(c)
+    bn.load_state_dict(ref.state_dict())
+    start = sum(sizes[:rank])
+    rows = slice(start, start + sizes[rank])
+
+    mine = x[rows].clone().requires_grad_()
+    y = bn(mine)
+    (y * upstream[rows]).sum().backward()
+    whole = x.clone().requires_grad_()
+    y_ref = ref(whole)
+    (y_ref * upstream).sum().backward()
+    for p in (bn.weight, bn.bias):
+        dist.all_reduce(p.grad)  # each rank holds its rows' share; DDP would sum (then average) them
+
+    def diff(a, b):
+        return float((a - b).abs().max())
+
+    return {"output": diff(y.detach(), y_ref[rows].detach()), "input_grad": diff(mine.grad, whole.grad[rows]),
+            "weight_grad": diff(bn.weight.grad, ref.weight.grad), "bias_grad": diff(bn.bias.grad, ref.bias.grad),
+            "running_mean": diff(bn.running_mean, ref.running_mean), "running_var": diff(bn.running_var, ref.running_var)}

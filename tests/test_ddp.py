@@ -206,6 +206,15 @@ def test_synchronized_batchnorm_matches_one_process_and_local_does_not(env):
     assert [r["matches (< 1e-05)"] for r in batchnorm_table(out).rows] == [False, True]
 
 
+def test_synchronized_batchnorm_with_unequal_shards_is_one_process_batchnorm():
+    """5 rows on rank 0, 2 on rank 1 (a global batch that does not divide): the statistics are
+    the global batch's, weighted by each rank's count, not an average of the two ranks' means."""
+    import _dist_workers as W
+
+    for out in cdist.launch(W.allreduce_batchnorm_unequal_shards, 2, (5, 2), quiet=True, timeout_s=scaled(600)):
+        assert max(out.values()) < 1e-5, out
+
+
 def test_same_worker_under_torchrun_with_two_cpu_processes(env):
     out = env["tmp"] / "torchrun.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
