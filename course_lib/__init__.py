@@ -16,6 +16,8 @@ Foundations (no other course_lib module, or only these)
     tiers.py         the tier plan: every per-tier decision, a pure function of a hardware description
     results.py       each lesson's measurements saved as JSON
     plots.py         the lessons' figures (pyplot imported inside each function)
+    diagrams.py      the lessons' drawings, made from the learner's objects (launch, NeuMF, k steps vs one,
+                     fp16's number line, the kinds of parallelism)
 Models, data, optimizers
     data/            movielens.py, synthetic.py, sampler.py (NeuMF's batches), text.py (BERT's corpus)
     models/          ncf.py (NeuMF), bert.py, mlp_bn.py
@@ -37,7 +39,8 @@ What the lessons measure and show
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
     collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
-    widgets.py       interactive sliders (a static figure under papermill/CI)
+    widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
+                     explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
     summary.py       the run summary of `make course` and gpu-check's FIGURE lines
     bench.py         `python -m course_lib.bench ncf|bert|collectives`

@@ -9,6 +9,8 @@ BERT); this module only builds their inputs, collects their outputs and picks am
 - ``lr_sweep``: short runs per lr, the best one (lesson 01);
 - ``sweep_with_edge_extension``: a grid that grows while its best point sits on an edge
   (lesson 07's lr search); successive halving and Hyperband (lesson 12) belong here too;
+- ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid
+  (lesson 04);
 - ``pick_degraded_batch``: where a scaling rule broke, from a saved sweep (lesson 03).
 """
 
@@ -166,6 +168,71 @@ def sweep_with_edge_extension(run: Callable[[float], dict], factors, score: Call
         else:
             break
     return {f: done[f] for f in sorted(done)}
+
+
+def race_score(r: TrainResult) -> tuple:
+    """Lower is better: a run that reached the target by its training time, then one that did not
+    by its best HR@10 (a diverged run, with no HR, last)."""
+    if r.time_to_target_s is not None:
+        return (0, r.time_to_target_s)
+    hr = r.best_hr if r.best_hr is not None else (r.final_hr or 0.0)
+    return (1, -hr)
+
+
+def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, device=None, max_extensions: int = 1,
+         progress: str = "auto") -> tuple[list[TrainResult], list[str]]:
+    """Each optimizer at its own best lr (lesson 04): for each ``{name: starting setting}``, runs
+    at ``base_lr x factor`` over ``factors``, the grid extended while its best run (``race_score``)
+    sits on an edge (``sweep_with_edge_extension``). Returns every run and its label, optimizer
+    by optimizer, lrs ascending: ``race_reading`` then says which was best and flags an edge."""
+    results, labels = [], []
+    for name, cfg in starts.items():
+        def run(f, cfg=cfg, name=name):
+            c = cfg.replace(base_lr=cfg.base_lr * f)
+            label = f"b{c.global_batch_size} {name} lr {c.peak_lr:.3g}"
+            return label, train_to_target(data, c, device=device, progress=progress, label=label)
+
+        done = sweep_with_edge_extension(run, factors, lambda lr: race_score(lr[1]), max_extensions=max_extensions)
+        for label, r in done.values():
+            labels.append(label)
+            results.append(r)
+    return results, labels
+
+
+def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str:
+    """Warmup against none, read from the runs (lesson 03): the best warmup run (by ``race_score``),
+    its length (flagged at the edge of the lengths tried), and what it changed against the run
+    without warmup: time to target, or reaching it at all."""
+    base = next(r for r, lab in zip(results, labels) if lab == baseline_label)
+    warm = [(r, lab) for r, lab in zip(results, labels) if lab != baseline_label]
+    if not warm:
+        return "no warmup run to compare"
+    best, label = min(warm, key=lambda rl: race_score(rl[0]))
+    lengths = sorted({r.config["warmup_steps"] for r, _ in warm if r.config["warmup"] == best.config["warmup"]})
+    edge = (" (the edge of the lengths tried: a better one may lie beyond)"
+            if len(lengths) > 1 and best.config["warmup_steps"] in (lengths[0], lengths[-1]) else "")
+
+    def did(r):
+        if r.time_to_target_s is not None:
+            return f"reached the target in {r.time_to_target_s:.1f} s ({r.steps_to_target} steps)"
+        if r.diverged:
+            return "diverged"
+        return f"did not reach the target (best HR@10 {r.best_hr or 0.0:.3f})"
+
+    line = f"best warmup: {label}{edge}, {did(best)}; without warmup the run {did(base)}"
+    if best.time_to_target_s is not None and base.time_to_target_s is not None:
+        ratio = base.time_to_target_s / best.time_to_target_s
+        steps = base.steps_to_target / max(best.steps_to_target, 1)
+        verdict = ("warmup helped here" if steps > 1.05 else "warmup cost steps here" if steps < 0.95
+                   else "no difference in steps to target here")
+        line += f". {verdict}: {steps:.2f}x the steps and {ratio:.2f}x the time without it"
+    elif best.time_to_target_s is not None:
+        line += ". Warmup is what made this batch reach the target at all."
+    elif base.time_to_target_s is not None:
+        line += ". Warmup did not help at this batch: the run without it reached the target."
+    else:
+        line += ". Neither reached the target: this batch needs more than warmup (lesson 04)."
+    return line
 
 
 def pick_degraded_batch(rows, candidates, rule: str = "linear") -> int:

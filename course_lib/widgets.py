@@ -1,4 +1,4 @@
-"""Interactive widgets: try a setting yourself and watch the curve (lesson 03).
+"""Interactive widgets: try a setting yourself and watch the result (lessons 03, 05, 08).
 
 Under papermill, CI or a script (no widget frontend) every widget call runs once with its
 defaults and returns a static figure, so the lessons stay executable everywhere.
@@ -12,8 +12,11 @@ import ipywidgets as w
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .plots import plot_curve
+from .diagrams import fp16_number_line
+from .optim.schedules import DECAY_KINDS, lr_at, scaled_lr
+from .plots import plot_curve, plot_lr_schedules
 from .progress import resolve_progress
+from .tables import Table
 from .train.ncf import train_to_target
 
 
@@ -92,7 +95,6 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     """
     from .collectives_study import ALLREDUCE_MODELS
     from .comm import cost
-    from .tables import Table
 
     models = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time,
                   **{"flat tree": cost.flat_tree_allreduce_time})
@@ -138,5 +140,90 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     for s in (p_w, n_w, a_w, bw_w):
         s.observe(update, names="value")
     display(w.VBox([w.HBox([p_w, n_w]), w.HBox([a_w, bw_w]), out]))
+    update()
+    return None, None
+
+
+def schedule_builder(*, peak_lr: float = 0.01, warmup_steps: int = 100, total_steps: int = 1000,
+                     warmup: str = "linear", decay: str = "cosine", base_lr: float | None = None,
+                     base_batch: int = 256, batch: int | None = None, rule: str = "linear",
+                     interactive: bool | None = None):
+    """Build an lr schedule and see it (lesson 03): the course's own ``lr_at`` over the run.
+
+    With ``batch`` and ``base_lr`` given, the peak lr is derived from them by ``rule`` (the
+    lesson 02 rules), as the training settings derive it. With a widget frontend: sliders for
+    the batch, warmup length and run length, and menus for the warmup kind, the decay and the
+    rule. Otherwise one static ``(figure, table)``: the lr at a few landmark steps.
+    """
+    def draw(b, warm, total, warm_kind, decay_kind, rule_):
+        peak = scaled_lr(rule_, base_lr, b, base_batch) if base_lr is not None and b else peak_lr
+        warm = min(warm, total)
+        steps = list(range(total + 1))
+        lrs = [lr_at(s, peak_lr=peak, warmup_steps=warm, total_steps=total, warmup=warm_kind, decay=decay_kind)
+               for s in steps]
+        label = f"peak {peak:.3g}" + (f" (batch {b}, {rule_} rule from {base_lr:g} at {base_batch})"
+                                       if base_lr is not None and b else "")
+        fig = plot_lr_schedules({label: (steps, lrs)})
+        fig.axes[0].set_title(f"{warm_kind} warmup over {warm} steps, then {decay_kind} decay to step {total}",
+                              fontsize=9)
+        t = Table(["step", "lr"], title="the lr at landmark steps")
+        for s in sorted({0, warm // 2, warm, (warm + total) // 2, total}):
+            t.add(step=s, lr=lrs[s])
+        return fig, t
+
+    if base_lr is not None and batch is None:
+        batch = base_batch
+    if interactive is None:
+        interactive = widgets_available()
+    if not interactive:
+        return draw(batch, warmup_steps, total_steps, warmup, decay, rule)
+
+    b_w = w.Dropdown(options=sorted({base_batch * 2**i for i in range(0, 9)} | {batch or base_batch}),
+                     value=batch or base_batch,
+                     description="batch", disabled=base_lr is None)
+    rule_w = w.Dropdown(options=["linear", "sqrt", "none"], value=rule, description="rule", disabled=base_lr is None)
+    warm_w = w.IntSlider(value=warmup_steps, min=0, max=total_steps, step=max(1, total_steps // 100),
+                         description="warmup")
+    total_w = w.IntSlider(value=total_steps, min=10, max=10 * total_steps, step=10, description="total steps")
+    kind_w = w.Dropdown(options=["linear", "exponential"], value=warmup, description="warmup kind")
+    decay_w = w.Dropdown(options=list(DECAY_KINDS), value=decay, description="decay")
+    out = w.Output()
+
+    def update(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig, t = draw(b_w.value, warm_w.value, total_w.value, kind_w.value, decay_w.value, rule_w.value)
+            display(fig)
+            plt.close(fig)
+            display(t)
+
+    for c in (b_w, rule_w, warm_w, total_w, kind_w, decay_w):
+        c.observe(update, names="value")
+    display(w.VBox([w.HBox([b_w, rule_w]), w.HBox([warm_w, total_w]), w.HBox([kind_w, decay_w]), out]))
+    update()
+    return None, None
+
+
+def loss_scaling_explorer(log2_magnitudes, *, scale: float = 2.0 ** 16, interactive: bool | None = None):
+    """Slide the loss scale and watch the gradients move along fp16's number line (lesson 05):
+    the fractions lost to zero, stored as subnormals and overflowing, for the learner's own
+    measured gradients. Without a widget frontend: one static ``(figure, fractions)``."""
+    if interactive is None:
+        interactive = widgets_available()
+    if not interactive:
+        return fp16_number_line(log2_magnitudes, scale)
+
+    s_w = w.IntSlider(value=int(round(math.log2(scale))), min=0, max=32, description="log2 scale")
+    out = w.Output()
+
+    def update(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig, _ = fp16_number_line(log2_magnitudes, 2.0 ** s_w.value)
+            display(fig)
+            plt.close(fig)
+
+    s_w.observe(update, names="value")
+    display(w.VBox([s_w, out]))
     update()
     return None, None

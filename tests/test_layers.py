@@ -13,7 +13,7 @@ LAYERS = [
     {"tables", "config", "fileio", "progress", "metrics"},
     {"hardware"},
     {"precision", "dist"},
-    {"tiers", "results", "plots"},
+    {"tiers", "results", "plots", "diagrams"},
     {"data", "models", "optim", "settings"},
     {"parallel", "comm"},
     {"train"},

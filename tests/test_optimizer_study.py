@@ -93,3 +93,53 @@ def test_budget_never_passes_over_a_small_corpus_more_than_the_cap():
     assert st.budget(256, 10, large_batches=30)[0] == 256  # never less than one large batch
     with pytest.raises(ValueError, match="num_train=0"):
         st.budget(256, 0, large_batches=30)
+
+
+def test_race_gives_each_optimizer_its_own_best_lr_and_extends_an_edge(monkeypatch):
+    """Each optimizer is swept around its own starting lr; a best at the grid's edge gets one
+    more point beyond it. Fake runs: Adam reaches the target fastest at its starting lr, SGD
+    only gets better with a larger lr and never reaches it."""
+    from types import SimpleNamespace
+
+    from course_lib import search
+    from course_lib.train.ncf import TrainConfig
+
+    def fake_train(data, cfg, **kw):
+        lr = cfg.base_lr
+        if cfg.optimizer == "adam":
+            t = {0.5e-3: 9.0, 1e-3: 5.0, 2e-3: 7.0}[lr]
+            return SimpleNamespace(time_to_target_s=t, best_hr=0.8, final_hr=0.8, config={"peak_lr": lr})
+        return SimpleNamespace(time_to_target_s=None, best_hr=min(0.7, lr / 100), final_hr=0.1,
+                               config={"peak_lr": lr})
+
+    monkeypatch.setattr(search, "train_to_target", fake_train)
+    base = TrainConfig(global_batch_size=1024, optimizer="adam", base_lr=1e-3, lr_scaling="none")
+    starts = {"adam": base, "sgd": base.replace(optimizer="sgd", base_lr=8.0)}
+    results, labels = search.race(None, starts, (0.5, 1.0, 2.0), max_extensions=1)
+    assert labels == ["b1024 adam lr 0.0005", "b1024 adam lr 0.001", "b1024 adam lr 0.002",
+                      "b1024 sgd lr 4", "b1024 sgd lr 8", "b1024 sgd lr 16", "b1024 sgd lr 32"]
+    assert search.race_score(results[1]) == (0, 5.0) and search.race_score(results[-1]) == (1, -0.32)
+    assert min(results[:3], key=search.race_score).config["peak_lr"] == 1e-3
+
+
+def test_warmup_reading_compares_the_best_warmup_with_none():
+    from types import SimpleNamespace
+
+    from course_lib.search import warmup_reading
+
+    def run(t, steps, warm, kind="linear", diverged=False, hr=0.8):
+        return SimpleNamespace(time_to_target_s=t, steps_to_target=steps, diverged=diverged, best_hr=hr, final_hr=hr,
+                               config={"warmup_steps": warm, "warmup": kind})
+
+    labels = ["no warmup", "linear 10", "linear 20", "linear 40", "exponential 20"]
+    results = [run(None, None, 0, diverged=True, hr=None), run(9.0, 90, 10), run(6.0, 60, 20), run(8.0, 80, 40),
+               run(7.0, 70, 20, "exponential")]
+    text = warmup_reading(results, labels)
+    assert text.startswith("best warmup: linear 20, reached the target in 6.0 s (60 steps)")
+    assert "without warmup the run diverged" in text and "made this batch reach the target at all" in text
+    results[0] = run(12.0, 120, 0)
+    results[3] = run(5.0, 50, 40)  # the longest warmup wins: flagged
+    text = warmup_reading(results, labels)
+    assert "linear 40 (the edge of the lengths tried" in text and "warmup helped here: 2.40x the steps" in text
+    results[0] = run(5.1, 50, 0)
+    assert "no difference in steps to target here" in warmup_reading(results, labels)
