@@ -1,8 +1,12 @@
 """Every lesson (and solution) notebook runs top to bottom in the smoke profile.
 
-Executed copies are written to ci/executed/, where ci/test.sh runs nbval on them.
+Executed copies are written to ci/executed/, where ci/test.sh runs nbval on them. The cells
+marked ``# NBVAL_CHECK_OUTPUT`` are also compared with the outputs stored in
+tests/expected_outputs.json (ci/expected_outputs.py): nbval proves them reproducible, the
+stored values that they are the ones a reviewer accepted.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -11,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "ci"))
+import expected_outputs  # noqa: E402
 import run_notebooks  # noqa: E402
 from _timing import scaled  # noqa: E402
 
@@ -29,7 +34,67 @@ def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
                                 results_dir=EXECUTED / "results", log_output=False, cell_timeout=scaled(900))
     print(f"{nb.name}: {run.seconds:.1f} s")
     assert run.ok, f"{nb.relative_to(REPO)} failed at {run.error}"
+    if nb.parent.name == "notebooks":  # every lesson shows at least one figure (a drawing or a measurement)
+        executed = json.loads(Path(run.output).read_text())
+        assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", [])), \
+            f"{nb.relative_to(REPO)} drew no figure"
+    problems = expected_outputs.compare(Path(run.output))
+    assert not problems, f"{nb.relative_to(REPO)}: checked outputs differ from tests/expected_outputs.json " \
+        "(if the change is meant, run `python ci/expected_outputs.py --update` and commit the diff):\n" + "\n".join(problems)
 
 
 def test_there_are_lessons():
     assert [p.name for p in NOTEBOOKS if p.parent.name == "notebooks"][:1] == ["00_setup.ipynb"]
+
+
+# --------------------------------------------------------------------------- the stored outputs
+
+
+def _nb(tmp_path, outputs: dict[str, str], folder="notebooks", name="99_x.ipynb") -> Path:
+    cells = [{"cell_type": "code", "id": cid, "source": "# NBVAL_CHECK_OUTPUT\nprint()", "metadata": {},
+              "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}
+             for cid, text in outputs.items()]
+    path = tmp_path / folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": cells}))
+    return path
+
+
+def test_stored_outputs_catch_a_changed_missing_or_removed_cell(tmp_path):
+    nb = _nb(tmp_path, {"a": "lr 0.004\n", "b": "new\n"})
+    stored = {"notebooks/99_x.ipynb": {"a": {"text": "lr 0.002\n"}, "gone": {"text": "x"}}}
+    problems = expected_outputs.compare(nb, stored)
+    assert len(problems) == 3
+    assert "cell a: output differs" in problems[0] and "lr 0.002" in problems[0] and "lr 0.004" in problems[0]
+    assert "cell b: marked" in problems[1] and "--update" in problems[1]
+    assert "cell gone: has an expected output but is no longer marked" in problems[2]
+    assert expected_outputs.compare(nb, {"notebooks/99_x.ipynb": {"a": {"text": "lr 0.004\n"},
+                                                                  "b": {"text": "new\n"}}}) == []
+
+
+def test_a_tolerance_applies_to_numbers_only(tmp_path):
+    nb = _nb(tmp_path, {"a": "HR@10 = 0.3235, 58500 interactions\n"})
+    def check(want, rtol=0.05):
+        return expected_outputs.compare(nb, {"notebooks/99_x.ipynb": {"a": {"text": want, "rtol": rtol}}})
+    assert check("HR@10 = 0.3230, 58491 interactions\n") == []
+    assert "not within 5%" in check("HR@10 = 0.2000, 58491 interactions\n")[0]
+    assert "not within 5%" in check("HR@5 = 0.3230, 58491 interactions\n")[0]  # numbers in names count too
+    assert "text around the numbers" in check("HR@10 = 0.3230, 58491 users\n")[0]
+
+
+def test_update_rewrites_from_executed_copies_and_keeps_tolerances(tmp_path):
+    _nb(tmp_path / "executed", {"a": "one\n"})
+    path = tmp_path / "expected.json"
+    path.write_text(json.dumps({"notebooks/99_x.ipynb": {"a": {"text": "old", "rtol": 0.1}}}))
+    new = expected_outputs.update(tmp_path / "executed", path)
+    assert new == {"notebooks/99_x.ipynb": {"a": {"text": "one\n", "rtol": 0.1}}}
+    assert expected_outputs.load(path) == new
+
+
+def test_every_marked_cell_in_the_repository_has_a_stored_output():
+    stored = expected_outputs.load()
+    for nb in NOTEBOOKS:
+        cells = expected_outputs.marked_cells(json.loads(nb.read_text()))
+        missing = cells.keys() - stored.get(expected_outputs.key(nb), {}).keys()
+        assert not missing, f"{nb.relative_to(REPO)}: cells {sorted(missing)} have no stored output " \
+            "(run `make test`, then `python ci/expected_outputs.py --update`)"
