@@ -6,7 +6,7 @@ BERT); this module only builds their inputs, collects their outputs and picks am
 - ``scaled_config`` / ``scaling_table``: what the linear and square-root rules give
   (pure arithmetic, the lessons' deterministic NBVAL cells);
 - ``run_sweep`` / ``sweep_rows`` / ``sweep_table`` / ``fastest``: a sweep and its table;
-- ``lr_sweep``: short runs per lr, the best one (lesson 01);
+- ``lr_sweep``: short runs per lr, the best one, the grid extended at its edge (lesson 01);
 - ``sweep_with_edge_extension``: a grid that grows while its best point sits on an edge
   (lesson 07's lr search); successive halving and Hyperband (lesson 12) belong here too;
 - ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid
@@ -128,21 +128,26 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
 
 
 def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
-             extra: tuple[TrainConfig, ...] = (), progress: str = "none") -> tuple[Table, float, list[TrainResult]]:
+             extra: tuple[TrainConfig, ...] = (), progress: str = "none",
+             max_extensions: int = 0) -> tuple[Table, float, list[TrainResult]]:
     """Short runs (``max_epochs`` each, the whole budget: no target) at each base lr of ``cfg``
     (plus ``extra`` settings for comparison); returns the table, the base lr of ``cfg.optimizer``
-    with the best final HR@10, and the results."""
+    with the best final HR@10, and the results. With ``max_extensions``, a best lr at the edge
+    of ``lrs`` gets up to that many more points beyond it (``sweep_with_edge_extension``)."""
     short = dict(max_epochs=float(max_epochs), max_steps=None, stop_at_target=False)
-    runs = [cfg.replace(base_lr=lr, **short) for lr in lrs] + [c.replace(**short) for c in extra]
-    results = [train_to_target(data, c, device=device, progress=progress,
-                               label=f"{c.optimizer} lr {c.peak_lr:g}") for c in runs]
+
+    def run(c):
+        return train_to_target(data, c, device=device, progress=progress, label=f"{c.optimizer} lr {c.peak_lr:g}")
+
+    own = sweep_with_edge_extension(lambda lr: run(cfg.replace(base_lr=lr, **short)), lrs,
+                                    lambda r: -r.final_hr, max_extensions=max_extensions)
+    results = list(own.values()) + [run(c.replace(**short)) for c in extra]
     t = Table(["optimizer", "lr", "epochs", "HR@10", "NDCG@10", "train loss"],
               title=f"lr sweep at batch {cfg.global_batch_size}, {max_epochs:g} epoch each")
     for r in results:
         t.add(optimizer=r.config["optimizer"], lr=r.config["peak_lr"], epochs=round(r.epochs, 2),
               **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
-    own = [r for r in results if r.config["optimizer"] == cfg.optimizer]
-    best = max(own, key=lambda r: r.final_hr)
+    best = max(own.values(), key=lambda r: r.final_hr)
     return t, best.config["base_lr"], results
 
 

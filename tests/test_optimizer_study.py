@@ -143,3 +143,24 @@ def test_warmup_reading_compares_the_best_warmup_with_none():
     assert "linear 40 (the edge of the lengths tried" in text and "warmup helped here: 2.40x the steps" in text
     results[0] = run(5.1, 50, 0)
     assert "no difference in steps to target here" in warmup_reading(results, labels)
+
+
+def test_lr_sweep_extends_a_best_at_the_edge(monkeypatch):
+    """Lesson 01's sweep: the best of (1e-3, 2e-3, 5e-3) was 1e-3, the grid's edge; with
+    ``max_extensions`` the sweep tries 5e-4 (and 2.5e-4) before it settles."""
+    from types import SimpleNamespace
+
+    from course_lib import search
+    from course_lib.train.ncf import TrainConfig
+
+    def fake_train(data, cfg, **kw):
+        hr = {2.5e-4: 0.60, 5e-4: 0.70, 1e-3: 0.65, 2e-3: 0.6, 5e-3: 0.5}.get(cfg.base_lr, 0.4)
+        return SimpleNamespace(final_hr=hr, final_ndcg=hr / 2, epochs=0.5, curve={"loss": [0.3]},
+                               config={"optimizer": cfg.optimizer, "peak_lr": cfg.base_lr, "base_lr": cfg.base_lr})
+
+    monkeypatch.setattr(search, "train_to_target", fake_train)
+    cfg = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=1e-3)
+    _, best, runs = search.lr_sweep(None, cfg, (1e-3, 2e-3, 5e-3), max_extensions=2)
+    assert best == 5e-4 and [r.config["base_lr"] for r in runs] == [2.5e-4, 5e-4, 1e-3, 2e-3, 5e-3]
+    _, best, runs = search.lr_sweep(None, cfg, (1e-3, 2e-3, 5e-3))
+    assert best == 1e-3 and len(runs) == 3

@@ -143,6 +143,27 @@ def test_every_lesson_links_its_exercise_and_every_exercise_has_a_lesson():
     assert exercises <= set().union(*links.values()), f"exercises no lesson links: {exercises - set().union(*links.values())}"
 
 
+def test_every_lesson_asks_for_a_prediction_before_its_main_experiment():
+    for nb in sorted((REPO / "notebooks").glob("0[1-7]_*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        asks = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "**Predict first.**" in "".join(c["source"])]
+        assert asks, f"{nb.name} never asks the learner to predict before an experiment"
+        assert all(i + 1 < len(cells) and cells[i + 1]["cell_type"] == "code" for i in asks), \
+            f"{nb.name}: a prediction prompt must come right before the cell that answers it"
+
+
+def test_the_course_has_at_least_four_widgets_and_every_one_is_used():
+    import ast
+
+    tree = ast.parse((REPO / "course_lib" / "widgets.py").read_text())
+    public = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")}
+    widgets = public - {"widgets_available"}
+    code = "\n".join("".join(c["source"]) for nb in sorted((REPO / "notebooks").glob("*.ipynb"))
+                     for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+    used = {name for name in widgets if re.search(rf"\b{name}\(", code)}
+    assert len(widgets) >= 4 and used == widgets, f"widgets {sorted(widgets)}, used by a lesson: {sorted(used)}"
+
+
 def test_every_time_bound_in_the_suite_goes_through_the_one_scale():
     """A bare number of seconds as a timeout fails on a machine five times slower; ``scaled(...)`` (tests/_timing.py)
     multiplies every bound by COURSE_TEST_TIMEOUT_SCALE. Bounds of 0 or 1 s are left alone: they

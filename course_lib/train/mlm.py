@@ -144,7 +144,9 @@ class _Progress:
 
     def point(self, step: int, total: int, train_loss: float, eval_loss: float, lr: float, train_s: float):
         if self.mode == "log":
-            print(f"[{self.label}] step {step}/{total}  train loss {train_loss:.3f}  eval loss {eval_loss:.3f}  "
+            # step 0 is the initial evaluation: no training step yet, so no train loss (not a divergence)
+            train = "-" if step == 0 else f"{train_loss:.3f}"
+            print(f"[{self.label}] step {step}/{total}  train loss {train}  eval loss {eval_loss:.3f}  "
                   f"lr {lr:.2e}  train {train_s:.1f}s", flush=True)
         elif self.bar is not None:
             self.bar.set_postfix(eval_loss=f"{eval_loss:.3f}", refresh=False)
