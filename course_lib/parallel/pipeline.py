@@ -126,7 +126,8 @@ class Event:
 def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float = 2.0) -> list[Event]:
     """The timeline of ``schedule`` when every forward takes ``t_forward`` and every backward
     ``t_backward``, messages take no time, and each op starts as soon as its stage is free and
-    its input has arrived (``F`` after the previous stage's ``F``, ``B`` after the next stage's ``B``)."""
+    its input has arrived (``F`` after the previous stage's ``F``, ``B`` after the next stage's ``B``
+    and its own ``F``). Raises ``ValueError`` when the stages wait for each other in a cycle."""
     p = len(schedule)
     done: dict[tuple[int, str, int], float] = {}
     pos, free = [0] * p, [0.0] * p
@@ -137,10 +138,12 @@ def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float
             if pos[s] >= len(schedule[s]):
                 continue
             op = schedule[s][pos[s]]
-            dep = (s - 1, "F", op.mb) if op.kind == "F" else (s + 1, "B", op.mb)
-            if 0 <= dep[0] < p and dep not in done:
+            # F waits for the previous stage's F; B for the next stage's B and its own F
+            deps = [(s - 1, "F", op.mb)] if op.kind == "F" else [(s + 1, "B", op.mb), (s, "F", op.mb)]
+            deps = [d for d in deps if 0 <= d[0] < p]
+            if any(d not in done for d in deps):
                 continue
-            start = max(free[s], done.get(dep, 0.0))
+            start = max([free[s]] + [done[d] for d in deps])
             end = start + (t_forward if op.kind == "F" else t_backward)
             done[(s, op.kind, op.mb)] = free[s] = end
             events.append(Event(s, op.kind, op.mb, start, end))

@@ -118,9 +118,12 @@ def compare_halo_conv(rank: int, world_size: int, height: int = 13, width: int =
     w_grads = [c.weight.grad.clone() for c in convs]
     for g in w_grads:
         dist.all_reduce(g)
+    def rel(a, b):  # largest |a - b| relative to the reference's largest value (at least 1)
+        return float((a - b).abs().max() / b.abs().max().clamp(min=1.0))
+
     return {"rank": rank, "rows": (lo, hi),
-            "out": float((y - strip(y_full, rank, world_size)).abs().max()),
-            "input_grad": float((x_local.grad - strip(x_full.grad, rank, world_size)).abs().max()),
-            "weight_grad": max(float((a - b).abs().max()) for a, b in zip(w_grads, full_w)),
+            "out": rel(y, strip(y_full, rank, world_size)),
+            "input_grad": rel(x_local.grad, strip(x_full.grad, rank, world_size)),
+            "weight_grad": max(rel(a, b) for a, b in zip(w_grads, full_w)),
             "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2) // (1 if 0 < rank < world_size - 1 else 2),
             "strip_bytes": x_local.numel() * 4}

@@ -321,7 +321,8 @@ def count_collectives():
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max()) if a.numel() else 0.0
+    """Largest ``|a - b|`` relative to the reference's largest value (at least 1): 1e-6 is fp32 rounding."""
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1.0)) if a.numel() else 0.0
 
 
 def _grad_diffs(tp_params: dict, full_params: dict, rows_of: dict) -> float:
@@ -337,7 +338,7 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
                       heads: int = 3, seq: int = 4, seed: int = 0) -> dict:
     """Worker: tensor-parallel layers against the same full layers on one process (fp32, eval mode).
 
-    Returns the largest absolute differences of outputs, input gradients and every shard's
+    Returns the largest differences (relative to the reference, see ``_max_diff``) of outputs, input gradients and every shard's
     weight gradient, and the collectives counted in one MLP forward and backward. Sizes that
     do not divide by ``world_size`` work (the defaults: 30 MLP features, 3 heads)."""
     from ..models.bert import Block, bert_config
@@ -366,7 +367,7 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
         _max_diff(mlp_tp.proj.weight.grad, full.mlp.proj.weight.grad[:, plo:phi]),
         _max_diff(mlp_tp.proj.bias.grad, full.mlp.proj.bias.grad))
     out["mlp_collectives"] = {str(k): v for k, v in comm.get_comm_counts().items()}
-    out["mlp_local_features"] = len(fc_rows)
+    out["mlp_local_features"], out["intermediate"] = len(fc_rows), intermediate
 
     # a whole transformer block: attention split by heads + the MLP
     full.zero_grad()
