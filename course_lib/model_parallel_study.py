@@ -17,7 +17,7 @@ import torch
 from .comm import cost
 from .config import pick
 from .models.bert import BertForMLM, bert_config
-from .parallel import pipeline, sharded, spatial, tensor
+from .parallel import hybrid, pipeline, sharded, spatial, tensor
 from .tables import Table
 
 GiB = 2**30
@@ -30,9 +30,11 @@ BERT_SHAPES = {
 TOLERANCE = 1e-5  # fp32, relative to the largest value compared: "equal to one process"
 
 
-def lesson_spec(profile: str) -> dict:
-    """What lesson 10's one launch runs, by profile (smoke: every path, small sizes)."""
-    return {
+def lesson_spec(profile: str, mesh_dp: int | None = None) -> dict:
+    """What lesson 10's one launch runs, by profile (smoke: every path, small sizes). With
+    ``mesh_dp``, the launch also runs the mesh (``dp x (W / dp)``): when the mesh has as many
+    ranks as the launch, one launch less to start."""
+    return {"mesh_dp": mesh_dp,
         "tensor": {"batch": 5, "hidden": 12, "intermediate": 30, "heads": 3, "seq": 4},
         "pipeline": {"width": pick(profile, full=512, smoke=128), "depth": 8,
                      "batch": pick(profile, full=512, smoke=64), "ms": [1, 2, 4, 8],
@@ -46,11 +48,14 @@ def lesson_spec(profile: str) -> dict:
 
 def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
     """Lesson 10's measurements in one launch (each launch costs seconds of start-up)."""
-    return {"tensor": tensor.compare_with_full(rank, world_size, **spec["tensor"]),
-            "dtensor": tensor.compare_dtensor(rank, world_size),
-            "pipeline": pipeline.pipeline_worker(rank, world_size, spec["pipeline"]),
-            "sharded": sharded.sharded_worker(rank, world_size, spec["sharded"]),
-            "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"])}
+    out = {"tensor": tensor.compare_with_full(rank, world_size, **spec["tensor"]),
+           "dtensor": tensor.compare_dtensor(rank, world_size),
+           "pipeline": pipeline.pipeline_worker(rank, world_size, spec["pipeline"]),
+           "sharded": sharded.sharded_worker(rank, world_size, spec["sharded"]),
+           "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"])}
+    if spec.get("mesh_dp"):
+        out["mesh"] = hybrid.mesh_worker(rank, world_size, spec["mesh_dp"])
+    return out
 
 
 # --------------------------------------------------------------------------- tensor parallelism
@@ -229,6 +234,13 @@ def bert_parameters(name: str) -> dict:
             "embedding_params": model.tok_emb.weight.numel()}
 
 
+def _berts(precision: str):
+    """``(name, parameters, config, gradient bytes)`` of BERT-base and BERT-large."""
+    for name in BERT_SHAPES:
+        info = bert_parameters(name)
+        yield name, info["n_params"], info["cfg"], info["n_params"] * sharded.PRECISIONS[precision][1]
+
+
 def bert_plan_table(world_size: int = 8, micro_batch: int = 32, seq_len: int = 512,
                     precision: str = "mixed") -> Table:
     """Per model and scheme on ``world_size`` GPUs: bytes per rank kept between steps (ZeRO's
@@ -236,10 +248,7 @@ def bert_plan_table(world_size: int = 8, micro_batch: int = 32, seq_len: int = 5
     bytes its all-reduces carry (4 per layer per micro-batch, 2 bytes per value)."""
     t = Table(["model", "parameters", "scheme", "memory per rank (params+grads+state)", "sent per rank per step"],
               title=f"BERT on {world_size} GPUs ({precision} precision, Adam; micro-batch {micro_batch} x {seq_len} tokens)")
-    for name in BERT_SHAPES:
-        info = bert_parameters(name)
-        n, cfg = info["n_params"], info["cfg"]
-        grad_bytes = n * sharded.PRECISIONS[precision][1]
+    for name, n, cfg, grad_bytes in _berts(precision):
         for scheme in sharded.SCHEMES:
             mem = sharded.memory_per_rank(n, world_size, scheme, precision)
             t.add(**{"model": name, "parameters": f"{n / 1e6:.0f} M", "scheme": scheme,
@@ -350,10 +359,7 @@ def comm_time_table(world_size: int, links: dict, micro_batch: int = 32, seq_len
     tensor parallelism per micro-batch (4 all-reduces per layer)."""
     t = Table(["model", "link", "DDP / ZeRO-1", "FSDP", "tensor parallel (per micro-batch)"],
               title=f"communication seconds per step on {world_size} GPUs (alpha-beta model, no overlap)")
-    for name in BERT_SHAPES:
-        info = bert_parameters(name)
-        n, cfg = info["n_params"], info["cfg"]
-        grad_bytes = n * sharded.PRECISIONS[precision][1]
+    for name, n, cfg, grad_bytes in _berts(precision):
         act = micro_batch * seq_len * cfg.hidden_size * 2
         for link, (alpha, beta) in links.items():
             ddp = comm_seconds(sharded.comm_bytes_per_step(grad_bytes, world_size, "DDP"), 2 * (world_size - 1), alpha, beta)

@@ -240,41 +240,29 @@ class GoodCopyToParallel(torch.autograd.Function):
         return grad
 
 
-class NoAllReduce(torch.autograd.Function):
+class NoAllReduce(GoodCopyToParallel):
     """Identity both ways: dL/dx stays a partial sum."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
         return grad
 
 
-class AllReduceForward(torch.autograd.Function):
+class AllReduceForward(GoodCopyToParallel):
     """The all-reduce on the wrong side (Megatron's g instead of f)."""
 
     @staticmethod
     def forward(ctx, x):
-        x = x.clone()
-        dist.all_reduce(x)
-        return x
+        return GoodCopyToParallel.backward(ctx, x)
 
     @staticmethod
     def backward(ctx, grad):
         return grad
 
 
-class AveragedBackward(torch.autograd.Function):
+class AveragedBackward(GoodCopyToParallel):
     """Data parallelism's habit: the mean over ranks instead of the sum."""
 
     @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad)
-        return grad / dist.get_world_size()
+        return GoodCopyToParallel.backward(ctx, grad) / dist.get_world_size()

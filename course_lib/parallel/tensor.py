@@ -348,6 +348,7 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
                       attention_dropout=0.0)
     full = Block(cfg).eval()  # the same weights on every rank (same seed)
     x = torch.randn(batch, seq, hidden)
+    coeff = torch.randn(batch, seq, hidden)  # loss = sum(y * coeff): gradients of order 1, every output counts
     out = {"rank": rank, "world_size": world_size}
 
     # MLP: column then row
@@ -355,9 +356,9 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
     with count_collectives() as comm:
         y_tp = mlp_tp(x1)
-        y_tp.square().sum().backward()
+        (y_tp * coeff).sum().backward()
     y_full = full.mlp(x2)
-    y_full.square().sum().backward()
+    (y_full * coeff).sum().backward()
     fc_rows, (plo, phi) = mlp_tp.fc.rows, (mlp_tp.proj.lo, mlp_tp.proj.hi)
     out["mlp_out"] = _max_diff(y_tp, y_full)
     out["mlp_input_grad"] = _max_diff(x1.grad, x2.grad)
@@ -373,8 +374,8 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
     full.zero_grad()
     block_tp = parallel_block(full).eval()
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    block_tp(x1).square().sum().backward()
-    full(x2).square().sum().backward()
+    (block_tp(x1) * coeff).sum().backward()
+    (full(x2) * coeff).sum().backward()
     out["block_out"] = _max_diff(block_tp(x), full(x))
     out["block_input_grad"] = _max_diff(x1.grad, x2.grad)
     q = block_tp.attn.qkv
@@ -386,12 +387,11 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
 
     # gather_output / a row layer fed the full input
     torch.manual_seed(seed + 1)  # the constructors above drew random numbers by rank: start alike again
-    lin = nn.Linear(hidden, intermediate)
-    col = ColumnParallelLinear.from_linear(lin, gather_output=True)
-    full_row = nn.Linear(intermediate, hidden)
+    lin, full_row = nn.Linear(hidden, intermediate), nn.Linear(intermediate, hidden)
+    xi = torch.randn(batch, intermediate)
+    col = ColumnParallelLinear.from_linear(lin, gather_output=True)  # (its init draws by rank: after the rest)
     row = RowParallelLinear.from_linear(full_row, input_is_parallel=False)
     out["gathered_out"] = _max_diff(col(x), lin(x))
-    xi = torch.randn(batch, intermediate)
     out["row_full_input_out"] = _max_diff(row(xi), full_row(xi))
     return out
 
