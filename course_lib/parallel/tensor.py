@@ -413,6 +413,8 @@ def compare_dtensor(rank: int, world_size: int, batch: int = 5, hidden: int = 16
     x = torch.randn(batch, seq, hidden)
     x0, x1, x2 = (x.clone().requires_grad_() for _ in range(3))
     with count_collectives() as comm:
+        # an AsyncCollectiveTensor (the all-reduce may still be in flight); use it as it is: measured with
+        # torch 2.13, calling its .wait() returned a tensor cut from the graph ("does not require grad")
         y_dt = dt(x0)
         y_dt.square().sum().backward()
     y_ours, y_full = ours(x1), full(x2)
