@@ -169,11 +169,12 @@ def in_flight_table(p: int, m: int) -> Table:
 
 def memory_table(outs: list[dict]) -> Table:
     """Bytes each rank holds per scheme (measured by counting its tensors; rank 0) against the
-    ZeRO arithmetic, step time, and the largest difference of the final weights from DDP's."""
+    ZeRO arithmetic, bytes it sent in one step (counted from the collectives' tensors), step
+    time, and the largest difference of the final weights from DDP's."""
     o = outs[0]
     w = len(outs)
     t = Table(["scheme", "parameters", "gradients", "optimizer state", "total", "vs DDP", "predicted total",
-               "step (ms)", "max |w - w_DDP| after the steps"],
+               "sent per step (vs DDP)", "step (ms)", "max |w - w_DDP| after the steps"],
               title=f"memory per rank, measured on rank 0 of {w} (BERT, {o['n_params']:,} parameters, AdamW, fp32)")
     ddp_total = sum(o["DDP"][k] for k in ("parameters", "gradients", "optimizer_state"))
     for name, scheme in (("DDP", "DDP"), ("ZeRO-1", "ZeRO-1"), ("FSDP2", "ZeRO-3 / FSDP")):
@@ -183,7 +184,9 @@ def memory_table(outs: list[dict]) -> Table:
         t.add(**{"scheme": name, "parameters": cost._human_bytes(r["parameters"]),
                  "gradients": cost._human_bytes(r["gradients"]), "optimizer state": cost._human_bytes(r["optimizer_state"]),
                  "total": cost._human_bytes(total), "vs DDP": f"{total / ddp_total:.2f}x",
-                 "predicted total": cost._human_bytes(pred), "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
+                 "predicted total": cost._human_bytes(pred),
+                 "sent per step (vs DDP)": f"{cost._human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
+                 "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
                  "max |w - w_DDP| after the steps": f"{max(x[name]['max_diff_from_ddp'] for x in outs):.1e}"})
     return t
 
@@ -336,7 +339,9 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
     lines.append(f"Sharding on {len(sharded_outs)} ranks: stage 1 keeps {z1 / ddp:.2f}x DDP's bytes per rank, FSDP2 "
                  f"{measured / ddp:.2f}x ({'within' if ok else 'ABOVE'} 1/W of DDP's plus the largest layer, "
                  f"{bound / ddp:.2f}x); both end {'equal to' if sharded_equal(sharded_outs) else 'AWAY from'} DDP's "
-                 f"weights; FSDP2's step took {o['FSDP2']['step_s'] / o['DDP']['step_s']:.1f}x DDP's here.")
+                 f"weights; in one step FSDP2 sent {o['FSDP2']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x DDP's bytes "
+                 f"and stage 1 {o['ZeRO-1']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x; FSDP2's step took "
+                 f"{o['FSDP2']['step_s'] / o['DDP']['step_s']:.1f}x DDP's here.")
     halo_ok = all(max(h["out"], h["input_grad"]) <= TOLERANCE for h in halo_outs)
     lines.append(f"Halo exchange: the split convolution {'equals' if halo_ok else 'does NOT equal'} the whole one; "
                  f"each rank sent {max(h['halo_bytes_per_exchange'] for h in halo_outs)} bytes per exchange for a strip "

@@ -86,6 +86,10 @@ def test_sharded_schemes_end_equal_to_ddp_and_fsdp_holds_at_most_a_wth(two):
         ddp, z1 = o["DDP"], o["ZeRO-1"]
         assert z1["parameters"] == ddp["parameters"] and z1["optimizer_state"] * 2 <= ddp["optimizer_state"] + 64
         assert o["FSDP2"]["parameters"] <= ddp["parameters"] / 2 + o["largest_unit_bytes"]
+        # bytes sent in one step: stage 1 = DDP (reduce-scatter + all-gather = all-reduce); FSDP more, at most 1.5x
+        assert z1["sent_bytes"] == pytest.approx(ddp["sent_bytes"], rel=1e-6)
+        assert ddp["sent_bytes"] < o["FSDP2"]["sent_bytes"] <= 1.5 * ddp["sent_bytes"] * (1 + 1e-6)
+        assert set(o["FSDP2"]["collectives"]) == {"c10d._allgather_base_", "c10d._reduce_scatter_base_"}
 
 
 def test_halo_convolution_equals_the_whole_one(two, four):
