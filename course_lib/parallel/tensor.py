@@ -187,25 +187,29 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """``nn.Linear(in_features, out_features)`` with the input features split over the ranks.
 
-    ``weight``: this rank's columns ``(out_features, in_local)``; the bias is whole (added once,
+    ``weight``: this rank's columns ``(out_features, in_local)``, ``[lo, hi)``; the bias is whole (added once,
     after the all-reduce). Input: this rank's slice ``(..., in_local)``
     (``input_is_parallel=True``: what a column-parallel layer produced), or the full input
     (``False``: each rank takes its slice). Output: the full ``(..., out_features)``."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = True,
-                 group=None):
+                 group=None, cols: tuple[int, int] | None = None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.input_is_parallel, self.group = input_is_parallel, group
-        self.lo, self.hi = shard_bounds(in_features, group)
+        if cols is not None and not input_is_parallel:
+            raise ValueError("input_is_parallel=False needs the default split of the input features")
+        self.lo, self.hi = cols if cols is not None else shard_bounds(in_features, group)
         self.weight = nn.Parameter(torch.empty(out_features, self.hi - self.lo))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
         _init_like_linear(self.weight, self.bias, in_features)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group=None, input_is_parallel: bool = True) -> "RowParallelLinear":
-        """This rank's columns of ``linear`` (the same full layer on every rank)."""
-        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, input_is_parallel, group)
+    def from_linear(cls, linear: nn.Linear, group=None, input_is_parallel: bool = True,
+                    cols: tuple[int, int] | None = None) -> "RowParallelLinear":
+        """This rank's columns of ``linear`` (the same full layer on every rank); ``cols``: which
+        ``[lo, hi)``, when not the default split (attention: the columns of this rank's heads)."""
+        layer = cls(linear.in_features, linear.out_features, linear.bias is not None, input_is_parallel, group, cols)
         with torch.no_grad():
             layer.weight.copy_(linear.weight[:, layer.lo:layer.hi])
             if layer.bias is not None:
@@ -266,11 +270,7 @@ class ParallelSelfAttention(nn.Module):
         head_dim = c // attn.num_heads
         lo, hi = shard_bounds(attn.num_heads, group)
         qkv = ColumnParallelLinear.from_linear(attn.qkv, group, rows=head_rows(attn.num_heads, head_dim, group))
-        out = RowParallelLinear(c, c, attn.out.bias is not None, True, group)
-        out.lo, out.hi = lo * head_dim, hi * head_dim  # the columns of this rank's heads
-        out.weight = nn.Parameter(attn.out.weight[:, out.lo:out.hi].detach().clone())
-        if out.bias is not None:
-            out.bias = nn.Parameter(attn.out.bias.detach().clone())
+        out = RowParallelLinear.from_linear(attn.out, group, cols=(lo * head_dim, hi * head_dim))
         return cls(qkv, out, hi - lo, head_dim, attn.attention_dropout, attn.dropout.p)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
