@@ -27,7 +27,9 @@ Models, data, optimizers
 Distributed mechanics
     parallel/        data_parallel.py (the per-rank slice, accumulation, DDP wrap), checkpoint.py,
                      sync_batchnorm.py, scaling.py, staleness.py (stale/async updates, a parameter server;
-                     lesson 08); tensor/pipeline/sharded parallelism go here (lesson 10)
+                     lesson 08); lesson 10: tensor.py (Megatron column/row layers, heads, DTensor),
+                     pipeline.py (GPipe/1F1B schedules, executor, bubble), sharded.py (ZeRO arithmetic,
+                     stage 1 from ring collectives, FSDP2), spatial.py (halo exchange), hybrid.py (2-D mesh)
     comm/            cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py,
                      collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08)
 Training
@@ -39,6 +41,8 @@ What the lessons measure and show
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
     collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
+    model_parallel_study.py  what lesson 10 measures: equality with one process, the bubble, bytes per
+                     rank, BERT-base/large on 8 GPUs, the decision table and verdict
     widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
                      explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)

@@ -18,6 +18,8 @@ The rules, and why:
 * **a power-of-two number of ranks**: the course's global batches are powers of two, so
   a node of 3, 6 or 7 GPUs uses 2, 4 or 4 of them for data parallelism (a batch that does
   not divide is an error, not a silent change);
+* **lesson 10 on gloo**: its workers build CPU tensors, so its 2 (mesh: 4) ranks are CPU
+  processes on every tier; the mesh shrinks to 1 x 2 in smoke (one process less to start);
 * **precision**: bf16 where the hardware has it natively, fp16 on GPUs without it, fp32 on
   CPUs without native bf16 (autocast is emulated there, about 20x slower for NeuMF).
 """
@@ -62,6 +64,9 @@ class TierPlan:
     bert_large_batch_factor: int  # lesson 07's large batch = this x the small batch
     bert_max_micro_batch: int  # sequences per forward/backward on one rank
     bert_world_size: int  # lesson 07's data-parallel LAMB run; 1 = accumulation only
+    mp_world_size: int = CPU_DEMO_RANKS  # lesson 10's tensor/pipeline/sharded runs (p = 2: the bubble's table)
+    mp_backend: str = "gloo"  # lesson 10's workers hold CPU tensors: gloo on every tier, for now
+    mesh_world_size: int = 4  # lesson 10's 2-D mesh (dp x tp = 2 x 2; smoke: 1 x 2)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,4 +114,5 @@ def plan(hw: Hardware, profile: str = "full") -> TierPlan:
         bert_large_batch_factor=4 if smoke else (64 if gpus else 8),
         bert_max_micro_batch=16 if smoke else (256 if gpus else 64),
         bert_world_size=largest_power_of_two_at_most(gpus) if nccl else 1,
+        mp_world_size=CPU_DEMO_RANKS, mp_backend="gloo", mesh_world_size=2 if smoke else 4,
     )

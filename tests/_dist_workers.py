@@ -271,3 +271,62 @@ def allreduce_batchnorm_unequal_shards(rank, world_size, sizes, seed=0):
     return {"output": diff(y.detach(), y_ref[rows].detach()), "input_grad": diff(mine.grad, whole.grad[rows]),
             "weight_grad": diff(bn.weight.grad, ref.weight.grad), "bias_grad": diff(bn.bias.grad, ref.bias.grad),
             "running_mean": diff(bn.running_mean, ref.running_mean), "running_var": diff(bn.running_var, ref.running_var)}
+
+
+# --------------------------------------------------------------------------- lesson 10
+
+
+def lesson10_four_ranks(rank, world_size):
+    """Everything lesson 10 checks on 4 ranks in one launch: tensor parallel with sizes that do not
+    divide (30 features, 6 heads: 2, 2, 1, 1), a 4-stage pipeline (middle stages), halo strips with
+    two neighbours, and the 2 x 2 mesh."""
+    from course_lib.parallel import hybrid, pipeline, spatial, tensor
+
+    spec = {"width": 16, "depth": 4, "batch": 8, "ms": [1, 4], "schedules": ["GPipe", "1F1B"], "repeats": 1,
+            "native": True}
+    return {"tensor": tensor.compare_with_full(rank, world_size, hidden=12, heads=6, intermediate=30),
+            "pipeline": pipeline.pipeline_worker(rank, world_size, spec),
+            "halo": spatial.compare_halo_conv(rank, world_size, height=11, kernel=3, layers=2),
+            "mesh": hybrid.mesh_worker(rank, world_size, dp=2)}
+
+
+class GoodCopyToParallel(torch.autograd.Function):
+    """Exercise 10's answer."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class NoAllReduce(GoodCopyToParallel):
+    """Identity both ways: dL/dx stays a partial sum."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class AllReduceForward(GoodCopyToParallel):
+    """The all-reduce on the wrong side (Megatron's g instead of f)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return GoodCopyToParallel.backward(ctx, x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class AveragedBackward(GoodCopyToParallel):
+    """Data parallelism's habit: the mean over ranks instead of the sum."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return GoodCopyToParallel.backward(ctx, grad) / dist.get_world_size()

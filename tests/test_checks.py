@@ -571,3 +571,23 @@ def test_binomial_broadcast_check_on_four_ranks():
     assert "dist.broadcast" in messages["bcast_with_the_collective"]
     assert "in place" in messages["bcast_into_a_copy"]
 
+
+
+# --------------------------------------------------------------------------- 10: Megatron's f
+
+
+def test_copy_to_parallel_check_tells_right_from_three_mistakes():
+    # One launch of 3 ranks (out_features 7 and 5 split unevenly): the answer and three classic mistakes.
+    import _dist_workers as w
+    from course_lib.checks import l10_tensor_parallel as l10
+
+    fns = [w.GoodCopyToParallel, w.NoAllReduce, w.AllReduceForward, w.AveragedBackward]
+    per_rank = l06._launch_cases("check_copy_to_parallel", l10._column_worker, fns, 3, l10.CASES,
+                                 timeout_s=scaled(300))
+    assert isinstance(per_rank, list), per_rank
+    problems = [[p for r in per_rank for p in r[i]] for i in range(len(fns))]
+    assert problems[0] == [], problems[0]
+    assert all(problems[1:])
+    assert "add them up over every rank" in problems[1][0] and "dL/dx differs" in problems[1][0]
+    assert "output differs" in problems[2][0] and "belongs in backward" in problems[2][0]
+    assert "1/W" in problems[3][0]

@@ -14,11 +14,11 @@ difference looks like a known mistake), shown as text or HTML in the notebook.
   ``CheckFailed`` (an ``AssertionError``): CI runs the solutions that way, so a solution
   that stops passing its own check fails the build.
 
-The checks for lessons 06 and 08 run the learner's function on several processes with
+The checks for lessons 06, 08 and 10 run the learner's function on several processes with
 ``course_lib.dist.launch``. Spawned workers import it by module and name, so it must
 live in a ``.py`` file (the exercise writes one with ``%%writefile``), not in the notebook.
 
-One module per exercise (``l01_metrics`` ... ``l08_collectives``) over a shared :mod:`.harness`;
+One module per exercise (``l01_metrics`` ... ``l10_tensor_parallel``) over a shared :mod:`.harness`;
 a new lesson's checks go in a module of their own and are listed here.
 """
 
@@ -31,6 +31,7 @@ from .l05_loss_scaling import check_loss_scaler
 from .l06_allreduce import check_average_gradients, check_ring_all_reduce, ring_sizes
 from .l07_lamb import check_lamb_step
 from .l08_collectives import check_binomial_tree_broadcast
+from .l10_tensor_parallel import check_copy_to_parallel
 
 __all__ = [
     "CheckResult",
@@ -48,4 +49,5 @@ __all__ = [
     "check_ring_all_reduce",
     "check_lamb_step",
     "check_binomial_tree_broadcast",
+    "check_copy_to_parallel",
 ]

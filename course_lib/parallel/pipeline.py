@@ -1,0 +1,353 @@
+"""Pipeline parallelism: consecutive layers on consecutive ranks, micro-batches in flight (lesson 10).
+
+Rank ``s`` of ``p`` holds stage ``s`` (a run of layers). A micro-batch's activations go
+forward ``s -> s + 1`` and its activation gradients come back ``s + 1 -> s``: only
+neighbours talk, by ``send``/``recv``, no collective. With one batch in flight every rank
+but one waits; cutting the batch into ``m`` micro-batches lets the stages work on different
+ones at once. Two classic orders of work on each stage (a **schedule**):
+
+* **GPipe** (Huang et al. 2019): all ``m`` forwards, then all ``m`` backwards. Each stage holds
+  the activations of all ``m`` micro-batches until their backward;
+* **1F1B** (PipeDream-Flush, Narayanan et al. 2019/2021): stage ``s`` runs ``p - s - 1``
+  warm-up forwards, then alternates one forward and one backward, then drains the backwards.
+  At most ``p - s`` micro-batches are held at once: less memory, the same idle time.
+
+With forward time ``t_f`` and backward time ``t_b`` per micro-batch on every stage, both take
+``(m + p - 1)(t_f + t_b)`` for ``m (t_f + t_b)`` of work per stage: the idle fraction, the
+**bubble**, is ``(p - 1) / (m + p - 1)`` (:func:`bubble_fraction`).
+
+Schedules are pure data (per stage, an ordered list of :class:`Op`), so tests check them,
+:func:`simulate` times them with given ``t_f`` / ``t_b``, lesson 10 draws them, and one
+executor (:func:`run_stage`) carries any of them out with ``send``/``recv``, recording when
+each op ran. Gradients over the ``m`` micro-batches add up to the full batch's (each
+micro-batch's loss is its sum divided by the whole batch's count), so the result equals one
+process. PyTorch's own: ``torch.distributed.pipelining`` (``PipelineStage`` with
+``ScheduleGPipe`` / ``Schedule1F1B``; :func:`native_stage_gradients`). Measured with torch 2.13:
+both run on gloo; ``Schedule1F1B`` refuses ``m < p`` ("must be greater than or equal to the
+number of stages"); by default (``scale_grads=True``) it divides the summed gradients by ``m``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..comm.collectives import chunk_bounds
+
+
+@dataclass(frozen=True)
+class Op:
+    """One unit of work on a stage: the forward (``"F"``) or backward (``"B"``) of micro-batch ``mb``."""
+
+    kind: str
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.mb}"
+
+
+def _check(p: int, m: int) -> None:
+    for name, v in (("p (stages)", p), ("m (micro-batches)", m)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+
+
+def gpipe_schedule(p: int, m: int) -> list[list[Op]]:
+    """Per stage: ``F0 .. F(m-1)``, then ``B0 .. B(m-1)``."""
+    _check(p, m)
+    return [[Op("F", i) for i in range(m)] + [Op("B", i) for i in range(m)] for _ in range(p)]
+
+
+def one_f_one_b_schedule(p: int, m: int) -> list[list[Op]]:
+    """Per stage ``s``: ``min(p - s - 1, m)`` warm-up forwards, then one forward and one backward
+    in turn, then the remaining backwards."""
+    _check(p, m)
+    out = []
+    for s in range(p):
+        warmup = min(p - s - 1, m)
+        ops = [Op("F", i) for i in range(warmup)]
+        f, b = warmup, 0
+        while f < m:
+            ops += [Op("F", f), Op("B", b)]
+            f, b = f + 1, b + 1
+        ops += [Op("B", i) for i in range(b, m)]
+        out.append(ops)
+    return out
+
+
+SCHEDULES = {"GPipe": gpipe_schedule, "1F1B": one_f_one_b_schedule}
+
+
+def bubble_fraction(p: int, m: int) -> float:
+    """The idle fraction of GPipe and 1F1B with equal stages: ``(p - 1) / (m + p - 1)``."""
+    _check(p, m)
+    return (p - 1) / (m + p - 1)
+
+
+def check_schedule(schedule: list[list[Op]], m: int) -> None:
+    """Raise unless each stage runs every micro-batch's forward and backward once, forward first."""
+    for s, ops in enumerate(schedule):
+        if sorted((o.kind, o.mb) for o in ops) != sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)]):
+            raise ValueError(f"stage {s} does not run F and B of micro-batches 0..{m - 1} exactly once: "
+                             f"{' '.join(map(str, ops))}")
+        for i in range(m):
+            if ops.index(Op("B", i)) < ops.index(Op("F", i)):
+                raise ValueError(f"stage {s} runs B{i} before F{i}")
+
+
+def peak_in_flight(schedule: list[list[Op]]) -> list[int]:
+    """Per stage: the most micro-batches whose activations it holds at once (forward done,
+    backward not yet): ``m`` for GPipe, ``p - s`` (at most ``m``) for 1F1B."""
+    out = []
+    for ops in schedule:
+        held = peak = 0
+        for o in ops:
+            held += 1 if o.kind == "F" else -1
+            peak = max(peak, held)
+        out.append(peak)
+    return out
+
+
+@dataclass(frozen=True)
+class Event:
+    """When stage ``stage`` ran ``op`` (seconds from the run's start)."""
+
+    stage: int
+    kind: str
+    mb: int
+    start: float
+    end: float
+
+
+def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float = 2.0) -> list[Event]:
+    """The timeline of ``schedule`` when every forward takes ``t_forward`` and every backward
+    ``t_backward``, messages take no time, and each op starts as soon as its stage is free and
+    its input has arrived (``F`` after the previous stage's ``F``, ``B`` after the next stage's ``B``
+    and its own ``F``). Raises ``ValueError`` when the stages wait for each other in a cycle."""
+    p = len(schedule)
+    done: dict[tuple[int, str, int], float] = {}
+    pos, free = [0] * p, [0.0] * p
+    events: list[Event] = []
+    while any(pos[s] < len(schedule[s]) for s in range(p)):
+        progressed = False
+        for s in range(p):
+            if pos[s] >= len(schedule[s]):
+                continue
+            op = schedule[s][pos[s]]
+            # F waits for the previous stage's F; B for the next stage's B and its own F
+            deps = [(s - 1, "F", op.mb)] if op.kind == "F" else [(s + 1, "B", op.mb), (s, "F", op.mb)]
+            deps = [d for d in deps if 0 <= d[0] < p]
+            if any(d not in done for d in deps):
+                continue
+            start = max([free[s]] + [done[d] for d in deps])
+            end = start + (t_forward if op.kind == "F" else t_backward)
+            done[(s, op.kind, op.mb)] = free[s] = end
+            events.append(Event(s, op.kind, op.mb, start, end))
+            pos[s] += 1
+            progressed = True
+        if not progressed:
+            raise ValueError("the schedule deadlocks: every stage waits for an op another stage has not run")
+    return sorted(events, key=lambda e: (e.stage, e.start))
+
+
+def idle_fraction(events: list[Event]) -> float:
+    """The measured bubble: mean over stages of ``1 - busy / makespan`` (makespan: first start
+    to last end over all stages)."""
+    if not events:
+        return 0.0
+    t0, t1 = min(e.start for e in events), max(e.end for e in events)
+    stages = sorted({e.stage for e in events})
+    busy = [sum(e.end - e.start for e in events if e.stage == s) for s in stages]
+    return sum(1 - b / (t1 - t0) for b in busy) / len(stages)
+
+
+# --------------------------------------------------------------------------- the model and its stages
+
+
+def mlp_stack(width: int = 256, depth: int = 8, seed: int = 0) -> nn.Sequential:
+    """``depth`` blocks of ``Linear(width, width) + Tanh``: layers of equal cost, so equal stages."""
+    torch.manual_seed(seed)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)])
+
+
+def stage_bounds(n_layers: int, p: int) -> list[tuple[int, int]]:
+    """Which layers ``[lo, hi)`` each of ``p`` stages holds (equal counts, the first ones longer)."""
+    if n_layers < p:
+        raise ValueError(f"{n_layers} layers cannot fill {p} stages")
+    return chunk_bounds(n_layers, p)
+
+
+def stage_of(model: nn.Sequential, stage: int, p: int) -> nn.Sequential:
+    """Stage ``stage`` of ``p``: its run of ``model``'s layers (the same modules, not copies)."""
+    lo, hi = stage_bounds(len(model), p)[stage]
+    return model[lo:hi]
+
+
+def _loss_sum(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return ((out - target) ** 2).sum()
+
+
+def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Tensor] | None,
+              targets: list[torch.Tensor] | None, count: int, shape: tuple[int, ...]) -> tuple[list[Event], float]:
+    """Carry out this rank's part of ``schedule`` with ``send``/``recv``; return its events and loss.
+
+    Rank ``s`` of the group is stage ``s``. Stage 0 gets the ``m`` micro-batches in ``inputs``,
+    the last stage the ``targets``; each micro-batch's loss is its squared error summed over
+    elements, divided by ``count`` (the whole batch's count), so the gradients add up to the
+    full batch's mean. Every activation and its gradient has ``shape`` (stages map width to width).
+    An event runs from the moment the op's input is there (after its ``recv``) to the moment its
+    output is on its way (``isend`` posted): a stage waiting in ``recv`` is idle, the bubble;
+    everything else it does (compute, posting messages, Python) counts as busy. Sends are
+    ``isend`` so no stage blocks on a neighbour that is busy; they are awaited at the end.
+    """
+    s, p = dist.get_rank(), dist.get_world_size()
+    if len(schedule) != p:
+        raise ValueError(f"a schedule for {len(schedule)} stages on {p} ranks")
+    if (s == 0 and inputs is None) or (s == p - 1 and targets is None):
+        raise ValueError("stage 0 needs the micro-batches (inputs), the last stage their targets")
+    ops = schedule[s]
+    held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    pending, events, loss_total = [], [], 0.0
+    dist.barrier()
+    t0 = time.perf_counter()
+    for op in ops:
+        i = op.mb
+        if op.kind == "F":
+            if s == 0:
+                x = inputs[i]
+            else:
+                x = torch.empty(shape)
+                dist.recv(x, s - 1)
+                x.requires_grad_()
+            start = time.perf_counter()
+            y = module(x)
+            if s == p - 1:
+                y = _loss_sum(y, targets[i]) / count
+                loss_total += float(y)
+            if s < p - 1:
+                pending.append(dist.isend(y.detach().contiguous(), s + 1))
+            end = time.perf_counter()
+            held[i] = (x, y)
+        else:
+            x, y = held.pop(i)
+            if s == p - 1:
+                start = time.perf_counter()
+                y.backward()
+            else:
+                g = torch.empty(y.shape)
+                dist.recv(g, s + 1)
+                start = time.perf_counter()
+                y.backward(g)
+            if s > 0:
+                pending.append(dist.isend(x.grad.contiguous(), s - 1))
+            end = time.perf_counter()
+        events.append(Event(s, op.kind, i, start - t0, end - t0))
+    for req in pending:
+        req.wait()
+    if len(held):
+        raise RuntimeError(f"stage {s}: micro-batches {sorted(held)} never ran their backward")
+    return events, loss_total
+
+
+def micro_batches(x: torch.Tensor, m: int) -> list[torch.Tensor]:
+    """``x`` cut into ``m`` micro-batches along the batch dimension (equal sizes required)."""
+    if x.shape[0] % m:
+        raise ValueError(f"a batch of {x.shape[0]} does not split into {m} equal micro-batches")
+    return list(x.chunk(m))
+
+
+def full_gradients(model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> list[torch.Tensor]:
+    """One process's gradients of the mean squared error over the whole batch (the reference)."""
+    model.zero_grad()
+    (_loss_sum(model(x), target) / target.numel()).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def native_stage_gradients(module: nn.Module, schedule: str, x: torch.Tensor | None, target: torch.Tensor | None,
+                           m: int) -> tuple[list[torch.Tensor], float]:
+    """The same pipeline with ``torch.distributed.pipelining``: this rank's stage gradients
+    (``PipelineStage`` + ``ScheduleGPipe`` or ``Schedule1F1B``) and, on the last stage, the loss.
+
+    Its loss function is the micro-batch *mean*; the schedule divides the sum of the ``m``
+    micro-batches' gradients by ``m`` (``scale_grads=True``): with equal micro-batches that is
+    the full batch's mean."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    s, p = dist.get_rank(), dist.get_world_size()
+    module.zero_grad()
+    stage = PipelineStage(module, s, p, torch.device("cpu"))
+    cls = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+    sched = cls(stage, n_microbatches=m, loss_fn=lambda out, t: ((out - t) ** 2).mean())
+    losses: list = []
+    if s == 0:
+        sched.step(x)
+    elif s == p - 1:
+        sched.step(target=target, losses=losses)
+    else:
+        sched.step()
+    loss = float(sum(losses) / len(losses)) if losses else 0.0
+    return [p.grad.clone() for p in module.parameters()], loss
+
+
+def pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Worker: for each schedule and each ``m`` in ``spec``, run the hand-built pipeline
+    (``spec["repeats"]`` timed runs after one warm-up), compare this stage's gradients with one
+    process's and, where PyTorch allows it, with ``torch.distributed.pipelining``'s.
+
+    ``spec``: ``width``, ``depth``, ``batch``, ``ms``, ``schedules``, ``repeats``, ``native`` (bool)."""
+    model = mlp_stack(spec["width"], spec["depth"], seed=0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(spec["batch"], spec["width"], generator=g)
+    target = torch.randn(spec["batch"], spec["width"], generator=g)
+    stage = stage_of(model, rank, world_size)
+    lo, hi = stage_bounds(len(model), world_size)[rank]
+    n_before = sum(1 for layer in model[:lo] for _ in layer.parameters())
+    reference = full_gradients(model, x, target)[n_before:n_before + len(list(stage.parameters()))]
+    rows = []
+    for name in spec["schedules"]:
+        for m in spec["ms"]:
+            sched = SCHEDULES[name](world_size, m)
+            xs, ts = micro_batches(x, m), micro_batches(target, m)
+            runs = []
+            for rep in range(spec["repeats"] + 1):  # the first run warms up (allocations, first messages)
+                stage.zero_grad()
+                events, loss = run_stage(stage, sched, xs, ts, target.numel(), xs[0].shape)
+                if rep:
+                    runs.append(events)
+            grad_diff = max(float((p.grad - r).abs().max()) for p, r in zip(stage.parameters(), reference))
+            row = {"schedule": name, "m": m, "p": world_size, "rank": rank, "runs": runs, "grad_diff": grad_diff,
+                   "loss": loss}
+            if spec.get("native") and not (name == "1F1B" and m < world_size):
+                grads, native_loss = native_stage_gradients(stage, name, x if rank == 0 else None,
+                                                            target if rank == world_size - 1 else None, m)
+                row["native_grad_diff"] = max(float((a - r).abs().max()) for a, r in zip(grads, reference))
+                row["native_loss"] = native_loss
+            rows.append(row)
+    return {"rank": rank, "rows": rows, "stage_layers": (lo, hi)}
+
+
+def measured_bubbles(per_rank: list[dict]) -> list[dict]:
+    """Rows ``schedule, p, m, predicted, measured (median over runs), runs``: the ranks' events merged per run."""
+    out = []
+    for row0 in per_rank[0]["rows"]:
+        key = (row0["schedule"], row0["m"])
+        rows = [next(r for r in pr["rows"] if (r["schedule"], r["m"]) == key) for pr in per_rank]
+        fractions = sorted(idle_fraction([e for r in rows for e in r["runs"][k]]) for k in range(len(row0["runs"])))
+        out.append({"schedule": key[0], "p": row0["p"], "m": key[1], "predicted": bubble_fraction(row0["p"], key[1]),
+                    "measured": fractions[len(fractions) // 2], "runs": len(fractions),
+                    "grad_diff": max(r["grad_diff"] for r in rows),
+                    "native_grad_diff": max((r["native_grad_diff"] for r in rows if "native_grad_diff" in r),
+                                            default=None)})
+    return out
+
+
+def timeline(per_rank: list[dict], schedule: str, m: int, run: int = 0) -> list[Event]:
+    """The events of one measured run, all ranks, times from the earliest start."""
+    events = [e for pr in per_rank for r in pr["rows"] if (r["schedule"], r["m"]) == (schedule, m)
+              for e in r["runs"][run]]
+    t0 = min(e.start for e in events)
+    return [Event(e.stage, e.kind, e.mb, e.start - t0, e.end - t0) for e in events]

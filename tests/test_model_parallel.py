@@ -1,0 +1,114 @@
+"""Lesson 10 on gloo ranks: tensor, pipeline, sharded and spatial parallelism each equal one process.
+
+Two launches: lesson 10's own worker on 2 ranks (smoke sizes: tensor parallel with 30 features
+and 3 heads, DTensor, both pipeline schedules for m = 1..8 with torch.distributed.pipelining,
+DDP vs ZeRO-1 vs FSDP2 on a small BERT, a halo convolution), and 4 ranks for what only more
+ranks show (uneven head counts, middle pipeline stages, a strip with two neighbours, the 2 x 2 mesh).
+"""
+
+import pytest
+
+from course_lib import dist as cdist
+from course_lib import model_parallel_study as study
+from course_lib.parallel import pipeline
+
+from _timing import scaled
+
+import _dist_workers  # spawned workers import it by name
+
+pytestmark = pytest.mark.slow
+TOL = study.TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def two():
+    return cdist.launch(study.lesson_worker, 2, study.lesson_spec("smoke"), backend="gloo", threads_per_worker=1,
+                        quiet=True, timeout_s=scaled(600))
+
+
+@pytest.fixture(scope="module")
+def four():
+    return cdist.launch(_dist_workers.lesson10_four_ranks, 4, backend="gloo", threads_per_worker=1, quiet=True,
+                        timeout_s=scaled(900))
+
+
+def _tensor_diffs(o):
+    return {k: v for k, v in o["tensor"].items() if k.endswith(("_out", "_grad", "_grads"))}
+
+
+def test_tensor_parallel_equals_one_process_on_2_and_4_ranks(two, four):
+    for outs in (two, four):
+        for o in outs:
+            above = {k: v for k, v in _tensor_diffs(o).items() if v > TOL}
+            assert not above, (o["tensor"]["rank"], o["tensor"]["world_size"], above)
+    assert [o["tensor"]["local_heads"] for o in four] == [2, 2, 1, 1]  # 6 heads on 4 ranks
+    assert [o["tensor"]["mlp_local_features"] for o in two] == [15, 15]
+    assert [o["tensor"]["mlp_local_features"] for o in four] == [8, 8, 7, 7]  # 30 does not divide by 4
+    # Megatron's count: one all-reduce forward, one backward, for the whole MLP
+    assert two[0]["tensor"]["mlp_collectives"] == {"c10d.allreduce_": 2}
+
+
+def test_dtensor_equals_ours_and_one_process(two):
+    for o in two:
+        d = o["dtensor"]
+        assert max(d["dtensor_out"], d["dtensor_input_grad"], d["dtensor_weight_grad"], d["dtensor_vs_ours"]) <= TOL
+        assert d["dtensor_local_shape"] == (16, 16)  # fc: 32 rows split in two
+        assert sum(d["dtensor_collectives"].values()) == 2
+
+
+def test_pipeline_gradients_equal_one_process_for_every_schedule(two, four):
+    for outs in (two, four):
+        rows = pipeline.measured_bubbles([o["pipeline"] for o in outs])
+        assert {(r["schedule"], r["m"]) for r in rows} >= {("GPipe", 1), ("1F1B", 4)}
+        assert all(r["grad_diff"] <= TOL for r in rows)
+        assert all(r["native_grad_diff"] <= TOL for r in rows if r["native_grad_diff"] is not None)
+        assert all(0.0 <= r["measured"] < 1.0 for r in rows)
+    # 1F1B with m < p has no torch.distributed.pipelining run (it refuses); every other row has one
+    missing = {(r["schedule"], r["m"]) for r in pipeline.measured_bubbles([o["pipeline"] for o in four])
+               if r["native_grad_diff"] is None}
+    assert missing == {("1F1B", 1)}
+
+
+def test_the_measured_timeline_covers_every_op_once(two):
+    events = pipeline.timeline([o["pipeline"] for o in two], "1F1B", 4)
+    assert sorted((e.stage, e.kind, e.mb) for e in events) == sorted(
+        (s, k, i) for s in range(2) for k in "FB" for i in range(4))
+    assert min(e.start for e in events) == 0.0 and all(e.end >= e.start for e in events)
+
+
+def test_sharded_schemes_end_equal_to_ddp_and_fsdp_holds_at_most_a_wth(two):
+    sh = [o["sharded"] for o in two]
+    assert study.sharded_equal(sh)
+    assert all(o["ddp_moved_from_init"] > 1e-4 for o in sh)  # the weights did move
+    ok, measured, bound = study.fsdp_within_goal(sh)
+    assert ok, (measured, bound)
+    for o in sh:
+        ddp, z1 = o["DDP"], o["ZeRO-1"]
+        assert z1["parameters"] == ddp["parameters"] and z1["optimizer_state"] * 2 <= ddp["optimizer_state"] + 64
+        assert o["FSDP2"]["parameters"] <= ddp["parameters"] / 2 + o["largest_unit_bytes"]
+        # bytes sent in one step: stage 1 = DDP (reduce-scatter + all-gather = all-reduce); FSDP more, at most 1.5x
+        assert z1["sent_bytes"] == pytest.approx(ddp["sent_bytes"], rel=1e-6)
+        assert ddp["sent_bytes"] < o["FSDP2"]["sent_bytes"] <= 1.5 * ddp["sent_bytes"] * (1 + 1e-6)
+        assert set(o["FSDP2"]["collectives"]) == {"c10d._allgather_base_", "c10d._reduce_scatter_base_"}
+
+
+def test_halo_convolution_equals_the_whole_one(two, four):
+    for outs in (two, four):
+        for o in outs:
+            assert max(o["halo"]["out"], o["halo"]["input_grad"], o["halo"]["weight_grad"]) <= TOL
+    middle = four[1]["halo"]
+    assert middle["halo_bytes_per_exchange"] == 2 * four[0]["halo"]["halo_bytes_per_exchange"]  # two neighbours
+
+
+def test_the_mesh_groups_and_gradients(four):
+    mesh = [o["mesh"] for o in four]
+    assert [m["coords"] for m in mesh] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [m["tp_group"] for m in mesh] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [m["dp_group"] for m in mesh] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert all(m["grad_diff"] <= TOL for m in mesh)
+
+
+def test_the_verdict_reads_the_results(two, four):
+    rows = pipeline.measured_bubbles([o["pipeline"] for o in two])
+    text = study.verdict(two, rows, [o["sharded"] for o in two], [o["halo"] for o in two], [o["mesh"] for o in four])
+    assert "equals one process" in text and "Mesh 2 x 2" in text and "NOT" not in text
