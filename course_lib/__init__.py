@@ -28,6 +28,10 @@ Distributed mechanics
                      lesson 08); tensor/pipeline/sharded parallelism go here (lesson 10)
     comm/            cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py,
                      collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08)
+    perf/            peaks.py (reference peaks of the accelerators, each with its source; the bands),
+                     probe.py (matmul, memory, host-to-device, per-op overhead: this machine measured),
+                     model.py (the Paleo-style step model: ops counted from the real step, roofline,
+                     DDP bucket overlap, scaling; lesson 09)
 Training
     train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
                      mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)
@@ -37,10 +41,11 @@ What the lessons measure and show
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
     collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
+    performance_study.py what lesson 09 measures: the step model against the course's step, the verdict
     widgets.py       interactive sliders (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
     summary.py       the run summary of `make course` and gpu-check's FIGURE lines
-    bench.py         `python -m course_lib.bench ncf|bert|collectives`
+    bench.py         `python -m course_lib.bench ncf|bert|collectives|hardware|model`
     checks.py        the exercises' checks
 Entry points: run.py (`python -m course_lib.run module:worker` under torchrun),
 train_ddp.py (lesson 06 as a script, SLURM).
