@@ -28,6 +28,7 @@ from .config import pick
 from .data import load_implicit
 from .data.sampler import DeviceSampler, batch_production_rate
 from .data.text import shape_only_mlm_data
+from .metrics import line_fit
 from .parallel.data_parallel import DataParallel
 from .perf import model as M
 from .perf.peaks import REFERENCE_PEAKS
@@ -57,11 +58,11 @@ def lesson_spec(profile: str, dataset: str = "ml-1m", bert_preset: str | None = 
     smoke = profile == "smoke"
     return {
         "profile": profile, "dataset": dataset,
-        "ncf_batches": pick(profile, full=[1024, 4096, 16384], smoke=[256, 1024, 4096]),
+        "ncf_batches": pick(profile, full=[1024, 4096, 16384], smoke=[256, 2048]),
         "bert": {"preset": bert_preset or pick(profile, full="mini", smoke="tiny"), "seq_len": pick(profile, full=64,
                  smoke=32), "vocab_size": pick(profile, full=4096, smoke=1024)},
-        "bert_batches": pick(profile, full=[8, 16, 32], smoke=[4, 8, 16]),
-        "steps": pick(profile, full=15, smoke=5), "warmup": pick(profile, full=3, smoke=2),
+        "bert_batches": pick(profile, full=[8, 16, 32], smoke=[4, 16]),
+        "steps": pick(profile, full=15, smoke=3), "warmup": pick(profile, full=3, smoke=1),
         "matmul_sizes": pick(profile, full=(32, 64, 128, 256, 512, 1024), smoke=(32, 64, 128, 256)),
         "copy_sizes": [2**k for k in range(12, pick(profile, full=27, smoke=23), 2)],
         "allreduce_sizes": [2**k for k in range(8, pick(profile, full=25, smoke=21), pick(profile, full=2, smoke=3))],
@@ -224,6 +225,25 @@ def link_from(two: dict) -> tuple[float, float, tuple[float, float]]:
     return a, b, cost.link_alpha_beta_from_ring_fit(a, b, p)
 
 
+def one_rank_overhead(one: dict, kind: str) -> float:
+    """The measured per-step overhead of ``kind``'s step on one rank (:func:`course_lib.perf.model.step_overhead`)."""
+    m = one["models"][kind]
+    return M.step_overhead(m["tiny_s"], m["counts"][TINY_BATCH], DeviceCurves.from_dict(one["probe"]["curves"]))
+
+
+def overhead_table(one: dict) -> Table:
+    """Per model: the step measured at a tiny batch, what the roofline explains of it, and the rest."""
+    curves = DeviceCurves.from_dict(one["probe"]["curves"])
+    t = Table(["model", "tiny batch", "measured (ms)", "roofline (ms)", "overhead (ms)", "operations"],
+              title="the per-step overhead: a step at a tiny batch, less its roofline")
+    for kind, m in one["models"].items():
+        tiny = m["counts"][TINY_BATCH]
+        t.add(**{"model": kind, "tiny batch": TINY_BATCH, "measured (ms)": m["tiny_s"] * 1e3,
+                 "roofline (ms)": M.roofline_sum(tiny, curves) * 1e3,
+                 "overhead (ms)": one_rank_overhead(one, kind) * 1e3, "operations": len(tiny.ops)})
+    return t
+
+
 def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[dict]:
     """Per model, global batch and ranks (1; 2 when ``two`` is given): predicted and measured step."""
     curves1 = DeviceCurves.from_dict(one["probe"]["curves"])
@@ -233,7 +253,7 @@ def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[
     for kind in models:
         m1 = one["models"][kind]
         tiny = m1["counts"][TINY_BATCH]
-        overhead = {1: M.step_overhead(m1["tiny_s"], tiny, curves1)}
+        overhead = {1: one_rank_overhead(one, kind)}
         if two:  # what the tiny data-parallel step spent beyond its roofline and its modelled all-reduce
             comm = M.predict_step(tiny, curves2, world_size=2, link=link, step_overhead_s=0.0)
             overhead[2] = max(M.step_overhead(two["models"][kind]["tiny_s"], tiny, curves2)
@@ -310,19 +330,94 @@ def reference_curves(name: str, dtype: str = "bf16", fraction: float = 1.0, over
     return DeviceCurves(name, [(1.0, flops), (1e15, flops)], [(1.0, bw), (1e15, bw)], overhead_s)
 
 
-def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, step_overhead_s: float, *, device: str = "H100 SXM",
-                    p: int = 8, global_batch: int, dtype: str = "bf16", fraction: float = 0.8) -> dict:
+GPU_OP_OVERHEAD_S = 5e-6  # assumed, not measured: a kernel launch plus the dispatcher, per operation
+
+
+def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: str = "H100 SXM", p: int = 8,
+                    global_batch: int, dtype: str = "bf16", fraction: float = 0.8,
+                    op_overhead_s: float = GPU_OP_OVERHEAD_S) -> dict:
     """This lesson's model on a node of ``p`` reference GPUs with NVLink (quoted): step, throughput,
-    strong-scaling efficiency and MFU, with this machine's measured per-step overhead (host side)."""
+    strong-scaling efficiency and MFU. The device runs at ``fraction`` of its datasheet peaks at every
+    size and each operation pays ``op_overhead_s`` (assumed: this machine's Python overhead is not a
+    GPU node's)."""
     q = cost.QUOTED_INTERCONNECTS["NVLink 4 via NVSwitch (H100 node)"]
-    curves = reference_curves(device, dtype, fraction)
+    curves = reference_curves(device, dtype, fraction, op_overhead_s)
     link = (q["alpha_s"], 1 / q["bandwidth_Bps"])
-    rows = M.scaling_curve(counts_a, counts_b, curves, link, batch=global_batch, ps=[1, p],
-                           step_overhead_s=step_overhead_s)
+    rows = M.scaling_curve(counts_a, counts_b, curves, link, batch=global_batch, ps=[1, p])
     per = global_batch / p
-    pred = M.predict_step(M.interpolate(counts_a, counts_b, per), curves, world_size=p, link=link,
-                          step_overhead_s=step_overhead_s)
+    pred = M.predict_step(M.interpolate(counts_a, counts_b, per), curves, world_size=p, link=link)
     peak = REFERENCE_PEAKS[device].flops.get(dtype) or REFERENCE_PEAKS[device].flops["fp32"]
     return {"device": device, "p": p, "global_batch": global_batch, "step_s": pred.step_s,
             "samples_per_s": global_batch / pred.step_s, "efficiency": rows[-1]["efficiency"] if len(rows) > 1 else None,
-            "mfu": pred.mfu(peak), "overhead_share": step_overhead_s / pred.step_s}
+            "mfu": pred.mfu(peak), "overhead_share": len(counts_a.ops) * op_overhead_s / pred.step_s}
+
+
+# --------------------------------------------------------------------------- the traps, with the model
+
+
+def steps_to_target(batch: float, min_steps: float, critical_batch: float) -> float:
+    """Steps to a target at ``batch`` by the empirical model of McCandlish et al. (2018), "An Empirical
+    Model of Large-Batch Training": ``S = S_min (1 + B_crit / B)``. Far below ``B_crit`` the steps halve
+    when the batch doubles (perfect scaling); far above, they stop falling (the batch stops paying)."""
+    return min_steps * (1 + critical_batch / batch)
+
+
+def fit_steps_to_target(rows: list[dict]) -> tuple[float, float] | None:
+    """``(S_min, B_crit)`` from measured ``(batch size, steps to target)`` rows (lesson 02's sweep):
+    ``S = S_min + S_min B_crit / B`` is a straight line in ``1 / B``; None with fewer than two points."""
+    pts = [(r["batch size"], r["steps to target"]) for r in rows if r.get("steps to target")]
+    if len({b for b, _ in pts}) < 2:
+        return None
+    fit = line_fit([1 / b for b, _ in pts], [s for _, s in pts])
+    if fit is None:
+        return None
+    intercept, slope = fit
+    if intercept <= 0 or slope <= 0:
+        return None
+    return intercept, slope / intercept
+
+
+def time_to_target_rows(a: M.StepCounts, b: M.StepCounts, curves, link, *, step_overhead_s: float,
+                        min_steps: float, critical_batch: float, batches, p: int = 1) -> list[dict]:
+    """Predicted time to target per global batch on ``p`` devices: steps (McCandlish) x predicted step."""
+    rows = []
+    for gb in batches:
+        per = gb / p
+        if per < 1:
+            continue
+        pred = M.predict_step(M.interpolate(a, b, per), curves, world_size=p, link=link if p > 1 else None,
+                              step_overhead_s=step_overhead_s)
+        steps = steps_to_target(gb, min_steps, critical_batch)
+        rows.append({"global batch": gb, "steps to target": steps, "step (ms)": pred.step_s * 1e3,
+                     "time to target (s)": steps * pred.step_s})
+    return rows
+
+
+def stops_paying(rows: list[dict], gain: float = 1.1) -> int | None:
+    """The first global batch from which doubling it no longer cuts the time to target by ``gain``x."""
+    for r0, r1 in zip(rows, rows[1:]):
+        if r0["time to target (s)"] / r1["time to target (s)"] < gain:
+            return r0["global batch"]
+    return None
+
+
+def scaling_table(rows_by_name: dict[str, list[dict]], title: str) -> Table:
+    t = Table(["setting", "p", "batch per device", "step (ms)", "samples/s", "efficiency"], title=title)
+    for name, rows in rows_by_name.items():
+        for r in rows:
+            t.add(**{"setting": name, "p": r["p"], "batch per device": r["batch per device"],
+                     "step (ms)": r["step (ms)"], "samples/s": r["samples/s"], "efficiency": r["efficiency"]})
+    return t
+
+
+def plot_scaling(rows_by_name: dict[str, list[dict]], title: str = ""):
+    """Efficiency vs devices (log scale), one line per setting."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    for name, rows in rows_by_name.items():
+        ax.plot([r["p"] for r in rows], [r["efficiency"] for r in rows], "o-", label=name)
+    ax.set(xscale="log", xlabel="devices", ylabel="predicted efficiency", ylim=(0, 1.1), title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, ax

@@ -229,3 +229,36 @@ def test_curves_interpolate_on_log_axes_and_hold_flat_at_the_ends():
     assert c.peak_flops == 1e11 and c.peak_bandwidth == 1e10
     assert DeviceCurves.from_dict(c.to_dict()) == c
     assert math.isclose(c.bandwidth_at(1e4), math.sqrt(1e9 * 1e10))
+
+
+# --------------------------------------------------------------------------- the lesson's readings
+
+
+def test_steps_to_target_and_its_fit_from_lesson_02_rows():
+    from course_lib import performance_study as study
+
+    assert study.steps_to_target(1024, 1000, 1024) == pytest.approx(2000)
+    rows = [{"batch size": b, "steps to target": study.steps_to_target(b, 500, 2048)} for b in (256, 1024, 4096)]
+    s_min, b_crit = study.fit_steps_to_target(rows)
+    assert s_min == pytest.approx(500) and b_crit == pytest.approx(2048)
+    assert study.fit_steps_to_target(rows[:1]) is None
+
+
+def test_stops_paying_and_verdict_read_the_rows():
+    from course_lib import performance_study as study
+
+    ttt = [{"global batch": b, "time to target (s)": t} for b, t in [(256, 100), (512, 60), (1024, 57), (2048, 80)]]
+    assert study.stops_paying(ttt) == 512
+    rows = [{"model": "neumf", "batch": 256, "ranks": p, "predicted (ms)": 10.0, "measured (ms)": m,
+             "error": (10.0 - m) / m} for p, m in [(1, 10.0), (1, 8.0), (2, 20.0)]]
+    assert study.median_error(rows) == pytest.approx(0.25)
+    text = study.verdict(rows, goal=0.25)
+    assert "Median prediction error over 3 steps: 25% (within" in text and "by ranks" in text
+
+
+def test_the_exercise_check_passes_the_reference_and_explains_a_missing_overlap():
+    from course_lib import checks
+
+    assert checks.check_bucket_overlap(lambda r, c: M.bucket_overlap(r, c)[1]).passed
+    wrong = checks.check_bucket_overlap(lambda r, c: sum(c))
+    assert not wrong.passed and "nothing overlapped" in wrong.message

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..tables import Table
+
 T = 1e12  # datasheets' TFLOPS
 G = 1e9  # and GB/s
 
@@ -100,3 +102,13 @@ def band_verdict(kind: str, measured: float, peak: float | None) -> tuple[float 
     if frac >= low:
         return frac, f"within what well-run nodes reach ({where})"
     return frac, f"check this node: {frac:.0%} of peak, below {low:.0%}; usual causes: {causes}"
+
+
+def reference_table() -> Table:
+    """The reference peaks, dense, in TFLOP/s and GB/s, with their sources."""
+    t = Table(["device", "fp32", "tf32", "bf16", "fp16", "memory (GB/s)", "source"],
+              title="reference peaks (quoted, dense; TFLOP/s)")
+    for r in REFERENCE_PEAKS.values():
+        t.add(device=r.name, **{d: "-" if r.flops[d] is None else r.flops[d] / T for d in ("fp32", "tf32", "bf16", "fp16")},
+              **{"memory (GB/s)": r.memory_bandwidth / G, "source": r.source})
+    return t

@@ -16,6 +16,7 @@ The curves go to :mod:`.model`, the peaks to :func:`.peaks.band_verdict`.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -29,10 +30,11 @@ DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, 
 
 
 def _timed(fn, device: torch.device, repeats: int) -> float:
-    """Seconds per call of ``fn``: the best of ``repeats`` calls (after one untimed), so a call
-    disturbed by another process on a shared machine does not count. CUDA: event pair per call."""
+    """Seconds per call of ``fn``: the median of ``repeats`` calls (after one untimed). The median, as
+    for the steps lesson 09 measures: on a shared machine both see the same load, and a call that
+    another process interrupted does not move it. CUDA: an event pair per call."""
     fn()
-    best = float("inf")
+    times = []
     for _ in range(max(1, repeats)):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -40,12 +42,12 @@ def _timed(fn, device: torch.device, repeats: int) -> float:
             fn()
             end.record()
             end.synchronize()
-            best = min(best, start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3)
         else:
             t0 = time.perf_counter()
             fn()
-            best = min(best, time.perf_counter() - t0)
-    return best
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def matmul_flops(n: int, dtype: str = "fp32", device="cpu", repeats: int = 3) -> float:
