@@ -262,3 +262,14 @@ def test_the_exercise_check_passes_the_reference_and_explains_a_missing_overlap(
     assert checks.check_bucket_overlap(lambda r, c: M.bucket_overlap(r, c)[1]).passed
     wrong = checks.check_bucket_overlap(lambda r, c: sum(c))
     assert not wrong.passed and "nothing overlapped" in wrong.message
+
+
+def test_probe_runs_on_the_cpu_and_reads_as_measured_only():
+    from course_lib.perf.probe import probe_hardware
+
+    probe = probe_hardware("cpu", matmul_sizes=(8, 16), copy_sizes=[4096, 16384], repeats=1)
+    assert probe.h2d_Bps is None  # host-to-device is a GPU measurement
+    assert probe.curves.peak_flops > 0 and probe.curves.overhead_s > 0
+    rows = probe.rows(reference=None)
+    assert all(r["fraction"] is None for r in rows)
+    assert "no reference peak" in probe.summary()
