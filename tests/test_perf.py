@@ -273,3 +273,29 @@ def test_probe_runs_on_the_cpu_and_reads_as_measured_only():
     rows = probe.rows(reference=None)
     assert all(r["fraction"] is None for r in rows)
     assert "no reference peak" in probe.summary()
+
+
+def test_gpu_timing_reads_cuda_events_not_the_host_clock(monkeypatch):
+    """No GPU needed: a fake CUDA event pair that reports 2 ms per call, whatever the host clock says."""
+    from course_lib.perf import probe
+
+    class FakeEvent:
+        ticks = [0]
+
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            FakeEvent.ticks[0] += 1
+            self.t = FakeEvent.ticks[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):  # milliseconds, as torch.cuda.Event reports
+            return 2.0 * (end.t - self.t)
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    calls = []
+    assert probe._timed(lambda: calls.append(1), torch.device("cuda"), repeats=3) == pytest.approx(0.002)
+    assert len(calls) == 4  # one untimed call first

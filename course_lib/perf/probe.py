@@ -204,12 +204,19 @@ def device_name(device: torch.device) -> str:
     return _cpu_info()[0]
 
 
-def probe_hardware(device=None, *, matmul_sizes=(64, 128, 256, 512, 1024), copy_sizes=None,
+def probe_hardware(device=None, *, matmul_sizes=None, copy_sizes=None,
                    dtypes=None, repeats: int = 3, h2d: bool = True) -> HardwareProbe:
-    """Run the microbenchmarks on ``device`` (default: the GPU if any, else the CPU) at this process's threads."""
+    """Run the microbenchmarks on ``device`` (default: the GPU if any, else the CPU) at this process's threads.
+
+    Default sizes: matmuls 64..1024 on a CPU, 256..8192 on a GPU (a GPU needs large matrices to
+    approach its peak: the MAMF finder searches around 4k-16k); copies 4 KiB..64 MiB on a CPU, to
+    1 GiB on a GPU (far beyond its last-level cache)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    gpu = device.type == "cuda"
+    if matmul_sizes is None:
+        matmul_sizes = (256, 512, 1024, 2048, 4096, 8192) if gpu else (64, 128, 256, 512, 1024)
     if copy_sizes is None:
-        copy_sizes = [2**k for k in range(12, 27, 2)]  # 4 KiB .. 64 MiB
+        copy_sizes = [2**k for k in range(12, 31 if gpu else 27, 2)]
     if dtypes is None:
         dtypes = ["fp32", "tf32", "bf16", "fp16"] if device.type == "cuda" else ["fp32"]
     matmul = sorted((2.0 * n**3, matmul_flops(n, "fp32", device, repeats)) for n in matmul_sizes)
