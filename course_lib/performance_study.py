@@ -144,7 +144,8 @@ def _data_seconds(kind: str, spec: dict, batch: int, data) -> float:
     dev = torch.device("cpu")
     if kind == "neumf":
         s = DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=batch, neg_per_pos=4, seed=0)
-        n = max(len(s), 4) * batch  # about an epoch: the sampler's per-chunk work is spread over its batches
+        # two of the sampler's chunks (or an epoch, if shorter): its per-chunk work is spread over the batches
+        n = max(4 * batch, min(s.samples_per_epoch, 2 * s.chunk_positives * (1 + s.neg_per_pos)))
         batch_production_rate(s, 2 * batch, dev)
         return batch / batch_production_rate(s, n, dev)
     cfg, gen = _mlm_cfg(spec, batch), torch.Generator().manual_seed(0)

@@ -226,7 +226,7 @@ def test_curves_interpolate_on_log_axes_and_hold_flat_at_the_ends():
     c = DeviceCurves("cpu", [(1e3, 1e9), (1e5, 1e11)], [(1e3, 1e9), (1e5, 1e10)], 1e-6)
     assert c.flops_at(1e4) == pytest.approx(1e10)
     assert c.flops_at(1e9) == pytest.approx(1e11) and c.flops_at(1) == pytest.approx(1e9)
-    assert c.peak_flops == 1e11 and c.peak_bandwidth == 1e10
+    assert c.peak_flops == 1e11 and c.peak_bandwidth == 1e10 and c.memory_bandwidth == 1e10
     assert DeviceCurves.from_dict(c.to_dict()) == c
     assert math.isclose(c.bandwidth_at(1e4), math.sqrt(1e9 * 1e10))
 

@@ -115,7 +115,13 @@ class DeviceCurves:
 
     @property
     def peak_bandwidth(self) -> float:
+        """The best copy bandwidth at any size (small copies may run from cache)."""
         return max(b for _, b in self.copy)
+
+    @property
+    def memory_bandwidth(self) -> float:
+        """The copy bandwidth at the largest size measured: device memory, past the caches."""
+        return max(self.copy)[1]
 
     def flops_at(self, flops: float) -> float:
         """Achievable FLOP/s for an operation of ``flops`` (the matmul curve, interpolated)."""
@@ -160,8 +166,9 @@ class HardwareProbe:
             frac, verdict = band_verdict("matmul", flops, peak)
             out.append({"measurement": f"matmul {dtype} (best, n = {n})", "measured": flops / 1e12, "unit": "TFLOP/s",
                         "peak": peak and peak / 1e12, "fraction": frac, "verdict": verdict})
-        frac, verdict = band_verdict("memory", self.curves.peak_bandwidth, ref and ref.memory_bandwidth)
-        out.append({"measurement": "memory copy (largest)", "measured": self.curves.peak_bandwidth / 1e9,
+        frac, verdict = band_verdict("memory", self.curves.memory_bandwidth, ref and ref.memory_bandwidth)
+        largest = max(self.curves.copy)[0] / 2
+        out.append({"measurement": f"memory copy ({largest / 2**20:.0f} MiB)", "measured": self.curves.memory_bandwidth / 1e9,
                     "unit": "GB/s", "peak": ref and ref.memory_bandwidth / 1e9, "fraction": frac, "verdict": verdict})
         if self.h2d_Bps is not None:
             frac, verdict = band_verdict("h2d", self.h2d_Bps, ref and ref.pcie_bandwidth)
@@ -189,7 +196,7 @@ class HardwareProbe:
         if not rows:
             best = max(self.matmul_by_dtype.values())[0] if self.matmul_by_dtype else self.curves.peak_flops
             return (f"{self.device_name}: matmul {best / 1e9:.1f} GFLOP/s, memory copy "
-                    f"{self.curves.peak_bandwidth / 1e9:.1f} GB/s (measured; no reference peak)")
+                    f"{self.curves.memory_bandwidth / 1e9:.1f} GB/s (measured; no reference peak)")
         worst = min(rows, key=lambda r: r["fraction"])
         ok = all(not r["verdict"].startswith("check") for r in rows)
         return (f"{self.device_name}: {'as well-run nodes' if ok else 'check this node'}; lowest: "
