@@ -314,8 +314,9 @@ def verdict(rows: list[dict], goal: float = 0.25) -> str:
     by_p = {p: statistics.median(abs(r["error"]) for r in rows if r["ranks"] == p) for p in {r["ranks"] for r in rows}}
     if len(by_p) > 1:
         lines.append("Median error by ranks: " + ", ".join(f"{p}: {e:.0%}" for p, e in sorted(by_p.items()))
-                     + (" -- the 2-rank steps add what the model knows least: gloo's all-reduce sharing the cores "
-                        "with backward" if by_p.get(2, 0) > by_p.get(1, 0) else ""))
+                     + (" -- the 2-rank steps add parts priced from other measurements (the all-reduce sweep, "
+                        "DDP's tiny step), and two processes sharing the cores" if by_p.get(2, 0) > by_p.get(1, 0)
+                        else ""))
     return "\n".join(lines)
 
 
