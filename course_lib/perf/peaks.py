@@ -34,7 +34,7 @@ class Reference:
     name: str
     flops: dict  # dtype -> dense peak FLOP/s (None: no such mode)
     memory_bandwidth: float  # bytes/s
-    pcie_bandwidth: float  # bytes/s per direction of the host link (raw)
+    pcie_bandwidth: float  # bytes/s per direction, raw, of the x16 PCIe generation the datasheet names (3: 16, 4: 32, 5: 64 GB/s)
     source: str
 
 
@@ -52,7 +52,7 @@ REFERENCE_PEAKS = {r.name: r for r in [
     _r("H100 PCIe", 51, 378, 756, 756, 2000, 64, "NVIDIA H100 Tensor Core GPU datasheet (sparsity figures halved)"),
     _r("H200", 67, 494.5, 989.5, 989.5, 4800, 64,
        "NVIDIA H200 Tensor Core GPU datasheet (SXM; sparsity figures halved)"),
-    _r("L40S", 91.6, 183, 362, 362, 864, 64, "NVIDIA L40S datasheet (sparsity figures halved)"),
+    _r("L40S", 91.6, 183, 362, 362, 864, 32, "NVIDIA L40S datasheet (sparsity figures halved)"),
     _r("MI250X", 47.9, None, 383, 383, 3277, 32,
        "AMD Instinct MI250X datasheet (fp32 vector; fp32 matrix is 95.7)"),
 ]}
