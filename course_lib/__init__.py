@@ -32,6 +32,10 @@ Distributed mechanics
                      stage 1 from ring collectives, FSDP2), spatial.py (halo exchange), hybrid.py (2-D mesh)
     comm/            cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py,
                      collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08)
+    perf/            peaks.py (reference peaks of the accelerators, each with its source; the bands),
+                     probe.py (matmul, memory, host-to-device, per-op overhead: this machine measured),
+                     model.py (the Paleo-style step model: ops counted from the real step, roofline,
+                     DDP bucket overlap, scaling; lesson 09)
 Training
     train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
                      mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)
@@ -41,13 +45,14 @@ What the lessons measure and show
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
     collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
+    performance_study.py what lesson 09 measures: the step model against the course's step, the verdict
     model_parallel_study.py  what lesson 10 measures: equality with one process, the bubble, bytes per
                      rank, BERT-base/large on 8 GPUs, the decision table and verdict
     widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
                      explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
     summary.py       the run summary of `make course` and gpu-check's FIGURE lines
-    bench.py         `python -m course_lib.bench ncf|bert|collectives`
+    bench.py         `python -m course_lib.bench ncf|bert|collectives|hardware|model`
     checks.py        the exercises' checks
 Entry points: run.py (`python -m course_lib.run module:worker` under torchrun),
 train_ddp.py (lesson 06 as a script, SLURM).

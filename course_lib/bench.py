@@ -5,6 +5,8 @@ Command line (the lessons' numbers without the notebooks)::
     python -m course_lib.bench ncf [--batch-size 256] [--device cpu|cuda] [--dataset ml-1m]
     python -m course_lib.bench bert [--model base] [--seq-len 128] [--batch-size 64] [--device cuda]
     python -m course_lib.bench collectives [--world-size 2] [--size-mib 16] [--iters 10]
+    python -m course_lib.bench hardware [--device cpu|cuda]
+    python -m course_lib.bench model [--profile full|smoke]
 
 prints batch-production and training throughput of the device-resident sampler and of
 the DataLoader path at the same batch size, and ends with ``ratio loader: <x>``
@@ -20,6 +22,12 @@ text — in fp32 and in each mixed-precision mode the device supports, and ends 
 (``course_lib.comm.collectives``), against the backend's own all-reduce at one message size,
 in one launch, and ends with ``ratio ring/backend: <x>``: the ring's bus bandwidth over the
 backend's (the same as the backend's time over the ring's).
+
+``hardware`` (lesson 09) probes this machine (``course_lib.perf.probe``) and prints each
+measurement as a fraction of the device's reference peak (``course_lib.perf.peaks``) with a
+verdict, then the one-line summary. ``model`` (lesson 09) predicts the course's step for NeuMF
+and mini BERT at three global batches on 1 and 2 ranks (one thread per rank), measures the
+same steps, prints both per point and ends with ``median prediction error: <x>%``.
 """
 
 from __future__ import annotations
@@ -33,35 +41,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from .data import load_implicit
 from .data.movielens import ImplicitData
-from .data.sampler import DeviceSampler, make_dataloader
-from .data.text import MLMData, SpecialIds, mask_tokens
+from .data.sampler import DeviceSampler, batch_production_rate, make_dataloader
+from .data.text import shape_only_mlm_data
 from .hardware import default_device
-from .metrics import throughput
 from .precision import Precision
 from .tables import Table
 from .train.mlm import MLMTrainConfig
 from .train.mlm import throughput as mlm_throughput
 from .train.ncf import TrainConfig, train_to_target
-
-
-def _sync(device: torch.device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def batch_production_rate(batches, num_samples: int, device: torch.device) -> float:
-    """Samples/s of producing batches alone (on ``device``), for about ``num_samples`` samples."""
-    _sync(device)
-    t0 = time.perf_counter()
-    n = 0
-    while n < num_samples:
-        for users, items, labels in batches:
-            users, items, labels = (t.to(device, non_blocking=True) for t in (users, items, labels))
-            n += labels.numel()
-            if n >= num_samples:
-                break
-    _sync(device)
-    return throughput(n, time.perf_counter() - t0)
 
 
 def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, device=None,
@@ -156,19 +143,6 @@ def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, devi
 V100_PHASE1_AMP_SEQS_PER_S = 172.0
 
 
-def shape_only_mlm_data(vocab_size: int, seq_len: int, rows: int, *, device, seed: int = 0):
-    """An :class:`MLMData` of random token ids: for timing a model shape, not for learning."""
-    g = torch.Generator().manual_seed(seed)
-    special = SpecialIds(0, 1, 2, 3, 4)
-    ids = torch.randint(5, vocab_size, (rows + 8, seq_len), generator=g)
-    ids[:, 0], ids[:, -1] = special.cls, special.sep
-    eval_inputs, eval_labels = mask_tokens(ids[-8:], vocab_size=vocab_size, special=special, generator=g)
-    return MLMData(corpus_name="random", corpus_description="random token ids (shape only)", tokenizer=None,
-                   special=special, vocab_size=vocab_size, seq_len=seq_len, train_ids=ids[:-8].to(device),
-                   eval_inputs=eval_inputs.to(device), eval_labels=eval_labels.to(device),
-                   num_tokens=ids.numel())
-
-
 def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int = 64, vocab_size: int = 30522,
                     device=None, steps: int = 10, warmup_steps: int = 3, precisions=None) -> dict:
     """Training sequences/s of a BERT shape per precision mode: ``{mode: throughput() record}``."""
@@ -188,11 +162,11 @@ def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["ncf", "bert", "collectives"], help="which benchmark")
+    parser.add_argument("what", choices=["ncf", "bert", "collectives", "hardware", "model"], help="which benchmark")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 256 (ncf), 64 (bert)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dataset", default="ml-1m", help="ncf: ml-1m, ml-20m or synthetic")
-    parser.add_argument("--profile", default="full", help="ncf: full or smoke ($COURSE_PROFILE overrides)")
+    parser.add_argument("--profile", default="full", help="ncf, model: full or smoke ($COURSE_PROFILE overrides for ncf)")
     parser.add_argument("--model", default="base", help="bert: a preset of course_lib.models.bert (default base)")
     parser.add_argument("--seq-len", type=int, default=128, help="bert: tokens per sequence")
     parser.add_argument("--steps", type=int, default=10, help="bert: timed steps per precision mode")
@@ -204,6 +178,10 @@ def main(argv=None) -> int:
         return _main_bert(args)
     if args.what == "collectives":
         return _main_collectives(args)
+    if args.what == "hardware":
+        return _main_hardware(args)
+    if args.what == "model":
+        return _main_model(args)
 
     data = load_implicit(args.dataset, profile=args.profile)
     print(f"data: {data.source}")
@@ -248,6 +226,32 @@ def _main_collectives(args) -> int:
     for name, bw in busbw.items():
         print(f"busbw {name}: {bw:.3f} GB/s")
     print(f"ratio ring/backend: {busbw['ring'] / busbw['backend']:.2f}")
+    return 0
+
+
+def _main_hardware(args) -> int:
+    from .perf.probe import probe_hardware
+
+    probe = probe_hardware(args.device)
+    print(probe.table())
+    print(f"summary: {probe.summary()}")
+    return 0
+
+
+def _main_model(args) -> int:
+    from . import performance_study as study
+    from .dist import launch
+
+    spec = study.lesson_spec(args.profile or "full", bert_preset="mini")
+    print(f"NeuMF batches {spec['ncf_batches']}, BERT {spec['bert']} batches {spec['bert_batches']}; "
+          "1 rank here, 2 ranks under launch (gloo), one thread per rank", flush=True)
+    one = study.one_rank_measurements(spec)
+    two = launch(study.two_rank_worker, 2, spec, backend="gloo", threads_per_worker=1)[0]
+    rows = study.predictions(one, two, spec)
+    print(study.comparison_table(rows))
+    print(study.parts_table(rows))
+    print(study.verdict(rows))
+    print(f"median prediction error: {100 * study.median_error(rows):.0f}%")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Interactive widgets: try a setting yourself and watch the result (lessons 03, 05, 08).
+"""Interactive widgets: try a setting yourself and watch the result (lessons 03, 05, 08, 09).
 
 Under papermill, CI or a script (no widget frontend) every widget call runs once with its
 defaults and returns a static figure, so the lessons stay executable everywhere.
@@ -225,5 +225,74 @@ def loss_scaling_explorer(log2_magnitudes, *, scale: float = 2.0 ** 16, interact
 
     s_w.observe(update, names="value")
     display(w.VBox([s_w, out]))
+    update()
+    return None, None
+
+
+def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_factor: float = 1.0,
+                  bandwidth_factor: float = 1.0, alpha: float = 5e-6, link_Bps: float = 50e9,
+                  min_steps: float = 1000, critical_batch: float = 4096, interactive: bool | None = None):
+    """Device FLOPS and bandwidth (x this machine), interconnect, P, global batch, model -> predicted step
+    time, efficiency and time to target (lesson 09).
+
+    ``models``: name -> ``(counts_a, counts_b, curves, step_overhead_s)`` (two counted steps of the model,
+    this machine's probe curves and measured overhead). With a widget frontend: sliders and a model
+    dropdown; otherwise one static ``(figure, table)`` for the given values.
+    """
+    from .perf import model as M
+    from .performance_study import steps_to_target
+
+    def draw(name, p_, gb, ff, bf, a_, bw, ax=None):
+        counts_a, counts_b, curves, overhead = models[name]
+        dev = M.scale_curves(curves, flops_factor=ff, bandwidth_factor=bf)
+        link = (a_, 1 / bw)
+        ps = [q for q in (2**k for k in range(0, 15)) if q <= p_ and gb / q >= 1]
+        rows = M.scaling_curve(counts_a, counts_b, dev, link, batch=gb, ps=ps, step_overhead_s=overhead)
+        last = rows[-1]
+        steps = steps_to_target(gb, min_steps, critical_batch)
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.5, 3))
+        ax.plot([r["p"] for r in rows], [r["efficiency"] for r in rows], "o-")
+        ax.set(xscale="log", xlabel="devices", ylabel="strong-scaling efficiency", ylim=(0, 1.1))
+        ax.set_title(f"{name}: global batch {gb}, device x{ff:g} FLOPS x{bf:g} bandwidth, "
+                     f"{bw / 1e9:.3g} GB/s links", fontsize=9)
+        ax.figure.tight_layout()
+        t = Table(["quantity", "value"], title=f"{name} on {last['p']} devices")
+        t.add(quantity="step (ms)", value=last["step (ms)"])
+        t.add(quantity="samples/s", value=last["samples/s"])
+        t.add(quantity="efficiency", value=last["efficiency"])
+        t.add(quantity="exposed all-reduce (ms)", value=last["exposed comm (ms)"])
+        t.add(quantity="steps to target (McCandlish model)", value=steps)
+        t.add(quantity="time to target (s)", value=steps * last["step (ms)"] / 1e3)
+        return ax.figure, t
+
+    name0 = next(iter(models))
+    if interactive is None:
+        interactive = widgets_available()
+    if not interactive:
+        return draw(name0, p, global_batch, flops_factor, bandwidth_factor, alpha, link_Bps)
+
+    m_w = w.Dropdown(options=list(models), value=name0, description="model")
+    p_w = w.IntSlider(value=int(math.log2(p)), min=0, max=10, description="log2 P")
+    b_w = w.IntSlider(value=int(math.log2(global_batch)), min=4, max=20, description="log2 batch")
+    f_w = w.FloatLogSlider(value=flops_factor, base=10, min=-1, max=5, step=0.1, description="FLOPS x")
+    m2_w = w.FloatLogSlider(value=bandwidth_factor, base=10, min=-1, max=3, step=0.1, description="memory BW x")
+    a_w = w.FloatLogSlider(value=alpha, base=10, min=-7, max=-3, step=0.1, description="alpha (s)",
+                           readout_format=".1e")
+    l_w = w.FloatLogSlider(value=link_Bps, base=10, min=8, max=12, step=0.1, description="link B/s",
+                           readout_format=".1e")
+    out = w.Output()
+
+    def update(*_):
+        with out:
+            out.clear_output(wait=True)
+            fig, t = draw(m_w.value, 2**p_w.value, 2**b_w.value, f_w.value, m2_w.value, a_w.value, l_w.value)
+            display(fig)
+            plt.close(fig)
+            display(t)
+
+    for s in (m_w, p_w, b_w, f_w, m2_w, a_w, l_w):
+        s.observe(update, names="value")
+    display(w.VBox([w.HBox([m_w, p_w, b_w]), w.HBox([f_w, m2_w]), w.HBox([a_w, l_w]), out]))
     update()
     return None, None

@@ -15,9 +15,9 @@ LAYERS = [
     {"precision", "dist"},
     {"tiers", "results", "plots", "diagrams"},
     {"data", "models", "optim", "settings"},
-    {"parallel", "comm"},
+    {"parallel", "comm", "perf"},
     {"train"},
-    {"search", "ladder", "mixed_precision", "optimizer_study", "layerwise", "collectives_study", "model_parallel_study", "widgets", "lesson",
+    {"search", "ladder", "mixed_precision", "optimizer_study", "layerwise", "collectives_study", "performance_study", "model_parallel_study", "widgets", "lesson",
      "checks"},
     {"summary", "bench", "run", "train_ddp"},
 ]

@@ -14,9 +14,13 @@ Both yield ``(users, items, labels)`` with ``labels`` float32 (1 = positive).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from ..metrics import throughput
 
 
 # --------------------------------------------------------------------------- evaluation negatives
@@ -181,3 +185,20 @@ def make_dataloader(users: torch.Tensor, items: torch.Tensor, num_items: int, *,
     g.manual_seed(seed)
     ds = PerSampleDataset(users, items, num_items, neg_per_pos=neg_per_pos, seed=seed)
     return DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g, num_workers=num_workers)
+
+
+def batch_production_rate(batches, num_samples: int, device: torch.device) -> float:
+    """Samples/s of producing batches alone (on ``device``), for about ``num_samples`` samples."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    n = 0
+    while n < num_samples:
+        for users, items, labels in batches:
+            users, items, labels = (t.to(device, non_blocking=True) for t in (users, items, labels))
+            n += labels.numel()
+            if n >= num_samples:
+                break
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return throughput(n, time.perf_counter() - t0)

@@ -436,3 +436,16 @@ def masking_rates(original: torch.Tensor, inputs: torch.Tensor, labels: torch.Te
     return {"chosen": n / max(1, int(non_special.sum())), "mask": masked / n,
             "random": (n - masked - kept) / n, "keep": kept / n,
             "special_chosen": int((chosen & ~non_special).sum())}
+
+
+def shape_only_mlm_data(vocab_size: int, seq_len: int, rows: int, *, device, seed: int = 0):
+    """An :class:`MLMData` of random token ids: for timing a model shape, not for learning."""
+    g = torch.Generator().manual_seed(seed)
+    special = SpecialIds(0, 1, 2, 3, 4)
+    ids = torch.randint(5, vocab_size, (rows + 8, seq_len), generator=g)
+    ids[:, 0], ids[:, -1] = special.cls, special.sep
+    eval_inputs, eval_labels = mask_tokens(ids[-8:], vocab_size=vocab_size, special=special, generator=g)
+    return MLMData(corpus_name="random", corpus_description="random token ids (shape only)", tokenizer=None,
+                   special=special, vocab_size=vocab_size, seq_len=seq_len, train_ids=ids[:-8].to(device),
+                   eval_inputs=eval_inputs.to(device), eval_labels=eval_labels.to(device),
+                   num_tokens=ids.numel())

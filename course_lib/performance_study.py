@@ -1,0 +1,440 @@
+"""Lesson 09's measurements and their reading: the step model (:mod:`course_lib.perf`) against the course's real step.
+
+The mechanics live in :mod:`course_lib.perf` (``probe``: microbenchmarks; ``peaks``: reference
+peaks and bands; ``model``: counting, pricing, overlap, scaling). This module says what the
+lesson (and ``python -m course_lib.bench model``) measures, measures it, and reads the results:
+
+* :func:`one_rank_measurements` (this process, one thread) and :func:`two_rank_worker` (two
+  processes under ``launch``, one thread each — so 1 and 2 ranks get the same compute per rank
+  and differ by communication): the probe, the measured steps of the course's engine (the
+  sampler's next batch + ``Engine.step``, as in ``train_to_target`` and ``mlm.throughput``,
+  median per step), the sampler's time per batch,
+  and, on one rank, the counted operations and the per-step overhead at a tiny batch;
+* :func:`comparison` predicted vs measured per (model, batch, ranks) with the error,
+  :func:`verdict` the reading, :func:`node_prediction` this model on 8 GPUs of the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+
+import torch
+
+from .comm import cost
+from .comm.bench import allreduce_benchmark
+from .config import pick
+from .data import load_implicit
+from .data.sampler import DeviceSampler, batch_production_rate
+from .data.text import shape_only_mlm_data
+from .metrics import line_fit
+from .parallel.data_parallel import DataParallel
+from .perf import model as M
+from .perf.peaks import REFERENCE_PEAKS
+from .perf.probe import DeviceCurves, probe_hardware
+from .precision import Precision
+from .tables import Table
+from .train import mlm, ncf
+from .train.engine import Engine
+
+TINY_BATCH = 8  # samples (NeuMF: the smallest batch whose slices are not empty) or sequences (BERT)
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Run the block with ``n`` intra-op threads (the number of a rank launched with one thread each)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def lesson_spec(profile: str, dataset: str = "ml-1m", bert_preset: str | None = None) -> dict:
+    """What lesson 09 measures: the batches of each model (global; each is run on 1 and on 2 ranks),
+    the steps timed per point, the probe's sizes and the all-reduce sweep."""
+    smoke = profile == "smoke"
+    return {
+        "profile": profile, "dataset": dataset,
+        "ncf_batches": pick(profile, full=[1024, 4096, 16384], smoke=[256, 2048]),
+        "bert": {"preset": bert_preset or pick(profile, full="mini", smoke="tiny"), "seq_len": pick(profile, full=64,
+                 smoke=32), "vocab_size": pick(profile, full=4096, smoke=1024)},
+        "bert_batches": pick(profile, full=[8, 16, 32], smoke=[4, 16]),
+        "steps": pick(profile, full=15, smoke=3), "warmup": pick(profile, full=3, smoke=1),
+        "matmul_sizes": pick(profile, full=(32, 64, 128, 256, 512, 1024), smoke=(32, 64, 128, 256)),
+        "copy_sizes": [2**k for k in range(12, pick(profile, full=27, smoke=23), 2)],
+        "allreduce_sizes": [2**k for k in range(8, pick(profile, full=25, smoke=21), pick(profile, full=2, smoke=3))],
+        "allreduce_iters": pick(profile, full=10, smoke=4),
+        "repeats": pick(profile, full=3, smoke=2),
+        "smoke": smoke,
+    }
+
+
+# --------------------------------------------------------------------------- the course's step, per model
+
+
+def _ncf_cfg(batch: int) -> ncf.TrainConfig:
+    return ncf.TrainConfig(global_batch_size=batch, optimizer="adam", base_lr=1e-3)
+
+
+def _mlm_cfg(spec: dict, batch: int) -> mlm.MLMTrainConfig:
+    return mlm.MLMTrainConfig(model=spec["bert"]["preset"], global_batch_size=batch, micro_batch_size=None,
+                              optimizer="lamb", dropout=0.1)
+
+
+def _mlm_data(spec: dict, rows: int):
+    b = spec["bert"]
+    return shape_only_mlm_data(b["vocab_size"], b["seq_len"], rows, device="cpu")
+
+
+def _engine_and_batch(kind: str, spec: dict, batch: int, data):
+    """The engine of the course's step (one process) and one global batch of ``batch``."""
+    dev = torch.device("cpu")
+    if kind == "neumf":
+        cfg = _ncf_cfg(batch)
+        torch.manual_seed(cfg.seed)
+        model = ncf.build_model(data, cfg)
+        engine = Engine(model, ncf.make_optimizer(model, cfg), precision=Precision("fp32", dev),
+                        parallel=DataParallel(batch, None, dev), loss_sum=ncf._bce_sum)
+        return engine, (next(iter(ncf.make_batches(data, cfg))), None)
+    cfg = _mlm_cfg(spec, batch)
+    torch.manual_seed(cfg.seed)
+    model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
+    engine = mlm._engine(cfg, model, dev)
+    return engine, mlm._global_batch(data, cfg, torch.Generator().manual_seed(0), dev)
+
+
+def _measure_step(kind: str, spec: dict, batch: int, data) -> float:
+    """Seconds per step of the course's own step at global ``batch``: the sampler's next batch and
+    ``Engine.step`` (in a process group: data parallel over its ranks, DDP all-reduce included).
+    The median over ``spec["steps"]`` timed steps after ``spec["warmup"]``: on a shared machine a
+    step that another process interrupted does not move it."""
+    dev = torch.device("cpu")
+    engine, _ = _engine_and_batch(kind, spec, batch, data)
+    if kind == "neumf":
+        batches = ncf.make_batches(data, _ncf_cfg(batch))
+        it = iter(batches)
+
+        def step():
+            nonlocal it
+            b = next(it, None)
+            if b is None:
+                it = iter(batches)
+                b = next(it)
+            engine.step(b)
+    else:
+        cfg, gen = _mlm_cfg(spec, batch), torch.Generator().manual_seed(0)
+
+        def step():
+            engine.step(*mlm._global_batch(data, cfg, gen, dev))
+
+    times = []
+    for i in range(spec["warmup"] + spec["steps"]):
+        t0 = time.perf_counter()
+        step()
+        if i >= spec["warmup"]:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _data_seconds(kind: str, spec: dict, batch: int, data) -> float:
+    """Seconds to produce one global batch with the course's sampler (what every rank pays)."""
+    dev = torch.device("cpu")
+    if kind == "neumf":
+        s = DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=batch, neg_per_pos=4, seed=0)
+        # two of the sampler's chunks (or an epoch, if shorter): its per-chunk work is spread over the batches
+        n = max(4 * batch, min(s.samples_per_epoch, 2 * s.chunk_positives * (1 + s.neg_per_pos)))
+        batch_production_rate(s, 2 * batch, dev)
+        return batch / batch_production_rate(s, n, dev)
+    cfg, gen = _mlm_cfg(spec, batch), torch.Generator().manual_seed(0)
+    mlm._global_batch(data, cfg, gen, dev)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        mlm._global_batch(data, cfg, gen, dev)
+    return (time.perf_counter() - t0) / 5
+
+
+def _data_for(kind: str, spec: dict, max_batch: int):
+    if kind == "neumf":
+        return load_implicit(spec["dataset"], profile=spec["profile"])
+    return _mlm_data(spec, max(max_batch, 16))
+
+
+def _batches(kind: str, spec: dict) -> list[int]:
+    return spec["ncf_batches"] if kind == "neumf" else spec["bert_batches"]
+
+
+MODELS = ("neumf", "bert")
+
+
+def _probe(spec: dict) -> dict:
+    p = probe_hardware("cpu", matmul_sizes=spec["matmul_sizes"], copy_sizes=spec["copy_sizes"],
+                       repeats=spec["repeats"])
+    return {"device_name": p.device_name, "curves": p.curves.to_dict(), "matmul_by_dtype": p.matmul_by_dtype}
+
+
+def one_rank_measurements(spec: dict, models=MODELS) -> dict:
+    """Everything lesson 09 measures on one rank, in this process at one thread: the probe; per model,
+    the counted step at each per-rank batch (global, and half of it for 2 ranks), the step measured at
+    a tiny batch (for the overhead), the sampler's time and the measured step at each global batch."""
+    out = {"probe": None, "models": {}}
+    with threads(1):
+        out["probe"] = _probe(spec)
+        for kind in models:
+            batches = _batches(kind, spec)
+            data = _data_for(kind, spec, max(batches))
+            per_rank = sorted({TINY_BATCH, *batches, *(b // 2 for b in batches)})
+            counts = {}
+            for b in per_rank:
+                engine, (batch, count) = _engine_and_batch(kind, spec, b, data)
+                engine.step(batch, count)  # once untimed: optimizer state exists, as in the steps measured
+                counts[b] = M.count_step(engine, batch, count, batch_size=b)
+            out["models"][kind] = {
+                "counts": counts,
+                "tiny_s": _measure_step(kind, spec, TINY_BATCH, data),
+                "data_s": {b: _data_seconds(kind, spec, b, data) for b in batches},
+                "measured_s": {b: _measure_step(kind, spec, b, data) for b in batches},
+            }
+    return out
+
+
+def two_rank_worker(rank: int, world_size: int, spec: dict, models=MODELS) -> dict:
+    """What lesson 09 measures on ``world_size`` ranks (a worker for ``launch``, one thread each): the
+    probe with every rank busy, the all-reduce sweep (lesson 08's fit), the data-parallel step at a tiny
+    batch (its overhead: DDP's hooks and buckets), the sampler and the measured step at each global batch."""
+    out = {"probe": _probe(spec), "models": {}}
+    out["allreduce"] = allreduce_benchmark(rank, world_size, spec["allreduce_sizes"], spec["allreduce_iters"], 2)
+    for kind in models:
+        batches = _batches(kind, spec)
+        data = _data_for(kind, spec, max(batches))
+        out["models"][kind] = {"tiny_s": _measure_step(kind, spec, TINY_BATCH * world_size, data),
+                               "data_s": {b: _data_seconds(kind, spec, b, data) for b in batches},
+                               "measured_s": {b: _measure_step(kind, spec, b, data) for b in batches}}
+    return out
+
+
+# --------------------------------------------------------------------------- predicted vs measured
+
+
+def link_from(two: dict) -> tuple[float, float, tuple[float, float]]:
+    """``(alpha, beta)`` of the measured all-reduce (lesson 08's robust fit), and per link (read as a ring)."""
+    rows = two["allreduce"]
+    p = rows[0]["world_size"]
+    a, b = cost.fit_alpha_beta([r["size_bytes"] for r in rows], [r["time_s"] for r in rows])
+    return a, b, cost.link_alpha_beta_from_ring_fit(a, b, p)
+
+
+def one_rank_overhead(one: dict, kind: str) -> float:
+    """The measured per-step overhead of ``kind``'s step on one rank (:func:`course_lib.perf.model.step_overhead`)."""
+    m = one["models"][kind]
+    return M.step_overhead(m["tiny_s"], m["counts"][TINY_BATCH], DeviceCurves.from_dict(one["probe"]["curves"]))
+
+
+def overhead_table(one: dict) -> Table:
+    """Per model: the step measured at a tiny batch, what the roofline explains of it, and the rest."""
+    curves = DeviceCurves.from_dict(one["probe"]["curves"])
+    t = Table(["model", "tiny batch", "measured (ms)", "roofline (ms)", "overhead (ms)", "operations"],
+              title="the per-step overhead: a step at a tiny batch, less its roofline")
+    for kind, m in one["models"].items():
+        tiny = m["counts"][TINY_BATCH]
+        t.add(**{"model": kind, "tiny batch": TINY_BATCH, "measured (ms)": m["tiny_s"] * 1e3,
+                 "roofline (ms)": M.roofline_sum(tiny, curves) * 1e3,
+                 "overhead (ms)": one_rank_overhead(one, kind) * 1e3, "operations": len(tiny.ops)})
+    return t
+
+
+def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[dict]:
+    """Per model, global batch and ranks (1; 2 when ``two`` is given): predicted and measured step."""
+    curves1 = DeviceCurves.from_dict(one["probe"]["curves"])
+    curves2 = DeviceCurves.from_dict(two["probe"]["curves"]) if two else None
+    link = link_from(two)[2] if two else None
+    rows = []
+    for kind in models:
+        m1 = one["models"][kind]
+        tiny = m1["counts"][TINY_BATCH]
+        overhead = {1: one_rank_overhead(one, kind)}
+        if two:  # what the tiny data-parallel step spent beyond its roofline and its modelled all-reduce
+            comm = M.predict_step(tiny, curves2, world_size=2, link=link, step_overhead_s=0.0)
+            overhead[2] = max(M.step_overhead(two["models"][kind]["tiny_s"], tiny, curves2)
+                              - comm.exposed_comm_s - comm.ddp_copy_s, overhead[1])
+        for b in _batches(kind, spec):
+            for p, curves, m in [(1, curves1, m1)] + ([(2, curves2, two["models"][kind])] if two else []):
+                counts = m1["counts"][b // p]
+                pred = M.predict_step(counts, curves, world_size=p, link=link if p > 1 else None,
+                                      data_s=m["data_s"][b], step_overhead_s=overhead[p])
+                measured = m["measured_s"][b]
+                rows.append({"model": kind if kind == "neumf" else f"bert-{spec['bert']['preset']}", "batch": b,
+                             "ranks": p, "predicted (ms)": pred.step_s * 1e3, "measured (ms)": measured * 1e3,
+                             "error": (pred.step_s - measured) / measured, "prediction": pred})
+    return rows
+
+
+def comparison_table(rows: list[dict]) -> Table:
+    t = Table(["model", "global batch", "ranks", "predicted (ms)", "measured (ms)", "error", "largest part"],
+              title="step time: the model against the course's own step")
+    for r in rows:
+        parts = r["prediction"].parts()
+        t.add(**{"model": r["model"], "global batch": r["batch"], "ranks": r["ranks"],
+                 "predicted (ms)": r["predicted (ms)"], "measured (ms)": r["measured (ms)"],
+                 "error": f"{r['error']:+.0%}", "largest part": max(parts, key=parts.get)})
+    return t
+
+
+def parts_table(rows: list[dict]) -> Table:
+    """Each prediction split into its parts (ms)."""
+    names = list(rows[0]["prediction"].parts()) if rows else []
+    t = Table(["model", "global batch", "ranks"] + [f"{n} (ms)" for n in names] + ["memory (MB)"],
+              title="where the predicted step goes")
+    for r in rows:
+        pred = r["prediction"]
+        t.add(**{"model": r["model"], "global batch": r["batch"], "ranks": r["ranks"],
+                 **{f"{n} (ms)": v * 1e3 for n, v in pred.parts().items()}, "memory (MB)": pred.memory_bytes / 1e6})
+    return t
+
+
+def median_error(rows: list[dict]) -> float:
+    """Median of |predicted - measured| / measured over the rows."""
+    return statistics.median(abs(r["error"]) for r in rows) if rows else float("nan")
+
+
+def verdict(rows: list[dict], goal: float = 0.25) -> str:
+    """How far the model was off here, read from the rows."""
+    if not rows:
+        return "nothing measured"
+    med = median_error(rows)
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    over = sum(r["error"] > 0 for r in rows)
+    lines = [f"Median prediction error over {len(rows)} steps: {med:.0%} "
+             f"({'within' if med <= goal else 'outside'} the course's goal of {goal:.0%}).",
+             f"Largest miss: {worst['model']} at batch {worst['batch']} on {worst['ranks']} rank(s): predicted "
+             f"{worst['predicted (ms)']:.3g} ms, measured {worst['measured (ms)']:.3g} ms ({worst['error']:+.0%}).",
+             f"The model over-predicted {over} of {len(rows)} steps and under-predicted {len(rows) - over}."]
+    by_p = {p: statistics.median(abs(r["error"]) for r in rows if r["ranks"] == p) for p in {r["ranks"] for r in rows}}
+    if len(by_p) > 1:
+        lines.append("Median error by ranks: " + ", ".join(f"{p}: {e:.0%}" for p, e in sorted(by_p.items()))
+                     + (" -- the 2-rank steps add parts priced from other measurements (the all-reduce sweep, "
+                        "DDP's tiny step), and two processes sharing the cores" if by_p.get(2, 0) > by_p.get(1, 0)
+                        else ""))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- what it predicts elsewhere
+
+
+def reference_curves(name: str, dtype: str = "bf16", fraction: float = 1.0, overhead_s: float = 5e-6) -> DeviceCurves:
+    """A device of the reference table as flat curves: ``fraction`` of its datasheet peaks at every size
+    (an optimistic device: small operations on a real GPU get far less), ``overhead_s`` per operation."""
+    ref = REFERENCE_PEAKS[name]
+    flops = (ref.flops.get(dtype) or ref.flops["fp32"]) * fraction
+    bw = ref.memory_bandwidth * fraction
+    return DeviceCurves(name, [(1.0, flops), (1e15, flops)], [(1.0, bw), (1e15, bw)], overhead_s)
+
+
+GPU_OP_OVERHEAD_S = 5e-6  # assumed, not measured: a kernel launch plus the dispatcher, per operation
+
+
+def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: str = "H100 SXM", p: int = 8,
+                    global_batch: int, dtype: str = "bf16", fraction: float = 0.8,
+                    op_overhead_s: float = GPU_OP_OVERHEAD_S) -> dict:
+    """This lesson's model on a node of ``p`` reference GPUs with NVLink (quoted): step, throughput,
+    strong-scaling efficiency and MFU. The device runs at ``fraction`` of its datasheet peaks at every
+    size and each operation pays ``op_overhead_s`` (assumed: this machine's Python overhead is not a
+    GPU node's)."""
+    q = cost.QUOTED_INTERCONNECTS["NVLink 4 via NVSwitch (H100 node)"]
+    curves = reference_curves(device, dtype, fraction, op_overhead_s)
+    link = (q["alpha_s"], 1 / q["bandwidth_Bps"])
+    rows = M.scaling_curve(counts_a, counts_b, curves, link, batch=global_batch, ps=[1, p])
+    per = global_batch / p
+    pred = M.predict_step(M.interpolate(counts_a, counts_b, per), curves, world_size=p, link=link)
+    peak = REFERENCE_PEAKS[device].flops.get(dtype) or REFERENCE_PEAKS[device].flops["fp32"]
+    return {"device": device, "p": p, "global_batch": global_batch, "step_s": pred.step_s,
+            "samples_per_s": global_batch / pred.step_s, "efficiency": rows[-1]["efficiency"] if len(rows) > 1 else None,
+            "mfu": pred.mfu(peak), "overhead_share": len(counts_a.ops) * op_overhead_s / pred.step_s}
+
+
+# --------------------------------------------------------------------------- the traps, with the model
+
+
+def steps_to_target(batch: float, min_steps: float, critical_batch: float) -> float:
+    """Steps to a target at ``batch`` by the empirical model of McCandlish et al. (2018), "An Empirical
+    Model of Large-Batch Training": ``S = S_min (1 + B_crit / B)``. Far below ``B_crit`` the steps halve
+    when the batch doubles (perfect scaling); far above, they stop falling (the batch stops paying)."""
+    return min_steps * (1 + critical_batch / batch)
+
+
+def fit_steps_to_target(rows: list[dict]) -> tuple[float, float] | None:
+    """``(S_min, B_crit)`` from measured ``(batch size, steps to target)`` rows (lesson 02's sweep):
+    ``S = S_min + S_min B_crit / B`` is a straight line in ``1 / B``; None with fewer than two points."""
+    pts = [(r["batch size"], r["steps to target"]) for r in rows if r.get("steps to target")]
+    if len({b for b, _ in pts}) < 2:
+        return None
+    fit = line_fit([1 / b for b, _ in pts], [s for _, s in pts])
+    if fit is None:
+        return None
+    intercept, slope = fit
+    if intercept <= 0 or slope <= 0:
+        return None
+    return intercept, slope / intercept
+
+
+def time_to_target_rows(a: M.StepCounts, b: M.StepCounts, curves, link, *, step_overhead_s: float,
+                        min_steps: float, critical_batch: float, batches, p: int = 1) -> list[dict]:
+    """Predicted time to target per global batch on ``p`` devices: steps (McCandlish) x predicted step."""
+    rows = []
+    for gb in batches:
+        per = gb / p
+        if per < 1:
+            continue
+        pred = M.predict_step(M.interpolate(a, b, per), curves, world_size=p, link=link if p > 1 else None,
+                              step_overhead_s=step_overhead_s)
+        steps = steps_to_target(gb, min_steps, critical_batch)
+        rows.append({"global batch": gb, "steps to target": steps, "step (ms)": pred.step_s * 1e3,
+                     "time to target (s)": steps * pred.step_s})
+    return rows
+
+
+def stops_paying(rows: list[dict], gain: float = 1.1) -> int | None:
+    """The first global batch from which doubling it no longer cuts the time to target by ``gain``x."""
+    for r0, r1 in zip(rows, rows[1:]):
+        if r0["time to target (s)"] / r1["time to target (s)"] < gain:
+            return r0["global batch"]
+    return None
+
+
+def scaling_table(rows_by_name: dict[str, list[dict]], title: str) -> Table:
+    t = Table(["setting", "p", "batch per device", "step (ms)", "samples/s", "efficiency"], title=title)
+    for name, rows in rows_by_name.items():
+        for r in rows:
+            t.add(**{"setting": name, "p": r["p"], "batch per device": r["batch per device"],
+                     "step (ms)": r["step (ms)"], "samples/s": r["samples/s"], "efficiency": r["efficiency"]})
+    return t
+
+
+def plot_scaling(rows_by_name: dict[str, list[dict]], title: str = ""):
+    """Efficiency vs devices (log scale), one line per setting."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    for name, rows in rows_by_name.items():
+        ax.plot([r["p"] for r in rows], [r["efficiency"] for r in rows], "o-", label=name)
+    ax.set(xscale="log", xlabel="devices", ylabel="predicted efficiency", ylim=(0, 1.1), title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, ax
+
+
+def lesson06_scaling_line(saved06: dict | None) -> str:
+    """Lesson 06's measured strong/weak scaling, one line: for each mode, the efficiency at the
+    largest world size it ran (its saved ``scaling_rows``); says so when lesson 06 has not run here."""
+    rows = (saved06 or {}).get("scaling_rows") or []
+    top: dict[str, dict] = {}
+    for r in rows:
+        if r.get("efficiency") is not None and r["world_size"] >= top.get(r["mode"], {}).get("world_size", 0):
+            top[r["mode"]] = r
+    if not top:
+        return ("lesson 06 has not saved its strong/weak scaling runs here "
+                "(run it to put its measured efficiencies next to these)")
+    return "lesson 06, measured here: " + "; ".join(
+        f"{m} scaling on {r['world_size']} ranks: efficiency {r['efficiency']:.2f}" for m, r in sorted(top.items()))
