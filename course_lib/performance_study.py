@@ -366,9 +366,16 @@ def steps_to_target(batch: float, min_steps: float, critical_batch: float) -> fl
 
 def fit_steps_to_target(rows: list[dict]) -> tuple[float, float] | None:
     """``(S_min, B_crit)`` from measured ``(batch size, steps to target)`` rows (lesson 02's sweep):
-    ``S = S_min + S_min B_crit / B`` is a straight line in ``1 / B``; None with fewer than two points."""
-    pts = [(r["batch size"], r["steps to target"]) for r in rows if r.get("steps to target")]
-    if len({b for b, _ in pts}) < 2:
+    ``S = S_min + S_min B_crit / B`` is a straight line in ``1 / B``; None with fewer than two points.
+    The model assumes an lr tuned at each batch: of several runs at one batch (lesson 02's two
+    scaling rules) the one with the fewest steps stands for that batch."""
+    best: dict[int, int] = {}
+    for r in rows:
+        if r.get("steps to target"):
+            b = r["batch size"]
+            best[b] = min(best.get(b, r["steps to target"]), r["steps to target"])
+    pts = sorted(best.items())
+    if len(pts) < 2:
         return None
     fit = line_fit([1 / b for b, _ in pts], [s for _, s in pts])
     if fit is None:

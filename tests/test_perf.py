@@ -309,3 +309,13 @@ def test_lesson06_scaling_line_reads_the_saved_rows():
     assert lesson06_scaling_line({"scaling_rows": rows}) == (
         "lesson 06, measured here: strong scaling on 2 ranks: efficiency 0.61; weak scaling on 2 ranks: efficiency 0.80")
     assert "has not saved" in lesson06_scaling_line(None) and "has not saved" in lesson06_scaling_line({"scaling_rows": []})
+
+
+def test_fit_takes_the_best_run_at_each_batch():
+    from course_lib import performance_study as study
+
+    # two rules at each batch: the fit must see the better one (the model assumes a tuned lr)
+    rows = [{"batch size": b, "steps to target": round(1000 * (1 + 4096 / b))} for b in (1024, 4096, 16384)]
+    worse = [{"batch size": b, "steps to target": 3 * r["steps to target"]} for b, r in zip((1024, 4096, 16384), rows)]
+    s_min, b_crit = study.fit_steps_to_target(worse + rows + [{"batch size": 65536, "steps to target": None}])
+    assert s_min == pytest.approx(1000, rel=1e-3) and b_crit == pytest.approx(4096, rel=1e-3)
