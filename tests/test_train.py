@@ -127,3 +127,15 @@ def test_save_result_atomic_json(tmp_path, monkeypatch, data):
     assert loaded["lesson"] == "01" and loaded["steps"] == 5 and loaded["time_to_target_s"] is None
     assert [p.name for p in path.parent.iterdir()] == ["01_baseline.json"]
     assert not math.isnan(loaded["train_time_s"]) and loaded["curve"]["loss"][0] is None
+
+
+@pytest.mark.parametrize("batch", [1000, 1024, 4096])
+def test_steps_per_epoch_is_what_the_loop_iterates(batch):
+    from course_lib.data import load_implicit
+    from course_lib.train import epochs_to_steps, make_batches, steps_per_epoch
+
+    data = load_implicit("synthetic", profile="smoke")
+    cfg = TrainConfig(global_batch_size=batch)
+    assert steps_per_epoch(data, cfg) == len(make_batches(data, cfg)) == sum(1 for _ in make_batches(data, cfg))
+    assert epochs_to_steps(0.5, data, cfg) == max(1, round(0.5 * steps_per_epoch(data, cfg)))
+    assert epochs_to_steps(1e-9, data, cfg) == 1  # a warmup is at least one step

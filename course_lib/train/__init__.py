@@ -14,11 +14,13 @@ from .ncf import (
     TrainResult,
     build_model,
     default_target_hr,
+    epochs_to_steps,
     evaluate,
     evaluate_popularity,
     evaluate_train,
     last_train_items,
     make_batches,
     make_optimizer,
+    steps_per_epoch,
     train_to_target,
 )

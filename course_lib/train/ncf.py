@@ -135,6 +135,17 @@ def make_batches(data: ImplicitData, cfg: TrainConfig):
                            neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
 
 
+def steps_per_epoch(data: ImplicitData, cfg: TrainConfig) -> int:
+    """Optimizer steps in one epoch of ``data`` at ``cfg``'s global batch, as the loop counts them
+    (``len(make_batches(...))``: every positive with its negatives, the last batch partial)."""
+    return -(-data.num_train * (1 + cfg.neg_per_pos) // cfg.global_batch_size)
+
+
+def epochs_to_steps(epochs: float, data: ImplicitData, cfg: TrainConfig) -> int:
+    """``epochs`` of ``data`` at ``cfg``'s batch in optimizer steps, at least one (a warmup length, lessons 03-04)."""
+    return max(1, round(epochs * steps_per_epoch(data, cfg)))
+
+
 # --------------------------------------------------------------------------- evaluation
 
 
