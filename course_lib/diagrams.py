@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .plots import FP16_MAX, FP16_MIN_NORMAL, FP16_SUBNORMAL
+from .precision import fp16_fates
 from .tables import Table
 
 
@@ -179,16 +180,9 @@ def small_steps_vs_big_step(k: int = 4, lr: float = 0.1, batch: int = 8, *, seed
 def fp16_fractions(log2_magnitudes, scale: float = 1.0) -> dict:
     """Of the gradient elements (``log2|g|``, zeros excluded), scaled by ``scale``: the fractions that
     fp16 flushes to zero, stores as subnormals (fewer bits of precision), stores as normals, and
-    overflows to inf."""
-    v = np.asarray(log2_magnitudes, dtype=np.float64)
-    v = v[np.isfinite(v)] + math.log2(scale)
-    if v.size == 0:
-        return {"zero": 0.0, "subnormal": 0.0, "normal": 0.0, "inf": 0.0}
-    # round-to-nearest: values below half the smallest subnormal become 0; above max (plus half an ulp) inf
-    zero = float(np.mean(v <= math.log2(FP16_SUBNORMAL) - 1))  # exactly half: ties to even, 0
-    inf = float(np.mean(v >= math.log2(65520.0)))
-    sub = float(np.mean((v > math.log2(FP16_SUBNORMAL) - 1) & (v < math.log2(FP16_MIN_NORMAL))))
-    return {"zero": zero, "subnormal": sub, "normal": 1.0 - zero - sub - inf, "inf": inf}
+    overflows to inf (:func:`course_lib.precision.fp16_fates`, the cast itself)."""
+    v = torch.as_tensor(np.asarray(log2_magnitudes, dtype=np.float64))
+    return fp16_fates(torch.exp2(v[torch.isfinite(v)] + math.log2(scale)))
 
 
 def fp16_number_line(log2_magnitudes, scale: float = 1.0, *, ax=None):

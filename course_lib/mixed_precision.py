@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from .hardware import default_device
+from .precision import fp16_fates
 from .tables import Table
 from .train.ncf import make_batches, train_to_target
 
@@ -39,14 +40,13 @@ def gradient_log2_magnitudes(model: torch.nn.Module, data, cfg, *, batches: int 
     model.train(was_training)
     g = torch.cat(chunks).abs()
     g = g[g > 0]
-    out = {"log2": torch.log2(g).cpu().numpy(), "count": int(g.numel()),
-           "zero_in_fp16": float((g.half() == 0).float().mean())}
+    out = {"log2": torch.log2(g).cpu().numpy(), "count": int(g.numel()), "zero_in_fp16": fp16_fates(g)["zero"]}
     out["zero_in_fp16_scaled"] = {}
     out["overflow_in_fp16_scaled"] = {}
     for scale in (2.0 ** 8, 2.0 ** 16, 2.0 ** 24):
-        h = (g * scale).half()
-        out["zero_in_fp16_scaled"][scale] = float((h == 0).float().mean())
-        out["overflow_in_fp16_scaled"][scale] = float(torch.isinf(h).float().mean())
+        fates = fp16_fates(g * scale)
+        out["zero_in_fp16_scaled"][scale] = fates["zero"]
+        out["overflow_in_fp16_scaled"][scale] = fates["inf"]
     out["log2_scaled"] = (out["log2"] + 16.0).astype(np.float64)  # the same values times 2^16
     return out
 

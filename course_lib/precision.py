@@ -176,3 +176,17 @@ class Precision:
         """What the run's record keeps: mode, final scale, skipped steps, and how fp32 matmuls ran."""
         return {"mode": self.mode, "requested": self.requested, "loss_scale": self.scale,
                 "skipped_steps": self.skipped_steps, "fp32_matmul": self.fp32_matmul}
+
+
+def fp16_fates(values: torch.Tensor) -> dict:
+    """What casting ``values`` (nonzero, finite) to fp16 does to them, as fractions: flushed to
+    ``zero``, stored as ``subnormal`` (fewer bits of precision), ``normal``, or overflowed to
+    ``inf`` (lesson 05). The cast itself decides (IEEE round to nearest even), not thresholds."""
+    n = values.numel()
+    if n == 0:
+        return {"zero": 0.0, "subnormal": 0.0, "normal": 0.0, "inf": 0.0}
+    h = values.half()
+    zero, inf = h == 0, torch.isinf(h)
+    sub = ~zero & ~inf & (h.abs() < torch.finfo(torch.float16).tiny)
+    fr = {k: float(m.sum()) / n for k, m in (("zero", zero), ("subnormal", sub), ("inf", inf))}
+    return {"zero": fr["zero"], "subnormal": fr["subnormal"], "normal": 1.0 - sum(fr.values()), "inf": fr["inf"]}

@@ -107,3 +107,11 @@ def test_auto_mode_rules():
 def test_bad_mode_is_refused():
     with pytest.raises(ValueError, match="choose one of"):
         Precision("fp8")
+
+
+def test_fp16_fates_are_what_the_cast_does():
+    from course_lib.precision import fp16_fates
+
+    v = torch.tensor([2.0 ** -26, 2.0 ** -25, 2.0 ** -20, 2.0 ** -15, 1.0, 60000.0, 65520.0, 1e5])
+    assert fp16_fates(v) == {"zero": 0.25, "subnormal": 0.25, "normal": 0.25, "inf": 0.25}
+    assert fp16_fates(v[:0]) == {"zero": 0.0, "subnormal": 0.0, "normal": 0.0, "inf": 0.0}
