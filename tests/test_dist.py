@@ -491,7 +491,7 @@ def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp
     descendants = []
     try:
         pids = _pids(str(pid_dir), 2)
-        descendants = [int(x) for r in range(2) for x in (pid_dir / f"desc{r}.txt").read_text().split()]
+        descendants = _descendants(pid_dir)
         assert len(descendants) >= 4  # per worker: the subprocess and the DataLoader worker at least
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=WAIT_S)
@@ -499,9 +499,7 @@ def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp
         _assert_empty_soon(tmp_dir)
     finally:
         parent.kill()
-        for pid in descendants:  # never leave the test's own orphans behind when it fails
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_all(descendants)
 
 
 # --------------------------------------------------------------------------- each orphan defence alone
