@@ -66,6 +66,9 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
 
     out.parent.mkdir(parents=True, exist_ok=True)
     results_dir.mkdir(parents=True, exist_ok=True)
+    # The kernel inherits this process's environment; set for this notebook only, so that a test
+    # process running other tests afterwards does not save its results into this run's folder.
+    saved_env = {k: os.environ.get(k) for k in ("COURSE_PROFILE", "COURSE_RESULTS_DIR")}
     os.environ["COURSE_PROFILE"] = profile
     os.environ["COURSE_RESULTS_DIR"] = str(results_dir.resolve())
     t0 = time.perf_counter()
@@ -82,6 +85,12 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
     except Exception as exc:  # dead kernel (often: out of memory), timeouts, bad notebook JSON
         hint = " (a dead kernel is often the machine running out of memory)" if "dead" in str(exc).lower() else ""
         return NotebookRun(str(nb), str(out), False, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}{hint}")
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _strip_ansi(text: str) -> str:

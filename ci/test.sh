@@ -19,10 +19,19 @@ export CUDA_VISIBLE_DEVICES=
 # and 42 s with 1, on this 2-core box at load 9 (2026-11-30).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PYTHONDONTWRITEBYTECODE=1
+# Workers (pytest-xdist): the machine's cores, at least 2 and at most 4 (each worker imports torch
+# and most tests are single-threaded; beyond 4 the lessons' chain alone sets the time).
+# COURSE_TEST_WORKERS=0 runs everything in one process, in order.
+WORKERS=${COURSE_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
+if [ "$WORKERS" != 0 ]; then
+  WORKERS=$(( WORKERS < 2 ? 2 : WORKERS > 4 ? 4 : WORKERS ))
+fi
 start=$(date +%s)
 
 rm -rf ci/executed
-"$PY" -m pytest tests -p no:cacheprovider
+# --dist loadgroup: the lessons, which read each other's saved results, run in order on one worker
+# (tests/test_notebooks.py groups them); everything else goes to whichever worker is free.
+"$PY" -m pytest tests -p no:cacheprovider -n "$WORKERS" --dist loadgroup
 unit_end=$(date +%s)
 
 mapfile -t executed < <(find ci/executed -name '*.ipynb' | sort)
@@ -30,6 +39,13 @@ if [ "${#executed[@]}" -eq 0 ]; then
   echo "ci/test.sh: no executed notebooks in ci/executed: tests/test_notebooks.py did not run" >&2
   exit 1
 fi
-COURSE_CHECKS_STRICT=1 "$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider "${executed[@]}"
+# nbval's kernels save results too: into a copy of the papermill run's results, never into the
+# learner's runs/interactive/. With every lesson's inputs already there, the notebooks no longer
+# depend on each other's order, and nbval spreads them over the workers, one notebook per worker at
+# a time (--dist loadscope keeps a notebook's cells together, in one kernel).
+rm -rf ci/executed/nbval-results
+cp -r ci/executed/results ci/executed/nbval-results
+COURSE_RESULTS_DIR="$PWD/ci/executed/nbval-results" COURSE_CHECKS_STRICT=1 \
+  "$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider -n "$WORKERS" --dist loadscope "${executed[@]}"
 end=$(date +%s)
 echo "make test: wall time $((end - start)) s (pytest incl. papermill $((unit_end - start)) s, nbval $((end - unit_end)) s)"

@@ -30,6 +30,17 @@ def pytest_configure(config):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
+def pytest_collection_modifyitems(config, items):
+    """The lessons' chain first (tests/test_notebooks.py groups it): it is the suite's longest piece
+    of work that cannot be split, so under pytest-xdist one worker starts it at once while the
+    others take the unit tests; in one process the order does not matter."""
+    def in_chain(item):
+        mark = item.get_closest_marker("xdist_group")
+        return mark is not None and (mark.args[:1] or (mark.kwargs.get("name"),))[0] == "lessons"
+
+    items.sort(key=lambda item: not in_chain(item))
+
+
 def pytest_report_header(config):
     scale = f"time bounds x{SCALE:g} (COURSE_TEST_TIMEOUT_SCALE)"
     if GPU_RUN:
