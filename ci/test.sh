@@ -3,6 +3,8 @@
 #  1. pytest on tests/: course_lib unit tests, and every notebook in notebooks/ (and
 #     solutions/) executed with papermill in the smoke profile; executed copies go to
 #     ci/executed/.
+#     tests/test_slurm.py submits notebooks/beyond/ncf_ddp.sbatch to a one-node SLURM it starts
+#     (packages from ci/install-slurm.sh).
 #  2. nbval re-executes those executed copies and compares the outputs of the cells marked
 #     `# NBVAL_CHECK_OUTPUT` with the papermill run's: deterministic outputs must agree.
 set -euo pipefail
@@ -20,6 +22,9 @@ export CUDA_VISIBLE_DEVICES=
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PYTHONDONTWRITEBYTECODE=1
 start=$(date +%s)
+
+# System packages for tests/test_slurm.py (SLURM and MUNGE from apt, as root only; else the tests skip)
+bash ci/install-slurm.sh
 
 rm -rf ci/executed
 "$PY" -m pytest tests -p no:cacheprovider
