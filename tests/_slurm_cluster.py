@@ -4,8 +4,12 @@ Debian's ``slurmctld``, ``slurmd``, ``slurm-client`` and ``munge`` packages (``c
 installs them when the suite runs as root). Nothing of the machine's own SLURM or MUNGE set-up is
 used or touched: the MUNGE key and socket, ``slurm.conf``, the state, spool and log directories
 all live in a fresh ``tempfile.mkdtemp`` directory; the controller and the node daemon listen on
-free ports of 127.0.0.1 (``CommunicationParameters=NoCtldInAddrAny,NoInAddrAny`` with the node
-at ``NodeAddr=127.0.0.1``). No cgroup plugin: a container rarely lets a daemon manage cgroups,
+free ports of 127.0.0.1. ``CommunicationParameters=NoCtldInAddrAny,NoInAddrAny`` makes them bind
+the address the machine's *hostname* resolves to instead of all interfaces (measured: with
+``SlurmctldHost=localhost(127.0.0.1)`` too); where that is not a loopback address (a Docker
+container's hostname maps to its network address) slurmctld and slurmd run in a private mount
+namespace whose ``/etc/hosts`` maps the hostname to 127.0.0.1 (``unshare --mount``, root), and
+so do the jobs they start. No cgroup plugin: a container rarely lets a daemon manage cgroups,
 so processes are tracked by parentage (``proctrack/linuxproc``) and tasks are not bound.
 
 Every daemon runs in the foreground (``-D``/``--foreground``) in its own process group, a child
@@ -18,6 +22,7 @@ that into a test failure.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -57,6 +62,16 @@ def _sbin_path() -> str:
     return os.pathsep.join([path, "/usr/sbin", "/sbin"])
 
 
+def hostname_is_loopback() -> bool:
+    """Whether every address this machine's hostname resolves to is a loopback address
+    (False when it does not resolve: the private ``/etc/hosts`` then gives it one)."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None)
+    except socket.gaierror:
+        return False
+    return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
 def _free_loopback_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -73,7 +88,7 @@ def _tail(path: Path, lines: int = 15) -> str:
 SLURM_CONF = """\
 # A one-node cluster for the course's tests (tests/_slurm_cluster.py); everything in {root}
 ClusterName=course-test
-SlurmctldHost={node}(127.0.0.1)
+SlurmctldHost={ctld_host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
@@ -111,9 +126,14 @@ PartitionName=course Nodes={node} Default=YES MaxTime=30 State=UP
 class Cluster:
     """``with Cluster() as c:`` munged + slurmctld + slurmd, stopped on every exit path."""
 
-    def __init__(self, cpus: int = 2, memory_mb: int = 1000, key_bytes: int = 1024):
+    def __init__(self, cpus: int = 2, memory_mb: int = 1000, key_bytes: int = 1024,
+                 private_hosts: bool | None = None):
+        """``private_hosts``: run the SLURM daemons with the hostname mapped to 127.0.0.1 in their own
+        ``/etc/hosts`` (None: when the hostname does not resolve to a loopback address here)."""
         self.cpus, self.memory_mb, self.key_bytes = cpus, memory_mb, key_bytes
         self.node = socket.gethostname().split(".")[0]  # slurmd's own node name: the short hostname
+        self.ctld_host = self.node
+        self.private_hosts = not hostname_is_loopback() if private_hosts is None else private_hosts
         self.root: Path | None = None
         self.daemons: list[tuple[str, subprocess.Popen, Path]] = []
         self.start_s: float | None = None
@@ -149,7 +169,7 @@ class Cluster:
         key.write_bytes(os.urandom(self.key_bytes))
         key.chmod(0o400)
         (self.root / "slurm.conf").write_text(SLURM_CONF.format(
-            root=self.root, node=self.node, ctld_port=_free_loopback_port(), slurmd_port=_free_loopback_port(),
+            root=self.root, node=self.node, ctld_host=self.ctld_host, ctld_port=_free_loopback_port(), slurmd_port=_free_loopback_port(),
             cpus=self.cpus, memory_mb=self.memory_mb))
         m = self.root / "munge"
         self._daemon("munged", ["munged", "--foreground", f"--socket={m}/munge.socket", f"--key-file={key}",
@@ -157,10 +177,22 @@ class Cluster:
                                 f"--seed-file={m}/munged.seed"],
                      ready=lambda: (m / "munge.socket").exists())
         conf = str(self.root / "slurm.conf")
-        self._daemon("slurmctld", ["slurmctld", "-D", "-f", conf], ready=self._controller_answers)
-        self._daemon("slurmd", ["slurmd", "-D", "-f", conf, "-N", self.node], ready=self._node_idle)
+        self._daemon("slurmctld", self._hosts_mapped(["slurmctld", "-D", "-f", conf]), ready=self._controller_answers)
+        self._daemon("slurmd", self._hosts_mapped(["slurmd", "-D", "-f", conf, "-N", self.node]), ready=self._node_idle)
         self.start_s = time.monotonic() - t0
         self.listening = self.listening_sockets()
+
+    def _hosts_mapped(self, cmd: list[str]) -> list[str]:
+        """``cmd`` in a private mount namespace where the hostname resolves to 127.0.0.1 (if asked)."""
+        if not self.private_hosts:
+            return cmd
+        hosts = self.root / "hosts"
+        names = {socket.gethostname(), self.node}
+        kept = [line for line in Path("/etc/hosts").read_text().splitlines()
+                if not names & set(line.split("#")[0].split()[1:])]
+        hosts.write_text("\n".join([f"127.0.0.1 {' '.join(sorted(names))}", *kept]) + "\n")
+        return ["unshare", "--mount", "--propagation", "private", "--",
+                "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *cmd]
 
     def _daemon(self, name: str, cmd: list[str], ready) -> None:
         log = self.root / "log" / f"{name}.out"
@@ -264,10 +296,14 @@ class Cluster:
         if self.root is None:
             return []
         if any(name == "slurmctld" and proc.poll() is None for name, proc, _ in self.daemons):
-            self.run("scancel", "--full", "--partition=course", check=False)
-            deadline = time.monotonic() + scaled(30)
-            while self.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
-                time.sleep(0.25)
+            try:  # the controller may not answer (it failed to start): the kills below still run
+                self.run("scancel", "--full", "--partition=course", check=False, timeout=scaled(15))
+                deadline = time.monotonic() + scaled(30)
+                while self.run("squeue", "-h", check=False, timeout=scaled(15)).stdout.strip() \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.25)
+            except subprocess.TimeoutExpired:
+                pass
         for _, proc, _ in reversed(self.daemons):
             _stop_group(proc)
         leftovers = []

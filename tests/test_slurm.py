@@ -17,6 +17,7 @@ as root (slurmd needs it), or where the daemons cannot start (the command and it
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -101,6 +102,11 @@ def wait_until_gone(procs: list[psutil.Process], timeout_s: float) -> list[str]:
     return out
 
 
+def test_the_daemons_listen_on_loopback_only(cluster):
+    assert {"slurmctld", "slurmd"} <= {entry.split()[0] for entry in cluster.listening}, cluster.listening
+    assert all(entry.split()[1].startswith("127.0.0.1:") for entry in cluster.listening), cluster.listening
+
+
 def test_sbatch_example_runs_to_completion(cluster, job_dir, data_cache):
     t0 = time.monotonic()
     job = submit(cluster, job_dir, data_cache, "--max-steps", "30", "--checkpoint-every", "10")
@@ -180,3 +186,17 @@ def test_a_daemon_that_cannot_start_is_named_with_its_message_and_nothing_is_lef
         c.start()
     root = c.root
     assert c.stop() == [] and not root.exists()
+
+
+def test_where_the_hostname_is_not_loopback_the_daemons_and_jobs_see_it_as_loopback():
+    """A Docker container's hostname resolves to its network address, and slurmctld and slurmd then
+    bind that address; the cluster runs them with a private /etc/hosts instead (forced here)."""
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    try:
+        with Cluster(private_hosts=True) as c:
+            assert all(entry.split()[1].startswith("127.0.0.1:") for entry in c.listening), c.listening
+            step = c.run("srun", "--nodes=1", "--ntasks=1", "getent", "hosts", socket.gethostname())
+            assert step.stdout.split()[0] == "127.0.0.1", step.stdout
+    except SlurmUnavailable as exc:
+        pytest.skip(f"SLURM's daemons cannot run in a private mount namespace here: {exc}")
