@@ -17,7 +17,8 @@ of the test process; :meth:`Cluster.stop` cancels the jobs, kills the groups and
 *any* process that still carries this cluster's ``SLURM_CONF`` in its environment or its
 directory on its command line, or (``slurmstepd``, which leaves slurmd's process group with a
 clean environment) a file of that directory open; kills them and reports them: the caller turns
-that into a test failure.
+that into a test failure. If the test process dies before that (SIGKILL, a CI job's timeout), a
+small watchdog in its own session, fed through a pipe, does the killing and removes the directory.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -137,6 +139,7 @@ class Cluster:
         self.root: Path | None = None
         self.daemons: list[tuple[str, subprocess.Popen, Path]] = []
         self.start_s: float | None = None
+        self._watchdog: subprocess.Popen | None = None
         self.listening: list[str] = []
 
     # ------------------------------------------------------------------ start
@@ -161,6 +164,9 @@ class Cluster:
     def start(self) -> None:
         t0 = time.monotonic()
         self.root = Path(tempfile.mkdtemp(prefix="course-slurm-"))
+        # if this process dies without stop() (SIGKILL, a CI job's timeout), the watchdog cleans up
+        self._watchdog = subprocess.Popen([sys.executable, __file__, "--watch", str(self.root)],
+                                          stdin=subprocess.PIPE, start_new_session=True)
         # munged insists that every directory above its socket is searchable by all
         self.root.chmod(0o755)
         for d in ("munge", "state", "spool", "log", "jobs"):
@@ -261,22 +267,8 @@ class Cluster:
             time.sleep(0.25)
 
     def processes(self) -> list[psutil.Process]:
-        """Every process that belongs to this cluster: its SLURM_CONF in the environment, its
-        directory on the command line (daemons, slurmstepd, the jobs' processes)."""
-        if self.root is None:
-            return []
-        conf, mine, found = str(self.root / "slurm.conf"), f"{self.root}/", []
-        for p in psutil.process_iter(["pid", "name", "cmdline"]):
-            if p.pid == os.getpid():
-                continue
-            try:
-                if (any(mine in a for a in (p.info["cmdline"] or [])) or p.environ().get("SLURM_CONF") == conf
-                        # slurmstepd gets a clean environment; it keeps slurmd's log file open
-                        or p.info["name"] == "slurmstepd" and any(f.path.startswith(mine) for f in p.open_files())):
-                    found.append(p)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                pass
-        return found
+        """Every process of this cluster: daemons, slurmstepd, the jobs' processes."""
+        return cluster_processes(self.root) if self.root is not None else []
 
     def job_processes(self, job_id: int) -> list[psutil.Process]:
         """Processes of one job (``SLURM_JOB_ID`` in their environment), slurmstepd included."""
@@ -306,17 +298,57 @@ class Cluster:
                 pass
         for _, proc, _ in reversed(self.daemons):
             _stop_group(proc)
-        leftovers = []
-        for p in self.processes():
+        leftovers = kill_all(self.root)
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self._watchdog is not None:
+            self._watchdog.communicate(b"done\n", timeout=scaled(30))
+        self.root, self.daemons, self._watchdog = None, [], None
+        return leftovers
+
+
+def cluster_processes(root: Path) -> list[psutil.Process]:
+    """Every process of the cluster in ``root``: its SLURM_CONF in the environment, its directory on
+    the command line, or (slurmstepd, which gets a clean environment) slurmd's log file open."""
+    # "ROOT/": the watchdog's own command line has ROOT without the slash
+    conf, mine, found = str(root / "slurm.conf"), f"{root}/", []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        if p.pid == os.getpid():
+            continue
+        try:
+            if (any(mine in a for a in (p.info["cmdline"] or [])) or p.environ().get("SLURM_CONF") == conf
+                    or p.info["name"] == "slurmstepd" and any(f.path.startswith(mine) for f in p.open_files())):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def kill_all(root: Path) -> list[str]:
+    """SIGKILL every process of the cluster in ``root`` (again, for what forked meanwhile); what
+    was killed, as ``"pid command line"``."""
+    killed = []
+    for _ in range(3):
+        procs = cluster_processes(root)
+        if not procs:
+            break
+        for p in procs:
             try:
-                leftovers.append(f"{p.pid} {' '.join(p.cmdline())}")
+                killed.append(f"{p.pid} {' '.join(p.cmdline())}")
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs([p for p in self.processes()], timeout=scaled(10))
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root, self.daemons = None, []
-        return leftovers
+        psutil.wait_procs(procs, timeout=scaled(10))
+    return killed
+
+
+def _watch(root: str) -> None:
+    """``python _slurm_cluster.py --watch ROOT``, stdin a pipe from the test process: when the pipe
+    closes without "done" (the test process died before stop()), kill the cluster, remove ROOT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for pytest reaches its process group
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if b"done" not in sys.stdin.buffer.read():
+        kill_all(Path(root))
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -332,3 +364,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
             proc.wait(wait_s)
         except subprocess.TimeoutExpired:
             pass
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--watch"]:
+    _watch(sys.argv[2])

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -200,3 +201,37 @@ def test_where_the_hostname_is_not_loopback_the_daemons_and_jobs_see_it_as_loopb
             assert step.stdout.split()[0] == "127.0.0.1", step.stdout
     except SlurmUnavailable as exc:
         pytest.skip(f"SLURM's daemons cannot run in a private mount namespace here: {exc}")
+
+
+def test_a_test_process_killed_with_its_cluster_running_leaves_nothing(tmp_path):
+    """SIGKILL the process that started a cluster (and a job in it): the watchdog kills the rest."""
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_A_CLUSTER], cwd=Path(__file__).parent,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        root = Path(holder.stdout.readline().strip())
+        assert root.name.startswith("course-slurm-"), root
+        assert len(_slurm_cluster.cluster_processes(root)) >= 5  # munged, slurmctld, slurmd, stepd, job
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + scaled(60)
+    while (left := _slurm_cluster.cluster_processes(root)) or root.exists():
+        assert time.monotonic() < deadline, f"left after the holder's death: {left}, {root} exists: {root.exists()}"
+        time.sleep(0.25)
+
+
+HOLD_A_CLUSTER = """
+import sys, time
+from _slurm_cluster import Cluster
+c = Cluster()
+c.start()
+(c.root / "jobs" / "sleep.sh").write_text("#!/bin/bash\\nsleep 600\\n")
+job = c.sbatch(c.root / "jobs" / "sleep.sh", options=["--output=/dev/null"], workdir=c.root / "jobs")
+c.wait_job(job, 60, until=("RUNNING",))
+while not any("sleep" in p.name() for p in c.job_processes(job)):
+    time.sleep(0.1)
+print(c.root, flush=True)
+time.sleep(600)
+"""
