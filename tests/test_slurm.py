@@ -225,13 +225,15 @@ def test_a_test_process_killed_with_its_cluster_running_leaves_nothing(tmp_path)
 HOLD_A_CLUSTER = """
 import sys, time
 from _slurm_cluster import Cluster
+from _timing import scaled
 c = Cluster()
 c.start()
 (c.root / "jobs" / "sleep.sh").write_text("#!/bin/bash\\nsleep 600\\n")
 job = c.sbatch(c.root / "jobs" / "sleep.sh", options=["--output=/dev/null"], workdir=c.root / "jobs")
-c.wait_job(job, 60, until=("RUNNING",))
-while not any("sleep" in p.name() for p in c.job_processes(job)):
+c.wait_job(job, scaled(60), until=("RUNNING",))
+deadline = time.monotonic() + scaled(60)
+while not any("sleep" in p.name() for p in c.job_processes(job)) and time.monotonic() < deadline:
     time.sleep(0.1)
 print(c.root, flush=True)
-time.sleep(600)
+time.sleep(scaled(600))
 """
