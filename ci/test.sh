@@ -3,6 +3,8 @@
 #  1. pytest on tests/: course_lib unit tests, and every notebook in notebooks/ (and
 #     solutions/) executed with papermill in the smoke profile; executed copies go to
 #     ci/executed/.
+#     tests/test_slurm.py submits notebooks/beyond/ncf_ddp.sbatch to a one-node SLURM it starts
+#     (packages from ci/install-slurm.sh).
 #  2. nbval re-executes those executed copies and compares the outputs of the cells marked
 #     `# NBVAL_CHECK_OUTPUT` with the papermill run's: deterministic outputs must agree.
 set -euo pipefail
@@ -27,6 +29,9 @@ if [ "$WORKERS" != 0 ]; then
   WORKERS=$(( WORKERS < 2 ? 2 : WORKERS > 4 ? 4 : WORKERS ))
 fi
 start=$(date +%s)
+
+# System packages for tests/test_slurm.py (SLURM and MUNGE from apt, as root only; else the tests skip)
+bash ci/install-slurm.sh
 
 rm -rf ci/executed
 # --dist loadgroup: the lessons, which read each other's saved results, run in order on one worker

@@ -16,6 +16,8 @@ import importlib
 import json
 import sys
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from . import dist
 from .fileio import atomic_torch_save
 
@@ -39,6 +41,7 @@ def _parse_arg(text: str):
         return text
 
 
+@record  # under torchrun: a failing rank's exception goes into torchrun's "Root Cause" summary
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("worker", help="module:function, e.g. course_lib.dist:allreduce_demo")

@@ -10,6 +10,10 @@ Multi-node (see notebooks/beyond/ncf_ddp.sbatch): one ``torchrun`` per node, ren
 the first node with ``--rdzv-backend c10d --rdzv-endpoint <host>:<port>``. Every rank runs
 the same worker as ``launch(ncf_worker, world_size, cfg, spec)`` in the notebook; rank 0
 prints progress and writes ``--out`` (JSON) and the checkpoints.
+
+When a rank fails, ``main`` (wrapped in torchrun's ``@record``) hands its exception to
+torchrun, whose summary in the job's log names the failing rank and the error under "Root
+Cause"; ``--fail-at-step N`` makes ``--fail-rank`` (default 1) fail on purpose to see it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from . import dist
 from .train.workers import RunSpec, ncf_worker
@@ -44,18 +50,23 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
     p.add_argument("--no-resume", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     p.add_argument("--out", default=None, help="rank 0 writes the result record here (JSON)")
+    p.add_argument("--fail-at-step", type=int, default=None,
+                   help="debugging aid: --fail-rank raises after this many steps (what a dying rank looks like)")
+    p.add_argument("--fail-rank", type=int, default=1, help="the rank --fail-at-step makes fail")
     a = p.parse_args(argv)
     cfg = {"global_batch_size": a.global_batch, "micro_batch_size": a.micro_batch, "base_lr": a.lr,
            "optimizer": a.optimizer, "target_hr": a.target_hr, "max_epochs": a.max_epochs, "max_steps": a.max_steps,
            **json.loads(a.config)}
     spec = RunSpec(dataset=a.dataset, synthetic_size=a.synthetic_size, profile=a.profile,
                    checkpoint_dir=a.checkpoint_dir, checkpoint_every=a.checkpoint_every, resume=not a.no_resume,
-                   default_target=a.target_hr is None and not a.no_target)
+                   default_target=a.target_hr is None and not a.no_target,
+                   fail_at_step=a.fail_at_step, fail_rank=a.fail_rank)
     if a.no_target:
         cfg["stop_at_target"] = False
     return cfg, spec, a.out, a.backend
 
 
+@record  # under torchrun: a failing rank's exception goes into torchrun's "Root Cause" summary
 def main(argv=None) -> int:
     cfg, spec, out, backend = parse(argv)
     # torchrun's RANK/WORLD_SIZE/MASTER_ADDR; a plain process stays alone

@@ -243,6 +243,8 @@ def test_script_runs_train_to_the_datasets_target_on_its_own_device(env, monkeyp
     assert not spec.default_target and cfg["stop_at_target"] is False
     cfg, spec, _, _ = train_ddp.parse(["--target-hr", "0.5"])
     assert cfg["target_hr"] == 0.5 and not spec.default_target
+    _, spec, _, _ = train_ddp.parse(["--fail-at-step", "3"])  # tests/test_slurm.py: a rank dying under srun
+    assert (spec.fail_at_step, spec.fail_rank) == (3, 1) and train_ddp.parse([])[1].fail_at_step is None
 
     monkeypatch.setattr(workers, "default_target_hr", lambda data: 0.0)
     record = ncf_worker(0, 1, CFG.replace(global_batch_size=64, micro_batch_size=None, max_steps=4),
