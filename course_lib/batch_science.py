@@ -141,6 +141,30 @@ def least_squares_noise_scale(delta_sq_norm: float, dim: int, noise_var: float) 
     return {"grad_sq_norm": g2, "trace_cov": trace, "b_simple": trace / g2}
 
 
+def least_squares_problem(dim: int = 10, noise: float = 0.5, delta_norm: float = 1.0, seed: int = 0):
+    """The problem of :func:`least_squares_noise_scale`, ready for :func:`noise_scale`:
+    ``(model, loss_fn, sample, exact)`` — a bias-free ``Linear(dim, 1)`` at ``w* + delta`` with
+    ``|delta| = delta_norm`` (float64), the mean squared-error loss / 2, a sampler of Gaussian
+    ``(x, y)`` batches, and the closed-form ``grad_sq_norm``, ``trace_cov`` and ``b_simple``."""
+    gen = torch.Generator().manual_seed(seed)
+    w_star = torch.randn(dim, generator=gen, dtype=torch.float64)
+    delta = torch.randn(dim, generator=gen, dtype=torch.float64)
+    delta *= delta_norm / delta.norm()
+    model = torch.nn.Linear(dim, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.copy_((w_star + delta)[None])
+
+    def sample(b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn(b, dim, generator=gen, dtype=torch.float64)  # (b, dim)
+        return x, x @ w_star + noise * torch.randn(b, generator=gen, dtype=torch.float64)
+
+    def loss_fn(m: torch.nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        return 0.5 * (m(x).squeeze(1) - y).pow(2).mean()
+
+    return model, loss_fn, sample, least_squares_noise_scale(delta_norm ** 2, dim, noise ** 2)
+
+
 # --------------------------------------------------------------------------- sharpness
 
 

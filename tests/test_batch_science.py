@@ -10,24 +10,8 @@ from course_lib import batch_science as bs
 
 
 def _least_squares(dim=10, noise=0.5, delta_norm=1.0, seed=0):
-    """A linear model at w = w* + delta, and a sampler of Gaussian (x, y) batches."""
-    gen = torch.Generator().manual_seed(seed)
-    w_star = torch.randn(dim, generator=gen, dtype=torch.float64)
-    delta = torch.randn(dim, generator=gen, dtype=torch.float64)
-    delta *= delta_norm / delta.norm()
-    model = torch.nn.Linear(dim, 1, bias=False).double()
-    with torch.no_grad():
-        model.weight.copy_((w_star + delta)[None])
-
-    def sample(b):
-        x = torch.randn(b, dim, generator=gen, dtype=torch.float64)
-        return x, x @ w_star + noise * torch.randn(b, generator=gen, dtype=torch.float64)
-
-    def loss_fn(m, batch):
-        x, y = batch
-        return 0.5 * (m(x).squeeze(1) - y).pow(2).mean()
-
-    return model, loss_fn, sample, bs.least_squares_noise_scale(float(delta.norm()) ** 2, dim, noise ** 2)
+    """A linear model at w = w* + delta, a sampler of Gaussian (x, y) batches, the closed form."""
+    return bs.least_squares_problem(dim, noise, delta_norm, seed)
 
 
 def test_two_batch_estimates_invert_the_expectation():
