@@ -98,10 +98,11 @@ def probe_cost_sentence(result) -> str:
 # --------------------------------------------------------------------------- the critical batch
 
 
-def steps_rows_from_lesson02(saved: dict | None, dataset: str | None = None) -> list[dict] | None:
+def steps_rows_from_lesson02(saved: dict | None, profile: str | None = None) -> list[dict] | None:
     """Lesson 02's steps-to-target per batch (its fastest rule at each batch), or None when its
-    result is missing, from another dataset, or has fewer than 3 batches that reached the target."""
-    if not saved or not saved.get("rows") or (dataset and saved.get("dataset", dataset) != dataset):
+    result is missing, from another profile (smoke and full train on different data), or has
+    fewer than 3 batches that reached the target."""
+    if not saved or not saved.get("rows") or (profile and saved.get("profile") != profile):
         return None
     best: dict[int, int] = {}
     for r in saved["rows"]:
@@ -123,8 +124,9 @@ def critical_batch(rows: list[dict]) -> dict:
     """McCandlish et al. (2018, eq. 2.11): ``S = S_min (1 + B_crit / B)`` — steps fall like 1/B
     below ``B_crit`` and level off at ``S_min`` above it. Linear in ``1 / B``, so a least-squares
     line through ``(1/B, S)`` gives ``S_min`` (intercept) and ``B_crit = slope / intercept``.
-    ``status``: "fit", "no bend" (the intercept is not positive: perfect scaling over the whole
-    range, the critical batch is beyond it) or "too few points"."""
+    ``status``: "fit", "beyond range" (a fit whose ``B_crit`` lies above the largest batch
+    measured: an extrapolation, the bend itself was not seen), "no bend" (the intercept is not
+    positive: perfect scaling over the whole range) or "too few points"."""
     pts = [(r["batch size"], r["steps to target"]) for r in rows if r.get("steps to target")]
     out = {"points": pts, "b_crit": None, "s_min": None, "largest_batch": max((b for b, _ in pts), default=None)}
     if len(pts) < 3:
@@ -136,7 +138,9 @@ def critical_batch(rows: list[dict]) -> dict:
     intercept = my - slope * mx
     if intercept <= 0 or slope <= 0:
         return {**out, "status": "no bend"}
-    return {**out, "status": "fit", "b_crit": slope / intercept, "s_min": intercept}
+    b_crit = slope / intercept
+    return {**out, "status": "fit" if b_crit <= out["largest_batch"] else "beyond range", "b_crit": b_crit,
+            "s_min": intercept}
 
 
 def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0) -> str:
@@ -149,10 +153,13 @@ def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0) -> str:
     if fit["status"] == "too few points":
         return (f"B_simple = {b_simple:,.0f}, but fewer than 3 batch sizes reached the target, so there is no "
                 "measured bend to compare it with: run lesson 02 (or more batch sizes here) first.")
-    if fit["status"] == "no bend":
+    if fit["status"] in ("no bend", "beyond range"):
         agrees = b_simple >= largest / factor
-        return (f"Steps to target fell in proportion to the batch up to the largest batch measured ({largest:,}): "
-                f"no bend yet, so the critical batch is above {largest:,}. B_simple = {b_simple:,.0f} "
+        fitted = (f" (the fit extrapolates to B_crit = {fit['b_crit']:,.0f}, far from any measured point)"
+                  if fit["status"] == "beyond range" else "")
+        return (f"Steps to target fell about in proportion to the batch up to the largest batch measured "
+                f"({largest:,}): no bend yet, so the critical batch is above {largest:,}{fitted}. "
+                f"B_simple = {b_simple:,.0f} "
                 + ("is consistent with that." if agrees else
                    f"predicted a bend near {b_simple:,.0f}, which the curve does not show: here the noise scale "
                    "underestimates the critical batch."))
@@ -193,9 +200,10 @@ def plot_noise_and_bend(result, fit: dict, ax_pair=None):
         b0, s0 = pts[0]
         grid = [bsz[0] * (bsz[-1] / bsz[0]) ** (i / 40) for i in range(41)]
         ax2.loglog(grid, [s0 * b0 / b for b in grid], "--", color="gray", label="perfect scaling")
-        if fit["status"] == "fit":
+        if fit["status"] in ("fit", "beyond range"):
             ax2.loglog(grid, [fit["s_min"] * (1 + fit["b_crit"] / b) for b in grid], "-", label="S_min (1 + B_crit/B)")
-            ax2.axvline(fit["b_crit"], color="C1", ls=":", label=f"B_crit {fit['b_crit']:,.0f}")
+            if fit["status"] == "fit":
+                ax2.axvline(fit["b_crit"], color="C1", ls=":", label=f"B_crit {fit['b_crit']:,.0f}")
     if math.isfinite(at):
         ax2.axvline(at, color="C3", ls="-.", label=f"B_simple {at:,.0f}")
     ax2.set_xlabel("global batch (samples)")
@@ -367,7 +375,7 @@ def bn_spec(profile: str) -> dict:
     from .config import pick
 
     return {"per_rank_batches": pick(profile, full=[4, 16, 64, 256], smoke=[4, 32]),
-            "steps": pick(profile, full=150, smoke=10), "lr": 1e-2, "hidden": 32, "in_features": 8,
+            "steps": pick(profile, full=100, smoke=10), "lr": 1e-2, "hidden": 32, "in_features": 8,
             "n_train": pick(profile, full=8192, smoke=1024), "n_test": pick(profile, full=4096, smoke=512), "seed": 0}
 
 

@@ -21,6 +21,8 @@ def test_critical_batch_recovers_the_model_it_fits():
     perfect = [{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)]
     assert study.critical_batch(perfect)["status"] == "no bend"
     assert study.critical_batch(_curve(2000)[:2])["status"] == "too few points"
+    beyond = study.critical_batch(_curve(100_000))
+    assert beyond["status"] == "beyond range" and beyond["b_crit"] > 16384
 
 
 def test_noise_verdict_both_ways():
@@ -32,6 +34,8 @@ def test_noise_verdict_both_ways():
     perfect = study.critical_batch([{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)])
     assert "consistent" in study.noise_verdict(5000, perfect)
     assert "underestimates" in study.noise_verdict(50, perfect)
+    beyond = study.noise_verdict(12_000, study.critical_batch(_curve(400_000, batches=(4096, 16384, 65536))))
+    assert "no bend yet" in beyond and "extrapolates" in beyond and "underestimates" in beyond
     assert "fewer than 3" in study.noise_verdict(10, study.critical_batch([]))
     assert "not positive" in study.noise_verdict(math.inf, fit)
 
@@ -45,7 +49,8 @@ def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():
                                                      {"batch size": 4096, "steps to target": 90}]
     assert study.steps_rows_from_lesson02(None) is None
     assert study.steps_rows_from_lesson02({"rows": saved["rows"][:2]}) is None
-    assert study.steps_rows_from_lesson02({**saved, "dataset": "ml-1m"}, dataset="synthetic-small") is None
+    assert study.steps_rows_from_lesson02({**saved, "profile": "smoke"}, profile="full") is None
+    assert len(study.steps_rows_from_lesson02({**saved, "profile": "full"}, profile="full")) == 3
 
 
 def _row(batch, top, gap):
