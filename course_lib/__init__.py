@@ -48,6 +48,10 @@ What the lessons measure and show
     performance_study.py what lesson 09 measures: the step model against the course's step, the verdict
     model_parallel_study.py  what lesson 10 measures: equality with one process, the bubble, bytes per
                      rank, BERT-base/large on 8 GPUs, the decision table and verdict
+    batch_science.py     the estimators of lesson 11: gradient noise scale (two batch sizes), the Hessian's
+                     top eigenvalue and trace (Hessian-vector products), loss slices between solutions
+    batch_science_study.py  what lesson 11 measures: B_simple against the bend, sharpness against the gap,
+                     growing the batch instead of decaying the lr, BatchNorm per rank; tables and verdicts
     widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
                      explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)

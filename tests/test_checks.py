@@ -591,3 +591,43 @@ def test_copy_to_parallel_check_tells_right_from_three_mistakes():
     assert "add them up over every rank" in problems[1][0] and "dL/dx differs" in problems[1][0]
     assert "output differs" in problems[2][0] and "belongs in backward" in problems[2][0]
     assert "1/W" in problems[3][0]
+
+
+# --------------------------------------------------------------------------- 11: the noise scale
+
+
+def _noise_scale_right(sq_small, sq_big, b_small, b_big):
+    g2 = [(b_big * b - b_small * s) / (b_big - b_small) for s, b in zip(sq_small, sq_big)]
+    tr = [(s - b) / (1 / b_small - 1 / b_big) for s, b in zip(sq_small, sq_big)]
+    g2, tr = sum(g2) / len(g2), sum(tr) / len(tr)
+    return tr / g2, g2, tr
+
+
+def _noise_scale_mean_of_ratios(sq_small, sq_big, b_small, b_big):
+    per = [_noise_scale_right([s], [b], b_small, b_big) for s, b in zip(sq_small, sq_big)]
+    return sum(p[0] for p in per) / len(per), sum(p[1] for p in per) / len(per), sum(p[2] for p in per) / len(per)
+
+
+def _noise_scale_no_denominator(sq_small, sq_big, b_small, b_big):
+    b, g2, _ = _noise_scale_right(sq_small, sq_big, b_small, b_big)
+    tr = sum(s - b for s, b in zip(sq_small, sq_big)) / len(sq_small)
+    return tr / g2, g2, tr
+
+
+def test_noise_scale_check_tells_right_from_three_mistakes():
+    assert checks.check_noise_scale(_noise_scale_right).passed
+    r = checks.check_noise_scale(_noise_scale_mean_of_ratios)
+    assert not r.passed and "averaged the ratio" in r.message
+    r = checks.check_noise_scale(_noise_scale_no_denominator)
+    assert not r.passed and "(1/b_small - 1/b_big)" in r.message
+    r = checks.check_noise_scale(lambda s, b, b_small, b_big: _noise_scale_right(s, b, b_big, b_small))
+    assert not r.passed and "swapped" in r.message
+
+
+def test_noise_scale_check_reports_a_stub_and_a_wrong_shape():
+    def stub(*args):
+        raise NotImplementedError()
+
+    assert checks.check_noise_scale(stub).not_implemented
+    r = checks.check_noise_scale(lambda *a: 1.0)
+    assert not r.passed and "three numbers" in r.message

@@ -139,3 +139,37 @@ def test_steps_per_epoch_is_what_the_loop_iterates(batch):
     assert steps_per_epoch(data, cfg) == len(make_batches(data, cfg)) == sum(1 for _ in make_batches(data, cfg))
     assert epochs_to_steps(0.5, data, cfg) == max(1, round(0.5 * steps_per_epoch(data, cfg)))
     assert epochs_to_steps(1e-9, data, cfg) == 1  # a warmup is at least one step
+
+
+def test_milestones_grow_the_batch_or_divide_the_lr(data):
+    """Lesson 11 (Smith et al. 2017): the same epochs, the batch x2 at each milestone, in fewer steps;
+    or the lr / 2 at each milestone at the same batch. Both record HR at their evaluation points."""
+    base = CFG.replace(max_epochs=3.0, milestones=(1, 2), milestone_factor=2.0, stop_at_target=False)
+    grow = train_to_target(data, base.replace(at_milestone="grow_batch"), device="cpu", progress="none")
+    decay = train_to_target(data, base, device="cpu", progress="none")
+    spe = train.steps_per_epoch(data, CFG)
+    assert decay.steps == 3 * spe and decay.epochs == pytest.approx(3.0)
+    assert grow.steps == train.planned_steps(data, base.replace(at_milestone="grow_batch")) < decay.steps
+    assert grow.epochs == pytest.approx(3.0) and grow.curve["epoch"][-1] == pytest.approx(3.0)
+    assert grow.samples == decay.samples  # the same epochs of data
+    assert base.lr_factor_at_epoch(2) == 0.25 and base.batch_at_epoch(2) == 512
+    assert base.replace(at_milestone="grow_batch").batch_at_epoch(2) == 2048
+    with pytest.raises(ValueError, match="whole epochs"):
+        CFG.replace(milestones=(2, 1))
+    with pytest.raises(ValueError, match="replaces the lr schedule"):
+        CFG.replace(milestones=(1,), at_milestone="grow_batch", decay="cosine")
+
+
+def test_on_eval_probes_run_off_the_clock_at_every_point(data):
+    seen = []
+
+    def probe(model, point):
+        seen.append(point["step"])
+        time.sleep(0.05)
+        return {"weights": sum(p.numel() for p in model.parameters())} if point["step"] else None
+
+    r = train_to_target(data, CFG.replace(max_epochs=1.0, stop_at_target=False), device="cpu", progress="none",
+                        on_eval=probe)
+    assert seen == r.curve["step"] and len(r.probes) == len(seen) - 1  # step 0 returned None
+    assert r.probes[0]["weights"] > 0 and {"step", "epoch", "samples", "hr"} <= set(r.probes[0])
+    assert r.probe_time_s >= 0.05 * len(seen)

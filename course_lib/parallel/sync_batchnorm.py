@@ -16,6 +16,8 @@ it on CPU with gloo; :func:`convert_sync_batchnorm` picks the one that fits the 
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -159,3 +161,98 @@ def batchnorm_table(result: dict, tol: float = 1e-5) -> Table:
         t.add(**{"BatchNorm": name, "class": r["bn_class"], "running_mean": r["running_mean"],
                  "running_var": r["running_var"], "parameters": r["parameters"], f"matches (< {tol:g})": same})
     return t
+
+
+# --------------------------------------------------------------------------- lesson 11: BatchNorm at scale
+
+BN_VARIANTS = ("local BN", "synchronized BN", "local BN, recomputed stats", "weight norm (no BN)")
+
+
+@torch.no_grad()
+def recompute_batchnorm_stats(model: nn.Module, inputs: torch.Tensor, batch_size: int) -> None:
+    """Replace every BatchNorm's running statistics by the population's ("precise BN", Wu & Johnson
+    2021): forward passes over ``inputs`` in training mode, each BatchNorm averaging the
+    statistics of its batches with equal weight (``momentum=None``), then averaged over the ranks
+    (mean of the means, and of the variances, weighted alike: every rank passes as many rows)."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [(m.momentum, m.training) for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative average over the passes below
+    was_training = model.training
+    model.train()
+    for lo in range(0, inputs.shape[0], batch_size):
+        model(inputs[lo:lo + batch_size])
+    model.train(was_training)
+    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    for m, (momentum, training) in zip(norms, saved):
+        m.momentum = momentum
+        if multi:
+            for buf in (m.running_mean, m.running_var):
+                dist.all_reduce(buf)
+                buf /= dist.get_world_size()
+
+
+def bn_variant_model(variant: str, in_features: int, hidden: int, backend: str | None = None) -> nn.Module:
+    """The MLP of lesson 06 in one of :data:`BN_VARIANTS`: with plain (per-rank) BatchNorm, with
+    synchronized BatchNorm, or with the BatchNorm replaced by weight normalization of both linear
+    layers (Salimans & Kingma 2016: no batch statistics at all)."""
+    if variant not in BN_VARIANTS:
+        raise ValueError(f"unknown BatchNorm variant {variant!r}; choose one of {BN_VARIANTS}")
+    model = MLPBN(in_features, hidden)
+    if variant == "synchronized BN":
+        return convert_sync_batchnorm(model, backend)
+    if variant == "weight norm (no BN)":
+        model.bn = nn.Identity()
+        for name in ("fc1", "fc2"):
+            setattr(model, name, nn.utils.parametrizations.weight_norm(getattr(model, name)))
+    return model
+
+
+def bn_task(n: int, in_features: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, in) inputs whose features have very different offsets and scales (what BatchNorm
+    removes), and (n,) labels: which side of a curved boundary the standardized inputs lie on."""
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, in_features, generator=gen)
+    u = torch.randn(in_features, generator=torch.Generator().manual_seed(12345))
+    y = (z @ u + 0.5 * z[:, 0] ** 2 - 0.5 > 0).float()
+    scale = torch.logspace(-0.5, 1, in_features)  # 0.3 to 10
+    shift = torch.linspace(-5, 5, in_features)
+    return z * scale + shift, y
+
+
+def batchnorm_scale_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Lesson 11: each BatchNorm variant trained under DDP at each per-rank batch; test accuracy and
+    time per step. Every rank draws the same global batch (``world_size x b`` rows) and keeps its
+    slice, as in lesson 06. ``spec``: per_rank_batches, steps, lr, hidden, in_features, n_train,
+    n_test, seed, variants (default all)."""
+    device = torch.device("cpu")
+    backend = dist.get_backend() if dist.is_initialized() else "gloo"
+    x_train, y_train = bn_task(spec["n_train"], spec["in_features"], spec["seed"])
+    x_test, y_test = bn_task(spec["n_test"], spec["in_features"], spec["seed"] + 1)
+    my_rows = x_train.tensor_split(world_size)[rank]  # for the recomputed statistics
+    rows = []
+    for b in spec["per_rank_batches"]:
+        for variant in spec.get("variants", BN_VARIANTS):
+            torch.manual_seed(spec["seed"])
+            model = bn_variant_model(variant, spec["in_features"], spec["hidden"], backend).to(device)
+            net = DistributedDataParallel(model) if world_size > 1 else model
+            opt = torch.optim.Adam(net.parameters(), lr=spec["lr"])
+            gen = torch.Generator().manual_seed(spec["seed"] + 7)
+            cdist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(spec["steps"]):
+                idx = torch.randint(0, x_train.shape[0], (b * world_size,), generator=gen)
+                x, y = x_train[idx].tensor_split(world_size)[rank], y_train[idx].tensor_split(world_size)[rank]
+                opt.zero_grad(set_to_none=True)
+                torch.nn.functional.binary_cross_entropy_with_logits(net(x).squeeze(1), y).backward()
+                opt.step()
+            step_s = (time.perf_counter() - t0) / spec["steps"]
+            if variant == "local BN, recomputed stats":
+                recompute_batchnorm_stats(model, my_rows, batch_size=max(b, 256))
+            model.eval()
+            with torch.no_grad():
+                acc = float(((model(x_test).squeeze(1) > 0).float() == y_test).float().mean())
+            rows.append({"per_rank_batch": b, "global_batch": b * world_size, "variant": variant,
+                         "test_accuracy": acc, "step_ms": 1000 * step_s})
+    return {"rank": rank, "world_size": world_size, "rows": rows}

@@ -46,6 +46,7 @@ from .engine import Engine, PhaseClock, all_finite
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LOADERS = ("device", "dataloader")
+AT_MILESTONE = ("divide_lr", "grow_batch")
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,27 @@ class TrainConfig(RunSettings):
     max_epochs: float = 10.0  # the budget; max_steps (RunSettings) cuts it shorter when set
     target_hr: float | None = None  # HR@10 at an evaluation point that ends the clock
     eval_every_epochs: float = 1.0  # evaluation points, in epochs; fractions allowed
+    # lesson 11 (Smith et al. 2017): at each milestone epoch either the lr is divided by
+    # milestone_factor ("divide_lr", a step decay) or the global batch is multiplied by it ("grow_batch")
+    milestones: tuple[int, ...] = ()
+    milestone_factor: float = 2.0
+    at_milestone: str = "divide_lr"
 
     def __post_init__(self):
         super().__post_init__()
+        if self.at_milestone not in AT_MILESTONE:
+            raise ValueError(f"TrainConfig.at_milestone={self.at_milestone!r}; choose one of {AT_MILESTONE}")
+        if self.milestones:
+            if list(self.milestones) != sorted(set(self.milestones)) or self.milestones[0] < 1 \
+                    or not all(isinstance(m, int) for m in self.milestones):
+                raise ValueError(f"TrainConfig.milestones={self.milestones!r} must be increasing whole epochs >= 1 "
+                                 "(the batch can change only between epochs)")
+            if self.milestone_factor <= 1:
+                raise ValueError(f"TrainConfig.milestone_factor={self.milestone_factor} must be > 1")
+            if self.at_milestone == "grow_batch" and (self.micro_batch_size is not None or self.uses_schedule):
+                raise ValueError("TrainConfig.at_milestone='grow_batch' replaces the lr schedule: set "
+                                 "micro_batch_size=None, warmup_steps=0 and decay='none'")
+        object.__setattr__(self, "milestones", tuple(self.milestones))
         if self.loader not in LOADERS:
             raise ValueError(f"TrainConfig.loader={self.loader!r}; choose one of {LOADERS}")
         if self.eval_every_epochs <= 0 or self.max_epochs <= 0:
@@ -83,6 +102,22 @@ class TrainConfig(RunSettings):
     @property
     def uses_schedule(self) -> bool:
         return self.warmup_steps > 0 or self.decay != "none"
+
+    def milestones_passed(self, epoch: int) -> int:
+        """How many milestones lie at or before the start of ``epoch`` (counted from 0)."""
+        return sum(m <= epoch for m in self.milestones)
+
+    def batch_at_epoch(self, epoch: int) -> int:
+        """The global batch of ``epoch``: multiplied at each milestone when growing the batch (lesson 11)."""
+        if self.at_milestone != "grow_batch":
+            return self.global_batch_size
+        return int(round(self.global_batch_size * self.milestone_factor ** self.milestones_passed(epoch)))
+
+    def lr_factor_at_epoch(self, epoch: int) -> float:
+        """The step decay's factor on the lr in ``epoch`` (1 when growing the batch instead)."""
+        if self.at_milestone != "divide_lr":
+            return 1.0
+        return self.milestone_factor ** -self.milestones_passed(epoch)
 
 
 # --------------------------------------------------------------------------- seams
@@ -139,6 +174,15 @@ def steps_per_epoch(data: ImplicitData, cfg: TrainConfig) -> int:
     """Optimizer steps in one epoch of ``data`` at ``cfg``'s global batch, as the loop counts them
     (``len(make_batches(...))``: every positive with its negatives, the last batch partial)."""
     return -(-data.num_train * (1 + cfg.neg_per_pos) // cfg.global_batch_size)
+
+
+def planned_steps(data: ImplicitData, cfg: TrainConfig) -> int:
+    """The optimizer steps of ``cfg.max_epochs`` (before ``max_steps``), each epoch at its own batch
+    (:meth:`TrainConfig.batch_at_epoch`: the batch grows at milestones in lesson 11)."""
+    samples = data.num_train * (1 + cfg.neg_per_pos)
+    whole, part = int(cfg.max_epochs), cfg.max_epochs - int(cfg.max_epochs)
+    steps = sum(-(-samples // cfg.batch_at_epoch(e)) for e in range(whole))
+    return steps + (math.ceil(part * -(-samples // cfg.batch_at_epoch(whole))) if part else 0)
 
 
 def epochs_to_steps(epochs: float, data: ImplicitData, cfg: TrainConfig) -> int:
@@ -310,6 +354,9 @@ class TrainResult:
     diverged: bool = False  # the weights became inf/nan; the run stopped there
     final_train_hr: float | None = None  # lesson 02: HR@10 on each user's latest *training* item
     final_train_ndcg: float | None = None
+    # lesson 11: what the on_eval probe returned at each evaluation point (with step, epoch), and its cost
+    probes: list = field(default_factory=list)
+    probe_time_s: float = 0.0
     precision: dict = field(default_factory=dict)  # lesson 05: mode, final loss scale, skipped steps
     history: dict = field(default_factory=dict)  # sampled per step: step, lr, loss_scale, trust_ratio{layer: []}
     # lesson 06 (gloo): {micro-step index: steps whose all-reduce ran in it}; {k - 1: steps} when no_sync works
@@ -379,7 +426,7 @@ class TrainResult:
 def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                     progress: str = "auto", evaluate_points: bool = True,
                     time_phases: bool = False, label: str = "", k: int = 10, checkpoint=None,
-                    record_every: int | None = None, keep_model: bool = False) -> TrainResult:
+                    record_every: int | None = None, keep_model: bool = False, on_eval=None) -> TrainResult:
     """Train NeuMF until HR@``k`` >= ``cfg.target_hr`` at an evaluation point (or the budget ends).
 
     The budget is the settings': ``cfg.max_epochs`` (cut at ``cfg.max_steps`` when set);
@@ -402,6 +449,11 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     :mod:`course_lib.parallel.data_parallel`. ``checkpoint``: a
     :class:`course_lib.parallel.Checkpointer` (save every N steps on rank 0, resume from
     its latest file).
+
+    ``on_eval(model, point)`` (lesson 11), when given, runs at every evaluation point, off the
+    clock, with ``point = {"step", "epoch", "samples", "hr"}``; what it returns (a dict, or None
+    to record nothing) is kept in ``result.probes`` together with the point, and its time in
+    ``result.probe_time_s``. ``cfg.milestones`` divide the lr or grow the batch between epochs.
     """
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = cdist.rank(), cdist.world_size()
@@ -426,6 +478,13 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         total_steps = min(total_steps, cfg.max_steps)
     eval_interval = max(1, round(cfg.eval_every_epochs * steps_per_epoch))
     schedule_steps = math.ceil(cfg.max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
+    growing = cfg.at_milestone == "grow_batch" and bool(cfg.milestones)
+    if growing:  # lesson 11: fewer, larger steps after each milestone
+        total_steps = planned_steps(data, cfg)
+        if cfg.max_steps is not None:
+            total_steps = min(total_steps, cfg.max_steps)
+    epoch_index, epoch_start_step, epoch_len, next_eval_step = 0, 0, steps_per_epoch, eval_interval
+    probes, probe_time = [], 0.0
     history = _History(model, record_every or max(1, schedule_steps // 250))
     bar = _Progress(resolve_progress(progress) if rank == 0 else "none", total_steps, target_hr,
                     label or f"b{cfg.global_batch_size} lr{cfg.peak_lr:g}", cfg.describe(world_size))
@@ -436,15 +495,27 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     reached_at = None
     diverged = False
 
+    def epoch_now() -> float:
+        if not growing:
+            return step / steps_per_epoch
+        return epoch_index + (step - epoch_start_step) / epoch_len
+
     def eval_point():
-        nonlocal eval_time, loss_sum, loss_count, reached_at
+        nonlocal eval_time, loss_sum, loss_count, reached_at, probe_time
         t0 = time.perf_counter()
         hr, ndcg = evaluate(model, data, k) if evaluate_points else (None, None)
         eval_time += time.perf_counter() - t0
         loss = (loss_sum / loss_count).item() if loss_count else None  # None at step 0
         loss_sum, loss_count = torch.zeros((), device=device), 0
-        for key, v in zip(curve, (step / steps_per_epoch, step, train_time, hr, ndcg, loss)):
+        for key, v in zip(curve, (epoch_now(), step, train_time, hr, ndcg, loss)):
             curve[key].append(v)
+        if on_eval is not None:  # lesson 11: a measurement of the model in training, off the clock
+            t0 = time.perf_counter()
+            point = {"step": step, "epoch": epoch_now(), "samples": samples, "hr": hr}
+            found = on_eval(model, point)
+            probe_time += time.perf_counter() - t0
+            if found is not None:
+                probes.append({**point, **found})
         if evaluate_points:
             bar.point(curve)
         if reached_at is None and target_hr is not None and hr is not None and hr >= target_hr:
@@ -464,6 +535,15 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     done = step >= total_steps
     seg_start = time.perf_counter()
     while not done:
+        if cfg.milestones:  # lesson 11: the batch or the lr of this epoch
+            # the epoch about to start: counted by steps at a fixed batch, by epochs begun when growing
+            epoch_index = round(step / steps_per_epoch) if not growing else epoch_index + (step > epoch_start_step)
+            if growing and hasattr(batches, "batch_size"):
+                batches.batch_size = cfg.batch_at_epoch(epoch_index)
+                epoch_start_step, epoch_len = step, len(batches)
+                next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
+            if not cfg.uses_schedule:
+                engine.set_lr(cfg.peak_lr * cfg.lr_factor_at_epoch(epoch_index))
         it = iter(batches)
         while step < total_steps:
             with clock.phase("sampling"):
@@ -472,8 +552,8 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                     batch = tuple(t.to(device, non_blocking=True) for t in batch)
             if batch is None:
                 break  # end of epoch
-            if cfg.uses_schedule:
-                engine.set_lr(lr_for_step(cfg, step, schedule_steps))
+            if cfg.uses_schedule:  # times the step decay's factor of this epoch (1 without milestones)
+                engine.set_lr(lr_for_step(cfg, step, schedule_steps) * cfg.lr_factor_at_epoch(epoch_index))
             # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
             loss, _ = engine.step(batch)
             loss_sum += loss
@@ -482,7 +562,13 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
             step += 1
             bar.step()
             history.after_step(step, optimizer, prec)
-            if step % eval_interval == 0 or step == total_steps:
+            if growing:
+                due = step >= next_eval_step or step == total_steps
+                if step >= next_eval_step:
+                    next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
+            else:
+                due = step % eval_interval == 0 or step == total_steps
+            if due:
                 clock.sync()
                 train_time += time.perf_counter() - seg_start
                 eval_point()
@@ -524,14 +610,14 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         time_to_target_s=curve["time_s"][reached_at] if reached_at is not None else None,
         steps_to_target=curve["step"][reached_at] if reached_at is not None else None,
         epochs_to_target=curve["epoch"][reached_at] if reached_at is not None else None,
-        epochs=step / steps_per_epoch, steps=step, samples=samples, train_time_s=train_time,
+        epochs=epoch_now(), steps=step, samples=samples, train_time_s=train_time,
         eval_time_s=eval_time, samples_per_s=throughput(samples, train_time), phase_time_s=phase,
         curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
         best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best], comm_time_s=par.comm_time_s,
         comm_method=par.comm_method,
         steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
         precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
-        allreduce_micro_steps=dict(par.allreduce_micro_steps),
+        allreduce_micro_steps=dict(par.allreduce_micro_steps), probes=probes, probe_time_s=probe_time,
     )
     if keep_model:  # lesson 05 inspects the trained model's gradients; not a field, so never serialized
         result.model = model

@@ -1,0 +1,96 @@
+"""The lesson-11 estimators against closed forms: the noise scale on least squares, the
+sharpness and the Hessian trace on a quadratic, the loss slices at their endpoints."""
+
+import math
+
+import pytest
+import torch
+
+from course_lib import batch_science as bs
+
+
+def _least_squares(dim=10, noise=0.5, delta_norm=1.0, seed=0):
+    """A linear model at w = w* + delta, a sampler of Gaussian (x, y) batches, the closed form."""
+    return bs.least_squares_problem(dim, noise, delta_norm, seed)
+
+
+def test_two_batch_estimates_invert_the_expectation():
+    g2, trace = 2.0, 300.0
+    sq = {b: g2 + trace / b for b in (8, 128)}
+    assert bs.two_batch_estimates(sq[8], sq[128], 8, 128) == pytest.approx((g2, trace))
+    with pytest.raises(ValueError, match="b_small < b_big"):
+        bs.two_batch_estimates(1.0, 1.0, 64, 64)
+
+
+def test_noise_scale_matches_least_squares_closed_form():
+    model, loss_fn, sample, exact = _least_squares()
+    est = bs.noise_scale(model, loss_fn, sample, b_small=4, b_big=256, repeats=3000)
+    assert est.grad_sq_norm == pytest.approx(exact["grad_sq_norm"], rel=0.05)
+    assert est.trace_cov == pytest.approx(exact["trace_cov"], rel=0.05)
+    assert est.b_simple == pytest.approx(exact["b_simple"], rel=0.05)
+    assert 0 < est.stderr < 0.04 * exact["b_simple"]  # the stated error is small, and it is stated
+    assert "B_simple" in str(est) and est.to_dict()["repeats"] == 3000
+
+
+def test_noise_scale_grows_as_the_loss_falls():
+    """Nearer the optimum |G| shrinks and the noise does not: B_simple rises (why it grows in training)."""
+    far = bs.noise_scale(*_least_squares(delta_norm=2.0)[:3], b_small=4, b_big=128, repeats=300)
+    near = bs.noise_scale(*_least_squares(delta_norm=0.3)[:3], b_small=4, b_big=128, repeats=300)
+    assert near.b_simple > 3 * far.b_simple
+
+
+def test_noise_scale_rejects_a_loss_that_is_not_a_mean():
+    model, _, sample, _ = _least_squares()
+    with pytest.raises(ValueError, match="0-d tensor"):
+        bs.noise_scale(model, lambda m, b: (m(b[0]).squeeze(1) - b[1]) ** 2, sample, 2, 8, repeats=1)
+
+
+def _quadratic(eigenvalues, seed=0):
+    """loss = p^T A p / 2 with A = Q diag(eigenvalues) Q^T: the Hessian is A."""
+    gen = torch.Generator().manual_seed(seed)
+    n = len(eigenvalues)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    a = q @ torch.diag(torch.tensor(eigenvalues, dtype=torch.float64)) @ q.T
+    model = torch.nn.Module()
+    model.p = torch.nn.Parameter(torch.randn(n, generator=gen, dtype=torch.float64))
+    return model, (lambda m, batch: 0.5 * m.p @ batch @ m.p), a
+
+
+def test_top_eigenvalue_of_a_quadratic_within_one_percent():
+    eigs = [10.0, 6.0, 3.0, 1.0, 0.5] + [0.1] * 15
+    model, loss_fn, a = _quadratic(eigs)
+    top = bs.top_hessian_eigenvalue(model, loss_fn, a, iters=200, tol=1e-6)
+    assert top == pytest.approx(10.0, rel=0.01)
+
+
+def test_hutchinson_trace_of_a_quadratic():
+    eigs = [4.0, 3.0, 2.0, 1.0] * 5
+    model, loss_fn, a = _quadratic(eigs, seed=1)
+    assert bs.hutchinson_trace(model, loss_fn, a, samples=400) == pytest.approx(sum(eigs), rel=0.05)
+
+
+def test_slices_hit_their_endpoints_and_restore_the_weights():
+    model, loss_fn, sample, _ = _least_squares()
+    batch = sample(64)
+    theta_b = bs.flat_parameters(model)
+    with torch.no_grad():
+        model.weight.mul_(0.5)
+    theta_a = bs.flat_parameters(model)
+    line = bs.interpolation_slice(model, loss_fn, batch, theta_a, theta_b, [0.0, 0.5, 1.0])
+    with torch.no_grad():
+        at_a = float(loss_fn(model, batch))
+        model.weight.copy_(theta_b[0])
+        at_b = float(loss_fn(model, batch))
+        model.weight.copy_(theta_a[0])
+    assert line[0] == pytest.approx(at_a) and line[2] == pytest.approx(at_b)
+    assert torch.equal(model.weight, theta_a[0])  # restored
+    around = bs.random_direction_slice(model, loss_fn, batch, [-1.0, 0.0, 1.0])
+    assert around[1] == pytest.approx(at_a)
+    assert not math.isclose(around[0], around[1])
+
+
+def test_filter_normalized_direction_matches_each_filters_norm():
+    theta = [torch.randn(5, 3) * torch.arange(1, 6)[:, None], torch.randn(5)]
+    d = bs.filter_normalized_direction(theta, seed=3)
+    assert torch.allclose(d[0].norm(dim=1), theta[0].norm(dim=1))
+    assert torch.equal(d[1], torch.zeros(5))

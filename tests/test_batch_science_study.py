@@ -1,0 +1,130 @@
+"""Lesson 11's readings: the critical batch fitted to steps-to-target, and every verdict on both outcomes."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from course_lib import batch_science_study as study
+from course_lib.parallel import sync_batchnorm as sbn
+
+
+def _curve(b_crit, s_min=100, batches=(256, 1024, 4096, 16384)):
+    return [{"batch size": b, "steps to target": round(s_min * (1 + b_crit / b))} for b in batches]
+
+
+def test_critical_batch_recovers_the_model_it_fits():
+    fit = study.critical_batch(_curve(2000))
+    assert fit["status"] == "fit" and fit["b_crit"] == pytest.approx(2000, rel=0.02)
+    assert fit["s_min"] == pytest.approx(100, rel=0.02)
+    perfect = [{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)]
+    assert study.critical_batch(perfect)["status"] == "no bend"
+    assert study.critical_batch(_curve(2000)[:2])["status"] == "too few points"
+    beyond = study.critical_batch(_curve(100_000))
+    assert beyond["status"] == "beyond range" and beyond["b_crit"] > 16384
+
+
+def test_noise_verdict_both_ways():
+    fit = study.critical_batch(_curve(2000))
+    assert study.noise_verdict(2500, fit).startswith("The noise scale predicts the bend")
+    no = study.noise_verdict(40000, fit)
+    assert "does not predict" in no and "above" in no
+    assert "below" in study.noise_verdict(100, fit)
+    perfect = study.critical_batch([{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)])
+    assert "consistent" in study.noise_verdict(5000, perfect)
+    assert "underestimates" in study.noise_verdict(50, perfect)
+    beyond = study.noise_verdict(12_000, study.critical_batch(_curve(400_000, batches=(4096, 16384, 65536))))
+    assert "no bend yet" in beyond and "extrapolates" in beyond and "underestimates" in beyond
+    assert "fewer than 3" in study.noise_verdict(10, study.critical_batch([]))
+    assert "not positive" in study.noise_verdict(math.inf, fit)
+
+
+def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():
+    saved = {"rows": [{"batch size": 1024, "steps to target": 300}, {"batch size": 1024, "steps to target": 250},
+                      {"batch size": 4096, "steps to target": None}, {"batch size": 256, "steps to target": 900},
+                      {"batch size": 4096, "steps to target": 90}]}
+    assert study.steps_rows_from_lesson02(saved) == [{"batch size": 256, "steps to target": 900},
+                                                     {"batch size": 1024, "steps to target": 250},
+                                                     {"batch size": 4096, "steps to target": 90}]
+    assert study.steps_rows_from_lesson02(None) is None
+    assert study.steps_rows_from_lesson02({"rows": saved["rows"][:2]}) is None
+    assert study.steps_rows_from_lesson02({**saved, "profile": "smoke"}, profile="full") is None
+    assert len(study.steps_rows_from_lesson02({**saved, "profile": "full"}, profile="full")) == 3
+
+
+def _row(batch, top, gap):
+    return {"batch": batch, "top eigenvalue": top, "gap": gap}
+
+
+def test_sharpness_verdict_every_outcome():
+    assert study.sharpness_verdict(_row(256, 1.0, 0.01), _row(8192, 3.0, 0.05)).startswith("As Keskar")
+    assert "did not move together" in study.sharpness_verdict(_row(256, 1.0, 0.05), _row(8192, 3.0, 0.01))
+    assert "did not move together" in study.sharpness_verdict(_row(256, 1.0, 0.02), _row(8192, 1.02, 0.02))
+    assert "moved together" in study.sharpness_verdict(_row(256, 3.0, 0.05), _row(8192, 1.0, 0.01))
+    assert "not measured" in study.sharpness_verdict(_row(256, 1.0, None), _row(8192, 2.0, None))
+
+
+def _run(steps, hr, reached=True, t=1.0):
+    return SimpleNamespace(steps=steps, final_hr=hr, reached=reached, time_to_target_s=t if reached else None)
+
+
+def test_growth_verdict_every_outcome():
+    assert "as Smith et al." in study.growth_verdict(_run(1000, 0.60), _run(400, 0.605))
+    assert "accuracy fell" in study.growth_verdict(_run(1000, 0.60), _run(400, 0.50))
+    assert "better final HR" in study.growth_verdict(_run(1000, 0.50), _run(400, 0.60))
+    assert "no saving" in study.growth_verdict(_run(400, 0.60), _run(400, 0.60))
+
+
+def _bn_rows(small_local, small_sync):
+    rows = []
+    for b, acc in ((4, {"local BN": small_local, "synchronized BN": small_sync}), (64, {"local BN": 0.9,
+                                                                                      "synchronized BN": 0.9})):
+        for v, a in acc.items():
+            rows.append({"per_rank_batch": b, "global_batch": 2 * b, "variant": v, "test_accuracy": a,
+                         "step_ms": 2.0 if v == "synchronized BN" else 1.0})
+    return rows
+
+
+def test_bn_verdict_and_table_both_ways():
+    hurt = study.bn_verdict(_bn_rows(0.70, 0.85))
+    assert "synchronized BN" in hurt and "hurt here" in hurt and "x2.0" in hurt
+    assert "not beaten" in study.bn_verdict(_bn_rows(0.85, 0.80))
+    assert "did not hurt" in study.bn_verdict(_bn_rows(0.849, 0.85))
+    t = study.bn_table(_bn_rows(0.7, 0.85))
+    assert "2 ranks" in t.title and len(t.rows) == 2
+
+
+def test_ncf_sampler_and_loss_follow_the_estimators_convention():
+    data = SimpleNamespace(train_users=torch.arange(50), train_items=torch.arange(50) % 7, num_items=20)
+    users, items, labels = study.ncf_sampler(data, seed=1)(4000)
+    assert users.shape == items.shape == labels.shape == (4000,)
+    assert 0.15 < float(labels.mean()) < 0.25  # 1 positive per 4 negatives
+    assert torch.equal(items[labels.bool()], data.train_items[users[labels.bool()]])
+
+    class Dot(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, u, i):
+            return self.w * (u - i).float()
+
+    with torch.no_grad():
+        assert float(study.ncf_loss(Dot(), (users, items, labels))) == pytest.approx(math.log(2))
+
+
+def test_recomputed_statistics_are_the_populations():
+    torch.manual_seed(0)
+    model = sbn.bn_variant_model("local BN", 8, 16)
+    x, _ = sbn.bn_task(2048, 8, seed=0)
+    sbn.recompute_batchnorm_stats(model, x, batch_size=256)
+    with torch.no_grad():
+        h = model.fc1(x)
+    assert torch.allclose(model.bn.running_mean, h.mean(0), atol=1e-4)
+    assert torch.allclose(model.bn.running_var, h.var(0), rtol=0.01)
+    assert model.bn.momentum == 0.1  # restored
+    wn = sbn.bn_variant_model("weight norm (no BN)", 8, 16)
+    assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in wn.modules())
+    with pytest.raises(ValueError, match="unknown BatchNorm variant"):
+        sbn.bn_variant_model("group norm", 8, 16)
