@@ -193,7 +193,7 @@ def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
     for timeout_s in (5, 30, scaled(180)):
         pid_dir = tmp_path / f"timeout{timeout_s}"
         pid_dir.mkdir()
-        with pytest.raises(cdist.LaunchTimeout, match=f"did not finish within timeout_s={timeout_s}"):
+        with pytest.raises(cdist.LaunchTimeout, match=f"did not finish within timeout_s={timeout_s:g} s"):
             cdist.launch(W.hang_in_collective, 2, str(pid_dir), timeout_s=timeout_s, quiet=True)
         assert not _stray_children()
         if len(glob.glob(str(pid_dir / "*.pid"))) == 2:
