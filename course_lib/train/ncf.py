@@ -24,6 +24,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -314,6 +315,7 @@ class TrainResult:
     history: dict = field(default_factory=dict)  # sampled per step: step, lr, loss_scale, trust_ratio{layer: []}
     # lesson 06 (gloo): {micro-step index: steps whose all-reduce ran in it}; {k - 1: steps} when no_sync works
     allreduce_micro_steps: dict = field(default_factory=dict)
+    stopped_by_callback: bool = False  # lesson 12: ``on_eval`` ended the run (a pruned trial)
 
     @property
     def generalization_gap(self) -> float | None:
@@ -379,7 +381,8 @@ class TrainResult:
 def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                     progress: str = "auto", evaluate_points: bool = True,
                     time_phases: bool = False, label: str = "", k: int = 10, checkpoint=None,
-                    record_every: int | None = None, keep_model: bool = False) -> TrainResult:
+                    record_every: int | None = None, keep_model: bool = False,
+                    on_eval: Callable[[dict], bool] | None = None) -> TrainResult:
     """Train NeuMF until HR@``k`` >= ``cfg.target_hr`` at an evaluation point (or the budget ends).
 
     The budget is the settings': ``cfg.max_epochs`` (cut at ``cfg.max_steps`` when set);
@@ -402,6 +405,11 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     :mod:`course_lib.parallel.data_parallel`. ``checkpoint``: a
     :class:`course_lib.parallel.Checkpointer` (save every N steps on rank 0, resume from
     its latest file).
+
+    ``on_eval(point) -> bool`` (lesson 12) is called after every evaluation point but step 0 with
+    ``{"epoch", "step", "time_s", "hr", "ndcg", "loss"}``; returning True ends the run there, as
+    reaching the target does (a search's pruner cutting a trial). ``result.stopped_by_callback``
+    says it did.
     """
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = cdist.rank(), cdist.world_size()
@@ -434,7 +442,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     step = samples = 0
     loss_sum, loss_count = torch.zeros((), device=device), 0
     reached_at = None
-    diverged = False
+    diverged = stopped = False
 
     def eval_point():
         nonlocal eval_time, loss_sum, loss_count, reached_at
@@ -493,6 +501,9 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                 if cfg.stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
                     done = True
                     break
+                if on_eval is not None and par.agree(bool(on_eval({key: v[-1] for key, v in curve.items()}))):
+                    stopped = done = True  # lesson 12: a pruner cut the run here
+                    break
             if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock
                 clock.sync()
                 train_time += time.perf_counter() - seg_start
@@ -531,7 +542,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         comm_method=par.comm_method,
         steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
         precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
-        allreduce_micro_steps=dict(par.allreduce_micro_steps),
+        allreduce_micro_steps=dict(par.allreduce_micro_steps), stopped_by_callback=stopped,
     )
     if keep_model:  # lesson 05 inspects the trained model's gradients; not a field, so never serialized
         result.model = model
