@@ -463,7 +463,7 @@ def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, s
             return trial.should_prune()
 
         r = train_to_target(data, cfg, device=device, progress="none", on_eval=report)
-        trial.set_user_attr("budget", r.epochs / per_point)
+        trial.set_user_attr("budget", len(r.curve["hr"]) - 1)  # evaluation points trained (step 0 excluded)
         trial.set_user_attr("samples_per_s", r.samples_per_s)
         trial.set_user_attr("curve_hr", [h for h in r.curve["hr"]])
         if r.diverged:
@@ -476,13 +476,23 @@ def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, s
 
 
 def search_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """One process of a parallel search (``course_lib.dist.launch``, one trial at a time per process):
-    trials are independent runs, so the process group the launcher made is dropped first (each trial
-    trains on one process) and the processes meet only in the study's journal."""
+    """One process of a parallel search, one trial at a time: from a cell (``course_lib.dist.launch``)
+    or as one task of a SLURM array (``python -m course_lib.run course_lib.search:search_worker SPEC``).
+
+    Trials are independent runs, so a process group the launcher made is dropped first (each
+    trial trains on one process); the processes meet only in the study's journal. ``spec``:
+    ``name``, ``path`` (the journal), ``strategy``, ``seed``, ``max_resource``, ``budget``, the data
+    (``data``, or ``dataset`` and optional ``synthetic_size`` to load it here) and the base setting
+    (``base_cfg``: a TrainConfig or its ``to_dict()``); ``task`` (a SLURM array index) and ``rank``
+    give every process its own sampler seed."""
     from . import dist as cdist
+    from .data import load_implicit
 
     cdist.cleanup()
-    study = open_study(spec["name"], spec["path"], strategy=spec["strategy"], seed=spec["seed"] + rank,
+    data = spec.get("data") or load_implicit(spec["dataset"], synthetic_size=spec.get("synthetic_size"))
+    base = spec["base_cfg"]
+    base = TrainConfig.from_dict(base) if isinstance(base, dict) else base
+    seed = spec["seed"] + 1000 * int(spec.get("task", 0)) + rank
+    study = open_study(spec["name"], spec["path"], strategy=spec["strategy"], seed=seed,
                        max_resource=spec["max_resource"], reduction_factor=spec.get("reduction_factor", 3))
-    objective = neumf_objective(spec["data"], spec["base_cfg"])
-    return run_search(study, objective, budget=spec["budget"])
+    return run_search(study, neumf_objective(data, base), budget=spec["budget"])
