@@ -262,6 +262,25 @@ def pick_degraded_batch(rows, candidates, rule: str = "linear") -> int:
     return max(mine, key=lambda r: r.get("epochs to target") or 0.0)["batch size"]
 
 
+def successive_halving(curves, min_resource: int = 1, reduction_factor: int = 3) -> tuple[int, int]:
+    """Synchronous successive halving on recorded learning curves (lesson 12, exercise 12):
+    ``curves[i][r - 1]`` is configuration ``i``'s metric (higher is better) after ``r`` units of
+    resource, every curve ``R`` long. At each rung ``min_resource * reduction_factor**k < R`` the
+    surviving configurations are compared at that resource and the best
+    ``max(1, n_alive // reduction_factor)`` go on (ties: the lower index); the last survivors train
+    to ``R``. Returns (the index of the best survivor at ``R``, the resource spent by all configurations)."""
+    R = len(curves[0])
+    alive, spent, rung = list(range(len(curves))), 0, min_resource
+    while rung < R and len(alive) > 1:
+        keep = max(1, len(alive) // reduction_factor)
+        ranked = sorted(alive, key=lambda i: (-curves[i][rung - 1], i))
+        spent += rung * (len(alive) - keep)  # the ones cut here trained to this rung
+        alive = sorted(ranked[:keep])
+        rung *= reduction_factor
+    spent += R * len(alive)
+    return min(alive, key=lambda i: (-curves[i][R - 1], i)), spent
+
+
 # --------------------------------------------------------------------------- Optuna-based search (lesson 12)
 #
 # Optuna is imported inside the functions: the lessons that only sweep (01-07) do not pay for it.
@@ -489,7 +508,7 @@ def search_worker(rank: int, world_size: int, spec: dict) -> dict:
     from .data import load_implicit
 
     cdist.cleanup()
-    data = spec.get("data") or load_implicit(spec["dataset"], synthetic_size=spec.get("synthetic_size"))
+    data = spec["data"] if "data" in spec else load_implicit(spec["dataset"], synthetic_size=spec.get("synthetic_size"))
     base = spec["base_cfg"]
     base = TrainConfig.from_dict(base) if isinstance(base, dict) else base
     seed = spec["seed"] + 1000 * int(spec.get("task", 0)) + rank
