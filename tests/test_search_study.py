@@ -90,7 +90,7 @@ def test_neumf_trials_are_pruned_inside_the_engine(tmp_path):
     from course_lib.data import load_implicit
 
     data = load_implicit("synthetic", profile="smoke")
-    spec = {**study.lesson_spec("smoke", seeds=1), "budget": 4}
+    spec = {**study.lesson_spec("smoke", seeds=1), "budget": 6}
     rec = study.run_one(data, spec, 0.3, "successive_halving", 0, tmp_path)
     states = [t["state"] for t in rec["trials"]]
     assert "PRUNED" in states and "COMPLETE" in states
