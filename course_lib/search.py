@@ -297,7 +297,9 @@ def successive_halving(curves, min_resource: int = 1, reduction_factor: int = 3)
 # does that job here: each trial records its host and pid, and a trial whose process is gone
 # (same host) is failed when a search (re)starts. A process killed while holding the journal's
 # lock leaves its lock file behind; the next writer waits up to the lock's grace period (30 s)
-# and then breaks it.
+# and then breaks it. And one about the pruners: a rung of Optuna's successive halving can sit at
+# the last step, so asking ``should_prune()`` after the final report can discard a finished run
+# (measured here: a full 4-epoch trial at HR@10 0.62 recorded PRUNED); neumf_objective does not ask there.
 
 STRATEGIES = ("random", "successive_halving", "hyperband")
 
@@ -477,9 +479,15 @@ def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, s
                 trial.set_user_attr("budget", 0.0)
                 raise optuna.TrialPruned(f"predicted {predicted:.1f} s > limit {time_limit_s:.1f} s")
 
+        last = round(cfg.max_epochs / per_point)
+
         def report(point):
-            trial.report(point["hr"], step=round(point["epoch"] / per_point))
-            return trial.should_prune()
+            step = round(point["epoch"] / per_point)
+            trial.report(point["hr"], step=step)
+            # Optuna's successive halving also has a rung AT the last step (1, 2, 4, 8 for 8 points):
+            # asked there, it "prunes" a run that has already trained its whole budget, which then
+            # counts as PRUNED with no value. A finished run is kept: its epochs are spent anyway.
+            return step < last and trial.should_prune()
 
         r = train_to_target(data, cfg, device=device, progress="none", on_eval=report)
         trial.set_user_attr("budget", len(r.curve["hr"]) - 1)  # evaluation points trained (step 0 excluded)
