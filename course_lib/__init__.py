@@ -40,7 +40,8 @@ Training
     train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
                      mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)
 What the lessons measure and show
-    search.py        scaled settings, sweeps and their tables, lr grids that extend at their edge
+    search.py        scaled settings, sweeps and their tables, lr grids that extend at their edge; Optuna-based
+                     random search / successive halving / Hyperband in a journal file processes share (lesson 12)
     ladder.py        the trick ladder: the one writer and reader of its rungs
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
@@ -52,6 +53,7 @@ What the lessons measure and show
                      top eigenvalue and trace (Hessian-vector products), loss slices between solutions
     batch_science_study.py  what lesson 11 measures: B_simple against the bend, sharpness against the gap,
                      growing the batch instead of decaying the lr, BatchNorm per rank; tables and verdicts
+    search_study.py  what lesson 12 measures: searches at equal budget, epochs to the target, brackets, verdict
     widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
                      explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)

@@ -280,3 +280,55 @@ def plot_ladder(rows, *, ax=None):
     ax.set_title("The trick ladder" + (f" (target HR@10 {target:.3f})" if target else ""), fontsize=10)
     ax.set_xlim(0, max(times + [1.0]) * 1.35)
     return fig
+
+
+def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=None):
+    """Lesson 12: the best HR@10 a search has seen against the epochs it has spent, per strategy: the
+    median over its seeds as a line, the range (min to max) as a band. ``curves``:
+    ``{strategy: [[(epochs spent, best so far), ...] per seed]}``."""
+    import warnings
+
+    import numpy as np
+
+    fig, ax = _axes(ax, figsize=(7, 3.8))
+    end = max((p[-1][0] for runs in curves.values() for p in runs if p), default=1.0)
+    grid = np.linspace(0.0, end, 200)
+    for strategy, runs in curves.items():
+        ys = []
+        for pts in runs:
+            xs, best = [p[0] for p in pts], [p[1] for p in pts]
+            idx = np.searchsorted(xs, grid, side="right") - 1  # the last finished trial at or before x
+            ys.append(np.where(idx >= 0, np.array(best + [0.0])[idx], np.nan))
+        ys = np.array(ys)
+        with warnings.catch_warnings():  # before a seed's first trial its column is all NaN: no line there
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med, lo, hi = np.nanmedian(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
+        (line,) = ax.step(grid, med, where="post", label=f"{strategy} (median of {len(runs)})")
+        ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=line.get_color())
+    if target_hr is not None:
+        ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:g}")
+    ax.set_xlabel("epochs spent by the search (all trials)")
+    ax.set_ylabel("best HR@10 seen")
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def plot_hyperband_brackets(brackets: list[dict], *, max_resource: int, per_point: float = 1.0, ax=None):
+    """Lesson 12: each Hyperband bracket as a bar per rung: how many of 100 trials entering the bracket
+    still train at each resource (a bracket's trials are compared only at its own rungs)."""
+    fig, ax = _axes(ax, figsize=(7, 0.9 + 0.7 * len(brackets)))
+    for b in brackets:
+        edges = [0] + b["rungs"] + [max_resource]
+        alive = [1.0] + b["survivors"]
+        for (lo, hi), frac in zip(zip(edges[:-1], edges[1:]), alive):
+            ax.barh(b["bracket"], (hi - lo) * per_point, left=lo * per_point, height=0.6 * max(frac, 0.08) ** 0.5,
+                    color="C0", alpha=0.35 + 0.6 * frac, edgecolor="k", lw=0.5)
+            ax.text((lo + hi) / 2 * per_point, b["bracket"], f"{100 * frac:.0f}", ha="center", va="center", fontsize=8)
+        ax.text(max_resource * per_point * 1.01, b["bracket"], f"{b['share']:.0%} of trials", va="center", fontsize=8)
+    ax.set_yticks([b["bracket"] for b in brackets])
+    ax.set_yticklabels([f"bracket {b['bracket']}" for b in brackets])
+    ax.invert_yaxis()
+    ax.set_xlim(0, max_resource * per_point * 1.22)
+    ax.set_xlabel("epochs of training (numbers: of 100 trials entering, how many train this far)")
+    ax.set_title("Hyperband's brackets: early, aggressive cuts (top) to none (bottom)", fontsize=9)
+    return fig

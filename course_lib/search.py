@@ -8,14 +8,20 @@ BERT); this module only builds their inputs, collects their outputs and picks am
 - ``run_sweep`` / ``sweep_rows`` / ``sweep_table`` / ``fastest``: a sweep and its table;
 - ``lr_sweep``: short runs per lr, the best one, the grid extended at its edge (lesson 01);
 - ``sweep_with_edge_extension``: a grid that grows while its best point sits on an edge
-  (lesson 07's lr search); successive halving and Hyperband (lesson 12) belong here too;
+  (lesson 07's lr search);
 - ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid
   (lesson 04);
-- ``pick_degraded_batch``: where a scaling rule broke, from a saved sweep (lesson 03).
+- ``pick_degraded_batch``: where a scaling rule broke, from a saved sweep (lesson 03);
+- ``open_study`` / ``run_search`` / ``neumf_objective`` / ``search_worker``: Optuna-based random search,
+  successive halving and Hyperband at a budget, in a journal file several processes share (lesson 12).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import socket
+import time
 from typing import Callable
 
 from .optim.schedules import LR_RULES, linear_scaled_lr, sqrt_scaled_lr
@@ -254,3 +260,266 @@ def pick_degraded_batch(rows, candidates, rule: str = "linear") -> int:
     if missed:
         return missed[0]["batch size"]
     return max(mine, key=lambda r: r.get("epochs to target") or 0.0)["batch size"]
+
+
+def successive_halving(curves, min_resource: int = 1, reduction_factor: int = 3) -> tuple[int, int]:
+    """Synchronous successive halving on recorded learning curves (lesson 12, exercise 12):
+    ``curves[i][r - 1]`` is configuration ``i``'s metric (higher is better) after ``r`` units of
+    resource, every curve ``R`` long. At each rung ``min_resource * reduction_factor**k < R`` the
+    surviving configurations are compared at that resource and the best
+    ``max(1, n_alive // reduction_factor)`` go on (ties: the lower index); the last survivors train
+    to ``R``. Returns (the index of the best survivor at ``R``, the resource spent by all configurations)."""
+    R = len(curves[0])
+    alive, spent, rung = list(range(len(curves))), 0, min_resource
+    while rung < R and len(alive) > 1:
+        keep = max(1, len(alive) // reduction_factor)
+        ranked = sorted(alive, key=lambda i: (-curves[i][rung - 1], i))
+        spent += rung * (len(alive) - keep)  # the ones cut here trained to this rung
+        alive = sorted(ranked[:keep])
+        rung *= reduction_factor
+    spent += R * len(alive)
+    return min(alive, key=lambda i: (-curves[i][R - 1], i)), spent
+
+
+# --------------------------------------------------------------------------- Optuna-based search (lesson 12)
+#
+# Optuna is imported inside the functions: the lessons that only sweep (01-07) do not pay for it.
+#
+# Storage: a journal file (optuna.storages.JournalStorage over JournalFileBackend), not SQLite.
+# Why, from Optuna's own docs and issue tracker: SQLite relies on fcntl() locks, which are broken
+# on many NFS mounts (the shared file systems of HPC centers), and several processes writing one
+# SQLite file at once fail with "database is locked" (optuna#820, #4994; Optuna's FAQ recommends
+# against SQLite for parallel optimization). The journal backend appends one JSON line per change
+# under a lock made with link()/symlink(), which works on NFS, and every process replays the log.
+# What surprised us (Optuna 5.0, read in its source): the heartbeat that turns the trials of a
+# killed process into FAIL (heartbeat_interval, grace_period, RetryFailedTrialCallback) exists for
+# RDBStorage only; in a journal a killed trial stays RUNNING forever. ``fail_orphaned_trials``
+# does that job here: each trial records its host and pid, and a trial whose process is gone
+# (same host) is failed when a search (re)starts. A process killed while holding the journal's
+# lock leaves its lock file behind; the next writer waits up to the lock's grace period (30 s)
+# and then breaks it. And one about the pruners: a rung of Optuna's successive halving can sit at
+# the last step, so asking ``should_prune()`` after the final report can discard a finished run
+# (measured here: a full 4-epoch trial at HR@10 0.62 recorded PRUNED); neumf_objective does not ask there.
+
+STRATEGIES = ("random", "successive_halving", "hyperband")
+
+
+class Diverged(RuntimeError):
+    """A trial whose weights went inf/nan: recorded as FAIL (``catch``), the study goes on."""
+
+
+def journal_storage(path):
+    """The study's storage: Optuna's journal file at ``path`` (shared by every process that opens it)."""
+    import optuna
+
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+
+
+def make_pruner(strategy: str, *, max_resource: int, min_resource: int = 1, reduction_factor: int = 3):
+    """The pruner of a strategy: "random" none (every trial runs ``max_resource``), "successive_halving"
+    (Optuna's asynchronous SHA) or "hyperband" (several SHA brackets, Li et al. 2018)."""
+    import optuna
+
+    if strategy == "random":
+        return optuna.pruners.NopPruner()
+    if strategy == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=reduction_factor)
+    if strategy == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=min_resource, max_resource=max_resource,
+                                              reduction_factor=reduction_factor)
+    raise ValueError(f"strategy={strategy!r}; choose one of {STRATEGIES}")
+
+
+def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, min_resource: int = 1,
+               reduction_factor: int = 3, direction: str = "maximize"):
+    """Create the study ``name`` in the journal at ``path``, or load it when it exists (a resumed or
+    shared search): random sampling seeded by ``seed``, the strategy's pruner."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=name, storage=journal_storage(path), direction=direction, load_if_exists=True,
+        sampler=optuna.samplers.RandomSampler(seed=seed),
+        pruner=make_pruner(strategy, max_resource=max_resource, min_resource=min_resource,
+                           reduction_factor=reduction_factor))
+
+
+def trial_budget(t) -> float:
+    """The resource a finished trial spent: what it recorded as ``budget``, else its last reported step."""
+    if "budget" in t.user_attrs:
+        return float(t.user_attrs["budget"])
+    return float(max(t.intermediate_values, default=0))
+
+
+def budget_spent(study) -> float:
+    """The resource spent by the study's finished trials (complete, pruned or failed), all processes together."""
+    from optuna.trial import TrialState
+
+    return sum(trial_budget(t) for t in study.get_trials(deepcopy=False)
+               if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_orphaned_trials(study) -> list[int]:
+    """FAIL the RUNNING trials whose process (on this host) is gone; returns their numbers.
+
+    A journal storage has no heartbeat (see the note above), so a trial whose process was
+    killed would stay RUNNING and be counted nowhere. Trials of other hosts are left alone."""
+    from optuna.trial import TrialState
+
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
+        if host == socket.gethostname() and pid is not None and not _pid_alive(int(pid)):
+            study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+            failed.append(t.number)
+    return failed
+
+
+def run_search(study, objective: Callable, *, budget: float, max_trials: int | None = 1000,
+               catch: tuple = (Diverged,)) -> dict:
+    """Run trials of ``objective(trial)`` on ``study`` until ``budget`` (in the objective's resource)
+    is spent by all the processes sharing the study, or ``max_trials`` were started here.
+
+    Orphaned trials of killed processes are failed first (a resumed search); finished trials are
+    never repeated: the budget counts them. Each trial records this process's host and pid. A trial
+    raising one of ``catch`` is recorded FAIL and the search goes on. Returns what this process did."""
+    orphans = fail_orphaned_trials(study)
+    start, mine = time.perf_counter(), []
+
+    def tagged(trial):
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("pid", os.getpid())
+        mine.append(trial.number)
+        return objective(trial)
+
+    def stop_when_spent(study, _trial):
+        if budget_spent(study) >= budget or (max_trials is not None and len(mine) >= max_trials):
+            study.stop()
+
+    if budget_spent(study) < budget:
+        study.optimize(tagged, catch=catch, callbacks=[stop_when_spent], gc_after_trial=False)
+    return {"trials": mine, "orphans_failed": orphans, "seconds": time.perf_counter() - start, "pid": os.getpid()}
+
+
+def quadratic_objective(trial, *, steps: int = 9, optimum: float = 2.0, sleep_s: float = 0.0, fail_above: float | None = None):
+    """A cheap objective with a known optimum (tests, the brackets figure): ``x`` in [-10, 10], the value
+    ``-(x - optimum)^2`` approached over ``steps`` reports as ``-(x - optimum)^2 - 1/step``; raises
+    ``RuntimeError`` when ``x > fail_above`` (a crashing trial)."""
+    import optuna
+
+    x = trial.suggest_float("x", -10.0, 10.0)
+    if fail_above is not None and x > fail_above:
+        raise RuntimeError(f"trial {trial.number}: x={x:.2f} crashes (fail_above={fail_above})")
+    for step in range(1, steps + 1):
+        if sleep_s:
+            time.sleep(sleep_s)
+        value = -(x - optimum) ** 2 - 1.0 / step
+        trial.report(value, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return -(x - optimum) ** 2
+
+
+# --------------------------------------------------------------------------- NeuMF at a large batch
+
+NEUMF_SPACE = {  # the search space of lesson 12 (NeuMF at a large batch), ranges of the base lr at batch 256
+    "base_lr": (1e-4, 3e-2),  # log scale
+    "warmup_fraction": (0.0, 0.3),  # of the planned run
+    "lr_scaling": ("linear", "sqrt"),
+    "weight_decay": (1e-8, 1e-3),  # log scale
+    "optimizer": ("adam", "lamb"),
+}
+
+
+def suggest_neumf(trial, base_cfg: TrainConfig, steps_per_epoch: int, space: dict = NEUMF_SPACE) -> TrainConfig:
+    """``base_cfg`` with the trial's choice of every hyperparameter of ``space``."""
+    lr = trial.suggest_float("base_lr", *space["base_lr"], log=True)
+    warm = trial.suggest_float("warmup_fraction", *space["warmup_fraction"])
+    rule = trial.suggest_categorical("lr_scaling", list(space["lr_scaling"]))
+    wd = trial.suggest_float("weight_decay", *space["weight_decay"], log=True)
+    opt = trial.suggest_categorical("optimizer", list(space["optimizer"]))
+    planned = math.ceil(base_cfg.max_epochs * steps_per_epoch)
+    return base_cfg.replace(base_lr=lr, warmup_steps=round(warm * planned), lr_scaling=rule, weight_decay=wd,
+                            optimizer=opt, base_batch_size=base_cfg.base_batch_size or 256)
+
+
+def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, space: dict = NEUMF_SPACE,
+                    predicted_seconds: Callable[[TrainConfig], float] | None = None,
+                    time_limit_s: float | None = None) -> Callable:
+    """The objective of lesson 12: one NeuMF run through the engine (``train_to_target``) per trial,
+    its best HR@10. The resource is the epoch: HR@10 is reported to the trial at every evaluation
+    point (``base_cfg.eval_every_epochs``, counted in evaluation points) so its pruner can cut the run.
+
+    ``base_cfg.max_epochs`` is the most a trial trains (the ``max_resource``). A run that diverges
+    raises :class:`Diverged` (FAIL). With ``predicted_seconds`` and ``time_limit_s`` (lesson 09's
+    model), a setting predicted slower than the limit is pruned before it trains at all."""
+    import optuna
+
+    from .train.ncf import steps_per_epoch as _spe
+
+    spe = _spe(data, base_cfg)
+    per_point = base_cfg.eval_every_epochs
+
+    def objective(trial):
+        cfg = suggest_neumf(trial, base_cfg.replace(stop_at_target=False), spe, space)
+        if predicted_seconds is not None and time_limit_s is not None:
+            predicted = predicted_seconds(cfg)
+            trial.set_user_attr("predicted_s", predicted)
+            if predicted > time_limit_s:
+                trial.set_user_attr("budget", 0.0)
+                raise optuna.TrialPruned(f"predicted {predicted:.1f} s > limit {time_limit_s:.1f} s")
+
+        last = round(cfg.max_epochs / per_point)
+
+        def report(point):
+            step = round(point["epoch"] / per_point)
+            trial.report(point["hr"], step=step)
+            # Optuna's successive halving also has a rung AT the last step (1, 2, 4, 8 for 8 points):
+            # asked there, it "prunes" a run that has already trained its whole budget, which then
+            # counts as PRUNED with no value. A finished run is kept: its epochs are spent anyway.
+            return step < last and trial.should_prune()
+
+        r = train_to_target(data, cfg, device=device, progress="none", stop_early=report)
+        trial.set_user_attr("budget", len(r.curve["hr"]) - 1)  # evaluation points trained (step 0 excluded)
+        trial.set_user_attr("samples_per_s", r.samples_per_s)
+        trial.set_user_attr("curve_hr", [h for h in r.curve["hr"]])
+        if r.diverged:
+            raise Diverged(f"trial {trial.number} diverged at epoch {r.epochs:.2f} (peak lr {cfg.peak_lr:.3g})")
+        if r.stopped_early:
+            raise optuna.TrialPruned()
+        return max(h for h in r.curve["hr"] if h is not None)
+
+    return objective
+
+
+def search_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """One process of a parallel search, one trial at a time: from a cell (``course_lib.dist.launch``)
+    or as one task of a SLURM array (``python -m course_lib.run course_lib.search:search_worker SPEC``).
+
+    Trials are independent runs, so a process group the launcher made is dropped first (each
+    trial trains on one process); the processes meet only in the study's journal. ``spec``:
+    ``name``, ``path`` (the journal), ``strategy``, ``seed``, ``max_resource``, ``budget``, the data
+    (``data``, or ``dataset`` and optional ``synthetic_size`` to load it here) and the base setting
+    (``base_cfg``: a TrainConfig or its ``to_dict()``); ``task`` (a SLURM array index) and ``rank``
+    give every process its own sampler seed."""
+    from . import dist as cdist
+    from .data import load_implicit
+
+    cdist.cleanup()
+    data = spec["data"] if "data" in spec else load_implicit(spec["dataset"], synthetic_size=spec.get("synthetic_size"))
+    base = spec["base_cfg"]
+    base = TrainConfig.from_dict(base) if isinstance(base, dict) else base
+    seed = spec["seed"] + 1000 * int(spec.get("task", 0)) + rank
+    study = open_study(spec["name"], spec["path"], strategy=spec["strategy"], seed=seed,
+                       max_resource=spec["max_resource"], reduction_factor=spec.get("reduction_factor", 3))
+    return run_search(study, neumf_objective(data, base), budget=spec["budget"])

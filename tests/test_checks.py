@@ -631,3 +631,36 @@ def test_noise_scale_check_reports_a_stub_and_a_wrong_shape():
     assert checks.check_noise_scale(stub).not_implemented
     r = checks.check_noise_scale(lambda *a: 1.0)
     assert not r.passed and "three numbers" in r.message
+
+
+# --------------------------------------------------------------------------- 12: successive halving
+
+
+def _sha_full_spent(curves, r, eta):
+    from course_lib.search import successive_halving
+
+    best, _ = successive_halving(curves, r, eta)
+    return best, len(curves) * len(curves[0])
+
+
+def _sha_keeps_the_worst(curves, r, eta):
+    from course_lib.search import successive_halving
+
+    return successive_halving([[-v for v in c] for c in curves], r, eta)
+
+
+def _sha_never_trains_on(curves, r, eta):
+    best = max(range(len(curves)), key=lambda i: (curves[i][r - 1], -i))
+    return best, len(curves) * r
+
+
+def test_successive_halving_check_tells_right_from_three_mistakes():
+    from course_lib.search import successive_halving
+
+    assert checks.check_successive_halving(successive_halving).passed
+    assert checks.check_successive_halving(_stub).not_implemented
+    msg = checks.check_successive_halving(_sha_full_spent).message
+    assert "up to the rung where it was cut" in msg
+    assert "HIGHEST value" in checks.check_successive_halving(_sha_keeps_the_worst).message
+    assert "at the END" in checks.check_successive_halving(_sha_never_trains_on).message
+    assert "expected a pair" in checks.check_successive_halving(lambda c, r, e: 3).message

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -361,6 +362,7 @@ class TrainResult:
     history: dict = field(default_factory=dict)  # sampled per step: step, lr, loss_scale, trust_ratio{layer: []}
     # lesson 06 (gloo): {micro-step index: steps whose all-reduce ran in it}; {k - 1: steps} when no_sync works
     allreduce_micro_steps: dict = field(default_factory=dict)
+    stopped_early: bool = False  # lesson 12: ``stop_early`` ended the run (a pruned trial)
 
     @property
     def generalization_gap(self) -> float | None:
@@ -426,7 +428,8 @@ class TrainResult:
 def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                     progress: str = "auto", evaluate_points: bool = True,
                     time_phases: bool = False, label: str = "", k: int = 10, checkpoint=None,
-                    record_every: int | None = None, keep_model: bool = False, on_eval=None) -> TrainResult:
+                    record_every: int | None = None, keep_model: bool = False, on_eval=None,
+                    stop_early: Callable[[dict], bool] | None = None) -> TrainResult:
     """Train NeuMF until HR@``k`` >= ``cfg.target_hr`` at an evaluation point (or the budget ends).
 
     The budget is the settings': ``cfg.max_epochs`` (cut at ``cfg.max_steps`` when set);
@@ -454,6 +457,11 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     clock, with ``point = {"step", "epoch", "samples", "hr"}``; what it returns (a dict, or None
     to record nothing) is kept in ``result.probes`` together with the point, and its time in
     ``result.probe_time_s``. ``cfg.milestones`` divide the lr or grow the batch between epochs.
+
+    ``stop_early(point) -> bool`` (lesson 12) is called after every evaluation point but step 0 with
+    ``{"epoch", "step", "time_s", "hr", "ndcg", "loss"}``; returning True ends the run there, as
+    reaching the target does (a search's pruner cutting a trial). ``result.stopped_early`` says it
+    did. The two hooks differ in kind: ``on_eval`` measures the model, ``stop_early`` decides.
     """
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = cdist.rank(), cdist.world_size()
@@ -493,7 +501,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     step = samples = 0
     loss_sum, loss_count = torch.zeros((), device=device), 0
     reached_at = None
-    diverged = False
+    diverged = stopped = False
 
     def epoch_now() -> float:
         if not growing:
@@ -579,6 +587,9 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                 if cfg.stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
                     done = True
                     break
+                if stop_early is not None and par.agree(bool(stop_early({key: v[-1] for key, v in curve.items()}))):
+                    stopped = done = True  # lesson 12: a pruner cut the run here
+                    break
             if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock
                 clock.sync()
                 train_time += time.perf_counter() - seg_start
@@ -618,6 +629,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
         precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
         allreduce_micro_steps=dict(par.allreduce_micro_steps), probes=probes, probe_time_s=probe_time,
+        stopped_early=stopped,
     )
     if keep_model:  # lesson 05 inspects the trained model's gradients; not a field, so never serialized
         result.model = model

@@ -1,0 +1,285 @@
+"""What lesson 12 measures: grid vs random search vs successive halving vs Hyperband at one budget.
+
+The mechanics (the study, its journal file, the pruners, NeuMF's objective) are
+:mod:`course_lib.search`; this module sizes the lesson per profile, runs the searches, turns
+their trials into the lesson's tables and figures, and reads them (``verdict``).
+
+Budgets are counted in the objective's resource, the *evaluation point* (``eval_every``
+epochs of training); the tables show them in epochs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from pathlib import Path
+
+from .config import pick
+from .search import (STRATEGIES, neumf_objective, open_study, run_search, sweep_with_edge_extension,
+                     trial_budget)
+from .tables import Table
+from .train.ncf import TrainConfig, steps_per_epoch
+
+
+def lesson_spec(profile: str, *, seeds: int | None = None) -> dict:
+    """The lesson's sizes. On the small synthetic set (the CPU tier) a NeuMF epoch at batch 4096 is
+    ~2 s on a loaded 2-core machine: full = 4 epochs per trial, evaluated every half epoch, 4 full
+    trials of budget per search, 3 seeds; smoke = a quarter epoch per trial, 2 seeds."""
+    max_epochs = pick(profile, full=4.0, smoke=0.25)
+    eval_every = pick(profile, full=0.5, smoke=0.125)
+    max_resource = round(max_epochs / eval_every)
+    return {"profile": profile, "batch": 4096, "max_epochs": max_epochs, "eval_every": eval_every,
+            "max_resource": max_resource, "reduction_factor": 2,
+            "budget": max_resource * pick(profile, full=4, smoke=2),
+            "seeds": list(range(seeds or pick(profile, full=3, smoke=2))), "strategies": list(STRATEGIES)}
+
+
+def base_config(spec: dict, target_hr: float) -> TrainConfig:
+    """The large-batch setting every trial starts from (the search fills in lr, warmup, rule, wd, optimizer)."""
+    return TrainConfig(global_batch_size=spec["batch"], base_batch_size=256, optimizer="adam",
+                       max_epochs=spec["max_epochs"], eval_every_epochs=spec["eval_every"], target_hr=target_hr,
+                       stop_at_target=False)
+
+
+# --------------------------------------------------------------------------- the cost of a grid
+
+
+def grid_cost_table(max_epochs: float, axes: int = 5, points=(2, 3, 4, 5)) -> Table:
+    """Runs and epochs of a full grid over ``axes`` hyperparameters, ``k`` points per axis (deterministic)."""
+    t = Table(["points per axis", "runs (k^axes)", "epochs (runs x epochs per run)"],
+              title=f"A grid over {axes} hyperparameters, {max_epochs:g} epochs per run")
+    for k in points:
+        t.add(**{"points per axis": k, "runs (k^axes)": k ** axes,
+                 "epochs (runs x epochs per run)": k ** axes * max_epochs})
+    return t
+
+
+def edge_extension_runs(best_lr_factor: float, factors=(0.5, 1.0, 2.0), max_extensions: int = 2) -> list[float]:
+    """The lr factors lesson 07's edge-extending grid (``sweep_with_edge_extension``) runs when the
+    best lr lies at ``best_lr_factor`` (a stand-in score: the distance to it, in octaves)."""
+    done = sweep_with_edge_extension(lambda f: f, factors, lambda f: abs(math.log2(f / best_lr_factor)),
+                                     max_extensions=max_extensions)
+    return sorted(done)
+
+
+# --------------------------------------------------------------------------- running the searches
+
+
+def trial_records(study) -> list[dict]:
+    """The study's finished trials in the order they finished, as plain dicts (saved as JSON)."""
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    finished.sort(key=lambda t: (t.datetime_complete is None, t.datetime_complete or 0, t.number))
+    return [{"number": t.number, "state": t.state.name, "budget": trial_budget(t), "value": t.value,
+             "curve_hr": list(t.user_attrs.get("curve_hr", [])), "params": dict(t.params),
+             "samples_per_s": t.user_attrs.get("samples_per_s")} for t in finished]
+
+
+def run_one(data, spec: dict, target_hr: float, strategy: str, seed: int, directory, *, device=None) -> dict:
+    """One search of ``strategy`` at seed ``seed`` in its own journal under ``directory``; its record."""
+    path = Path(directory) / f"{strategy}-seed{seed}.log"
+    study = open_study(f"{strategy}-seed{seed}", path, strategy=strategy, seed=seed,
+                       max_resource=spec["max_resource"], reduction_factor=spec["reduction_factor"])
+    start = time.perf_counter()
+    run_search(study, neumf_objective(data, base_config(spec, target_hr), device=device), budget=spec["budget"])
+    return {"strategy": strategy, "seed": seed, "seconds": time.perf_counter() - start, "journal": str(path),
+            "trials": trial_records(study)}
+
+
+def run_all(data, spec: dict, target_hr: float, directory, *, device=None) -> list[dict]:
+    """Every strategy at every seed of ``spec``, one after the other (prints one line per search)."""
+    records = []
+    for seed in spec["seeds"]:
+        for strategy in spec["strategies"]:
+            r = run_one(data, spec, target_hr, strategy, seed, directory, device=device)
+            print(f"{strategy:18s} seed {seed}: {len(r['trials'])} trials, {r['seconds']:.1f} s", flush=True)
+            records.append(r)
+    return records
+
+
+def parallel_spec(data, spec: dict, target_hr: float, directory, strategy: str = "hyperband", seed: int = 0,
+                  name: str = "parallel") -> dict:
+    """What :func:`course_lib.search.search_worker` needs: every process opens the same study."""
+    return {"name": f"{name}-{strategy}-seed{seed}", "path": str(Path(directory) / f"{name}-{strategy}-seed{seed}.log"),
+            "strategy": strategy, "seed": seed, "max_resource": spec["max_resource"],
+            "reduction_factor": spec["reduction_factor"], "budget": spec["budget"], "data": data,
+            "base_cfg": base_config(spec, target_hr)}
+
+
+def parallel_record(pspec: dict, outs: list[dict], wall_s: float) -> dict:
+    """The record of a parallel search: the shared study's trials, what each process did, the wall time."""
+    study = open_study(pspec["name"], pspec["path"], strategy=pspec["strategy"], seed=pspec["seed"],
+                       max_resource=pspec["max_resource"], reduction_factor=pspec["reduction_factor"])
+    return {"strategy": pspec["strategy"], "seed": pspec["seed"], "seconds": max(o["seconds"] for o in outs),
+            "wall_s": wall_s, "processes": len(outs), "trials_per_process": [len(o["trials"]) for o in outs],
+            "trials": trial_records(study)}
+
+
+# --------------------------------------------------------------------------- reading the trials
+
+
+def progress(record: dict, per_point: float) -> list[tuple[float, float]]:
+    """(epochs spent, best HR@10 seen so far) after each finished trial of a search."""
+    spent, best, out = 0.0, 0.0, []
+    for t in record["trials"]:
+        spent += t["budget"] * per_point
+        hrs = [h for h in t["curve_hr"][1:] if h is not None and math.isfinite(h)]
+        best = max([best] + hrs)
+        out.append((spent, best))
+    return out
+
+
+def epochs_to_target(record: dict, target_hr: float, per_point: float) -> float | None:
+    """Epochs the search had spent (all earlier trials, plus this one up to that point) when a trial
+    first reached ``target_hr``; None when none did."""
+    spent = 0.0
+    for t in record["trials"]:
+        for i, h in enumerate(t["curve_hr"][1:], start=1):
+            if h is not None and h >= target_hr:
+                return (spent + i) * per_point
+        spent += t["budget"]
+    return None
+
+
+def _median(values: list) -> float:
+    return statistics.median([math.inf if v is None else v for v in values]) if values else math.inf
+
+
+def strategy_rows(records: list[dict], target_hr: float, per_point: float) -> list[dict]:
+    """Per strategy: epochs to the target per seed and their median, trials, best HR@10, epochs spent."""
+    rows = []
+    for strategy in dict.fromkeys(r["strategy"] for r in records):
+        mine = [r for r in records if r["strategy"] == strategy]
+        reach = [epochs_to_target(r, target_hr, per_point) for r in mine]
+        rows.append({
+            "strategy": strategy, "seeds": len(mine), "epochs to target (per seed)": reach,
+            "median epochs to target": _median(reach),
+            "trials (median)": statistics.median(len(r["trials"]) for r in mine),
+            "pruned (median)": statistics.median(sum(t["state"] == "PRUNED" for t in r["trials"]) for r in mine),
+            "best HR@10 (median)": statistics.median(progress(r, per_point)[-1][1] if r["trials"] else 0.0 for r in mine),
+            "epochs spent (median)": statistics.median(progress(r, per_point)[-1][0] if r["trials"] else 0.0
+                                                       for r in mine),
+            "seconds (median)": statistics.median(r["seconds"] for r in mine),
+        })
+    return rows
+
+
+def strategy_table(rows: list[dict], target_hr: float) -> Table:
+    t = Table(["strategy", "seeds", "epochs to target (per seed)", "median epochs to target", "trials (median)",
+               "pruned (median)", "best HR@10 (median)", "epochs spent (median)", "seconds (median)"],
+              title=f"Searches at equal budget: epochs spent until a trial reached HR@10 >= {target_hr:g}")
+    for r in rows:
+        t.add(**{**r, "epochs to target (per seed)": ", ".join("-" if v is None else f"{v:g}"
+                                                               for v in r["epochs to target (per seed)"]),
+                 "median epochs to target": "not reached" if math.isinf(r["median epochs to target"])
+                 else r["median epochs to target"]})
+    return t
+
+
+def verdict(rows: list[dict], target_hr: float, *, goal_ratio: float = 0.5) -> str:
+    """The reading of the strategy table: did a pruning strategy reach the target with at most
+    ``goal_ratio`` of the epochs random search needed (medians over the seeds)?"""
+    by = {r["strategy"]: r for r in rows}
+    if "random" not in by or len(by) < 2:
+        return "nothing to compare: the table needs random search and at least one pruning strategy"
+    rand = by["random"]["median epochs to target"]
+    pruned = {s: r["median epochs to target"] for s, r in by.items() if s != "random"}
+    best = min(pruned, key=pruned.get)
+    seeds = by[best]["seeds"]
+    if math.isinf(rand) and math.isinf(pruned[best]):
+        return (f"no strategy reached HR@10 {target_hr:g} within the budget (median over {seeds} seeds): "
+                "the comparison needs a larger budget or a lower target")
+    if math.isinf(pruned[best]):
+        return (f"random search reached HR@10 {target_hr:g} in {rand:g} epochs (median) and no pruning strategy "
+                "did within the budget: here cutting runs early cut the good ones too")
+    if math.isinf(rand):
+        return (f"{best} reached HR@10 {target_hr:g} in {pruned[best]:g} epochs (median over {seeds} seeds); random "
+                "search did not within the same budget: the pruner bought more configurations for the same epochs")
+    ratio = pruned[best] / rand
+    met = "meets" if ratio <= goal_ratio else "misses"
+    return (f"{best} reached HR@10 {target_hr:g} in {pruned[best]:g} epochs, random search in {rand:g} (medians over "
+            f"{seeds} seeds): {ratio:.2f}x the epochs, which {met} the goal of at most {goal_ratio:g}x")
+
+
+def hyperband_brackets(max_resource: int, min_resource: int = 1, reduction_factor: int = 3) -> list[dict]:
+    """The brackets Optuna's HyperbandPruner runs (same arithmetic as its source): per bracket, its
+    share of the trials and the rungs (resources) where its trials are compared and the top
+    ``1 / reduction_factor`` go on."""
+    n = math.floor(math.log(max_resource / min_resource, reduction_factor)) + 1
+    alloc = [math.ceil(n * reduction_factor ** (n - 1 - s) / (n - 1 - s + 1)) for s in range(n)]
+    out = []
+    for s in range(n):
+        rungs, k = [], 0
+        while min_resource * reduction_factor ** (s + k) < max_resource:
+            rungs.append(min_resource * reduction_factor ** (s + k))
+            k += 1
+        out.append({"bracket": s, "share": alloc[s] / sum(alloc), "rungs": rungs,
+                    "survivors": [reduction_factor ** -(i + 1) for i in range(len(rungs))]})
+    return out
+
+
+def brackets_table(brackets: list[dict], per_point: float) -> Table:
+    t = Table(["bracket", "share of trials", "rungs (epochs)", "fraction past each rung"],
+              title="The brackets of Hyperband (Li et al. 2018) as Optuna runs them")
+    for b in brackets:
+        t.add(**{"bracket": b["bracket"], "share of trials": f"{b['share']:.0%}",
+                 "rungs (epochs)": ", ".join(f"{r * per_point:g}" for r in b["rungs"]) or "none: runs to the end",
+                 "fraction past each rung": ", ".join(f"{f:.2g}" for f in b["survivors"]) or "-"})
+    return t
+
+
+def parallel_table(sequential: dict, parallel: dict, target_hr: float, per_point: float) -> Table:
+    t = Table(["processes", "search seconds", "trials", "trials per process", "epochs spent", "best HR@10",
+               "epochs to target"], title=f"The same {parallel['strategy']} search on 1 and "
+                                          f"{parallel['processes']} processes (one trial per process at a time)")
+    for procs, r in ((1, sequential), (parallel["processes"], parallel)):
+        spent, best = progress(r, per_point)[-1] if r["trials"] else (0.0, 0.0)
+        reach = epochs_to_target(r, target_hr, per_point)
+        t.add(**{"processes": procs, "search seconds": r["seconds"], "trials": len(r["trials"]),
+                 "trials per process": ", ".join(map(str, r.get("trials_per_process", [len(r["trials"])]))),
+                 "epochs spent": spent, "best HR@10": best,
+                 "epochs to target": "not reached" if reach is None else reach})
+    return t
+
+
+def parallel_reading(sequential: dict, parallel: dict) -> str:
+    """What the second process bought: search time at the same budget."""
+    speedup = sequential["seconds"] / parallel["seconds"] if parallel["seconds"] else math.nan
+    how = ("faster" if speedup > 1.1 else "no faster" if speedup >= 0.9 else "slower")
+    return (f"{parallel['processes']} processes spent the budget in {parallel['seconds']:.1f} s against "
+            f"{sequential['seconds']:.1f} s for one: {speedup:.2f}x, {how}"
+            + (" (the processes share this machine's cores)" if how != "faster" else ""))
+
+
+def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: float, time_limit_s: float) -> Table:
+    """Lesson 09's question before training: per optimizer, a full trial's predicted seconds from the
+    measured throughput (samples/s of the trials) against a time limit; over it, prune unseen."""
+    speeds: dict[str, list[float]] = {}
+    for r in records:
+        for t in r["trials"]:
+            if t["samples_per_s"]:
+                speeds.setdefault(t["params"].get("optimizer", "?"), []).append(t["samples_per_s"])
+    tab = Table(["optimizer", "samples/s (median of trials)", "predicted s per full trial", "limit (s)",
+                 "pruned before training"], title="Pruning before training: predicted time of a full trial")
+    for opt, v in sorted(speeds.items()):
+        s = samples_per_epoch * max_epochs / statistics.median(v)
+        tab.add(**{"optimizer": opt, "samples/s (median of trials)": statistics.median(v),
+                   "predicted s per full trial": s, "limit (s)": time_limit_s,
+                   "pruned before training": "yes" if s > time_limit_s else "no"})
+    return tab
+
+
+def samples_per_epoch(data, spec: dict) -> int:
+    """Samples in one epoch at the lesson's batch (positives and their negatives)."""
+    cfg = base_config(spec, 0.5)
+    return steps_per_epoch(data, cfg) * cfg.global_batch_size
+
+
+def summary(records: list[dict], rows: list[dict], spec: dict, target_hr: float) -> dict:
+    """What the lesson saves (``save_result``): the spec, the table rows and the per-seed progress."""
+    per = spec["eval_every"]
+    return {"spec": {k: v for k, v in spec.items()}, "target_hr": target_hr,
+            "rows": [{**r, "median epochs to target": None if math.isinf(r["median epochs to target"])
+                      else r["median epochs to target"]} for r in rows],
+            "progress": {f"{r['strategy']}-seed{r['seed']}": progress(r, per) for r in records},
+            "verdict": verdict(rows, target_hr)}

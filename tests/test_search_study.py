@@ -1,0 +1,107 @@
+"""Lesson 12's tables and readings: budgets to the target, progress, brackets, the verdict both ways."""
+
+import functools
+import math
+
+import pytest
+
+from course_lib import search, search_study as study
+
+optuna = pytest.importorskip("optuna")
+
+
+def _trial(budget, curve, state="COMPLETE", optimizer="adam", speed=1000.0):
+    return {"number": 0, "state": state, "budget": budget, "value": max(curve[1:], default=None),
+            "curve_hr": curve, "params": {"optimizer": optimizer}, "samples_per_s": speed}
+
+
+def _record(strategy, seed, trials, seconds=10.0):
+    return {"strategy": strategy, "seed": seed, "seconds": seconds, "trials": trials}
+
+
+def test_epochs_to_target_counts_earlier_trials_and_the_points_of_the_reaching_one():
+    r = _record("random", 0, [_trial(4, [0.1, 0.2, 0.3, 0.3, 0.3]), _trial(4, [0.1, 0.3, 0.6, 0.7, 0.7])])
+    assert study.epochs_to_target(r, 0.5, per_point=0.5) == (4 + 2) * 0.5
+    assert study.epochs_to_target(r, 0.9, per_point=0.5) is None
+    assert study.progress(r, 0.5) == [(2.0, 0.3), (4.0, 0.7)]
+
+
+def test_edge_extension_runs_grow_toward_the_best_lr():
+    assert study.edge_extension_runs(1.0) == [0.5, 1.0, 2.0]
+    assert study.edge_extension_runs(4.0) == [0.5, 1.0, 2.0, 4.0, 8.0]
+
+
+def test_grid_cost_is_k_to_the_axes():
+    t = study.grid_cost_table(2.0, axes=5, points=(3,))
+    assert t.rows[0]["runs (k^axes)"] == 243 and t.rows[0]["epochs (runs x epochs per run)"] == 486
+
+
+def _rows(random_reach, hb_reach):
+    recs = []
+    for seed, (a, b) in enumerate(zip(random_reach, hb_reach)):
+        for name, reach in (("random", a), ("hyperband", b)):
+            curve = [0.0] + [0.1] * 8 if reach is None else [0.0] + [0.1] * (reach - 1) + [0.9]
+            recs.append(_record(name, seed, [_trial(len(curve) - 1, curve)]))
+    return study.strategy_rows(recs, 0.5, per_point=1.0)
+
+
+@pytest.mark.parametrize("random_reach, hb_reach, words", [
+    ((8, 8, 8), (2, 3, 9), "0.38x the epochs, which meets the goal"),
+    ((4, 4, 4), (3, 3, 3), "0.75x the epochs, which misses the goal"),
+    ((None, None, None), (2, 2, None), "random search did not"),
+    ((2, 2, 2), (None, None, 2), "no pruning strategy did"),
+    ((None, None, None), (None, None, None), "no strategy reached"),
+])
+def test_verdict_reads_both_outcomes(random_reach, hb_reach, words):
+    rows = _rows(random_reach, hb_reach)
+    assert words in study.verdict(rows, 0.5)
+    assert "median epochs to target" in study.strategy_table(rows, 0.5).columns
+
+
+def test_verdict_needs_random_search():
+    assert "nothing to compare" in study.verdict([{"strategy": "hyperband", "median epochs to target": 1.0}], 0.5)
+
+
+def test_hyperband_brackets_match_optunas_own(tmp_path):
+    s = search.open_study("hb", tmp_path / "j.log", strategy="hyperband", seed=0, max_resource=8,
+                          reduction_factor=2)
+    search.run_search(s, functools.partial(search.quadratic_objective, steps=8), budget=8 * 3)
+    ours = study.hyperband_brackets(8, 1, 2)
+    assert len(ours) == s.pruner._n_brackets == 4
+    alloc = s.pruner._trial_allocation_budgets
+    assert [b["share"] for b in ours] == pytest.approx([a / sum(alloc) for a in alloc])
+    assert ours[0]["rungs"] == [1, 2, 4] and ours[-1]["rungs"] == []
+
+
+def test_too_slow_table_prunes_the_slower_optimizer():
+    recs = [_record("random", 0, [_trial(1, [0, 0.1], "COMPLETE", "adam", 1000.0),
+                                  _trial(1, [0, 0.1], "COMPLETE", "lamb", 500.0)])]
+    t = study.too_slow_table(recs, samples_per_epoch=1000, max_epochs=2.0, time_limit_s=3.0)
+    assert {r["optimizer"]: r["pruned before training"] for r in t.rows} == {"adam": "no", "lamb": "yes"}
+
+
+def test_parallel_reading_says_faster_or_not():
+    assert "faster" in study.parallel_reading({"seconds": 20.0}, {"seconds": 10.0, "processes": 2})
+    assert "slower" in study.parallel_reading({"seconds": 10.0}, {"seconds": 20.0, "processes": 2})
+
+
+@pytest.mark.slow
+def test_neumf_trials_are_pruned_inside_the_engine(tmp_path):
+    from course_lib.data import load_implicit
+
+    data = load_implicit("synthetic", profile="smoke")
+    spec = {**study.lesson_spec("smoke", seeds=1), "budget": 6}
+    rec = study.run_one(data, spec, 0.3, "successive_halving", 0, tmp_path)
+    states = [t["state"] for t in rec["trials"]]
+    assert "PRUNED" in states and "COMPLETE" in states
+    pruned = [t for t in rec["trials"] if t["state"] == "PRUNED"]
+    # cut at a rung before the end (never after its last report): the run stopped there, and its budget
+    # is the points it trained
+    assert all(t["budget"] < spec["max_resource"] and len(t["curve_hr"]) == t["budget"] + 1 for t in pruned)
+    # a setting predicted too slow never trains
+    s = search.open_study("slow", tmp_path / "slow.log", strategy="random", seed=0, max_resource=2)
+    obj = search.neumf_objective(data, study.base_config(spec, 0.3), predicted_seconds=lambda cfg: 10.0,
+                                 time_limit_s=1.0)
+    search.run_search(s, obj, budget=1, max_trials=2)
+    assert [t.state.name for t in s.trials] == ["PRUNED", "PRUNED"]
+    assert math.isclose(search.budget_spent(s), 0.0)
