@@ -214,7 +214,31 @@ def copy_notebooks(folders: list[str], dest: Path, kernel: str = KERNEL) -> None
             nb.write_text(json.dumps(doc, indent=1))
 
 
-class Lab:
+class _Server:
+    """A server on 127.0.0.1:``self.port``, run as a ``Service``; stopped again if it never answers."""
+
+    port: int
+    start_seconds: float
+
+    def _launch(self, name: str, cmd: list[str], *, env: dict, cwd: Path, log: Path, ready: str) -> None:
+        t0 = time.monotonic()
+        self.service = Service(name, cmd, env=env, cwd=cwd, log=log)
+        try:
+            self.service.wait_http(f"{self.url}{ready}", timeout=scaled(120))
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> list[psutil.Process]:
+        raise NotImplementedError
+
+
+class Lab(_Server):
     """A JupyterLab server on 127.0.0.1 with the course kernel, serving copies of ``folders``."""
 
     def __init__(self, folders=("notebooks", "exercises")):
@@ -230,18 +254,8 @@ class Lab:
                f"--ServerApp.root_dir={self.root}", "--LabApp.news_url=", "--ServerApp.terminals_enabled=False"]
         if os.geteuid() == 0:
             cmd.append("--allow-root")
-        t0 = time.monotonic()
-        self.service = Service("jupyter lab", cmd, env=self.env, cwd=self.root, log=self.tmp / "lab.log")
-        try:
-            self.service.wait_http(f"{self.url}/api/status?token={self.token}", timeout=scaled(120))
-        except BaseException:
-            self.stop()
-            raise
-        self.start_seconds = time.monotonic() - t0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self._launch("jupyter lab", cmd, env=self.env, cwd=self.root, log=self.tmp / "lab.log",
+                     ready=f"/api/status?token={self.token}")
 
     def notebook_url(self, rel: str) -> str:
         # ?reset: a fresh workspace, not the tabs an earlier page left open
@@ -257,7 +271,64 @@ class Lab:
     def stop(self) -> list[psutil.Process]:
         """Shut the server and its kernels down, remove its folder; the processes left alive (none)."""
         try:
-            alive = self.service.stop(graceful=lambda: self.api("shutdown", "POST")) if hasattr(self, "service") else []
+            alive = self.service.stop(graceful=lambda: self.api("shutdown", "POST"))
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return alive
+
+
+HUB_USER = "learner"
+
+
+class Hub(_Server):
+    """A JupyterHub on 127.0.0.1: DummyAuthenticator (user ``learner``, any password), local
+    single-user servers (SimpleLocalProcessSpawner: the hub's own user, each user's home in the
+    private folder), and the Python configurable-http-proxy, each on its own free port.
+
+    ``jupyter_path`` is where the single-user servers look for kernels besides their own
+    environment (the README's ``ipykernel install --prefix``: ``<prefix>/share/jupyter``).
+    ``home_setup(home)`` fills the learner's home before the hub starts (their copy of the course).
+    """
+
+    def __init__(self, tmp: Path, *, jupyter_path: Path, home_setup=None):
+        self.tmp = tmp
+        self.home = tmp / "home" / HUB_USER
+        self.home.mkdir(parents=True)
+        if home_setup is not None:
+            home_setup(self.home)
+        self.port, hub_port, api_port = free_port(), free_port(), free_port()
+        bindir = Path(sys.executable).parent
+        env = jupyter_env(tmp)
+        single_user_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "COURSE_PROFILE",
+                                               "COURSE_WIDGETS", "COURSE_RESULTS_DIR", "JUPYTERLAB_SETTINGS_DIR",
+                                               "JUPYTERLAB_WORKSPACES_DIR", "PYTHONDONTWRITEBYTECODE")}
+        single_user_env.update(JUPYTER_PATH=str(jupyter_path), JUPYTER_CONFIG_DIR=str(tmp / "user-jupyter-config"),
+                               JUPYTER_DATA_DIR=str(tmp / "user-jupyter-data"),
+                               JUPYTER_RUNTIME_DIR=str(tmp / "user-jupyter-runtime"))
+        config = {
+            "JupyterHub": {"ip": "127.0.0.1", "port": self.port, "hub_ip": "127.0.0.1", "hub_port": hub_port,
+                           "authenticator_class": "dummy", "spawner_class": "simple",
+                           "db_url": f"sqlite:///{tmp / 'hub.sqlite'}", "cookie_secret_file": str(tmp / "cookie_secret"),
+                           "pid_file": str(tmp / "hub.pid")},
+            "Authenticator": {"allowed_users": [HUB_USER]},
+            "ConfigurableHTTPProxy": {"api_url": f"http://127.0.0.1:{api_port}", "should_start": True,
+                                      # the Python proxy buffers each response, and gives up on a
+                                      # backend after 20 s by default: the spawn page's progress
+                                      # stream lasts as long as the spawn, so allow that
+                                      "command": [str(bindir / "configurable-http-proxy"), "--proxy-timeout",
+                                                  str(int(scaled(600) * 1000)), "--timeout",
+                                                  str(int(scaled(600) * 1000))],
+                                      "pid_file": str(tmp / "proxy.pid")},
+            "SimpleLocalProcessSpawner": {"home_dir_template": str(tmp / "home" / "{username}")},
+            "Spawner": {"cmd": [str(bindir / "jupyterhub-singleuser")], "default_url": "/lab",
+                        "args": ["--allow-root"] if os.geteuid() == 0 else [],
+                        "environment": single_user_env, "start_timeout": int(scaled(180)),
+                        "http_timeout": int(scaled(120))},
+        }
+        (tmp / "jupyterhub_config.json").write_text(json.dumps(config, indent=1))
+        cmd = [str(bindir / "jupyterhub"), "-f", str(tmp / "jupyterhub_config.json")]
+        self._launch("jupyterhub", cmd, env=env, cwd=tmp, log=tmp / "hub.log", ready="/hub/api/")
+
+    def stop(self) -> list[psutil.Process]:
+        """SIGTERM the hub (it stops its proxy and the single-user servers it spawned), then kill what is left."""
+        return self.service.stop()

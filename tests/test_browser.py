@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from _lab import REPO, Lab, browser_missing, launch_browser
+from _lab import REPO, Lab, browser_missing
 from _timing import scaled
 
 MISSING = browser_missing()
@@ -70,18 +70,6 @@ def lab():
         alive = server.stop()
         print("browser test times: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMINGS.items()))
         assert not alive, f"processes left behind by jupyter lab: {[(p.pid, p.name()) for p in alive]}"
-
-
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch_browser(p)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def _first_line(cell: dict) -> str:
