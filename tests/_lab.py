@@ -46,10 +46,10 @@ CHROMIUM_ARGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
 
-def browser_missing() -> str | None:
+def browser_missing(chromium: Path = CHROMIUM) -> str | None:
     """Why the browser tests cannot run here (a skip reason), or None when they can."""
-    if not os.access(CHROMIUM, os.X_OK):
-        return (f"no Chromium at {CHROMIUM}: `bash ci/browser-deps.sh` installs Debian's chromium when run as root "
+    if not os.access(chromium, os.X_OK):
+        return (f"no Chromium at {chromium}: `bash ci/browser-deps.sh` installs Debian's chromium when run as root "
                 "(or `sudo apt-get install chromium`); $COURSE_CHROMIUM names another executable")
     try:
         import playwright.sync_api  # noqa: F401
