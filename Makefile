@@ -33,7 +33,9 @@ course: kernel
 	$(PY) ci/run_notebooks.py --kernel $(KERNEL) --out runs/$(TS) notebooks
 	@ln -sfn $(TS) runs/latest && echo "Executed lessons and summary: runs/$(TS) (also runs/latest)"
 
+# ci/browser-deps.sh: Debian's chromium for the browser tests, installed once when root (else they skip).
 test: $(STAMP)
+	@bash ci/browser-deps.sh
 	bash ci/test.sh
 
 # Learner notebooks are generated from the solved ones; tests fail when they drift.

@@ -3,7 +3,8 @@
     python ci/requirements.py            # one requirement per line, from pyproject.toml
 
 GPU nodes bring their own CUDA build of torch (a wheelhouse torch would be the wrong build
-and several GB); JupyterLab is for people, not for the check, so it stays out too. Used by
+and several GB); JupyterLab is for people, not for the check, so it stays out too, and so do
+the browser and JupyterHub tests' packages (they run on CPU machines, in `make test`). Used by
 ``make wheelhouse`` (which downloads them) and ``ci/gpu-check.sh`` (which installs them
 with no index).
 """
@@ -20,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
     tomllib = None
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-LEFT_OUT = {"torch", "jupyterlab"}
+LEFT_OUT = {"torch", "jupyterlab", "playwright", "jupyterhub", "configurable-http-proxy"}
 
 
 def _parse_lists(text: str) -> dict:

@@ -2,11 +2,18 @@
 
 Under papermill, CI or a script (no widget frontend) every widget call runs once with its
 defaults and returns a static figure, so the lessons stay executable everywhere.
+
+A kernel cannot see whether a frontend will render its widgets, so the choice follows
+``course_lib.progress.resolve_progress`` ($CI, $COURSE_PROFILE: static). ``$COURSE_WIDGETS``
+overrides it: ``live`` where a real frontend is known to be there although a profile is set
+(tests/test_browser.py runs the smoke profile in JupyterLab in a browser), ``static`` to get the
+figures in a notebook a person drives; empty or ``auto``: the default.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import ipywidgets as w
 import matplotlib.pyplot as plt
@@ -20,11 +27,21 @@ from .tables import Table
 from .train.ncf import train_to_target
 
 
+WIDGETS_ENV = "COURSE_WIDGETS"
+WIDGETS_MODES = ("auto", "live", "static")
+
+
 def widgets_available() -> bool:
-    """True in a notebook a person drives (ipywidgets can render); False under papermill/CI/scripts."""
-    if resolve_progress("auto") != "bar":  # CI, $COURSE_PROFILE, scripts: no widget frontend
-        return False
-    return True
+    """True in a notebook a person drives (ipywidgets can render); False under papermill/CI/scripts.
+
+    ``$COURSE_WIDGETS=live`` or ``static`` overrides the guess (see the module's docstring).
+    """
+    mode = os.environ.get(WIDGETS_ENV, "").strip().lower() or "auto"
+    if mode not in WIDGETS_MODES:
+        raise ValueError(f"${WIDGETS_ENV}={mode!r}: choose one of {WIDGETS_MODES} (empty means auto)")
+    if mode != "auto":
+        return mode == "live"
+    return resolve_progress("auto") == "bar"  # CI, $COURSE_PROFILE, scripts: no widget frontend
 
 
 def explore(data, base_cfg, *, target_hr: float, max_epochs: float = 2.0, device=None,

@@ -67,3 +67,18 @@ def data(tmp_path_factory):
             os.environ.pop("COURSE_DATA_DIR")
         else:
             os.environ["COURSE_DATA_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium through Playwright, one per test session (tests/_lab.py)."""
+    from playwright.sync_api import sync_playwright
+
+    from _lab import launch_browser
+
+    with sync_playwright() as p:
+        b = launch_browser(p)
+        try:
+            yield b
+        finally:
+            b.close()

@@ -1,0 +1,295 @@
+"""Every lesson and every exercise, run the way a learner runs it: in JupyterLab, in a browser.
+
+papermill and nbval execute the notebooks but render nothing: a widget that shows up as the
+text "VBox(children=...)", or a figure that never becomes an image, passes them. Here a
+JupyterLab server (tests/_lab.py: 127.0.0.1, a free port, a token, the course kernel, the
+smoke profile, one compute thread, GPUs hidden) serves a *copy* of notebooks/ and exercises/,
+and headless Debian Chromium, driven by Playwright, opens each notebook, runs Run > Run All
+Cells from the menu, waits for every cell to finish and the kernel to go idle, saves it, and
+checks:
+
+* no cell has an error output, and every code cell ran;
+* every widget output is rendered as a live widget (a ``.jupyter-widgets`` element, no
+  "Error displaying widget", no text fallback such as ``HBox(children=...)``): the server sets
+  ``COURSE_WIDGETS=live`` since a kernel cannot see the browser and would otherwise take the
+  smoke profile for CI and draw static figures (course_lib/widgets.py);
+* every figure a cell outputs is an ``<img>`` in the page that the browser decoded;
+* in a lesson with widgets, moving the first slider that drives an output (arrow keys on its
+  handle, as a learner's keyboard or drag does) changes that output.
+
+Exercises run as the learner gets them, stubs included (``raise NotImplementedError()``), not
+the solutions: that is what a learner opens first, and the course promises that a stub makes
+the check say "not implemented yet" instead of a traceback (course_lib/checks). So an exercise
+passes when no cell raises, every cell ran, and its checks report "not implemented yet". The
+solutions' own checks are run by tests/test_notebooks.py (papermill, strict checks).
+
+A screenshot of each notebook after its run (at its first widget or figure) is saved to
+ci/executed/browser/ for a reviewer. Each notebook is its own test, so pytest-xdist can spread
+them over workers; each worker starts its own server (free port, private temp folder). Without
+Chromium (``ci/browser-deps.sh`` installs it as root) or Playwright the tests skip, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from _lab import REPO, Lab, browser_missing
+from _timing import scaled
+
+MISSING = browser_missing()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
+
+LESSONS = sorted((REPO / "notebooks").glob("*.ipynb"))
+EXERCISES = sorted((REPO / "exercises").glob("*.ipynb"))
+NOTEBOOKS = [f"{p.parent.name}/{p.name}" for p in LESSONS + EXERCISES]
+SHOTS = REPO / "ci" / "executed" / "browser"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+# The text a widget leaves when no widget manager renders it: its repr.
+FALLBACK = re.compile(r"\b[A-Z][A-Za-z]*(Box|Slider|Dropdown|Button|Output|Checkbox|Text|Tab|Accordion)\((children|value|"
+                      r"layout|description|options|outputs)=")
+NOT_IMPLEMENTED = "not implemented yet"
+# The cells of the notebook in the current tab.
+CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """One JupyterLab per test session (per xdist worker), always stopped, leaving no process."""
+    t0 = time.monotonic()
+    server = Lab()
+    print(f"\njupyter lab on {server.url}: up in {time.monotonic() - t0:.1f} s")
+    try:
+        yield server
+    finally:
+        alive = server.stop()
+        print("browser test times: " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMINGS.items()))
+        assert not alive, f"processes left behind by jupyter lab: {[(p.pid, p.name()) for p in alive]}"
+
+
+def _first_line(cell: dict) -> str:
+    lines = [ln for ln in "".join(cell["source"]).splitlines() if ln.strip()]
+    return lines[0].strip()[:80] if lines else "(empty)"
+
+
+def _where(rel: str, i: int, cell: dict) -> str:
+    return f"{rel} cell {i} (`{_first_line(cell)}`)"
+
+
+def _session(lab: Lab, rel: str) -> dict | None:
+    status, sessions = lab.api("sessions")
+    assert status == 200, f"GET /api/sessions: HTTP {status}"
+    return next((s for s in sessions if s.get("path") == rel), None)
+
+
+def _wait(what: str, predicate, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def _open(page, lab: Lab, rel: str) -> dict:
+    """Open the notebook; return its session once the course kernel is idle."""
+    page.goto(lab.notebook_url(rel))
+    page.wait_for_selector(CELLS, timeout=scaled(120) * 1000)
+    def ready():
+        dialog = page.locator(".jp-Dialog .jp-mod-accept")  # a kernel picker, should one still appear
+        if dialog.count():
+            dialog.first.click()
+        s = _session(lab, rel)
+        return s if s and s["kernel"]["execution_state"] == "idle" else None
+    session = _wait(f"{rel}: the course kernel did not start and go idle", ready, scaled(180))
+    assert session["kernel"]["name"] == "largebatch-course", f"{rel} runs on kernel {session['kernel']['name']!r}"
+    return session
+
+
+# In the page: how many code cells still wait or run ("[*]"), and how many have a number.
+PROMPTS_JS = """() => {
+  const ps = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
+  return {busy: ps.filter(t => t.includes('*')).length, done: ps.filter(t => /\\[\\d+\\]/.test(t)).length,
+          total: ps.length};
+}"""
+
+
+def _run_all(page, lab: Lab, rel: str, timeout: float) -> None:
+    """Run > Run All Cells from the menu bar; wait until no cell waits and the kernel is idle."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item", has=page.locator(".lm-Menu-itemLabel",
+                                                   has_text=re.compile(r"^Run All Cells$"))).click()
+    _wait(f"{rel}: Run All Cells started nothing", lambda: (lambda s: s["busy"] or s["done"])(page.evaluate(PROMPTS_JS)),
+          scaled(60))
+
+    def finished():
+        state = page.evaluate(PROMPTS_JS)
+        s = _session(lab, rel)
+        return state["busy"] == 0 and s is not None and s["kernel"]["execution_state"] == "idle"
+    try:
+        _wait(f"{rel}: the run did not finish", finished, timeout, every=1.0)
+        time.sleep(1.0)  # idle between two cells is possible: ask again
+        _wait(f"{rel}: the run did not finish", finished, timeout, every=1.0)
+    except AssertionError as e:
+        state = page.evaluate(PROMPTS_JS)
+        raise AssertionError(f"{e} ({state['done']} of {state['total']} code cells done, {state['busy']} waiting)") from None
+
+
+def _save(page, lab: Lab, rel: str) -> dict:
+    """File > Save Notebook; return the saved notebook (the server's copy, read from its folder)."""
+    path = lab.root / rel
+    before = path.stat().st_mtime_ns
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^File$")).click()
+    page.locator(".lm-Menu-item[data-command='docmanager:save']").click()
+    _wait(f"{rel}: File > Save did not write the notebook", lambda: path.stat().st_mtime_ns != before, scaled(60))
+    return _wait(f"{rel}: the saved notebook cannot be read", lambda: _read(path), scaled(30))
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _errors(rel: str, nb: dict) -> list[str]:
+    problems = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or not "".join(cell["source"]).strip():
+            continue
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "error":
+                problems.append(f"{_where(rel, i, cell)} raised {out['ename']}: {out['evalue']}")
+        if cell.get("execution_count") is None and not problems:
+            problems.append(f"{_where(rel, i, cell)} never ran")
+    return problems
+
+
+def _cell_view(page, i: int) -> dict:
+    """What the browser shows in cell ``i``'s outputs."""
+    return page.evaluate("""(i) => {
+      const cell = document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')[i];
+      const area = cell.querySelector('.jp-Cell-outputArea, .jp-OutputArea');
+      if (!area) return {text: '', widgets: 0, imgs: 0, broken: 0};
+      const imgs = [...area.querySelectorAll('img')];
+      return {text: area.innerText, widgets: area.querySelectorAll('.jupyter-widgets').length,
+              imgs: imgs.length, broken: imgs.filter(im => !(im.complete && im.naturalWidth > 0)).length};
+    }""", i)
+
+
+def _rendering(page, rel: str, nb: dict) -> tuple[list[str], int | None, int | None]:
+    """Problems with widgets and figures; the first widget cell and the first figure cell."""
+    problems, first_widget, first_figure = [], None, None
+    for i, cell in enumerate(nb["cells"]):
+        outs = cell.get("outputs", []) if cell["cell_type"] == "code" else []
+        n_widgets = sum(WIDGET_MIME in o.get("data", {}) for o in outs)
+        n_images = sum(any(k.startswith("image/") for k in o.get("data", {})) for o in outs)
+        if not (n_widgets or n_images or outs):
+            continue
+        view = _cell_view(page, i)
+        if n_widgets:
+            first_widget = i if first_widget is None else first_widget
+            try:
+                view = _wait("", lambda: (lambda v: v if v["widgets"] and "Loading widget" not in v["text"] else None)(
+                    _cell_view(page, i)), scaled(30), every=0.25)
+            except AssertionError:
+                view = _cell_view(page, i)
+                problems.append(f"{_where(rel, i, cell)}: {n_widgets} widget output(s) not rendered as live widgets "
+                                f"(the page shows: {view['text'][:200]!r})")
+        if "Error displaying widget" in view["text"]:
+            problems.append(f"{_where(rel, i, cell)}: the page says 'Error displaying widget'")
+        fallback = FALLBACK.search(view["text"])
+        if fallback:
+            problems.append(f"{_where(rel, i, cell)}: a widget shown as text, not live: "
+                            f"{view['text'][fallback.start():fallback.start() + 80]!r}")
+        if n_images:
+            first_figure = i if first_figure is None else first_figure
+            if view["imgs"] < n_images or view["broken"]:
+                problems.append(f"{_where(rel, i, cell)}: {n_images} figure(s) in the outputs, {view['imgs']} <img> in "
+                                f"the page, {view['broken']} not decoded")
+    return problems, first_widget, first_figure
+
+
+def _slider_moves_output(page, rel: str, nb: dict) -> str | None:
+    """Move the first slider whose cell also has a widget Output; None if that output changed, else why not."""
+    cells = page.locator(CELLS)
+    for i in range(cells.count()):
+        cell = cells.nth(i)
+        handle, output = cell.locator(".widget-slider .noUi-handle"), cell.locator(".widget-output")
+        if not (handle.count() and output.count()):
+            continue
+        where = _where(rel, i, nb["cells"][i])
+        before = output.first.inner_html()
+        handle.first.scroll_into_view_if_needed()
+        handle.first.focus()
+        for _ in range(3):
+            page.keyboard.press("ArrowRight")
+        try:
+            _wait("", lambda: output.first.inner_html() != before, scaled(60))
+        except AssertionError:
+            return f"{where}: moving the slider (3 x ArrowRight on its handle) did not change its output"
+        return None
+    return f"{rel}: has widgets, but no cell with a slider and a widget Output to move"
+
+
+def _screenshot(page, rel: str, cell: int | None) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    if cell is not None:
+        page.locator(CELLS).nth(cell).scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / (rel.replace("/", "__").removesuffix(".ipynb") + ".png")))
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_notebook_runs_in_jupyterlab(rel, lab, browser):
+    t0 = time.monotonic()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    session, shot_at = None, None
+    try:
+        session = _open(page, lab, rel)
+        _run_all(page, lab, rel, timeout=scaled(1200))
+        nb = _save(page, lab, rel)
+        problems = _errors(rel, nb)
+        render, first_widget, first_figure = _rendering(page, rel, nb)
+        problems += render
+        shot_at = first_widget if first_widget is not None else first_figure
+        if first_widget is not None and rel.startswith("notebooks/") and not problems:
+            moved = _slider_moves_output(page, rel, nb)
+            if moved:
+                problems.append(moved)
+        if rel.startswith("exercises/"):
+            texts = "".join(t for c in nb["cells"] for o in c.get("outputs", [])
+                            for t in (o.get("text", ""), o.get("data", {}).get("text/plain", ""))
+                            for t in ([t] if isinstance(t, str) else t))
+            if NOT_IMPLEMENTED not in texts:
+                problems.append(f"{rel}: no check reported '{NOT_IMPLEMENTED}' for the stubs")
+        assert not problems, f"{rel} in JupyterLab:\n" + "\n".join(problems)
+    finally:
+        try:
+            _screenshot(page, rel, shot_at)
+        finally:
+            page.close()
+            if session is not None:
+                lab.api(f"sessions/{session['id']}", "DELETE")  # free the kernel's memory for the next one
+            TIMINGS[rel] = time.monotonic() - t0
+            print(f"{rel}: {TIMINGS[rel]:.1f} s in the browser")
+
+
+def test_a_stopped_lab_leaves_no_process_and_no_folder():
+    """Stopping the server ends it, its kernels (in sessions of their own) and removes its folder."""
+    server = Lab(folders=())
+    try:
+        status, kernel = server.api("kernels", "POST", {"name": "largebatch-course"})
+        assert status == 201, f"starting a kernel: HTTP {status} {kernel}"
+        family = _wait("the kernel process did not appear", server.service.descendants, scaled(60))
+    finally:
+        alive = server.stop()
+    assert not alive, f"left behind: {[(p.pid, p.name()) for p in alive]}"
+    assert server.service.proc.poll() is not None
+    assert not [p for p in family if p.is_running() and p.status() != "zombie"]
+    assert not server.tmp.exists()
