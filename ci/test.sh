@@ -35,7 +35,7 @@ bash ci/install-slurm.sh
 
 rm -rf ci/executed
 # --dist loadgroup: the lessons, which read each other's saved results, run in order on one worker
-# (tests/test_notebooks.py groups them); everything else goes to whichever worker is free.
+# (tests/conftest.py schedules them); everything else goes to whichever worker is free.
 "$PY" -m pytest tests -p no:cacheprovider -n "$WORKERS" --dist loadgroup
 unit_end=$(date +%s)
 

@@ -30,15 +30,34 @@ def pytest_configure(config):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def pytest_collection_modifyitems(config, items):
-    """The lessons' chain first (tests/test_notebooks.py groups it): it is the suite's longest piece
-    of work that cannot be split, so under pytest-xdist one worker starts it at once while the
-    others take the unit tests; in one process the order does not matter."""
-    def in_chain(item):
-        mark = item.get_closest_marker("xdist_group")
-        return mark is not None and (mark.args[:1] or (mark.kwargs.get("name"),))[0] == "lessons"
+# The lessons form one chain -- lesson 01's lr and the ladder's rungs feed 02-07, lesson 06's
+# measurements 08 and 09, 08's fit 10 -- so under pytest-xdist (ci/test.sh) they run in order on one
+# worker, as in `make course`, while the other workers take everything else.
+LESSON_CHAIN = "tests/test_notebooks.py::test_notebook_executes_in_smoke_profile[notebooks/"
 
-    items.sort(key=lambda item: not in_chain(item))
+
+def pytest_collection_modifyitems(config, items):
+    """The lessons' chain first: it is the suite's longest piece of work that cannot be split, so one
+    worker starts it at once; in one process the order does not matter."""
+    items.sort(key=lambda item: not item.nodeid.startswith(LESSON_CHAIN))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the lessons as one group, chosen here by test id.
+
+    Not with ``xdist_group`` marks: pytest-xdist 3.8 groups by suffixing ``item._nodeid``, which
+    pytest 9 no longer reads, so marked tests were spread over workers (measured 2026-11-30:
+    lessons 00 and 01 started together and lesson 09 ran before 06 had saved its results)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LessonChainScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return "lessons" if nodeid.startswith(LESSON_CHAIN) else nodeid
+
+    return LessonChainScheduling(config, log)
 
 
 def pytest_report_header(config):

@@ -25,16 +25,7 @@ EXECUTED = REPO / "ci" / "executed"
 pytestmark = pytest.mark.slow
 
 
-def _xdist_group(nb: Path) -> str:
-    """Where a notebook runs when ci/test.sh spreads the suite over workers (pytest-xdist, ``--dist
-    loadgroup``). The lessons form one chain -- lesson 01's lr and the ladder's rungs feed 02-07, lesson
-    06's measurements 08 and 09, 08's fit 10 -- so they share one group and run in order on one worker,
-    as in ``make course``; each solution stands alone and goes wherever a worker is free."""
-    return "lessons" if nb.parent.name == "notebooks" else f"{nb.parent.name}/{nb.name}"
-
-
-@pytest.mark.parametrize("nb", [pytest.param(nb, marks=pytest.mark.xdist_group(_xdist_group(nb))) for nb in NOTEBOOKS],
-                         ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
 def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "smoke")  # restored after the test
     # A solution notebook must pass its own checks: strict checks raise instead of printing.
