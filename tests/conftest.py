@@ -21,6 +21,7 @@ import torch
 
 from course_lib.data import load_synthetic
 from _timing import SCALE
+import _procs
 
 GPU_RUN = os.environ.get("COURSE_TEST_GPU", "") not in ("", "0")
 
@@ -55,9 +56,21 @@ def pytest_xdist_make_scheduler(config, log):
 
     class LessonChainScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid):
-            return "lessons" if nodeid.startswith(LESSON_CHAIN) else nodeid
+            if nodeid.startswith(LESSON_CHAIN):
+                return "lessons"
+            # one test SLURM per worker would collide: each numbers its jobs from 1, and the sbatch
+            # script derives the rendezvous port from the job id (measured: two job 1s on port 20001)
+            return "slurm" if nodeid.startswith("tests/test_slurm.py::") else nodeid
 
     return LessonChainScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _children_before_test():
+    """What the orphan checks must not count: processes other tests' session services had already
+    started when this test began (tests/_procs.py)."""
+    _procs.record_children_before_test()
+    yield
 
 
 def pytest_report_header(config):

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+import _procs
 import pytest
 import torch
 
@@ -170,7 +172,7 @@ def test_global_batch_that_does_not_divide_is_a_clear_error(env):
 
 
 def _stray_children():
-    return [c for c in psutil.Process().children(recursive=True)
+    return [c for c in _procs.children_started_in_this_test()
             if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline())]
 
 

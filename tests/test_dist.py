@@ -13,6 +13,8 @@ import time
 import _thread
 
 import psutil
+
+import _procs
 import pytest
 import torch
 
@@ -63,7 +65,7 @@ def _assert_all_gone(pids, within=None):
 def _stray_children():
     """Child processes of this test process, except multiprocessing's resource tracker
     (one per parent, started by the first spawn, exits with the parent)."""
-    return [c for c in psutil.Process().children(recursive=True)
+    return [c for c in _procs.children_started_in_this_test()
             if _alive(c.pid) and "resource_tracker" not in " ".join(c.cmdline())]
 
 
