@@ -1,9 +1,10 @@
-"""Which child processes a test started: the orphan checks' one notion of "ours".
+"""Stray processes: the orphan checks' one notion of "a child this test left behind".
 
 Under pytest-xdist a worker also holds session-wide services of other tests (the browser tests'
 JupyterLab and Chromium, tests/test_browser.py), which live on between tests and are stopped by
-their own fixtures. An orphan check asks about the processes started *during* its test, so
-tests/conftest.py records the children that exist when each test begins.
+their own fixtures. An orphan check asks about the processes started *during* its test: a module
+with such checks uses the ``children_before_test`` fixture (tests/conftest.py), which records the
+children that exist when each of its tests begins.
 """
 
 import psutil
@@ -16,5 +17,16 @@ def record_children_before_test() -> None:
     BEFORE_TEST.update(p.pid for p in psutil.Process().children(recursive=True))
 
 
-def children_started_in_this_test() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.pid not in BEFORE_TEST]
+def stray_children() -> list[psutil.Process]:
+    """Live children of this process started in this test, except multiprocessing's resource tracker
+    (one per parent, started by the first spawn, exits with the parent)."""
+    strays = []
+    for p in psutil.Process().children(recursive=True):
+        if p.pid in BEFORE_TEST:
+            continue
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+                strays.append(p)
+        except psutil.NoSuchProcess:  # exited since the listing: not a stray
+            pass
+    return strays

@@ -65,10 +65,10 @@ def pytest_xdist_make_scheduler(config, log):
     return LessonChainScheduling(config, log)
 
 
-@pytest.fixture(autouse=True)
-def _children_before_test():
-    """What the orphan checks must not count: processes other tests' session services had already
-    started when this test began (tests/_procs.py)."""
+@pytest.fixture
+def children_before_test():
+    """What an orphan check must not count: processes other tests' session services had already
+    started when this test began (tests/_procs.py). Modules with orphan checks use it for every test."""
     _procs.record_children_before_test()
     yield
 

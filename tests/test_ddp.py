@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 
 import psutil
-
-import _procs
 import pytest
 import torch
 
@@ -27,10 +25,12 @@ from course_lib.parallel.checkpoint import PREVIOUS_NAME
 from course_lib.parallel.sync_batchnorm import batchnorm_table, batchnorm_worker
 from course_lib.train import TrainConfig, train_to_target
 from course_lib.train.ncf import build_model
+import _procs
 from _timing import scaled
 from course_lib.train.workers import RunSpec, ncf_worker
 
-pytestmark = pytest.mark.slow
+# every test: the orphan checks count only the processes their own test started
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("children_before_test")]
 
 REPO = Path(__file__).resolve().parent.parent
 # global batch 256 = 2 ranks x micro batch 64 x 2 accumulation steps; an eval point every 3 steps
@@ -171,11 +171,6 @@ def test_global_batch_that_does_not_divide_is_a_clear_error(env):
     assert [r["grad_accum_steps"] for r in rows] == [16, 8, "does not divide"]
 
 
-def _stray_children():
-    return [c for c in _procs.children_started_in_this_test()
-            if c.is_running() and c.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(c.cmdline())]
-
-
 def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_run):
     _, full = ddp_run
     ckpt = env["tmp"] / "interrupted"
@@ -186,7 +181,7 @@ def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_r
     assert info.value.rank == 1 and "injected failure on rank 1 after step 5" in str(info.value)
     # waiting for rank 0's all-reduce would take the whole collective timeout; killing it is
     # immediate (the margin covers a busy machine's slow start-up and training)
-    assert time.time() - t0 < scaled(900) / 2 and not _stray_children()
+    assert time.time() - t0 < scaled(900) / 2 and not _procs.stray_children()
     assert _model(ckpt)[0] == 4, "the last checkpoint before the failure"
     assert sorted(os.listdir(ckpt)) == sorted([CHECKPOINT_NAME, PREVIOUS_NAME]), \
         "the latest and the previous checkpoint, no half-written one (temp file) left behind"

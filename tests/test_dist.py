@@ -13,8 +13,6 @@ import time
 import _thread
 
 import psutil
-
-import _procs
 import pytest
 import torch
 
@@ -22,9 +20,11 @@ from course_lib import dist as cdist
 from course_lib import fileio
 
 import _dist_workers as W
+import _procs
 from _timing import scaled
 
-pytestmark = pytest.mark.slow
+# every test: the orphan checks count only the processes their own test started
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("children_before_test")]
 
 # Margins (times the suite's scale, COURSE_TEST_TIMEOUT_SCALE: see _timing.py). A shared login node or a loaded CI box can be many times slower than an idle one
 # (spawning a worker imports torch: 2-3 s idle, 20 s and more under load; a 60 s wait racing a
@@ -62,13 +62,6 @@ def _assert_all_gone(pids, within=None):
     assert not survivors, f"worker processes survived: {survivors}"
 
 
-def _stray_children():
-    """Child processes of this test process, except multiprocessing's resource tracker
-    (one per parent, started by the first spawn, exits with the parent)."""
-    return [c for c in _procs.children_started_in_this_test()
-            if _alive(c.pid) and "resource_tracker" not in " ".join(c.cmdline())]
-
-
 def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # launch's private dir goes here
     # the run folder of a launcher that was SIGKILLed (its pid is gone): this launch removes it
@@ -88,7 +81,7 @@ def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monk
     if results[0]["stdout_file"]:  # Linux: the worker's stdout was its log file in the private dir
         assert results[0]["stdout_file"].startswith(str(tmp_path))
     assert list(tmp_path.iterdir()) == [], "the private temp dir must be removed"
-    assert not _stray_children()
+    assert not _procs.stray_children()
 
 
 def test_rerun_at_once_uses_a_fresh_port():
@@ -129,7 +122,7 @@ def test_notebook_function_is_refused_before_anything_starts(monkeypatch):
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a kernel's: no __file__
     with pytest.raises(ValueError, match=r"defined in the notebook.*spawn.*import it"):
         cdist.launch(in_notebook, 2)
-    assert not _stray_children()
+    assert not _procs.stray_children()
 
 
 def test_script_main_function_is_refused_with_a_message_for_scripts(monkeypatch):
@@ -160,7 +153,7 @@ def test_result_that_cannot_be_rebuilt_names_the_rank():
     assert "rank 1" in msg and "result_only_the_worker_can_rebuild" in msg
     assert "course_test_only_in_worker" in msg  # what could not be found
     assert "plain data" in msg  # what to do
-    assert not _stray_children()
+    assert not _procs.stray_children()
 
 
 def test_lambda_is_refused():
@@ -197,7 +190,7 @@ def test_timeout_kills_workers_blocked_in_a_collective(tmp_path):
         pid_dir.mkdir()
         with pytest.raises(cdist.LaunchTimeout, match=f"did not finish within timeout_s={timeout_s:g} s"):
             cdist.launch(W.hang_in_collective, 2, str(pid_dir), timeout_s=timeout_s, quiet=True)
-        assert not _stray_children()
+        assert not _procs.stray_children()
         if len(glob.glob(str(pid_dir / "*.pid"))) == 2:
             _assert_all_gone(_pids(str(pid_dir), 2, timeout=1))
             return
@@ -585,7 +578,7 @@ def test_a_collective_timeout_says_what_to_check(tmp_path):
                      collective_timeout_s=scaled(10), quiet=True)
     msg = str(err.value)
     assert f"collective_timeout_s={scaled(10):g} s" in msg and "same collectives in the same order" in msg
-    assert not _stray_children()
+    assert not _procs.stray_children()
 
 
 def test_a_rank_that_dies_while_starting_points_at_the_main_guard(tmp_path):
