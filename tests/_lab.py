@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from _procs import free_port
 from _timing import scaled
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,13 +62,6 @@ def launch_browser(playwright):
     """Headless Debian Chromium through Playwright (no browser download)."""
     return playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
                                       timeout=scaled(60) * 1000)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _http(url: str, method: str = "GET", data: bytes | None = None, headers: dict | None = None,

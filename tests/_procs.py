@@ -1,4 +1,5 @@
-"""Stray processes: the orphan checks' one notion of "a child this test left behind".
+"""The test services' processes and ports: the orphan checks' one notion of "a child this test left
+behind", and the one way to pick a free loopback port for a service a test starts.
 
 Under pytest-xdist a worker also holds session-wide services of other tests (the browser tests'
 JupyterLab and Chromium, tests/test_browser.py), which live on between tests and are stopped by
@@ -6,6 +7,8 @@ their own fixtures. An orphan check asks about the processes started *during* it
 with such checks uses the ``children_before_test`` fixture (tests/conftest.py), which records the
 children that exist when each of its tests begins.
 """
+
+import socket
 
 import psutil
 
@@ -30,3 +33,10 @@ def stray_children() -> list[psutil.Process]:
         except psutil.NoSuchProcess:  # exited since the listing: not a stray
             pass
     return strays
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now (JupyterLab, JupyterHub, SLURM)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

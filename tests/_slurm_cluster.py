@@ -37,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+from _procs import free_port
 from _timing import scaled
 
 COMMANDS = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scontrol", "scancel")
@@ -72,12 +73,6 @@ def hostname_is_loopback() -> bool:
     except socket.gaierror:
         return False
     return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
-
-
-def _free_loopback_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -175,7 +170,7 @@ class Cluster:
         key.write_bytes(os.urandom(self.key_bytes))
         key.chmod(0o400)
         (self.root / "slurm.conf").write_text(SLURM_CONF.format(
-            root=self.root, node=self.node, ctld_host=self.ctld_host, ctld_port=_free_loopback_port(), slurmd_port=_free_loopback_port(),
+            root=self.root, node=self.node, ctld_host=self.ctld_host, ctld_port=free_port(), slurmd_port=free_port(),
             cpus=self.cpus, memory_mb=self.memory_mb))
         m = self.root / "munge"
         self._daemon("munged", ["munged", "--foreground", f"--socket={m}/munge.socket", f"--key-file={key}",
