@@ -723,6 +723,11 @@ def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:
                "module that this process can import.") from exc
 
 
+# What a rank's collective raises when a peer's process is gone (gloo's TCP pairs; NCCL's proxy).
+_PEER_LOST = re.compile(r"connection (reset|closed) by peer|socket closed|broken pipe|remote process exited",
+                        re.IGNORECASE)
+
+
 def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn,
                   collective_timeout_s: float | None = None) -> WorkerError:
     """Build the error for the rank that failed first (the cause), mentioning the others.
@@ -743,7 +748,19 @@ def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn,
         # a rank we killed ourselves after the grace period was never seen exiting: it sorts last
         return os.stat(error_path(r)).st_mtime_ns if os.path.exists(error_path(r)) else exited_ns.get(r, sys.maxsize)
 
-    ranks = sorted((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)), key=failed_at_ns)
+    def follows_a_peer(r):
+        # A rank whose last error line says its peer's connection went away failed *because* another
+        # rank died; so did one we killed after the grace period. Any other failure comes first, even
+        # if written later: a rank SIGKILLed (the OOM killer) is seen by the launcher only at its next
+        # poll, and on a busy machine a peer can write "Connection reset by peer" before that
+        # (measured 2026-12-01: rank 0's reset was blamed for rank 1's SIGKILL).
+        tb = read_tb(r).strip()
+        if tb:
+            return bool(_PEER_LOST.search(tb.splitlines()[-1]))
+        return r not in exited_ns
+
+    ranks = sorted((r for r, p in enumerate(procs) if p.exitcode not in (None, 0)),
+                   key=lambda r: (follows_a_peer(r), failed_at_ns(r)))
     chosen = ranks[0]
     tb = read_tb(chosen)
     code = procs[chosen].exitcode

@@ -337,6 +337,26 @@ def test_the_rank_that_failed_first_is_blamed(tmp_path):
     assert "rank(s) [0, 2] stopped too" in str(err)
 
 
+def test_a_rank_killed_by_a_signal_is_blamed_before_a_peer_that_lost_its_connection(tmp_path):
+    """The launcher sees a SIGKILLed rank only at its next poll; its peer may already have written
+    "Connection reset by peer". The killed rank is the cause all the same."""
+    from types import SimpleNamespace
+
+    (tmp_path / "rank0.log").write_text("")
+    (tmp_path / "rank1.log").write_text("")
+    (tmp_path / "error0.txt").write_text("Traceback ...\nRuntimeError: [pair.cc:537] Read error [127.0.0.1]:19340: "
+                                         "Connection reset by peer\n")
+    os.utime(tmp_path / "error0.txt", ns=(1_000_000_000, 1_000_000_000))
+    procs = [SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=-signal.SIGKILL)]
+    err = cdist._worker_error(str(tmp_path), procs, {0: 2_000_000_000, 1: 1_500_000_000}, W.echo)
+    assert err.rank == 1 and "rank 1 of 2 was killed by SIGKILL" in str(err), str(err)
+    assert "rank(s) [0] stopped too" in str(err)
+    # ...but a rank we killed ourselves after the grace period (never seen exiting) is not the cause
+    procs = [SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=-signal.SIGKILL)]
+    err = cdist._worker_error(str(tmp_path), procs, {0: 2_000_000_000}, W.echo)
+    assert err.rank == 0 and "Connection reset by peer" in str(err)
+
+
 # --------------------------------------------------------------------------- no sockets beyond loopback
 
 
