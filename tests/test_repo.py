@@ -36,6 +36,16 @@ def test_notebook_has_a_parameters_cell_with_the_full_profile(path):
         "COURSE_PROFILE must be able to override PROFILE"
 
 
+@pytest.mark.parametrize("path", [p for p in ALL_NOTEBOOKS if p.parent.name != "notebooks"],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_only_lessons_mark_cells_for_nbval(path):
+    """ci/test.sh runs nbval on the executed lessons only: a marked cell anywhere else would never be compared."""
+    marked = [i for i, c in enumerate(json.loads(path.read_text())["cells"])
+              if c["cell_type"] == "code" and "NBVAL_CHECK_OUTPUT" in "".join(c["source"])]
+    assert not marked, (f"cells {marked} are marked # NBVAL_CHECK_OUTPUT, but nbval runs only notebooks/ "
+                        "(ci/test.sh): check the output with an assertion or a course_lib check instead")
+
+
 def test_lesson_names_are_ordered():
     names = [p.name for p in sorted((REPO / "notebooks").glob("*.ipynb"))]
     assert names and all(re.fullmatch(r"\d\d_[a-z0-9_]+\.ipynb", n) for n in names), names
