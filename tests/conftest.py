@@ -33,19 +33,25 @@ def pytest_configure(config):
 
 # The lessons form one chain -- lesson 01's lr and the ladder's rungs feed 02-07, lesson 06's
 # measurements 08 and 09, 08's fit 10 -- so under pytest-xdist (ci/test.sh) they run in order on one
-# worker, as in `make course`, while the other workers take everything else.
+# worker, as in `make course`, while the other workers take everything else. The browser's run of
+# the lessons (tests/test_browser.py: one JupyterLab per worker, its own results folder) is a second
+# chain, in order on one worker, for the same reason: run alone, lesson 05 finds no ladder and
+# trains at lesson 01's batch of 256, where this CPU's emulated bf16 and fp16 look fast enough to
+# train too (measured: 60 s instead of 18 s), and lesson 09 has no measurements of 06 to read.
 LESSON_CHAIN = "tests/test_notebooks.py::test_notebook_executes_in_smoke_profile[notebooks/"
+BROWSER_CHAIN = "tests/test_browser.py::test_notebook_runs_in_jupyterlab[notebooks/"
 
 
 def pytest_collection_modifyitems(config, items):
-    """The lessons' chain first: it is the suite's longest piece of work that cannot be split, so one
-    worker starts it at once; in one process the order does not matter."""
-    items.sort(key=lambda item: not item.nodeid.startswith(LESSON_CHAIN))
+    """The two lesson chains first: they are the suite's longest pieces of work that cannot be
+    split, so two workers start them at once; in one process the order does not matter."""
+    items.sort(key=lambda item: 0 if item.nodeid.startswith(LESSON_CHAIN)
+               else 1 if item.nodeid.startswith(BROWSER_CHAIN) else 2)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` with the lessons as one group, chosen here by test id.
+    """``--dist loadgroup`` with each lesson chain as one group, chosen here by test id.
 
     Not with ``xdist_group`` marks: pytest-xdist 3.8 groups by suffixing ``item._nodeid``, which
     pytest 9 no longer reads, so marked tests were spread over workers (measured 2026-11-30:
@@ -58,6 +64,8 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid):
             if nodeid.startswith(LESSON_CHAIN):
                 return "lessons"
+            if nodeid.startswith(BROWSER_CHAIN):
+                return "lessons in the browser"
             # one test SLURM per worker would collide: each numbers its jobs from 1, and the sbatch
             # script derives the rendezvous port from the job id (measured: two job 1s on port 20001)
             return "slurm" if nodeid.startswith("tests/test_slurm.py::") else nodeid

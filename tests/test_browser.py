@@ -20,12 +20,18 @@ checks:
 Exercises run as the learner gets them, stubs included (``raise NotImplementedError()``), not
 the solutions: that is what a learner opens first, and the course promises that a stub makes
 the check say "not implemented yet" instead of a traceback (course_lib/checks). So an exercise
-passes when no cell raises, every cell ran, and its checks report "not implemented yet". The
-solutions' own checks are run by tests/test_notebooks.py (papermill, strict checks).
+passes when no cell raises, every cell ran, and every check cell reports NOT IMPLEMENTED YET
+(tests/_exercise_stubs.py; where there is no browser, tests/test_exercises.py runs the same check
+with papermill instead). The solutions' own checks are run by tests/test_notebooks.py (papermill,
+strict checks).
 
 A screenshot of each notebook after its run (at its first widget or figure) is saved to
 ci/executed/browser/ for a reviewer. Each notebook is its own test, so pytest-xdist can spread
-them over workers; each worker starts its own server (free port, private temp folder). Without
+them over workers; each worker starts its own server (free port, private temp folder) and keeps
+one JupyterLab page open, opening notebook after notebook in it as a learner does (``Tab``).
+The lessons run in order on one worker (tests/conftest.py), as a learner takes them: each reads
+what the lessons before it saved in that server's results folder (lesson 01's lr, the ladder,
+lesson 06's measurements), so each runs the setting it would run for a learner. Without
 Chromium (``ci/browser-deps.sh`` installs it as root) or Playwright the tests skip, saying so.
 """
 
@@ -38,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+from _exercise_stubs import untouched_exercise_problems
 from _lab import REPO, Lab, browser_missing
 from _timing import scaled
 
@@ -52,7 +59,6 @@ WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 # The text a widget leaves when no widget manager renders it: its repr.
 FALLBACK = re.compile(r"\b[A-Z][A-Za-z]*(Box|Slider|Dropdown|Button|Output|Checkbox|Text|Tab|Accordion)\((children|value|"
                       r"layout|description|options|outputs)=")
-NOT_IMPLEMENTED = "not implemented yet"
 # The cells of the notebook in the current tab.
 CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 TIMINGS: dict[str, float] = {}
@@ -97,19 +103,83 @@ def _wait(what: str, predicate, timeout: float, every: float = 0.5):
     raise AssertionError(f"{what}: not within {timeout:.0f} s")
 
 
-def _open(page, lab: Lab, rel: str) -> dict:
-    """Open the notebook; return its session once the course kernel is idle."""
-    page.goto(lab.notebook_url(rel))
-    page.wait_for_selector(CELLS, timeout=scaled(120) * 1000)
-    def ready():
-        dialog = page.locator(".jp-Dialog .jp-mod-accept")  # a kernel picker, should one still appear
-        if dialog.count():
-            dialog.first.click()
-        s = _session(lab, rel)
-        return s if s and s["kernel"]["execution_state"] == "idle" else None
-    session = _wait(f"{rel}: the course kernel did not start and go idle", ready, scaled(180))
-    assert session["kernel"]["name"] == "largebatch-course", f"{rel} runs on kernel {session['kernel']['name']!r}"
-    return session
+def _menu(page, top: str, item: str) -> None:
+    """Click menu bar entry ``top``, then the item whose label matches the regular expression ``item``."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{top}$")).click()
+    page.locator(".lm-Menu-item", has=page.locator(".lm-Menu-itemLabel", has_text=re.compile(item))).first.click()
+
+
+class Tab:
+    """The worker's one browser page, kept between notebooks as a learner keeps JupyterLab open.
+
+    Loading JupyterLab costs seconds of a core (scripts parsed, extensions started, a workspace
+    restored); a learner pays it once and then opens notebook after notebook. So does the suite:
+    the first notebook is opened by URL, each later one with File > Open from Path, after the
+    previous one was closed with File > Close and Shut Down Notebook (which also ends its kernel).
+    A notebook whose test failed part-way may leave the page in any state: then the page is
+    dropped (its kernel shut down through the server's API) and the next notebook starts afresh.
+    """
+
+    def __init__(self, browser, lab: Lab):
+        self.browser, self.lab = browser, lab
+        self.page, self.rel, self.session = None, None, None
+
+    def open(self, rel: str) -> dict:
+        """Open ``rel``; return its session once the course kernel is idle."""
+        if self.page is None:
+            self.page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
+            self.page.goto(self.lab.notebook_url(rel))
+        else:
+            _menu(self.page, "File", r"^Open from Path")
+            self.page.locator(".jp-Dialog input").fill(rel)
+            self.page.locator(".jp-Dialog .jp-mod-accept").click()
+        self.rel = rel
+        page = self.page
+        page.wait_for_selector(CELLS, timeout=scaled(120) * 1000)
+        def ready():
+            dialog = page.locator(".jp-Dialog .jp-mod-accept")  # a kernel picker, should one still appear
+            if dialog.count():
+                dialog.first.click()
+            s = _session(self.lab, rel)
+            return s if s and s["kernel"]["execution_state"] == "idle" else None
+        self.session = _wait(f"{rel}: the course kernel did not start and go idle", ready, scaled(180), every=0.25)
+        assert self.session["kernel"]["name"] == "largebatch-course", \
+            f"{rel} runs on kernel {self.session['kernel']['name']!r}"
+        return self.session
+
+    def close(self, clean: bool) -> None:
+        """Close the notebook and shut its kernel down: from the menu after a clean run, else drop the page."""
+        rel, self.rel, session, self.session = self.rel, None, self.session, None
+        if self.page is None or rel is None:
+            return
+        if clean:
+            try:
+                _menu(self.page, "File", r"^Close and Shut Down Notebook")
+                self.page.locator(".jp-Dialog .jp-mod-accept").click(timeout=scaled(30) * 1000)
+                _wait(f"{rel}: File > Close and Shut Down Notebook left its kernel running",
+                      lambda: _session(self.lab, rel) is None, scaled(60), every=0.1)
+                return
+            except Exception:  # noqa: BLE001 - the page is in a state we did not expect: start afresh
+                pass
+        self.page.close()
+        self.page = None
+        if session is not None:
+            self.lab.api(f"sessions/{session['id']}", "DELETE")  # free the kernel's memory for the next one
+
+    def quit(self) -> None:
+        self.close(clean=False)
+        if self.page is not None:
+            self.page.close()
+
+
+@pytest.fixture(scope="session")
+def tab(lab, browser):
+    """One JupyterLab page per test session (per xdist worker), reused notebook after notebook."""
+    t = Tab(browser, lab)
+    try:
+        yield t
+    finally:
+        t.quit()
 
 
 # In the page: how many code cells still wait or run ("[*]"), and how many have a number.
@@ -133,9 +203,9 @@ def _run_all(page, lab: Lab, rel: str, timeout: float) -> None:
         s = _session(lab, rel)
         return state["busy"] == 0 and s is not None and s["kernel"]["execution_state"] == "idle"
     try:
-        _wait(f"{rel}: the run did not finish", finished, timeout, every=1.0)
-        time.sleep(1.0)  # idle between two cells is possible: ask again
-        _wait(f"{rel}: the run did not finish", finished, timeout, every=1.0)
+        _wait(f"{rel}: the run did not finish", finished, timeout, every=0.25)
+        time.sleep(0.5)  # idle between two cells is possible: ask again
+        _wait(f"{rel}: the run did not finish", finished, timeout, every=0.25)
     except AssertionError as e:
         state = page.evaluate(PROMPTS_JS)
         raise AssertionError(f"{e} ({state['done']} of {state['total']} code cells done, {state['busy']} waiting)") from None
@@ -246,12 +316,12 @@ def _screenshot(page, rel: str, cell: int | None) -> None:
 
 
 @pytest.mark.parametrize("rel", NOTEBOOKS)
-def test_notebook_runs_in_jupyterlab(rel, lab, browser):
+def test_notebook_runs_in_jupyterlab(rel, lab, tab):
     t0 = time.monotonic()
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    session, shot_at = None, None
+    shot_at, clean = None, False
     try:
-        session = _open(page, lab, rel)
+        tab.open(rel)
+        page = tab.page
         _run_all(page, lab, rel, timeout=scaled(1200))
         nb = _save(page, lab, rel)
         problems = _errors(rel, nb)
@@ -263,19 +333,15 @@ def test_notebook_runs_in_jupyterlab(rel, lab, browser):
             if moved:
                 problems.append(moved)
         if rel.startswith("exercises/"):
-            texts = "".join(t for c in nb["cells"] for o in c.get("outputs", [])
-                            for t in (o.get("text", ""), o.get("data", {}).get("text/plain", ""))
-                            for t in ([t] if isinstance(t, str) else t))
-            if NOT_IMPLEMENTED not in texts:
-                problems.append(f"{rel}: no check reported '{NOT_IMPLEMENTED}' for the stubs")
+            problems += untouched_exercise_problems(rel, nb)
         assert not problems, f"{rel} in JupyterLab:\n" + "\n".join(problems)
+        clean = True
     finally:
         try:
-            _screenshot(page, rel, shot_at)
+            if tab.page is not None:
+                _screenshot(tab.page, rel, shot_at)
         finally:
-            page.close()
-            if session is not None:
-                lab.api(f"sessions/{session['id']}", "DELETE")  # free the kernel's memory for the next one
+            tab.close(clean)
             TIMINGS[rel] = time.monotonic() - t0
             print(f"{rel}: {TIMINGS[rel]:.1f} s in the browser")
 

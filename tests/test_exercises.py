@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from _exercise_stubs import untouched_exercise_problems
+from _lab import browser_missing
 from course_lib import checks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,15 +229,10 @@ def test_a_stub_fails_in_strict_mode(monkeypatch):
 EXERCISES = sorted((REPO / "exercises").glob("*.ipynb"))
 
 
-def _outputs_text(cell: dict) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        parts.append("".join(out.get("text", "")))
-        parts.append("".join(out.get("data", {}).get("text/plain", "")))
-    return "\n".join(parts)
-
-
 @pytest.mark.slow
+@pytest.mark.skipif(browser_missing() is None, reason="tests/test_browser.py runs every untouched exercise in "
+                    "JupyterLab and checks the same (tests/_exercise_stubs.py); this papermill run is its stand-in "
+                    "where there is no browser")
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda p: p.name)
 def test_an_untouched_exercise_runs_and_every_check_says_not_implemented(exercise, tmp_path, monkeypatch):
     """What a learner sees on opening an exercise and choosing "Run All" before writing anything:
@@ -250,10 +247,5 @@ def test_an_untouched_exercise_runs_and_every_check_says_not_implemented(exercis
     run = run_notebooks.execute(exercise, out, profile="smoke", kernel="python3", results_dir=tmp_path / "results",
                                 log_output=False, cell_timeout=scaled(900))
     assert run.ok, f"{exercise.relative_to(REPO)} failed at {run.error}"
-    check_cells = [c for c in json.loads(out.read_text())["cells"]
-                   if c["cell_type"] == "code" and "checks.check_" in "".join(c["source"])]
-    assert check_cells, f"{exercise.name} has no check cell"
-    for cell in check_cells:
-        text = _outputs_text(cell)
-        assert "NOT IMPLEMENTED YET" in text, f"{exercise.name}: a check cell shows {text[:300]!r}"
-        assert "PASS" not in text and ": FAIL" not in text, f"{exercise.name}: {text[:300]!r}"
+    problems = untouched_exercise_problems(exercise.name, json.loads(out.read_text()))
+    assert not problems, "\n".join(problems)
