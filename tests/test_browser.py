@@ -126,6 +126,7 @@ class Tab:
 
     def open(self, rel: str) -> dict:
         """Open ``rel``; return its session once the course kernel is idle."""
+        self.rel = rel  # from here on, a failure (even in the menu) makes close() drop the page
         if self.page is None:
             self.page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
             self.page.goto(self.lab.notebook_url(rel))
@@ -133,7 +134,6 @@ class Tab:
             _menu(self.page, "File", r"^Open from Path")
             self.page.locator(".jp-Dialog input").fill(rel)
             self.page.locator(".jp-Dialog .jp-mod-accept").click()
-        self.rel = rel
         page = self.page
         page.wait_for_selector(CELLS, timeout=scaled(120) * 1000)
         def ready():
