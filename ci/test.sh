@@ -33,6 +33,17 @@ start=$(date +%s)
 # System packages for tests/test_slurm.py (SLURM and MUNGE from apt, as root only; else the tests skip)
 bash ci/install-slurm.sh
 
+# Every temporary file of the suite goes into one private folder (mode 0700, a random name),
+# removed when the suite ends, however it ends short of SIGKILL. Tools the tests drive leave
+# theirs behind otherwise: ipykernel's `install` an empty tmp*_kernels folder each time (it
+# copies the spec out of a mkdtemp and never removes it), torchrun a torchelastic_* folder per
+# job, an untouched exercise its module folder. (After the apt step: apt's sandbox user
+# could not read a private TMPDIR.) The name is short: multiprocessing's socket
+# paths below it must stay under 108 bytes (course_lib/dist.py).
+SUITE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ctest.XXXXXX")
+trap 'rm -rf "$SUITE_TMP"' EXIT
+export TMPDIR="$SUITE_TMP"
+
 rm -rf ci/executed
 # --dist loadgroup: the lessons, which read each other's saved results, run in order on one worker
 # (tests/conftest.py schedules them); everything else goes to whichever worker is free.
