@@ -69,7 +69,7 @@ def launch_diagram(world_size: int = 2, backend: str = "gloo"):
         y = 0.1 + (shown - 1 - i) * height  # rank 0 on top
         label = f"rank {rank}: fn(rank {rank})" if not (shown < world_size and i == shown - 2) else "..."
         _box(ax, 0.42, y, 0.26, height * 0.8, label)
-        _arrow(ax, 0.24, 0.5, 0.42, y + height * 0.4, "spawn" if i == 0 else "")
+        _arrow(ax, 0.24, 0.5, 0.42, y + height * 0.4, "start" if i == 0 else "")
         _arrow(ax, 0.68, y + height * 0.4, 0.78, 0.5)
     _box(ax, 0.78, 0.3, 0.22, 0.4, "return values\nby rank\n(or the first error)", color="#e3f3e1")
     ax.text(0.55, 0.96, f"one process group ({backend}), addresses on loopback only",

@@ -10,11 +10,12 @@ worker function runs unchanged three ways:
 
 Why ``launch`` looks the way it does (each point is a failure seen in notebooks):
 
-* **spawn, never fork**: fork after CUDA is initialised fails ("Cannot re-initialize CUDA
-  in forked subprocess"). Spawn pickles the function by reference, so it must live in an
-  importable module; a function typed into the notebook lives in ``__main__`` and the
-  child fails with ``Can't get attribute ... on <module '__main__'>`` (pytorch#20375).
-  We refuse it up front instead.
+* **never fork the kernel**: fork after CUDA is initialised fails ("Cannot re-initialize CUDA
+  in forked subprocess"). Workers are forked from multiprocessing's fork server instead (a
+  fresh process that imported torch once: ``_worker_context``), or spawned where there is
+  none. Both pickle the function by reference, so it must live in an importable module; a
+  function typed into the notebook lives in ``__main__`` and the child fails with ``Can't get
+  attribute ... on <module '__main__'>`` (pytorch#20375). We refuse it up front instead.
 * **a fresh port on 127.0.0.1 per launch**: the rendezvous store is a ``TCPStore`` that
   the launching process serves from a socket it bound to 127.0.0.1 on port 0 (the OS
   picks a free port) and holds for the launch; workers connect to it as clients. No fixed
@@ -222,8 +223,8 @@ class LaunchTimeout(TimeoutError):
 
 @dataclass(frozen=True)
 class _WorkerSpec:
-    fn: Callable
-    args: tuple
+    payload: bytes  # pickle of (fn, args): unpickled in the worker once its environment is the launcher's
+    environ: dict  # the launcher's os.environ at launch (a fork server's own is from when it started)
     rank: int
     world_size: int
     backend: str
@@ -235,21 +236,54 @@ class _WorkerSpec:
     threads: int
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Make sure this worker cannot outlive the process that launched it."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists
+        pass
+    return True
+
+
+def _release_fork_server() -> None:
+    """Let go of the fork server's "alive" pipe, inherited from it.
+
+    multiprocessing hands every process forked by the server the write end of the pipe the
+    server watches (so that it could fork from the server in turn), and the server exits only
+    when every holder is gone. A worker that kept it would keep its own parent alive after the
+    launcher died, and neither the parent-death signal nor the parent watch would ever fire."""
+    with contextlib.suppress(Exception):
+        from multiprocessing import forkserver
+
+        server = forkserver._forkserver
+        if server._forkserver_pid is None and server._forkserver_alive_fd is not None:  # inherited, not ours
+            os.close(server._forkserver_alive_fd)
+            server._forkserver_alive_fd = None
+            server._forkserver_address = None
+
+
+def _die_with_parent(launcher_pid: int) -> None:
+    """Make sure this worker cannot outlive the process that launched it.
+
+    The worker's parent is the launcher (spawn) or the launcher's fork server, which exits
+    as soon as the launcher is gone (it reads EOF on a pipe only the launcher holds). Either
+    way the parent's death is the signal: the kernel's parent-death signal, and a thread that
+    exits when the parent pid changes (the worker was reparented)."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(Exception):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             PR_SET_PDEATHSIG = 1
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    # The parent may have died before prctl took effect; and other OSes have no prctl.
-    if os.getppid() != parent_pid:
+    parent = os.getppid()
+    # The launcher may have died before prctl took effect; and other OSes have no prctl.
+    if parent == 1 or not _pid_alive(launcher_pid):
         os._exit(1)
 
     def watch():
         while True:
             time.sleep(1.0)
-            if os.getppid() != parent_pid:
+            if os.getppid() != parent:
                 os._exit(1)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
@@ -296,6 +330,12 @@ def _redirect_output(log_path: str) -> None:
 
 
 def _worker_main(spec: _WorkerSpec) -> None:
+    # A worker forked from the fork server starts with the server's environment, from when the
+    # server started: the launcher's own, at this launch, is the one that counts (a notebook may
+    # have set COURSE_DATA_DIR, NCCL_DEBUG or CUDA_VISIBLE_DEVICES since).
+    os.environ.clear()
+    os.environ.update(spec.environ)
+    _release_fork_server()
     if spec.tmp_dir:
         # Temporary files of this worker and of everything it starts (multiprocessing's pymp-*
         # folders, DataLoader workers' sockets, the user's own tempfile calls) go inside the
@@ -312,6 +352,9 @@ def _worker_main(spec: _WorkerSpec) -> None:
     torch.set_num_threads(spec.threads)
     code = 0
     try:
+        # Unpickling imports the function's module: here, with the launcher's environment and the
+        # rank's log in place, a failing import is reported with its traceback like any error.
+        fn, args = pickle.loads(spec.payload)
         if spec.backend == "nccl":
             torch.cuda.set_device(spec.rank)
         store = dist.TCPStore(LOOPBACK, spec.port, world_size=None, is_master=False,
@@ -322,7 +365,7 @@ def _worker_main(spec: _WorkerSpec) -> None:
         # exits): a fast worker that returned and tore its group down while a slower peer was
         # still connecting failed that peer's init ("connectFullMesh ... closed by peer").
         dist.barrier()
-        result = spec.fn(spec.rank, spec.world_size, *spec.args)
+        result = fn(spec.rank, spec.world_size, *args)
         atomic_torch_save(result, os.path.join(spec.run_dir, f"result{spec.rank}.pt"))
     except BaseException:  # noqa: BLE001 - everything must reach the cell, KeyboardInterrupt too
         atomic_write_text(os.path.join(spec.run_dir, f"error{spec.rank}.txt"), traceback.format_exc())
@@ -388,8 +431,8 @@ def _check_picklable_function(fn: Callable) -> None:
         home = "the script" if script else "the notebook"
         raise ValueError(
             f"launch() cannot run {name!r}: it is defined in {where} (module '__main__'). "
-            "Workers are started with the 'spawn' method, which sends the function to each new "
-            "process by reference (module + name), and a fresh Python process does not have "
+            "Workers are new processes (forked from a fork server that never ran it, or started "
+            "with 'spawn'), which receive the function by reference (module + name) and do not have "
             f"{home}'s '__main__' to find it in (it would fail with \"Can't get attribute ... on <module "
             f"'__main__'>\"). Put the function in a .py file next to {home} (or in course_lib) "
             f"and import it from there, e.g. `from my_workers import {name}`.")
@@ -516,7 +559,7 @@ import os, shutil, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 fd, run_dir = int(sys.argv[1]), sys.argv[2]
-groups, done, buf = [], False, b""
+groups, paths, done, buf = [], [run_dir], False, b""
 while True:
     try:
         chunk = os.read(fd, 4096)
@@ -533,6 +576,8 @@ while True:
             done = True
         elif line.startswith(b"group "):
             groups.append(int(line[6:]))
+        elif line.startswith(b"path "):
+            paths.append(os.fsdecode(line[5:]))
 if not done:
     for attempt in range(3):  # again: a child may have forked while the group was being killed
         for g in groups:
@@ -542,7 +587,8 @@ if not done:
                 except OSError:
                     pass
         time.sleep(0.2)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 """
 
 
@@ -571,6 +617,11 @@ class _Watchdog:
     def watch_group(self, pgid: int) -> None:
         self._send(f"group {pgid}\n")
 
+    def watch_path(self, path: str) -> None:
+        """Also remove ``path`` (a folder) if the launcher dies first."""
+        if "\n" not in path:
+            self._send(f"path {path}\n")
+
     def _send(self, line: str) -> None:
         if self.fd is not None:
             with contextlib.suppress(OSError):
@@ -591,6 +642,41 @@ class _Watchdog:
 # AF_UNIX socket paths are limited to 107 bytes: multiprocessing puts listeners at
 # <tmp>/pymp-XXXXXXXX/listener-XXXXXXXX, so the workers' temp dir must leave room for that.
 _MAX_WORKER_TMP_LEN = 70
+
+
+def _multiprocessing_temp_dir() -> str | None:
+    """multiprocessing's temp folder in this process (``pymp-*``: the fork server's socket), if made.
+
+    It is removed when this process exits normally; the watchdog removes it when it does not."""
+    from multiprocessing import process
+
+    with contextlib.suppress(Exception):
+        return process.current_process()._config.get("tempdir")  # set by multiprocessing.util.get_temp_dir
+    return None
+
+
+def _worker_context():
+    """Where the workers come from: multiprocessing's fork server, with torch imported once.
+
+    A spawned worker is a fresh interpreter that imports torch: 2-3 s of CPU per rank idle
+    (and 1.7 s more for torch._dynamo at the first optimizer step), far more on a busy login
+    node, paid again at every launch. The fork server is started by
+    the first launch from this process (a kernel, a script), imports torch once, and forks
+    each later worker from that state in milliseconds. It has spawn's safety: the server is a
+    fresh process that never touches CUDA, and each worker still receives this process's
+    sys.path, working directory and main module (multiprocessing's preparation data) and,
+    from ``_worker_main``, its environment at the time of the launch. Its cost: one idle
+    process holding torch's memory (a few hundred MB) while the kernel lives; it exits with
+    the kernel. Where there is no fork server (Windows), workers are spawned."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # Modules only, never '__main__': a script without the main guard must fail in its workers
+    # (with the message that says so), not in the server. The list: course_lib/_forkserver_preload.py.
+    ctx.set_forkserver_preload(["course_lib._forkserver_preload"])
+    return ctx
 
 
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_s: float | None = 3600.0,
@@ -620,21 +706,20 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
             if callable(getattr(item, "check_world_size", None)):
                 item.check_world_size(world_size)
     try:
-        pickle.dumps((fn, args))
+        payload = pickle.dumps((fn, args))
     except Exception as exc:
         raise TypeError(f"launch(): the function or its arguments cannot be pickled for the workers: {exc}") from exc
     if collective_timeout_s is None:
         collective_timeout_s = min(timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S, DEFAULT_COLLECTIVE_TIMEOUT_S)
     threads = threads_per_worker or max(1, usable_cpu_cores() // world_size)
     with _InterruptShield() as shield:
-        return _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, threads, quiet, shield)
+        return _launch(fn, payload, world_size, backend, timeout_s, collective_timeout_s, threads, quiet, shield)
 
 
-def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, threads, quiet, shield) -> list:
-    import multiprocessing as mp
+def _launch(fn, payload, world_size, backend, timeout_s, collective_timeout_s, threads, quiet, shield) -> list:
     from multiprocessing.connection import wait as wait_any
 
-    ctx = mp.get_context("spawn")
+    ctx = _worker_context()
     run_dir = store = pump = watchdog = None
     procs: list = []
     start = time.monotonic()
@@ -652,12 +737,15 @@ def _launch(fn, world_size, args, backend, timeout_s, collective_timeout_s, thre
         watchdog = _Watchdog(run_dir)
         store = _loopback_store(collective_timeout_s)
         for r in range(world_size):
-            spec = _WorkerSpec(fn, args, r, world_size, backend, store.port, run_dir, tmp_dir, os.getpid(),
-                               float(collective_timeout_s), threads)
+            spec = _WorkerSpec(payload, dict(os.environ), r, world_size, backend, store.port, run_dir, tmp_dir,
+                               os.getpid(), float(collective_timeout_s), threads)
             p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
             p.start()
             procs.append(p)
             watchdog.watch_group(p.pid)  # the worker makes itself the leader of group p.pid
+        mp_tmp = _multiprocessing_temp_dir()
+        if mp_tmp:  # the fork server's socket lives there, as long as this process; after a SIGKILL, not longer
+            watchdog.watch_path(mp_tmp)
         exited_ns: dict[int, int] = {}  # when the launcher first saw each worker gone
         failed: list[int] = []
         while True:
@@ -776,7 +864,8 @@ def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn,
         msg = (f"rank {chosen} of {len(procs)} {_describe_exit(code)} while starting, before it could run "
                f"{fn.__qualname__} (its own error went to the launching process's stderr: the terminal, "
                "or the Jupyter server's log). A script that calls launch() needs the "
-               "`if __name__ == \"__main__\":` guard, because spawn re-imports the main script in each worker.")
+               "`if __name__ == \"__main__\":` guard, because each worker re-imports the main script (spawn and "
+               "the fork server both do).")
     else:
         msg = f"rank {chosen} of {len(procs)} {_describe_exit(code)} while running {fn.__qualname__}"
     others = [r for r in ranks if r != chosen]

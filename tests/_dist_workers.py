@@ -330,3 +330,8 @@ class AveragedBackward(GoodCopyToParallel):
     @staticmethod
     def backward(ctx, grad):
         return GoodCopyToParallel.backward(ctx, grad) / dist.get_world_size()
+
+
+def env_value(rank, world_size, name):
+    """The worker's value of the environment variable ``name`` (None when unset)."""
+    return os.environ.get(name)

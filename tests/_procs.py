@@ -22,13 +22,15 @@ def record_children_before_test() -> None:
 
 def stray_children() -> list[psutil.Process]:
     """Live children of this process started in this test, except multiprocessing's resource tracker
-    (one per parent, started by the first spawn, exits with the parent)."""
+    and fork server (one each per launching process, started by its first launch, exit with it)."""
     strays = []
     for p in psutil.Process().children(recursive=True):
         if p.pid in BEFORE_TEST:
             continue
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline()):
+            cmd = " ".join(p.cmdline())
+            ours = "resource_tracker" in cmd or "multiprocessing.forkserver" in cmd
+            if p.status() != psutil.STATUS_ZOMBIE and not ours:
                 strays.append(p)
         except psutil.NoSuchProcess:  # exited since the listing: not a stray
             pass

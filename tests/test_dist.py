@@ -80,8 +80,23 @@ def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monk
     assert results[0]["addr"] == "127.0.0.1"
     if results[0]["stdout_file"]:  # Linux: the worker's stdout was its log file in the private dir
         assert results[0]["stdout_file"].startswith(str(tmp_path))
-    assert list(tmp_path.iterdir()) == [], "the private temp dir must be removed"
+    # What may stay is this process's own multiprocessing folder (the fork server's socket, made
+    # by the first launch of the process, maybe this one), removed when the process exits.
+    mp_tmp = cdist._multiprocessing_temp_dir()
+    assert [p for p in tmp_path.iterdir() if str(p) != mp_tmp] == [], "the private temp dir must be removed"
     assert not _procs.stray_children()
+
+
+def test_workers_see_the_environment_of_their_launch_not_of_the_fork_server(monkeypatch):
+    """The fork server keeps the environment it started with; a notebook that sets a variable
+    later (COURSE_DATA_DIR, NCCL_DEBUG, CUDA_VISIBLE_DEVICES) must see it in the next launch's
+    workers, and one it removed must be gone there."""
+    monkeypatch.setenv("COURSE_TEST_REMOVED", "before")
+    cdist.launch(W.echo, 2, None, quiet=True)  # the server is running from here on (if not before)
+    monkeypatch.setenv("COURSE_TEST_MARK", "set after the server started")
+    monkeypatch.delenv("COURSE_TEST_REMOVED")
+    assert cdist.launch(W.env_value, 2, "COURSE_TEST_MARK", quiet=True) == ["set after the server started"] * 2
+    assert cdist.launch(W.env_value, 2, "COURSE_TEST_REMOVED", quiet=True) == [None, None]
 
 
 def test_rerun_at_once_uses_a_fresh_port():

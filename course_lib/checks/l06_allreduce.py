@@ -25,9 +25,10 @@ def _spawnable(name: str, fn) -> CheckResult | None:
     if module in (None, "__main__") or "<locals>" in qualname or "<lambda>" in qualname:
         return CheckResult(name, False, (
             f"{_label(fn)} is defined in the notebook (module {module!r}), so the worker processes cannot "
-            "run it: launch() starts them with 'spawn', and a spawned process imports the function by its "
-            "module and name; a fresh Python process has no notebook namespace. Write the function to a .py "
-            "file (the %%writefile cell above), import it from there, and pass that imported function."))
+            "run it: launch() starts them as new processes (a fork server's, or spawned), which import the "
+            "function by its module and name; a fresh Python process has no notebook namespace. Write the "
+            "function to a .py file (the %%writefile cell above), import it from there, and pass that imported "
+            "function."))
     return None
 
 
