@@ -301,7 +301,10 @@ def successive_halving(curves, min_resource: int = 1, reduction_factor: int = 3)
 # the last step, so asking ``should_prune()`` after the final report can discard a finished run
 # (measured here: a full 4-epoch trial at HR@10 0.62 recorded PRUNED); neumf_objective does not ask there.
 
-STRATEGIES = ("random", "successive_halving", "hyperband")
+STRATEGIES = ("random", "successive_halving", "hyperband", "tpe_hyperband")
+# TPE's first trials are random (it needs scored trials to model): Optuna's default is 10, more than
+# a lesson-sized Hyperband search runs before its budget is half spent.
+TPE_STARTUP_TRIALS = 4
 
 
 class Diverged(RuntimeError):
@@ -315,16 +318,29 @@ def journal_storage(path):
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
 
 
+def make_sampler(strategy: str, *, seed: int):
+    """The sampler of a strategy: random for the first three (so they draw the same configurations),
+    TPE for "tpe_hyperband" (Bergstra et al. 2011: it models which values scored well, pruned trials'
+    last reports included, and draws where that model is best; its first trials are random)."""
+    import optuna
+
+    if strategy == "tpe_hyperband":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP_TRIALS)
+    if strategy in STRATEGIES:
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"strategy={strategy!r}; choose one of {STRATEGIES}")
+
+
 def make_pruner(strategy: str, *, max_resource: int, min_resource: int = 1, reduction_factor: int = 3):
     """The pruner of a strategy: "random" none (every trial runs ``max_resource``), "successive_halving"
-    (Optuna's asynchronous SHA) or "hyperband" (several SHA brackets, Li et al. 2018)."""
+    (Optuna's asynchronous SHA) or "hyperband" and "tpe_hyperband" (several SHA brackets, Li et al. 2018)."""
     import optuna
 
     if strategy == "random":
         return optuna.pruners.NopPruner()
     if strategy == "successive_halving":
         return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=reduction_factor)
-    if strategy == "hyperband":
+    if strategy in ("hyperband", "tpe_hyperband"):
         return optuna.pruners.HyperbandPruner(min_resource=min_resource, max_resource=max_resource,
                                               reduction_factor=reduction_factor)
     raise ValueError(f"strategy={strategy!r}; choose one of {STRATEGIES}")
@@ -333,13 +349,13 @@ def make_pruner(strategy: str, *, max_resource: int, min_resource: int = 1, redu
 def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, min_resource: int = 1,
                reduction_factor: int = 3, direction: str = "maximize"):
     """Create the study ``name`` in the journal at ``path``, or load it when it exists (a resumed or
-    shared search): random sampling seeded by ``seed``, the strategy's pruner."""
+    shared search): the strategy's sampler seeded by ``seed`` and its pruner."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(
         study_name=name, storage=journal_storage(path), direction=direction, load_if_exists=True,
-        sampler=optuna.samplers.RandomSampler(seed=seed),
+        sampler=make_sampler(strategy, seed=seed),
         pruner=make_pruner(strategy, max_resource=max_resource, min_resource=min_resource,
                            reduction_factor=reduction_factor))
 

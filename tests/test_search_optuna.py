@@ -30,9 +30,31 @@ def test_search_finds_the_known_optimum(tmp_path, strategy):
         assert any(t.state == TrialState.PRUNED for t in study.trials)
 
 
+def test_tpe_hyperband_pairs_tpe_with_hyperband_and_draws_nearer_the_optimum(tmp_path):
+    """TPE models the scores so far: past its random start-up trials it draws nearer the known
+    optimum than random search does on the same objective (seeded, so deterministic)."""
+    studies = {}
+    for strategy in ("hyperband", "tpe_hyperband"):
+        studies[strategy] = s = search.open_study(strategy, tmp_path / f"{strategy}.log", strategy=strategy, seed=0,
+                                                  max_resource=9)
+        search.run_search(s, functools.partial(search.quadratic_objective, steps=9), budget=9 * 20)
+    tpe = studies["tpe_hyperband"]
+    assert isinstance(tpe.sampler, optuna.samplers.TPESampler)
+    assert isinstance(tpe.pruner, optuna.pruners.HyperbandPruner)
+
+    def distance_after_startup(study):
+        xs = [t.params["x"] for t in study.trials[search.TPE_STARTUP_TRIALS:]]
+        return sum(abs(x - 2.0) for x in xs) / len(xs)
+
+    # measured: 3.5 against 4.8 at seed 0 (0.61-0.74x over seeds 0-3)
+    assert distance_after_startup(tpe) < 0.85 * distance_after_startup(studies["hyperband"])
+
+
 def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="strategy='grid'"):
         search.make_pruner("grid", max_resource=9)
+    with pytest.raises(ValueError, match="strategy='grid'"):
+        search.make_sampler("grid", seed=0)
 
 
 def test_a_failing_trial_does_not_stop_the_study(tmp_path):
