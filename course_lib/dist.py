@@ -655,6 +655,24 @@ def _multiprocessing_temp_dir() -> str | None:
     return None
 
 
+# AF_UNIX socket paths are limited to 107 bytes (Linux; 103 on macOS). The fork server listens at
+# <mp temp dir>/listener-XXXXXXXX, and multiprocessing makes its temp dir as <tmp>/pymp-XXXXXXXX.
+_MAX_SOCKET_PATH = 100
+
+
+def _fork_server_can_listen() -> bool:
+    """Whether the fork server runs already, or its socket path would fit: an HPC job's $TMPDIR can
+    be long enough that it would not ("AF_UNIX path too long"), and then workers are spawned."""
+    with contextlib.suppress(Exception):
+        from multiprocessing import forkserver
+
+        if forkserver._forkserver._forkserver_address is not None:
+            return True
+    mp_tmp = _multiprocessing_temp_dir()
+    folder = len(mp_tmp) if mp_tmp else len(tempfile.gettempdir()) + len("/pymp-XXXXXXXX")
+    return folder + len("/listener-XXXXXXXX") <= _MAX_SOCKET_PATH
+
+
 def _worker_context():
     """Where the workers come from: multiprocessing's fork server, with torch imported once.
 
@@ -670,7 +688,7 @@ def _worker_context():
     the kernel. Where there is no fork server (Windows), workers are spawned."""
     import multiprocessing as mp
 
-    if "forkserver" not in mp.get_all_start_methods():
+    if "forkserver" not in mp.get_all_start_methods() or not _fork_server_can_listen():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     # Modules only, never '__main__': a script without the main guard must fail in its workers

@@ -99,6 +99,21 @@ def test_workers_see_the_environment_of_their_launch_not_of_the_fork_server(monk
     assert cdist.launch(W.env_value, 2, "COURSE_TEST_REMOVED", quiet=True) == [None, None]
 
 
+def test_a_temp_dir_too_long_for_the_fork_servers_socket_means_spawned_workers(monkeypatch, tmp_path):
+    """An HPC job's $TMPDIR can be too long for the fork server's AF_UNIX socket (107 bytes): the
+    first launch must then spawn its workers instead of failing with "AF_UNIX path too long"."""
+    from multiprocessing import forkserver, process
+
+    monkeypatch.setattr(forkserver._forkserver, "_forkserver_address", None)  # as before a first launch
+    monkeypatch.setitem(process.current_process()._config, "tempdir", None)
+    long = tmp_path / ("d" * 90)
+    long.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long))
+    assert cdist._worker_context().get_start_method() == "spawn"
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert cdist._worker_context().get_start_method() == "forkserver"
+
+
 def test_rerun_at_once_uses_a_fresh_port():
     import socket
 
@@ -458,7 +473,12 @@ def short_tmp():
     import pathlib
     import shutil
 
-    path = pathlib.Path(tempfile.mkdtemp(prefix="ct-"))
+    # under the suite's own temp dir when its path is short enough, else right under /tmp
+    # (ci/test.sh's private $TMPDIR, /tmp/ctest.XXXXXX, already leaves too little room)
+    parent = tempfile.gettempdir()
+    if len(parent) + 12 + 52 > cdist._MAX_WORKER_TMP_LEN and os.path.isdir("/tmp"):
+        parent = "/tmp"
+    path = pathlib.Path(tempfile.mkdtemp(prefix="ct-", dir=parent))
     assert len(str(path)) + 52 <= cdist._MAX_WORKER_TMP_LEN, f"the system temp dir {path.parent} is too long"
     yield path
     shutil.rmtree(path, ignore_errors=True)
