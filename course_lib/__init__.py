@@ -11,6 +11,7 @@ Foundations (no other course_lib module, or only these)
     progress.py      bar vs log lines: one rule for every long-running call
     metrics.py       HR@K, NDCG@K, time to target
     hardware.py      what this machine has (cores, GPUs, backends, 16-bit support)
+    _forkserver_preload.py  what launch()'s fork server imports once for every worker (torch, torch._dynamo)
     precision.py     Precision: autocast, fp16 loss scaling, unscale before the step
     dist.py          process groups, rank helpers, launch() from a notebook cell, torchrun entry
     tiers.py         the tier plan: every per-tier decision, a pure function of a hardware description

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "course_lib"
 # The layers of course_lib/__init__.py's map, lowest first. A module may import from its own
 # layer or the layers before it, never from a later one.
 LAYERS = [
-    {"tables", "config", "fileio", "progress", "metrics"},
+    {"tables", "config", "fileio", "progress", "metrics", "_forkserver_preload"},
     {"hardware"},
     {"precision", "dist"},
     {"tiers", "results", "plots", "diagrams"},
