@@ -23,15 +23,23 @@ def record_children_before_test() -> None:
 def stray_children() -> list[psutil.Process]:
     """Live children of this process started in this test, except multiprocessing's resource tracker
     and fork server (one each per launching process, started by its first launch, exit with it)."""
+    def helper(p) -> bool:
+        cmd = " ".join(p.cmdline())
+        return "resource_tracker" in cmd or "multiprocessing.forkserver" in cmd
+
     strays = []
     for p in psutil.Process().children(recursive=True):
         if p.pid in BEFORE_TEST:
             continue
         try:
-            cmd = " ".join(p.cmdline())
-            ours = "resource_tracker" in cmd or "multiprocessing.forkserver" in cmd
-            if p.status() != psutil.STATUS_ZOMBIE and not ours:
-                strays.append(p)
+            if p.status() == psutil.STATUS_ZOMBIE or helper(p):
+                continue
+            # A process started under a service that ran before this test (Chromium starts helper
+            # processes whenever it likes) is that service's, not this test's. The fork server is the
+            # exception: the workers it forks for this test's launches are this test's.
+            if any(a.pid in BEFORE_TEST and not helper(a) for a in p.parents()):
+                continue
+            strays.append(p)
         except psutil.NoSuchProcess:  # exited since the listing: not a stray
             pass
     return strays
