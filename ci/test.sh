@@ -41,6 +41,10 @@ bash ci/install-slurm.sh
 # could not read a private TMPDIR.) The name is short: multiprocessing's socket
 # paths below it must stay under 108 bytes (course_lib/dist.py).
 SUITE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ctest.XXXXXX")
+# 0711, not mktemp's 0700: munged (tests/test_slurm.py) refuses a socket under a folder others cannot
+# traverse ("Socket is inaccessible: execute permissions for all required"). Others still cannot list
+# it, and everything the tests make in it has a random name and mode 0700 (mkdtemp).
+chmod 711 "$SUITE_TMP"
 trap 'rm -rf "$SUITE_TMP"' EXIT
 export TMPDIR="$SUITE_TMP"
 
