@@ -46,6 +46,11 @@ SUITE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/ctest.XXXXXX")
 # it, and everything the tests make in it has a random name and mode 0700 (mkdtemp).
 chmod 711 "$SUITE_TMP"
 trap 'rm -rf "$SUITE_TMP"' EXIT
+# A signal ends the script through `exit`, so the EXIT trap above still runs (bash skips it when an
+# untrapped signal kills it: a stopped suite left its folder behind).
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 export TMPDIR="$SUITE_TMP"
 
 rm -rf ci/executed
