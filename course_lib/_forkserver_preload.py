@@ -8,6 +8,7 @@ server leaves nothing behind however the launcher ends. A worker that compiles l
 cache where torch would have, in its own temp dir (the launch's run folder).
 """
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -26,3 +27,27 @@ else:
     finally:
         os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)  # torch._dynamo set it for itself; workers decide anew
         shutil.rmtree(_scratch, ignore_errors=True)
+
+
+_SERVER_PID = os.getpid()
+
+
+def _remove_socket_folder() -> None:
+    """At the server's exit, remove the launcher's multiprocessing folder that holds its socket.
+
+    The server exits when its launcher is gone (EOF on the 'alive' pipe). The launcher removes that
+    folder itself at exit, but not when a burst of Ctrl-C interrupts its exit handlers (seen in
+    tests/test_dist.py) or a SIGKILL skips them. Forked workers never run this: they leave with
+    os._exit, and the pid check makes sure."""
+    if os.getpid() != _SERVER_PID:
+        return
+    from multiprocessing import forkserver
+
+    address = getattr(forkserver._forkserver, "_forkserver_address", None)
+    if isinstance(address, str):
+        folder = os.path.dirname(address)
+        if os.path.basename(folder).startswith("pymp-"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(_remove_socket_folder)

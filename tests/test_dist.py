@@ -527,9 +527,34 @@ def test_a_burst_of_interrupts_still_cleans_up_everything(tmp_path, short_tmp):
             time.sleep(0.02)
         assert parent.wait(timeout=WAIT_S) != 0
         _assert_all_gone(pids)
-        _assert_empty_soon(tmp_dir, within=0)
+        # the launcher's own cleanup: its run folder went before it exited
+        assert not [p.name for p in tmp_dir.iterdir() if p.name.startswith("course-launch-")]
+        # multiprocessing's folder (the fork server's socket) goes when the server exits, just after
+        # the launcher; the server removes it itself if the interrupts cut the launcher's exit short
+        _assert_empty_soon(tmp_dir)
     finally:
         parent.kill()
+
+
+def test_the_fork_server_removes_its_socket_folder_when_the_launcher_skipped_its_exit_handlers(short_tmp):
+    """A launcher that exits without its atexit handlers (os._exit here; a burst of Ctrl-C or a
+    SIGKILL in life) leaves multiprocessing's folder, where the fork server's socket is: the server,
+    which exits with its launcher, removes it."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        from course_lib import dist
+        if __name__ == "__main__":
+            dist.launch(W.echo, 2, None, quiet=True)
+            print(sorted(os.listdir(os.environ["TMPDIR"])), flush=True)
+            os._exit(0)
+    """)
+    env = {**os.environ, "TMPDIR": str(short_tmp), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert out.returncode == 0, out.stderr
+    assert "pymp-" in out.stdout  # the server's folder existed while the launcher lived
+    _assert_empty_soon(short_tmp)
 
 
 def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp_path, short_tmp):
