@@ -61,7 +61,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .fileio import atomic_torch_save, atomic_write_text, new_private_temp_dir
+from .fileio import atomic_torch_save, atomic_write_text, new_private_temp_dir, pid_alive
 from .hardware import usable_cpu_cores
 
 LOOPBACK = "127.0.0.1"
@@ -236,16 +236,6 @@ class _WorkerSpec:
     threads: int
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists
-        pass
-    return True
-
-
 def _release_fork_server() -> None:
     """Let go of the fork server's "alive" pipe, inherited from it.
 
@@ -277,7 +267,7 @@ def _die_with_parent(launcher_pid: int) -> None:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     parent = os.getppid()
     # The launcher may have died before prctl took effect; and other OSes have no prctl.
-    if parent == 1 or not _pid_alive(launcher_pid):
+    if parent == 1 or not pid_alive(launcher_pid):
         os._exit(1)
 
     def watch():

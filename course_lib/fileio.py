@@ -142,6 +142,17 @@ def owner_is_gone(host: str, pid: int, last_modified: float) -> bool:
         return type(exc).__name__ == "NoSuchProcess"
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 _TAGGED_DIR = re.compile(r"^(?P<host>[A-Za-z0-9]+)-(?P<pid>[0-9]+)-[A-Za-z0-9_]+$")  # after the prefix
 
 

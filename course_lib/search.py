@@ -26,6 +26,7 @@ from typing import Callable
 
 from .optim.schedules import LR_RULES, linear_scaled_lr, sqrt_scaled_lr
 from .data.movielens import ImplicitData
+from .fileio import pid_alive
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, train_to_target
 
@@ -375,16 +376,6 @@ def budget_spent(study) -> float:
                if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def fail_orphaned_trials(study) -> list[int]:
     """FAIL the RUNNING trials whose process (on this host) is gone; returns their numbers.
 
@@ -395,7 +386,7 @@ def fail_orphaned_trials(study) -> list[int]:
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
-        if host == socket.gethostname() and pid is not None and not _pid_alive(int(pid)):
+        if host == socket.gethostname() and pid is not None and not pid_alive(int(pid)):
             study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
             failed.append(t.number)
     return failed
