@@ -80,6 +80,14 @@ def test_fit_never_returns_negative_parameters():
         comm.fit_alpha_beta([8, 8], [1e-3, 2e-3])
 
 
+def test_a_fit_without_a_bandwidth_term_is_said_in_words_not_divided_by():
+    """Lesson 09 printed ``1 / beta`` and raised ZeroDivisionError on a fast machine (2026-12-01)."""
+    alpha, beta = comm.fit_alpha_beta([1e3, 1e6, 1e7], [1e-3, 0.9e-3, 0.8e-3])
+    assert beta == 0.0
+    assert comm.fit_text(alpha, beta).startswith(f"{alpha * 1e6:.1f} us, no bandwidth term")
+    assert comm.fit_text(20e-6, 1 / 4e9) == "20.0 us + n / 4.00 GB/s"
+
+
 # --------------------------------------------------------------------------- algorithm costs
 
 

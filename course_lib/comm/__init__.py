@@ -61,6 +61,7 @@ from .cost import (
     busbw,
     butterfly_allreduce_time,
     fit_alpha_beta,
+    fit_text,
     flat_tree_allreduce_time,
     link_alpha_beta_from_ring_fit,
     predict_table,

@@ -121,6 +121,19 @@ def fit_alpha_beta(sizes_bytes, times_s, *, robust: bool = True) -> tuple[float,
     return alpha, beta
 
 
+def fit_text(alpha: float, beta: float) -> str:
+    """``t = alpha + n beta`` in words: ``"12.3 us + n / 4.56 GB/s"``.
+
+    A fit may have no bandwidth term (``beta == 0``, see :func:`fit_alpha_beta`): when every
+    size measured was dominated by latency, or on a fast machine where the largest message
+    still took no longer than the smallest. The text says so instead of dividing by zero
+    (measured 2026-12-01: lesson 09's smoke sizes on a fast 2-core EPYC gave beta = 0).
+    """
+    if beta > 0:
+        return f"{alpha * 1e6:.1f} us + n / {1 / beta / GB:.2f} GB/s"
+    return f"{alpha * 1e6:.1f} us, no bandwidth term resolved (every size measured took about the latency)"
+
+
 def _log2_steps(p: int) -> int:
     """``ceil(log2 p)``: rounds of a binomial tree / recursive doubling on p ranks."""
     return (_check_p(p) - 1).bit_length()

@@ -43,8 +43,7 @@ def plot_allreduce_cost(result: "bench.BenchResult", *, gamma: float = 0.0, algo
 
     ax_t.loglog(n, t * 1e6, "o", color="black", label="measured", zorder=3)
     ax_t.loglog(grid, (alpha + beta * grid) * 1e6, "-", color="black", lw=2, alpha=0.4,
-                label=f"fit: {alpha * 1e6:.3g} us + n / {1 / beta / cost.GB:.3g} GB/s" if beta > 0
-                else f"fit: {alpha * 1e6:.3g} us")
+                label=f"fit: {cost.fit_text(alpha, beta)}" if beta > 0 else f"fit: {alpha * 1e6:.3g} us")
     link = None
     if p > 1:
         link = cost.link_alpha_beta_from_ring_fit(alpha, beta, p)
