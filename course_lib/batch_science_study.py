@@ -59,6 +59,175 @@ def noise_probe(data, b_small: int, b_big: int, repeats: int, seed: int = 0):
     return probe
 
 
+# --------------------------------------------------------------------------- lesson 07's BERT for the estimators
+
+
+def mlm_loss(model: torch.nn.Module, batch: tuple) -> torch.Tensor:
+    """BERT's MLM loss, the mean cross-entropy over the masked positions of an ``(inputs, labels)`` batch."""
+    inputs, labels = batch
+    return model(inputs, labels)
+
+
+def mlm_sampler(data, seed: int = 0):
+    """``sample(b)``: ``b`` training sequences masked as the loop masks them, from a generator of its own."""
+    gen = torch.Generator(device=data.device).manual_seed(seed)
+    return lambda b: data.masked_batch(b, gen)
+
+
+def probe_steps(cfg, points: int) -> set[int]:
+    """``points`` of a BERT run's evaluation steps, evenly spread, the last one included: where a
+    probe measures (every evaluation would cost more than the training on a CPU)."""
+    evals = sorted({*range(cfg.eval_every_steps, cfg.max_steps + 1, cfg.eval_every_steps), cfg.max_steps})
+    if points >= len(evals):
+        return set(evals)
+    return {evals[round(i * (len(evals) - 1) / max(points - 1, 1))] for i in range(points)} if points > 1 else {evals[-1]}
+
+
+def mlm_noise_probe(data, b_small: int, b_big: int, repeats: int, at_steps=None, seed: int = 0):
+    """An ``on_eval`` probe for :func:`course_lib.train.mlm.train_mlm`: B_simple in sequences at the
+    evaluation steps in ``at_steps`` (every one after step 0 when None), with dropout off (the noise
+    a larger batch averages away is the data's; dropout would add its own)."""
+    sample = mlm_sampler(data, seed=seed)
+
+    def probe(model, point):
+        if point["step"] == 0 or (at_steps is not None and point["step"] not in at_steps):
+            return None
+        was_training = model.training
+        model.eval()
+        try:
+            est = bs.noise_scale(model, mlm_loss, sample, b_small, b_big, repeats=repeats)
+        finally:
+            model.train(was_training)
+        return {"b_simple": est.b_simple, "stderr": est.stderr, "trace_cov": est.trace_cov,
+                "grad_sq_norm": est.grad_sq_norm}
+
+    return probe
+
+
+def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None = None) -> dict:
+    """Lesson 07's small-batch Adam run as lesson 11 repeats it with the probe, and what lesson 07
+    measured to compare with: its model, sequence length, both batches, the run's steps and peak lr,
+    the target loss and Adam's steps to it at each batch (``rows``, None when lesson 07 is missing, from
+    another profile, or either run missed the target). Without lesson 07: its defaults for this
+    profile and no rows. ``steps`` overrides the run's length."""
+    from .train.mlm import MLMTrainConfig
+
+    ok = bool(saved07 and saved07.get("runs") and saved07.get("profile") == profile)
+    smoke = profile == "smoke"
+    small = min(r["global_batch_size"] for r in saved07["runs"]) if ok else (8 if smoke else 32)
+    large = max(r["global_batch_size"] for r in saved07["runs"]) if ok else small * plan.bert_large_batch_factor
+    runs = {r["label"]: r for r in saved07["runs"]} if ok else {}
+    base = runs.get(f"adam b={small}")
+    n = steps or (base["steps"] if base else (8 if smoke else 240))
+    cfg = MLMTrainConfig(optimizer="adam", global_batch_size=small, micro_batch_size=small, base_lr=1e-3,
+                         base_batch_size=small, max_steps=n, warmup_steps=round(0.1 * n),
+                         eval_every_steps=max(1, n // 20), model=saved07["model"] if ok else plan.bert_model,
+                         precision="fp32", dropout=0.0, seed=0, label=f"adam b={small} (noise probe)")
+    rows = None
+    # the large batch's Adam run at its best lr, seed 0: saved first (its label is the sweep's, "adam b=L, sqrt rule xF")
+    top = next((r for r in saved07["runs"] if r["label"].startswith("adam") and r["global_batch_size"] == large), None) \
+        if ok else None
+    if base and top and base.get("steps_to_loss") and top.get("steps_to_loss"):
+        rows = [{"batch size": small, "steps to target": base["steps_to_loss"]},
+                {"batch size": large, "steps to target": top["steps_to_loss"]}]
+    source = ("lesson 07's small-batch Adam run" if base else
+              "lesson 07's defaults (run lesson 07 first to compare with its measurements)")
+    return {"config": cfg, "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
+            "vocab_size": plan.bert_vocab_size, "small_batch": small, "large_batch": large,
+            "target_loss": saved07.get("target_loss") if ok else None, "rows": rows, "source": source}
+
+
+def mlm_b_simple_at_target(record: dict, target_loss: float | None) -> dict:
+    """The BERT probe to compare with lesson 07: the first at or below its target loss, else the last."""
+    probes = record.get("probes") or []
+    if not probes:
+        raise ValueError("the run recorded no noise-scale probe: pass on_eval=mlm_noise_probe(...) to train_mlm")
+    for p in probes:
+        if target_loss is not None and p["eval_loss"] <= target_loss:
+            return {**p, "at": "the first probe at lesson 07's target loss"}
+    return {**probes[-1], "at": "the last probe (the run did not reach lesson 07's target)" if target_loss is not None
+            else "the last probe"}
+
+
+def mlm_noise_table(record: dict) -> Table:
+    """B_simple (in sequences) at each probe of a BERT run, with the held-out loss there."""
+    t = Table(["step", "sequences", "held-out loss", "B_simple (seqs)", "+/- (stderr)", "tr(Sigma)", "|G|^2"],
+              title="BERT: the simple noise scale during training")
+    for p in record["probes"]:
+        t.add(**{"step": p["step"], "sequences": p["sequences"], "held-out loss": round(p["eval_loss"], 3),
+                 "B_simple (seqs)": _count(p["b_simple"]), "+/- (stderr)": _count(p["stderr"]),
+                 "tr(Sigma)": f"{p['trace_cov']:.3g}", "|G|^2": f"{p['grad_sq_norm']:.3g}"})
+    return t
+
+
+def two_point_critical_batch(rows: list[dict]) -> float | None:
+    """``B_crit`` of ``S = S_min (1 + B_crit / B)`` through two measured points, exactly:
+    ``S1 - S2 = B_crit (S2 / B1 - S1 / B2)``. ``math.inf`` when the steps fell at least in proportion
+    to the batch (no bend between them), None when they did not fall (both past the bend)."""
+    (b1, s1), (b2, s2) = sorted((r["batch size"], r["steps to target"]) for r in rows)
+    if s1 <= s2:
+        return None
+    den = s2 / b1 - s1 / b2
+    return math.inf if den <= 0 else (s1 - s2) / den
+
+
+def bert_noise_verdict(b_simple: float, rows: list[dict] | None, factor: float = 3.0, stderr: float = math.nan) -> str:
+    """Does BERT's B_simple predict how many steps lesson 07's large batch saved? A ``stderr`` as large
+    as ``b_simple`` itself is said first: then the estimate cannot decide anything."""
+    if math.isfinite(b_simple) and math.isfinite(stderr) and stderr >= b_simple:
+        return (f"BERT's B_simple = {b_simple:,.0f} +/- {stderr:,.0f} sequences: its standard error is as large as "
+                "the estimate, so it predicts nothing yet. Raise BERT_NOISE_REPEATS (the error falls like "
+                "1/sqrt of it) or the larger of BERT_NOISE_BATCHES, and measure again. "
+                + bert_noise_verdict(b_simple, rows, factor))
+    if not math.isfinite(b_simple):
+        return ("BERT's |G|^2 estimate was not positive: at these two batch sizes its gradient is all noise as far "
+                "as the repeats can tell. Raise BERT_NOISE_REPEATS or the larger batch and measure again.")
+    if rows is None:
+        return (f"BERT's B_simple = {b_simple:,.0f} sequences; lesson 07's steps to its target at two batches are "
+                "missing here (run lesson 07 in this profile first, with both Adam runs reaching the target).")
+    (b1, s1), (b2, s2) = sorted((r["batch size"], r["steps to target"]) for r in rows)
+    predicted = (1 + b_simple / b1) / (1 + b_simple / b2)
+    head = (f"From batch {b1} to {b2} (x{b2 / b1:g}) lesson 07's Adam needed x{s1 / s2:.2f} fewer steps to its target "
+            f"(perfect scaling: x{b2 / b1:g}); with B_crit = B_simple = {b_simple:,.0f} sequences, "
+            f"S = S_min (1 + B_crit / B) predicts x{predicted:.2f}. ")
+    b_crit = two_point_critical_batch(rows)
+    if b_crit is None:
+        return head + ("The steps did not fall at all, so both batches are past the bend as measured; "
+                       + ("B_simple agrees (it is near or below the small batch)." if b_simple <= factor * b1 else
+                          "B_simple, well above the small batch, predicted a saving the runs did not show."))
+    if math.isinf(b_crit):
+        return head + ("The steps fell at least in proportion to the batch: no bend up to the large batch; "
+                       + ("B_simple agrees (it is not far below the large batch)." if b_simple >= b2 / factor else
+                          "B_simple, far below the large batch, predicted a bend the runs did not show."))
+    ratio = b_simple / b_crit
+    agree = 1 / factor <= ratio <= factor
+    return head + (f"The two points give B_crit = {b_crit:,.0f}: B_simple is {ratio:.2f}x it, "
+                   + (f"within the factor {factor:g} McCandlish et al. report." if agree else
+                      f"outside the factor {factor:g} McCandlish et al. report (two points at the granularity of "
+                      "lesson 07's evaluations, and a target set by the small-batch run, make this a rough check)."))
+
+
+def plot_mlm_noise(record: dict, setting: dict):
+    """BERT's B_simple during training, with lesson 07's two batches drawn as lines."""
+    import matplotlib.pyplot as plt
+
+    pts = [p for p in record["probes"] if math.isfinite(p["b_simple"])]
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    if pts:
+        ax.errorbar([p["step"] for p in pts], [p["b_simple"] for p in pts],
+                    yerr=[p["stderr"] if math.isfinite(p["stderr"]) else 0 for p in pts], fmt="o-", capsize=3,
+                    label="B_simple (sequences)")
+    for b, style in ((setting["small_batch"], ":"), (setting["large_batch"], "--")):
+        ax.axhline(b, color="gray", ls=style, label=f"lesson 07's batch {b}")
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("sequences")
+    ax.set_title("BERT: the simple noise scale during training")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def _count(x: float) -> str | int:
     """A noise scale or its error for a table: rounded, or why there is no number."""
     return round(x) if math.isfinite(x) else ("n/a" if math.isnan(x) else "inf (|G|^2 <= 0: noise only)")
@@ -88,11 +257,12 @@ def b_simple_at_target(result) -> dict:
 
 
 def probe_cost_sentence(result) -> str:
-    """What tracking B_simple cost this run, from its own clocks."""
-    n = len(result.probes)
-    share = result.probe_time_s / max(result.train_time_s, 1e-9)
-    return (f"{n} noise-scale measurements took {result.probe_time_s:.1f} s, {share:.0%} of the "
-            f"{result.train_time_s:.1f} s training clock (off the clock, like evaluation)")
+    """What tracking B_simple cost this run, from its own clocks (a NeuMF result or a BERT record)."""
+    get = result.get if isinstance(result, dict) else lambda key: getattr(result, key)
+    n, probe_s, train_s = len(get("probes")), get("probe_time_s"), get("train_time_s")
+    share = probe_s / max(train_s, 1e-9)
+    return (f"{n} noise-scale measurements took {probe_s:.1f} s, {share:.0%} of the "
+            f"{train_s:.1f} s training clock (off the clock, like evaluation)")
 
 
 # --------------------------------------------------------------------------- the critical batch

@@ -128,3 +128,69 @@ def test_recomputed_statistics_are_the_populations():
     assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in wn.modules())
     with pytest.raises(ValueError, match="unknown BatchNorm variant"):
         sbn.bn_variant_model("group norm", 8, 16)
+
+
+# --------------------------------------------------------------------------- lesson 07's BERT
+
+
+def test_two_points_give_the_critical_batch_of_the_model_through_them():
+    for b_crit in (64, 500, 4000):
+        rows = [{"batch size": b, "steps to target": 100 * (1 + b_crit / b)} for b in (32, 256)]
+        assert study.two_point_critical_batch(rows) == pytest.approx(b_crit)
+    perfect = [{"batch size": 32, "steps to target": 800}, {"batch size": 256, "steps to target": 100}]
+    assert study.two_point_critical_batch(perfect) == math.inf
+    flat = [{"batch size": 32, "steps to target": 100}, {"batch size": 256, "steps to target": 100}]
+    assert study.two_point_critical_batch(flat) is None
+
+
+def test_bert_noise_verdict_every_outcome():
+    rows = [{"batch size": 32, "steps to target": 100 * (1 + 200 / 32)}, {"batch size": 256, "steps to target": 100 * (1 + 200 / 256)}]
+    agree = study.bert_noise_verdict(300.0, rows)
+    assert "B_crit = 200" in agree and "within the factor 3" in agree and "x8" in agree
+    assert "outside the factor 3" in study.bert_noise_verdict(5000.0, rows)
+    perfect = [{"batch size": 32, "steps to target": 800}, {"batch size": 256, "steps to target": 100}]
+    assert "no bend" in study.bert_noise_verdict(1000.0, perfect) and "B_simple agrees" in study.bert_noise_verdict(1000.0, perfect)
+    assert "predicted a bend the runs did not show" in study.bert_noise_verdict(10.0, perfect)
+    flat = [{"batch size": 32, "steps to target": 100}, {"batch size": 256, "steps to target": 100}]
+    assert "B_simple agrees" in study.bert_noise_verdict(20.0, flat)
+    assert "did not show" in study.bert_noise_verdict(5000.0, flat)
+    assert "missing" in study.bert_noise_verdict(100.0, None)
+    noisy = study.bert_noise_verdict(300.0, rows, stderr=400.0)
+    assert noisy.startswith("BERT's B_simple = 300 +/- 400 sequences") and "predicts nothing yet" in noisy and "B_crit = 200" in noisy
+    assert study.bert_noise_verdict(300.0, rows, stderr=30.0) == agree
+    assert "all noise" in study.bert_noise_verdict(math.inf, rows)
+
+
+def test_bert_setting_repeats_lesson07s_small_adam_run_and_reads_its_steps():
+    plan = SimpleNamespace(bert_model="mini", bert_seq_len=64, bert_vocab_size=4096, bert_large_batch_factor=8)
+    saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 5.1,
+             "runs": [{"label": "adam b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 228},
+                      {"label": "lamb b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 216},
+                      {"label": "adam b=256, sqrt rule x0.5", "global_batch_size": 256, "steps": 120, "steps_to_loss": 48},
+                      {"label": "adam b=256 (best lr, seed 1)", "global_batch_size": 256, "steps": 120, "steps_to_loss": 36}]}
+    got = study.bert_setting(saved, "full", plan)
+    cfg = got["config"]
+    assert (cfg.optimizer, cfg.global_batch_size, cfg.max_steps, cfg.peak_lr, cfg.dropout) == ("adam", 32, 240, 1e-3, 0.0)
+    assert got["rows"] == [{"batch size": 32, "steps to target": 228}, {"batch size": 256, "steps to target": 48}]
+    assert (got["small_batch"], got["large_batch"], got["target_loss"]) == (32, 256, 5.1)
+    other = study.bert_setting(saved, "smoke", plan)  # another profile's result is not compared
+    assert other["rows"] is None and other["target_loss"] is None and "defaults" in other["source"]
+    missed = dict(saved, runs=[dict(r, steps_to_loss=None) if "256" in r["label"] else r for r in saved["runs"]])
+    assert study.bert_setting(missed, "full", plan)["rows"] is None
+
+
+def test_probe_steps_spread_over_the_evaluations_and_keep_the_last():
+    cfg = SimpleNamespace(eval_every_steps=12, max_steps=240)
+    assert study.probe_steps(cfg, 5) == {12, 72, 132, 180, 240}
+    assert study.probe_steps(SimpleNamespace(eval_every_steps=1, max_steps=3), 10) == {1, 2, 3}
+    assert study.probe_steps(cfg, 1) == {240}
+
+
+def test_bert_b_simple_at_target_takes_the_first_probe_there():
+    rec = {"probes": [{"step": 2, "eval_loss": 6.0, "b_simple": 10.0}, {"step": 4, "eval_loss": 5.0, "b_simple": 20.0},
+                      {"step": 6, "eval_loss": 4.0, "b_simple": 30.0}]}
+    assert study.mlm_b_simple_at_target(rec, 5.5)["b_simple"] == 20.0
+    assert "did not reach" in study.mlm_b_simple_at_target(rec, 1.0)["at"]
+    assert study.mlm_b_simple_at_target(rec, None)["b_simple"] == 30.0
+    with pytest.raises(ValueError, match="no noise-scale probe"):
+        study.mlm_b_simple_at_target({"probes": []}, 5.0)

@@ -133,6 +133,33 @@ def test_unreached_target_has_no_time(small_data):
     assert r["reached"] is False and r["time_to_target_s"] is None and r["steps_to_target"] is None
 
 
+def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small_data):
+    """Lesson 11 tracks BERT's B_simple with train_mlm's on_eval: the probe runs at the chosen
+    evaluations, its time is its own, and the run (weights, batches, losses) is the one without it."""
+    from course_lib import batch_science_study as study
+
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, optimizer="adam", base_lr=5e-3,
+                         base_batch_size=8, max_steps=6, warmup_steps=1, eval_every_steps=2, dropout=0.1)
+    at = study.probe_steps(cfg, 2)
+    assert at == {2, 6}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        plain = train_mlm(cfg, small_data, device="cpu", progress="none")
+        probed = train_mlm(cfg, small_data, device="cpu", progress="none",
+                           on_eval=study.mlm_noise_probe(small_data, 2, 16, repeats=2, at_steps=at))
+    finally:
+        torch.set_num_threads(threads)
+    assert plain["probes"] == [] and plain["probe_time_s"] == 0.0
+    assert probed["curves"]["train_loss"] == plain["curves"]["train_loss"]
+    assert probed["curves"]["eval_loss"] == plain["curves"]["eval_loss"]
+    assert [p["step"] for p in probed["probes"]] == [2, 6] and probed["probe_time_s"] > 0
+    first = probed["probes"][0]
+    assert first["sequences"] == 16 and first["eval_loss"] == plain["curves"]["eval_loss"][1]
+    assert first["trace_cov"] > 0 and math.isfinite(first["stderr"])
+    assert "2 noise-scale measurements" in study.probe_cost_sentence(probed)
+
+
 def test_grad_accumulation_matches_one_big_batch(small_data):
     """k micro steps of b give the same update as one step of k*b (the invariant the lesson relies on)."""
     common = dict(model="tiny", global_batch_size=16, optimizer="lamb", max_steps=2, warmup_steps=0, eval_every_steps=2, dropout=0.0,

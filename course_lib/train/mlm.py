@@ -160,7 +160,7 @@ class _Progress:
 
 
 def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str | None = None,
-              progress: str = "auto", model: BertForMLM | None = None) -> dict:
+              progress: str = "auto", model: BertForMLM | None = None, on_eval=None) -> dict:
     """Pretrain a BERT on ``data`` with ``cfg``; return the run's record (a dict; on ranks > 0 too).
 
     Record keys: ``config``, ``label``, ``time_to_target_s``, ``steps_to_target``,
@@ -169,7 +169,13 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     ``world_size``, ``precision`` (mode, loss scale, skipped steps), ``curves``
     (``step``/``train_loss``/``lr`` per step; ``eval_step``/``eval_loss``/``eval_time_s``),
     ``trust_ratios`` (LAMB only, else None: ``{parameter name: [ratio used at each step]}``
-    for every parameter LAMB adapts — how differently it scales each layer's Adam step).
+    for every parameter LAMB adapts — how differently it scales each layer's Adam step),
+    ``probes`` and ``probe_time_s``.
+
+    ``on_eval(model, point)`` (lesson 11), when given, runs at every held-out evaluation, off the
+    training clock, as :func:`course_lib.train.train_to_target`'s does: ``point`` holds ``step``,
+    ``sequences`` and ``eval_loss``; what it returns (a dict, or None to record nothing) is kept in
+    ``probes`` together with the point. It must leave the weights as it found them.
     """
     device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
                                                                else cdist.device())
@@ -193,17 +199,25 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
 
     curves = {"step": [], "train_loss": [], "lr": [], "eval_step": [], "eval_loss": [], "eval_time_s": []}
-    train_s = eval_s = 0.0
+    train_s = eval_s = probe_s = 0.0
+    probes: list[dict] = []
     time_to_target = steps_to_target = None
     diverged = False
     shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps, label,
                       cfg.describe(world_size))
 
     def eval_point(step: int, train_loss: float) -> float:
-        nonlocal eval_s, time_to_target, steps_to_target
+        nonlocal eval_s, probe_s, time_to_target, steps_to_target
         t0 = time.perf_counter()
         loss = evaluate(model, data, precision, batch_size=max(cfg.micro_batch_size, 32))
         eval_s += time.perf_counter() - t0
+        if on_eval is not None:  # lesson 11: a measurement of the model in training, off the clock
+            t0 = time.perf_counter()
+            point = {"step": step, "sequences": step * cfg.global_batch_size, "eval_loss": loss}
+            found = on_eval(model, point)
+            probe_s += time.perf_counter() - t0
+            if found is not None:
+                probes.append({**point, **found})
         curves["eval_step"].append(step)
         curves["eval_loss"].append(loss)
         curves["eval_time_s"].append(train_s)
@@ -268,6 +282,8 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
         "steps": steps,
         "train_time_s": train_s,
         "eval_time_s": eval_s,
+        "probes": probes,
+        "probe_time_s": probe_s,
         "seqs_per_s": seqs / train_s if train_s > 0 else None,
         "tokens_per_s": seqs * data.seq_len / train_s if train_s > 0 else None,
         "grad_accum_steps": accum,
