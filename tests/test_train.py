@@ -70,6 +70,45 @@ def test_phase_clock_on_cuda_never_synchronizes_a_step_and_always_marks_nvtx(mon
     assert calls["sync"] == 30
 
 
+@pytest.mark.parametrize("layers,dropout,items", [((128, 64, 32), 0.0, 7), ((64, 32, 16), 0.2, 7), ((32, 16), 0.0, 500)])
+def test_neumf_scores_candidates_as_its_forward_does(layers, dropout, items):
+    """Evaluation ranks each user's candidates with NeuMF.score (first layer split per user and per
+    item): the numbers must be forward's, with the item table (few items) and per pair (many)."""
+    from course_lib.models.ncf import NeuMF
+
+    torch.manual_seed(0)
+    model = NeuMF(30, items, factors=8, layers=layers, dropout=dropout).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.5)  # away from the init's near-zero logits, where every score looks alike
+    users = torch.arange(5, 13)
+    cands = torch.randint(0, items, (8, 11))
+    with torch.no_grad():
+        want = model(users[:, None].expand_as(cands).reshape(-1), cands.reshape(-1)).view(cands.shape)
+        got = model.score(users, cands)
+    assert got.shape == (8, 11)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    assert torch.equal(got.argsort(dim=1), want.argsort(dim=1))
+
+
+def test_evaluation_ranks_with_score_and_agrees_with_the_generic_path(data):
+    """score_candidates takes NeuMF.score when the model has one, else calls the model on every pair."""
+    model = train.build_model(data, CFG)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+
+    class PairsOnly(torch.nn.Module):  # the same model without .score
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, users, items):
+            return self.inner(users, items)
+
+    fast, generic = train.score_candidates(model, data), train.score_candidates(PairsOnly(model), data)
+    torch.testing.assert_close(fast, generic, rtol=1e-5, atol=1e-5 * float(generic.abs().max()))
+    assert train.evaluate(model, data) == train.evaluate(PairsOnly(model), data)
+
+
 def test_impossible_target_is_not_reached(data):
     r = train_to_target(data, CFG.replace(target_hr=1.01, max_epochs=1.0), device="cpu", progress="none")
     assert r.time_to_target_s is None and r.steps_to_target is None and not r.reached

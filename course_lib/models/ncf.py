@@ -54,3 +54,27 @@ class NeuMF(nn.Module):
         gmf = self.gmf_user(users) * self.gmf_item(items)  # (B, factors)
         mlp = self.mlp(torch.cat([self.mlp_user(users), self.mlp_item(items)], dim=-1))  # (B, layers[-1])
         return self.out(torch.cat([gmf, mlp], dim=-1)).squeeze(-1)  # (B,)
+
+    def score(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """(n,), (n, C) -> (n, C): the logit of each user against each of its C candidate items.
+
+        The numbers of ``forward`` on every (user, item) pair, up to float rounding, at about half
+        its cost: evaluation ranks 101 candidates per user (lesson 01), so it scores each user 101
+        times. Two things are done once per user or per item instead of once per pair: the first
+        MLP layer is linear in ``[p'_u, q'_i]``, so ``W [p'_u; q'_i] + b = (W_u p'_u + b) + W_i q'_i``;
+        and the output layer's GMF part is ``(h_g * p_u) . q_i``. The item side is computed for
+        every item when there are fewer items than pairs (always, in evaluation), else per pair.
+        """
+        first = self.mlp[0]
+        half = self.mlp_user.embedding_dim
+        w_user, w_item = first.weight[:, :half], first.weight[:, half:]
+        x = (self.mlp_user(users) @ w_user.T + first.bias)[:, None, :]  # (n, 1, H)
+        if self.mlp_item.num_embeddings <= items.numel():
+            x = x + (self.mlp_item.weight @ w_item.T)[items]  # (n, C, H) from an (I, H) table
+        else:
+            x = x + self.mlp_item(items) @ w_item.T
+        mlp = self.mlp[2:](self.mlp[1](x))  # the first Linear is done above: its ReLU, then the rest
+        factors = self.gmf_user.embedding_dim
+        w_out = self.out.weight[0]
+        gmf = (self.gmf_item(items) @ (self.gmf_user(users) * w_out[:factors])[:, :, None]).squeeze(-1)  # (n, C)
+        return gmf + mlp @ w_out[factors:] + self.out.bias

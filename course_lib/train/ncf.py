@@ -203,11 +203,15 @@ def score_candidates(model: torch.nn.Module, data: ImplicitData, *, max_pairs: i
     positives = data.test_items if positives is None else positives  # (U,)
     cands = torch.cat([positives[:, None], data.eval_negatives], dim=1)  # (U, 1+n)
     chunk = max(1, max_pairs // cands.shape[1])
+    score = getattr(model, "score", None)  # NeuMF's: the same numbers for a user's candidates at half the cost
     out = []
     for lo in range(0, cands.shape[0], chunk):
         c = cands[lo:lo + chunk]
-        u = torch.arange(lo, lo + c.shape[0], device=c.device)[:, None].expand_as(c)
-        out.append(model(u.reshape(-1), c.reshape(-1)).float().view(c.shape))
+        users = torch.arange(lo, lo + c.shape[0], device=c.device)
+        if score is not None:
+            out.append(score(users, c).float())
+        else:
+            out.append(model(users[:, None].expand_as(c).reshape(-1), c.reshape(-1)).float().view(c.shape))
     model.train(was_training)
     return torch.cat(out)  # NaN scores (a diverged model) count as misses in metrics.positive_rank
 
