@@ -282,10 +282,12 @@ def plot_ladder(rows, *, ax=None):
     return fig
 
 
-def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=None):
+def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=None,
+                         xlabel: str = "epochs spent by the search (all trials)", ylabel: str = "best HR@10 seen"):
     """Lesson 12: the best HR@10 a search has seen against the epochs it has spent, per strategy: the
     median over its seeds as a line, the range (min to max) as a band. ``curves``:
-    ``{strategy: [[(epochs spent, best so far), ...] per seed]}``."""
+    ``{strategy: [[(epochs spent, best so far), ...] per seed]}``. The BERT search passes its steps and
+    best loss with their own labels (``target_hr`` is then its target loss)."""
     import warnings
 
     import numpy as np
@@ -307,9 +309,9 @@ def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=Non
         ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=line.get_color())
     if target_hr is not None:
         ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:g}")
-    ax.set_xlabel("epochs spent by the search (all trials)")
-    ax.set_ylabel("best HR@10 seen")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(loc="best", fontsize=8)
     return fig
 
 

@@ -509,6 +509,54 @@ def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, s
     return objective
 
 
+# --------------------------------------------------------------------------- lesson 07's BERT
+
+MLM_SPACE = {  # lesson 12's BERT search: what lesson 07 tuned by hand, the lr (at this batch) and the warmup
+    "base_lr": (1e-4, 1e-1),  # log scale
+    "warmup_fraction": (0.0, 0.3),  # of the run's steps
+}
+
+
+def suggest_mlm(trial, base_cfg, space: dict = MLM_SPACE):
+    """``base_cfg`` (an :class:`~course_lib.train.mlm.MLMTrainConfig`) with the trial's lr and warmup."""
+    lr = trial.suggest_float("base_lr", *space["base_lr"], log=True)
+    warm = trial.suggest_float("warmup_fraction", *space["warmup_fraction"])
+    return base_cfg.replace(base_lr=lr, base_batch_size=base_cfg.global_batch_size, warmup_steps=round(warm * base_cfg.max_steps))
+
+
+def mlm_objective(data, base_cfg, *, device=None, space: dict = MLM_SPACE) -> Callable:
+    """The BERT objective of lesson 12: one ``train_mlm`` run per trial, its best held-out MLM loss
+    (a study with ``direction="minimize"``). The resource is the evaluation (``base_cfg.eval_every_steps``
+    optimizer steps): the loss is reported to the trial at each, so its pruner can end the run inside
+    the engine (``stop_early``). ``base_cfg.max_steps`` is the most a trial trains; a run whose loss
+    becomes inf or nan raises :class:`Diverged` (FAIL)."""
+    import optuna
+
+    from .train.mlm import train_mlm
+
+    every = base_cfg.eval_every_steps
+    last = math.ceil(base_cfg.max_steps / every)
+
+    def objective(trial):
+        cfg = suggest_mlm(trial, base_cfg.replace(stop_at_target=False, target_loss=None), space)
+
+        def report(point):
+            step = math.ceil(point["step"] / every)
+            trial.report(point["eval_loss"], step=step)
+            return step < last and trial.should_prune()  # a finished run is kept (see neumf_objective)
+
+        r = train_mlm(cfg, data, device=device, progress="none", stop_early=report)
+        trial.set_user_attr("budget", len(r["curves"]["eval_step"]) - 1)  # evaluations trained (step 0 excluded)
+        trial.set_user_attr("curve_loss", list(r["curves"]["eval_loss"]))
+        if r["diverged"]:
+            raise Diverged(f"trial {trial.number} diverged by step {r['steps']} (peak lr {cfg.peak_lr:.3g})")
+        if r["stopped_early"]:
+            raise optuna.TrialPruned()
+        return r["best_eval_loss"]
+
+    return objective
+
+
 def search_worker(rank: int, world_size: int, spec: dict) -> dict:
     """One process of a parallel search, one trial at a time: from a cell (``course_lib.dist.launch``)
     or as one task of a SLURM array (``python -m course_lib.run course_lib.search:search_worker SPEC``).

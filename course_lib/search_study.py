@@ -1,4 +1,5 @@
-"""What lesson 12 measures: grid vs random search vs successive halving vs Hyperband at one budget.
+"""What lesson 12 measures: grid vs random search vs successive halving vs Hyperband at one budget,
+on NeuMF and (lr and warmup only) on lesson 07's BERT.
 
 The mechanics (the study, its journal file, the pruners, NeuMF's objective) are
 :mod:`course_lib.search`; this module sizes the lesson per profile, runs the searches, turns
@@ -283,3 +284,124 @@ def summary(records: list[dict], rows: list[dict], spec: dict, target_hr: float)
                       else r["median epochs to target"]} for r in rows],
             "progress": {f"{r['strategy']}-seed{r['seed']}": progress(r, per) for r in records},
             "verdict": verdict(rows, target_hr)}
+
+
+# --------------------------------------------------------------------------- lesson 07's BERT
+
+
+def bert_spec(profile: str, plan, saved07: dict | None = None, *, seeds: int | None = None) -> dict:
+    """The BERT search's sizes: LAMB at ``batch`` sequences for at most ``max_steps`` steps, evaluated
+    every ``eval_every`` (the resource), ``budget`` evaluations per search (3 full trials' worth), random
+    search against Hyperband. Lesson 07's model and target loss when it ran in this profile."""
+    ok = bool(saved07 and saved07.get("profile") == profile)
+    max_steps = pick(profile, full=48, smoke=8)
+    eval_every = pick(profile, full=6, smoke=2)
+    max_resource = math.ceil(max_steps / eval_every)
+    return {"profile": profile, "model": saved07["model"] if ok else plan.bert_model,
+            "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
+            "vocab_size": plan.bert_vocab_size, "batch": pick(profile, full=64, smoke=8), "optimizer": "lamb",
+            "max_steps": max_steps, "eval_every": eval_every, "max_resource": max_resource, "reduction_factor": 2,
+            "budget": 3 * max_resource, "seeds": list(range(seeds or pick(profile, full=2, smoke=1))),
+            "strategies": ["random", "hyperband"], "target_loss": saved07.get("target_loss") if ok else None}
+
+
+def bert_base_config(bspec: dict):
+    """The setting every BERT trial starts from (the trial fills in the lr and the warmup)."""
+    from .train.mlm import MLMTrainConfig
+
+    return MLMTrainConfig(optimizer=bspec["optimizer"], model=bspec["model"], global_batch_size=bspec["batch"],
+                          micro_batch_size=bspec["batch"], base_batch_size=bspec["batch"], max_steps=bspec["max_steps"],
+                          warmup_steps=0, eval_every_steps=bspec["eval_every"], dropout=0.0, precision="fp32", seed=0)
+
+
+def run_bert_one(data, bspec: dict, strategy: str, seed: int, directory, *, device=None) -> dict:
+    """One BERT search (minimizing the held-out loss) in its own journal under ``directory``; its record."""
+    from .search import mlm_objective
+
+    name = f"bert-{strategy}-seed{seed}"
+    path = Path(directory) / f"{name}.log"
+    study = open_study(name, path, strategy=strategy, seed=seed, max_resource=bspec["max_resource"],
+                       reduction_factor=bspec["reduction_factor"], direction="minimize")
+    start = time.perf_counter()
+    run_search(study, mlm_objective(data, bert_base_config(bspec), device=device), budget=bspec["budget"])
+    trials = [{"number": t.number, "state": t.state.name, "budget": trial_budget(t), "value": t.value,
+               "curve_loss": list(t.user_attrs.get("curve_loss", [])), "params": dict(t.params)}
+              for t in study.get_trials(deepcopy=False) if t.state.is_finished()]
+    trials.sort(key=lambda t: t["number"])
+    return {"strategy": strategy, "seed": seed, "seconds": time.perf_counter() - start, "journal": str(path),
+            "trials": trials}
+
+
+def bert_steps_to_loss(record: dict, target_loss: float, eval_every: int) -> int | None:
+    """Optimizer steps the search had spent when a trial's held-out loss first reached ``target_loss``."""
+    spent = 0.0
+    for t in record["trials"]:
+        for i, loss in enumerate(t["curve_loss"][1:], start=1):
+            if loss is not None and math.isfinite(loss) and loss <= target_loss:
+                return round((spent + i) * eval_every)
+        spent += t["budget"]
+    return None
+
+
+def bert_progress(record: dict, eval_every: int) -> list[tuple[float, float]]:
+    """(optimizer steps spent, best held-out loss seen so far) after each finished trial of a BERT search."""
+    spent, best, out = 0.0, math.inf, []
+    for t in record["trials"]:
+        spent += t["budget"] * eval_every
+        best = min([best] + [x for x in t["curve_loss"][1:] if x is not None and math.isfinite(x)])
+        out.append((spent, best))
+    return out
+
+
+def bert_rows(records: list[dict], bspec: dict) -> list[dict]:
+    """Per strategy and seed: trials, pruned, best loss, steps spent and steps until lesson 07's target."""
+    rows = []
+    for r in records:
+        losses = [x for t in r["trials"] for x in t["curve_loss"][1:] if x is not None and math.isfinite(x)]
+        rows.append({"strategy": r["strategy"], "seed": r["seed"], "trials": len(r["trials"]),
+                     "pruned": sum(t["state"] == "PRUNED" for t in r["trials"]),
+                     "best held-out loss": min(losses) if losses else math.inf,
+                     "steps spent": round(sum(t["budget"] for t in r["trials"]) * bspec["eval_every"]),
+                     "steps to target": None if bspec["target_loss"] is None
+                     else bert_steps_to_loss(r, bspec["target_loss"], bspec["eval_every"]),
+                     "seconds": r["seconds"]})
+    return rows
+
+
+def bert_table(rows: list[dict], bspec: dict) -> Table:
+    target = bspec["target_loss"]
+    t = Table(["strategy", "seed", "trials", "pruned", "best held-out loss", "steps spent", "steps to target", "seconds"],
+              title=f"BERT-{bspec['model']}, LAMB at batch {bspec['batch']}: lr and warmup searched at equal budget"
+              + (f" (target: lesson 07's loss {target:.3f})" if target is not None else ""))
+    for r in rows:
+        t.add(**{**r, "best held-out loss": round(r["best held-out loss"], 3),
+                 "steps to target": "n/a" if target is None else ("not reached" if r["steps to target"] is None
+                                                                   else r["steps to target"]),
+                 "seconds": round(r["seconds"], 1)})
+    return t
+
+
+def bert_verdict(rows: list[dict], bspec: dict, tie: float = 0.005) -> str:
+    """Hyperband against random search on BERT, from the rows: the best loss each found with the same
+    steps (medians over the seeds; closer than ``tie`` is a tie) and, with lesson 07's target, the
+    steps each needed to reach it."""
+    by = {s: [r for r in rows if r["strategy"] == s] for s in ("random", "hyperband")}
+    if not by["random"] or not by["hyperband"]:
+        return "nothing to compare: the BERT search needs both random search and Hyperband"
+    best = {s: statistics.median(r["best held-out loss"] for r in rs) for s, rs in by.items()}
+    seeds = len(by["hyperband"])
+    if abs(best["hyperband"] - best["random"]) < tie:
+        reading = f"the same within {tie:g}: on this budget cutting runs early neither helped nor hurt."
+    elif best["hyperband"] < best["random"]:
+        reading = "stopping the bad runs early bought better settings."
+    else:
+        reading = ("cutting runs early did not pay on this budget (the runs are short, and an lr that starts slowly "
+                   "can end best).")
+    out = (f"With the same {bspec['budget'] * bspec['eval_every']} steps per search, Hyperband's best held-out loss was "
+           f"{best['hyperband']:.3f} and random search's {best['random']:.3f} (median over {seeds} seed(s)): " + reading)
+    if bspec["target_loss"] is not None:
+        steps = {s: _median([r["steps to target"] for r in rs]) for s, rs in by.items()}
+        said = {s: "not reached" if math.isinf(v) else f"{v:g} steps" for s, v in steps.items()}
+        out += (f" To lesson 07's target loss {bspec['target_loss']:.3f}: Hyperband {said['hyperband']}, random "
+                f"search {said['random']}.")
+    return out

@@ -105,3 +105,71 @@ def test_neumf_trials_are_pruned_inside_the_engine(tmp_path):
     search.run_search(s, obj, budget=1, max_trials=2)
     assert [t.state.name for t in s.trials] == ["PRUNED", "PRUNED"]
     assert math.isclose(search.budget_spent(s), 0.0)
+
+
+# --------------------------------------------------------------------------- lesson 07's BERT
+
+
+def _bert_record(strategy, seed, curves, states=None):
+    states = states or ["COMPLETE"] * len(curves)
+    return {"strategy": strategy, "seed": seed, "seconds": 1.0,
+            "trials": [{"number": i, "state": st, "budget": len(c) - 1, "value": min(c[1:]), "curve_loss": c,
+                        "params": {}} for i, (c, st) in enumerate(zip(curves, states))]}
+
+
+BSPEC = {"budget": 12, "eval_every": 2, "model": "tiny", "batch": 8, "target_loss": 5.0}
+
+
+def test_bert_steps_to_the_target_count_earlier_trials():
+    r = _bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.0, 4.9, 4.5]])
+    assert study.bert_steps_to_loss(r, 5.0, eval_every=2) == (3 + 2) * 2
+    assert study.bert_steps_to_loss(r, 4.0, eval_every=2) is None
+    row = study.bert_rows([r], BSPEC)[0]
+    assert row["best held-out loss"] == 4.5 and row["steps spent"] == 12 and row["steps to target"] == 10
+    assert study.bert_progress(r, eval_every=2) == [(6.0, 5.8), (12.0, 4.5)]
+
+
+def test_bert_verdict_reads_both_outcomes():
+    rand = _bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]])
+    hb = _bert_record("hyperband", 0, [[7.0, 6.9], [7.0, 6.0, 4.9, 4.5], [7.0, 6.95]], ["PRUNED", "COMPLETE", "PRUNED"])
+    rows = study.bert_rows([rand, hb], BSPEC)
+    said = study.bert_verdict(rows, BSPEC)
+    assert "Hyperband's best held-out loss was 4.500 and random search's 5.800" in said
+    assert "bought better settings" in said and "Hyperband 6 steps, random search not reached" in said  # (1 + 2) evaluations x 2 steps
+    swapped = study.bert_verdict(study.bert_rows([dict(rand, strategy="hyperband"), dict(hb, strategy="random")], BSPEC),
+                                 {**BSPEC, "target_loss": None})
+    assert "did not pay" in swapped and "target" not in swapped
+    assert "nothing to compare" in study.bert_verdict(rows[:1], BSPEC)
+    tied = _bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.801]])
+    assert "the same within 0.005" in study.bert_verdict(study.bert_rows([rand, tied], BSPEC), BSPEC)
+
+
+@pytest.mark.slow
+def test_bert_trials_are_pruned_inside_train_mlm(tmp_path, monkeypatch):
+    """The BERT objective: the loss is reported at each evaluation and Hyperband ends runs inside the
+    engine (train_mlm's stop_early); the journal counts the evaluations each trial trained."""
+    import torch
+
+    from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
+
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "cache"))
+    data = build_mlm_data(Corpus("t", "test", tuple(pydoc_corpus().documents[:15])), vocab_size=300, seq_len=16,
+                          max_tokens=6000)
+    plan = type("Plan", (), {"bert_model": "tiny", "bert_seq_len": 16, "bert_vocab_size": 300})()
+    bspec = {**study.bert_spec("smoke", plan), "budget": 10}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rec = study.run_bert_one(data, bspec, "hyperband", 0, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    states = [t["state"] for t in rec["trials"]]
+    assert "COMPLETE" in states and set(states) <= {"COMPLETE", "PRUNED", "FAIL"}
+    assert sum(t["budget"] for t in rec["trials"]) >= bspec["budget"]
+    for t in rec["trials"]:
+        assert len(t["curve_loss"]) == t["budget"] + 1  # step 0 and every evaluation trained
+        if t["state"] == "PRUNED":
+            assert t["budget"] < bspec["max_resource"]
+        if t["state"] == "COMPLETE":
+            assert t["value"] == min(t["curve_loss"]) and t["budget"] == bspec["max_resource"]
+    assert 1e-4 <= min(t["params"]["base_lr"] for t in rec["trials"]) <= 1e-1

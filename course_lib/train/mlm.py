@@ -160,7 +160,8 @@ class _Progress:
 
 
 def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str | None = None,
-              progress: str = "auto", model: BertForMLM | None = None, on_eval=None) -> dict:
+              progress: str = "auto", model: BertForMLM | None = None, on_eval=None,
+              stop_early=None) -> dict:
     """Pretrain a BERT on ``data`` with ``cfg``; return the run's record (a dict; on ranks > 0 too).
 
     Record keys: ``config``, ``label``, ``time_to_target_s``, ``steps_to_target``,
@@ -170,12 +171,14 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     (``step``/``train_loss``/``lr`` per step; ``eval_step``/``eval_loss``/``eval_time_s``),
     ``trust_ratios`` (LAMB only, else None: ``{parameter name: [ratio used at each step]}``
     for every parameter LAMB adapts — how differently it scales each layer's Adam step),
-    ``probes`` and ``probe_time_s``.
+    ``probes``, ``probe_time_s`` and ``stopped_early``.
 
     ``on_eval(model, point)`` (lesson 11), when given, runs at every held-out evaluation, off the
     training clock, as :func:`course_lib.train.train_to_target`'s does: ``point`` holds ``step``,
     ``sequences`` and ``eval_loss``; what it returns (a dict, or None to record nothing) is kept in
     ``probes`` together with the point. It must leave the weights as it found them.
+    ``stop_early(point) -> bool`` (lesson 12: a pruner's decision) is asked after every evaluation but
+    step 0's, with ``step`` and ``eval_loss``; True ends the run there (rank 0 decides for all ranks).
     """
     device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
                                                                else cdist.device())
@@ -202,7 +205,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     train_s = eval_s = probe_s = 0.0
     probes: list[dict] = []
     time_to_target = steps_to_target = None
-    diverged = False
+    diverged = stopped = False
     shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps, label,
                       cfg.describe(world_size))
 
@@ -260,6 +263,9 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
                     break
                 if cfg.stop_at_target and time_to_target is not None:
                     break
+                if stop_early is not None and engine.parallel.agree(bool(stop_early({"step": step, "eval_loss": loss}))):
+                    stopped = True  # lesson 12: a pruner cut the run here
+                    break
     finally:
         shown.close()
 
@@ -279,6 +285,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
         "final_eval_loss": curves["eval_loss"][-1],
         "best_eval_loss": min(finite) if finite else None,
         "diverged": diverged,
+        "stopped_early": stopped,
         "steps": steps,
         "train_time_s": train_s,
         "eval_time_s": eval_s,
