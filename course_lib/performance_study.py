@@ -36,7 +36,7 @@ from .perf.probe import DeviceCurves, probe_hardware
 from .precision import Precision
 from .tables import Table
 from .train import mlm, ncf
-from .train.engine import Engine
+from .train.engine import Engine, sync
 
 TINY_BATCH = 8  # samples (NeuMF: the smallest batch whose slices are not empty) or sequences (BERT)
 
@@ -104,6 +104,43 @@ def _engine_and_batch(kind: str, spec: dict, batch: int, data):
     model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
     engine = mlm._engine(cfg, model, dev)
     return engine, mlm._global_batch(data, cfg, torch.Generator().manual_seed(0), dev)
+
+
+def ncf_step_prediction(data, cfg: ncf.TrainConfig, curves, *, device=None, tiny_steps: int = 5) -> M.StepPrediction:
+    """Lesson 09's model of one step of the NeuMF setting ``cfg`` on ``device`` (lesson 12 prunes with
+    it before training): the step's operations counted at ``cfg``'s batch, the per-step overhead from
+    a step timed at a tiny batch (the median of ``tiny_steps``), the sampler's time per batch; priced
+    with ``curves`` (this device's :func:`~course_lib.perf.probe.probe_hardware`)."""
+    dev = torch.device(device or "cpu")
+    data = data.to(dev)
+
+    def engine_for(c):
+        torch.manual_seed(c.seed)
+        model = ncf.build_model(data, c).to(dev)
+        engine = Engine(model, ncf.make_optimizer(model, c), precision=Precision("fp32", dev),
+                        parallel=DataParallel(c.global_batch_size, None, dev), loss_sum=ncf._bce_sum)
+        return engine, iter(ncf.make_batches(data, c))
+
+    engine, batches = engine_for(cfg)
+    engine.step(next(batches))  # once untimed: the optimizer's state exists, as in training
+    counts = M.count_step(engine, next(batches), batch_size=cfg.global_batch_size)
+    tiny_cfg = cfg.replace(global_batch_size=TINY_BATCH, micro_batch_size=None)
+    tiny_engine, tiny_batches = engine_for(tiny_cfg)
+    tiny_engine.step(next(tiny_batches))
+    tiny_counts = M.count_step(tiny_engine, next(tiny_batches), batch_size=TINY_BATCH)
+    times = []
+    for _ in range(tiny_steps):
+        b = next(tiny_batches)
+        sync(dev)
+        t0 = time.perf_counter()
+        tiny_engine.step(b)
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    overhead = M.step_overhead(statistics.median(times), tiny_counts, curves)
+    sampler = DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
+                            neg_per_pos=4, seed=0)
+    data_s = cfg.global_batch_size / batch_production_rate(sampler, 4 * cfg.global_batch_size, dev)
+    return M.predict_step(counts, curves, data_s=data_s, step_overhead_s=overhead)
 
 
 def _measure_step(kind: str, spec: dict, batch: int, data) -> float:

@@ -270,6 +270,35 @@ def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: floa
     return tab
 
 
+def model_trial_seconds(data, spec: dict, curves, *, optimizers=("adam", "lamb"), device=None) -> dict[str, float]:
+    """Per optimizer, lesson 09's model's seconds for one full trial of the search (``spec["max_epochs"]``
+    at its batch): the predicted step (:func:`course_lib.performance_study.ncf_step_prediction`, priced with
+    this device's ``curves``) times the trial's steps. Training only: evaluation is not on the clock."""
+    from . import performance_study
+
+    base = base_config(spec, 0.5)
+    steps = math.ceil(spec["max_epochs"] * steps_per_epoch(data, base))
+    return {opt: performance_study.ncf_step_prediction(data, base.replace(optimizer=opt), curves, device=device).step_s
+            * steps for opt in optimizers}
+
+
+def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_per_epoch: int, max_epochs: float,
+                  time_limit_s: float) -> Table:
+    """Per optimizer: lesson 09's model's seconds for a full trial, the seconds the trials' own
+    throughput gives, and whether the model prunes it (over ``time_limit_s``) before it trains."""
+    measured = {r["optimizer"]: r["predicted s per full trial"]
+                for r in too_slow_table(records, samples_per_epoch, max_epochs, time_limit_s).rows}
+    tab = Table(["optimizer", "lesson 09's model (s per full trial)", "the trials' throughput (s)", "model / trials",
+                 "limit (s)", "pruned before training"], title="Pruning before training: a full trial's time, predicted")
+    for opt, s in sorted(predicted_s.items()):
+        m = measured.get(opt)
+        tab.add(**{"optimizer": opt, "lesson 09's model (s per full trial)": s,
+                   "the trials' throughput (s)": "no trial" if m is None else m,
+                   "model / trials": "-" if m is None else round(s / m, 2), "limit (s)": time_limit_s,
+                   "pruned before training": "yes" if s > time_limit_s else "no"})
+    return tab
+
+
 def samples_per_epoch(data, spec: dict) -> int:
     """Samples in one epoch at the lesson's batch (positives and their negatives)."""
     cfg = base_config(spec, 0.5)

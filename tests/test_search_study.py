@@ -173,3 +173,32 @@ def test_bert_trials_are_pruned_inside_train_mlm(tmp_path, monkeypatch):
         if t["state"] == "COMPLETE":
             assert t["value"] == min(t["curve_loss"]) and t["budget"] == bspec["max_resource"]
     assert 1e-4 <= min(t["params"]["base_lr"] for t in rec["trials"]) <= 1e-1
+
+
+def test_lesson09s_model_prices_a_full_trial_and_the_table_prunes_over_the_limit():
+    """Lesson 12's pruning before training: lesson 09's step model (probe, counted step, overhead)
+    times the trial's steps; LAMB's step does more per parameter than Adam's, so it costs more."""
+    import torch
+
+    from course_lib.data import load_implicit
+    from course_lib.perf.probe import probe_hardware
+
+    data = load_implicit("synthetic", profile="smoke")
+    spec = study.lesson_spec("smoke", seeds=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        curves = probe_hardware("cpu", matmul_sizes=(32, 64), copy_sizes=[2**12, 2**16], repeats=1).curves
+        predicted = study.model_trial_seconds(data, spec, curves)
+    finally:
+        torch.set_num_threads(threads)
+    assert set(predicted) == {"adam", "lamb"} and all(0 < s < 60 for s in predicted.values())
+    records = [_record("random", 0, [_trial(2, [0.1, 0.2, 0.3], optimizer="adam", speed=1e5),
+                                     _trial(2, [0.1, 0.2, 0.3], optimizer="lamb", speed=5e4)])]
+    tab = study.pruning_table(records, {"adam": 1.0, "lamb": 3.0}, samples_per_epoch=1e5, max_epochs=1.0,
+                              time_limit_s=2.0)
+    rows = {r["optimizer"]: r for r in tab.rows}
+    assert rows["adam"]["pruned before training"] == "no" and rows["lamb"]["pruned before training"] == "yes"
+    assert rows["adam"]["the trials' throughput (s)"] == 1.0 and rows["lamb"]["model / trials"] == 1.5
+    alone = study.pruning_table([], {"adam": 1.0}, samples_per_epoch=1e5, max_epochs=1.0, time_limit_s=2.0)
+    assert alone.rows[0]["the trials' throughput (s)"] == "no trial"
