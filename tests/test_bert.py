@@ -156,7 +156,8 @@ def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small
     assert [p["step"] for p in probed["probes"]] == [2, 6] and probed["probe_time_s"] > 0
     first = probed["probes"][0]
     assert first["sequences"] == 16 and first["eval_loss"] == plain["curves"]["eval_loss"][1]
-    assert first["trace_cov"] > 0 and math.isfinite(first["stderr"])
+    # two repeats: a noisy estimate (tr(Sigma) may even come out negative), but a finite one
+    assert all(math.isfinite(first[k]) for k in ("trace_cov", "grad_sq_norm", "stderr"))
     assert "2 noise-scale measurements" in study.probe_cost_sentence(probed)
 
 
