@@ -557,6 +557,43 @@ def test_the_fork_server_removes_its_socket_folder_when_the_launcher_skipped_its
     _assert_empty_soon(short_tmp)
 
 
+def test_a_kernel_killed_with_its_process_group_leaves_no_fork_server_and_no_folder(short_tmp):
+    """Jupyter ends a kernel by killing its whole process group (jupyter_client, at the end of a
+    shutdown). The fork server, started by the kernel's first launch, is out of that group: it sees
+    its launcher go, exits, and removes the launcher's pymp-* folder (before: one folder left in the
+    temp dir per lesson of `make course`, and the server killed with the kernel)."""
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import _dist_workers as W
+        from course_lib import dist
+        from multiprocessing import forkserver
+        if __name__ == "__main__":
+            dist.launch(W.echo, 2, None, quiet=True)
+            print(forkserver._forkserver._forkserver_pid, flush=True)
+            time.sleep(600)
+    """)
+    env = {**os.environ, "TMPDIR": str(short_tmp), "OMP_NUM_THREADS": "1"}
+    kernel = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)  # a process group of its own, as a kernel's
+    server = None
+    try:
+        server = int(kernel.stdout.readline())
+        assert os.getpgid(server) != kernel.pid  # not in the kernel's group
+        assert any(p.name.startswith("pymp-") for p in short_tmp.iterdir())
+        os.killpg(kernel.pid, signal.SIGKILL)
+        kernel.wait(timeout=WAIT_S)
+        _assert_all_gone([server])
+        _assert_empty_soon(short_tmp)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(kernel.pid, signal.SIGKILL)
+        if server is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server, signal.SIGKILL)
+        kernel.stdout.close()
+
+
 def test_a_killed_launcher_takes_the_workers_children_and_run_folder_with_it(tmp_path, short_tmp):
     """SIGKILL of the kernel: the workers die by the parent-death signal, and what they started
     (a plain subprocess, a DataLoader worker, multiprocessing's resource tracker) must die too;
