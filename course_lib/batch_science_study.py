@@ -110,8 +110,10 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
     the target loss and Adam's steps to it at each batch (``rows``, None when lesson 07 is missing, from
     another profile, or either run missed the target). Without lesson 07: its defaults for this
     profile and no rows. ``steps`` overrides the run's length."""
+    from .optimizer_study import saved_setting
     from .train.mlm import MLMTrainConfig
 
+    lesson07 = saved_setting(saved07, profile, plan)
     ok = bool(saved07 and saved07.get("runs") and saved07.get("profile") == profile)
     smoke = profile == "smoke"
     small = min(r["global_batch_size"] for r in saved07["runs"]) if ok else (8 if smoke else 32)
@@ -121,7 +123,7 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
     n = steps or (base["steps"] if base else (8 if smoke else 240))
     cfg = MLMTrainConfig(optimizer="adam", global_batch_size=small, micro_batch_size=small, base_lr=1e-3,
                          base_batch_size=small, max_steps=n, warmup_steps=round(0.1 * n),
-                         eval_every_steps=max(1, n // 20), model=saved07["model"] if ok else plan.bert_model,
+                         eval_every_steps=max(1, n // 20), model=lesson07["model"],
                          precision="fp32", dropout=0.0, seed=0, label=f"adam b={small} (noise probe)")
     rows = None
     # the large batch's Adam run at its best lr, seed 0: saved first (its label is the sweep's, "adam b=L, sqrt rule xF")
@@ -132,9 +134,8 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
                 {"batch size": large, "steps to target": top["steps_to_loss"]}]
     source = ("lesson 07's small-batch Adam run" if base else
               "lesson 07's defaults (run lesson 07 first to compare with its measurements)")
-    return {"config": cfg, "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
-            "vocab_size": plan.bert_vocab_size, "small_batch": small, "large_batch": large,
-            "target_loss": saved07.get("target_loss") if ok else None, "rows": rows, "source": source}
+    return {"config": cfg, "seq_len": lesson07["seq_len"], "vocab_size": lesson07["vocab_size"], "small_batch": small,
+            "large_batch": large, "target_loss": lesson07["target_loss"], "rows": rows, "source": source}
 
 
 def mlm_b_simple_at_target(record: dict, target_loss: float | None) -> dict:

@@ -158,6 +158,16 @@ def trust_ratio_spread(record: dict) -> dict:
             "spread": spread, "spread_median": float(spread.median()), "spread_max": float(spread.max())}
 
 
+def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
+    """What a later lesson (11, 12) takes from lesson 07's saved result: the BERT preset, sequence
+    length and vocabulary, and the target loss. From lesson 07's run in this ``profile`` (smoke and
+    full train different models on different text), else the tier plan's, with no target."""
+    ok = bool(saved07 and saved07.get("profile") == profile)
+    return {"model": saved07["model"] if ok else plan.bert_model,
+            "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
+            "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None}
+
+
 def summary(record: dict, target: float) -> dict:
     """The scalars of one run that the lesson saves (and gpu-check prints)."""
     secs, steps = time_to_loss(record, target)

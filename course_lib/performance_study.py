@@ -89,16 +89,20 @@ def _mlm_data(spec: dict, rows: int):
     return shape_only_mlm_data(b["vocab_size"], b["seq_len"], rows, device="cpu")
 
 
+def _ncf_engine(cfg: ncf.TrainConfig, data, dev: torch.device) -> Engine:
+    """The engine of the course's NeuMF step for ``cfg`` on one process (``data`` already on ``dev``)."""
+    torch.manual_seed(cfg.seed)
+    model = ncf.build_model(data, cfg).to(dev)
+    return Engine(model, ncf.make_optimizer(model, cfg), precision=Precision("fp32", dev),
+                  parallel=DataParallel(cfg.global_batch_size, None, dev), loss_sum=ncf._bce_sum)
+
+
 def _engine_and_batch(kind: str, spec: dict, batch: int, data):
     """The engine of the course's step (one process) and one global batch of ``batch``."""
     dev = torch.device("cpu")
     if kind == "neumf":
         cfg = _ncf_cfg(batch)
-        torch.manual_seed(cfg.seed)
-        model = ncf.build_model(data, cfg)
-        engine = Engine(model, ncf.make_optimizer(model, cfg), precision=Precision("fp32", dev),
-                        parallel=DataParallel(batch, None, dev), loss_sum=ncf._bce_sum)
-        return engine, (next(iter(ncf.make_batches(data, cfg))), None)
+        return _ncf_engine(cfg, data, dev), (next(iter(ncf.make_batches(data, cfg))), None)
     cfg = _mlm_cfg(spec, batch)
     torch.manual_seed(cfg.seed)
     model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
@@ -114,20 +118,13 @@ def ncf_step_prediction(data, cfg: ncf.TrainConfig, curves, *, device=None, tiny
     dev = torch.device(device or "cpu")
     data = data.to(dev)
 
-    def engine_for(c):
-        torch.manual_seed(c.seed)
-        model = ncf.build_model(data, c).to(dev)
-        engine = Engine(model, ncf.make_optimizer(model, c), precision=Precision("fp32", dev),
-                        parallel=DataParallel(c.global_batch_size, None, dev), loss_sum=ncf._bce_sum)
-        return engine, iter(ncf.make_batches(data, c))
+    def counted(c):  # the engine, its batches, and its step counted (after one untimed step: optimizer state exists)
+        engine, batches = _ncf_engine(c, data, dev), iter(ncf.make_batches(data, c))
+        engine.step(next(batches))
+        return engine, batches, M.count_step(engine, next(batches), batch_size=c.global_batch_size)
 
-    engine, batches = engine_for(cfg)
-    engine.step(next(batches))  # once untimed: the optimizer's state exists, as in training
-    counts = M.count_step(engine, next(batches), batch_size=cfg.global_batch_size)
-    tiny_cfg = cfg.replace(global_batch_size=TINY_BATCH, micro_batch_size=None)
-    tiny_engine, tiny_batches = engine_for(tiny_cfg)
-    tiny_engine.step(next(tiny_batches))
-    tiny_counts = M.count_step(tiny_engine, next(tiny_batches), batch_size=TINY_BATCH)
+    _, _, counts = counted(cfg)
+    tiny_engine, tiny_batches, tiny_counts = counted(cfg.replace(global_batch_size=TINY_BATCH, micro_batch_size=None))
     times = []
     for _ in range(tiny_steps):
         b = next(tiny_batches)

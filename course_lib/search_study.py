@@ -119,24 +119,29 @@ def parallel_record(pspec: dict, outs: list[dict], wall_s: float) -> dict:
 # --------------------------------------------------------------------------- reading the trials
 
 
-def progress(record: dict, per_point: float) -> list[tuple[float, float]]:
-    """(epochs spent, best HR@10 seen so far) after each finished trial of a search."""
-    spent, best, out = 0.0, 0.0, []
+def progress(record: dict, per_point: float, *, curve: str = "curve_hr",
+             minimize: bool = False) -> list[tuple[float, float]]:
+    """(epochs spent, best HR@10 seen so far) after each finished trial of a search. The BERT search:
+    ``curve="curve_loss", minimize=True`` and ``per_point`` in steps (the best held-out loss)."""
+    spent, best, out = 0.0, (math.inf if minimize else 0.0), []
+    pick_best = min if minimize else max
     for t in record["trials"]:
         spent += t["budget"] * per_point
-        hrs = [h for h in t["curve_hr"][1:] if h is not None and math.isfinite(h)]
-        best = max([best] + hrs)
+        values = [v for v in t[curve][1:] if v is not None and math.isfinite(v)]
+        best = pick_best([best] + values)
         out.append((spent, best))
     return out
 
 
-def epochs_to_target(record: dict, target_hr: float, per_point: float) -> float | None:
+def epochs_to_target(record: dict, target: float, per_point: float, *, curve: str = "curve_hr",
+                     minimize: bool = False) -> float | None:
     """Epochs the search had spent (all earlier trials, plus this one up to that point) when a trial
-    first reached ``target_hr``; None when none did."""
+    first reached ``target`` (HR@10 at or above it; with ``minimize``, a loss at or below it); None
+    when none did. The BERT search: ``curve="curve_loss", minimize=True`` and ``per_point`` in steps."""
     spent = 0.0
     for t in record["trials"]:
-        for i, h in enumerate(t["curve_hr"][1:], start=1):
-            if h is not None and h >= target_hr:
+        for i, v in enumerate(t[curve][1:], start=1):
+            if v is not None and math.isfinite(v) and (v <= target if minimize else v >= target):
                 return (spent + i) * per_point
         spent += t["budget"]
     return None
@@ -326,16 +331,15 @@ def bert_spec(profile: str, plan, saved07: dict | None = None, *, seeds: int | N
     Small on purpose: BERT-mini trains slowly on a CPU (full profile, 2 cores, 2026-12-01: the four
     searches took 292 s at batch 64, the lesson 366 s of its 8-minute goal), so the full profile
     searches at lesson 07's small batch, 32."""
-    ok = bool(saved07 and saved07.get("profile") == profile)
+    from .optimizer_study import saved_setting
+
     max_steps = pick(profile, full=48, smoke=8)
     eval_every = pick(profile, full=6, smoke=2)
     max_resource = math.ceil(max_steps / eval_every)
-    return {"profile": profile, "model": saved07["model"] if ok else plan.bert_model,
-            "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
-            "vocab_size": plan.bert_vocab_size, "batch": pick(profile, full=32, smoke=8), "optimizer": "lamb",
-            "max_steps": max_steps, "eval_every": eval_every, "max_resource": max_resource, "reduction_factor": 2,
-            "budget": 3 * max_resource, "seeds": list(range(seeds or pick(profile, full=2, smoke=1))),
-            "strategies": ["random", "hyperband"], "target_loss": saved07.get("target_loss") if ok else None}
+    return {"profile": profile, **saved_setting(saved07, profile, plan), "batch": pick(profile, full=32, smoke=8),
+            "optimizer": "lamb", "max_steps": max_steps, "eval_every": eval_every, "max_resource": max_resource,
+            "reduction_factor": 2, "budget": 3 * max_resource,
+            "seeds": list(range(seeds or pick(profile, full=2, smoke=1))), "strategies": ["random", "hyperband"]}
 
 
 def bert_base_config(bspec: dict):
@@ -365,38 +369,23 @@ def run_bert_one(data, bspec: dict, strategy: str, seed: int, directory, *, devi
             "trials": trials}
 
 
-def bert_steps_to_loss(record: dict, target_loss: float, eval_every: int) -> int | None:
-    """Optimizer steps the search had spent when a trial's held-out loss first reached ``target_loss``."""
-    spent = 0.0
-    for t in record["trials"]:
-        for i, loss in enumerate(t["curve_loss"][1:], start=1):
-            if loss is not None and math.isfinite(loss) and loss <= target_loss:
-                return round((spent + i) * eval_every)
-        spent += t["budget"]
-    return None
-
-
 def bert_progress(record: dict, eval_every: int) -> list[tuple[float, float]]:
     """(optimizer steps spent, best held-out loss seen so far) after each finished trial of a BERT search."""
-    spent, best, out = 0.0, math.inf, []
-    for t in record["trials"]:
-        spent += t["budget"] * eval_every
-        best = min([best] + [x for x in t["curve_loss"][1:] if x is not None and math.isfinite(x)])
-        out.append((spent, best))
-    return out
+    return progress(record, eval_every, curve="curve_loss", minimize=True)
 
 
 def bert_rows(records: list[dict], bspec: dict) -> list[dict]:
     """Per strategy and seed: trials, pruned, best loss, steps spent and steps until lesson 07's target."""
     rows = []
     for r in records:
-        losses = [x for t in r["trials"] for x in t["curve_loss"][1:] if x is not None and math.isfinite(x)]
+        done = bert_progress(r, bspec["eval_every"])
+        reach = None if bspec["target_loss"] is None else epochs_to_target(
+            r, bspec["target_loss"], bspec["eval_every"], curve="curve_loss", minimize=True)
         rows.append({"strategy": r["strategy"], "seed": r["seed"], "trials": len(r["trials"]),
                      "pruned": sum(t["state"] == "PRUNED" for t in r["trials"]),
-                     "best held-out loss": min(losses) if losses else math.inf,
-                     "steps spent": round(sum(t["budget"] for t in r["trials"]) * bspec["eval_every"]),
-                     "steps to target": None if bspec["target_loss"] is None
-                     else bert_steps_to_loss(r, bspec["target_loss"], bspec["eval_every"]),
+                     "best held-out loss": done[-1][1] if done else math.inf,
+                     "steps spent": round(done[-1][0]) if done else 0,
+                     "steps to target": None if reach is None else round(reach),
                      "seconds": r["seconds"]})
     return rows
 

@@ -121,9 +121,11 @@ BSPEC = {"budget": 12, "eval_every": 2, "model": "tiny", "batch": 8, "target_los
 
 
 def test_bert_steps_to_the_target_count_earlier_trials():
+    """The BERT search reads its trials with the NeuMF search's functions, minimizing the loss."""
     r = _bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.0, 4.9, 4.5]])
-    assert study.bert_steps_to_loss(r, 5.0, eval_every=2) == (3 + 2) * 2
-    assert study.bert_steps_to_loss(r, 4.0, eval_every=2) is None
+    to_loss = functools.partial(study.epochs_to_target, curve="curve_loss", minimize=True)  # steps, per_point=2
+    assert to_loss(r, 5.0, 2) == (3 + 2) * 2
+    assert to_loss(r, 4.0, 2) is None
     row = study.bert_rows([r], BSPEC)[0]
     assert row["best held-out loss"] == 4.5 and row["steps spent"] == 12 and row["steps to target"] == 10
     assert study.bert_progress(r, eval_every=2) == [(6.0, 5.8), (12.0, 4.5)]
