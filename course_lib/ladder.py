@@ -1,29 +1,52 @@
 """The trick ladder: the one writer and reader of its saved rungs (lessons 01-06).
 
-baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel — each rung
-with time-to-target, speedup over the baseline and final HR@10, all measured on this
-machine and saved as a result (``ladder_<n>.json``) by the lesson that measured it.
+baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel. The rungs are
+**cumulative**, as in the seed talk: each lesson starts from the setting of the rung below
+(:func:`start_from`) and adds one trick — a bigger batch with a scaled lr (02), warmup to reach a
+bigger batch still (03), a layer-wise optimizer to go bigger again (04), mixed precision on the
+same setting (05), data parallel on the same global batch (06). A trick that does not help here
+keeps its rung, with its measured effect and the reason the lesson computed; the next rung then
+builds on the setting the lesson names as its ``carry`` (lesson 05 carries fp32 when 16 bits were
+slower).
 
-Every rung records how it was obtained (settings, dataset, tier, world size, precision,
-seed, device) and *what actually ran* (a "+LARS" rung that trained with LAMB says so). A speedup
-is a ratio of two times on the same data: the ladder refuses to compare rungs measured on
-different datasets (:class:`LadderMismatch`). Later lessons read the setting of an earlier
-rung from here (:func:`config_from_ladder`, :func:`ladder_config`), and lesson 01's
-baseline (:func:`load_baseline`).
+**Speedups that survive a busy machine.** Lessons run minutes apart on machines whose speed
+changes (a shared login node, a laptop on battery). Each rung lesson times the *yardstick* —
+the baseline's own step, lesson 01's setting — before and after its runs (:class:`Pace`), so a
+rung's time can be put at the baseline's pace: ``paced time = time x pace now / pace in lesson
+01``. Speedups and "vs the rung below" are ratios of paced times; a rung whose pace drifted by
+more than :data:`PACE_DRIFT_LIMIT` from lesson 01's, or within its own lesson, is flagged — its
+seconds are not comparable, its steps to target are. Where a lesson ran its rung's setting at
+more than one seed (the full profile), the rung's time is the mean and "vs the rung below" is
+read against the seed-to-seed range (:func:`course_lib.metrics.noise_verdict`).
+
+Every rung records how it was obtained (settings, dataset, tier, world size, precision, seeds,
+device) and *what actually ran* (a "+LARS" rung that trained with LAMB says so). The ladder
+refuses to compare rungs measured on different datasets (:class:`LadderMismatch`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
+import time
 from pathlib import Path
 
-from .hardware import detect
+import torch
+
+from .hardware import default_device, detect
+from .metrics import noise_verdict
 from .plots import plot_ladder
 from .results import load_results, save_result
 from .tables import Table
-from .train.ncf import TrainConfig, TrainResult
+from .tiers import largest_power_of_two_at_most
+from .train.engine import sync
+from .train.ncf import TrainConfig, TrainResult, build_engine, make_batches
 
 LADDER_STEPS = ("baseline", "+linear scaling", "+warmup", "+LARS", "+mixed precision", "+data parallel")
+PACE_DRIFT_LIMIT = 0.2  # a pace more than 20 % away from lesson 01's (or moving that much within a lesson) is flagged
+# How the ladder's lessons evaluate (TrainConfig.dense_eval_margin): once HR@10 is within 0.05 of the target,
+# every 1/20 epoch, so a rung's steps to target are resolved to that rather than to the lessons' EVAL_EVERY
+NEAR_TARGET = {"dense_eval_margin": 0.05, "dense_eval_every_epochs": 0.05}
 
 
 class LadderMismatch(ValueError):
@@ -31,24 +54,110 @@ class LadderMismatch(ValueError):
 
 
 def what_ran(config: dict, world_size: int = 1) -> str:
-    """The trick a rung's settings actually used, in a few words: optimizer, lr rule, warmup,
-    precision, ranks — e.g. ``"lamb, sqrt rule, warmup 40 steps, bf16, 2 ranks"``."""
-    parts = [config.get("optimizer", "?")]
-    if config.get("lr_scaling") not in (None, "none"):
-        parts.append(f"{config['lr_scaling']} rule")
+    """The setting a rung actually trained with, in a few words: batch, optimizer and lr (with its rule),
+    warmup, precision, ranks — e.g. ``"batch 16384, lamb lr 0.008 (sqrt rule), linear warmup 40 steps, bf16"``."""
+    rule = config.get("lr_scaling")
+    lr = config.get("peak_lr")
+    parts = [f"batch {config['global_batch_size']}" if config.get("global_batch_size") else None,
+             f"{config.get('optimizer', '?')}" + (f" lr {lr:.3g}" if lr is not None else "")
+             + (f" ({rule} rule)" if rule not in (None, "none") else "")]
     if config.get("warmup_steps"):
         parts.append(f"{config.get('warmup', 'linear')} warmup {config['warmup_steps']} steps")
     parts.append(config.get("precision", "fp32"))
     if world_size > 1:
         parts.append(f"{world_size} ranks")
-    return ", ".join(str(p) for p in parts)
+    return ", ".join(str(p) for p in parts if p)
 
 
-def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: float, target_hr: float,
+# --------------------------------------------------------------------------- the yardstick's pace
+
+
+def yardstick_pace(data, cfg: TrainConfig, *, device=None, steps: int = 50, repeats: int = 3) -> float:
+    """The training samples/s of ``cfg`` (the baseline's setting: lesson 01's batch, optimizer and lr)
+    on this machine *now*: ``repeats`` bursts of ``steps`` steps of the course's engine (the sampler's
+    next batch and ``Engine.step``, as the training clock counts them), after a few untimed ones; the
+    median burst, so one burst that another process interrupted does not move it."""
+    dev = torch.device(device) if device is not None else default_device()
+    data = data.to(dev)
+    cfg = cfg.replace(micro_batch_size=None)
+    engine = build_engine(data, cfg, dev)
+    batches = iter(make_batches(data, cfg))  # building the epoch is not part of any burst
+    for _ in range(min(10, steps)):  # untimed: the optimizer's state, allocator and threads warm up
+        engine.step(next(batches))
+    rates = []
+    for _ in range(repeats):
+        sync(dev)
+        t0 = time.perf_counter()
+        n = 0
+        for _ in range(steps):
+            batch = next(batches, None)
+            if batch is None:  # a tiny dataset: start another epoch
+                batches = iter(make_batches(data, cfg))
+                batch = next(batches)
+            engine.step(batch)
+            n += batch[0].numel()
+        sync(dev)
+        rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def _percent(x: float) -> str:
+    return f"{x:+.0%}"
+
+
+class Pace:
+    """The yardstick's pace timed around one lesson's runs: ``pace = Pace(data, base_cfg)`` before them
+    (prints it next to lesson 01's), ``pace.finish()`` after them, into the rung's record."""
+
+    def __init__(self, data, cfg: TrainConfig, *, device=None, steps: int = 50, repeats: int = 3,
+                 directory: Path | None = None, quiet: bool = False):
+        self._args = dict(data=data, cfg=cfg, device=device, steps=steps, repeats=repeats)
+        self.quiet = quiet
+        self.baseline = (_saved_rungs(directory).get("baseline") or {}).get("pace", {}).get("rate")
+        self.before = yardstick_pace(**self._args)
+        self.after: float | None = None
+        if not quiet:
+            print(self.describe())
+
+    @property
+    def rate(self) -> float:
+        """The pace of the period: the mean of before and after (before alone until :meth:`finish`)."""
+        return self.before if self.after is None else (self.before + self.after) / 2
+
+    def describe(self) -> str:
+        line = f"yardstick pace {self.before:,.0f} samples/s"
+        if self.after is not None:
+            line = (f"yardstick pace {self.before:,.0f} samples/s before this lesson's runs, {self.after:,.0f} after "
+                    f"({_percent(self.after / self.before - 1)})")
+        if self.baseline:
+            line += f"; lesson 01 measured {self.baseline:,.0f} ({_percent(self.rate / self.baseline - 1)})"
+        return line
+
+    def finish(self) -> dict:
+        """Times the yardstick again; returns what a rung records (``save_ladder_*(..., pace=...)``)."""
+        self.after = yardstick_pace(**self._args)
+        if not self.quiet:
+            print(self.describe())
+        return {"before": self.before, "after": self.after, "rate": self.rate}
+
+
+# --------------------------------------------------------------------------- saving rungs
+
+
+def _seed_run(r: TrainResult) -> dict:
+    return {"seed": r.config.get("seed"), "time_to_target_s": r.time_to_target_s,
+            "steps_to_target": r.steps_to_target, "epochs_to_target": r.epochs_to_target, "final_hr": r.final_hr}
+
+
+def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: float | None, target_hr: float,
                     dataset: str, directory: Path | None = None, **details) -> Path:
-    """Save one rung of the trick ladder. ``time_to_target_s=None`` means "not reached".
+    """Save one rung of the trick ladder. ``time_to_target_s=None`` means "not reached" (or, with
+    ``not_run="why"``, that the lesson did not train it to the target, and why).
 
-    ``dataset`` is required: rungs of different datasets are never compared."""
+    ``dataset`` is required: rungs of different datasets are never compared. Optional details the
+    ladder reads: ``pace`` (:meth:`Pace.finish`), ``seed_runs`` (one dict per seed: time and steps to
+    target), ``config`` (what ran) and ``carry`` (the setting the next rung builds on; default: config),
+    ``reason`` (the lesson's computed sentence on what the trick did here)."""
     if step not in LADDER_STEPS:
         raise ValueError(f"unknown ladder step {step!r}; choose one of {LADDER_STEPS}")
     if not dataset:
@@ -59,29 +168,53 @@ def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: floa
     row.setdefault("tier", detect().tier)
     if "config" in row and "ran" not in row:
         row["ran"] = what_ran(row["config"], row.get("world_size", 1))
+    if isinstance(row.get("carry"), TrainConfig):
+        row["carry"] = row["carry"].to_dict()
     return save_result(f"ladder_{slug}", row, directory)
 
 
-def save_ladder_result(step: str, result, *, setting: str, directory: Path | None = None, **details) -> Path:
-    """``save_ladder_row`` from a :class:`course_lib.train.TrainResult` (lessons 01-05): time to
-    target, final HR@10, the dataset, and the run's settings, precision and throughput."""
+def save_ladder_result(step: str, result: TrainResult, *, seeds=(), pace: dict | None = None, carry=None,
+                       reason: str = "", directory: Path | None = None, **details) -> Path:
+    """``save_ladder_row`` from the :class:`course_lib.train.TrainResult` of the rung's run (lessons 01-05).
+
+    ``seeds``: the same setting's runs at other seeds. The rung's time to target is then the mean over
+    all of them, or "not reached" unless every seed reached it (its steps to target likewise); each
+    seed's numbers are kept in ``seed_runs``. ``carry``: the setting the next rung builds on (a
+    TrainConfig; default: the run's own)."""
+    runs = [result, *seeds]
+    reached = all(r.time_to_target_s is not None for r in runs)
     c = result.config
-    return save_ladder_row(step, time_to_target_s=result.time_to_target_s, final_hr=result.final_hr,
-                           target_hr=result.target_hr, dataset=result.dataset, directory=directory,
-                           setting=setting, batch_size=c["global_batch_size"], lr=c["peak_lr"], optimizer=c["optimizer"],
-                           precision=result.precision.get("mode", c["precision"]),
-                           warmup_steps=c.get("warmup_steps", 0), seed=c.get("seed"),
-                           steps_to_target=result.steps_to_target, epochs_to_target=result.epochs_to_target,
-                           samples_per_s=result.samples_per_s, device=result.device,
-                           world_size=result.world_size, config=c, **details)
+    return save_ladder_row(
+        step, directory=directory,
+        time_to_target_s=statistics.fmean(r.time_to_target_s for r in runs) if reached else None,
+        steps_to_target=statistics.fmean(r.steps_to_target for r in runs) if reached else None,
+        epochs_to_target=statistics.fmean(r.epochs_to_target for r in runs) if reached else None,
+        final_hr=result.final_hr, target_hr=result.target_hr, dataset=result.dataset,
+        seed_runs=[_seed_run(r) for r in runs], pace=pace, carry=carry, reason=reason,
+        batch_size=c["global_batch_size"], lr=c["peak_lr"], optimizer=c["optimizer"],
+        precision=result.precision.get("mode", c["precision"]), warmup_steps=c.get("warmup_steps", 0),
+        seed=c.get("seed"), samples_per_s=result.samples_per_s, device=result.device,
+        world_size=result.world_size, config=c, **details)
+
+
+# --------------------------------------------------------------------------- reading rungs
 
 
 def _saved_rungs(directory: Path | None) -> dict[str, dict]:
     return {r["step"]: r for name, r in load_results(directory).items() if name.startswith("ladder_")}
 
 
+def _pace_of(r: dict) -> float | None:
+    return (r.get("pace") or {}).get("rate")
+
+
 def ladder_rows(directory: Path | None = None) -> list[dict]:
-    """The saved rungs in the course's order, each with ``speedup`` over the baseline (or None).
+    """The saved rungs in the course's order, each with what the table shows:
+
+    ``paced_time_s`` (its time at lesson 01's pace), ``speedup`` over the baseline and ``vs_previous``
+    over the closest rung below that reached the target (``previous_step``), both paced; ``vs_noise``
+    (None, or "no measurable difference ..." when the paced seed times of the two rungs overlap);
+    ``pace_drift`` (its pace against lesson 01's) and ``flags`` (drift beyond :data:`PACE_DRIFT_LIMIT`).
 
     Raises :class:`LadderMismatch` when the rungs were measured on different datasets."""
     saved = _saved_rungs(directory)
@@ -92,20 +225,119 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
             f"the ladder's rungs were measured on different datasets ({listing}); a speedup between them would "
             "compare different problems. Rerun the lessons whose rungs differ with the same DATASET (the tier plan "
             "picks one for the whole course), or start a fresh results directory ($COURSE_RESULTS_DIR).")
-    base = saved.get("baseline", {}).get("time_to_target_s")
+    base = saved.get("baseline", {})
+    base_pace, base_t = _pace_of(base), base.get("time_to_target_s")
     rows, before = [], None  # before: the latest rung below that reached the target
     for step in LADDER_STEPS:
-        if step in saved:
-            r = dict(saved[step])
-            ttt = r.get("time_to_target_s")
-            r["speedup"] = base / ttt if (base and ttt) else None
-            # this rung against the one below it: a trick that did not help here says so
-            r["vs_previous"] = before["time_to_target_s"] / ttt if (before and ttt) else None
-            r["previous_step"] = before["step"] if before else None
-            rows.append(r)
-            if ttt:
-                before = r
+        if step not in saved:
+            continue
+        r = dict(saved[step])
+        ttt, pace = r.get("time_to_target_s"), _pace_of(r)
+        ratio = pace / base_pace if (pace and base_pace) else 1.0  # at lesson 01's pace: x this
+        r["paced"] = bool(pace and base_pace)
+        r["paced_time_s"] = ttt * ratio if ttt else None
+        r["paced_seed_times_s"] = [s["time_to_target_s"] * ratio for s in r.get("seed_runs") or []
+                                   if s.get("time_to_target_s")]
+        flags = []
+        r["pace_drift"] = ratio - 1 if r["paced"] else None
+        if r["paced"] and abs(ratio - 1) > PACE_DRIFT_LIMIT:
+            flags.append(f"the machine ran {_percent(ratio - 1)} vs lesson 01's pace: compare steps, not seconds")
+        p = r.get("pace") or {}
+        if p.get("before") and p.get("after") and abs(p["after"] / p["before"] - 1) > PACE_DRIFT_LIMIT:
+            flags.append(f"the pace moved {_percent(p['after'] / p['before'] - 1)} during the lesson")
+        r["flags"] = flags
+        r["speedup"] = base_t / r["paced_time_s"] if (base_t and r["paced_time_s"]) else None
+        r["vs_previous"] = before["paced_time_s"] / r["paced_time_s"] if (before and r["paced_time_s"]) else None
+        r["previous_step"] = before["step"] if before else None
+        r["vs_noise"] = None
+        if r["vs_previous"] is not None and len(r["paced_seed_times_s"]) > 1 and len(before["paced_seed_times_s"]) > 1:
+            winner, text = noise_verdict(r["paced_seed_times_s"], before["paced_seed_times_s"],
+                                         names=(step, before["step"]), quantity="paced time to target")
+            r["vs_noise"] = text if winner is None else None
+        rows.append(r)
+        if r["paced_time_s"]:
+            before = r
     return rows
+
+
+def _time_cell(r: dict) -> str:
+    if r.get("not_run"):
+        return f"not run: {r['not_run']}"
+    ttt = r.get("time_to_target_s")
+    seeds = r.get("seed_runs") or []
+    if ttt is None:
+        got = [s for s in seeds if s.get("time_to_target_s") is not None]
+        return f"not reached (on {len(got)} of {len(seeds)} seeds)" if got else "not reached"
+    each = ", ".join(f"{s['time_to_target_s']:.1f}" for s in seeds) if len(seeds) > 1 else ""
+    return f"{ttt:.1f}" + (f" (seeds: {each})" if each else "")
+
+
+def _below_cell(r: dict) -> str:
+    vs = r.get("vs_previous")
+    if vs is None:
+        return "—"
+    if r.get("vs_noise"):
+        return f"{vs:.2f}x: {r['vs_noise']}"
+    if vs >= 1:
+        return f"{vs:.2f}x"
+    why = f" ({r['reason']})" if r.get("reason") else ""
+    return f"{vs:.2f}x: slower than {r['previous_step']!r}, this trick did not help here{why}"
+
+
+def ladder_table(directory: Path | None = None) -> Table:
+    """The trick ladder from saved rows, in the course's order: what ran, steps and seconds to the
+    target, speedups at lesson 01's pace, and the pace each rung was measured at."""
+    rows = ladder_rows(directory)
+    dataset = rows[0].get("dataset", "") if rows else ""
+    t = Table(["step", "setting (what ran)", "steps to target", "time to target (s)", "speedup (paced)",
+               "vs the rung below", "final HR@10", "pace vs lesson 01"],
+              title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
+    for r in rows:
+        steps = r.get("steps_to_target")
+        pace = ("—" if r["step"] == "baseline" else "not measured") if r.get("pace_drift") is None \
+            else _percent(r["pace_drift"])
+        if r["flags"]:
+            pace += " (!) " + "; ".join(r["flags"])
+        t.add(**{"step": r["step"], "setting (what ran)": r.get("ran") or r.get("setting", ""),
+                 "steps to target": round(steps) if steps is not None else "—",
+                 "time to target (s)": _time_cell(r),
+                 "speedup (paced)": f"{r['speedup']:.1f}x" if r["speedup"] else "—",
+                 "vs the rung below": _below_cell(r), "final HR@10": r.get("final_hr"),
+                 "pace vs lesson 01": pace})
+    return t
+
+
+def ladder_reading(directory: Path | None = None) -> str:
+    """What the ladder shows, read from its rows: the top rung's paced speedup, the tricks that helped,
+    those that did not (with their reasons), and the rungs whose seconds are not comparable."""
+    rows = ladder_rows(directory)
+    if not rows:
+        return "no rungs saved yet"
+    reached = [r for r in rows if r.get("speedup")]
+    lines = []
+    if reached:
+        top = max(reached, key=lambda r: r["speedup"])
+        lines.append(f"the fastest rung is {top['step']!r}: {top['speedup']:.1f}x the baseline at lesson 01's pace "
+                     f"({top.get('ran', '')})")
+    helped = [r["step"] for r in rows if r.get("vs_previous") and r["vs_previous"] >= 1 and not r.get("vs_noise")]
+    level = [r["step"] for r in rows if r.get("vs_noise")]
+    hurt = [r for r in rows if r.get("vs_previous") and r["vs_previous"] < 1 and not r.get("vs_noise")]
+    if helped:
+        lines.append("faster than the rung below: " + ", ".join(helped))
+    if level:
+        lines.append("no measurable difference from the rung below: " + ", ".join(level))
+    for r in hurt:
+        lines.append(f"{r['step']} was slower than {r['previous_step']!r} ({r['vs_previous']:.2f}x)"
+                     + (f": {r['reason']}" if r.get("reason") else ""))
+    for r in rows:
+        if not r.get("time_to_target_s"):
+            lines.append(f"{r['step']}: " + (f"not run ({r['not_run']})" if r.get("not_run") else "did not reach the target")
+                         + (f" — {r['reason']}" if r.get("reason") else ""))
+    flagged = [r["step"] for r in rows if r["flags"]]
+    if flagged:
+        lines.append(f"paced seconds are unreliable for {', '.join(flagged)} (the machine's pace drifted more than "
+                     f"{PACE_DRIFT_LIMIT:.0%}): read their steps to target instead")
+    return "\n".join(lines)
 
 
 def ladder_figure(directory: Path | None = None, path: Path | None = None):
@@ -121,26 +353,7 @@ def ladder_figure(directory: Path | None = None, path: Path | None = None):
     return fig
 
 
-def ladder_table(directory: Path | None = None) -> Table:
-    """The trick ladder from saved rows, in the course's order, with speedups over the baseline
-    and what each rung actually ran."""
-    rows = ladder_rows(directory)
-    dataset = rows[0].get("dataset", "") if rows else ""
-    t = Table(["step", "time to target (s)", "speedup", "vs the rung below", "final HR@10", "target", "setting",
-               "ran"], title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
-    for r in rows:
-        ttt = r.get("time_to_target_s")
-        vs = r.get("vs_previous")
-        below = "—" if vs is None else (f"{vs:.2f}x" + ("" if vs >= 1 else f": slower than {r['previous_step']!r}, "
-                                                          "this trick did not help here"))
-        t.add(**{"step": r["step"], "time to target (s)": ttt if ttt is not None else "not reached",
-                 "speedup": f"{r['speedup']:.1f}x" if r["speedup"] else "—", "vs the rung below": below,
-                 "final HR@10": r.get("final_hr"), "target": r.get("target_hr"), "setting": r.get("setting", ""),
-                 "ran": r.get("ran", "")})
-    return t
-
-
-# --------------------------------------------------------------------------- later lessons read earlier rungs
+# --------------------------------------------------------------------------- later lessons build on earlier rungs
 
 
 def load_baseline(data, target_hr: float, directory=None) -> TrainResult | None:
@@ -149,16 +362,16 @@ def load_baseline(data, target_hr: float, directory=None) -> TrainResult | None:
     rec = load_results(directory).get("01_baseline")
     if not rec or rec.get("dataset") != data.name or rec.get("target_hr") != target_hr:
         return None
-    names = {f.name for f in dataclasses.fields(TrainResult)}
     try:
-        return TrainResult(**{k: v for k, v in rec.items() if k in names})
+        return TrainResult.from_dict(rec)
     except TypeError:  # an older record without some required field
         return None
 
 
-# What a later lesson takes from a rung is its recipe; the budget, the target and how often to
-# evaluate stay the later lesson's own.
-NOT_THE_RECIPE = ("max_epochs", "max_steps", "target_hr", "stop_at_target", "eval_every_epochs")
+# What a later lesson takes from a rung is its recipe; the budget, the target, how often to evaluate
+# and the seed stay the later lesson's own.
+NOT_THE_RECIPE = ("max_epochs", "max_steps", "target_hr", "stop_at_target", "eval_every_epochs", "seed",
+                  "dense_eval_margin", "dense_eval_every_epochs")
 
 
 def _config(base_cfg: TrainConfig, saved: dict) -> TrainConfig:
@@ -166,35 +379,46 @@ def _config(base_cfg: TrainConfig, saved: dict) -> TrainConfig:
     return base_cfg.replace(**{k: v for k, v in saved.items() if k in names and k not in NOT_THE_RECIPE})
 
 
-def config_from_ladder(base_cfg: TrainConfig, directory=None, steps=None, dataset: str | None = None):
-    """``(cfg, row)``: the training config of the fastest saved rung that reached its target
-    (lesson 05 adds mixed precision on top of it), measured on ``dataset`` when given;
-    ``(base_cfg, None)`` when there is none."""
-    rows = [r for r in ladder_rows(directory) if r.get("time_to_target_s") and r.get("config")
-            and (steps is None or r["step"] in steps) and (dataset is None or r.get("dataset") == dataset)]
-    if not rows:
-        return base_cfg, None
-    row = min(rows, key=lambda r: r["time_to_target_s"])
-    return _config(base_cfg, row["config"]), row
-
-
-def rung_batch(step: str, default: int, *, dataset: str | None = None, directory=None) -> tuple[int, str]:
-    """``(global batch, where it came from)``: the batch of the saved rung ``step`` (measured on
-    ``dataset`` when given), else ``default`` — lesson 04 takes lesson 03's batch, which lesson
-    03 picks at run time, rather than a number typed in."""
-    for r in ladder_rows(directory):
-        if r["step"] == step and (dataset is None or r.get("dataset") == dataset) and r.get("batch_size"):
-            return int(r["batch_size"]), f"the {step!r} rung's batch (saved by an earlier lesson)"
-    return default, f"the default {default}: no {step!r} rung saved{' for ' + dataset if dataset else ''} yet"
-
-
-def ladder_config(default: TrainConfig, directory=None, dataset: str | None = None):
-    """The setting to add data parallelism to: the recipe of the latest saved rung (before
-    "+data parallel") that recorded its ``config``, measured on ``dataset`` when given, with
-    ``default``'s budget and target; else ``default``. Returns ``(cfg, rung)``."""
+def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
+               directory=None) -> tuple[TrainConfig, dict | None, str]:
+    """``(cfg, rung, note)``: the setting the rung ``step`` adds its trick to — the ``carry`` recipe of
+    the closest rung below ``step`` that reached its target (measured on ``dataset`` when given), with
+    ``default``'s budget, target and seed — and a sentence saying where it came from. ``(default,
+    None, note)`` when no rung below reached the target here."""
+    if step not in LADDER_STEPS:
+        raise ValueError(f"unknown ladder step {step!r}; choose one of {LADDER_STEPS}")
     rows = {r["step"]: r for r in ladder_rows(directory) if dataset is None or r.get("dataset") == dataset}
-    for rung in reversed(LADDER_STEPS[:-1]):
-        saved = rows.get(rung, {}).get("config")
-        if isinstance(saved, dict):
-            return _config(default, saved), rung
-    return default, None
+    passed = []
+    for below in reversed(LADDER_STEPS[:LADDER_STEPS.index(step)]):
+        r = rows.get(below)
+        recipe = (r or {}).get("carry") or (r or {}).get("config")
+        if r is None or not isinstance(recipe, dict):
+            passed.append(f"no {below!r} rung is saved")
+            continue
+        if not r.get("time_to_target_s"):
+            passed.append(f"the {below!r} rung did not reach the target")
+            continue
+        cfg = _config(default, recipe)
+        carried = " (the setting it carries up)" if r.get("carry") and r["carry"] != r.get("config") else ""
+        note = (("; ".join(passed) + ", so this lesson starts from " if passed else "starting from ")
+                + f"the {below!r} rung's setting{carried}: {what_ran(recipe)}")
+        return cfg, r, note
+    return default, None, ("; ".join(passed) or "no rung below is saved") + ": this lesson's default setting"
+
+
+def grown_batch(batch: int, factor: int, data, cfg: TrainConfig, *, min_steps_per_epoch: int = 8) -> tuple[int, str]:
+    """``(batch x factor, note)``: a rung's bigger batch (lessons 03 and 04 go ``factor`` times beyond the
+    rung below), capped at the largest power of two that leaves ``min_steps_per_epoch`` optimizer steps
+    in an epoch of ``data`` (fewer would leave nothing to warm up or to evaluate between)."""
+    if factor < 1:
+        raise ValueError(f"factor must be at least 1, got {factor}")
+    samples = data.num_train * (1 + cfg.neg_per_pos)
+    cap = largest_power_of_two_at_most(max(1, samples // min_steps_per_epoch))
+    want = batch * factor
+    if want <= cap:
+        return want, f"{factor}x the batch of the rung below ({batch})"
+    if cap <= batch:
+        return batch, (f"the batch of the rung below ({batch}): {want} would leave fewer than {min_steps_per_epoch} "
+                       f"steps per epoch of {data.name}")
+    return cap, (f"{cap} ({cap // batch}x the rung below's {batch}): {factor}x would leave fewer than "
+                 f"{min_steps_per_epoch} steps per epoch of {data.name}")

@@ -89,3 +89,29 @@ def line_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | 
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return my - slope * mx, slope
+
+
+def noise_verdict(a: Sequence[float], b: Sequence[float], *, names: tuple[str, str] = ("a", "b"),
+                  quantity: str = "time to target", unit: str = " s") -> tuple[int | None, str]:
+    """Which of two settings measured lower ``quantity`` (a time, a step count), read against the
+    measured noise: ``(0 | 1 | None, sentence)``.
+
+    ``a`` and ``b`` hold one value per seed (paired by index: seed i of ``a`` with seed i of ``b``).
+    The noise is the larger seed-to-seed range of the two. A difference of the means within it, or
+    seeds that disagree on which is lower, is "no measurable difference" (``None``). With one value
+    each there is no noise to compare with: the lower one is named, and the sentence says so."""
+    a, b = [float(x) for x in a], [float(x) for x in b]
+    if not a or not b:
+        raise ValueError(f"noise_verdict needs at least one value each, got {len(a)} and {len(b)}")
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    lower = 0 if ma <= mb else 1
+    means = f"{quantity}: {names[0]} {ma:.3g}{unit} vs {names[1]} {mb:.3g}{unit}"
+    if len(a) < 2 or len(b) < 2:
+        return lower, f"{names[lower]} lower on one seed ({means}); noise not measured"
+    spread = max(max(a) - min(a), max(b) - min(b))
+    pairs = list(zip(a, b))
+    if len({x < y for x, y in pairs}) > 1 or any(x == y for x, y in pairs):
+        return None, f"no measurable difference: the seeds disagree ({means} on average)"
+    if abs(ma - mb) <= spread:
+        return None, f"no measurable difference ({means}, within the seed range {spread:.2g}{unit})"
+    return lower, f"{names[lower]} lower on every seed ({means}; seed range {spread:.2g}{unit})"

@@ -94,10 +94,10 @@ def plot_steps_to_target(rows, *, ax=None, x: str = "batch size", y: str = "step
         if pts:
             ax.plot(*zip(*pts), marker="o", label=str(name))
         missed = [r[x] for r in rs if not r.get(y)]
-        if missed and reached:
-            top = max(r[y] for r in reached)
-            ax.scatter(missed, [top * 1.5] * len(missed), marker="x", color="red", zorder=3,
-                       label=f"{name}: not reached" if name else "not reached")
+        if missed:  # along the top edge, in axes coordinates: a miss has no step count to plot
+            ax.scatter(missed, [0.96] * len(missed), marker="x", color="red", zorder=3, clip_on=False,
+                       transform=ax.get_xaxis_transform(),
+                       label=f"{name}: not reached (top edge)" if name else "not reached (top edge)")
     if reached:
         b0, s0 = min((r[x], r[y]) for r in reached)
         xs = sorted({r[x] for r in rows})
@@ -131,9 +131,11 @@ def plot_time_to_target(rows, *, ax=None, x: str = "batch size", y: str = "time 
     return fig
 
 
-def plot_generalization_gap(results, *, ax=None):
+def plot_generalization_gap(results, *, ax=None, title: str = ""):
     """Train-side vs test HR@10 at the end of each run, against batch size (lesson 02, Keskar et al. 2016)."""
     fig, ax = _axes(ax)
+    if title:
+        ax.set_title(title, fontsize=10)
     pts = sorted((r.config["global_batch_size"], r.final_train_hr, r.final_hr) for r in results
                  if r.final_train_hr is not None and r.final_hr is not None)
     if pts:
@@ -264,21 +266,38 @@ def plot_loss_scale(history: dict, *, ax=None, title: str = ""):
     return fig
 
 
-def plot_ladder(rows, *, ax=None):
-    """The trick ladder as horizontal bars of time to target, with the speedup over the baseline
-    (rows from :func:`course_lib.results.ladder_rows`)."""
-    fig, ax = _axes(ax, figsize=(7, 0.6 + 0.55 * max(1, len(rows))))
-    names = [r["step"] for r in rows][::-1]
-    times = [r.get("time_to_target_s") or 0.0 for r in rows][::-1]
-    bars = ax.barh(names, times, color=["tab:blue" if t else "lightgray" for t in times])
+def plot_ladder(rows, *, axes=None):
+    """The trick ladder (rows from :func:`course_lib.ladder.ladder_rows`): each rung's time to target at
+    lesson 01's pace with its speedup over the baseline (left), and its optimizer steps to target, which
+    no load changes (right). Gray: not reached or not run; a rung whose pace drifted is marked (!)."""
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 0.8 + 0.55 * max(1, len(rows))), sharey=True)
+    else:
+        fig = axes[0].figure
+    ax1, ax2 = axes
+    names = [r["step"] + (" (!)" if r.get("flags") else "") for r in rows][::-1]
+    times = [r.get("paced_time_s") or 0.0 for r in rows][::-1]
+    steps = [r.get("steps_to_target") or 0.0 for r in rows][::-1]
+    bars = ax1.barh(names, times, color=["tab:blue" if t else "lightgray" for t in times])
     for bar_, r in zip(bars, rows[::-1]):
-        t = r.get("time_to_target_s")
-        txt = "not reached" if not t else f"{t:.1f} s" + (f"  ({r['speedup']:.1f}x)" if r.get("speedup") else "")
-        ax.text(bar_.get_width(), bar_.get_y() + bar_.get_height() / 2, " " + txt, va="center", fontsize=8)
-    ax.set_xlabel("training time to the target HR@10 (s)")
+        t = r.get("paced_time_s")
+        txt = ("not run" if r.get("not_run") else "not reached") if not t else \
+            f"{t:.1f} s" + (f"  ({r['speedup']:.1f}x)" if r.get("speedup") else "")
+        ax1.text(bar_.get_width(), bar_.get_y() + bar_.get_height() / 2, " " + txt, va="center", fontsize=8)
+    ax1.set_xlabel("training time to the target at lesson 01's pace (s)")
+    ax1.set_xlim(0, max(times + [1.0]) * 1.4)
+    low = min([n for n in steps if n] or [1.0]) / 2  # log axis: bars start here, and a missing one is a mark
+    ax2.barh(names, [n - low if n else 0.0 for n in steps], left=low, color="tab:green")
+    for y, n in enumerate(steps):
+        ax2.text(n or low, y, f" {n:,.0f}" if n else " —", va="center", fontsize=8)
+    ax2.set_xscale("log")
+    ax2.set_xlim(low, max(steps + [low * 4]) * 3)
+    ax2.set_xlabel("optimizer steps to the target (log)")
     target = next((r.get("target_hr") for r in rows if r.get("target_hr")), None)
-    ax.set_title("The trick ladder" + (f" (target HR@10 {target:.3f})" if target else ""), fontsize=10)
-    ax.set_xlim(0, max(times + [1.0]) * 1.35)
+    fig.suptitle("The trick ladder" + (f" (target HR@10 {target:.3f})" if target else ""), fontsize=10)
+    fig.tight_layout()
     return fig
 
 

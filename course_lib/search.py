@@ -11,7 +11,9 @@ BERT); this module only builds their inputs, collects their outputs and picks am
   (lesson 07's lr search);
 - ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid
   (lesson 04);
-- ``pick_degraded_batch``: where a scaling rule broke, from a saved sweep (lesson 03);
+- ``confirm``: the deciding comparison of a sweep again at more seeds, read against their noise
+  (lessons 02-06: the choice that makes a ladder rung);
+- ``scaling_regimes`` / ``regime_reading`` / ``gap_reading``: what a batch sweep shows (lesson 02);
 - ``open_study`` / ``run_search`` / ``neumf_objective`` / ``search_worker``: Optuna-based random search,
   successive halving and Hyperband at a budget, in a journal file several processes share (lesson 12).
 """
@@ -21,12 +23,15 @@ from __future__ import annotations
 import math
 import os
 import socket
+import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 from .optim.schedules import LR_RULES, linear_scaled_lr, sqrt_scaled_lr
 from .data.movielens import ImplicitData
 from .fileio import pid_alive
+from .metrics import noise_verdict
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, train_to_target
 
@@ -80,9 +85,78 @@ def sweep_rows(results, labels=None) -> list[dict]:
             "time to target (s)": r.time_to_target_s, "steps to target": r.steps_to_target,
             "epochs to target": r.epochs_to_target, "final HR@10": r.final_hr, "best HR@10": r.best_hr,
             "train HR@10": r.final_train_hr, "epochs run": r.epochs, "samples/s": r.samples_per_s,
-            "diverged": r.diverged,
+            "diverged": r.diverged, "resolution (steps)": target_resolution(r),
         })
     return rows
+
+
+def target_resolution(r: TrainResult) -> int | None:
+    """How precisely a run's steps to target are known: the steps between the evaluation that first
+    reached the target and the one before it (None when it was not reached)."""
+    if r.steps_to_target is None:
+        return None
+    steps = r.curve.get("step", [])
+    i = steps.index(r.steps_to_target) if r.steps_to_target in steps else 0
+    return steps[i] - steps[i - 1] if i > 0 else r.steps_to_target
+
+
+REGIMES = ("perfect scaling", "diminishing returns", "maximal data parallelism")
+
+
+def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[dict]:
+    """Shallue et al.'s (2018) regimes, read from a sweep's steps to target (lesson 02).
+
+    Per batch size the best run that reached the target (fewest steps; their regimes assume an lr
+    tuned per batch, the nearest here is the better of the two rules), then for each step up in batch
+    the log-log slope of steps to target from the last batch that reached it: at most ``perfect`` (-1
+    halves the steps per doubling): perfect scaling; at least ``flat``: maximal data parallelism (the
+    steps stopped falling); between: diminishing returns. A batch where no run reached the target is
+    "not reached (the rules broke)". ``resolved`` says whether the slope is further from the nearest
+    threshold than one evaluation interval (:func:`target_resolution`) at either end could move it."""
+    by_batch: dict[int, list[dict]] = {}
+    for r in rows:
+        by_batch.setdefault(r["batch size"], []).append(r)
+    out, prev = [], None
+    for b in sorted(by_batch):
+        reached = [r for r in by_batch[b] if r.get("steps to target") is not None]
+        row = {"batch size": b, "from batch": prev["batch size"] if prev else None, "rule": "—",
+               "steps to target": None, "slope": None, "regime": None, "resolved": None}
+        if not reached:
+            row["regime"] = "not reached (the rules broke)"
+            out.append(row)
+            continue
+        best = min(reached, key=lambda r: r["steps to target"])
+        row.update({"rule": best.get("rule", ""), "steps to target": best["steps to target"]})
+        if prev is not None:
+            ratio = math.log(b / prev["batch size"])
+            slope = math.log(best["steps to target"] / prev["steps to target"]) / ratio
+            uncertainty = sum((x.get("resolution (steps)") or 0) / x["steps to target"] for x in (best, prev)) / ratio
+            row.update({"slope": slope, "resolved": min(abs(slope - perfect), abs(slope - flat)) > uncertainty,
+                        "regime": REGIMES[0] if slope <= perfect else REGIMES[2] if slope >= flat else REGIMES[1]})
+        out.append(row)
+        prev = best
+    return out
+
+
+def regime_reading(regimes: list[dict]) -> str:
+    """The regimes as sentences: each step up in batch, its slope and regime, and where perfect scaling ended."""
+    lines, boundary, last = [], None, None  # last: the latest batch that reached the target
+    for r in regimes:
+        if r["steps to target"] is None:
+            lines.append(f"batch {r['batch size']}: {r['regime']}")
+            boundary = boundary or last
+            continue
+        if r["slope"] is not None:
+            coarse = "" if r["resolved"] else " (within one evaluation interval of the next regime: a tendency)"
+            lines.append(f"batch {r['from batch']} -> {r['batch size']}: slope {r['slope']:.2f}, {r['regime']}{coarse}")
+            if r["regime"] != REGIMES[0]:
+                boundary = boundary or r["from batch"]
+        last = r["batch size"]
+    if not any(r["slope"] is not None for r in regimes):
+        return "\n".join(lines + ["fewer than two batch sizes reached the target: no slope to read"])
+    lines.append(f"perfect scaling ended after batch {boundary}" if boundary else
+                 "perfect scaling held over every batch measured")
+    return "\n".join(lines)
 
 
 def sweep_table(results, labels=None, *, title: str = "",
@@ -97,10 +171,46 @@ def sweep_table(results, labels=None, *, title: str = "",
     return t
 
 
+def gap_reading(results, labels, *, users: int) -> str:
+    """The generalization gap (train-side minus test HR@10 at the end) against the batch, per rule, read
+    from the runs (lesson 02): at the smallest and the largest batch, whether it grew or shrank by more
+    than twice its sampling error (each HR@10 is a fraction of ``users`` users: a binomial standard
+    error), and the epochs each had run — a run that trained longer has seen its training items more often."""
+    by_rule: dict[str, list] = {}
+    for r, label in zip(results, labels):
+        if r.generalization_gap is not None:
+            by_rule.setdefault(label, []).append(r)
+    lines = []
+    for rule, runs in by_rule.items():
+        runs = sorted(runs, key=lambda r: r.config["global_batch_size"])
+        if len(runs) < 2:
+            continue
+        a, b = runs[0], runs[-1]
+        se = lambda r: math.sqrt(sum(h * (1 - h) for h in (r.final_hr, r.final_train_hr)) / users)  # noqa: E731
+        noise = 2 * math.hypot(se(a), se(b))
+        change = b.generalization_gap - a.generalization_gap
+        trend = (f"it grew by {change:.4f}" if change > noise else f"it shrank by {-change:.4f}" if change < -noise
+                 else f"no measurable change (within twice the sampling error, {noise:.4f})")
+        lines.append(f"{rule}: gap {a.generalization_gap:+.4f} at batch {a.config['global_batch_size']} "
+                     f"({a.epochs:.2f} epochs) -> {b.generalization_gap:+.4f} at batch {b.config['global_batch_size']} "
+                     f"({b.epochs:.2f} epochs): {trend}")
+    if not lines:
+        return "fewer than two runs per rule were evaluated on the train side: no gap to compare"
+    return "\n".join(lines)
+
+
 def fastest(results):
     """The run that reached its target in the least training time (None when none did)."""
     reached = [r for r in results if r.time_to_target_s is not None]
     return min(reached, key=lambda r: r.time_to_target_s) if reached else None
+
+
+def best_label(results, labels, optimizers) -> str:
+    """The label of the best run (:func:`race_score`) among those of ``optimizers`` (lesson 04's race)."""
+    mine = [i for i, r in enumerate(results) if r.config["optimizer"] in optimizers]
+    if not mine:
+        raise ValueError(f"no run of {list(optimizers)} among {sorted({r.config['optimizer'] for r in results})}")
+    return labels[min(mine, key=lambda i: race_score(results[i]))]
 
 
 def race_reading(results, *, target_hr: float, floor_hr: float | None = None) -> str:
@@ -211,6 +321,115 @@ def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, devic
     return results, labels
 
 
+@dataclass
+class Confirmed:
+    """A sweep's deciding comparison at more seeds (:func:`confirm`): each candidate's runs, seed by
+    seed (``runs[i][0]`` is the sweep's own run), the winner and the verdict read from them."""
+
+    labels: list[str]
+    runs: list[list[TrainResult]]
+    best: int
+    verdict: str
+
+    @property
+    def best_label(self) -> str:
+        return self.labels[self.best]
+
+    @property
+    def best_runs(self) -> list[TrainResult]:
+        return self.runs[self.best]
+
+    def runs_of(self, label: str) -> list[TrainResult]:
+        return self.runs[self.labels.index(label)]
+
+    def best_of(self, labels) -> str:
+        """The winner among some of the candidates (lesson 03: the best warmup, whatever no warmup did)."""
+        labels = [label for label in self.labels if label in labels]
+        if not labels:
+            raise ValueError(f"none of {list(labels)} was compared (candidates: {self.labels})")
+        return min(labels, key=lambda label: _seeds_score(self.runs_of(label)))
+
+    def _versus(self, a: str, b: str) -> tuple[str | None, str]:
+        ra, rb = self.runs_of(a), self.runs_of(b)
+        if all(r.time_to_target_s is not None for r in ra + rb):
+            won, text = noise_verdict([r.time_to_target_s for r in ra], [r.time_to_target_s for r in rb], names=(a, b))
+            return (None if won is None else (a, b)[won]), text
+        hit = lambda rs: sum(r.time_to_target_s is not None for r in rs)  # noqa: E731
+        won = a if hit(ra) > hit(rb) else b if hit(rb) > hit(ra) else None
+        return won, f"{a} reached the target on {hit(ra)} of {len(ra)} seeds, {b} on {hit(rb)} of {len(rb)}"
+
+    def compare(self, a: str, b: str) -> str:
+        """``a`` against ``b``, seed by seed, read against the seed-to-seed range (or reached on how many seeds)."""
+        return self._versus(a, b)[1]
+
+    def winner(self, a: str, b: str) -> str | None:
+        """``a`` or ``b`` when one is measurably better (:meth:`compare`), else None."""
+        return self._versus(a, b)[0]
+
+    def table(self, chosen: str | None = None) -> Table:
+        """Every run, seed by seed; ``chosen`` (default: the winner) is marked."""
+        chosen = chosen or self.best_label
+        t = Table(["setting", "seed", "time to target (s)", "steps to target", "final HR@10"],
+                  title="The deciding comparison, seed by seed")
+        for label, runs in zip(self.labels, self.runs):
+            for r in runs:
+                t.add(**{"setting": label + (" (chosen)" if label == chosen else ""),
+                         "seed": r.config.get("seed"),
+                         "time to target (s)": r.time_to_target_s if r.time_to_target_s is not None else
+                         ("diverged" if r.diverged else "not reached"),
+                         "steps to target": r.steps_to_target if r.steps_to_target is not None else "—",
+                         "final HR@10": r.final_hr})
+        return t
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n{self.verdict}"
+
+
+def _seeds_score(runs: list[TrainResult]) -> tuple:
+    """Lower is better: fewer seeds that missed the target, then the mean time (or best HR) of the rest."""
+    missed = sum(r.time_to_target_s is None for r in runs)
+    if missed < len(runs):
+        return (missed, statistics.fmean(r.time_to_target_s for r in runs if r.time_to_target_s is not None))
+    return (missed, statistics.fmean(race_score(r)[1] for r in runs))  # minus the mean best HR@10
+
+
+def confirm(data, results, labels, *, seeds=(1,), top: int = 2, include=(), device=None,
+            progress: str = "auto") -> Confirmed:
+    """The deciding comparison of a sweep, at more seeds (lessons 02-06; the full profile runs two).
+
+    The ``top`` runs of ``results`` by :func:`race_score`, and those whose label is in ``include`` (the
+    reference a lesson's verdict compares with: no warmup, Adam, fp32), each re-run at every seed in
+    ``seeds`` with nothing else changed. The winner reached the target on the most seeds, then in the
+    least mean time; the verdict compares it with the best of the others against the seed-to-seed
+    range (:func:`course_lib.metrics.noise_verdict`): "no measurable difference" when within it."""
+    order = sorted(range(len(results)), key=lambda i: race_score(results[i]))
+    picked = order[:top] + [i for i in order[top:] if labels[i] in include]
+    if not picked:
+        raise ValueError(f"confirm: nothing to compare (top={top}, include={list(include)}, labels={list(labels)})")
+    if len({labels[i] for i in picked}) < len(picked):
+        raise ValueError(f"confirm: the labels of the runs to compare must differ, got {[labels[i] for i in picked]}")
+    runs = []
+    for i in picked:
+        cfg = TrainConfig.from_dict(results[i].config)
+        again = [train_to_target(data, cfg.replace(seed=s), device=device, progress=progress,
+                                 label=f"{labels[i]} seed {s}") for s in seeds]
+        runs.append([results[i], *again])
+    scores = [_seeds_score(rs) for rs in runs]
+    best = min(range(len(runs)), key=lambda j: scores[j])
+    names = [labels[i] for i in picked]
+    if len(runs) == 1:
+        n = 1 + len(seeds)
+        verdict = f"only one setting was compared: {names[0]}, at {n} seed{'s' if n > 1 else ''}"
+        return Confirmed(names, runs, best, verdict)
+    other = min((j for j in range(len(runs)) if j != best), key=lambda j: scores[j])
+    decided = Confirmed(names, runs, best, "")
+    decided.verdict = f"chosen: {names[best]}; {decided.compare(names[best], names[other])}"
+    return decided
+
+
 def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str:
     """Warmup against none, read from the runs (lesson 03): the best warmup run (by ``race_score``),
     its length (flagged at the edge of the lengths tried), and what it changed against the run
@@ -235,9 +454,10 @@ def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str
     if best.time_to_target_s is not None and base.time_to_target_s is not None:
         ratio = base.time_to_target_s / best.time_to_target_s
         steps = base.steps_to_target / max(best.steps_to_target, 1)
-        verdict = ("warmup helped here" if steps > 1.05 else "warmup cost steps here" if steps < 0.95
-                   else "no difference in steps to target here")
-        line += f". {verdict}: {steps:.2f}x the steps and {ratio:.2f}x the time without it"
+        verdict = ("warmup took fewer steps" if steps > 1.05 else "warmup cost steps" if steps < 0.95
+                   else "no difference in steps to target")
+        line += (f". On this seed {verdict}: without it {steps:.2f}x the steps and {ratio:.2f}x the time "
+                 "(one seed: the comparison at two seeds decides)")
     elif best.time_to_target_s is not None:
         line += ". Warmup is what made this batch reach the target at all."
     elif base.time_to_target_s is not None:
@@ -245,22 +465,6 @@ def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str
     else:
         line += ". Neither reached the target: this batch needs more than warmup (lesson 04)."
     return line
-
-
-def pick_degraded_batch(rows, candidates, rule: str = "linear") -> int:
-    """The batch where ``rule`` broke or degraded most, from lesson 02's sweep rows (lesson 03).
-
-    The smallest batch of ``rule`` that missed the target (diverged or not reached); if every
-    run reached it, the one that needed the most epochs. Without rows, ``candidates[0]``.
-    """
-    mine = sorted((r for r in rows or () if r.get("rule") == rule and r["batch size"] in candidates),
-                  key=lambda r: r["batch size"])
-    if not mine:
-        return candidates[0]
-    missed = [r for r in mine if r.get("time to target (s)") is None]
-    if missed:
-        return missed[0]["batch size"]
-    return max(mine, key=lambda r: r.get("epochs to target") or 0.0)["batch size"]
 
 
 def successive_halving(curves, min_resource: int = 1, reduction_factor: int = 3) -> tuple[int, int]:

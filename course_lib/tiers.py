@@ -21,7 +21,9 @@ The rules, and why:
 * **lesson 10 on gloo**: its workers build CPU tensors, so its 2 (mesh: 4) ranks are CPU
   processes on every tier; the mesh shrinks to 1 x 2 in smoke (one process less to start);
 * **precision**: bf16 where the hardware has it natively, fp16 on GPUs without it, fp32 on
-  CPUs without native bf16 (autocast is emulated there, about 20x slower for NeuMF).
+  CPUs without native bf16 (autocast is emulated there, about 20x slower for NeuMF); lesson 06's
+  ranks use what "auto" means on *their* device, so on one GPU (ranks on the CPU) a bf16 setting
+  measured on the GPU falls back to the CPU's.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class TierPlan:
     dp_world_size: int  # lesson 06's data-parallel training run and its largest scaling point
     dp_backend: str
     dp_on_ladder: bool  # the data-parallel run is comparable with the ladder's single-device rungs
+    dp_device: str  # what each data-parallel rank computes on: "cuda" (NCCL, one GPU each) | "cpu"
+    dp_precision: str  # what "auto" means on dp_device: a ladder setting measured on another device falls back to it
     scaling_world_sizes: tuple[int, ...]  # lesson 06's strong/weak scaling points
     bert_model: str  # lesson 07's preset (course_lib.models.bert.PRESETS)
     bert_seq_len: int
@@ -107,6 +111,7 @@ def plan(hw: Hardware, profile: str = "full") -> TierPlan:
         dp_world_size=dp_world, dp_backend="nccl" if nccl else "gloo",
         # one GPU: the 2 ranks are CPU processes, not comparable with the GPU rungs
         dp_on_ladder=nccl or not gpus,
+        dp_device="cuda" if nccl else "cpu", dp_precision=auto_mode(hw, "cuda" if nccl else "cpu"),
         scaling_world_sizes=scaling,
         bert_model="tiny" if smoke else ("small" if gpus else "mini"),
         bert_seq_len=32 if smoke else (128 if gpus else 64),

@@ -34,22 +34,120 @@ def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
     assert rows[2]["speedup"] is None and rows[2]["time_to_target_s"] is None
     assert rows[1]["batch_size"] == 4096 and rows[1]["precision"] == "fp32"
     md = ladder.ladder_table(tmp_path).to_markdown()
-    assert "4.0x" in md and "not reached" in md
+    assert "4.0x" in md and "not reached" in md and "not measured" in md  # no pace recorded: said, not assumed
     ladder.save_ladder_result("+LARS", fake_result(16384, 0.01, 20.0, optimizer="lamb"), setting="b16384 lamb",
-                               directory=tmp_path)
+                               directory=tmp_path, reason="LAMB needed 2x Adam's steps here")
     rows = ladder.ladder_rows(tmp_path)  # +LARS is compared with +linear scaling (+warmup never reached)
     assert rows[3]["vs_previous"] == pytest.approx(0.5) and rows[3]["previous_step"] == "+linear scaling"
-    assert "slower than '+linear scaling', this trick did not help here" in ladder.ladder_table(tmp_path).to_markdown()
-    # lesson 04 takes lesson 03's batch from its rung, not a number typed in
-    assert ladder.rung_batch("+warmup", 999, directory=tmp_path)[0] == 16384
-    assert ladder.rung_batch("+warmup", 999, dataset="ml-1m", directory=tmp_path) == (
-        999, "the default 999: no '+warmup' rung saved for ml-1m yet")
+    assert "slower than '+linear scaling', this trick did not help here (LAMB needed 2x Adam's steps here)" in \
+        ladder.ladder_table(tmp_path).to_markdown()
+    reading = ladder.ladder_reading(tmp_path)
+    assert "the fastest rung is '+linear scaling': 4.0x" in reading
+    assert "+LARS was slower than '+linear scaling' (0.50x): LAMB needed 2x" in reading
+    assert "+warmup: did not reach the target" in reading
     with pytest.raises(ValueError):
         ladder.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
                                directory=tmp_path)
     with pytest.raises(ValueError, match="dataset"):
         ladder.save_ladder_row("+LARS", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="",
                                directory=tmp_path)
+
+
+def test_a_rung_measured_while_the_machine_was_slower_is_compared_at_the_baseline_pace(tmp_path):
+    base_pace = {"before": 100.0, "after": 100.0, "rate": 100.0}
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), pace=base_pace, directory=tmp_path)
+    # the machine ran at half the pace during this lesson: its 20 s are 10 s at lesson 01's pace
+    ladder.save_ladder_result("+linear scaling", fake_result(4096, 4e-3, 20.0), directory=tmp_path,
+                               pace={"before": 60.0, "after": 40.0, "rate": 50.0})
+    ladder.save_ladder_result("+warmup", fake_result(16384, 8e-3, 9.0), directory=tmp_path,
+                               pace={"before": 95.0, "after": 105.0, "rate": 100.0})
+    base, lin, warm = ladder.ladder_rows(tmp_path)
+    assert lin["paced_time_s"] == pytest.approx(10.0) and lin["speedup"] == pytest.approx(4.0)
+    assert lin["pace_drift"] == pytest.approx(-0.5) and len(lin["flags"]) == 2  # slower than lesson 01, and moving
+    assert "-50% vs lesson 01's pace: compare steps, not seconds" in lin["flags"][0]
+    assert "the pace moved -33% during the lesson" in lin["flags"][1]
+    assert warm["vs_previous"] == pytest.approx(10.0 / 9.0) and warm["flags"] == []  # paced 10 s vs 9 s
+    md = ladder.ladder_table(tmp_path).to_markdown()
+    assert "| -50% (!) " in md and "| +0% |" in md
+    assert "paced seconds are unreliable for +linear scaling" in ladder.ladder_reading(tmp_path)
+
+
+def test_a_rung_at_two_seeds_takes_their_mean_and_is_read_against_their_spread(tmp_path):
+    def seeded(ttt, seed, batch=4096):
+        r = fake_result(batch, 4e-3, ttt)
+        r.config["seed"] = seed
+        return r
+
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=tmp_path)
+    ladder.save_ladder_result("+linear scaling", seeded(10.0, 0), seeds=[seeded(12.0, 1)], directory=tmp_path)
+    ladder.save_ladder_result("+warmup", seeded(11.5, 0, 16384), seeds=[seeded(10.5, 1, 16384)], directory=tmp_path)
+    _, lin, warm = ladder.ladder_rows(tmp_path)
+    assert lin["time_to_target_s"] == pytest.approx(11.0) and [s["seed"] for s in lin["seed_runs"]] == [0, 1]
+    assert warm["vs_previous"] == pytest.approx(1.0) and "no measurable difference" in warm["vs_noise"]
+    md = ladder.ladder_table(tmp_path).to_markdown()
+    assert "11.0 (seeds: 10.0, 12.0)" in md and "1.00x: no measurable difference" in md
+    assert "no measurable difference from the rung below: +warmup" in ladder.ladder_reading(tmp_path)
+    # a setting that reached the target on one seed of two is not a rung that reached it
+    ladder.save_ladder_result("+LARS", seeded(8.0, 0, 16384), seeds=[seeded(None, 1, 16384)], directory=tmp_path)
+    lars = ladder.ladder_rows(tmp_path)[-1]
+    assert lars["time_to_target_s"] is None and lars["steps_to_target"] is None
+    assert "not reached (on 1 of 2 seeds)" in ladder.ladder_table(tmp_path).to_markdown()
+
+
+def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(tmp_path):
+    default = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam", max_epochs=3, target_hr=0.75)
+    cfg, rung, note = ladder.start_from("+linear scaling", default, directory=tmp_path)
+    assert cfg == default and rung is None and "no 'baseline' rung is saved" in note
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=tmp_path)
+    lin = fake_result(4096, 1e-3, 10.0)
+    lin.config.update(scaled_config(TrainConfig(base_lr=1e-3, optimizer="adam", max_epochs=9, seed=3), 4096,
+                                    "sqrt", base_batch_size=256).to_dict())
+    ladder.save_ladder_result("+linear scaling", lin, directory=tmp_path)
+    ladder.save_ladder_result("+warmup", fake_result(16384, 0.01, None, hr=0.7), directory=tmp_path)
+    cfg, rung, note = ladder.start_from("+LARS", default, directory=tmp_path)
+    assert rung["step"] == "+linear scaling" and (cfg.global_batch_size, cfg.lr_scaling) == (4096, "sqrt")
+    assert cfg.peak_lr == pytest.approx(4e-3) and (cfg.max_epochs, cfg.seed, cfg.target_hr) == (3, 0, 0.75)
+    assert note.startswith("the '+warmup' rung did not reach the target, so this lesson starts from the "
+                           "'+linear scaling' rung's setting: batch 4096, adam lr 0.004 (sqrt rule), fp32")
+    # a rung that carries another setting up (lesson 05: fp32 was faster than bf16)
+    bf16 = fake_result(4096, 4e-3, 12.0, precision="bf16")
+    ladder.save_ladder_result("+mixed precision", bf16, carry=TrainConfig.from_dict(bf16.config).replace(precision="fp32"),
+                               directory=tmp_path)
+    cfg, rung, note = ladder.start_from("+data parallel", default, directory=tmp_path)
+    assert rung["step"] == "+mixed precision" and cfg.precision == "fp32" and "(the setting it carries up)" in note
+    assert ladder.start_from("+data parallel", default, dataset="ml-20m", directory=tmp_path)[1] is None
+    with pytest.raises(ValueError, match="unknown ladder step"):
+        ladder.start_from("+magic", default, directory=tmp_path)
+
+
+def test_a_grown_batch_keeps_steps_in_an_epoch(data):
+    cfg = TrainConfig()
+    samples = data.num_train * (1 + cfg.neg_per_pos)
+    assert ladder.grown_batch(64, 4, data, cfg, min_steps_per_epoch=2) == (256, "4x the batch of the rung below (64)")
+    cap = 1 << ((samples // 8).bit_length() - 1)  # the largest power of two with 8 steps per epoch
+    batch, note = ladder.grown_batch(cap // 2, 4, data, cfg)
+    assert batch == cap and "(2x the rung below's" in note and "fewer than 8 steps per epoch" in note
+    assert ladder.grown_batch(cap, 4, data, cfg)[0] == cap  # no room: the trick is added at the same batch
+
+
+def test_the_yardstick_pace_is_a_rate_of_the_baseline_step_and_pace_records_both_ends(data, tmp_path):
+    cfg = TrainConfig(global_batch_size=64, base_lr=1e-3, optimizer="adam")
+    assert ladder.yardstick_pace(data, cfg, steps=5, repeats=2) > 0
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=tmp_path,
+                               pace={"before": 1e9, "after": 1e9, "rate": 1e9})
+    pace = ladder.Pace(data, cfg, steps=5, repeats=1, directory=tmp_path, quiet=True)
+    assert pace.baseline == 1e9 and "lesson 01 measured 1,000,000,000" in pace.describe()
+    rec = pace.finish()
+    assert set(rec) == {"before", "after", "rate"} and rec["rate"] == pytest.approx((rec["before"] + rec["after"]) / 2)
+
+
+def test_a_rung_not_run_says_why(tmp_path):
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=tmp_path)
+    ladder.save_ladder_row("+mixed precision", time_to_target_s=None, final_hr=None, target_hr=0.75,
+                           dataset="synthetic-tiny", not_run="bf16 ran at 0.05x fp32's throughput here",
+                           directory=tmp_path)
+    assert "not run: bf16 ran at 0.05x" in ladder.ladder_table(tmp_path).to_markdown()
+    assert "+mixed precision: not run (bf16 ran at 0.05x" in ladder.ladder_reading(tmp_path)
 
 
 def test_ladder_refuses_rungs_of_different_datasets(tmp_path):
@@ -67,11 +165,11 @@ def test_each_rung_says_what_actually_ran(tmp_path):
     lamb.config["warmup_steps"] = 40
     ladder.save_ladder_result("+LARS", lamb, setting="layer-wise adaptive", directory=tmp_path)
     row = ladder.ladder_rows(tmp_path)[0]
-    assert row["ran"] == "lamb, linear warmup 40 steps, bf16" and row["dataset"] == "synthetic-tiny"
+    assert row["ran"] == "batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16" and row["dataset"] == "synthetic-tiny"
     assert row["tier"] == detect().tier and row["world_size"] == 1 and row["seed"] == 0
-    assert "| lamb, linear warmup 40 steps, bf16 |" in ladder.ladder_table(tmp_path).to_markdown()
-    assert ladder.what_ran({"optimizer": "adam", "lr_scaling": "sqrt", "precision": "fp32"}, 2) == \
-        "adam, sqrt rule, fp32, 2 ranks"
+    assert "| batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16 |" in ladder.ladder_table(tmp_path).to_markdown()
+    assert ladder.what_ran({"global_batch_size": 4096, "optimizer": "adam", "peak_lr": 0.004, "lr_scaling": "sqrt",
+                            "precision": "fp32"}, 2) == "batch 4096, adam lr 0.004 (sqrt rule), fp32, 2 ranks"
 
 
 def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
@@ -105,16 +203,6 @@ def test_scaling_rules_table_and_configs():
         scaled_config(base, 4096, "cubic")
     table = sweep_table([fake_result(256, 1e-3, 40.0), fake_result(4096, 4e-3, None)], ["linear", "linear"])
     assert table.rows[1]["time to target (s)"] == "not reached"
-
-
-def test_pick_degraded_batch():
-    from course_lib.search import pick_degraded_batch
-
-    rows = [{"rule": "linear", "batch size": b, "time to target (s)": t, "epochs to target": e}
-            for b, t, e in ((1024, 5.0, 1.0), (4096, 4.0, 2.0), (16384, None, None), (65536, None, None))]
-    assert pick_degraded_batch(rows, (4096, 16384, 65536)) == 16384
-    assert pick_degraded_batch(rows[:2], (1024, 4096)) == 4096
-    assert pick_degraded_batch([], (16384, 65536)) == 16384
 
 
 def test_figure_lines_one_per_scalar_and_unreached_said_so(tmp_path):

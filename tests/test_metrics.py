@@ -68,3 +68,19 @@ def test_line_fit_recovers_a_line_and_refuses_a_single_x():
     assert line_fit([5, 5], [1, 2]) is None
     with pytest.raises(ValueError, match="as many x as y"):
         line_fit([1, 2], [1])
+
+
+def test_noise_verdict_names_a_winner_only_beyond_the_seed_to_seed_range():
+    from course_lib.metrics import noise_verdict
+
+    assert noise_verdict([10.0, 11.0], [14.0, 15.0], names=("A", "B"))[0] == 0
+    winner, text = noise_verdict([10.0, 11.0], [14.0, 15.0], names=("A", "B"))
+    assert text == "A lower on every seed (time to target: A 10.5 s vs B 14.5 s; seed range 1 s)"
+    winner, text = noise_verdict([10.0, 13.0], [12.0, 14.0], names=("A", "B"))  # gap 1.5 within range 3
+    assert winner is None and text.endswith("within the seed range 3 s)")
+    winner, text = noise_verdict([10.0, 20.0], [12.0, 11.0], names=("A", "B"))  # seed 0: A, seed 1: B
+    assert winner is None and "the seeds disagree" in text
+    winner, text = noise_verdict([30.0], [20.0], names=("A", "B"), quantity="steps", unit="")
+    assert winner == 1 and text == "B lower on one seed (steps: A 30 vs B 20); noise not measured"
+    with pytest.raises(ValueError):
+        noise_verdict([], [1.0])

@@ -24,6 +24,7 @@ def test_cpu_laptop():
     p = plan(LAPTOP)
     assert (p.tier, p.device, p.dataset, p.precision) == ("cpu", "cpu", "ml-1m", "fp32")
     assert (p.dp_world_size, p.dp_backend, p.dp_on_ladder) == (2, "gloo", True)
+    assert (p.dp_device, p.dp_precision) == ("cpu", "fp32")
     assert (p.demo_world_size, p.demo_backend) == (2, "gloo")
     assert p.scaling_world_sizes == (1, 2)
     assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("mini", 64, 1)
@@ -35,6 +36,7 @@ def test_one_gpu_measures_communication_on_two_gloo_ranks_and_keeps_them_off_the
     assert (p.tier, p.device, p.dataset, p.precision) == ("one-gpu", "cuda", "ml-20m", "bf16")
     assert (p.dp_world_size, p.dp_backend) == (2, "gloo")  # never two NCCL ranks on one GPU
     assert not p.dp_on_ladder  # CPU processes are not comparable with the GPU's rungs
+    assert (p.dp_device, p.dp_precision) == ("cpu", "fp32")  # the GPU's bf16 is not the CPU ranks' (emulated there)
     assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("small", 128, 1)
 
 
@@ -42,6 +44,7 @@ def test_one_gpu_measures_communication_on_two_gloo_ranks_and_keeps_them_off_the
 def test_gpu_nodes_use_nccl_on_a_power_of_two_ranks(hw, ranks):
     p = plan(hw)
     assert (p.tier, p.dp_world_size, p.dp_backend, p.dp_on_ladder) == ("multi-gpu", ranks, "nccl", True)
+    assert (p.dp_device, p.dp_precision) == ("cuda", "bf16")
     assert p.demo_backend == "nccl" and p.bert_world_size == ranks
     assert p.scaling_world_sizes == tuple(w for w in (1, 2, 4, 8) if w <= ranks)
 

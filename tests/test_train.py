@@ -212,3 +212,31 @@ def test_on_eval_probes_run_off_the_clock_at_every_point(data):
     assert seen == r.curve["step"] and len(r.probes) == len(seen) - 1  # step 0 returned None
     assert r.probes[0]["weights"] > 0 and {"step", "epoch", "samples", "hr"} <= set(r.probes[0])
     assert r.probe_time_s >= 0.05 * len(seen)
+
+
+def test_evaluations_grow_dense_near_the_target_and_nowhere_else(data):
+    """#21: with evaluations every half epoch, every batch size "reached" the target at a multiple of
+    half an epoch; near the target they come every dense_eval_every_epochs, so steps to target is
+    resolved to that — and a run without the margin evaluates exactly as before."""
+    cfg = CFG.replace(eval_every_epochs=0.5, max_epochs=4.0, stop_at_target=False)
+    plain = train_to_target(data, cfg.replace(target_hr=0.99), device="cpu", progress="none")
+    spe = plain.steps_per_epoch
+    assert all(s % round(0.5 * spe) == 0 or s == plain.steps for s in plain.curve["step"])
+    target = plain.curve["hr"][3]  # reached at the third regular point by this run
+    dense = train_to_target(data, cfg.replace(target_hr=target, dense_eval_margin=1.0, dense_eval_every_epochs=0.1,
+                                              stop_at_target=True), device="cpu", progress="none")
+    fine, coarse = round(0.1 * spe), round(0.5 * spe)  # a margin of 1: dense from the first point on
+    assert all(s % fine == 0 or s % coarse == 0 for s in dense.curve["step"])
+    assert max(b - a for a, b in zip(dense.curve["step"], dense.curve["step"][1:])) <= fine
+    assert dense.steps_to_target <= plain.curve["step"][3]
+    at = dict(zip(dense.curve["step"], dense.curve["hr"]))  # the extra evaluations change nothing in the training
+    shared = [s for s in plain.curve["step"] if s in at]
+    assert [at[s] for s in shared] == plain.curve["hr"][:len(shared)]
+    untouched = train_to_target(data, cfg.replace(target_hr=target, dense_eval_margin=0.0), device="cpu",
+                                progress="none")
+    assert untouched.curve["step"] == plain.curve["step"]
+    with pytest.raises(ValueError, match="dense_eval_every_epochs"):
+        TrainConfig(eval_every_epochs=0.25, dense_eval_margin=0.05, dense_eval_every_epochs=0.5)
+    TrainConfig(eval_every_epochs=0.01)  # with no margin the dense interval is not used, so not checked
+    with pytest.raises(ValueError, match="grow_batch"):
+        TrainConfig(dense_eval_margin=0.02, milestones=(1,), at_milestone="grow_batch")

@@ -94,3 +94,70 @@ def test_train_side_hr_uses_latest_training_item(data):
     assert r.generalization_gap == pytest.approx(r.final_train_hr - r.final_hr)
     m = train_to_target(data, TINY.replace(max_steps=1), device="cpu", progress="none", keep_model=True).model
     assert evaluate_train(m, data) != evaluate(m, data)
+
+
+def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_their_spread(data):
+    """#21: the choice that makes a ladder rung is run again at a second seed; the winner reached the
+    target on the most seeds, then in the least mean time; the reference a verdict needs comes along."""
+    from course_lib.search import confirm, fastest, run_sweep
+
+    pop = train.evaluate_popularity(data)[0]
+    base = TINY.replace(target_hr=pop + 0.02, max_epochs=4.0, eval_every_epochs=0.5)
+    cfgs = [base.replace(base_lr=lr) for lr in (5e-3, 1e-2, 1e-5)]
+    labels = ["lr 5e-3", "lr 1e-2", "lr 1e-5"]
+    results = run_sweep(data, cfgs, device="cpu", progress="none", labels=labels)
+    assert results[2].time_to_target_s is None  # far too small an lr: the reference that never gets there
+    c = confirm(data, results, labels, seeds=(1,), top=1, include=("lr 1e-5",), device="cpu", progress="none")
+    assert c.labels[1] == "lr 1e-5" and [len(r) for r in c.runs] == [2, 2]
+    assert [r.config["seed"] for r in c.runs[0]] == [0, 1] and c.runs[0][0] is fastest(results)
+    assert c.best_label == c.labels[0] and "lr 1e-5 on 0 of 2" in c.verdict
+    assert c.winner(c.labels[0], "lr 1e-5") == c.labels[0] and c.best_of(["lr 1e-5"]) == "lr 1e-5"
+    again = train_to_target(data, TrainConfig.from_dict(c.runs[0][0].config).replace(seed=1), device="cpu", progress="none")
+    assert again.curve["hr"] == c.runs[0][1].curve["hr"]  # nothing but the seed changed
+    table = c.table().to_markdown()
+    assert "(chosen)" in table and "not reached" in table
+    only = confirm(data, results, labels, seeds=(), top=1, device="cpu", progress="none")
+    assert only.verdict == f"only one setting was compared: {c.labels[0]}, at 1 seed"
+
+
+def test_regimes_are_read_from_the_steps_to_target_slope():
+    from course_lib.search import regime_reading, scaling_regimes
+
+    rows = [{"batch size": 256, "rule": "baseline", "steps to target": 19200, "resolution (steps)": 100},
+            {"batch size": 1024, "rule": "sqrt", "steps to target": 4800, "resolution (steps)": 30},
+            {"batch size": 4096, "rule": "linear", "steps to target": 2400, "resolution (steps)": 20},
+            {"batch size": 4096, "rule": "sqrt", "steps to target": 2600, "resolution (steps)": 20},
+            {"batch size": 16384, "rule": "sqrt", "steps to target": 2300, "resolution (steps)": 20},
+            {"batch size": 65536, "rule": "sqrt", "steps to target": None, "resolution (steps)": None}]
+    regimes = scaling_regimes(rows)
+    assert [r["regime"] for r in regimes] == [None, "perfect scaling", "diminishing returns",
+                                              "maximal data parallelism", "not reached (the rules broke)"]
+    assert regimes[1]["slope"] == pytest.approx(-1.0) and regimes[2]["rule"] == "linear"  # the better rule per batch
+    assert regimes[2]["slope"] == pytest.approx(-0.5) and regimes[2]["resolved"]
+    text = regime_reading(regimes)
+    assert "batch 256 -> 1024: slope -1.00, perfect scaling" in text
+    assert "batch 65536: not reached (the rules broke)" in text and text.endswith("perfect scaling ended after batch 1024")
+    # one evaluation interval could move the slope across a threshold: said, not hidden
+    coarse = scaling_regimes([{"batch size": 256, "steps to target": 200, "resolution (steps)": 100},
+                              {"batch size": 1024, "steps to target": 60, "resolution (steps)": 30}])
+    assert not coarse[1]["resolved"] and "a tendency" in regime_reading(coarse)
+    assert "no slope to read" in regime_reading(scaling_regimes(rows[-1:]))
+
+
+def test_gap_reading_compares_the_change_with_twice_the_sampling_error():
+    from course_lib.search import gap_reading
+
+    def run(batch, test_hr, train_hr, epochs=1.0):
+        return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,
+                                 device="cpu", world_size=1, target_hr=0.7, time_to_target_s=1.0, steps_to_target=1,
+                                 epochs_to_target=1.0, epochs=epochs, steps=1, samples=1, train_time_s=1.0,
+                                 eval_time_s=0.0, samples_per_s=1.0, phase_time_s={}, final_hr=test_hr,
+                                 final_train_hr=train_hr)
+
+    text = gap_reading([run(256, 0.77, 0.81), run(65536, 0.76, 0.90, 3.0), run(256, 0.77, 0.81), run(65536, 0.77, 0.815)],
+                       ["linear", "linear", "sqrt", "sqrt"], users=6040)
+    linear, sqrt = text.splitlines()
+    assert linear.startswith("linear: gap +0.0400 at batch 256 (1.00 epochs) -> +0.1400 at batch 65536 (3.00 epochs)")
+    assert linear.endswith("it grew by 0.1000")
+    assert "no measurable change (within twice the sampling error, 0.0" in sqrt
+    assert "no gap to compare" in gap_reading([run(256, 0.7, 0.8)], ["linear"], users=100)

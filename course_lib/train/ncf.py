@@ -77,6 +77,12 @@ class TrainConfig(RunSettings):
     milestones: tuple[int, ...] = ()
     milestone_factor: float = 2.0
     at_milestone: str = "divide_lr"
+    # lessons 02-06: evaluation points grow dense near the target. Once an evaluation's HR@10 is within
+    # dense_eval_margin below target_hr, the next ones come every dense_eval_every_epochs, so steps to
+    # target is resolved to that (not to eval_every_epochs, where a run at every batch size would
+    # "reach" it at the same fraction of an epoch by construction). 0: off.
+    dense_eval_margin: float = 0.0
+    dense_eval_every_epochs: float = 0.05
 
     def __post_init__(self):
         super().__post_init__()
@@ -98,6 +104,15 @@ class TrainConfig(RunSettings):
         if self.eval_every_epochs <= 0 or self.max_epochs <= 0:
             raise ValueError(f"TrainConfig.eval_every_epochs and max_epochs must be positive: "
                              f"{self.eval_every_epochs}, {self.max_epochs}")
+        if self.dense_eval_margin < 0:
+            raise ValueError(f"TrainConfig.dense_eval_margin={self.dense_eval_margin} must be >= 0 (0: off)")
+        if self.dense_eval_margin and not 0 < self.dense_eval_every_epochs <= self.eval_every_epochs:
+            raise ValueError(f"TrainConfig.dense_eval_every_epochs={self.dense_eval_every_epochs} must be in (0, "
+                             f"eval_every_epochs={self.eval_every_epochs}]: the dense points near the target come more "
+                             "often than the regular ones")
+        if self.dense_eval_margin and self.at_milestone == "grow_batch" and self.milestones:
+            raise ValueError("TrainConfig.dense_eval_margin is not supported with at_milestone='grow_batch' "
+                             "(its evaluation points follow each epoch's batch); set dense_eval_margin=0")
         object.__setattr__(self, "layers", tuple(self.layers))
 
     @property
@@ -149,6 +164,18 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
         return LAMB(groups, lr=cfg.peak_lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     return LARS(groups, lr=cfg.peak_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, nesterov=cfg.nesterov,
                 trust_coefficient=cfg.trust_coefficient, trust_clip=cfg.trust_clip)
+
+
+def build_engine(data: ImplicitData, cfg: TrainConfig, device: torch.device, *,
+                 clock: PhaseClock | None = None) -> Engine:
+    """The engine of one NeuMF run of ``cfg`` on ``device`` (``data`` already there): the model
+    seeded by ``cfg.seed``, its optimizer, precision, the data-parallel seam, the loss. The loop
+    below and the step benchmarks (the ladder's pace, lesson 09's model) all step through it."""
+    torch.manual_seed(cfg.seed)
+    model = build_model(data, cfg).to(device)
+    return Engine(model, make_optimizer(model, cfg), precision=Precision(cfg.precision, device),
+                  parallel=DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device),
+                  loss_sum=_bce_sum, clock=clock)
 
 
 def lr_for_step(cfg: TrainConfig, step: int, total_steps: int) -> float:
@@ -272,12 +299,13 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(n)
 
-    def point(self, curve: dict):
+    def point(self, curve: dict, log: bool = True):
+        """An evaluation point; ``log=False`` (a dense point near the target) updates the bar, prints no line."""
         i = -1
         loss = "  -   " if curve["loss"][i] is None else f"{curve['loss'][i]:.4f}"
         msg = (f"epoch {curve['epoch'][i]:.2f}  step {curve['step'][i]}  train {curve['time_s'][i]:.1f}s  "
                f"loss {loss}  HR@10 {curve['hr'][i]:.4f}  NDCG@10 {curve['ndcg'][i]:.4f}")
-        if self.mode == "log":
+        if self.mode == "log" and log:
             print(f"[{self.label}] {msg}", flush=True)
         if self.bar is not None:
             self.bar.set_postfix(hr=f"{curve['hr'][i]:.3f}", refresh=False)
@@ -382,6 +410,12 @@ class TrainResult:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_dict(cls, record: dict) -> "TrainResult":
+        """The result back from ``to_dict()`` (a worker's record, a saved result); other keys ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names})
+
     def summary(self) -> str:
         if self.target_hr is None:
             ttt = "no target set"
@@ -393,7 +427,8 @@ class TrainResult:
         c = self.config
         hr = "n/a" if self.final_hr is None else f"{self.final_hr:.4f}"
         ndcg = "n/a" if self.final_ndcg is None else f"{self.final_ndcg:.4f}"
-        return (f"batch {c['global_batch_size']}, {c['optimizer']} lr {c['peak_lr']:g}, {c['precision']} on {self.device}"
+        warm = f", {c.get('warmup', 'linear')} warmup {c['warmup_steps']} steps" if c.get("warmup_steps") else ""
+        return (f"batch {c['global_batch_size']}, {c['optimizer']} lr {c['peak_lr']:g}{warm}, {c['precision']} on {self.device}"
                 f" (x{self.world_size}): {ttt}; final HR@10 {hr}, "
                 f"NDCG@10 {ndcg} after {self.epochs:.2f} epochs; "
                 f"{self.samples_per_s:,.0f} samples/s; eval {self.eval_time_s:.1f} s (not on the clock)")
@@ -469,15 +504,13 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     """
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = cdist.rank(), cdist.world_size()
-    par = DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device)  # lesson 06: checks the batch arithmetic
-    torch.manual_seed(cfg.seed)
     data = data.to(device)
-    model = build_model(data, cfg).to(device)
-    optimizer = make_optimizer(model, cfg)
-    prec = Precision(cfg.precision, device)  # lesson 05: autocast, fp16 loss scaling, unscale before step
-    scaler = prec.scaler  # the GradScaler (fp16) or None; checkpoints keep its state
     clock = PhaseClock(device, enabled=time_phases)
-    engine = Engine(model, optimizer, precision=prec, parallel=par, loss_sum=_bce_sum, clock=clock)
+    engine = build_engine(data, cfg, device, clock=clock)
+    model, optimizer = engine.model, engine.optimizer
+    par = engine.parallel  # lesson 06: checks the batch arithmetic, slices each global batch
+    prec = engine.precision  # lesson 05: autocast, fp16 loss scaling, unscale before step
+    scaler = prec.scaler  # the GradScaler (fp16) or None; checkpoints keep its state
     batches = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
     if checkpoint is not None:
         batches = checkpoint.track(batches)
@@ -489,6 +522,8 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     eval_interval = max(1, round(cfg.eval_every_epochs * steps_per_epoch))
+    dense_interval = max(1, round(cfg.dense_eval_every_epochs * steps_per_epoch))
+    dense = False  # near the target: evaluate every dense_interval steps (cfg.dense_eval_margin)
     schedule_steps = math.ceil(cfg.max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
     growing = cfg.at_milestone == "grow_batch" and bool(cfg.milestones)
     if growing:  # lesson 11: fewer, larger steps after each milestone
@@ -513,7 +548,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         return epoch_index + (step - epoch_start_step) / epoch_len
 
     def eval_point():
-        nonlocal eval_time, loss_sum, loss_count, reached_at, probe_time
+        nonlocal eval_time, loss_sum, loss_count, reached_at, probe_time, dense
         t0 = time.perf_counter()
         hr, ndcg = evaluate(model, data, k) if evaluate_points else (None, None)
         eval_time += time.perf_counter() - t0
@@ -528,10 +563,14 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
             probe_time += time.perf_counter() - t0
             if found is not None:
                 probes.append({**point, **found})
-        if evaluate_points:
-            bar.point(curve)
-        if reached_at is None and target_hr is not None and hr is not None and hr >= target_hr:
+        first_hit = reached_at is None and target_hr is not None and hr is not None and hr >= target_hr
+        if evaluate_points:  # a log line at each regular point and where the target is first reached
+            bar.point(curve, log=first_hit or step % eval_interval == 0 or step >= total_steps)
+        if first_hit:
             reached_at = len(curve["hr"]) - 1
+        if cfg.dense_eval_margin and target_hr is not None and hr is not None:
+            # rank 0 decides, so every rank evaluates (and meets at the collectives) at the same steps
+            dense = par.agree(hr >= target_hr - cfg.dense_eval_margin)
 
     model.train()
     resumed = checkpoint.restore(model, optimizer, scaler) if checkpoint is not None else None
@@ -579,7 +618,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
                 if step >= next_eval_step:
                     next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
             else:
-                due = step % eval_interval == 0 or step == total_steps
+                due = step % eval_interval == 0 or step == total_steps or (dense and step % dense_interval == 0)
             if due:
                 clock.sync()
                 train_time += time.perf_counter() - seg_start
