@@ -92,20 +92,24 @@ def line_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | 
 
 
 def noise_verdict(a: Sequence[float], b: Sequence[float], *, names: tuple[str, str] = ("a", "b"),
-                  quantity: str = "time to target", unit: str = " s") -> tuple[int | None, str]:
+                  quantity: str = "time to target", unit: str = " s", resolution: float = 0.0) -> tuple[int | None, str]:
     """Which of two settings measured lower ``quantity`` (a time, a step count), read against the
     measured noise: ``(0 | 1 | None, sentence)``.
 
     ``a`` and ``b`` hold one value per seed (paired by index: seed i of ``a`` with seed i of ``b``).
     The noise is the larger seed-to-seed range of the two. A difference of the means within it, or
     seeds that disagree on which is lower, is "no measurable difference" (``None``). With one value
-    each there is no noise to compare with: the lower one is named, and the sentence says so."""
+    each there is no noise to compare with: the lower one is named, and the sentence says so.
+    ``resolution``: how finely the quantity is measured at all (steps between evaluations): a gap
+    within it is no measurable difference either, however close the seeds."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     if not a or not b:
         raise ValueError(f"noise_verdict needs at least one value each, got {len(a)} and {len(b)}")
     ma, mb = sum(a) / len(a), sum(b) / len(b)
     lower = 0 if ma <= mb else 1
     means = f"{quantity}: {names[0]} {ma:.3g}{unit} vs {names[1]} {mb:.3g}{unit}"
+    if abs(ma - mb) <= resolution:
+        return None, f"no measurable difference ({means}, within the measurement's resolution of {resolution:.3g}{unit})"
     if len(a) < 2 or len(b) < 2:
         return lower, f"{names[lower]} lower on one seed ({means}); noise not measured"
     spread = max(max(a) - min(a), max(b) - min(b))

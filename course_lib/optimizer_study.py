@@ -3,7 +3,8 @@
 Every run is ``train_mlm`` (the one engine); this module states the study's settings once
 (:class:`Study`), sweeps each optimizer's lr with a grid that extends at its edge
 (:func:`course_lib.search.sweep_with_edge_extension`), and reads the records: time and
-steps to a target loss, a results table, the verdict of a pair of runs, what gets saved.
+steps to a target loss, a results table, the verdicts (Adam vs LAMB over seeds, small vs large batch
+on the clock, the lr choice, the ablations), what gets saved.
 Readings are computed from the learner's own records, so they stay true on any hardware.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .metrics import noise_verdict
 from .search import sweep_with_edge_extension
 from .tables import Table
 from .train.mlm import MLMTrainConfig, train_mlm
@@ -121,32 +123,119 @@ def results_table(records: dict[str, dict], target: float, title: str) -> Table:
     return t
 
 
-def verdict(adam: dict, lamb: dict, target: float) -> tuple[str, str]:
-    """Which optimizer did better in one pair of runs: ``("lamb" | "adam", why)``.
-
-    Reaching the target beats not reaching it; between two that reached it, fewer steps
-    wins (the step count does not depend on how busy the machine was); otherwise, and at
-    the same evaluation, the lower best loss."""
-    (ta, sa), (tl, sl) = time_to_loss(adam, target), time_to_loss(lamb, target)
-    lower = "lamb" if best_loss_key(lamb) < best_loss_key(adam) else "adam"
-    losses = f"best loss adam {adam['best_eval_loss']:.3f}, lamb {lamb['best_eval_loss']:.3f}"
-    if ta is None and tl is None:
-        return lower, f"neither reached the target; {losses}"
-    if ta is None:
-        return "lamb", "LAMB reached the target where Adam did not"
-    if tl is None:
-        return "adam", "Adam reached the target where LAMB did not"
-    times = f"adam {ta:.1f} s at step {sa}, lamb {tl:.1f} s at step {sl}"
-    if sa != sl:
-        return ("lamb" if sl < sa else "adam"), f"both reached the target ({times})"
-    return lower, f"both reached the target at the same evaluation ({times}); {losses}"
+def eval_interval(record: dict) -> int:
+    """Steps between a run's evaluations: the resolution of its steps to the target."""
+    steps = record["curves"]["eval_step"]
+    return max((b - a for a, b in zip(steps, steps[1:])), default=1)
 
 
-def seeds_agree(winners: list[str], batch: int) -> str:
-    """The sentence a pair of verdicts (two seeds) supports."""
-    if len(set(winners)) == 1:
-        return f"Both seeds agree: {winners[0]} did better at batch {batch}."
-    return "The two seeds disagree: at this batch the difference between the optimizers is within the noise."
+def seeds_verdict(adam: list[dict], lamb: list[dict], target: float, batch: int) -> tuple[str | None, str]:
+    """Adam against LAMB at one batch over their seeds (paired by index): ``("adam" | "lamb" | None, why)``.
+
+    Both reached the target on every seed: their steps to it, read against the seed-to-seed range and
+    the evaluation interval (:func:`course_lib.metrics.noise_verdict`) — a gap within either is no
+    measurable difference. Otherwise the one that reached it on more seeds, or (neither) the lower
+    mean best loss, said with the best losses' own seed range."""
+    steps = {name: [time_to_loss(r, target)[1] for r in runs] for name, runs in (("adam", adam), ("lamb", lamb))}
+    if all(s is not None for v in steps.values() for s in v):
+        res = max(eval_interval(r) for r in adam + lamb)
+        won, why = noise_verdict(steps["adam"], steps["lamb"], names=("adam", "lamb"), quantity="steps to the target",
+                                 unit="", resolution=res)
+        return (None if won is None else ("adam", "lamb")[won]), f"at batch {batch}: {why}"
+    hit = {name: sum(s is not None for s in v) for name, v in steps.items()}
+    if hit["adam"] != hit["lamb"]:
+        won = max(hit, key=hit.get)
+        return won, (f"at batch {batch}: {won} reached the target on {hit[won]} of {len(steps[won])} seeds, "
+                     f"the other on {min(hit.values())}")
+    won, why = noise_verdict([best_loss_key(r) for r in adam], [best_loss_key(r) for r in lamb], names=("adam", "lamb"),
+                             quantity="best held-out loss", unit="")
+    return (None if won is None else ("adam", "lamb")[won]), (f"at batch {batch}: neither reached the target on every "
+                                                              f"seed; {why}")
+
+
+def large_batch_reading(small: tuple[str | None, str], large: tuple[str | None, str]) -> str:
+    """What the two verdicts (small batch, large batch) support about a *large-batch* advantage."""
+    (ws, why_s), (wl, why_l) = small, large
+    if wl is None:
+        return f"{why_l}: at the large batch the optimizers are level here. ({why_s})"
+    if ws == wl:
+        return (f"{why_l}; but {wl} was ahead at the small batch as well ({why_s}), so its lead is not shown to "
+                "come from the batch")
+    return f"{why_l}, while at the small batch {why_s.split(': ', 1)[-1]}: the lead opens with the batch"
+
+
+def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str) -> str:
+    """The lesson's question for one optimizer: did the large batch reach the target sooner on the clock?
+    Its time at both batches, the sequences each needed (steps x batch: sample efficiency) and the
+    throughput each ran at — so a slower large batch says which of the two made it slower."""
+    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
+    (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
+    rate = l["seqs_per_s"] / s["seqs_per_s"]
+    if ts is None or tl is None:
+        which = [f"batch {b}" for b, t in ((small_batch, ts), (large_batch, tl)) if t is None]
+        return f"{optimizer}: {' and '.join(which)} did not reach the target; throughput {rate:.2f}x at the large batch"
+    seqs = (sl * large_batch) / (ss * small_batch)
+    head = (f"{optimizer}: the large batch reached the target {'sooner' if tl < ts else 'later'} ({tl:.3g} s vs "
+            f"{ts:.3g} s at batch {small_batch}); it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs "
+            f"{ss} x {small_batch}) and ran at {rate:.2f}x the sequences/s")
+    if tl < ts:
+        return head + ": the throughput gain paid for the extra sequences"
+    return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
+
+
+def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> str:
+    """Whether an optimizer's best swept lr is distinguishable from the runner-up: the difference of their
+    best losses against the seed-to-seed difference at the best lr (two seeds measured)."""
+    mine = sorted((r for name, r in sweep.items() if name.startswith(optimizer)), key=best_loss_key)
+    if len(mine) < 2:
+        return f"{optimizer}: one lr swept"
+    best, second = mine[0], mine[1]
+    gap = best_loss_key(second) - best_loss_key(best)
+    noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
+    tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
+    if gap <= noise:
+        return (f"{optimizer}: best lr {tag(best)}, but {tag(second)} is within the seed-to-seed noise "
+                f"(best losses {gap:.3f} apart, seeds {noise:.3f} apart): either is the best lr here")
+    return f"{optimizer}: best lr {tag(best)}, {gap:.3f} lower in loss than {tag(second)} (seeds {noise:.3f} apart)"
+
+
+def ablation_reading(ablations: dict, reference: str, target: float, seed_losses: list[float]) -> str:
+    """Each ablation against the full LAMB run (``reference``), read from the runs: diverged, reached the
+    target (in how many steps), and its best loss against the full run's, compared with LAMB's
+    seed-to-seed difference of best loss."""
+    ref = ablations[reference]
+    noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
+    _, ref_steps = time_to_loss(ref, target)
+    lines = []
+    for name, r in ablations.items():
+        if name == reference:
+            continue
+        if r["diverged"]:
+            lines.append(f"{name}: diverged")
+            continue
+        _, steps = time_to_loss(r, target)
+        gap = best_loss_key(r) - best_loss_key(ref)
+        effect = (f"best loss {gap:+.3f} vs the full LAMB, within the seed-to-seed noise ({noise:.3f}): no measurable "
+                  "effect" if abs(gap) <= noise else f"best loss {gap:+.3f} vs the full LAMB (seeds {noise:.3f} apart)")
+        reach = (f"reached the target at step {steps}" + (f" (full LAMB: {ref_steps})" if ref_steps else "")
+                 if steps is not None else "did not reach the target")
+        lines.append(f"{name}: {reach}; {effect}")
+    return "\n".join(lines)
+
+
+def precision_reading(bert: float, neumf: float | None, margin: float = 1.1) -> str:
+    """bf16's speedup over fp32 for lesson 07's BERT next to lesson 05's NeuMF on the same machine
+    (``neumf``: None when lesson 05 did not run here), and what a gap between them means."""
+    line = f"bf16 vs fp32: {bert:.2f}x for this BERT"
+    if neumf is None:
+        return line + " (lesson 05's NeuMF ratio is not saved here)"
+    line += f", {neumf:.2f}x for lesson 05's NeuMF on the same machine"
+    if bert >= neumf * margin:
+        return line + (": the transformer's step is mostly matmuls, which 16-bit units speed up; NeuMF's is mostly "
+                       "embedding lookups and the optimizer's pass over its tables, which they do not")
+    if neumf >= bert * margin:
+        return line + ": here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save in memory traffic shows more)"
+    return line + f": within {margin - 1:.0%} of each other, no difference between the models worth reading into"
 
 
 def trust_ratio_spread(record: dict) -> dict:

@@ -208,6 +208,7 @@ def plot_mlm_runs(records: dict, target: float, title: str):
     ax2.set_ylim(min(finite + [target]) - 0.1, target + 1.0)
     ax1.set(xlabel="optimizer step", ylabel="train MLM loss", title=title)
     ax2.set(xlabel="sequences seen", ylabel="held-out MLM loss", title="held-out loss")
+    ax1.legend(fontsize=8)
     ax2.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -215,9 +216,12 @@ def plot_mlm_runs(records: dict, target: float, title: str):
 
 def plot_lamb_trust_ratios(ratios: dict, *, title: str = ""):
     """LAMB's trust ratio of every adapted weight per step, log y (lesson 07; ``record["trust_ratios"]``)."""
+    import matplotlib.pyplot as plt
+
     fig, ax = _axes(None, figsize=(11, 3.8))
-    for name, row in ratios.items():
-        ax.plot(range(1, len(row) + 1), row, lw=1, label=name.replace("encoder.", "").replace(".weight", ""))
+    colors = plt.cm.viridis([i / max(1, len(ratios) - 1) for i in range(len(ratios))])  # one color per layer, in depth order
+    for (name, row), color in zip(ratios.items(), colors):
+        ax.plot(range(1, len(row) + 1), row, lw=1, color=color, label=name.replace("encoder.", "").replace(".weight", ""))
     ax.set(xlabel="optimizer step", ylabel="trust ratio ||w|| / ||u||", yscale="log", title=title)
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
