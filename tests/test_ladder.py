@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import ladder, results, summary
+from course_lib import ladder, results, summary, tiers
 from course_lib.hardware import detect
 from course_lib.search import scaled_config, scaling_table, sweep_table
 from course_lib.train import TrainConfig, TrainResult
@@ -237,3 +237,38 @@ def test_race_reading_states_each_optimizers_best_from_the_records():
     assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
     assert "sgd (lr 8, 32): best at lr 8 (the edge" in text and "best HR@10 0.100, below the popularity ranking's 0.390" in text
     assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")
+
+
+@pytest.mark.parametrize("tier", ["cpu", "one-gpu", "multi-gpu"])
+def test_the_ladder_reading_is_true_for_what_each_tier_records(tier, tmp_path):
+    """#21: the ladder's computed reading, fed the rungs each tier's plan makes the lessons record
+    (recorded shapes, not runs): on a CPU without native bf16 the 16-bit rung is slower and says why,
+    and lesson 06 carries fp32; on GPUs it is faster; on one GPU there is no data-parallel rung."""
+    from test_tiers import EIGHT, LAPTOP, ONE
+
+    hw = {"cpu": LAPTOP, "one-gpu": ONE, "multi-gpu": EIGHT}[tier]
+    p = tiers.plan(hw)
+    pace = {"before": 100.0, "after": 100.0, "rate": 100.0}
+    save = lambda step, r, **kw: ladder.save_ladder_result(step, r, pace=pace, directory=tmp_path, **kw)  # noqa: E731
+    save("baseline", fake_result(256, 1e-3, 100.0))
+    save("+linear scaling", fake_result(4096, 4e-3, 20.0))
+    save("+warmup", fake_result(16384, 8e-3, 12.0))
+    save("+LARS", fake_result(32768, 1e-2, 10.0, optimizer="lamb"))
+    sixteen = "bf16"  # what lesson 05 tries first; fp32 is what "auto" means on a CPU without native bf16
+    slower = p.precision == "fp32"
+    mixed = fake_result(32768, 1e-2, 14.0 if slower else 6.0, optimizer="lamb", precision=sixteen)
+    carry = TrainConfig.from_dict(mixed.config).replace(precision="fp32" if slower else sixteen)
+    save("+mixed precision", mixed, carry=carry,
+         reason=f"{sixteen} ran at {'0.70' if slower else '1.80'}x fp32's throughput here")
+    if p.dp_on_ladder:
+        save("+data parallel", fake_result(32768, 1e-2, 8.0 if slower else 1.0, optimizer="lamb",
+                                           precision=carry.precision))
+    reading = ladder.ladder_reading(tmp_path)
+    if slower:
+        assert "+mixed precision was slower than '+LARS' (0.71x): bf16 ran at 0.70x fp32's throughput here" in reading
+    else:
+        assert "+mixed precision" in reading.split("faster than the rung below: ")[1].splitlines()[0]
+        assert "slower" not in reading
+    assert ("+data parallel" in reading) == p.dp_on_ladder  # one GPU: CPU ranks are not put on the GPU's ladder
+    cfg, rung, _ = ladder.start_from("+data parallel", TrainConfig(), directory=tmp_path)
+    assert rung["step"] == "+mixed precision" and cfg.precision == ("fp32" if slower else "bf16")
