@@ -96,20 +96,25 @@ def allreduce_reading(bench) -> str:
     if small:
         times = [r["time_s"] * 1e6 for r in small]
         lo, hi = min(times), max(times)
-        spreads = [(r["time_max_s"] - r["time_min_s"]) * 1e6 for r in small if "time_max_s" in r]
-        noise = float(sorted(spreads)[len(spreads) // 2]) if spreads else 0.0  # a typical size's block spread
+        level = sorted(times)[len(times) // 2]  # the flat line's height: the median size's time
+        spread = {r["size_bytes"]: (r["time_max_s"] - r["time_min_s"]) * 1e6 if "time_max_s" in r else 0.0
+                  for r in small}
+        # a size lies off the line when it is farther from the level than its own blocks spread
+        off = [r for r, t in zip(small, times) if abs(t - level) > spread[r["size_bytes"]]]
         if len(small) == 1:
             shape = "a single size, so no line to judge"
-        elif hi - lo <= noise:
-            shape = (f"a flat line within the noise (they differ by {hi - lo:.3g} us, less than the typical spread "
-                     f"between blocks of one size, {noise:.3g} us)")
+        elif not off:
+            shape = (f"a flat line within the noise: every size lies within its own blocks' spread of the median, "
+                     f"{level:.3g} us")
         elif times[-1] >= 1.5 * times[0] and times == sorted(times):
             shape = (f"not flat: the time already grows with the size ({times[0]:.3g} to {times[-1]:.3g} us), "
-                     "more than the blocks' spread")
+                     "by more than the blocks' spread")
         else:
-            shape = (f"not a flat line: they vary {hi / lo:.2g}-fold without a trend in size, more than the "
-                     f"blocks' spread ({noise:.3g} us): per-call overheads that change from size to size (buffer "
-                     "allocation, the library switching algorithms) or a busy machine, not the bytes")
+            names = ", ".join(f"{_human_bytes(r['size_bytes'])} ({t:.3g} us)" for r, t in zip(small, times) if r in off)
+            shape = (f"not a flat line: {names} lie off the median {level:.3g} us by more than their blocks' spread, "
+                     f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
+                     "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
+                     "not the bytes")
         where = (f"up to the largest size measured ({_human_bytes(small[-1]['size_bytes'])})" if not large else
                  f"up to about {_human_bytes(n_half)}, where the fit's bandwidth term n x beta reaches its latency "
                  f"alpha = {alpha * 1e6:.3g} us")
@@ -195,6 +200,41 @@ def overlap_reading(result) -> str:
     if reps < 2:
         parts.append("(With one repeat there is no noise estimate: run with repeats >= 2 before drawing conclusions.)")
     return " ".join(parts)
+
+
+def _union(intervals) -> list[tuple[float, float]]:
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def timeline_reading(result) -> str:
+    """From each variant's recorded step: how long an all-reduce was pending, and how much of that
+    lay while backward was still computing (overlap) rather than after it (waiting)."""
+    parts = []
+    for r in result.rows:
+        tl = r.get("timeline")
+        if not tl or r["overlap"] is None or not tl["allreduces_ms"]:
+            continue
+        spans = _union((a, b) for a, b, _ in tl["allreduces_ms"])
+        pending = sum(b - a for a, b in spans)
+        compute_end = max(a for a, _, _ in tl["allreduces_ms"]) if r["overlap"] else tl["backward_end_ms"]
+        under = sum(max(0.0, min(b, compute_end) - max(a, tl["backward_start_ms"])) for a, b in spans)
+        name = ("one all-reduce after backward" if r["overlap"] is False else
+                f"{r['compression']}-compressed {r['bucket_cap_mb']:g} MiB" if r.get("compression") not in (None, "none")
+                else f"{r['bucket_cap_mb']:g} MiB buckets")
+        n = len(tl["allreduces_ms"])
+        share = f" ({under / pending:.0%})" if pending > 0 else ""
+        parts.append(f"{name}: {n} all-reduce{'s' if n != 1 else ''} pending {pending:.3g} ms of a {tl['step_ms']:.3g} ms "
+                     f"step, {under:.3g} ms of it{share} while backward was still computing")
+    if not parts:
+        return "no recorded all-reduces to read."
+    return ("In the steps drawn (rank 0's median step per variant): " + "; ".join(parts) +
+            ". What lies under backward's compute overlapped it; the rest the step waited for.")
 
 
 # --------------------------------------------------------------------------- compression

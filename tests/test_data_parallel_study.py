@@ -92,6 +92,17 @@ def test_ranges_that_overlap_are_no_measurable_difference():
 # --------------------------------------------------------------------------- overlap, per tier
 
 
+def test_timeline_reading_splits_pending_time_into_overlapped_and_waited():
+    rows = [_row("DDP buckets", 1.0, True, "none", [5.0, 5.1], n=2),  # all-reduces [2, 4.5], [3, 5.5]; last ready 3
+            _row("one all-reduce after backward", 4.0, False, "none", [6.0, 6.1])]
+    rows[1]["timeline"] = {"backward_start_ms": 1.0, "backward_end_ms": 5.0, "step_ms": 8.0,
+                           "allreduces_ms": [[5.2, 7.0, 4e6]]}  # after backward returned
+    text = study.timeline_reading(_result(2, "gloo", rows))
+    assert "1 MiB buckets: 2 all-reduces pending 3.5 ms of a 6 ms step, 1 ms of it (29%) while backward" in text
+    assert "one all-reduce after backward: 1 all-reduce pending 1.8 ms of a 8 ms step, 0 ms of it (0%)" in text
+    assert study.timeline_reading(_result(2, "gloo", [rows[0] | {"timeline": None}])) == "no recorded all-reduces to read."
+
+
 def test_cpu_tier_overlap_reading():
     text = study.overlap_reading(cpu_tier())
     assert "Communication share: with the fastest setting, 25 MiB buckets (1 all-reduce per step)" in text
@@ -191,7 +202,14 @@ def test_the_reviews_small_messages_are_not_called_a_flat_line():
     """Finding 06.4: 4 B 554.7, 16 B 314.2, 256 B 875, 64 KiB 219.2 us; only the fit is flat."""
     bench = _sweep([554.7, 314.2, 875.0, 219.2], [30, 30, 30, 30], sizes=[4, 16, 256, 65536])
     text = study.allreduce_reading(bench)
-    assert "not a flat line: they vary 4-fold without a trend in size" in text
+    assert "not a flat line: 16 B (314 us), 256 B (875 us), 64 KiB (219 us) lie off the median 555 us" in text
+    assert "4-fold from fastest to slowest" in text
+
+
+def test_an_outlying_block_does_not_make_a_line_crooked():
+    """A size whose median is high but whose blocks spread as far is within its own noise."""
+    text = study.allreduce_reading(_sweep([68, 116, 108, 97, 109, 111, 108, 389], [535, 34, 26, 29, 16, 33, 29, 1922]))
+    assert "a flat line within the noise" in text
 
 
 def test_small_messages_flat_within_the_block_spread():
