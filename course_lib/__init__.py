@@ -32,7 +32,8 @@ Distributed mechanics
                      pipeline.py (GPipe/1F1B schedules, executor, bubble), sharded.py (ZeRO arithmetic,
                      stage 1 from ring collectives, FSDP2), spatial.py (halo exchange), hybrid.py (2-D mesh)
     comm/            cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py,
-                     collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08)
+                     collectives.py (broadcasts and all-reduces from isend/irecv, as schedules; lesson 08),
+                     hooks.py (DDP comm hooks that count and time every bucket's all-reduce, fp16/bf16 compression)
     perf/            peaks.py (reference peaks of the accelerators, each with its source; the bands),
                      probe.py (matmul, memory, host-to-device, per-op overhead: this machine measured),
                      model.py (the Paleo-style step model: ops counted from the real step, roofline,
@@ -45,6 +46,8 @@ What the lessons measure and show
                      random search / successive halving / Hyperband in a journal file processes share (lesson 12)
     ladder.py        the trick ladder: the one writer and reader of its rungs
     mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
+    data_parallel_study.py  what lesson 06 reads from its measurements: the ring, the all-reduce sweep,
+                     the communication share and what overlap saved, gradient compression
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)
     collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
     performance_study.py what lesson 09 measures: the step model against the course's step, the verdict

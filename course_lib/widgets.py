@@ -125,8 +125,8 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
                 color=["tab:green" if k == best else "tab:gray" for k in times])
         ax.set_xscale("log")
         ax.set_xlabel("modelled all-reduce time (ms)")
-        ax.set_title(f"p = {p_}, {cost._human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {1 / b_ / 1e9:.3g} GB/s: "
-                     f"{best} wins", fontsize=9)
+        link = f"{1 / b_ / 1e9:.3g} GB/s" if b_ > 0 else "no bandwidth term"  # a fit may resolve none (comm.fit_text)
+        ax.set_title(f"p = {p_}, {cost._human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {link}: {best} wins", fontsize=9)
         ax.figure.tight_layout()
         t = Table(["algorithm", "time (ms)"], title=f"winner: {best}")
         for k, v in sorted(times.items(), key=lambda kv: kv[1]):

@@ -335,3 +335,47 @@ class AveragedBackward(GoodCopyToParallel):
 def env_value(rank, world_size, name):
     """The worker's value of the environment variable ``name`` (None when unset)."""
     return os.environ.get(name)
+
+
+def hook_runs(rank, world_size, steps):
+    """The same 2-layer model trained ``steps`` SGD steps under DDP with each comm hook variant
+    (tests/test_ddp_hooks.py): final parameters, bytes the recorder counted, DDP's refusals."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from course_lib.comm import hooks
+
+    gen = torch.Generator().manual_seed(rank)
+    X, y = torch.randn(32, 512, generator=gen), torch.randn(32, 3, generator=gen)
+
+    def build():  # 2 MiB of gradients: more than the 1 MiB DDP puts in its first bucket
+        return torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
+                                   torch.nn.ReLU(), torch.nn.Linear(512, 3))
+
+    def train(register):
+        torch.manual_seed(0)
+        model = DDP(build(), bucket_cap_mb=0.5)
+        register(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(X), y).backward()
+            opt.step()
+        return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    out = {"num_params": sum(p.numel() for p in build().parameters())}
+    out["no hook"] = train(lambda m: None)
+    out["torch allreduce_hook"] = train(lambda m: m.register_comm_hook(None, default_hooks.allreduce_hook))
+    out["torch fp16_compress_hook"] = train(lambda m: m.register_comm_hook(None, default_hooks.fp16_compress_hook))
+    for c in hooks.COMPRESSIONS:
+        rec = hooks.AllReduceRecorder(c, count_underflow=True)
+        out[f"recorder {c}"] = train(lambda m: m.register_comm_hook(None, rec.hook))
+        out[f"recorder {c} bytes"] = rec.bytes_sent()
+        out[f"recorder {c} dtypes"] = sorted({r["dtype"] for r in rec.records})
+        out[f"recorder {c} calls"] = rec.calls
+        out[f"recorder {c} in flight"] = rec.in_flight_s()
+        out[f"recorder {c} underflow"] = dict(rec.underflow)
+        out[f"refusal {c}"] = hooks.ddp_refusal(c)
+        if c != "none":
+            out[f"gloo reduces {c}"] = hooks.backend_reduces(hooks.COMPRESSED_DTYPES[c])
+    return out

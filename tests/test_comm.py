@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from course_lib import comm
 from course_lib import dist as cdist
@@ -191,16 +192,44 @@ def test_allreduce_benchmark_on_two_gloo_ranks():
 
 @pytest.mark.slow
 def test_ddp_bucket_benchmark_on_two_gloo_ranks():
-    spec = comm.default_mlp_spec(smoke=True)
-    rows = cdist.launch(comm.ddp_bucket_benchmark, 2, [0.01, 25.0], 3, spec, 1, True,
+    spec = comm.MLPSpec(in_features=32, hidden=256, depth=2, out_features=4, batch_size=16)  # 0.55 MiB
+    rows = cdist.launch(comm.ddp_bucket_benchmark, 2, [0.1, 25.0], 3, spec, 1, True, ["fp16", "bf16"], 2,
                         backend="gloo", timeout_s=scaled(600))[0]
-    assert [r["overlap"] for r in rows] == [True, True, False, None]
-    assert [r["bucket_cap_mb"] for r in rows[:2]] == [0.01, 25.0]
+    assert [r["overlap"] for r in rows] == [True, True, False, None, True, True]
+    assert [r["compression"] for r in rows] == ["none", "none", "none", None, "fp16", "bf16"]
+    assert [r["bucket_cap_mb"] for r in rows[:2]] == [0.1, 25.0]
     assert rows[2]["bucket_cap_mb"] == pytest.approx(spec.param_mb)
-    assert all(r["step_ms"] > 0 for r in rows)
-    assert all(r["params_in_sync"] for r in rows[:3])
-    table = comm.BucketResult(rows=rows, world_size=2, backend="gloo", model_spec=spec).table()
-    assert len(table.rows) == 4
+    grads = spec.num_params * 4
+    for r in rows[:3]:  # every all-reduced byte counted on the tensors sent: all the fp32 gradients per step
+        assert r["bytes_per_step"] == grads and r["params_in_sync"] and len(r["step_ms_repeats"]) == 2
+        assert r["update_rel_diff"] == 0  # 2 ranks: a + b in any bucketing, / 2 exact: the same training
+    assert rows[0]["allreduces_per_step"] > rows[1]["allreduces_per_step"] == 1  # 0.1 MiB: several buckets
+    assert rows[3]["bytes_per_step"] == 0 and rows[3]["comm_ms"] == 0 and rows[3]["params_in_sync"] is None
+    fp16 = rows[4]
+    assert fp16["bytes_per_step"] == grads // 2 and fp16["refused"] is None and fp16["backend_reduces_dtype"]
+    assert 0 < fp16["update_rel_diff"] < 0.05 and fp16["underflow"]["nonzero"] > 0
+    bf16 = rows[5]
+    if torch.version.cuda is None:  # DDP refuses torch's bf16 hook in a torch without CUDA (comm.hooks)
+        assert "NCCL" in bf16["refused"] and bf16["step_ms"] is None and bf16["backend_reduces_dtype"]
+    else:
+        assert bf16["bytes_per_step"] == grads // 2
+    for r in rows:
+        if r["step_ms"] is not None:
+            tl = r["timeline"]
+            assert 0 < tl["backward_start_ms"] <= tl["backward_end_ms"] <= tl["step_ms"]
+            assert len(tl["allreduces_ms"]) == r["allreduces_per_step"]
+            assert all(a <= b for a, b, _ in tl["allreduces_ms"])
+    result = comm.BucketResult(rows=rows, world_size=2, backend="gloo", model_spec=spec)
+    assert len(result.table().rows) == 4 and len(result.compression_table().rows) == 3
+    from course_lib import data_parallel_study as study
+
+    assert "Communication share" in study.overlap_reading(result)
+    assert "fp16: " in study.compression_reading(result)
+
+
+def test_bucket_benchmark_refuses_bad_arguments_before_anything_runs():
+    with pytest.raises(RuntimeError, match="needs a process group"):
+        comm.ddp_bucket_benchmark(0, 1, [25.0])
 
 
 # --------------------------------------------------------------------------- figures
@@ -237,11 +266,52 @@ def test_plot_ddp_buckets():
 
     from course_lib.comm import plots as comm_plots
 
-    rows = [{"bucket_cap_mb": 1.0, "step_ms": 10.0, "overlap": True},
-            {"bucket_cap_mb": 4.5, "step_ms": 12.0, "overlap": False},
-            {"bucket_cap_mb": 0.0, "step_ms": 8.0, "overlap": None}]
+    rows = [{"bucket_cap_mb": 1.0, "step_ms": 10.0, "overlap": True, "compression": "none", "step_ms_repeats": [9, 10, 12]},
+            {"bucket_cap_mb": 4.5, "step_ms": 12.0, "overlap": False, "compression": "none"},
+            {"bucket_cap_mb": 0.0, "step_ms": 8.0, "overlap": None, "compression": None},
+            {"bucket_cap_mb": 25.0, "step_ms": 9.0, "overlap": True, "compression": "fp16"}]  # its own table
     fig, ax = comm_plots.plot_ddp_buckets(comm.BucketResult(rows=rows, world_size=2, backend="gloo"))
-    assert len(ax.patches) == 3
+    assert len(ax.patches) == 3 and ax.containers  # three bars, and whiskers for the repeats
+    plt.close(fig)
+
+
+def test_plot_bucket_timeline_draws_every_recorded_all_reduce():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.comm import plots as comm_plots
+
+    tl = {"backward_start_ms": 1.0, "backward_end_ms": 9.0, "step_ms": 10.0,
+          "allreduces_ms": [[2.0, 5.0, 100], [3.0, 8.5, 100], [4.0, 8.9, 100]]}
+    rows = [{"variant": "DDP buckets", "bucket_cap_mb": 1.0, "overlap": True, "compression": "none",
+             "allreduces_per_step": 3, "timeline": tl, "clock": "host clock"},
+            {"variant": "one all-reduce after backward", "bucket_cap_mb": 4.0, "overlap": False, "compression": "none",
+             "timeline": {**tl, "backward_end_ms": 3.0, "allreduces_ms": [[3.1, 8.0, 300]]}},
+            {"variant": "DDP + bf16 compression", "overlap": True, "compression": "bf16", "timeline": None}]  # refused
+    fig, ax = comm_plots.plot_bucket_timeline(comm.BucketResult(rows=rows, world_size=2, backend="gloo"))
+    # per lane: forward, backward compute, (waiting), optimizer, then one bar per all-reduce
+    assert len(ax.collections) == (4 + 3) + (3 + 1)
+    assert [t.get_text() for t in ax.get_yticklabels()][0].startswith("DDP 1 MiB")
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 8])
+def test_plot_ring_steps_is_drawn_from_the_schedules(p):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.comm import plots as comm_plots
+
+    fig, axes = comm_plots.plot_ring_steps(p)
+    shown = [ax for ax in axes.flat if ax.get_visible()]
+    assert len(shown) == 1 + 2 * (p - 1)  # the start, p - 1 reduce-scatter and p - 1 all-gather rounds
+    last = shown[-1]
+    cells = [t.get_text() for t in last.texts if type(t).__name__ != "Annotation"]  # arrows are Annotations
+    assert cells == [("+".join(map(str, range(p))) if p <= 4 else str(p))] * p * p  # everyone has every sum
+    if p > 1:
+        assert len([c for c in shown[1].get_children() if type(c).__name__ == "Annotation"]) == p  # p messages
     plt.close(fig)
 
 

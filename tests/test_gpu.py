@@ -8,7 +8,7 @@ GPUs); these ask for the GPUs::
 Kept small, and each one states the invariant it checks on the device: the plan for this
 machine, NeuMF and BERT steps in each precision with the fused optimizer, phase timing by
 CUDA events, the launcher's backend per GPU count, and (two GPUs or more) NCCL data
-parallelism equal to one process.
+parallelism equal to one process, with its all-reduces timed by CUDA events in the comm hook.
 """
 
 import os
@@ -96,3 +96,37 @@ def test_nccl_data_parallel_equals_one_process(data, tmp_path):
     for k in a:
         rel = ((a[k].double() - b[k].double()).norm() / b[k].double().norm().clamp_min(1e-30)).item()
         assert rel < 1e-4, f"{k}: {rel:.2e}"
+    # the all-reduce time is measured as on gloo, by the recording hook, with CUDA events
+    assert out[0]["comm_method"] == "timed: every bucket's all-reduce (CUDA events)"
+    assert 0 < out[0]["comm_time_s"] <= out[0]["train_time_s"]
+
+
+def test_cuda_event_clock_times_work_on_the_gpu():
+    """The stamps lesson 06's hook records on GPU ranks: events read after the work, in order."""
+    from course_lib.comm.hooks import make_clock
+
+    clock = make_clock(torch.device("cuda", 0))
+    x = torch.randn(2048, 2048, device="cuda")
+    start = clock.stamp()
+    for _ in range(10):
+        x = x @ x / 2048 ** 0.5
+    end = clock.stamp()
+    t0, t1 = clock.seconds([start, end])
+    assert 0 <= t0 < t1
+
+
+@TWO_GPUS
+def test_bucket_benchmark_over_nccl_counts_and_times_every_bucket():
+    from course_lib import comm
+
+    spec = comm.MLPSpec(in_features=256, hidden=1024, depth=3, out_features=10, batch_size=64)  # ~13 MiB
+    rows = cdist.launch(comm.ddp_bucket_benchmark, 2, [1.0, 25.0], 5, spec, 2, True, ["fp16", "bf16"], 2,
+                        backend="nccl", quiet=True, timeout_s=scaled(600))[0]
+    grads = spec.num_params * 4
+    assert [r["bytes_per_step"] for r in rows[:3]] == [grads] * 3
+    assert all(r["refused"] is None and r["bytes_per_step"] == grads // 2 for r in rows[4:])  # NCCL >= 2.10: bf16 too
+    assert all(r["comm_ms"] > 0 and r["clock"] == "CUDA events" for r in rows if r["overlap"] is not None)
+    for r in rows:
+        tl = r["timeline"]
+        assert 0 < tl["backward_start_ms"] <= tl["backward_end_ms"] <= tl["step_ms"]
+        assert all(0 <= a <= b for a, b, _ in tl["allreduces_ms"])

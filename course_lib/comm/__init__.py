@@ -3,7 +3,10 @@
 - :mod:`.cost` — bandwidth bookkeeping (algbw, busbw) and the alpha-beta(-gamma) model of
   the all-reduce algorithms; pure functions, no process group.
 - :mod:`.bench` — benchmarks that run under ``course_lib.dist.launch``: all-reduce time
-  per message size, DDP step time per gradient bucket size.
+  per message size, DDP step time per gradient bucket size (with repeats, a timeline of each
+  bucket's all-reduce, and fp16/bf16 compression).
+- :mod:`.hooks` — DDP communication hooks that record what each bucket's all-reduce sent and
+  when (host clock on CPU ranks, CUDA events on GPU ranks), compressed or not.
 - :mod:`.collectives` — broadcast and all-reduce algorithms built from isend/irecv, each a
   pure schedule (who sends what to whom, round by round) and one executor (lesson 08).
 - :mod:`.plots` — their figures.

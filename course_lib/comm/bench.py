@@ -44,15 +44,8 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_blocks(op, iters: int, device: torch.device, blocks: int = 5, group=None) -> tuple[float, float]:
-    """Seconds per ``op()``: ``(median over blocks, mean over all iters)``, max over ranks.
-
-    The ``iters`` calls run back to back in up to ``blocks`` blocks, each started by a
-    barrier and ended by a CUDA synchronize. Each block's mean is maxed over ranks (a
-    collective is done when the slowest rank is); the median over blocks shrugs off a block
-    hit by another process on a shared machine (common on 2-core CI and login nodes), the
-    mean over all iterations is nccl-tests' number. ``group``: only its ranks take part.
-    """
+def _timed_block_means(op, iters: int, device: torch.device, blocks: int = 5, group=None) -> tuple[list, list]:
+    """``(per-block mean seconds per op, maxed over ranks; calls per block)``: see :func:`_timed_blocks`."""
     blocks = max(1, min(blocks, iters))
     sizes = [iters // blocks + (1 if b < iters % blocks else 0) for b in range(blocks)]
     block_means = []
@@ -68,9 +61,25 @@ def _timed_blocks(op, iters: int, device: torch.device, blocks: int = 5, group=N
     means = torch.tensor(block_means, dtype=torch.float64, device=device)
     if cdist._initialized():
         dist.all_reduce(means, op=dist.ReduceOp.MAX, group=group)
-    means = means.cpu()
-    mean_all = float((means * torch.tensor(sizes, dtype=torch.float64)).sum()) / iters
-    return float(means.median()), mean_all
+    return means.cpu().tolist(), sizes
+
+
+def _timed_blocks(op, iters: int, device: torch.device, blocks: int = 5, group=None) -> tuple[float, float]:
+    """Seconds per ``op()``: ``(median over blocks, mean over all iters)``, max over ranks.
+
+    The ``iters`` calls run back to back in up to ``blocks`` blocks, each started by a
+    barrier and ended by a CUDA synchronize. Each block's mean is maxed over ranks (a
+    collective is done when the slowest rank is); the median over blocks shrugs off a block
+    hit by another process on a shared machine (common on 2-core CI and login nodes), the
+    mean over all iterations is nccl-tests' number. ``group``: only its ranks take part.
+    """
+    means, sizes = _timed_block_means(op, iters, device, blocks, group)
+    return _median(means), float(np.dot(means, sizes)) / iters
+
+
+def _median(values) -> float:
+    """torch's median: the lower middle value for an even count (a time that was measured)."""
+    return float(torch.tensor(values, dtype=torch.float64).median())
 
 
 def allreduce_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iters: int = 20,
@@ -114,13 +123,15 @@ def allreduce_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iter
         for _ in range(warmup):
             if cdist._initialized():
                 dist.all_reduce(buf)
-        time_s, mean_s = _timed_blocks(lambda: dist.all_reduce(buf) if cdist._initialized() else None,
-                                       iters, device)
+        blocks, counts = _timed_block_means(lambda: dist.all_reduce(buf) if cdist._initialized() else None,
+                                            iters, device)
+        time_s, mean_s = _median(blocks), float(np.dot(blocks, counts)) / iters
         n_bytes = count * element_size
         bw = algbw(n_bytes, time_s)
         rows.append({"size_bytes": n_bytes, "count": count, "dtype": str(dtype).replace("torch.", ""),
                      "world_size": world_size, "backend": backend, "device": device.type,
-                     "iters": iters, "time_s": time_s, "time_mean_s": mean_s, "algbw_GBps": bw / GB,
+                     "iters": iters, "time_s": time_s, "time_mean_s": mean_s, "time_min_s": min(blocks),
+                     "time_max_s": max(blocks), "blocks": len(blocks), "algbw_GBps": bw / GB,
                      "busbw_GBps": busbw(bw, world_size) / GB, "correct": True})
     return rows
 
@@ -146,13 +157,15 @@ class BenchResult:
         return fit_alpha_beta(self.sizes_bytes, self.times_s, robust=robust)
 
     def table(self) -> Table:
-        t = Table(["size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)"],
-                  title=f"all-reduce (sum), {self.world_size} ranks, {self.backend}; "
-                        "time = max over ranks of the mean per op")
+        blocks = max((r.get("blocks", 0) for r in self.rows), default=0)
+        t = Table(["size", "bytes", "time (us)", "blocks: min-max (us)", "algbw (GB/s)", "busbw (GB/s)"],
+                  title=f"all-reduce (sum), {self.world_size} ranks, {self.backend}; time = median over "
+                        f"{blocks or 'the'} blocks of the slowest rank's mean per op")
         for r in self.rows:
+            spread = (f"{r['time_min_s'] * 1e6:.4g}-{r['time_max_s'] * 1e6:.4g}" if "time_min_s" in r else None)
             t.add(**{"size": _human_bytes(r["size_bytes"]), "bytes": r["size_bytes"],
-                     "time (us)": r["time_s"] * 1e6, "algbw (GB/s)": r["algbw_GBps"],
-                     "busbw (GB/s)": r["busbw_GBps"]})
+                     "time (us)": r["time_s"] * 1e6, "blocks: min-max (us)": spread,
+                     "algbw (GB/s)": r["algbw_GBps"], "busbw (GB/s)": r["busbw_GBps"]})
         return t
 
 
@@ -179,8 +192,8 @@ class MLPSpec:
     """A plain MLP for the bucket benchmark: ``depth`` hidden ``Linear(hidden, hidden)`` layers."""
 
     in_features: int = 256
-    hidden: int = 512
-    depth: int = 4
+    hidden: int = 256
+    depth: int = 16
     out_features: int = 10
     batch_size: int = 64
 
@@ -195,26 +208,41 @@ class MLPSpec:
         return self.num_params * 4 / MB
 
     def build(self) -> torch.nn.Module:
+        """The MLP with He initialization (normal, fan-in, zero biases): with torch's default init
+        the signal shrinks about 0.6x per ReLU layer, and 16 layers leave gradients near 1e-8 that
+        no 16-bit format could carry: a broken network, not a property of compression."""
         layers = [torch.nn.Linear(self.in_features, self.hidden), torch.nn.ReLU()]
         for _ in range(self.depth):
             layers += [torch.nn.Linear(self.hidden, self.hidden), torch.nn.ReLU()]
         layers.append(torch.nn.Linear(self.hidden, self.out_features))
+        for layer in layers:
+            if isinstance(layer, torch.nn.Linear):
+                torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+                torch.nn.init.zeros_(layer.bias)
         return torch.nn.Sequential(*layers)
 
 
 def default_mlp_spec(device_kind: str = "cpu", *, smoke: bool = False) -> MLPSpec:
-    """GPU: ~39 MiB of parameters (two of DDP's default 25 MiB buckets); CPU: ~4.5 MiB; smoke: tiny."""
+    """The bucket benchmark's model.
+
+    CPU: ~4.3 MiB of gradients in 17 weight matrices of 256 KiB, so that caps of 0.25, 1 and
+    25 MiB make different buckets (a bucket takes whole tensors until it reaches its cap: caps
+    below one tensor's size all give one tensor per bucket). GPU: ~39 MiB in 9 MiB matrices
+    (caps below 9 MiB give one matrix each). Smoke: 42 KiB, one bucket at any cap above that.
+    """
     if smoke:
         return MLPSpec(in_features=32, hidden=64, depth=2, out_features=4, batch_size=16)
     if device_kind == "cuda":
         return MLPSpec(in_features=1024, hidden=1536, depth=3, out_features=1000, batch_size=256)
-    return MLPSpec(in_features=256, hidden=512, depth=4, out_features=10, batch_size=64)
+    return MLPSpec()
 
 
-def _time_steps(step, steps: int, warmup: int, device: torch.device) -> float:
+def _time_steps(step, steps: int, warmup: int, device: torch.device, after_warmup=None) -> float:
     """Seconds per ``step()`` after ``warmup`` untimed steps: median of block means, max over ranks."""
     for _ in range(warmup):
         step()
+    if after_warmup is not None:
+        after_warmup()
     return _timed_blocks(step, steps, device)[0]
 
 
@@ -228,115 +256,273 @@ def _params_in_sync(model: torch.nn.Module) -> bool:
     return bool(ok.item())
 
 
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).double().cpu() for p in model.parameters()])
+
+
+def _update_difference(theta: torch.Tensor, ref: torch.Tensor, theta0: torch.Tensor, spec: "MLPSpec") -> tuple:
+    """``|theta - ref| / |ref - theta0|`` over all parameters, and the largest over single tensors
+    with that tensor's name: how much a variant's training differs from the reference's."""
+    names, sizes = zip(*[(n, p.numel()) for n, p in spec.build().named_parameters()])
+    whole = float((theta - ref).norm()) / (float((ref - theta0).norm()) or float("nan"))
+    worst, worst_name = 0.0, names[0]
+    for name, a, r, z in zip(names, theta.split(sizes), ref.split(sizes), theta0.split(sizes)):
+        moved = float((r - z).norm())
+        d = float((a - r).norm()) / moved if moved else (0.0 if float((a - r).norm()) == 0 else float("inf"))
+        if d > worst:
+            worst, worst_name = d, name
+    return whole, worst, worst_name
+
+
+_LABELS = {"buckets": "DDP buckets", "no overlap": "one all-reduce after backward",
+           "floor": "no communication (floor)", "compressed": "DDP + {} compression"}
+
+
 def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float], steps: int = 10,
-                         model_spec: MLPSpec | None = None, warmup: int = 2,
-                         compute_only: bool = False) -> list[dict]:
-    """DDP step time (forward + backward + SGD step) per ``bucket_cap_mb``, plus no overlap.
+                         model_spec: MLPSpec | None = None, warmup: int = 2, compute_only: bool = False,
+                         compressions=(), repeats: int = 1) -> list[dict]:
+    """DDP step time (forward + backward + SGD step) per ``bucket_cap_mb``, without overlap, compressed.
 
-    One row per bucket cap (``overlap=True``): DDP all-reduces each bucket as soon as its
-    gradients are ready, while backward continues on earlier layers. Then one row with
-    ``overlap=False``: backward under ``model.no_sync()`` (no DDP hooks fire), then one
-    all-reduce of all gradients in one flat buffer, averaged by hand; its
-    ``bucket_cap_mb`` is the size of that buffer. ``compute_only=True`` adds a row with no
-    communication at all (``overlap=None``): the floor that perfect overlap would reach.
-    ``step_ms`` is the median over 5 blocks of steps of the slowest rank's mean step
-    (see ``_timed_blocks``); every row also checks that all
-    ranks end with the same parameters.
+    Variants, each from the same initial weights on the same per-rank data:
 
-    What to expect: on GPUs with NCCL, communication runs on its own stream, so with
-    buckets the step is shorter than without overlap, and tiny buckets lose again to the
-    per-message latency (alpha). On CPU with gloo the all-reduce competes with backward for
-    the same few cores, so overlap may not help at all, and with 2 cores differences of
-    10-20 % are within noise: run it twice before reading anything into it.
-    A worker for ``launch``: arguments are positional, e.g.
-    ``launch(ddp_bucket_benchmark, 2, [1, 25], 10, MLPSpec())``.
+    * one per bucket cap (``overlap=True``): DDP all-reduces each bucket as soon as its
+      gradients are ready, while backward continues on earlier layers;
+    * ``overlap=False``: backward under ``model.no_sync()`` (no DDP hooks fire), then one
+      all-reduce of all gradients in one flat buffer; its ``bucket_cap_mb`` is that buffer's size;
+    * ``compute_only=True``: no communication at all (``overlap=None``), the floor that perfect
+      overlap would reach (the ranks drift apart: ``params_in_sync`` is None);
+    * one per ``compressions`` entry (``"fp16"``, ``"bf16"``) at the largest cap: torch's
+      compression hook (:mod:`course_lib.comm.hooks`); a row DDP refuses here (bf16 on a torch
+      built without CUDA/NCCL) is not run and says why in ``refused``.
+
+    Every DDP variant all-reduces through :class:`~course_lib.comm.hooks.AllReduceRecorder` (DDP's
+    average, or torch's compression, timed per bucket on the host clock or CUDA events), so each
+    row counts what it sent: ``bytes_per_step``, ``allreduces_per_step`` and ``comm_ms``, the time
+    per step with an all-reduce pending (the no-overlap all-reduce is stamped by the same clock).
+    ``timeline``: this rank's step of median length, in ms from its start (forward first):
+    ``backward_start_ms``, ``backward_end_ms`` (``loss.backward()`` returned: DDP waits there
+    for the last bucket), ``step_ms``, and ``allreduces_ms``: ``[ready, done, bytes]`` per all-reduce.
+    ``update_rel_diff``: how far this variant's parameters ended from the uncompressed run at the
+    largest cap, relative to how far that run moved them (``|theta - theta_ref| / |theta_ref -
+    theta_0|``): the size of rounding for fp32 variants, and what compression changed;
+    ``worst_tensor_rel_diff`` / ``worst_tensor``: the same for the parameter tensor that differs
+    most (a layer whose small gradients fp16 flushes to zero shows there, not in the whole).
+
+    ``repeats``: the variants run ``repeats`` times, interleaved (A, B, C, A, B, C...), so the
+    machine's drift hits all alike; ``step_ms`` is the median over repeats of each repeat's
+    median-of-blocks step (slowest rank, see ``_timed_blocks``), ``step_ms_repeats`` all of
+    them: their spread is the run-to-run noise a comparison must beat.
+
+    ``warmup`` >= 1: DDP's first step runs with all gradients in one bucket and rebuilds its
+    buckets after it, in the order the gradients became ready; a bucket takes whole tensors until
+    it reaches the cap, and with ``bucket_cap_mb`` given the first bucket has the same cap (only
+    DDP's default, ``None``, makes the first bucket 1 MiB). Measured and read in torch 2.13's
+    ``distributed.py`` (``_BucketCapacityConfig``). A worker for ``launch``: arguments are positional,
+    e.g. ``launch(ddp_bucket_benchmark, 2, [1, 25], 10, MLPSpec())``.
     """
+    from contextlib import nullcontext
+
+    from . import hooks
+
     if not cdist._initialized():
         raise RuntimeError("ddp_bucket_benchmark needs a process group: run it with course_lib.dist.launch")
+    if not bucket_caps_mb:
+        raise ValueError("bucket_caps_mb: give at least one bucket cap (MiB), e.g. [1, 25]")
+    if warmup < 1 or repeats < 1 or steps < 1:
+        raise ValueError(f"need steps >= 1, warmup >= 1 (DDP builds its buckets during the first step) and "
+                         f"repeats >= 1; got steps={steps}, warmup={warmup}, repeats={repeats}")
+    compressions = [hooks.check_compression(c) for c in compressions]
+    if "none" in compressions:
+        raise ValueError("compressions: name 'fp16' and/or 'bf16'; the uncompressed reference is the "
+                         "bucket row at the largest cap")
     spec = model_spec or default_mlp_spec(cdist.device().type)
     device = cdist.device()
     gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard of data
     X = torch.randn(spec.batch_size, spec.in_features, generator=gen).to(device)  # (B, in)
     y = torch.randn(spec.batch_size, spec.out_features, generator=gen).to(device)  # (B, out)
     device_ids = [device.index] if device.type == "cuda" else None
+    clock = hooks.make_clock(device)
+    ref_cap = max(float(c) for c in bucket_caps_mb)
+    variants = ([("buckets", float(c), "none") for c in bucket_caps_mb] + [("no overlap", spec.param_mb, "none")]
+                + ([("floor", 0.0, None)] if compute_only else []) + [("compressed", ref_cap, c) for c in compressions])
+    refused = {c: hooks.ddp_refusal(c, device) for c in compressions}  # every rank asks together
+    reduces = {c: hooks.backend_reduces(hooks.COMPRESSED_DTYPES[c], device) for c in compressions}
+    torch.manual_seed(0)
+    theta0 = _flat(spec.build())  # the initial weights every variant starts from
 
-    def fresh(bucket_cap_mb: float):
+    def run(kind: str, cap: float, compression) -> dict:
         torch.manual_seed(0)  # the same initial weights on every rank and every variant
-        model = DDP(spec.build().to(device), device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
-        return model, torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def loss_of(model):
-        return torch.nn.functional.mse_loss(model(X), y)
-
-    rows = []
-    for cap in bucket_caps_mb:
-        model, opt = fresh(cap)
+        model = DDP(spec.build().to(device), device_ids=device_ids,
+                    bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        params = [p for p in model.parameters() if p.requires_grad]
+        recorder = None
+        if kind in ("buckets", "compressed"):
+            recorder = hooks.AllReduceRecorder(compression, clock=clock, count_underflow=kind == "compressed")
+            model.register_comm_hook(None, recorder.hook)
+        manual: list[dict] = []  # the no-overlap variant's one all-reduce per step
+        marks: list[tuple] = []  # per step: stamps (start, forward done, backward done, step done), records before
+        losses = []
 
         def step():
+            recs = recorder.records if recorder is not None else manual
+            n_before = len(recs)
+            t0 = clock.stamp()
             opt.zero_grad(set_to_none=True)
-            loss_of(model).backward()  # DDP's hooks all-reduce each full bucket during this call
+            with model.no_sync() if kind in ("no overlap", "floor") else nullcontext():  # no_sync: no hooks fire
+                loss = torch.nn.functional.mse_loss(model(X), y)
+                t1 = clock.stamp()
+                loss.backward()  # DDP's hooks all-reduce each full bucket during this call
+            t2 = clock.stamp()
+            if kind == "no overlap":
+                flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
+                rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
+                dist.all_reduce(flat)
+                rec["done"] = clock.stamp()
+                manual.append(rec)
+                flat /= world_size
+                offset = 0
+                for p in params:
+                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                    offset += p.numel()
             opt.step()
+            marks.append((t0, t1, t2, clock.stamp(), n_before))
+            losses[:] = [losses[0] if losses else loss.detach(), loss.detach()]  # the first step's and the latest
 
-        t = _time_steps(step, steps, warmup, device)
-        rows.append({"variant": "DDP buckets", "bucket_cap_mb": float(cap), "step_ms": t * 1e3, "overlap": True,
-                     "params_in_sync": _params_in_sync(model)})
+        def after_warmup():
+            marks.clear()
+            manual.clear()
+            if recorder is not None:
+                recorder.reset()
+                recorder.count_underflow = False  # counted on the warm-up steps only (it costs two passes)
 
-    model, opt = fresh(25.0)
-    params = [p for p in model.parameters() if p.requires_grad]
+        step_s = _time_steps(step, steps, warmup, device, after_warmup)
+        recs = recorder.records if recorder is not None else manual
+        secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
+        step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
+        rec_secs = secs[4 * len(marks):]
+        intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
+        k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
+        t0 = step_secs[k][0]
+        upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
+        timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
+                    "step_ms": (step_secs[k][3] - t0) * 1e3,
+                    "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
+        return {"step_s": step_s, "comm_s": hooks.in_flight_seconds([(a, b) for a, b, _ in intervals]) / len(marks),
+                "bytes_per_step": sum(n for _, _, n in intervals) / len(marks),
+                "allreduces_per_step": len(intervals) / len(marks), "timeline": timeline,
+                "in_sync": None if kind == "floor" else _params_in_sync(model), "params": _flat(model),
+                "first_loss": float(losses[0]), "loss": float(losses[1]), "underflow": dict(recorder.underflow) if recorder is not None else None}
 
-    def step_no_overlap(communicate: bool = True):
-        opt.zero_grad(set_to_none=True)
-        with model.no_sync():  # backward without DDP's all-reduce hooks
-            loss_of(model).backward()
-        if communicate:
-            flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
-            dist.all_reduce(flat)
-            flat /= world_size
-            offset = 0
-            for p in params:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-                offset += p.numel()
-        opt.step()
-
-    t = _time_steps(step_no_overlap, steps, warmup, device)
-    rows.append({"variant": "one all-reduce after backward", "bucket_cap_mb": spec.param_mb, "step_ms": t * 1e3,
-                 "overlap": False, "params_in_sync": _params_in_sync(model)})
-    if compute_only:
-        model, opt = fresh(25.0)
-        params = [p for p in model.parameters() if p.requires_grad]
-        t = _time_steps(lambda: step_no_overlap(communicate=False), steps, warmup, device)
-        rows.append({"variant": "no communication (floor)", "bucket_cap_mb": 0.0, "step_ms": t * 1e3,
-                     "overlap": None, "params_in_sync": None})  # ranks drift apart by design
+    runs: dict[int, list[dict]] = {i: [] for i in range(len(variants))}
+    for _ in range(repeats):
+        for i, (kind, cap, compression) in enumerate(variants):
+            if kind == "compressed" and refused[compression] is not None:
+                continue
+            runs[i].append(run(kind, cap, compression))
+    ref = runs[variants.index(("buckets", ref_cap, "none"))][-1]["params"]
+    rows = []
+    for i, (kind, cap, compression) in enumerate(variants):
+        row = {"variant": _LABELS[kind].format(compression), "bucket_cap_mb": cap,
+               "overlap": {"buckets": True, "compressed": True, "no overlap": False, "floor": None}[kind],
+               "compression": compression, "backend": dist.get_backend(), "device": device.type,
+               "clock": clock.kind, "repeats": repeats, "steps": steps}
+        if kind == "compressed":
+            row.update(refused=refused[compression], backend_reduces_dtype=reduces[compression])
+        rs = runs[i]
+        if not rs:  # refused by DDP: not run
+            row.update(step_ms=None, step_ms_repeats=[], comm_ms=None, bytes_per_step=None, allreduces_per_step=None,
+                       timeline=None, params_in_sync=None, update_rel_diff=None, worst_tensor_rel_diff=None,
+                       worst_tensor=None, first_loss=None, final_loss=None, underflow=None)
+            rows.append(row)
+            continue
+        last = rs[-1]
+        whole, worst, worst_name = (None, None, None) if kind == "floor" else _update_difference(
+            last["params"], ref, theta0, spec)
+        row.update(step_ms=float(np.median([r["step_s"] for r in rs])) * 1e3,
+                   step_ms_repeats=[r["step_s"] * 1e3 for r in rs],
+                   comm_ms=float(np.median([r["comm_s"] for r in rs])) * 1e3,
+                   bytes_per_step=last["bytes_per_step"], allreduces_per_step=last["allreduces_per_step"],
+                   timeline=last["timeline"], params_in_sync=last["in_sync"] if kind != "floor" else None,
+                   update_rel_diff=whole, worst_tensor_rel_diff=worst, worst_tensor=worst_name,
+                   first_loss=last["first_loss"], final_loss=last["loss"], underflow=last["underflow"] if kind == "compressed" else None)
+        rows.append(row)
     return rows
 
 
 @dataclass
 class BucketResult:
-    """DDP bucket benchmark rows as rank 0 saw them (times are the max over ranks)."""
+    """DDP bucket benchmark rows as rank 0 saw them (step times are the max over ranks)."""
 
     rows: list[dict]
     world_size: int
     backend: str
     model_spec: MLPSpec = field(default_factory=MLPSpec)
 
+    @property
+    def bucket_rows(self) -> list[dict]:
+        """Every row but the compressed ones: bucket caps, no overlap, the floor."""
+        return [r for r in self.rows if r.get("compression") in ("none", None)]
+
+    @property
+    def compression_rows(self) -> list[dict]:
+        """The uncompressed reference (the largest cap) and each compressed row, run or refused."""
+        comp = [r for r in self.rows if r.get("compression") not in ("none", None)]
+        if not comp:
+            return []
+        cap = comp[0]["bucket_cap_mb"]
+        ref = [r for r in self.rows if r["overlap"] is True and r["compression"] == "none" and r["bucket_cap_mb"] == cap]
+        return ref[:1] + comp
+
     def table(self) -> Table:
-        t = Table(["variant", "bucket_cap_mb", "step (ms)", "overlap", "params in sync"],
+        t = Table(["variant", "bucket cap (MiB)", "all-reduces per step", "step (ms)", "repeats (ms)",
+                   "all-reduce pending (ms per step)", "overlap", "params in sync"],
                   title=f"DDP step time, {self.world_size} ranks, {self.backend}, "
-                        f"{self.model_spec.param_mb:.1f} MiB of gradients per step")
-        for r in self.rows:
-            t.add(**{"variant": r["variant"], "bucket_cap_mb": r["bucket_cap_mb"], "step (ms)": r["step_ms"],
-                     "overlap": r["overlap"], "params in sync": r["params_in_sync"]})
+                        f"{self.model_spec.param_mb:.2f} MiB of gradients per step; step = median over repeats "
+                        "of the slowest rank's median-of-blocks mean")
+        for r in self.bucket_rows:
+            t.add(**{"variant": r["variant"], "bucket cap (MiB)": r["bucket_cap_mb"],
+                     "all-reduces per step": r.get("allreduces_per_step"), "step (ms)": r["step_ms"],
+                     "repeats (ms)": ", ".join(f"{x:.3g}" for x in r.get("step_ms_repeats", [])) or None,
+                     "all-reduce pending (ms per step)": r.get("comm_ms"), "overlap": r["overlap"],
+                     "params in sync": r["params_in_sync"]})
+        return t
+
+    def compression_table(self) -> Table:
+        t = Table(["variant", "all-reduced per step", "step (ms)", "repeats (ms)", "all-reduce pending (ms per step)",
+                   "update vs uncompressed", "worst tensor", "loss: first -> last", "flushed to zero",
+                   "subnormal when sent"],
+                  title=f"Gradient compression with DDP comm hooks, {self.world_size} ranks, {self.backend}, "
+                        f"bucket cap {self.compression_rows[0]['bucket_cap_mb']:g} MiB" if self.compression_rows
+                        else "Gradient compression: not measured")
+        for r in self.compression_rows:
+            if r["step_ms"] is None:
+                t.add(**{"variant": r["variant"], "all-reduced per step": "not run: DDP refused the hook here"})
+                continue
+            u = r.get("underflow") or {}
+            flushed = (u["nonzero"] - u["nonzero_sent"]) / u["nonzero"] if u.get("nonzero") else None
+            subnormal = u["subnormal_sent"] / u["nonzero"] if u.get("nonzero") else None
+            t.add(**{"variant": r["variant"], "all-reduced per step": _human_bytes(r["bytes_per_step"]),
+                     "step (ms)": r["step_ms"],
+                     "repeats (ms)": ", ".join(f"{x:.3g}" for x in r["step_ms_repeats"]),
+                     "all-reduce pending (ms per step)": r["comm_ms"],
+                     "update vs uncompressed": r["update_rel_diff"],
+                     "worst tensor": f"{r['worst_tensor']}: {r['worst_tensor_rel_diff']:.2g}",
+                     "loss: first -> last": f"{r['first_loss']:.4f} -> {r['final_loss']:.4f}",
+                     "flushed to zero": f"{flushed:.2%}" if flushed is not None else "—",
+                     "subnormal when sent": f"{subnormal:.2%}" if subnormal is not None else "—"})
         return t
 
 
 def run_ddp_bucket_benchmark(world_size: int, bucket_caps_mb: list[float], steps: int = 10,
                              model_spec: MLPSpec | None = None, warmup: int = 2, compute_only: bool = False,
-                             *, backend: str = "auto", timeout_s: float = 600.0) -> BucketResult:
+                             compressions=(), repeats: int = 1, *, backend: str = "auto",
+                             timeout_s: float = 600.0) -> BucketResult:
     """Launch ``ddp_bucket_benchmark`` on ``world_size`` ranks from a notebook cell."""
     chosen = cdist.choose_backend(world_size, backend)
     spec = model_spec or default_mlp_spec("cuda" if chosen == "nccl" else "cpu")
     results = cdist.launch(ddp_bucket_benchmark, world_size, list(bucket_caps_mb), steps, spec, warmup,
-                           compute_only, backend=chosen, timeout_s=timeout_s)
+                           compute_only, list(compressions), repeats, backend=chosen, timeout_s=timeout_s)
     return BucketResult(rows=results[0], world_size=world_size, backend=chosen, model_spec=spec)
 
 

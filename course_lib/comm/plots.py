@@ -69,15 +69,21 @@ def plot_allreduce_cost(result: "bench.BenchResult", *, gamma: float = 0.0, algo
 
 
 def plot_ddp_buckets(result: "bench.BucketResult", ax=None):
-    """Bar chart of DDP step time per bucket cap, next to the no-overlap (and floor) rows."""
+    """Bar chart of DDP step time per bucket cap, next to the no-overlap (and floor) rows.
+
+    Each bar is the median over repeats; the whisker spans the repeats' min and max (the run-to-run
+    noise), when the rows carry ``step_ms_repeats``. Compressed rows are left to their own table.
+    """
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 3.5))
-    labels, values, colors = [], [], []
-    for r in result.rows:
+    labels, values, colors, lo, hi = [], [], [], [], []
+    for r in result.bucket_rows:
+        n = r.get("allreduces_per_step")
+        count = f"\n{n:.3g} all-reduce{'s' if n != 1 else ''}" if n is not None else ""
         if r["overlap"] is True:
-            labels.append(f"DDP\n{r['bucket_cap_mb']:g} MiB")
+            labels.append(f"DDP\n{r['bucket_cap_mb']:g} MiB{count}")
             colors.append("tab:blue")
         elif r["overlap"] is False:
             labels.append(f"no overlap\n1 x {r['bucket_cap_mb']:.3g} MiB")
@@ -86,12 +92,140 @@ def plot_ddp_buckets(result: "bench.BucketResult", ax=None):
             labels.append("no comm.\n(floor)")
             colors.append("tab:gray")
         values.append(r["step_ms"])
+        reps = r.get("step_ms_repeats") or [r["step_ms"]]
+        lo.append(r["step_ms"] - min(reps))
+        hi.append(max(reps) - r["step_ms"])
     ax.bar(range(len(values)), values, color=colors)
+    if any(lo) or any(hi):
+        ax.errorbar(range(len(values)), values, yerr=[lo, hi], fmt="none", ecolor="black", capsize=3, lw=1)
     ax.set_xticks(range(len(values)), labels, fontsize=8)
     ax.set_ylabel("step time (ms)")
-    ax.set_title(f"DDP gradient buckets, {result.world_size} ranks ({result.backend})")
+    reps = max((len(r.get("step_ms_repeats") or []) for r in result.bucket_rows), default=0)
+    ax.set_title(f"DDP gradient buckets, {result.world_size} ranks ({result.backend})"
+                 + (f"; whiskers: min-max of {reps} repeats" if reps > 1 else ""), fontsize=10)
     ax.figure.tight_layout()
     return ax.figure, ax
+
+
+def plot_bucket_timeline(result: "bench.BucketResult", ax=None):
+    """One step per variant, from the recorded stamps: forward, backward, each all-reduce, optimizer.
+
+    Per variant a lane: forward (light gray), backward compute (gray: until the last bucket was
+    ready, or until backward returned without DDP's hooks), backward waiting for the all-reduces
+    (hatched: DDP's backward returns only once every bucket is reduced), the optimizer step
+    (green). Below it, one thin bar per all-reduce, from "ready" (the hook was called) to "done":
+    where a bar lies under the gray, communication overlapped backward compute. The step shown is
+    the rank's step of median length (``timeline`` of :func:`course_lib.comm.bench.ddp_bucket_benchmark`).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    rows = [r for r in result.rows if r.get("timeline")]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1.4 + 0.75 * max(1, len(rows))))
+    colors = ("tab:blue", "tab:orange")
+    for i, r in enumerate(rows):
+        tl = r["timeline"]
+        y = i
+        bw0, bw1, end = tl["backward_start_ms"], tl["backward_end_ms"], tl["step_ms"]
+        ars = tl["allreduces_ms"]
+        compute_end = max(a for a, _, _ in ars) if (ars and r["overlap"]) else bw1
+        compute_end = min(max(compute_end, bw0), bw1)
+        ax.broken_barh([(0, bw0)], (y - 0.4, 0.35), color="lightgray")
+        ax.broken_barh([(bw0, compute_end - bw0)], (y - 0.4, 0.35), color="dimgray")
+        if bw1 > compute_end:
+            ax.broken_barh([(compute_end, bw1 - compute_end)], (y - 0.4, 0.35), facecolor="white",
+                           edgecolor="dimgray", hatch="///")
+        opt0 = max([bw1] + [b for _, b, _ in ars])
+        ax.broken_barh([(opt0, max(end - opt0, 0))], (y - 0.4, 0.35), color="tab:green")
+        n = len(ars)
+        for j, (a, b, _) in enumerate(ars):
+            h = 0.4 / max(n, 1)
+            ax.broken_barh([(a, max(b - a, 1e-6))], (y + 0.0 + j * h, h * 0.85), color=colors[j % 2])
+    ax.set_yticks(range(len(rows)), [_timeline_label(r) for r in rows], fontsize=8)
+    ax.set_ylim(len(rows) - 0.5, -0.6)
+    ax.set_xlabel("ms from the start of the step (forward first)")
+    ax.set_title(f"One step per variant, {result.world_size} ranks ({result.backend}, "
+                 f"{rows[0]['clock'] if rows and rows[0].get('clock') else 'recorded'} stamps; the median step)",
+                 fontsize=10)
+    fig = ax.figure
+    fig.legend(handles=[Patch(color="lightgray", label="forward"), Patch(color="dimgray", label="backward compute"),
+                       Patch(facecolor="white", edgecolor="dimgray", hatch="///",
+                             label="backward waits for all-reduces"),
+                       Patch(color="tab:green", label="optimizer step"),
+                       Patch(color="tab:blue", label="an all-reduce, ready -> done")],
+               fontsize=7, loc="lower center", ncol=5)
+    fig.tight_layout(rect=(0, min(0.4, 0.4 / fig.get_size_inches()[1]), 1, 1))  # room for the legend
+    return fig, ax
+
+
+def _timeline_label(r: dict) -> str:
+    if r["overlap"] is None:
+        return "no communication"
+    if r["overlap"] is False:
+        return "one all-reduce\nafter backward"
+    n = r.get("allreduces_per_step")
+    tail = f"\n{n:.3g} bucket{'s' if n != 1 else ''}" if n is not None else ""
+    if r.get("compression") not in (None, "none"):
+        return f"{r['compression']} compressed\n{r['bucket_cap_mb']:g} MiB{tail}"
+    return f"DDP {r['bucket_cap_mb']:g} MiB{tail}"
+
+
+def plot_ring_steps(p: int, ncols: int = 4):
+    """The ring all-reduce on ``p`` ranks, round by round: reduce-scatter, then all-gather.
+
+    Drawn from lesson 08's schedules (``ring_reduce_scatter_schedule``, ``ring_all_gather_schedule``,
+    replayed with :meth:`Schedule.replay` on symbols): one panel per moment, ranks top to bottom,
+    the tensor's ``p`` chunks left to right; a cell says whose contributions it holds (``0+1``;
+    for ``p > 4`` how many) and is darker the more ranks it sums; arrows are the round's messages,
+    red where the receiver adds, black where it copies. Returns ``(fig, axes)``.
+    """
+    import matplotlib.pyplot as plt
+
+    from .collectives import Schedule, ring_all_gather_schedule, ring_reduce_scatter_schedule
+
+    rs, ag = ring_reduce_scatter_schedule(p, p), ring_all_gather_schedule(p, p)  # one element per chunk
+    rounds = [("reduce-scatter", k, rnd) for k, rnd in enumerate(rs.rounds)] + \
+             [("all-gather", k, rnd) for k, rnd in enumerate(ag.rounds)]
+    everything = rs.rounds + ag.rounds
+    start = [[(r,) for _ in range(p)] for r in range(p)]
+    panels = [("start: each rank its own", start, ())]
+    for i, (phase, k, rnd) in enumerate(rounds):
+        state = Schedule("ring", p, p, everything[:i + 1]).replay(start)
+        total = len(rs.rounds) if phase == "reduce-scatter" else len(ag.rounds)
+        panels.append((f"{phase} {k + 1}/{total}", state, rnd))
+    ncols = max(1, min(ncols, len(panels)))
+    nrows = -(-len(panels) // ncols)
+    size = 0.45 * max(p, 2) + 1.1
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(ncols * size, 6.5), nrows * (size + 0.3) + 0.5),
+                             squeeze=False)
+    cmap = plt.get_cmap("Blues")
+    for ax, (title, state, rnd) in zip(axes.flat, panels):
+        for r in range(p):
+            for c in range(p):
+                held = sorted(state[r][c])
+                ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=cmap(0.05 + 0.5 * len(held) / p),
+                                           edgecolor="white"))
+                text = "+".join(map(str, held)) if p <= 4 else str(len(held))
+                ax.text(c - 0.12, r, text, ha="center", va="center", fontsize=7 if p <= 4 else 6)
+        for t in rnd:
+            c = t.lo  # one element per chunk: the element is the chunk
+            ax.annotate("", xy=(c + 0.33, t.dst), xytext=(c + 0.33, t.src),
+                        arrowprops=dict(arrowstyle="-|>", color="tab:red" if t.reduce else "black", lw=1.3,
+                                        connectionstyle="arc3,rad=0.25"))
+        ax.set_xlim(-0.5, p - 0.5)
+        ax.set_ylim(p - 0.5, -0.5)
+        ax.set_xticks(range(p), [f"c{c}" for c in range(p)], fontsize=6)
+        ax.set_yticks(range(p), [f"rank {r}" for r in range(p)], fontsize=6)
+        ax.set_title(title, fontsize=8)
+        ax.set_aspect("equal")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(f"ring all-reduce, p = {p}: {len(rs.rounds)} reduce-scatter + {len(ag.rounds)} all-gather rounds\n"
+                 "each rank sends one chunk (1/p of the tensor) per round; red arrow: added, black: copied",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig, axes
 
 
 # --------------------------------------------------------------------------- lesson 08: who sends what to whom

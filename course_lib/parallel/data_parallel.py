@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import dist as cdist
+from ..comm.hooks import AllReduceRecorder, in_flight_seconds
 from ..config import BatchConfig, batch_config
 from ..tables import Table
 
@@ -67,12 +67,11 @@ class DataParallel:
         self.device = device
         self.bucket_cap_mb = bucket_cap_mb
         self.ddp = None
-        self._comm: list[tuple[float, float]] = []  # (start, end) of each bucket's all-reduce
+        self.recorder: AllReduceRecorder | None = None  # DDP's all-reduce, timed bucket by bucket
         self.sync_steps = 0
-        # gloo: {micro-step index i: how many steps all-reduced during micro step i} -- with
-        # no_sync working, only the last index k - 1 appears, once per step (tests/test_ddp.py)
+        # {micro-step index i: how many steps all-reduced during micro step i} -- with no_sync
+        # working, only the last index k - 1 appears, once per step (tests/test_ddp.py)
         self.allreduce_micro_steps: collections.Counter = collections.Counter()
-        self._reduced_now = False
 
     @property
     def grad_accum_steps(self) -> int:
@@ -85,21 +84,11 @@ class DataParallel:
         kwargs = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
         self.ddp = DistributedDataParallel(
             model, device_ids=[self.device.index] if self.device.type == "cuda" else None, **kwargs)
-        if dist.get_backend() == "gloo":  # time each bucket's all-reduce (NCCL: see comm_time_s)
-            self.ddp.register_comm_hook(None, self._timed_allreduce)
+        # DDP's own average (divide, then sum), timed per bucket on every backend: host clock on
+        # CPU ranks, CUDA events on GPU ranks (course_lib.comm.hooks)
+        self.recorder = AllReduceRecorder(device=self.device)
+        self.ddp.register_comm_hook(None, self.recorder.hook)
         return self.ddp
-
-    def _timed_allreduce(self, state, bucket):
-        """DDP's default hook (average = divide, then sum over ranks), with a stopwatch."""
-        t0 = time.perf_counter()
-        self._reduced_now = True
-        fut = dist.all_reduce(bucket.buffer().div_(self.world_size), async_op=True).get_future()
-
-        def done(f):
-            self._comm.append((t0, time.perf_counter()))
-            return f.value()[0]
-
-        return fut.then(done)
 
     def micro_batches(self, train_model: torch.nn.Module, batch, count=None):
         """Yield ``(micro_batch, denominator, sync_context)`` for the ``k`` micro steps of one step.
@@ -122,9 +111,9 @@ class DataParallel:
                 sync = contextlib.nullcontext()
                 if self.ddp is not None:
                     self.sync_steps += 1  # this micro step all-reduces
-            self._reduced_now = False
+            calls = self.recorder.calls if self.recorder is not None else 0
             yield micro, denominator, sync  # the caller's backward runs here (and calls the hook)
-            if self._reduced_now:
+            if self.recorder is not None and self.recorder.calls > calls:
                 self.allreduce_micro_steps[i] += 1
 
     def agree(self, flag: bool) -> bool:
@@ -138,28 +127,18 @@ class DataParallel:
     @property
     def comm_method(self) -> str | None:
         """How :attr:`comm_time_s` is measured here, for the tables that show it (None on one process)."""
-        if self.ddp is None:
+        if self.recorder is None:
             return None
-        if dist.get_backend() == "gloo":
-            return "timed: every bucket's all-reduce"
-        return "estimated: DDP's sampled timers x steps"
+        return f"timed: every bucket's all-reduce ({self.recorder.clock.kind})"
 
     @property
     def comm_time_s(self) -> float | None:
-        """Seconds with a gradient all-reduce in flight (None on one process).
+        """Seconds with a gradient all-reduce pending (None on one process): the union of every
+        bucket's interval from "ready" to "reduced" (part of it overlaps backward compute).
 
-        gloo: the union of the timed all-reduces (part of it overlaps backward compute).
-        NCCL: host clocks cannot see GPU collectives finish, so this uses DDP's own
-        sampled timers (``avg_backward_comm_time``; sampled on the first iterations and
-        every 100th) times the number of synchronizing steps: an estimate.
+        The same method on gloo and NCCL; only the clock differs (:mod:`course_lib.comm.hooks`:
+        ``perf_counter`` on CPU ranks, CUDA events on GPU ranks, read here after the run).
         """
-        if self.ddp is None:
+        if self.recorder is None:
             return None
-        if dist.get_backend() != "gloo":
-            avg_ns = self.ddp._get_ddp_logging_data().get("avg_backward_comm_time", 0)
-            return avg_ns * 1e-9 * self.sync_steps
-        total, end = 0.0, float("-inf")
-        for a, b in sorted(self._comm):
-            total += max(0.0, b - max(a, end))
-            end = max(end, b)
-        return total
+        return in_flight_seconds(self.recorder.intervals())

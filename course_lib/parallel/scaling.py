@@ -90,6 +90,67 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
             "(quoted), with the lr rules, warmup and LARS of lessons 02-04 to keep such a batch converging.")
 
 
+def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
+    """Whether strong scaling kept the optimization and weak scaling changed it, and what the largest
+    run gained in time to target over one rank: read from the rows.
+
+    Epochs to target are measured at evaluation points ``eval_every_epochs`` apart, so two runs
+    whose epochs to target differ by less than one interval are the same within the measurement.
+    Runs that did not reach the target are compared by final HR@10.
+    """
+    parts = []
+    res = eval_every_epochs
+    for mode in ("strong", "weak"):
+        rs = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["world_size"])
+        if len(rs) < 2:
+            continue
+        lo, hi = rs[0], rs[-1]
+        sizes = f"{lo['world_size']} and {hi['world_size']} ranks (global batch {lo['global_batch']} and {hi['global_batch']})"
+        if lo["epochs_to_target"] is not None and hi["epochs_to_target"] is not None:
+            d = hi["epochs_to_target"] - lo["epochs_to_target"]
+            status = "same" if abs(d) <= res + 1e-9 else "changed"
+            if status == "same":
+                what = (f"no measurable change in epochs to target between {sizes}: {lo['epochs_to_target']:.3g} and "
+                        f"{hi['epochs_to_target']:.3g}, within one evaluation interval ({res:g} epochs)")
+            else:
+                what = (f"epochs to target {'grew' if d > 0 else 'shrank'} from {lo['epochs_to_target']:.3g} to "
+                        f"{hi['epochs_to_target']:.3g} between {sizes}, more than one evaluation interval ({res:g} epochs)")
+        else:
+            status = "unreached"
+            reached = [r["world_size"] for r in (lo, hi) if r["epochs_to_target"] is not None]
+            what = (f"{'only ' + str(reached[0]) + ' rank(s)' if reached else 'neither run'} reached the target between "
+                    f"{sizes}; final HR@10 {lo['final_hr']:.4f} and {hi['final_hr']:.4f}")
+        if mode == "strong":
+            lead = "Strong scaling (the same global batch)"
+            same = "as it must: the same batch and the same sample order make it the same optimization"
+            changed = ("which strong scaling should not do: the same global batch is the same optimization, "
+                       "so check the batch arithmetic or the evaluation points")
+        else:
+            lead = "Weak scaling (the global batch grows with the ranks)"
+            same = ("so at these batches the larger global batch cost no extra epochs here, and each rank's "
+                    "throughput is the whole gain")
+            changed = "the larger global batch changed the optimization (lessons 02-04: lr rules, warmup, LARS)"
+        parts.append(f"{lead}: {what}" + {"same": f", {same}.", "changed": f"; {changed}.", "unreached": "."}[status])
+    strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
+    one = next((r for r in strong if r["world_size"] == 1), None)
+    top = strong[-1] if strong else None
+    if one is not None and top is not None and top is not one:
+        t1, tw = one["time_to_target_s"], top["time_to_target_s"]
+        if t1 and tw:
+            ratio = t1 / tw
+            how = f"{ratio:.2g}x faster" if ratio >= 1 else f"{1 / ratio:.2g}x slower"
+            parts.append(f"Time to target: {tw:.3g} s on {top['world_size']} ranks against {t1:.3g} s on one rank with "
+                         f"the same setting, {how} (time-to-target efficiency {top['ttt_efficiency']:.2f}; one run "
+                         "each, so rerun before trusting a few tens of percent); "
+                         + ("data parallelism shortened the run here." if ratio >= 1 else
+                            "on this machine data parallelism lengthened the run, so any speedup the ladder's "
+                            "'+data parallel' rung shows over the baseline comes from the rungs below it."))
+        else:
+            parts.append("Time to target: not reached by " + " and ".join(
+                f"{r['world_size']} rank(s)" for r in (one, top) if not r["time_to_target_s"]) + ", so no comparison.")
+    return " ".join(parts) or "one data-parallel size only: nothing to compare."
+
+
 def scaling_table(rows: list[dict]) -> Table:
     t = Table(["mode", "ranks", "global batch", "per-rank batch", "samples/s", "speedup", "efficiency",
                "time to target (s)", "epochs to target", "comm (s)", "comm share", "comm measured by",

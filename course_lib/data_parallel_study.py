@@ -1,0 +1,287 @@
+"""What lesson 06 measures, read from the learner's own numbers.
+
+Each reading takes the rows a benchmark returned and says what they show, in words that stay
+true on any tier (CPU processes over gloo, one GPU whose ranks are CPU processes, several GPUs
+over NCCL) and at any world size, including one. A difference is called a difference only when
+it beats the noise measured next to it: the spread of the all-reduce sweep's blocks, the range
+of the bucket benchmark's repeats.
+
+- :func:`ring_reading` — what the ring all-reduce's schedule sends, counted from lesson 08's schedules;
+- :func:`allreduce_reading` — the sweep: where latency ends and bandwidth begins, and whether the
+  small messages really lie on a flat line;
+- :func:`overlap_reading` — the bucket benchmark: the share of a step that is communication,
+  what overlapping it with backward saved, what the bucket size changed;
+- :func:`compression_reading` — fp16/bf16 gradient compression: bytes, time, and whether the
+  training stayed the same.
+
+Strong and weak scaling are read in :mod:`course_lib.parallel.scaling`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .comm.collectives import ring_allreduce_schedule
+from .comm.cost import _human_bytes, allreduce_busbw_factor
+
+# unit roundoff of each 16-bit format (half the distance from 1 to the next number): 2^-11, 2^-8
+UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+TORCH_HOOK_NAMES = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
+
+
+# --------------------------------------------------------------------------- noise
+
+
+def repeat_range(row: dict) -> tuple[float, float]:
+    """Fastest and slowest repeat of a bucket-benchmark row (ms)."""
+    reps = row.get("step_ms_repeats") or [row["step_ms"]]
+    return min(reps), max(reps)
+
+
+def measurably_different(a: dict, b: dict) -> bool | None:
+    """True when the repeats' ranges of two rows do not overlap; None with fewer than 2 repeats each
+    (then there is no noise to compare with)."""
+    if min(len(a.get("step_ms_repeats") or []), len(b.get("step_ms_repeats") or [])) < 2:
+        return None
+    (lo_a, hi_a), (lo_b, hi_b) = repeat_range(a), repeat_range(b)
+    return hi_a < lo_b or hi_b < lo_a
+
+
+def _vs(a: dict, b: dict, what_a: str, what_b: str) -> str:
+    """'A took x ms, y ms less than B (z %)' or 'no measurable difference ...', from two rows."""
+    d = b["step_ms"] - a["step_ms"]
+    verdict = measurably_different(a, b)
+    ra, rb = repeat_range(a), repeat_range(b)
+    ranges = f"{what_a} {ra[0]:.3g}-{ra[1]:.3g} ms, {what_b} {rb[0]:.3g}-{rb[1]:.3g} ms over the repeats"
+    if verdict is False:
+        return f"no measurable difference between {what_a} and {what_b} (their repeats overlap: {ranges})"
+    word = "less" if d > 0 else "more"
+    tail = "" if verdict else " (one repeat only: no noise estimate, so this may be noise)"
+    return (f"{what_a} took {a['step_ms']:.3g} ms per step, {abs(d):.3g} ms {word} than {what_b} "
+            f"({abs(d) / b['step_ms']:.0%}){tail}")
+
+
+# --------------------------------------------------------------------------- the ring
+
+
+def ring_reading(p: int, n_elements: int | None = None) -> str:
+    """What each rank sends in a ring all-reduce on ``p`` ranks, counted on the schedule itself."""
+    if p < 2:
+        return "one rank: an all-reduce has nothing to send (the ring has no rounds)."
+    n = n_elements or 1000 * p
+    s = ring_allreduce_schedule(p, n)
+    sent = max(s.elements_sent_by(r) for r in range(p))
+    return (f"ring all-reduce on {p} ranks: {len(s.rounds)} rounds (reduce-scatter, then all-gather), {s.messages} "
+            f"messages; each rank sends {sent:,} of the tensor's {n:,} elements, {sent / n:.3g}x the tensor "
+            f"= 2(p-1)/p = {allreduce_busbw_factor(p):.3g}: the factor nccl-tests multiplies algbw by to get busbw. "
+            "It stays below 2 however many ranks join, which is why the ring is bandwidth-optimal; the "
+            f"{len(s.rounds)} rounds are its latency cost, and they grow with p.")
+
+
+# --------------------------------------------------------------------------- the all-reduce sweep
+
+
+def allreduce_reading(bench) -> str:
+    """Where the sweep's latency regime ends, whether its small messages lie on a flat line
+    (compared with the spread of the blocks), and how close the largest came to the fit's bandwidth."""
+    rows = sorted(bench.rows, key=lambda r: r["size_bytes"])
+    if bench.world_size < 2:
+        return ("one rank: an all-reduce has nobody to exchange with, so these times are the call's own "
+                "overhead, not a link; run with 2 or more ranks to measure one.")
+    alpha, beta = bench.fit()
+    n_half = alpha / beta if beta > 0 else math.inf  # the size where n x beta = alpha
+    small = [r for r in rows if r["size_bytes"] <= n_half]
+    large = [r for r in rows if r["size_bytes"] > n_half]
+    parts = []
+    if small:
+        times = [r["time_s"] * 1e6 for r in small]
+        lo, hi = min(times), max(times)
+        level = sorted(times)[len(times) // 2]  # the flat line's height: the median size's time
+        spread = {r["size_bytes"]: (r["time_max_s"] - r["time_min_s"]) * 1e6 if "time_max_s" in r else 0.0
+                  for r in small}
+        # a size lies off the line when it is farther from the level than its own blocks spread
+        off = [r for r, t in zip(small, times) if abs(t - level) > spread[r["size_bytes"]]]
+        if len(small) == 1:
+            shape = "a single size, so no line to judge"
+        elif not off:
+            shape = (f"a flat line within the noise: every size lies within its own blocks' spread of the median, "
+                     f"{level:.3g} us")
+        elif times[-1] >= 1.5 * times[0] and times == sorted(times):
+            shape = (f"not flat: the time already grows with the size ({times[0]:.3g} to {times[-1]:.3g} us), "
+                     "by more than the blocks' spread")
+        else:
+            names = ", ".join(f"{_human_bytes(r['size_bytes'])} ({t:.3g} us)" for r, t in zip(small, times) if r in off)
+            shape = (f"not a flat line: {names} lie off the median {level:.3g} us by more than their blocks' spread, "
+                     f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
+                     "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
+                     "not the bytes")
+        where = (f"up to the largest size measured ({_human_bytes(small[-1]['size_bytes'])})" if not large else
+                 f"up to about {_human_bytes(n_half)}, where the fit's bandwidth term n x beta reaches its latency "
+                 f"alpha = {alpha * 1e6:.3g} us")
+        parts.append(f"Latency regime {where}: {len(small)} size(s) from {_human_bytes(small[0]['size_bytes'])}, "
+                     f"measured {lo:.3g}-{hi:.3g} us, {shape}.")
+    if large:
+        best = max(large, key=lambda r: r["busbw_GBps"])
+        asymptote = allreduce_busbw_factor(bench.world_size) / beta / 1e9
+        parts.append(f"Bandwidth regime above it: the time grows with the size, and the largest busbw measured is "
+                     f"{best['busbw_GBps']:.3g} GB/s at {_human_bytes(best['size_bytes'])}, {best['busbw_GBps'] / asymptote:.0%} "
+                     f"of the fit's asymptote ({asymptote:.3g} GB/s = 2(p-1)/p / beta).")
+    else:
+        parts.append("No size measured here is large enough for the bandwidth term to dominate"
+                     + (" (the fit found no bandwidth term at all)" if beta <= 0 else "")
+                     + ": the full profile's sizes (up to 64 MiB on CPUs, 256 MiB on GPUs) reach it.")
+    return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- buckets and overlap
+
+
+def _largest_tensor_mb(spec) -> float | None:
+    try:
+        return max(p.numel() for p in spec.build().parameters()) * 4 / 2**20
+    except Exception:  # a spec without build(): say nothing about tensor sizes
+        return None
+
+
+def overlap_reading(result) -> str:
+    """The communication share of a step and what overlap saved, from the bucket benchmark's rows,
+    each difference compared with the range of its repeats."""
+    rows = result.bucket_rows
+    buckets = [r for r in rows if r["overlap"] is True and r.get("step_ms") is not None]
+    floor = next((r for r in rows if r["overlap"] is None), None)
+    serial = next((r for r in rows if r["overlap"] is False), None)
+    if not buckets:
+        return "no DDP bucket rows to read."
+    best = min(buckets, key=lambda r: r["step_ms"])
+    worst = max(buckets, key=lambda r: r["step_ms"])
+    reps = min(len(r.get("step_ms_repeats") or []) for r in rows if r.get("step_ms") is not None)
+    parts = []
+    if result.world_size < 2:
+        parts.append("One rank: DDP has nobody to all-reduce with, so every variant is compute plus the call's "
+                     "overhead.")
+    n = best.get("allreduces_per_step") or 0
+    cap = f"{best['bucket_cap_mb']:g} MiB buckets ({n:.3g} all-reduce{'' if n == 1 else 's'} per step)"
+    if floor is not None:
+        exposed = best["step_ms"] - floor["step_ms"]
+        same = measurably_different(best, floor)
+        if same is False:
+            parts.append(f"Communication share: not measurable here. With {cap} a step took as long as with no "
+                         f"communication at all, within the noise ({_vs(best, floor, 'buckets', 'the floor')}): "
+                         "either the all-reduces hid behind backward, or the machine's noise is larger than what "
+                         "they cost (rerun on a quieter machine to tell).")
+        else:
+            parts.append(f"Communication share: with the fastest setting, {cap}, a step took {best['step_ms']:.3g} ms "
+                         f"against {floor['step_ms']:.3g} ms with no communication, so {max(exposed, 0) / best['step_ms']:.0%} "
+                         f"of the step is communication that did not hide behind backward (all-reduces were pending "
+                         f"{best.get('comm_ms') or 0:.3g} ms per step)"
+                         + ("." if same else "; one repeat only, so no noise estimate."))
+    if serial is not None:
+        verdict = measurably_different(best, serial)
+        if verdict is False:
+            parts.append(f"What overlap saved: nothing measurable — {_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
+        elif best["step_ms"] < serial["step_ms"]:
+            parts.append(f"What overlap saved: {_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
+        else:
+            parts.append(f"What overlap saved: nothing — {_vs(serial, best, 'one all-reduce after backward', 'the best bucket setting')}: "
+                         "overlapping bought nothing here (backward and the all-reduce compete for the same "
+                         "cores, or each extra message costs more than the overlap hides).")
+    if len(buckets) > 1 and worst is not best:
+        names = (f"{best['bucket_cap_mb']:g} MiB", f"{worst['bucket_cap_mb']:g} MiB")
+        parts.append(f"Bucket size: {_vs(best, worst, *names)}.")
+        counts = {}
+        for r in buckets:
+            counts.setdefault(r.get("allreduces_per_step"), []).append(r["bucket_cap_mb"])
+        same = [caps for n, caps in counts.items() if n is not None and len(caps) > 1]
+        if same:
+            big = _largest_tensor_mb(result.model_spec)
+            parts.append(f"Caps {', '.join(f'{c:g}' for c in same[0])} MiB made the same number of buckets: a bucket "
+                         "takes whole tensors until it reaches its cap"
+                         + (f", and this model's largest gradient is {big:.3g} MiB." if big else "."))
+    if reps < 2:
+        parts.append("(With one repeat there is no noise estimate: run with repeats >= 2 before drawing conclusions.)")
+    return " ".join(parts)
+
+
+def _union(intervals) -> list[tuple[float, float]]:
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def timeline_reading(result) -> str:
+    """From each variant's recorded step: how long an all-reduce was pending, and how much of that
+    lay while backward was still computing (overlap) rather than after it (waiting)."""
+    parts = []
+    for r in result.rows:
+        tl = r.get("timeline")
+        if not tl or r["overlap"] is None or not tl["allreduces_ms"]:
+            continue
+        spans = _union((a, b) for a, b, _ in tl["allreduces_ms"])
+        pending = sum(b - a for a, b in spans)
+        compute_end = max(a for a, _, _ in tl["allreduces_ms"]) if r["overlap"] else tl["backward_end_ms"]
+        under = sum(max(0.0, min(b, compute_end) - max(a, tl["backward_start_ms"])) for a, b in spans)
+        name = ("one all-reduce after backward" if r["overlap"] is False else
+                f"{r['compression']}-compressed {r['bucket_cap_mb']:g} MiB" if r.get("compression") not in (None, "none")
+                else f"{r['bucket_cap_mb']:g} MiB buckets")
+        n = len(tl["allreduces_ms"])
+        share = f" ({under / pending:.0%})" if pending > 0 else ""
+        parts.append(f"{name}: {n} all-reduce{'s' if n != 1 else ''} pending {pending:.3g} ms of a {tl['step_ms']:.3g} ms "
+                     f"step, {under:.3g} ms of it{share} while backward was still computing")
+    if not parts:
+        return "no recorded all-reduces to read."
+    return ("In the steps drawn (rank 0's median step per variant): " + "; ".join(parts) +
+            ". What lies under backward's compute overlapped it; the rest the step waited for.")
+
+
+# --------------------------------------------------------------------------- compression
+
+
+def compression_reading(result, tolerance: float = 0.01) -> str:
+    """What fp16/bf16 gradient compression did: bytes (counted), time (against the repeats' noise),
+    and whether training stayed the same: the loss after the run's steps, within ``tolerance`` of the
+    loss decrease the uncompressed run made, and the parameters' distance in the format's rounding units."""
+    rows = result.compression_rows
+    if not rows:
+        return "gradient compression was not measured in this run."
+    ref, comps = rows[0], rows[1:]
+    parts = []
+    for r in comps:
+        c = r["compression"]
+        if r.get("step_ms") is None:
+            reduces = r.get("backend_reduces_dtype")
+            backend_says = ("" if reduces is None else
+                            f" It checks how torch was built, not the process group: {r.get('backend', 'the backend')} "
+                            f"itself {'summed' if reduces else 'could not sum'} {c} tensors correctly in this run.")
+            parts.append(f"{c}: not run here. DDP refuses torch's {TORCH_HOOK_NAMES.get(c, c)} in this build of torch "
+                         f"(\"{r.get('refused')}\").{backend_says}")
+            continue
+        ratio = r["bytes_per_step"] / ref["bytes_per_step"] if ref.get("bytes_per_step") else math.nan
+        time_part = _vs(r, ref, f"{c}", "uncompressed")
+        decrease = ref["first_loss"] - ref["final_loss"]
+        loss_diff = abs(r["final_loss"] - ref["final_loss"])
+        u = UNIT_ROUNDOFF.get(c)
+        units = f" ({r['update_rel_diff'] / u:.2g} units of {c}'s rounding, 2^{int(math.log2(u))})" if u else ""
+        if decrease > 0:
+            same = loss_diff <= tolerance * decrease
+            train = (f"training {'unchanged' if same else 'changed'} within {tolerance:.0%}: after {r['steps']} timed steps "
+                     f"(plus warm-up) the loss is {r['final_loss']:.5g} against {ref['final_loss']:.5g}, a difference "
+                     f"{loss_diff / decrease:.2%} of the {decrease:.3g} the uncompressed run gained")
+        else:
+            train = "the uncompressed run did not lower the loss, so the loss cannot say whether training changed"
+        u_flow = r.get("underflow") or {}
+        flushed = ((u_flow["nonzero"] - u_flow["nonzero_sent"]) / u_flow["nonzero"]) if u_flow.get("nonzero") else None
+        sub = (u_flow["subnormal_sent"] / u_flow["nonzero"]) if u_flow.get("nonzero") else None
+        flow = ("" if flushed is None else
+                f"; of the nonzero gradients, {flushed:.2%} became zero in {c} and {sub:.2%} were subnormal there "
+                "(fewer bits kept)")
+        parts.append(f"{c}: {_human_bytes(r['bytes_per_step'])} all-reduced per step instead of "
+                     f"{_human_bytes(ref['bytes_per_step'])} ({ratio:.2g}x, counted on the tensors handed to all_reduce); "
+                     f"{time_part}; all-reduces pending {r['comm_ms']:.3g} ms per step against {ref['comm_ms']:.3g}; "
+                     f"{train}; the parameters ended {r['update_rel_diff']:.2g} away from the uncompressed run's "
+                     f"(relative to how far training moved them){units}, most in {r['worst_tensor']} "
+                     f"({r['worst_tensor_rel_diff']:.2g}){flow}.")
+    return " ".join(parts)
