@@ -488,8 +488,14 @@ class PrecisionSpeed(dict):
 
     @property
     def spread(self) -> float:
-        """The largest relative spread between repeats of one mode, (max - min) / max; NaN with one repeat."""
-        spreads = [(max(v) - min(v)) / max(v) for v in self.repeats.values() if len(v) > 1]
+        """The noise of the fastest-repeat estimate: per mode, how far the fastest repeat is from the next
+        fastest, (first - second) / first; the largest over the modes. NaN with one repeat. A repeat
+        slowed by other work on the machine does not count against it, as long as two repeats were not."""
+        spreads = []
+        for v in self.repeats.values():
+            if len(v) > 1:
+                first, second = sorted(v, reverse=True)[:2]
+                spreads.append((first - second) / first)
         return max(spreads) if spreads else math.nan
 
     def ratio(self, mode: str) -> float:
@@ -497,12 +503,13 @@ class PrecisionSpeed(dict):
 
 
 def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: int = 30, device=None,
-                         repeats: int = 2, warmup_steps: int = 3) -> PrecisionSpeed:
+                         repeats: int = 3, warmup_steps: int = 3) -> PrecisionSpeed:
     """Training samples/s of ``cfg`` in each precision (lesson 05): ``steps`` timed steps after
     ``warmup_steps`` untimed ones on the same model (:func:`course_lib.train.ncf.throughput`: steady
     state, the phases timed), ``repeats`` times with the modes interleaved (fp32, bf16, fp16, fp32, ...)
-    so a change of load on the machine hits every mode alike. Each mode keeps its fastest repeat;
-    ``.spread`` is the noise the readings compare ratios with."""
+    so a change of load on the machine hits every mode alike. Each mode keeps its fastest repeat (the
+    least disturbed); ``.spread``, how reproducible that fastest repeat is, is the noise the readings
+    compare ratios with."""
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)  # once: each run below would otherwise copy the dataset again
     if "fp32" not in modes:
@@ -575,7 +582,7 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
     16-bit math here: :func:`course_lib.hardware.sixteen_bit_units`); ``runs``: the time-to-target runs
     (a second measurement of the same ratios, findings 05.4); ``neumf_share``, ``bert``: the matmul share
     of the parameters (:func:`linear_share`, :func:`bert_linear_share`); ``bert_ratio``: lesson 07's saved
-    bf16/fp32 (:func:`saved_bert_ratio`). A ratio within the repeats' spread (at least ``min_tolerance``)
+    bf16/fp32 (:func:`saved_bert_ratio`). A ratio within the repeats' noise (``speed.spread``, at least ``min_tolerance``)
     of 1 is "no measurable difference". When the two measurements disagree, the load average now
     (``load_now``, default: read now, after the time-to-target runs) is set beside ``speed.load``."""
     device = str(device)
@@ -583,7 +590,7 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
     units = sixteen_bit_units(hw, device)
     spread = speed.spread
     tol = max(min_tolerance, 0.0 if math.isnan(spread) else spread)
-    noise = (f"the repeats' spread of {spread:.0%}" if not math.isnan(spread) else "one repeat, no spread measured")
+    noise = (f"the fastest two repeats {spread:.0%} apart" if not math.isnan(spread) else "one repeat, no spread measured")
     where = "GPU" if on_gpu else "CPU"
     f32 = speed["fp32"].phase_s
     total32 = sum(f32.values()) or math.nan

@@ -108,10 +108,14 @@ def test_speedup_reading_on_ampere_and_hopper(gpu, ratio, verdict):
     assert "Lesson 07 measured BERT's bf16 at 1.71x fp32 on this machine" in text
 
 
-def test_the_tolerance_is_the_repeats_spread():
-    speed = _speed({"fp32": 1e6, "bf16": 1.08e6}, repeats={"fp32": [1e6, 0.9e6], "bf16": [1.08e6, 1.05e6]})
+def test_the_tolerance_is_how_reproducible_the_fastest_repeat_is():
+    # one repeat slowed by other work (0.3e6) does not count; the fastest two are 10% apart
+    speed = _speed({"fp32": 1e6, "bf16": 1.08e6}, repeats={"fp32": [1e6, 0.3e6, 0.9e6], "bf16": [1.08e6, 1.05e6, 0.5e6]})
     assert speed.spread == pytest.approx(0.1)
-    assert "(no measurable difference; tolerance 10%" in MP.speedup_reading(speed, H100, "cuda")
+    text = MP.speedup_reading(speed, H100, "cuda")
+    assert "(no measurable difference; tolerance 10%, the fastest two repeats 10% apart)" in text
+    assert MP.speedup_reading(_speed({"fp32": 1e6, "bf16": 1.5e6}, repeats={"fp32": [1e6], "bf16": [1.5e6]}),
+                              H100, "cuda").startswith("bf16 ran 1.50x fp32 here (faster; tolerance 3%, one repeat")
 
 
 class _Run:
@@ -280,6 +284,7 @@ def test_loss_scaling_runs_train_every_variant_for_the_same_steps(data):
 def test_throughput_is_measured_in_steady_state_with_interleaved_repeats(data):
     speed = MP.precision_throughput(data, _cfg(), ("fp32", "fp16"), steps=2, device="cpu", repeats=2, warmup_steps=1)
     assert list(speed) == ["fp32", "fp16"] and all(len(v) == 2 for v in speed.repeats.values())
+    assert speed.load is None or speed.load >= 0
     assert speed.ratio("fp32") == 1.0 and math.isfinite(speed.spread)
     run = speed["fp16"]
     assert run.samples_per_s == max(speed.repeats["fp16"]) and run.steps == 3 and len(run.history["loss_scale"]) == 3
