@@ -12,7 +12,7 @@ Foundations (no other course_lib module, or only these)
     metrics.py       HR@K, NDCG@K, time to target
     hardware.py      what this machine has (cores, GPUs, backends, 16-bit support)
     _forkserver_preload.py  what launch()'s fork server imports once for every worker (torch, torch._dynamo)
-    precision.py     Precision: autocast, fp16 loss scaling, unscale before the step
+    precision.py     Precision: autocast, fp16 loss scaling (static, dynamic or none), unscale before the step
     dist.py          process groups, rank helpers, launch() from a notebook cell, torchrun entry
     tiers.py         the tier plan: every per-tier decision, a pure function of a hardware description
     results.py       each lesson's measurements saved as JSON
@@ -45,7 +45,8 @@ What the lessons measure and show
     search.py        scaled settings, sweeps and their tables, lr grids that extend at their edge; Optuna-based
                      random search / successive halving / Hyperband in a journal file processes share (lesson 12)
     ladder.py        the trick ladder: the one writer and reader of its rungs
-    mixed_precision.py   gradients on fp16's number line, throughput per precision (lesson 05)
+    mixed_precision.py   gradients on fp16's number line (parameter and activation), fp16 with no / static /
+                     dynamic scaling, trust ratios unscaled or not, throughput per precision and why (lesson 05)
     data_parallel_study.py  what lesson 06 reads from its measurements: the ring, the all-reduce sweep,
                      the communication share and what overlap saved, gradient compression
     optimizer_study.py   Adam vs LAMB at a large batch: settings, sweeps, verdicts (lesson 07)

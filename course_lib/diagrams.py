@@ -8,7 +8,8 @@ state. Which lesson uses which:
 * :func:`launch_diagram` - lesson 00: what ``launch`` does from a cell.
 * :func:`neumf_diagram` - lesson 01: NeuMF's two branches, sized from the learner's model.
 * :func:`small_steps_vs_big_step` - lesson 02: k steps at lr vs one step at k x lr on k x the batch.
-* :func:`fp16_number_line` - lesson 05: gradients on fp16's number line, and what a loss scale shifts.
+* :func:`fp16_number_line` - lesson 05: gradients on fp16's number line, and what a loss scale shifts;
+  :func:`fp16_number_lines`: several kinds of gradient (parameter, activation), one panel each.
 * :func:`kinds_of_parallelism` - lessons 06/07: what each device holds under data, tensor,
   pipeline and sharded parallelism.
 """
@@ -185,10 +186,10 @@ def fp16_fractions(log2_magnitudes, scale: float = 1.0) -> dict:
     return fp16_fates(torch.exp2(v[torch.isfinite(v)] + math.log2(scale)))
 
 
-def fp16_number_line(log2_magnitudes, scale: float = 1.0, *, ax=None):
+def fp16_number_line(log2_magnitudes, scale: float = 1.0, *, ax=None, title: str = ""):
     """fp16's number line (zero / subnormal / normal / overflow) with the histogram of the
     gradients on it, shifted by ``log2(scale)``: what a loss scale moves, and where. Returns
-    ``(figure, fractions)`` from :func:`fp16_fractions`."""
+    ``(figure, fractions)`` from :func:`fp16_fractions`; ``title`` names the gradients."""
     import matplotlib.pyplot as plt
 
     if scale <= 0:
@@ -219,10 +220,25 @@ def fp16_number_line(log2_magnitudes, scale: float = 1.0, *, ax=None):
     ax.set_ylabel("count")
     ax.legend(fontsize=8, loc="upper left")
     fr = fp16_fractions(v, scale)
-    ax.set_title(f"scale 2^{shift:.0f}: {fr['zero']:.1%} lost to zero, {fr['subnormal']:.1%} subnormal, "
-                 f"{fr['inf']:.2%} overflow", fontsize=9, pad=16)
+    ax.set_title(f"{title + ': ' if title else ''}scale 2^{shift:.0f}: {fr['zero']:.1%} lost to zero, "
+                 f"{fr['subnormal']:.1%} subnormal, {fr['inf']:.2%} overflow", fontsize=9, pad=16)
     fig.tight_layout()
     return fig, fr
+
+
+def fp16_number_lines(panels: dict, scale: float = 1.0):
+    """:func:`fp16_number_line` for each ``{label: log2 magnitudes}``, one panel per label on a shared
+    x axis (lesson 05: the parameter gradients next to the activation gradients backward stores in
+    fp16). Returns ``(figure, {label: fractions})``."""
+    import matplotlib.pyplot as plt
+
+    if not panels:
+        raise ValueError("fp16_number_lines needs at least one {label: log2 magnitudes} panel")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.9 * len(panels)), sharex=True, squeeze=False)
+    fractions = {}
+    for ax, (label, values) in zip(axes[:, 0], panels.items()):
+        _, fractions[label] = fp16_number_line(values, scale, ax=ax, title=label)
+    return fig, fractions
 
 
 # --------------------------------------------------------------------------- lessons 06-07

@@ -34,9 +34,12 @@ class Hardware:
     cuda_available: bool = False
     gloo_available: bool = False
     nccl_available: bool = False
+    # "native": the processor has instructions (CPU) or tensor cores (GPU) for the format; it says
+    # nothing about speed, which lesson 05 measures. "emulated (slow)": converted in software.
     bf16_autocast: str = "no"  # "native", "emulated (slow)" or "no"
     fp16_autocast: str = "no"
     torch_version: str = torch.__version__
+    cpu_isa16: tuple[str, ...] = ()  # the CPU's 16-bit flags found in /proc/cpuinfo (CPU_ISA16)
 
     @property
     def gpu_count(self) -> int:
@@ -64,8 +67,13 @@ class Hardware:
         t.add(property="torch", value=self.torch_version)
         t.add(property="gloo / NCCL", value=f"{_yes(self.gloo_available)} / {_yes(self.nccl_available)}")
         t.add(property="default backend", value=self.default_backend)
-        t.add(property="bf16 autocast", value=self.bf16_autocast)
-        t.add(property="fp16 autocast", value=self.fp16_autocast)
+        units = sixteen_bit_units(self)
+        for fmt in ("bf16", "fp16"):
+            kind = getattr(self, f"{fmt}_autocast")
+            t.add(property=f"{fmt} autocast",
+                  value=f"{kind}: {units[fmt]}" if units[fmt] else f"{kind}: no {fmt} instructions or tensor cores")
+        t.add(property="16-bit speed", value="not measured here: 'native' names instructions, not a speedup "
+                                             "(lesson 05 measures it)")
         return t
 
     def _repr_html_(self) -> str:
@@ -79,6 +87,34 @@ class Hardware:
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
+
+
+# CPU flags (Linux /proc/cpuinfo names) of 16-bit arithmetic, and what each one is
+CPU_ISA16 = {
+    "amx_bf16": ("bf16", "AMX-BF16 tile matrix units"),
+    "avx512_bf16": ("bf16", "AVX512-BF16 dot-product instructions"),
+    "amx_fp16": ("fp16", "AMX-FP16 tile matrix units"),
+    "avx512_fp16": ("fp16", "AVX512-FP16 arithmetic instructions"),
+}
+
+
+def sixteen_bit_units(hw: Hardware, device: str | None = None) -> dict:
+    """What does 16-bit math in hardware on ``device`` (default: the GPU when there is one), per
+    format: ``{"bf16": text or None, "fp16": text or None}`` (lessons 00, 05). GPUs by compute
+    capability: fp16 tensor cores from Volta (7.0), bf16 ones from Ampere (8.0); CPUs by their
+    flags (:data:`CPU_ISA16`). None: no such units, autocast converts in software."""
+    on_gpu = (device or ("cuda" if hw.gpu_count and hw.cuda_available else "cpu")).startswith("cuda")
+    if on_gpu and hw.gpus:
+        cc = min(hw.gpus, key=lambda g: tuple(map(int, g.compute_capability.split("."))))
+        major = int(cc.compute_capability.split(".")[0])
+        where = f"tensor cores ({cc.name}, compute capability {cc.compute_capability})"
+        return {"bf16": f"bf16 {where}" if major >= 8 else None, "fp16": f"fp16 {where}" if major >= 7 else None}
+    found = {"bf16": [], "fp16": []}
+    for flag in hw.cpu_isa16:
+        if flag in CPU_ISA16:
+            fmt, text = CPU_ISA16[flag]
+            found[fmt].append(text)
+    return {fmt: ", ".join(texts) or None for fmt, texts in found.items()}
 
 
 def usable_cpu_cores() -> int:
@@ -165,6 +201,7 @@ def detect() -> Hardware:
         nccl_available=dist.is_available() and dist.is_nccl_available() and cuda,
         bf16_autocast=bf16,
         fp16_autocast=fp16,
+        cpu_isa16=tuple(sorted(flags & set(CPU_ISA16))),
     )
 
 

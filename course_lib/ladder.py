@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from pathlib import Path
 
-import torch
-
-from .hardware import default_device, detect
+from .hardware import detect
 from .metrics import noise_verdict
 from .plots import plot_ladder
 from .results import load_results, save_result
 from .tables import Table
 from .tiers import largest_power_of_two_at_most
-from .train.engine import sync
-from .train.ncf import TrainConfig, TrainResult, build_engine, make_batches
+from .train.ncf import TrainConfig, TrainResult, throughput
 
 LADDER_STEPS = ("baseline", "+linear scaling", "+warmup", "+LARS", "+mixed precision", "+data parallel")
 PACE_DRIFT_LIMIT = 0.2  # a pace more than 20 % away from lesson 01's (or moving that much within a lesson) is flagged
@@ -72,33 +68,19 @@ def what_ran(config: dict, world_size: int = 1) -> str:
 # --------------------------------------------------------------------------- the yardstick's pace
 
 
-def yardstick_pace(data, cfg: TrainConfig, *, device=None, steps: int = 50, repeats: int = 3) -> float:
+def yardstick_pace(data, cfg: TrainConfig, *, device=None, steps: int | None = None, repeats: int = 3) -> float:
     """The training samples/s of ``cfg`` (the baseline's setting: lesson 01's batch, optimizer and lr)
-    on this machine *now*: ``repeats`` bursts of ``steps`` steps of the course's engine (the sampler's
-    next batch and ``Engine.step``, as the training clock counts them), after a few untimed ones; the
-    median burst, so one burst that another process interrupted does not move it."""
-    dev = torch.device(device) if device is not None else default_device()
-    data = data.to(dev)
+    on this machine *now*: ``repeats`` bursts of ``steps`` steady-state steps of the course's engine
+    (:func:`course_lib.train.ncf.throughput`: the sampler's next batch and ``Engine.step``, as the training
+    clock counts them, after untimed ones); the median burst, so one burst that another process
+    interrupted does not move it. ``steps`` (default): 100,000 samples or a tenth of an epoch, the
+    fewer — a fraction of a second each on a CPU, long enough not to time the clock's own jitter."""
     cfg = cfg.replace(micro_batch_size=None)
-    engine = build_engine(data, cfg, dev)
-    batches = iter(make_batches(data, cfg))  # building the epoch is not part of any burst
-    for _ in range(min(10, steps)):  # untimed: the optimizer's state, allocator and threads warm up
-        engine.step(next(batches))
-    rates = []
-    for _ in range(repeats):
-        sync(dev)
-        t0 = time.perf_counter()
-        n = 0
-        for _ in range(steps):
-            batch = next(batches, None)
-            if batch is None:  # a tiny dataset: start another epoch
-                batches = iter(make_batches(data, cfg))
-                batch = next(batches)
-            engine.step(batch)
-            n += batch[0].numel()
-        sync(dev)
-        rates.append(n / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    if steps is None:
+        samples = min(100_000, data.num_train * (1 + cfg.neg_per_pos) // 10)
+        steps = max(10, samples // cfg.global_batch_size)
+    return statistics.median(throughput(data, cfg, device=device, steps=steps, warmup_steps=min(10, steps))["samples_per_s"]
+                             for _ in range(repeats))
 
 
 def _percent(x: float) -> str:
@@ -109,7 +91,7 @@ class Pace:
     """The yardstick's pace timed around one lesson's runs: ``pace = Pace(data, base_cfg)`` before them
     (prints it next to lesson 01's), ``pace.finish()`` after them, into the rung's record."""
 
-    def __init__(self, data, cfg: TrainConfig, *, device=None, steps: int = 50, repeats: int = 3,
+    def __init__(self, data, cfg: TrainConfig, *, device=None, steps: int | None = None, repeats: int = 3,
                  directory: Path | None = None, quiet: bool = False):
         self._args = dict(data=data, cfg=cfg, device=device, steps=steps, repeats=repeats)
         self.quiet = quiet
@@ -208,6 +190,12 @@ def _pace_of(r: dict) -> float | None:
     return (r.get("pace") or {}).get("rate")
 
 
+def _pace_moved(r: dict) -> float:
+    """How far the yardstick's pace moved between the start and the end of a rung's lesson (0 unknown)."""
+    p = r.get("pace") or {}
+    return abs(p["after"] / p["before"] - 1) if p.get("before") and p.get("after") else 0.0
+
+
 def ladder_rows(directory: Path | None = None) -> list[dict]:
     """The saved rungs in the course's order, each with what the table shows:
 
@@ -243,16 +231,20 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         if r["paced"] and abs(ratio - 1) > PACE_DRIFT_LIMIT:
             flags.append(f"the machine ran {_percent(ratio - 1)} vs lesson 01's pace: compare steps, not seconds")
         p = r.get("pace") or {}
-        if p.get("before") and p.get("after") and abs(p["after"] / p["before"] - 1) > PACE_DRIFT_LIMIT:
+        if _pace_moved(r) > PACE_DRIFT_LIMIT:
             flags.append(f"the pace moved {_percent(p['after'] / p['before'] - 1)} during the lesson")
         r["flags"] = flags
         r["speedup"] = base_t / r["paced_time_s"] if (base_t and r["paced_time_s"]) else None
         r["vs_previous"] = before["paced_time_s"] / r["paced_time_s"] if (before and r["paced_time_s"]) else None
         r["previous_step"] = before["step"] if before else None
         r["vs_noise"] = None
-        if r["vs_previous"] is not None and len(r["paced_seed_times_s"]) > 1 and len(before["paced_seed_times_s"]) > 1:
-            winner, text = noise_verdict(r["paced_seed_times_s"], before["paced_seed_times_s"],
-                                         names=(step, before["step"]), quantity="paced time to target")
+        if r["vs_previous"] is not None:
+            # the yardstick's own movement within each lesson bounds how well pacing can line the two up
+            resolution = (_pace_moved(r) + _pace_moved(before)) * max(r["paced_time_s"], before["paced_time_s"])
+            winner, text = noise_verdict(r["paced_seed_times_s"] or [r["paced_time_s"]],
+                                         before["paced_seed_times_s"] or [before["paced_time_s"]],
+                                         names=(step, before["step"]), quantity="paced time to target",
+                                         resolution=resolution)
             r["vs_noise"] = text if winner is None else None
         rows.append(r)
         if r["paced_time_s"]:

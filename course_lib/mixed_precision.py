@@ -1,4 +1,15 @@
-"""What lesson 05 measures about mixed precision: gradients on fp16's number line, throughput per precision.
+"""What lesson 05 measures about mixed precision, and its readings.
+
+* gradients on fp16's number line: the fp32 parameter gradients (:func:`gradient_log2_magnitudes`) and
+  the activation gradients an fp16 autocast backward actually stores (:func:`autocast_gradients`),
+  with what fp16 flushed to zero measured against fp32 on the same weights;
+* fp16 with no loss scaling, a static scale and the dynamic one, trained for the same steps
+  (:func:`loss_scaling_runs`), the static scale chosen from the measured gradients
+  (:func:`static_loss_scale`);
+* LARS's trust ratio with the gradients unscaled first (what :class:`course_lib.precision.Precision`
+  does) and on loss-scaled gradients (the apex#1030 pitfall): :func:`lars_unscale_rows`;
+* throughput per precision in steady state, repeated, with the step's phases
+  (:func:`precision_throughput`), and why it is what it is on this hardware (:func:`speedup_reading`).
 
 The autocast and loss-scaling machinery itself is :class:`course_lib.precision.Precision`,
 used by the training engine.
@@ -6,16 +17,25 @@ used by the training engine.
 
 from __future__ import annotations
 
+import copy
 import math
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .hardware import default_device
-from .precision import fp16_fates
+from .diagrams import fp16_fractions
+from .hardware import default_device, sixteen_bit_units
+from .optim import lars_trust_ratio
+from .precision import Precision, fp16_fates
 from .tables import Table
-from .train.ncf import make_batches, train_to_target
+from .train import mlm
+from .train.ncf import make_batches, make_optimizer, steps_per_epoch, throughput, train_to_target
+
+
+# --------------------------------------------------------------------------- gradients on fp16's number line
 
 
 def gradient_log2_magnitudes(model: torch.nn.Module, data, cfg, *, batches: int = 4, seed: int = 1) -> dict:
@@ -63,18 +83,607 @@ def fp16_underflow_table(mags: dict) -> Table:
     return t
 
 
-def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: int = 30, device=None) -> dict:
-    """Training samples/s of ``cfg`` in each precision over ``steps`` steps, no evaluation (lesson 05).
+def _probe_batches(model: torch.nn.Module, data, cfg, batches: int, seed: int) -> list:
+    device = next(model.parameters()).device
+    it = iter(make_batches(data.to(device), cfg.replace(seed=seed)))
+    return [next(it) for _ in range(batches)]
 
-    Returns ``{mode: TrainResult}``. Each mode first runs 3 untimed steps: the first use of a
-    kernel (loading, autotuning, the allocator growing, autocast's caches) is not its speed.
+
+def _backward_with_hooks(model: torch.nn.Module, batch, *, fp16: bool, scale: float):
+    """One backward of NeuMF's mean BCE on ``batch`` (times ``scale``), under fp16 autocast or in fp32.
+    Returns ``(parameter gradients, {Linear module name: the gradient of its output, in the dtype
+    backward produced it})``: a tensor hook on each Linear's output sees what flows between layers."""
+    users, items, labels = batch
+    device = next(model.parameters()).device
+    seen, handles = {}, []
+
+    def watch(name):
+        def forward_hook(module, args, out):
+            out.register_hook(lambda g: seen.__setitem__(name, g.detach().clone()))
+        return forward_hook
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            handles.append(module.register_forward_hook(watch(name)))
+    model.zero_grad(set_to_none=True)
+    try:
+        autocast = torch.autocast(device.type, torch.float16) if fp16 else torch.autocast(device.type, enabled=False)
+        with autocast:
+            logits = model(users, items)
+        # as the engine's loss (train.ncf._bce_sum / B): logits in fp32, the mean over the batch
+        loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        (loss * scale).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return grads, seen
+
+
+def _fates_against(reference: list[torch.Tensor], run: list[torch.Tensor]) -> dict:
+    """Of the elements nonzero in ``reference`` (fp32): the fraction ``run`` (an fp16 backward) made
+    exactly 0, and the fraction it overflowed (inf/nan)."""
+    nonzero = zero = overflow = 0
+    for ref, got in zip(reference, run):
+        nz = ref != 0
+        nonzero += int(nz.sum())
+        got = got.float()
+        zero += int((nz & (got == 0)).sum())
+        overflow += int((nz & ~torch.isfinite(got)).sum())
+    return {"count": nonzero, "zero": zero / nonzero if nonzero else 0.0,
+            "overflow": overflow / nonzero if nonzero else 0.0}
+
+
+REFERENCE_SCALE = 2.0 ** 16  # GradScaler's start: the scale at which "zero anyway" is measured
+
+
+def autocast_gradients(model: torch.nn.Module, data, cfg, *, scales=(1.0, REFERENCE_SCALE), batches: int = 2,
+                       seed: int = 1) -> dict:
+    """The gradients an fp16 autocast backward produces, against fp32 on the same weights and batches (lesson 05).
+
+    Per batch, one backward in fp32 and one under ``torch.autocast(float16)`` per loss scale in
+    ``scales``. Tensor hooks on every ``nn.Linear``'s output collect the **activation gradients** (what
+    flows between layers, in the dtype backward stored them: float16 under autocast); the parameter
+    gradients are read after each pass.
+
+    Returns ``{"scales", "batches", "batch_size", "dtypes": {layer: dtype}, "count": {kind: elements
+    nonzero in fp32}, "zero": {scale: {kind: fraction}}, "overflow": {scale: {kind: fraction}},
+    "underflow": {scale: {kind: fraction}}, "log2"}`` for kind "activation" and "parameter". ``zero`` is
+    the fraction of the fp32-nonzero elements the fp16 backward made exactly 0 (measured, not predicted
+    from a histogram). Not all of it is underflow: a 16-bit forward rounds a few pre-activations across
+    zero, and NeuMF's ReLUs then zero their gradients at any scale; ``underflow`` is what loss scaling
+    removes, ``zero[scale] - zero[largest scale]``. ``log2``: log2 of the true magnitude (fp16 value /
+    scale) of every nonzero activation-gradient element of the pass at the largest scale, for fp16's
+    number line.
     """
+    scales = tuple(sorted({float(x) for x in scales}))
+    top = scales[-1]
+    was_training = model.training
+    model.train()
+    ref = {"activation": [], "parameter": []}
+    run = {sc: {"activation": [], "parameter": []} for sc in scales}
+    log2, dtypes = [], {}
+    for batch in _probe_batches(model, data, cfg, batches, seed):
+        g32, a32 = _backward_with_hooks(model, batch, fp16=False, scale=1.0)
+        ref["parameter"] += g32
+        ref["activation"] += [a32[n] for n in a32]
+        for sc in scales:
+            g16, a16 = _backward_with_hooks(model, batch, fp16=True, scale=sc)
+            run[sc]["parameter"] += g16
+            run[sc]["activation"] += [a16[n] for n in a32]
+            if sc == top:
+                for name in a32:
+                    dtypes[name] = str(a16[name].dtype).replace("torch.", "")
+                    v = a16[name].float().abs()
+                    v = v[(v > 0) & torch.isfinite(v)]
+                    log2.append((torch.log2(v.double()) - math.log2(sc)).cpu().numpy())
+    model.train(was_training)
+    fates = {sc: {k: _fates_against(ref[k], run[sc][k]) for k in ref} for sc in scales}
+    kinds = ("activation", "parameter")
+    return {"scales": scales, "batches": batches, "batch_size": cfg.global_batch_size, "dtypes": dtypes,
+            "count": {k: fates[top][k]["count"] for k in kinds},
+            "zero": {sc: {k: fates[sc][k]["zero"] for k in kinds} for sc in scales},
+            "overflow": {sc: {k: fates[sc][k]["overflow"] for k in kinds} for sc in scales},
+            "underflow": {sc: {k: max(0.0, fates[sc][k]["zero"] - fates[top][k]["zero"]) for k in kinds}
+                          for sc in scales},
+            "log2": np.concatenate(log2) if log2 else np.zeros(0)}
+
+
+def activation_reading(mags: dict, grads: dict) -> str:
+    """Which gradients loss scaling protects, read from the two measurements (lesson 05): ``mags`` from
+    :func:`gradient_log2_magnitudes` (fp32 parameter gradients), ``grads`` from :func:`autocast_gradients`
+    (measured at scale 1 and at a larger one)."""
+    lo, hi = grads["scales"][0], grads["scales"][-1]
+    kinds = " and ".join(sorted(set(grads["dtypes"].values())))
+    predicted_act = fp16_fractions(grads["log2"], lo)
+    med_a = float(np.median(grads["log2"])) if grads["log2"].size else math.nan
+    med_p = float(np.median(mags["log2"])) if np.size(mags["log2"]) else math.nan
+    z, u = grads["zero"], grads["underflow"][lo]
+    scale = lambda x: "no loss scaling" if x == 1 else f"the loss scaled by 2^{math.log2(x):.0f}"
+    text = (f"During an fp16 autocast backward the gradients between NeuMF's layers were {kinds} tensors "
+            f"({grads['count']['activation']:,} elements nonzero in fp32, {grads['batches']} batches of "
+            f"{grads['batch_size']}). Measured against fp32 on the same weights, fp16 made {z[lo]['activation']:.3%} "
+            f"of them exactly zero with {scale(lo)} and {z[hi]['activation']:.3%} with {scale(hi)}: the "
+            f"difference, {u['activation']:.3%}, is underflow; what stays zero at 2^{math.log2(hi):.0f} is not (a "
+            "16-bit forward rounds a few pre-activations across zero, and a ReLU zeroes their gradient). The "
+            f"parameter gradients came out {z[lo]['parameter']:.3%} and {z[hi]['parameter']:.3%} zero. "
+            f"The histograms predict, with {scale(lo)}, {predicted_act['zero']:.2%} of the activation gradients below "
+            f"fp16's smallest subnormal and {predicted_act['subnormal']:.1%} among its subnormals (fewer significant "
+            f"bits; median 2^{med_a:.1f}), and {mags['zero_in_fp16']:.2%} of the parameter gradients flushed (median "
+            f"2^{med_p:.1f}). Loss scaling protects the activation gradients: they are what backward stores in fp16. "
+            "The parameter gradients end in fp32 beside the fp32 weights (an embedding row's gradient adds up fp16 "
+            "activation gradients in fp32), so their histogram is a proxy, and here it ")
+    gap = mags["zero_in_fp16"] - predicted_act["zero"]
+    if abs(gap) < 0.001:
+        return text + "predicts about the same loss as the activation gradients'."
+    return text + ("overstates" if gap > 0 else "understates") + " what fp16 would lose."
+
+
+def lossless_scale_exponents(*log2_arrays) -> tuple[int, int] | None:
+    """The powers of two ``(lo, hi)`` such that every scale 2^lo..2^hi moves all the given magnitudes
+    (log2 |g|) into fp16 with none flushed to zero and none overflowing (subnormals allowed); None when
+    they span more than fp16 can hold. Decided by fp16's own cast of the smallest and largest value."""
+    v = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in log2_arrays]) if log2_arrays else np.zeros(0)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return None
+    ends = torch.tensor([2.0 ** v.min(), 2.0 ** v.max()], dtype=torch.float64)
+
+    def lossless(k):
+        fates = fp16_fates(ends * 2.0 ** k)
+        return fates["zero"] == 0 and fates["inf"] == 0
+
+    ok = [k for k in range(-80, 81) if lossless(k)]
+    return (ok[0], ok[-1]) if ok else None
+
+
+def static_loss_scale(*log2_arrays) -> float:
+    """A static loss scale chosen from measured gradients (lesson 05): the power of two in the middle of
+    :func:`lossless_scale_exponents` (as far from flushing the smallest as from overflowing the largest);
+    when no scale loses nothing, the one that loses the fewest elements."""
+    span = lossless_scale_exponents(*log2_arrays)
+    if span is not None:
+        return 2.0 ** ((span[0] + span[1]) // 2)
+    v = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in log2_arrays])
+    lost = {}
+    for k in range(-16, 48):
+        fates = fp16_fractions(v, 2.0 ** k)
+        lost[k] = fates["zero"] + fates["inf"]
+    return 2.0 ** min(lost, key=lambda k: (lost[k], abs(k - 16)))  # ties: nearest GradScaler's 2^16
+
+
+# --------------------------------------------------------------------------- fp16 with no, static, dynamic scaling
+
+
+SCALING_RUNS = (("fp32", "fp32", "none"), ("fp16, no loss scaling", "fp16", "none"),
+                ("fp16, static scale", "fp16", "static"), ("fp16, dynamic scale", "fp16", "dynamic"))
+
+
+def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None, probe_batches: int = 2) -> list[dict]:
+    """The same setting for ``steps`` steps in fp32 and in fp16 with no loss scaling, a static scale
+    ``static_scale`` and the dynamic one (lesson 05). Each run evaluates HR@10 halfway and at the end;
+    at the end its model is probed by :func:`autocast_gradients` at the run's own final scale (1 without
+    scaling) and at 2^16: ``activation grads zero`` is what that run's fp16 backward made exactly zero,
+    ``... underflow`` the part of it loss scaling removes (measured on the run's own weights). One dict per run."""
+    device = torch.device(device) if device is not None else default_device()
+    epochs = steps / steps_per_epoch(data, cfg)
+    rows = []
+    for label, precision, scaling in SCALING_RUNS:
+        c = cfg.replace(precision=precision, loss_scaling=scaling, stop_at_target=False, max_steps=steps,
+                        max_epochs=max(cfg.max_epochs, epochs), eval_every_epochs=epochs / 2,
+                        loss_scale=static_scale if scaling == "static" else cfg.loss_scale)
+        if scaling == "static":
+            label = f"fp16, static scale 2^{math.log2(static_scale):.0f}"
+        r = train_to_target(data, c, device=device, progress="none", keep_model=True, label=label)
+        scale = r.precision["loss_scale"]
+        probe = (autocast_gradients(r.model, data, cfg, scales=(scale, REFERENCE_SCALE), batches=probe_batches)
+                 if precision == "fp16" else None)
+        del r.model
+        measured = lambda table, kind: table[scale][kind] if probe else None
+        rows.append({"run": label, "precision": precision, "loss scaling": scaling,
+                     "loss scale at the end": scale if precision == "fp16" else None,
+                     "skipped steps": r.precision["skipped_steps"], "steps": r.steps,
+                     "activation grads zero": measured(probe and probe["zero"], "activation"),
+                     "activation grads underflow": measured(probe and probe["underflow"], "activation"),
+                     "parameter grads zero": measured(probe and probe["zero"], "parameter"),
+                     "train loss": r.curve["loss"][-1], "HR@10": r.final_hr, "diverged": r.diverged})
+    return rows
+
+
+def loss_scaling_table(rows: list[dict]) -> Table:
+    t = Table(["run", "loss scale at the end", "skipped steps", "activation grads zero", "of which underflow",
+               "parameter grads zero", "train loss", "HR@10"],
+              title=f"{rows[0]['steps']} steps each; zero: nonzero in fp32, exactly 0 in the run's fp16 backward; "
+                    "underflow: the part loss scaling removes (measured at the end, on each run's weights)")
+    pct = lambda v: None if v is None else f"{v:.3%}"
+    for r in rows:
+        t.add(run=r["run"] + (" (diverged)" if r["diverged"] else ""),
+              **{"loss scale at the end": r["loss scale at the end"], "skipped steps": r["skipped steps"],
+                 "activation grads zero": pct(r["activation grads zero"]),
+                 "of which underflow": pct(r["activation grads underflow"]),
+                 "parameter grads zero": pct(r["parameter grads zero"]), "train loss": r["train loss"],
+                 "HR@10": r["HR@10"]})
+    return t
+
+
+def hr_standard_error(hr: float, users: int) -> float:
+    """The standard error of an HR@10 measured over ``users`` users, sqrt(p (1 - p) / users): the
+    evaluation's own sampling noise (each user's hit is one Bernoulli draw)."""
+    return math.sqrt(max(hr * (1 - hr), 0.0) / max(users, 1))
+
+
+def loss_scaling_reading(rows: list[dict], users: int) -> str:
+    """What no / static / dynamic loss scaling did, read from :func:`loss_scaling_runs` (lesson 05). A
+    difference in HR@10 within twice the evaluation's standard error is "no measurable difference"."""
+    by = {r["loss scaling"] if r["precision"] == "fp16" else "fp32": r for r in rows}
+    ref, none, stat, dyn = by["fp32"], by["none"], by["static"], by["dynamic"]
+    tol = 2 * hr_standard_error(ref["HR@10"], users)
+    steps = ref["steps"]
+    pct = lambda r: f"{r['activation grads zero']:.3%} zero ({r['activation grads underflow']:.3%} underflow)"
+    text = (f"Measured at the end of each run (its fp16 backward against fp32, same weights), of the activation-"
+            f"gradient elements nonzero in fp32: without loss scaling {pct(none)}; with the static scale "
+            f"2^{math.log2(stat['loss scale at the end']):.0f}, {pct(stat)}; with the dynamic one (at "
+            f"2^{math.log2(dyn['loss scale at the end']):.0f} by the end), {pct(dyn)}. The parameter gradients came "
+            f"out {none['parameter grads zero']:.3%}, {stat['parameter grads zero']:.3%} and "
+            f"{dyn['parameter grads zero']:.3%} zero. Overflow skipped {stat['skipped steps']} of {steps} steps "
+            f"with the static scale and {dyn['skipped steps']} with the dynamic one. After {steps} steps HR@10 was "
+            f"{none['HR@10']:.3f} unscaled, {stat['HR@10']:.3f} static, {dyn['HR@10']:.3f} dynamic and "
+            f"{ref['HR@10']:.3f} in fp32. ")
+    if none["diverged"]:
+        return text + "fp16 without loss scaling diverged here: loss scaling is what makes fp16 train this setting."
+    gaps = {k: by[k]["HR@10"] - ref["HR@10"] for k in ("none", "static", "dynamic")}
+    noise = (f"twice the evaluation's standard error over its {users:,} users ({tol:.3f})")
+    if all(abs(g) <= tol for g in gaps.values()):
+        verdict = f"Every run is within {noise} of fp32: no measurable difference in training. "
+        if none["activation grads underflow"] < 0.01:
+            verdict += (f"NeuMF's gradients mostly survive fp16 unscaled in this setting (underflow took "
+                        f"{none['activation grads underflow']:.3%} of the activation gradients): here loss "
+                        "scaling is insurance, not a rescue.")
+        else:
+            verdict += (f"Underflow took {none['activation grads underflow']:.1%} of the activation gradients "
+                        f"without scaling, yet in {steps} steps that did not measurably change the outcome.")
+        return text + verdict
+    if gaps["none"] < -tol and abs(gaps["dynamic"]) <= tol:
+        return text + (f"Without scaling HR@10 fell {-gaps['none']:.3f} below fp32, more than {noise}, while the "
+                       "dynamic scale kept it within: loss scaling is what makes fp16 train this setting here.")
+    worst = min(gaps, key=gaps.get)
+    return text + (f"The largest gap to fp32 is {gaps[worst]:+.3f} ({worst} scaling), beyond {noise}; "
+                   + ("no scaling did not fare worst here: a gap this size in a short run can also be the "
+                      "rounding of 16-bit arithmetic taking another path, so run more steps or seeds before "
+                      "reading it as underflow." if worst != "none" else
+                      "the unscaled run fared worst, as its flushed gradients predict."))
+
+
+def scaling_record(grads: dict, rows: list[dict], speed: "PrecisionSpeed", static_scale: float) -> dict:
+    """Lesson 05's loss-scaling and speed measurements as flat scalars, for its saved result (and the
+    FIGURE lines of ``course_lib.summary``)."""
+    lo, hi = grads["scales"][0], grads["scales"][-1]
+    rec = {"static_scale": static_scale, "steps": rows[0]["steps"], "speed_spread": speed.spread,
+           "activation_grads_zero_unscaled": grads["zero"][lo]["activation"],
+           "activation_grads_zero_2_16": grads["zero"][hi]["activation"],
+           "activation_grads_underflow_unscaled": grads["underflow"][lo]["activation"]}
+    for r in rows:
+        name = r["loss scaling"] if r["precision"] == "fp16" else "fp32"
+        rec[f"{name}_hr"] = r["HR@10"]
+        rec[f"{name}_diverged"] = r["diverged"]
+        if r["precision"] == "fp16":
+            rec[f"{name}_skipped_steps"] = r["skipped steps"]
+            rec[f"{name}_activation_zero"] = r["activation grads zero"]
+            rec[f"{name}_activation_underflow"] = r["activation grads underflow"]
+            rec[f"{name}_parameter_zero"] = r["parameter grads zero"]
+    rec.update({f"{m}_vs_fp32": speed.ratio(m) for m in speed if m != "fp32"})
+    return rec
+
+
+# --------------------------------------------------------------------------- unscale before LARS
+
+
+def lars_unscale_rows(model: torch.nn.Module, data, cfg, *, scale: float = 2.0 ** 16, seed: int = 1) -> list[dict]:
+    """LARS's per-layer trust ratio on one batch three ways (lesson 05): in fp32 with no scaling; through
+    :meth:`Precision.step` with the loss scaled by ``scale`` (it unscales before the optimizer reads the
+    gradients); and computed on the gradients still scaled (apex#1030: a trust ratio taken before the
+    unscale). fp32 arithmetic throughout, so scaling is the only difference. ``cfg``'s LARS settings
+    (trust coefficient, weight decay); the model itself is not changed."""
+    device = next(model.parameters()).device
+    lcfg = cfg.replace(optimizer="lars")
+    batch = _probe_batches(model, data, cfg, 1, seed)[0]
+    users, items, labels = batch
+
+    def loss_of(net):
+        return F.binary_cross_entropy_with_logits(net(users, items).float(), labels.float())
+
+    ref, run = copy.deepcopy(model), copy.deepcopy(model)
+    ref.train(), run.train()
+    loss_of(ref).backward()
+    norms = {n: (float(p.detach().norm()), float(p.grad.norm())) for n, p in ref.named_parameters()}
+    ref_opt = make_optimizer(ref, lcfg)
+    ref_opt.step()
+    prec = Precision("fp16", device, loss_scaling="static", init_scale=scale)  # the scaler only: no autocast here
+    run_opt = make_optimizer(run, lcfg)
+    prec.backward(loss_of(run))
+    prec.step(run_opt)
+    groups = {p: g for g in ref_opt.param_groups for p in g["params"]}
+    rows = []
+    for (name, p_ref), p_run in zip(ref.named_parameters(), run.parameters()):
+        g = groups[p_ref]
+        if not (g.get("always_adapt") or g["weight_decay"]):
+            continue  # biases: LARS leaves them out of the trust ratio
+        w_norm, g_norm = norms[name]
+        true = float(ref_opt.state[p_ref]["trust_ratio"])
+        on_scaled = lars_trust_ratio(w_norm, scale * g_norm, trust_coefficient=g["trust_coefficient"],
+                                     weight_decay=g["weight_decay"], eps=g["eps"], lr=g["lr"], trust_clip=g["trust_clip"])
+        rows.append({"layer": name, "||w||": w_norm, "||g||": g_norm,
+                     "trust ratio, fp32": true, "trust ratio, Precision.step": float(run_opt.state[p_run]["trust_ratio"]),
+                     "trust ratio on S x g": on_scaled, "on S x g / true": on_scaled / true})
+    return rows
+
+
+def lars_unscale_table(rows: list[dict], scale: float) -> Table:
+    t = Table(list(rows[0]), title=f"LARS trust ratios, loss scale S = 2^{math.log2(scale):.0f}")
+    for r in rows:
+        t.add(**r)
+    return t
+
+
+def lars_unscale_reading(rows: list[dict], scale: float) -> str:
+    """Unscale-before-LARS, read from :func:`lars_unscale_rows`."""
+    rel = max(abs(r["trust ratio, Precision.step"] - r["trust ratio, fp32"]) / r["trust ratio, fp32"] for r in rows)
+    factors = [r["on S x g / true"] for r in rows]
+    same = "equal" if rel == 0 else f"match to {rel:.1e} (relative)"
+    spread = (f"all {factors[0]:.3g}" if f"{min(factors):.3g}" == f"{max(factors):.3g}"
+              else f"{min(factors):.3g} to {max(factors):.3g}")
+    return (f"Precision.step unscaled before LARS read the gradients: its trust ratios {same} the fp32 ones in all "
+            f"{len(rows)} adapted layers. Computed on the gradients still scaled by S = 2^{math.log2(scale):.0f}, "
+            f"they are {spread} times the true ones (1/S = {1 / scale:.3g}): a LARS "
+            "that took its ratio there and unscaled only afterwards (apex#1030) would shrink every adapted layer's "
+            "step by that factor, and clipping or LAMB's gradient norm would compare a norm S times too large "
+            "with its threshold.")
+
+
+# --------------------------------------------------------------------------- throughput and why
+
+
+@dataclass
+class SpeedRun:
+    """One precision's steady-state throughput (:func:`course_lib.train.ncf.throughput`): the fields the
+    lesson reads, named as on a ``TrainResult`` where they mean the same."""
+
+    mode: str
+    samples_per_s: float
+    step_s: float
+    phase_s: dict  # per-step seconds: sampling, forward_backward, optimizer
+    precision: dict
+    timed_steps: int
+    warmup_steps: int
+    scale_history: list = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        """Steps the precision state covers (warmup included)."""
+        return self.warmup_steps + self.timed_steps
+
+    @property
+    def history(self) -> dict:
+        return {"step": list(range(len(self.scale_history))), "loss_scale": list(self.scale_history)}
+
+
+def load_average() -> float | None:
+    """This machine's 1-minute load average (runnable processes), or None where the OS does not say."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+class PrecisionSpeed(dict):
+    """``{mode: SpeedRun}`` (the fastest repeat of each mode) with ``.repeats`` ``{mode: [samples/s, ...]}``
+    and ``.load``, the 1-minute load average when the measurement ended (None: not known)."""
+
+    def __init__(self, runs: dict, repeats: dict, steps: int, load: float | None = None):
+        super().__init__(runs)
+        self.repeats = repeats
+        self.steps = steps
+        self.load = load
+
+    @property
+    def spread(self) -> float:
+        """The noise of the fastest-repeat estimate: per mode, how far the fastest repeat is from the next
+        fastest, (first - second) / first; the largest over the modes. NaN with one repeat. A repeat
+        slowed by other work on the machine does not count against it, as long as two repeats were not."""
+        spreads = []
+        for v in self.repeats.values():
+            if len(v) > 1:
+                first, second = sorted(v, reverse=True)[:2]
+                spreads.append((first - second) / first)
+        return max(spreads) if spreads else math.nan
+
+    def ratio(self, mode: str) -> float:
+        return self[mode].samples_per_s / self["fp32"].samples_per_s
+
+
+def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: int = 30, device=None,
+                         repeats: int = 3, warmup_steps: int = 3) -> PrecisionSpeed:
+    """Training samples/s of ``cfg`` in each precision (lesson 05): ``steps`` timed steps after
+    ``warmup_steps`` untimed ones on the same model (:func:`course_lib.train.ncf.throughput`: steady
+    state, the phases timed), ``repeats`` times with the modes interleaved (fp32, bf16, fp16, fp32, ...)
+    so a change of load on the machine hits every mode alike. Each mode keeps its fastest repeat (the
+    least disturbed); ``.spread``, how reproducible that fastest repeat is, is the noise the readings
+    compare ratios with."""
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)  # once: each run below would otherwise copy the dataset again
-    out = {}
-    for m in modes:
-        run = cfg.replace(precision=m, max_epochs=10.0, stop_at_target=False)
-        train_to_target(data, run.replace(max_steps=3), device=device, progress="none", evaluate_points=False)
-        out[m] = train_to_target(data, run.replace(max_steps=steps), device=device, progress="none",
-                                 evaluate_points=False)
-    return out
+    if "fp32" not in modes:
+        modes = ("fp32",) + tuple(modes)
+    best, rates = {}, {m: [] for m in modes}
+    for _ in range(max(1, repeats)):
+        for m in modes:
+            r = throughput(data, cfg.replace(precision=m), device=device, steps=steps, warmup_steps=warmup_steps)
+            rates[m].append(r["samples_per_s"])
+            if m not in best or r["samples_per_s"] > best[m].samples_per_s:
+                best[m] = SpeedRun(m, r["samples_per_s"], r["step_s"], r["phase_s"], r["precision"], steps,
+                                   warmup_steps, r["scale_history"])
+    return PrecisionSpeed(best, rates, steps, load_average())
+
+
+def speed_table(speed: PrecisionSpeed, batch: int, device) -> Table:
+    t = Table(["precision", "samples/s", "vs fp32", "sampling (ms/step)", "forward+backward (ms/step)",
+               "optimizer (ms/step)", "repeats (samples/s)"],
+              title=f"Throughput at batch {batch} on {device}: {speed.steps} timed steps, fastest of "
+                    f"{len(next(iter(speed.repeats.values())))} interleaved repeats")
+    for m, r in speed.items():
+        t.add(precision=m, **{"samples/s": r.samples_per_s, "vs fp32": f"{speed.ratio(m):.2f}x",
+                              "sampling (ms/step)": 1e3 * r.phase_s.get("sampling", math.nan),
+                              "forward+backward (ms/step)": 1e3 * r.phase_s.get("forward_backward", math.nan),
+                              "optimizer (ms/step)": 1e3 * r.phase_s.get("optimizer", math.nan),
+                              "repeats (samples/s)": ", ".join(f"{v:.3g}" for v in speed.repeats[m])})
+    return t
+
+
+def linear_share(model: torch.nn.Module) -> float:
+    """The fraction of ``model``'s parameters that an ``nn.Linear`` uses: the matmuls autocast runs in 16
+    bits (embedding lookups, the loss and the optimizer's update of every parameter stay fp32)."""
+    params = {id(p): p.numel() for p in model.parameters()}
+    used = {id(p) for m in model.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters(recurse=False)}
+    total = sum(params.values())  # a weight shared by a Linear and an Embedding (BERT's tied decoder) counts once
+    return sum(params[i] for i in used if i in params) / total if total else 0.0
+
+
+def bert_linear_share(plan) -> tuple[str, float]:
+    """``(preset, linear_share)`` of the BERT lesson 07 trains on this tier (built on the CPU, not trained)."""
+    cfg = mlm.MLMTrainConfig(model=plan.bert_model)
+    return plan.bert_model, linear_share(mlm.build_model(cfg, plan.bert_vocab_size, plan.bert_seq_len))
+
+
+def saved_bert_ratio(record: dict | None, profile: str, device) -> float | None:
+    """bf16 / fp32 throughput of lesson 07's BERT from its saved result, when that result is of the same
+    profile and device as this run; else None (a number from another run is not this run's)."""
+    if not record or record.get("profile") != profile or record.get("device") != str(device):
+        return None
+    tp = record.get("throughput") or {}
+    if "bf16" not in tp or "fp32" not in tp:
+        return None
+    return tp["bf16"]["seqs_per_s"] / tp["fp32"]["seqs_per_s"]
+
+
+def _compare(ratio: float, tol: float) -> str:
+    if ratio > 1 + tol:
+        return "faster"
+    if ratio < 1 - tol:
+        return "slower"
+    return "no measurable difference"
+
+
+def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: float | None = None,
+                    bert: tuple[str, float] | None = None, bert_ratio: float | None = None,
+                    min_tolerance: float = 0.03, load_now: float | None = None) -> str:
+    """The speedup of each 16-bit mode and its cause on this hardware, from the learner's measurements (lesson 05).
+
+    ``speed``: :func:`precision_throughput`; ``hw``: a :class:`course_lib.hardware.Hardware` (what does
+    16-bit math here: :func:`course_lib.hardware.sixteen_bit_units`); ``runs``: the time-to-target runs
+    (a second measurement of the same ratios, findings 05.4); ``neumf_share``, ``bert``: the matmul share
+    of the parameters (:func:`linear_share`, :func:`bert_linear_share`); ``bert_ratio``: lesson 07's saved
+    bf16/fp32 (:func:`saved_bert_ratio`). A ratio within the repeats' noise (``speed.spread``, at least ``min_tolerance``)
+    of 1 is "no measurable difference". When the two measurements disagree, the load average now
+    (``load_now``, default: read now, after the time-to-target runs) is set beside ``speed.load``."""
+    device = str(device)
+    on_gpu = device.startswith("cuda")
+    units = sixteen_bit_units(hw, device)
+    spread = speed.spread
+    tol = max(min_tolerance, 0.0 if math.isnan(spread) else spread)
+    noise = (f"the fastest two repeats {spread:.0%} apart" if not math.isnan(spread) else "one repeat, no spread measured")
+    where = "GPU" if on_gpu else "CPU"
+    f32 = speed["fp32"].phase_s
+    total32 = sum(f32.values()) or math.nan
+    out = []
+    for m in (k for k in speed if k != "fp32"):
+        r = speed.ratio(m)
+        verdict = _compare(r, tol)
+        line = f"{m} ran {r:.2f}x fp32 here ({verdict}; tolerance {tol:.0%}, {noise})."
+        if units.get(m) is None:
+            kind = "tensor cores" if on_gpu else "instructions"
+            line += (f" This {where} has no {m} {kind}: autocast converts to {m} and back and the arithmetic runs "
+                     "without 16-bit units, so it cannot be faster than fp32 for that reason alone.")
+        else:
+            line += f" This {where} has {units[m]}: {m} is not emulated here"
+            line += "." if verdict == "faster" else ", so the reason it is not faster lies in the step itself."
+        fb32, fbm = f32.get("forward_backward", math.nan), speed[m].phase_s.get("forward_backward", math.nan)
+        op32, opm = f32.get("optimizer", math.nan), speed[m].phase_s.get("optimizer", math.nan)
+        if fb32 == fb32 and fbm == fbm:
+            share = fb32 / total32
+            line += (f" Its forward+backward took {1e3 * fbm:.3g} ms per step against fp32's {1e3 * fb32:.3g} "
+                     f"({fb32 / fbm:.2f}x), its optimizer {1e3 * opm:.3g} against {1e3 * op32:.3g} ms; forward+backward "
+                     f"is {share:.0%} of fp32's step, so even free 16-bit math could make the step at most "
+                     f"{1 / max(1 - share, 1e-9):.2f}x faster (the rest stays fp32).")
+            if units.get(m) is not None and fbm > fb32 * (1 + tol):
+                line += (" On native units the forward+backward still got slower: at these matrix sizes the "
+                         "conversions autocast adds around each matmul cost more than the 16-bit arithmetic saves.")
+            if speed[m].precision.get("loss_scaling") in ("dynamic", "static"):
+                line += " Its optimizer phase also unscales every gradient and checks it for inf/nan."
+        out.append(line)
+    if neumf_share is not None:
+        text = (f"Autocast runs only the matmuls (nn.Linear) in 16 bits, and they use {neumf_share:.1%} of this "
+                "NeuMF's parameters: the embedding lookups, the loss and the optimizer's update of every parameter "
+                "stay fp32.")
+        if bert is not None:
+            text += (f" In lesson 07's BERT ({bert[0]}) they use {bert[1]:.0%} of its parameters, each for every token "
+                     "of every sequence: a step made of matmuls, which 16-bit units can speed up where NeuMF's "
+                     "embedding- and optimizer-bound step cannot.")
+        if bert_ratio is not None:
+            text += f" Lesson 07 measured BERT's bf16 at {bert_ratio:.2f}x fp32 on this machine (its saved result)."
+        elif bert is not None:
+            text += " Lesson 07 measures BERT's ratio on this machine (no result of this profile saved yet)."
+        out.append(text)
+    by_mode = {r.precision["mode"]: r for r in runs}
+    if "fp32" in by_mode and len(by_mode) > 1:
+        parts = []
+        for m, r in by_mode.items():
+            if m == "fp32" or m not in speed:
+                continue
+            long_ratio = r.samples_per_s / by_mode["fp32"].samples_per_s
+            gap = abs(long_ratio - speed.ratio(m))
+            parts.append(f"{m} {long_ratio:.2f}x against {speed.ratio(m):.2f}x here, "
+                         + ("within the tolerance" if gap <= tol else f"{gap:.2f} apart, beyond the tolerance"))
+        if parts:
+            steps = ", ".join(f"{r.steps}" for r in by_mode.values())
+            agree = all("within" in p for p in parts)
+            text = (f"The time-to-target runs ({steps} steps, evaluation off the clock) are a second measurement "
+                    f"of the same ratios: {'; '.join(parts)}. ")
+            if agree:
+                text += "The two agree."
+            else:
+                now = load_average() if load_now is None else load_now
+                text += "They disagree by more than the noise the repeats measured. "
+                if now is None or speed.load is None:
+                    text += ("This system does not report its load, so the measurement cannot say why: rerun both "
+                             "cells to see whether the gap stays.")
+                elif abs(now - speed.load) >= 0.5:
+                    text += (f"The 1-minute load average was {speed.load:.1f} when the short runs ended and is "
+                             f"{now:.1f} now: other work on this machine slowed the runs unevenly, and the "
+                             "interleaved short runs are the fairer comparison of the two.")
+                else:
+                    text += (f"The 1-minute load average hardly changed ({speed.load:.1f} then, {now:.1f} now), so "
+                             "this measurement cannot say why: rerun both cells to see whether the gap stays.")
+            out.append(text)
+    return " ".join(out)
+
+
+def loss_scale_reading(precision_state: dict, steps: int, init_scale: float) -> str:
+    """What the loss scale did over a run, from its record (``result.precision``) (lesson 05)."""
+    kind = precision_state.get("loss_scaling", "dynamic")
+    if precision_state.get("mode") != "fp16" or kind == "none":
+        return "No loss scaling in this run: the scale is 1 throughout."
+    final, skipped = precision_state["loss_scale"], precision_state["skipped_steps"]
+    if kind == "static":
+        return (f"A static scale: S stayed at 2^{math.log2(final):.0f} by construction; {skipped} of {steps} steps "
+                "overflowed and were skipped.")
+    interval = precision_state.get("growth_interval") or 2000
+    growths = round(math.log2(final / init_scale)) + skipped
+    if skipped == 0 and growths == 0:
+        return (f"Nothing dynamic happened in these {steps} steps: no gradient overflowed at 2^{math.log2(init_scale):.0f} "
+                f"(0 skipped steps), and {steps} steps " + ("are fewer than" if steps < interval else "did not reach")
+                + f" the {interval} overflow-free steps it takes to double the scale, so the line is flat at its start.")
+    went = f"The scale went from 2^{math.log2(init_scale):.0f} to 2^{math.log2(final):.0f} in {steps} steps: "
+    halved = (f"{skipped} overflow(s) halved it and skipped those steps" if skipped else "no gradient overflowed")
+    grew = (f"{growths} run(s) of {interval} overflow-free steps doubled it" if growths else
+            f"it never went {interval} steps without an overflow, so it never doubled")
+    return went + halved + ", and " + grew + "."

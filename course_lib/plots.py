@@ -270,6 +270,27 @@ def plot_loss_scale(history: dict, *, ax=None, title: str = ""):
     return fig
 
 
+def plot_precision_phases(phases: dict, *, ax=None, title: str = ""):
+    """Milliseconds per training step in each phase, one stacked bar per precision (lesson 05):
+    ``{mode: {"sampling": s, "forward_backward": s, "optimizer": s}}`` (per-step seconds). Autocast
+    can only change forward+backward (and fp16's unscale, in the optimizer phase)."""
+    modes = list(phases)
+    fig, ax = _axes(ax, figsize=(7, 0.9 + 0.5 * max(1, len(modes))))
+    left = [0.0] * len(modes)
+    colors = {"sampling": "#bbbbbb", "forward_backward": "tab:blue", "optimizer": "tab:orange"}
+    for phase in ("sampling", "forward_backward", "optimizer"):
+        ms = [1e3 * phases[m].get(phase, 0.0) for m in modes]
+        ax.barh(modes, ms, left=left, color=colors[phase], label=phase.replace("_", "+"))
+        left = [a + b for a, b in zip(left, ms)]
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per training step")
+    ax.legend(fontsize=8, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10, pad=22)
+    fig.tight_layout()
+    return fig
+
+
 def plot_ladder(rows, *, axes=None):
     """The trick ladder (rows from :func:`course_lib.ladder.ladder_rows`): each rung's time to target at
     lesson 01's pace with its speedup over the baseline (left), and its optimizer steps to target, which

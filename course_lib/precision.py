@@ -1,4 +1,4 @@
-"""Mixed precision in one small object: autocast, dynamic loss scaling, unscale-before-step (lessons 05 and 07).
+"""Mixed precision in one small object: autocast, static or dynamic loss scaling, unscale-before-step (lessons 05 and 07).
 
 ``Precision(mode, device)`` gives the training loop four calls::
 
@@ -15,10 +15,18 @@ Modes:
 - ``"fp32"``: no autocast, no scaler.
 - ``"bf16"``: ``torch.autocast(device_type, torch.bfloat16)``. bfloat16 has fp32's
   exponent range, so gradients do not underflow and no loss scaling is needed.
-- ``"fp16"``: ``torch.autocast(device_type, torch.float16)`` with a
-  ``torch.amp.GradScaler``: the loss is multiplied by a large scale (65536 to start) so
-  that small gradients survive fp16's narrow range; when a step produces inf/nan the
-  step is skipped and the scale halved, and after ``growth_interval`` good steps it doubles.
+- ``"fp16"``: ``torch.autocast(device_type, torch.float16)`` with loss scaling, one of
+  ``loss_scaling=``
+
+  - ``"dynamic"`` (the default): a ``torch.amp.GradScaler``. The loss is multiplied by a
+    large scale (``init_scale``, 65536 by default) so that small gradients survive fp16's
+    narrow range; when a step produces inf/nan the step is skipped and the scale halved,
+    and after ``growth_interval`` good steps it doubles.
+  - ``"static"``: a :class:`StaticLossScaler`, a fixed S = ``init_scale`` chosen by you
+    (the older recipe, Micikevicius et al. 2018): loss x S, gradients / S before the step,
+    a step whose gradients overflowed is skipped and counted, and S never changes.
+  - ``"none"``: fp16 autocast with no scaling at all; gradients that fp16 cannot hold become
+    0 (or inf), and every step is taken. It exists to show what loss scaling prevents.
 - ``"auto"``: chosen from :func:`course_lib.hardware.detect` — bf16 where it is native
   (Ampere or newer GPUs; CPUs with AVX512-BF16 or AMX), fp16 on GPUs without native
   bf16 (Volta, Turing), and fp32 on CPUs without native bf16. On such CPUs (AVX2-only
@@ -35,12 +43,14 @@ loop did to the gradients, so we unscale explicitly, before the loop clips or st
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
 from .hardware import detect
 
 MODES = ("fp32", "bf16", "fp16", "auto")
+LOSS_SCALINGS = ("dynamic", "static", "none")  # what fp16 does about its range (bf16/fp32 need none)
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -57,28 +67,93 @@ def auto_mode(hw=None, device: torch.device | str = "cpu") -> str:
     return "fp32"  # a CPU without native bf16: emulated autocast is much slower than fp32
 
 
+class StaticLossScaler:
+    """A fixed loss scale S (lesson 05): ``scale(loss)`` is loss x S, ``unscale_`` divides the
+    gradients by S and notes whether any is inf/nan, ``step`` skips the update when one was, and
+    S never changes (``update`` only forgets the last step's verdict). GradScaler's interface, so
+    :class:`Precision` and checkpoints treat both alike; GradScaler itself cannot be made static
+    (it refuses ``growth_factor=1`` and ``backoff_factor=1``: "The growth factor must be > 1.0",
+    torch 2.13)."""
+
+    def __init__(self, scale: float):
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"a static loss scale must be a positive finite number, got {scale!r}")
+        self._scale = float(scale)
+        self.found_inf: bool | None = None  # None: not unscaled since the last update
+
+    def get_scale(self) -> float:
+        return self._scale
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return loss * self._scale
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Gradients / S in place, in one pass per (device, dtype) that also flags inf/nan: the op
+        GradScaler.unscale_ uses (``torch._amp_foreach_non_finite_check_and_unscale_``, private but
+        what torch.amp itself calls; checked against torch 2.13)."""
+        groups: dict = {}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    groups.setdefault((p.grad.device, p.grad.dtype), []).append(p.grad)
+        found = False
+        for (device, _), grads in groups.items():
+            flag = torch.zeros(1, device=device)
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, flag, torch.full((1,), 1.0 / self._scale,
+                                                                                     device=device))
+            found = found or bool(flag.item())
+        self.found_inf = found
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``optimizer.step()`` unless the unscaled gradients held inf/nan; True when it stepped."""
+        if self.found_inf is None:
+            self.unscale_(optimizer)
+        if self.found_inf:
+            return False
+        optimizer.step()
+        return True
+
+    def update(self) -> None:
+        self.found_inf = None
+
+    def state_dict(self) -> dict:
+        return {"scale": self._scale}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._scale = float(state["scale"])
+
+
 class Precision:
-    """Autocast + (for fp16) dynamic loss scaling, with gradients unscaled before every step (lessons 05, 07).
+    """Autocast + (for fp16) static, dynamic or no loss scaling, with gradients unscaled before every step (lessons 05, 07).
 
     ``.mode`` is the resolved mode (never ``"auto"``), ``.dtype`` the autocast dtype
-    (``torch.float32`` for fp32), ``.scaler`` the ``GradScaler`` or None.
-    Over a run it records ``.scale_history`` (the loss scale after each ``update``;
-    1.0 each step without a scaler) and ``.skipped_steps`` (how many updates were
-    skipped because of inf/nan gradients), with ``.skipped_at`` the step indices.
+    (``torch.float32`` for fp32), ``.loss_scaling`` what fp16 does ("dynamic", "static",
+    or "none"; always "none" for bf16/fp32), ``.scaler`` the ``GradScaler``, the
+    :class:`StaticLossScaler`, or None. Over a run it records ``.scale_history`` (the loss
+    scale after each ``update``; 1.0 each step without a scaler) and ``.skipped_steps`` (how
+    many updates were skipped because of inf/nan gradients), with ``.skipped_at`` the step indices.
     """
 
-    def __init__(self, mode: str = "fp32", device: torch.device | str = "cpu", *, init_scale: float = 2.0**16,
-                 growth_interval: int = 2000, hw=None):
+    def __init__(self, mode: str = "fp32", device: torch.device | str = "cpu", *, loss_scaling: str = "dynamic",
+                 init_scale: float = 2.0**16, growth_interval: int = 2000, hw=None):
         if mode not in MODES:
             raise ValueError(f"precision mode {mode!r}; choose one of {MODES}")
+        if loss_scaling not in LOSS_SCALINGS:
+            raise ValueError(f"loss_scaling={loss_scaling!r}; choose one of {LOSS_SCALINGS}")
+        if not (math.isfinite(init_scale) and init_scale > 0):
+            raise ValueError(f"the loss scale (init_scale) must be a positive finite number, got {init_scale!r}")
         self.device = torch.device(device)
         self.requested = mode
         self.mode = auto_mode(hw, self.device) if mode == "auto" else mode
         self.dtype = _DTYPES.get(self.mode, torch.float32)
+        self.loss_scaling = loss_scaling if self.mode == "fp16" else "none"
+        self.growth_interval = growth_interval if self.loss_scaling == "dynamic" else None
         self.scaler = None
-        if self.mode == "fp16":
+        if self.loss_scaling == "dynamic":
             self.scaler = torch.amp.GradScaler(self.device.type, init_scale=init_scale,
                                                growth_interval=growth_interval)
+        elif self.loss_scaling == "static":
+            self.scaler = StaticLossScaler(init_scale)
         self.scale_history: list[float] = []
         self.skipped_steps = 0
         self.skipped_at: list[int] = []
@@ -88,8 +163,9 @@ class Precision:
 
     def __repr__(self) -> str:
         auto = " (auto)" if self.requested == "auto" else ""
+        scaling = {"dynamic": "dynamic", "static": f"static {self.scale:g}"}.get(self.loss_scaling, "off")
         return (f"Precision({self.mode!r}{auto}, device={str(self.device)!r}, "
-                f"loss scaling={'dynamic' if self.scaler else 'off'}, fp32 matmuls={self.fp32_matmul})")
+                f"loss scaling={scaling}, fp32 matmuls={self.fp32_matmul})")
 
     @property
     def scale(self) -> float:
@@ -103,7 +179,7 @@ class Precision:
         return torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()``, with the loss multiplied by the current scale for fp16."""
+        """``loss.backward()``, with the loss multiplied by the current scale (fp16 with loss scaling)."""
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
@@ -125,9 +201,11 @@ class Precision:
         return bool(torch.stack(flags).all()) if flags else True
 
     def _found_no_inf(self, optimizer: torch.optim.Optimizer) -> bool:
-        """GradScaler's own inf/nan verdict for this step (``found_inf_per_device``, filled by
-        ``unscale_``: a private field of torch.amp.GradScaler, checked against torch 2.13);
-        a full pass over the gradients only if a future torch moves it."""
+        """The scaler's own inf/nan verdict for this step: the static scaler's flag, or GradScaler's
+        (``found_inf_per_device``, filled by ``unscale_``: a private field of torch.amp.GradScaler,
+        checked against torch 2.13); a full pass over the gradients only if a future torch moves it."""
+        if isinstance(self.scaler, StaticLossScaler):
+            return not self.scaler.found_inf
         flags = getattr(self.scaler, "_per_optimizer_states", {}).get(id(optimizer), {}).get("found_inf_per_device")
         if not flags:
             return self._grads_finite(optimizer)
@@ -136,7 +214,7 @@ class Precision:
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """Unscale (if scaling), then ``optimizer.step()`` unless a gradient is inf/nan; True when the step was taken.
 
-        Without a scaler the step is always taken (bf16 and fp32 do not skip).
+        Without a scaler the step is always taken (bf16, fp32 and fp16 without loss scaling do not skip).
         """
         self.unscale_(optimizer)
         if self.scaler is None:
@@ -144,9 +222,9 @@ class Precision:
             taken = True
         else:
             # The gradients are unscaled now; an inf/nan among them means the scale was too
-            # large for this step. GradScaler.unscale_ has already checked every gradient and
-            # GradScaler.step reads its flags (one .item() per device) to skip the update, so
-            # the step reuses those flags rather than making a second pass over the gradients.
+            # large for this step. The scaler's unscale_ has already checked every gradient and
+            # its step reads those flags (one .item() per device) to skip the update, so
+            # the step reuses them rather than making a second pass over the gradients.
             taken = self._found_no_inf(optimizer)
             self.scaler.step(optimizer)
         if not taken:
@@ -156,7 +234,8 @@ class Precision:
         return taken
 
     def update(self) -> None:
-        """End of a step: let the scaler adjust its scale (halve after inf/nan, grow after a run of good steps); record it."""
+        """End of a step: let the scaler adjust its scale (dynamic: halve after inf/nan, grow after a run
+        of good steps; static: unchanged); record it."""
         if self.scaler is not None:
             self.scaler.update()
         self.scale_history.append(self.scale)
@@ -173,8 +252,10 @@ class Precision:
         return "fp32"
 
     def state(self) -> dict:
-        """What the run's record keeps: mode, final scale, skipped steps, and how fp32 matmuls ran."""
-        return {"mode": self.mode, "requested": self.requested, "loss_scale": self.scale,
+        """What the run's record keeps: mode, loss scaling (kind, final scale, growth interval),
+        skipped steps, and how fp32 matmuls ran."""
+        return {"mode": self.mode, "requested": self.requested, "loss_scaling": self.loss_scaling,
+                "loss_scale": self.scale, "growth_interval": self.growth_interval,
                 "skipped_steps": self.skipped_steps, "fp32_matmul": self.fp32_matmul}
 
 

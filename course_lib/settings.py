@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .config import BatchConfig, batch_config, check_field_types
 from .optim.schedules import DECAY_KINDS, LR_SCALINGS, WARMUP_KINDS, scaled_lr
+from .precision import LOSS_SCALINGS
 
 
 
@@ -31,7 +32,9 @@ class RunSettings:
       a scaled setting still says where its lr came from;
     - the schedule: ``warmup_steps`` of ``warmup`` ("linear" | "exponential"), then ``decay``
       ("none" | "polynomial" | "cosine") over the run's planned steps;
-    - ``precision``, ``optimizer``, ``weight_decay``, ``betas``, ``seed``;
+    - ``precision``, ``optimizer``, ``weight_decay``, ``betas``, ``seed``; for fp16, ``loss_scaling``
+      ("dynamic" | "static" | "none", :class:`course_lib.precision.Precision`) and ``loss_scale``
+      (dynamic: the starting scale; static: the fixed S);
     - the budget: ``max_steps`` (``None``: the subclass's own budget, e.g. NeuMF's epochs) and
       ``stop_at_target``; the target itself is the subclass's (an HR@10, a loss).
 
@@ -49,6 +52,8 @@ class RunSettings:
     warmup: str = "linear"
     decay: str = "none"
     precision: str = "fp32"
+    loss_scaling: str = "dynamic"  # fp16 only (lesson 05)
+    loss_scale: float = 65536.0  # fp16: dynamic's starting scale (GradScaler's default), or static's S
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     seed: int = 0
@@ -61,7 +66,7 @@ class RunSettings:
         check_field_types(self)
         for name, allowed in (("optimizer", self.OPTIMIZERS), ("lr_scaling", LR_SCALINGS),
                               ("warmup", WARMUP_KINDS), ("decay", ("none",) + DECAY_KINDS),
-                              ("precision", PRECISIONS)):
+                              ("precision", PRECISIONS), ("loss_scaling", LOSS_SCALINGS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{type(self).__name__}.{name}={getattr(self, name)!r}; choose one of {allowed}")
         for name in ("global_batch_size", "micro_batch_size", "base_batch_size", "max_steps"):
@@ -70,6 +75,8 @@ class RunSettings:
                 raise ValueError(f"{type(self).__name__}.{name} must be at least 1, got {value}")
         if not (self.base_lr > 0 and math.isfinite(self.base_lr)):
             raise ValueError(f"{type(self).__name__}.base_lr must be a positive number, got {self.base_lr}")
+        if not (self.loss_scale > 0 and math.isfinite(self.loss_scale)):
+            raise ValueError(f"{type(self).__name__}.loss_scale must be a positive number, got {self.loss_scale}")
         if self.warmup_steps < 0:
             raise ValueError(f"{type(self).__name__}.warmup_steps must be >= 0, got {self.warmup_steps}")
         object.__setattr__(self, "betas", tuple(self.betas))
@@ -103,7 +110,14 @@ class RunSettings:
         """What a run prints at its start: the batch arithmetic and the lr derivation."""
         warm = f", {self.warmup} warmup {self.warmup_steps} steps" if self.warmup_steps else ""
         decay = f", {self.decay} decay" if self.decay != "none" else ""
-        return f"{self.batch(world_size).describe()}; {self.optimizer} {self.lr_derivation()}{warm}{decay}; {self.precision}"
+        return (f"{self.batch(world_size).describe()}; {self.optimizer} {self.lr_derivation()}{warm}{decay}; "
+                f"{self.precision}{self.loss_scaling_note()}")
+
+    def loss_scaling_note(self) -> str:
+        """`` (static loss scale 4096)`` / `` (no loss scaling)`` for fp16 runs that are not dynamic, else ``""``."""
+        if self.precision != "fp16" or self.loss_scaling == "dynamic":
+            return ""
+        return f" (static loss scale {self.loss_scale:g})" if self.loss_scaling == "static" else " (no loss scaling)"
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)

@@ -19,7 +19,7 @@ import ipywidgets as w
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from .diagrams import fp16_number_line
+from .diagrams import fp16_number_line, fp16_number_lines
 from .optim.schedules import DECAY_KINDS, lr_at, scaled_lr
 from .plots import plot_curve, plot_lr_schedules
 from .progress import resolve_progress
@@ -224,11 +224,19 @@ def schedule_builder(*, peak_lr: float = 0.01, warmup_steps: int = 100, total_st
 def loss_scaling_explorer(log2_magnitudes, *, scale: float = 2.0 ** 16, interactive: bool | None = None):
     """Slide the loss scale and watch the gradients move along fp16's number line (lesson 05):
     the fractions lost to zero, stored as subnormals and overflowing, for the learner's own
-    measured gradients. Without a widget frontend: one static ``(figure, fractions)``."""
+    measured gradients. ``log2_magnitudes``: one array, or ``{label: array}`` for one panel each
+    (parameter and activation gradients, moved by the same slider). Without a widget frontend:
+    one static ``(figure, fractions)`` (``{label: fractions}`` for several panels)."""
     if interactive is None:
         interactive = widgets_available()
+
+    def draw(s):
+        if isinstance(log2_magnitudes, dict):
+            return fp16_number_lines(log2_magnitudes, s)
+        return fp16_number_line(log2_magnitudes, s)
+
     if not interactive:
-        return fp16_number_line(log2_magnitudes, scale)
+        return draw(scale)
 
     s_w = w.IntSlider(value=int(round(math.log2(scale))), min=0, max=32, description="log2 scale")
     out = w.Output()
@@ -236,7 +244,7 @@ def loss_scaling_explorer(log2_magnitudes, *, scale: float = 2.0 ** 16, interact
     def update(*_):
         with out:
             out.clear_output(wait=True)
-            fig, _ = fp16_number_line(log2_magnitudes, 2.0 ** s_w.value)
+            fig, _ = draw(2.0 ** s_w.value)
             display(fig)
             plt.close(fig)
 

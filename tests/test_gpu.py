@@ -7,8 +7,9 @@ GPUs); these ask for the GPUs::
 
 Kept small, and each one states the invariant it checks on the device: the plan for this
 machine, NeuMF and BERT steps in each precision with the fused optimizer, phase timing by
-CUDA events, the launcher's backend per GPU count, and (two GPUs or more) NCCL data
-parallelism equal to one process, with its all-reduces timed by CUDA events in the comm hook.
+CUDA events, lesson 05's measurements on the device, the launcher's backend per GPU count, and (two
+GPUs or more) NCCL data parallelism equal to one process, with its all-reduces timed by CUDA events in
+the comm hook.
 """
 
 import os
@@ -62,6 +63,24 @@ def test_neumf_trains_on_the_gpu_with_fused_adam(data, precision):
     assert r.precision["mode"] == precision
     # CUDA events timed each phase without synchronizing every step; the clock read them at the end
     assert all(r.phase_time_s[p] > 0 for p in ("sampling", "forward_backward", "optimizer"))
+
+
+def test_lesson_05s_measurements_run_on_the_gpu(data):
+    """Static loss scaling, steady-state throughput by phase, the activation-gradient probe and the
+    trust ratio through Precision.step, on the device (lesson 05)."""
+    from course_lib import mixed_precision as MP
+
+    r = train_to_target(data, CFG.replace(precision="fp16", loss_scaling="static", loss_scale=1024.0), device="cuda",
+                        progress="none", keep_model=True)
+    assert r.precision["loss_scaling"] == "static" and r.precision["loss_scale"] == 1024.0
+    speed = MP.precision_throughput(data, CFG, ("fp32", "fp16"), steps=3, device="cuda", repeats=2, warmup_steps=1)
+    assert all(v > 0 for run in speed.values() for v in run.phase_s.values())  # CUDA events, read at the end
+    grads = MP.autocast_gradients(r.model, data, CFG)
+    assert set(grads["dtypes"].values()) == {"float16"} and grads["count"]["activation"] > 0
+    rows = MP.lars_unscale_rows(r.model, data, CFG, scale=2.0 ** 16)
+    assert all(abs(x["trust ratio, Precision.step"] / x["trust ratio, fp32"] - 1) < 1e-4 for x in rows)
+    text = MP.speedup_reading(speed, hardware.detect(), "cuda")
+    assert "fp16 ran" in text and "tensor cores" in text
 
 
 def test_fused_adam_is_used_on_the_gpu(data):

@@ -67,6 +67,8 @@ def test_a_rung_measured_while_the_machine_was_slower_is_compared_at_the_baselin
     assert "-50% vs lesson 01's pace: compare steps, not seconds" in lin["flags"][0]
     assert "the pace moved -33% during the lesson" in lin["flags"][1]
     assert warm["vs_previous"] == pytest.approx(10.0 / 9.0) and warm["flags"] == []  # paced 10 s vs 9 s
+    # ... but the yardstick moved 33% and 10% within the two lessons: 1 s in 10 is not measurable through it
+    assert "no measurable difference" in warm["vs_noise"] and "resolution of 4.39 s" in warm["vs_noise"]
     md = ladder.ladder_table(tmp_path).to_markdown()
     assert "| -50% (!) " in md and "| +0% |" in md
     assert "paced seconds are unreliable for +linear scaling" in ladder.ladder_reading(tmp_path)

@@ -115,3 +115,123 @@ def test_fp16_fates_are_what_the_cast_does():
     v = torch.tensor([2.0 ** -26, 2.0 ** -25, 2.0 ** -20, 2.0 ** -15, 1.0, 60000.0, 65520.0, 1e5])
     assert fp16_fates(v) == {"zero": 0.25, "subnormal": 0.25, "normal": 0.25, "inf": 0.25}
     assert fp16_fates(v[:0]) == {"zero": 0.0, "subnormal": 0.0, "normal": 0.0, "inf": 0.0}
+
+
+# --------------------------------------------------------------------------- static loss scaling and no scaling (lesson 05)
+
+
+def _grads(model):
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def test_a_static_scaler_scales_the_gradients_by_s_and_unscales_them_back_and_never_changes_s():
+    x = torch.randn(16, 8)
+    ref, scaled = _model(), _model()
+    torch.nn.functional.mse_loss(ref(x), torch.zeros(16, 1)).backward()  # the unscaled gradients
+    s = 2.0 ** 10
+    prec = Precision("fp16", "cpu", loss_scaling="static", init_scale=s)
+    assert prec.loss_scaling == "static" and prec.scale == s
+    prec.backward(torch.nn.functional.mse_loss(scaled(x), torch.zeros(16, 1)))  # fp32 math, scaled loss
+    for g, q in zip(_grads(ref), scaled.parameters()):
+        torch.testing.assert_close(q.grad, s * g)  # before unscale: S x the true gradient (S a power of 2: exact)
+    opt = torch.optim.SGD(scaled.parameters(), lr=0.1)
+    assert prec.step(opt) is True
+    prec.update()
+    for g, q in zip(_grads(ref), scaled.parameters()):
+        torch.testing.assert_close(q.grad, g)  # after: the true gradient
+    # an overflow: the step is skipped and counted, and S stays (a dynamic scaler would halve it)
+    opt.zero_grad()
+    prec.backward(scaled(x).sum())
+    next(scaled.parameters()).grad[0, 0] = float("inf")
+    before = [p.detach().clone() for p in scaled.parameters()]
+    assert prec.step(opt) is False
+    prec.update()
+    assert all(torch.equal(a, b) for a, b in zip(before, scaled.parameters()))
+    assert prec.skipped_steps == 1 and prec.skipped_at == [1]
+    assert prec.scale_history == [s, s] and prec.state()["loss_scaling"] == "static"
+    assert prec.state()["growth_interval"] is None
+
+
+class _SpyOptimizer(torch.optim.SGD):
+    """Records the gradients it reads at step()."""
+
+    def step(self, closure=None):
+        self.seen = [p.grad.detach().clone() for g in self.param_groups for p in g["params"]]
+        return super().step(closure)
+
+
+@pytest.mark.parametrize("scaling", ["dynamic", "static"])
+def test_step_unscales_before_the_optimizer_reads_the_gradients(scaling):
+    x = torch.randn(16, 8)
+    ref, scaled = _model(), _model()
+    ref(x).pow(2).mean().backward()
+    prec = Precision("fp16", "cpu", loss_scaling=scaling, init_scale=2.0 ** 12)
+    opt = _SpyOptimizer(scaled.parameters(), lr=0.1)
+    prec.backward(scaled(x).pow(2).mean())
+    assert prec.step(opt) is True
+    for g, seen in zip(_grads(ref), opt.seen):
+        torch.testing.assert_close(seen, g)
+
+
+@pytest.mark.parametrize("scaling", ["dynamic", "static"])
+def test_lars_trust_ratios_after_a_scaled_backward_are_the_unscaled_ones(scaling):
+    # apex#1030: a trust ratio taken on loss-scaled gradients is off by the scale; Precision.step unscales first
+    from course_lib.optim import LARS
+
+    x = torch.randn(16, 8)
+    ref, scaled = _model(), _model()
+    ref_opt = LARS(param_groups(ref, 1e-4), lr=0.1, weight_decay=1e-4)
+    sc_opt = LARS(param_groups(scaled, 1e-4), lr=0.1, weight_decay=1e-4)
+    ref(x).pow(2).mean().backward()
+    ref_opt.step()
+    prec = Precision("fp16", "cpu", loss_scaling=scaling, init_scale=2.0 ** 16)
+    prec.backward(scaled(x).pow(2).mean())
+    assert prec.step(sc_opt)
+    for p, q in zip(ref.parameters(), scaled.parameters()):
+        torch.testing.assert_close(sc_opt.state[q]["trust_ratio"], ref_opt.state[p]["trust_ratio"])
+        torch.testing.assert_close(q, p)
+
+
+def test_fp16_without_loss_scaling_has_no_scaler_and_takes_every_step():
+    prec = Precision("fp16", "cpu", loss_scaling="none")
+    assert prec.scaler is None and prec.loss_scaling == "none" and prec.scale == 1.0
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with prec.autocast():
+        out = model(torch.randn(4, 8))
+    assert out.dtype == torch.float16
+    prec.backward(out.float().sum())
+    assert prec.step(opt) is True and "loss scaling=off" in repr(prec)
+    assert Precision("bf16", "cpu", loss_scaling="static").loss_scaling == "none"  # bf16 needs no scaling
+
+
+def test_bad_loss_scaling_settings_are_refused():
+    with pytest.raises(ValueError, match="loss_scaling='fixed'; choose one of"):
+        Precision("fp16", loss_scaling="fixed")
+    with pytest.raises(ValueError, match="positive finite"):
+        Precision("fp16", loss_scaling="static", init_scale=0.0)
+    from course_lib.precision import StaticLossScaler
+
+    with pytest.raises(ValueError, match="positive finite"):
+        StaticLossScaler(float("inf"))
+
+
+def test_run_settings_carry_the_loss_scaling_to_the_engine():
+    from course_lib.train import TrainConfig
+
+    cfg = TrainConfig(precision="fp16", loss_scaling="static", loss_scale=1024.0)
+    assert cfg.describe().endswith("fp16 (static loss scale 1024)")
+    assert TrainConfig(precision="fp16", loss_scaling="none").describe().endswith("fp16 (no loss scaling)")
+    assert TrainConfig(precision="fp16").describe().endswith("; fp16")
+    with pytest.raises(ValueError, match="loss_scaling='off'; choose one of"):
+        TrainConfig(loss_scaling="off")
+    with pytest.raises(ValueError, match="loss_scale must be a positive number"):
+        TrainConfig(loss_scale=-1.0)
+
+
+def test_a_static_scaler_survives_a_checkpoint():
+    from course_lib.precision import StaticLossScaler
+
+    a, b = StaticLossScaler(512.0), StaticLossScaler(1.0)
+    b.load_state_dict(a.state_dict())
+    assert b.get_scale() == 512.0

@@ -1,13 +1,11 @@
 """The large-batch tricks inside the one loop (lessons 02-05): schedule, LARS groups, loss scaling, records."""
 
-import functools
 import math
 
 import pytest
 
 import course_lib.train.ncf as train
 from course_lib.optim import lr_at
-from course_lib.precision import Precision
 from course_lib.train import TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target
 
 
@@ -54,13 +52,13 @@ def test_lars_adapts_weights_and_excludes_biases(data):
     assert m.out.bias.abs().sum() > 0  # excluded from the trust ratio, so it is not frozen at 0
 
 
-def test_trust_ratio_is_the_same_with_and_without_loss_scaling(data, monkeypatch):
+@pytest.mark.parametrize("scaling", ["dynamic", "static"])
+def test_trust_ratio_is_the_same_with_and_without_loss_scaling(data, scaling):
     """fp16 through the loop: gradients are unscaled before LARS reads their norm (apex#1030)."""
-    cfg = TINY.replace(optimizer="lars", base_lr=1.0, precision="fp16", weight_decay=1e-4)
+    cfg = TINY.replace(optimizer="lars", base_lr=1.0, precision="fp16", weight_decay=1e-4, loss_scaling=scaling)
     ratios = {}
-    for scale in (2.0 ** 4, 2.0 ** 14):
-        monkeypatch.setattr(train, "Precision", functools.partial(Precision, init_scale=scale))
-        r = run(data, cfg, max_steps=3)
+    for scale in (2.0 ** 4, 2.0 ** 14):  # the settings' loss_scale: dynamic's start, or the static S
+        r = run(data, cfg.replace(loss_scale=scale), max_steps=3)
         assert r.precision["mode"] == "fp16" and r.precision["skipped_steps"] == 0
         assert r.history["loss_scale"][0] == scale
         ratios[scale] = r.history["trust_ratio"]

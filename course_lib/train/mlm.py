@@ -310,7 +310,8 @@ def _mlm_loss_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
 
 def _engine(cfg: MLMTrainConfig, model: torch.nn.Module, device: torch.device) -> Engine:
     """The engine for ``cfg``: AdamW clips at ``max_grad_norm``; LAMB pre-normalizes inside its step."""
-    return Engine(model, make_optimizer(model, cfg), precision=Precision(cfg.precision, device),
+    precision = Precision(cfg.precision, device, loss_scaling=cfg.loss_scaling, init_scale=cfg.loss_scale)
+    return Engine(model, make_optimizer(model, cfg), precision=precision,
                   parallel=DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device),
                   loss_sum=_mlm_loss_sum, max_grad_norm=cfg.max_grad_norm if cfg.optimizer == "adam" else None)
 

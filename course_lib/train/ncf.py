@@ -34,7 +34,8 @@ from .. import dist as cdist
 from ..data.movielens import ImplicitData
 from ..data.sampler import DeviceSampler, make_dataloader
 from ..hardware import default_device
-from ..metrics import hr_ndcg, throughput
+from ..metrics import hr_ndcg
+from ..metrics import throughput as throughput_rate
 from ..models.ncf import NeuMF
 from ..optim import LAMB, LARS, fused_on_gpu, lr_at, param_groups
 from ..parallel.data_parallel import DataParallel
@@ -43,7 +44,7 @@ from ..precision import Precision
 from ..progress import in_notebook, resolve_progress
 from ..settings import RunSettings
 from ..tables import Table
-from .engine import Engine, PhaseClock, all_finite
+from .engine import Engine, PhaseClock, all_finite, sync
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LOADERS = ("device", "dataloader")
@@ -169,11 +170,15 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
 def build_engine(data: ImplicitData, cfg: TrainConfig, device: torch.device, *,
                  clock: PhaseClock | None = None) -> Engine:
     """The engine of one NeuMF run of ``cfg`` on ``device`` (``data`` already there): the model
-    seeded by ``cfg.seed``, its optimizer, precision, the data-parallel seam, the loss. The loop
-    below and the step benchmarks (the ladder's pace, lesson 09's model) all step through it."""
+    seeded by ``cfg.seed``, its optimizer, precision (lesson 05: autocast, fp16 loss scaling dynamic,
+    static or none, unscale before the step), the data-parallel seam, the BCE loss summed. The loop
+    below and the step benchmarks (:func:`throughput`, the ladder's pace, lesson 09's model) all step
+    through it."""
+    device = torch.device(device)
     torch.manual_seed(cfg.seed)
     model = build_model(data, cfg).to(device)
-    return Engine(model, make_optimizer(model, cfg), precision=Precision(cfg.precision, device),
+    prec = Precision(cfg.precision, device, loss_scaling=cfg.loss_scaling, init_scale=cfg.loss_scale)
+    return Engine(model, make_optimizer(model, cfg), precision=prec,
                   parallel=DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device),
                   loss_sum=_bce_sum, clock=clock)
 
@@ -352,6 +357,47 @@ def _bce_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(net(users, items).float(), labels.float(), reduction="sum")
 
 
+def throughput(data: ImplicitData, cfg: TrainConfig, *, device=None, steps: int = 30, warmup_steps: int = 3) -> dict:
+    """Training samples/s of ``cfg`` over ``steps`` steps (no evaluation), after ``warmup_steps`` untimed
+    ones on the same model, optimizer and sampler (lesson 05), as :func:`course_lib.train.mlm.throughput`
+    does for BERT. Steady state: the first steps pay one-time costs (Adam's state allocated, the first
+    chunk of the epoch's samples drawn, kernels loaded) that a run of thousands of steps amortizes.
+
+    Returns ``{"precision": Precision.state(), "samples_per_s", "step_s", "phase_s": per-step seconds of
+    sampling / forward_backward / optimizer, "steps", "batch", "scale_history"}`` (the loss scale after
+    every step, warmup included). One process."""
+    device = torch.device(device) if device is not None else default_device()
+    data = data.to(device)
+    engine = build_engine(data, cfg, device)
+    batches = make_batches(data, cfg)
+    it = iter(batches)
+
+    def next_batch():
+        nonlocal it
+        batch = next(it, None)
+        if batch is None:  # a new epoch
+            it = iter(batches)
+            batch = next(it)
+        return tuple(t.to(device, non_blocking=True) for t in batch) if cfg.loader == "dataloader" else batch
+
+    engine.model.train()
+    for _ in range(warmup_steps):
+        engine.step(next_batch())
+    engine.clock = clock = PhaseClock(device, enabled=True)
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        with clock.phase("sampling"):
+            batch = next_batch()
+        engine.step(batch)
+    sync(device)
+    seconds = time.perf_counter() - t0
+    prec = engine.precision
+    return {"precision": prec.state(), "samples_per_s": throughput_rate(steps * cfg.global_batch_size, seconds),
+            "step_s": seconds / max(steps, 1), "phase_s": {k: v / max(steps, 1) for k, v in clock.seconds.items()},
+            "steps": steps, "batch": cfg.global_batch_size, "scale_history": list(prec.scale_history)}
+
+
 # --------------------------------------------------------------------------- the result record
 
 
@@ -510,7 +556,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     model, optimizer = engine.model, engine.optimizer
     par = engine.parallel  # lesson 06: checks the batch arithmetic, slices each global batch
     prec = engine.precision  # lesson 05: autocast, fp16 loss scaling, unscale before step
-    scaler = prec.scaler  # the GradScaler (fp16) or None; checkpoints keep its state
+    scaler = prec.scaler  # the fp16 loss scaler (dynamic or static) or None; checkpoints keep its state
     batches = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
     if checkpoint is not None:
         batches = checkpoint.track(batches)
@@ -665,7 +711,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         steps_to_target=curve["step"][reached_at] if reached_at is not None else None,
         epochs_to_target=curve["epoch"][reached_at] if reached_at is not None else None,
         epochs=epoch_now(), steps=step, samples=samples, train_time_s=train_time,
-        eval_time_s=eval_time, samples_per_s=throughput(samples, train_time), phase_time_s=phase,
+        eval_time_s=eval_time, samples_per_s=throughput_rate(samples, train_time), phase_time_s=phase,
         curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
         best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best], comm_time_s=par.comm_time_s,
         comm_method=par.comm_method,
