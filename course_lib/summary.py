@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .ladder import ladder_table
+from .ladder import ladder_reading, ladder_table
 from .results import load_results
 from .tables import Table
 
@@ -20,7 +20,8 @@ def summary_markdown(directory: Path | None = None) -> str:
         return "_No lesson saved results in this run._"
     parts = []
     if any(n.startswith("ladder_") for n in results):
-        parts += [ladder_table(directory).to_markdown(), ""]
+        reading = ladder_reading(directory).splitlines()
+        parts += [ladder_table(directory).to_markdown(), "", *[f"- {line}" for line in reading], ""]
     for name, rec in results.items():
         if name.startswith("ladder_"):
             continue
