@@ -349,12 +349,11 @@ def native_stage_gradients(module: nn.Module, schedule: str, x: torch.Tensor | N
     cls = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
     sched = cls(stage, n_microbatches=m, loss_fn=lambda out, t: ((out - t) ** 2).mean())
     losses: list = []
+    last = {"target": target, "losses": losses} if s == p - 1 else {}  # (one stage: the first is the last)
     if s == 0:
-        sched.step(x)
-    elif s == p - 1:
-        sched.step(target=target, losses=losses)
+        sched.step(x, **last)
     else:
-        sched.step()
+        sched.step(**last)
     loss = float(sum(losses) / len(losses)) if losses else 0.0
     return [p.grad.clone() for p in module.parameters()], loss
 

@@ -130,5 +130,5 @@ def compare_halo_conv(rank: int, world_size: int, height: int = 13, width: int =
             "out": rel(y, strip(y_full, rank, world_size)),
             "input_grad": rel(x_local.grad, strip(x_full.grad, rank, world_size)),
             "weight_grad": max(rel(a, b) for a, b in zip(w_grads, full_w)),
-            "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2) // (1 if 0 < rank < world_size - 1 else 2),
+            "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2) * ((rank > 0) + (rank < world_size - 1)) // 2,
             "strip_bytes": x_local.numel() * 4}
