@@ -468,7 +468,7 @@ def decision_why(preds: list, best, device_bytes: float, world_size: int, smalle
                 f"({_gib(least.activations)} of it activations) against {_gib(device_bytes)}")
         if smaller:
             m, p = smaller
-            return text + (f"; with {m} sequences per device, {_scheme_label(p)} fits ({_gib(p.memory_bytes)}, "
+            return text + (f"; with {m} sequence{'s' if m > 1 else ''} per device, {_scheme_label(p)} fits ({_gib(p.memory_bytes)}, "
                            f"{_duration(p.step_s)} per step)")
         return text + ": more devices, or recomputing activations in backward"
     if world_size == 1:

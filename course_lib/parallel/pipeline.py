@@ -17,9 +17,12 @@ With forward time ``t_f`` and backward time ``t_b`` per micro-batch on every sta
 **bubble**, is ``(p - 1) / (m + p - 1)`` (:func:`bubble_fraction`).
 
 Schedules are pure data (per stage, an ordered list of :class:`Op`), so tests check them,
-:func:`simulate` times them with given ``t_f`` / ``t_b``, lesson 10 draws them, and one
-executor (:func:`run_stage`) carries any of them out with ``send``/``recv``, recording when
-each op ran. Gradients over the ``m`` micro-batches add up to the full batch's (each
+:func:`simulate` times them with given ``t_f`` / ``t_b`` (or each op's own duration), lesson 10
+draws them, and one executor (:func:`run_stage`) carries any of them out with ``send``/``recv``,
+recording when each op computed. The formula assumes equal stages and free messages; a measured
+run says how far each assumption held: replayed with its own op durations and no gaps
+(:func:`replay`), it idles by what unequal ops explain, and the rest of its idle time went
+between the ops (messages, a stage woken late, another process on the core). Gradients over the ``m`` micro-batches add up to the full batch's (each
 micro-batch's loss is its sum divided by the whole batch's count), so the result equals one
 process. PyTorch's own: ``torch.distributed.pipelining`` (``PipelineStage`` with
 ``ScheduleGPipe`` / ``Schedule1F1B``; :func:`native_stage_gradients`). Measured with torch 2.13:
