@@ -15,6 +15,8 @@ panorama, a 3-D simulation volume).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -97,10 +99,27 @@ def halo_bytes(halo: int, width: int, channels: int, batch: int = 1, element_siz
     return 2 * halo * width * channels * batch * element_size
 
 
+@contextlib.contextmanager
+def exact_fp32_convolutions():
+    """cuDNN's convolutions in fp32, not TF32 (torch 2.13: ``torch.backends.cudnn.allow_tf32`` is True by
+    default, 10-bit mantissas on NVIDIA GPUs since Ampere): the equality checked here is fp32's."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
 def compare_halo_conv(rank: int, world_size: int, height: int = 13, width: int = 9, channels: int = 3,
                       kernel: int = 3, layers: int = 2, seed: int = 0) -> dict:
     """Worker: ``layers`` halo convolutions (with ReLU) on this rank's strip against the same
     convolutions on the whole image: output, input gradient, and the weights' gradients (all-reduced)."""
+    with exact_fp32_convolutions():
+        return _compare_halo_conv(rank, world_size, height, width, channels, kernel, layers, seed)
+
+
+def _compare_halo_conv(rank, world_size, height, width, channels, kernel, layers, seed) -> dict:
     from .. import dist as cdist
 
     device = cdist.device()  # this rank's GPU under NCCL; the numbers are drawn on the CPU, the same everywhere
