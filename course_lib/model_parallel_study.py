@@ -53,6 +53,8 @@ def lesson_spec(profile: str, mesh_dp: int | None = None) -> dict:
         "sharded": {"preset": "tiny", "vocab_size": pick(profile, full=4096, smoke=1024),
                     "seq_len": pick(profile, full=64, smoke=16), "global_batch": pick(profile, full=16, smoke=4),
                     "steps": pick(profile, full=6, smoke=3), "lr": 1e-3},
+        "bert_pipeline": {"preset": "tiny", "vocab_size": 256, "seq_len": 16, "batch": 8, "ms": [1, 4],
+                          "schedules": ["GPipe", "1F1B"]},
         "halo": {"height": 13, "width": 9, "channels": 3, "kernel": 3, "layers": 2},
         # the link between the ranks, for lesson 09's model on this machine (lesson 08's all-reduce fit)
         "allreduce": {"sizes": [2**k for k in range(8, pick(profile, full=23, smoke=19), 2)],
@@ -65,6 +67,7 @@ def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
     out = {"tensor": tensor.compare_with_full(rank, world_size, **spec["tensor"]),
            "dtensor": tensor.compare_dtensor(rank, world_size),
            "pipeline": pipeline.pipeline_worker(rank, world_size, spec["pipeline"]),
+           "bert_pipeline": pipeline.bert_pipeline_worker(rank, world_size, spec["bert_pipeline"]),
            "sharded": sharded.sharded_worker(rank, world_size, spec["sharded"]),
            "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"]),
            "allreduce": allreduce_benchmark(rank, world_size, spec["allreduce"]["sizes"], spec["allreduce"]["iters"], 2)}
@@ -205,6 +208,11 @@ def plot_timelines(per_rank: list[dict], m: int, run: int = 0, simulated: bool =
     axes[-1, 0].set_xlabel("seconds (light: forward, dark: backward; gaps: the bubble)")
     fig.tight_layout()
     return fig, axes
+
+
+def bert_pipeline_equal(outs: list[dict]) -> bool:
+    """The pipeline over BERT's encoder: every stage's gradients equal one process's, for every schedule and m."""
+    return all(r["grad_diff"] <= TOLERANCE for o in outs for r in o["bert_pipeline"]["rows"])
 
 
 def in_flight_table(p: int, m: int) -> Table:
@@ -560,7 +568,11 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
     lines.append(f"Tensor parallel (ours and DTensor's) {'equals' if eq else 'does NOT equal'} one process "
                  f"on {len(tensor_outs)} ranks, outputs and every shard's gradient.")
     grads = all(r["grad_diff"] <= TOLERANCE for r in bubble_rows)
-    lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's for every schedule and m; "
+    bert = ""
+    if all("bert_pipeline" in o for o in tensor_outs):
+        bert = (" (over BERT's encoder too, the tied embedding's gradient added up)" if bert_pipeline_equal(tensor_outs)
+                else " (but NOT over BERT's encoder)")
+    lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's for every schedule and m{bert}; "
                  + bubble_reading(bubble_rows))
     ok, measured, bound = fsdp_within_goal(sharded_outs)
     o = sharded_outs[0]

@@ -69,6 +69,16 @@ def test_pipeline_gradients_equal_one_process_for_every_schedule(two, four):
     assert missing == {("1F1B", 1)}
 
 
+def test_the_pipeline_over_berts_encoder_equals_one_process(two, four):
+    """Embeddings on the first stage, the MLM head on the last, hidden states between them; the tied embedding's
+    two parts of the gradient (first stage: the lookup, last: the decoder) added up as Megatron does."""
+    assert study.bert_pipeline_equal(two) and study.bert_pipeline_equal(four)
+    assert [o["bert_pipeline"]["blocks"] for o in four] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert [(o["bert_pipeline"]["first"], o["bert_pipeline"]["last"]) for o in two] == [(True, False), (False, True)]
+    untied = [r["grad_diff"] for o in four for r in o["bert_untied"]["rows"]]
+    assert untied[0] > 1e-3 and untied[-1] > 1e-3 and max(untied[1:3]) <= TOL  # only the stages holding it differ
+
+
 def test_the_measured_timeline_covers_every_op_once(two):
     events = pipeline.timeline([o["pipeline"] for o in two], "1F1B", 4)
     assert sorted((e.stage, e.kind, e.mb) for e in events) == sorted(

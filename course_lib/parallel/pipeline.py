@@ -220,14 +220,14 @@ def _tag(kind: str, mb: int) -> int:
 
 def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Tensor] | None,
               targets: list[torch.Tensor] | None, count: int, shape: tuple[int, ...],
-              device: torch.device | None = None) -> tuple[list[Event], float]:
+              device: torch.device | None = None, loss_sum=None) -> tuple[list[Event], float]:
     """Carry out this rank's part of ``schedule`` with ``send``/``recv``; return its events and loss.
 
     Rank ``s`` of the group is stage ``s``. Stage 0 gets the ``m`` micro-batches in ``inputs``,
-    the last stage the ``targets``; each micro-batch's loss is its squared error summed over
-    elements, divided by ``count`` (the whole batch's count), so the gradients add up to the
-    full batch's mean. Every activation and its gradient has ``shape`` (stages map width to width)
-    and lives on ``device`` (default: ``course_lib.dist.device()``).
+    the last stage the ``targets``; each micro-batch's loss is ``loss_sum(output, target)`` (default:
+    the squared error summed over elements) divided by ``count`` (the whole batch's count), so the
+    gradients add up to the full batch's mean. Every activation and its gradient has ``shape``
+    (stages map width to width) and lives on ``device`` (default: ``course_lib.dist.device()``).
 
     An event is one op's **compute**: from the moment its input is here (its message received)
     to the moment its output is computed. Everything else is idle, the bubble: waiting for a
@@ -255,6 +255,7 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
     if (s == 0 and inputs is None) or (s == p - 1 and targets is None):
         raise ValueError("stage 0 needs the micro-batches (inputs), the last stage their targets")
     device = device or cdist.device()
+    loss_sum = loss_sum or _loss_sum
     on_cpu = device.type == "cpu"
     early = dist.get_backend() != "nccl"
     ops = schedule[s]
@@ -290,10 +291,10 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
             outbox = []
         start, cpu0 = time.monotonic(), time.thread_time()
         if op.kind == "F":
-            x = inputs[i] if s == 0 else buf.requires_grad_()
+            x = inputs[i] if s == 0 else buf.requires_grad_()  # stage 0's inputs need no gradient
             y = module(x)
             if s == p - 1:
-                y = _loss_sum(y, targets[i]) / count
+                y = loss_sum(y, targets[i]) / count
             out, dst = (y.detach().contiguous(), s + 1) if s < p - 1 else (None, None)
             held[i] = (x, y)
         else:
@@ -401,6 +402,95 @@ def pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
                 row["native_loss"] = native_loss
             rows.append(row)
     return {"rank": rank, "rows": rows, "stage_layers": (lo, hi), "device": str(device)}
+
+
+# --------------------------------------------------------------------------- the same pipeline over BERT's encoder
+
+
+class BertStage(nn.Module):
+    """Stage ``stage`` of ``p`` of a :class:`~course_lib.models.bert.BertForMLM`: its run of blocks
+    (:func:`stage_bounds`), the first stage also the embeddings, the last the final LayerNorm and the
+    MLM head (logits of every position). Every stage passes hidden states ``(B, T, C)``. The head's
+    decoder is tied to the token embedding: with ``p > 1`` the first and the last stage each hold that
+    matrix and each computes part of its gradient (:func:`tied_gradients` adds them up)."""
+
+    def __init__(self, model: nn.Module, stage: int, p: int):
+        super().__init__()
+        lo, hi = stage_bounds(len(model.blocks), p)[stage]
+        self.first, self.last = stage == 0, stage == p - 1
+        self.blocks = nn.ModuleList(model.blocks[lo:hi])  # the same modules, not copies
+        if self.first:  # the embeddings' modules (their parameters are this stage's); the lookup is model.embed
+            self.embeddings = nn.ModuleList(m for m in (model.tok_emb, model.pos_emb, model.seg_emb, model.emb_ln)
+                                            if m is not None)
+            self._embed = model.embed
+        if self.last:
+            self.final_ln, self.head = model.final_ln, model.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self._embed(x) if self.first else x  # (B, T, C)
+        for block in self.blocks:
+            h = block(h)
+        if self.last:
+            h = self.final_ln(h) if self.final_ln is not None else h
+            return self.head(h)  # (B, T, V)
+        return h
+
+
+def _mlm_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy summed over the scored positions (label -100: not scored)."""
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                                       reduction="sum")
+
+
+def tied_gradients(model: nn.Module, group=None) -> None:
+    """Add up the tied embedding's gradient over the stages (Megatron's "embedding group": the first
+    stage's part from the lookup, the last stage's from the decoder); stages without it add zeros."""
+    w = model.tok_emb.weight
+    if w.grad is None:
+        w.grad = torch.zeros_like(w)
+    dist.all_reduce(w.grad, group=group)
+
+
+def bert_pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Worker: the executor of this module over BERT's encoder (``spec``: ``preset``, ``vocab_size``,
+    ``seq_len``, ``batch``, ``ms``, ``schedules``, optional ``num_layers``), against one process's
+    masked-LM gradients on the whole batch: per schedule and ``m``, the largest difference of this
+    stage's gradients, relative to the largest gradient (the tied embedding added up first)."""
+    from .. import dist as cdist
+    from ..models.bert import build_bert
+
+    device = cdist.device()
+    torch.manual_seed(0)
+    overrides = {"num_layers": spec["num_layers"]} if spec.get("num_layers") else {}
+    model = build_bert(spec["preset"], vocab_size=spec["vocab_size"], max_position=spec["seq_len"], dropout=0.0,
+                       attention_dropout=0.0, **overrides).to(device)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, spec["vocab_size"], (spec["batch"], spec["seq_len"]), generator=g)
+    labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+    labels[:, 0] = ids[:, 0]  # every sequence scores at least one position
+    ids, labels = ids.to(device), labels.to(device)
+    count = int((labels != -100).sum())
+    model.zero_grad()
+    (model(ids, labels) * count / count).backward()  # the mean over the scored positions: the reference
+    stage = BertStage(model, rank, world_size)
+    reference = {id(p_): p_.grad.clone() for p_ in stage.parameters()}
+    shape_of = (spec["seq_len"], model.cfg.hidden_size)
+    rows = []
+    for name in spec["schedules"]:
+        for m in spec["ms"]:
+            model.zero_grad(set_to_none=True)
+            xs, ts = micro_batches(ids, m), micro_batches(labels, m)
+            run_stage(stage, SCHEDULES[name](world_size, m), xs, ts, count, (xs[0].shape[0], *shape_of), device,
+                      loss_sum=_mlm_loss_sum)
+            if world_size > 1 and spec.get("tied", True):  # tied=False: the check without it (it must fail)
+                tied_gradients(model)
+            scale = max(float(r.abs().max()) for r in reference.values())
+            diff = max(float(((p_.grad if p_.grad is not None else torch.zeros_like(p_)) - reference[id(p_)])
+                             .abs().max()) for p_ in stage.parameters()) / scale
+            rows.append({"schedule": name, "m": m, "grad_diff": diff})
+    lo, hi = stage_bounds(len(model.blocks), world_size)[rank]
+    return {"rank": rank, "rows": rows, "blocks": (lo, hi), "first": stage.first, "last": stage.last,
+            "parameters": sum(p_.numel() for p_ in stage.parameters())}
 
 
 def _median(xs: list[float]) -> float:
