@@ -37,7 +37,8 @@ Distributed mechanics
     perf/            peaks.py (reference peaks of the accelerators, each with its source; the bands),
                      probe.py (matmul, memory, host-to-device, per-op overhead: this machine measured),
                      model.py (the Paleo-style step model: ops counted from the real step, roofline,
-                     DDP bucket overlap, scaling; lesson 09)
+                     DDP bucket overlap, scaling; lesson 09), schemes.py (the same counts split per scheme:
+                     DDP, ZeRO, FSDP, tensor, pipeline; memory, bytes and step per rank; lesson 10)
 Training
     train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
                      mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)
@@ -53,7 +54,7 @@ What the lessons measure and show
     collectives_study.py what lesson 08 measures, its crossovers, extrapolation and verdict
     performance_study.py what lesson 09 measures: the step model against the course's step, the verdict
     model_parallel_study.py  what lesson 10 measures: equality with one process, the bubble, bytes per
-                     rank, BERT-base/large on 8 GPUs, the decision table and verdict
+                     rank, lesson 09's model of BERT-base/large on 8 GPUs and of this machine (decision table), verdict
     batch_science.py     the estimators of lesson 11: gradient noise scale (two batch sizes), the Hessian's
                      top eigenvalue and trace (Hessian-vector products), loss slices between solutions
     batch_science_study.py  what lesson 11 measures: B_simple against the bend, sharpness against the gap,

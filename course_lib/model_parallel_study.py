@@ -10,22 +10,29 @@ verdict from the learner's own numbers.
 
 from __future__ import annotations
 
-import math
+import functools
 
 import torch
 
+from . import performance_study
 from .comm import cost
+from .comm.bench import allreduce_benchmark
 from .config import pick
 from .models.bert import BertForMLM, bert_config
 from .parallel import hybrid, pipeline, sharded, spatial, tensor
+from .perf import schemes
 from .tables import Table
 
 GiB = 2**30
 # BERT-large (Devlin et al. 2018): 24 layers, hidden 1024, 16 heads, MLP 4096; both with
 # BERT's WordPiece vocabulary of 30522, 512 positions and 2 segment types.
+# BERT-shaped 1.3B and 6.7B: the layer shapes of GPT-3 XL and GPT-3 6.7B (Brown et al. 2020, table 2.1)
+# with BERT's vocabulary: what the decision table asks about beyond BERT-large.
 BERT_SHAPES = {
     "BERT-base": dict(preset="base"),
     "BERT-large": dict(preset="base", num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096),
+    "BERT-1.3B": dict(preset="base", num_layers=24, hidden_size=2048, num_heads=16, intermediate_size=8192),
+    "BERT-6.7B": dict(preset="base", num_layers=32, hidden_size=4096, num_heads=32, intermediate_size=16384),
 }
 TOLERANCE = 1e-5  # fp32, relative to the largest value compared: "equal to one process"
 
@@ -33,16 +40,25 @@ TOLERANCE = 1e-5  # fp32, relative to the largest value compared: "equal to one 
 def lesson_spec(profile: str, mesh_dp: int | None = None) -> dict:
     """What lesson 10's one launch runs, by profile (smoke: every path, small sizes). With
     ``mesh_dp``, the launch also runs the mesh (``dp x (W / dp)``): when the mesh has as many
-    ranks as the launch, one launch less to start."""
+    ranks as the launch, one launch less to start.
+
+    The pipeline's sizes are chosen for its bubble: each micro-batch's compute (full profile: about
+    10 ms at m = 8 on one core) must be large beside a message's latency (gloo: about 0.1 ms,
+    more when the machine is busy), which the formula takes as zero; smoke checks the paths only."""
     return {"mesh_dp": mesh_dp,
         "tensor": {"batch": 5, "hidden": 12, "intermediate": 30, "heads": 3, "seq": 4},
-        "pipeline": {"width": pick(profile, full=512, smoke=128), "depth": 8,
-                     "batch": pick(profile, full=512, smoke=64), "ms": [1, 2, 4, 8],
+        "pipeline": {"width": pick(profile, full=1024, smoke=128), "depth": 8,
+                     "batch": pick(profile, full=1024, smoke=64), "ms": [1, 2, 4, 8],
                      "schedules": ["GPipe", "1F1B"], "repeats": pick(profile, full=5, smoke=1), "native": True},
         "sharded": {"preset": "tiny", "vocab_size": pick(profile, full=4096, smoke=1024),
                     "seq_len": pick(profile, full=64, smoke=16), "global_batch": pick(profile, full=16, smoke=4),
                     "steps": pick(profile, full=6, smoke=3), "lr": 1e-3},
+        "bert_pipeline": {"preset": "tiny", "vocab_size": 256, "seq_len": 16, "batch": 8, "ms": [1, 4],
+                          "schedules": ["GPipe", "1F1B"]},
         "halo": {"height": 13, "width": 9, "channels": 3, "kernel": 3, "layers": 2},
+        # the link between the ranks, for lesson 09's model on this machine (lesson 08's all-reduce fit)
+        "allreduce": {"sizes": [2**k for k in range(8, pick(profile, full=23, smoke=19), 2)],
+                      "iters": pick(profile, full=10, smoke=4)},
     }
 
 
@@ -51,8 +67,10 @@ def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
     out = {"tensor": tensor.compare_with_full(rank, world_size, **spec["tensor"]),
            "dtensor": tensor.compare_dtensor(rank, world_size),
            "pipeline": pipeline.pipeline_worker(rank, world_size, spec["pipeline"]),
+           "bert_pipeline": pipeline.bert_pipeline_worker(rank, world_size, spec["bert_pipeline"]),
            "sharded": sharded.sharded_worker(rank, world_size, spec["sharded"]),
-           "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"])}
+           "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"]),
+           "allreduce": allreduce_benchmark(rank, world_size, spec["allreduce"]["sizes"], spec["allreduce"]["iters"], 2)}
     if spec.get("mesh_dp"):
         out["mesh"] = hybrid.mesh_worker(rank, world_size, spec["mesh_dp"])
     return out
@@ -107,13 +125,19 @@ def collectives_table(outs: list[dict]) -> Table:
 
 
 def bubble_table(rows: list[dict]) -> Table:
-    """Predicted vs measured bubble per schedule and m, and whether the gradients equal one process's."""
+    """Predicted vs measured bubble per schedule and m, the measured excess split into what unequal op
+    times explain and what went between the ops, and whether the gradients equal one process's."""
     t = Table(["schedule", "p", "m", "predicted (p-1)/(m+p-1)", "measured", "difference (points)",
+               "from unequal ops", "from between ops", "forward per micro-batch (ms)", "CPU share",
                "gradients = one process", "torch.distributed.pipelining = one process"],
-              title="the pipeline bubble: formula vs this machine (median over runs)")
+              title=f"the pipeline bubble: formula vs this machine (median over {rows[0]['runs']} runs)" if rows else "")
     for r in rows:
         t.add(**{"schedule": r["schedule"], "p": r["p"], "m": r["m"], "predicted (p-1)/(m+p-1)": f"{r['predicted']:.3f}",
                  "measured": f"{r['measured']:.3f}", "difference (points)": f"{100 * (r['measured'] - r['predicted']):+.1f}",
+                 "from unequal ops": f"{100 * (r['replayed'] - r['predicted']):+.1f}",
+                 "from between ops": f"{100 * (r['measured'] - r['replayed']):+.1f}",
+                 "forward per micro-batch (ms)": f"{r['forward_ms']:.2f}",
+                 "CPU share": "n/a (GPU)" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}",
                  "gradients = one process": _ok(r["grad_diff"]),
                  "torch.distributed.pipelining = one process": _ok(r["native_grad_diff"]) if r["native_grad_diff"] is not None
                  else "n/a (1F1B needs m >= p)"})
@@ -123,6 +147,36 @@ def bubble_table(rows: list[dict]) -> Table:
 def worst_bubble_gap(rows: list[dict]) -> float:
     """The largest |measured - predicted| over the rows, in points."""
     return max(100 * abs(r["measured"] - r["predicted"]) for r in rows)
+
+
+BUBBLE_GOAL_POINTS = 10.0  # lesson 10's goal: measured within 10 points of the formula
+BUSY_CPU_SHARE = 0.9  # below this share of a core while computing, another process had the core
+
+
+def bubble_reading(rows: list[dict], goal: float = BUBBLE_GOAL_POINTS) -> str:
+    """What the measured bubbles say against (p-1)/(m+p-1), computed from the rows: within the goal, or
+    the worst row's excess split into unequal op times and time between the ops, with its likeliest cause."""
+    gap = worst_bubble_gap(rows)
+    r = max(rows, key=lambda x: abs(x["measured"] - x["predicted"]))
+    p = rows[0]["p"]
+    if gap <= goal:
+        return (f"the measured bubble is within {gap:.0f} points of (p-1)/(m+p-1) at p = {p} for every schedule and "
+                f"m (the goal: {goal:.0f} points).")
+    ops, between = 100 * (r["replayed"] - r["predicted"]), 100 * (r["measured"] - r["replayed"])
+    text = (f"the measured bubble is up to {gap:.0f} points from (p-1)/(m+p-1) at p = {p} ({r['schedule']}, m = {r['m']}: "
+            f"{r['measured']:.2f} against {r['predicted']:.2f}), more than the goal of {goal:.0f}: {ops:+.0f} points from "
+            f"unequal op times, {between:+.0f} from the time between ops. ")
+    busy = r["cpu_share"] is not None and r["cpu_share"] < BUSY_CPU_SHARE
+    if busy:
+        text += (f"The stages had {r['cpu_share']:.0%} of a core while they computed: other processes share this "
+                 "machine, and the formula assumes each stage a processor of its own.")
+    elif between >= ops:
+        text += (f"One micro-batch's forward took {r['forward_ms']:.2f} ms: the messages between the stages (their "
+                 "latency, and waking the stage that waits) are not small beside it, and the formula takes them as free.")
+    else:
+        text += ("The stages' ops did not take equal times (the first stage skips its input's gradient, the last "
+                 "computes the loss), and the formula assumes they do.")
+    return text
 
 
 def plot_timelines(per_rank: list[dict], m: int, run: int = 0, simulated: bool = True):
@@ -156,6 +210,11 @@ def plot_timelines(per_rank: list[dict], m: int, run: int = 0, simulated: bool =
     return fig, axes
 
 
+def bert_pipeline_equal(outs: list[dict]) -> bool:
+    """The pipeline over BERT's encoder: every stage's gradients equal one process's, for every schedule and m."""
+    return all(r["grad_diff"] <= TOLERANCE for o in outs for r in o["bert_pipeline"]["rows"])
+
+
 def in_flight_table(p: int, m: int) -> Table:
     """Micro-batches whose activations each stage holds at most, per schedule (the memory side)."""
     t = Table(["schedule"] + [f"stage {s}" for s in range(p)], title=f"activations held at once (micro-batches), p = {p}, m = {m}")
@@ -167,28 +226,62 @@ def in_flight_table(p: int, m: int) -> Table:
 # --------------------------------------------------------------------------- sharded data parallelism
 
 
-def memory_table(outs: list[dict]) -> Table:
-    """Bytes each rank holds per scheme (measured by counting its tensors; rank 0) against the
-    ZeRO arithmetic, bytes it sent in one step (counted from the collectives' tensors), step
-    time, and the largest difference of the final weights from DDP's."""
+MEASURED_SCHEMES = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "FSDP2": "FSDP"}  # measured here -> lesson 09's model
+
+
+def sharded_predictions(spec: dict, world_size: int, curves, link, gpu: bool = False) -> dict:
+    """Lesson 09's model of the sharded runs measured here (the same BERT, batch and fp32 AdamW on
+    ``world_size`` ranks of ``curves`` and ``link``): per measured scheme, a
+    :class:`~course_lib.perf.schemes.SchemePrediction` (memory, bytes sent, step)."""
+    cfg = bert_config(spec["preset"], vocab_size=spec["vocab_size"], dropout=0.0, attention_dropout=0.0,
+                      max_position=spec["seq_len"])
+    a, b = performance_study.bert_step_counts(cfg, (2, 4), spec["seq_len"], gpu=gpu)
+    per_rank = spec["global_batch"] // world_size
+    return {name: schemes.predict(a, b, curves, link, scheme=scheme, world_size=world_size,
+                                  global_batch=spec["global_batch"], micro_batch=per_rank,
+                                  values_per_sample=spec["seq_len"] * cfg.hidden_size, precision="fp32")
+            for name, scheme in MEASURED_SCHEMES.items()}
+
+
+def memory_table(outs: list[dict], predicted: dict | None = None) -> Table:
+    """Bytes each rank holds per scheme (measured by counting its tensors; rank 0), bytes it sent in one
+    step (counted from the collectives' tensors), step time, the largest difference of the final weights
+    from DDP's, and (``predicted``: :func:`sharded_predictions`) what lesson 09's model predicts of them."""
     o = outs[0]
     w = len(outs)
     t = Table(["scheme", "parameters", "gradients", "optimizer state", "total", "vs DDP", "predicted total",
-               "sent per step (vs DDP)", "step (ms)", "max |w - w_DDP| after the steps"],
+               "sent per step (vs DDP)", "predicted sent", "step (ms)", "predicted step (ms)",
+               "max |w - w_DDP| after the steps"],
               title=f"memory per rank, measured on rank 0 of {w} (BERT, {o['n_params']:,} parameters, AdamW, fp32)")
     ddp_total = sum(o["DDP"][k] for k in ("parameters", "gradients", "optimizer_state"))
-    for name, scheme in (("DDP", "DDP"), ("ZeRO-1", "ZeRO-1"), ("FSDP2", "ZeRO-3 / FSDP")):
+    for name in MEASURED_SCHEMES:
         r = o[name]
         total = r["parameters"] + r["gradients"] + r["optimizer_state"]
-        pred = sharded.memory_per_rank(o["n_params"], w, scheme).total
+        pred = predicted[name] if predicted else None
         t.add(**{"scheme": name, "parameters": cost._human_bytes(r["parameters"]),
                  "gradients": cost._human_bytes(r["gradients"]), "optimizer state": cost._human_bytes(r["optimizer_state"]),
                  "total": cost._human_bytes(total), "vs DDP": f"{total / ddp_total:.2f}x",
-                 "predicted total": cost._human_bytes(pred),
+                 "predicted total": cost._human_bytes(pred.state_bytes) if pred else "-",
                  "sent per step (vs DDP)": f"{cost._human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
+                 "predicted sent": cost._human_bytes(pred.sent_bytes) if pred else "-",
                  "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
+                 "predicted step (ms)": f"{1e3 * pred.step_s:.0f}" if pred else "-",
                  "max |w - w_DDP| after the steps": f"{max(x[name]['max_diff_from_ddp'] for x in outs):.1e}"})
     return t
+
+
+def prediction_error(outs: list[dict], predicted: dict) -> dict:
+    """Per measured scheme: the model's relative error on the bytes sent, on the state held (parameters,
+    gradients, optimizer state of rank 0) and on the step time (slowest rank)."""
+    o = outs[0]
+    out = {}
+    for name in MEASURED_SCHEMES:
+        r, p = o[name], predicted[name]
+        held = r["parameters"] + r["gradients"] + r["optimizer_state"]
+        step = max(x[name]["step_s"] for x in outs)
+        out[name] = {"sent": p.sent_bytes / r["sent_bytes"] - 1, "state": p.state_bytes / held - 1,
+                     "step": p.step_s / step - 1}
+    return out
 
 
 def fsdp_within_goal(outs: list[dict]) -> tuple[bool, float, float]:
@@ -223,13 +316,12 @@ def comm_table(param_bytes: float, world_size: int) -> Table:
     return t
 
 
-# --------------------------------------------------------------------------- BERT-base and -large on 8 GPUs
+# --------------------------------------------------------------------------- BERT-base and -large on 8 GPUs: lesson 09's model
 
 
 def bert_parameters(name: str) -> dict:
     """Parameter count and shape of BERT-base / BERT-large, counted from ``models.bert`` on the meta device."""
-    shape = dict(BERT_SHAPES[name])
-    cfg = bert_config(shape.pop("preset"), vocab_size=30522, type_vocab_size=2, **shape)
+    cfg = bert_shape(name)
     with torch.device("meta"):
         model = BertForMLM(cfg)
     largest_block = sum(p.numel() for p in model.blocks[0].parameters())
@@ -237,71 +329,187 @@ def bert_parameters(name: str) -> dict:
             "embedding_params": model.tok_emb.weight.numel()}
 
 
-def _berts(precision: str):
-    """``(name, parameters, config, gradient bytes)`` of BERT-base and BERT-large."""
-    for name in BERT_SHAPES:
-        info = bert_parameters(name)
-        yield name, info["n_params"], info["cfg"], info["n_params"] * sharded.PRECISIONS[precision][1]
+def bert_shape(name: str, seq_len: int = 512):
+    """The :class:`~course_lib.models.bert.BertConfig` of one of :data:`BERT_SHAPES` (BERT's vocabulary,
+    ``seq_len`` positions)."""
+    if name not in BERT_SHAPES:
+        raise ValueError(f"unknown model {name!r}; choose one of {tuple(BERT_SHAPES)}")
+    shape = dict(BERT_SHAPES[name])
+    return bert_config(shape.pop("preset"), vocab_size=30522, type_vocab_size=2, max_position=max(seq_len, 512),
+                       **shape)
 
 
-def bert_plan_table(world_size: int = 8, micro_batch: int = 32, seq_len: int = 512,
-                    precision: str = "mixed") -> Table:
-    """Per model and scheme on ``world_size`` GPUs: bytes per rank kept between steps (ZeRO's
-    accounting), bytes each rank sends per step, and for tensor parallelism the activation
-    bytes its all-reduces carry (4 per layer per micro-batch, 2 bytes per value)."""
-    t = Table(["model", "parameters", "scheme", "memory per rank (params+grads+state)", "sent per rank per step"],
-              title=f"BERT on {world_size} GPUs ({precision} precision, Adam; micro-batch {micro_batch} x {seq_len} tokens)")
-    for name, n, cfg, grad_bytes in _berts(precision):
-        for scheme in sharded.SCHEMES:
-            mem = sharded.memory_per_rank(n, world_size, scheme, precision)
-            t.add(**{"model": name, "parameters": f"{n / 1e6:.0f} M", "scheme": scheme,
-                     "memory per rank (params+grads+state)": f"{mem.total / GiB:.2f} GiB",
-                     "sent per rank per step": cost._human_bytes(sharded.comm_bytes_per_step(grad_bytes, world_size, scheme))})
-        tp_mem = sharded.memory_per_rank(n, world_size, "DDP", precision).total / world_size
-        act = 4 * cfg.num_layers * micro_batch * seq_len * cfg.hidden_size * 2  # values all-reduced per micro-batch
-        t.add(**{"model": name, "parameters": f"{n / 1e6:.0f} M", "scheme": f"tensor parallel x{world_size}",
-                 "memory per rank (params+grads+state)": f"{tp_mem / GiB:.2f} GiB (+ embeddings if not split)",
-                 "sent per rank per step": f"{cost._human_bytes(2 * (world_size - 1) / world_size * act)} per micro-batch"})
-        boundary = micro_batch * seq_len * cfg.hidden_size * 2
-        t.add(**{"model": name, "parameters": f"{n / 1e6:.0f} M", "scheme": f"pipeline x{world_size}",
-                 "memory per rank (params+grads+state)": f"{tp_mem / GiB:.2f} GiB (if stages are equal)",
-                 "sent per rank per step": f"{cost._human_bytes(2 * boundary)} per micro-batch (one boundary, fwd + bwd)"})
+@functools.lru_cache(maxsize=16)
+def bert_counts(name: str, seq_len: int, gpu: bool = True) -> tuple:
+    """Lesson 09's counts of the course's BERT step for model ``name`` at 2 and 4 sequences of ``seq_len``
+    tokens (on the meta device: :func:`course_lib.performance_study.bert_step_counts`); any other batch
+    is their interpolation. Cached: the node table and the decision table share them."""
+    return tuple(performance_study.bert_step_counts(bert_shape(name, seq_len), (2, 4), seq_len, gpu=gpu))
+
+
+def node_predictions(names, *, world_size: int, micro_batch: int, seq_len: int, curves, link,
+                     precision: str = "mixed") -> dict[str, list]:
+    """Per model: lesson 09's prediction of every scheme (:func:`course_lib.perf.schemes.predict_all`) on
+    ``world_size`` devices of ``curves`` joined by ``link``, for a global batch of ``micro_batch`` per
+    device (tensor and pipeline parallelism: the same global batch, in micro-batches of ``micro_batch``)."""
+    out = {}
+    for name in names:
+        a, b = bert_counts(name, seq_len, True)
+        out[name] = schemes.predict_all(a, b, curves, link, world_size=world_size,
+                                        global_batch=micro_batch * world_size, micro_batch=micro_batch,
+                                        values_per_sample=seq_len * bert_shape(name, seq_len).hidden_size,
+                                        precision=precision)
+    return out
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:.2f} GiB"
+
+
+def _duration(seconds: float) -> str:
+    """A step's time, in ms below 10 s, else in s."""
+    return f"{seconds * 1e3:.3g} ms" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def node_table(by_link: dict[str, dict[str, list]], title: str = "") -> Table:
+    """Lesson 09's model per model and scheme: memory per rank (and how much of it is activations), bytes
+    sent per rank per step, and the step on each link of ``by_link`` (name -> :func:`node_predictions`)."""
+    links = list(by_link)
+    first = by_link[links[0]]
+    t = Table(["model", "scheme", "memory per rank", "of which activations", "sent per rank per step"]
+              + [f"step (ms), {k}" for k in links] + [f"exposed comm. (ms), {k}" for k in links[:1]]
+              + [f"sequences/s, {k}" for k in links[:1]], title=title)
+    for name, preds in first.items():
+        for i, p in enumerate(preds):
+            row = {"model": name, "scheme": _scheme_label(p), "memory per rank": _gib(p.memory_bytes),
+                   "of which activations": _gib(p.activations), "sent per rank per step": cost._human_bytes(p.sent_bytes)}
+            for k in links:
+                row[f"step (ms), {k}"] = f"{by_link[k][name][i].step_s * 1e3:.1f}"
+            row[f"exposed comm. (ms), {links[0]}"] = f"{p.exposed_comm_s * 1e3:.2f}"
+            row[f"sequences/s, {links[0]}"] = f"{p.samples_per_s:,.0f}"
+            t.add(**row)
     return t
 
 
-def comm_seconds(bytes_per_rank: float, messages: int, alpha: float, beta: float) -> float:
-    """Seconds to send ``bytes_per_rank`` in ``messages`` messages with the alpha-beta model (lesson 08)."""
-    return messages * alpha + bytes_per_rank * beta
+def _scheme_label(p) -> str:
+    if p.scheme == "tensor":
+        return f"tensor parallel x{p.world_size}"
+    if p.scheme == "pipeline":
+        return f"pipeline x{p.world_size} (1F1B, m = {p.global_batch // p.micro_batch})"
+    return p.scheme
 
 
-# --------------------------------------------------------------------------- choosing
+def node_reading(by_link: dict[str, dict[str, list]], device_bytes: float) -> str:
+    """What the node predictions say, computed from them: per model the choice on the first link (the
+    simplest scheme as fast as the fastest, :func:`course_lib.perf.schemes.fastest_that_fits`), what
+    tensor parallelism costs there and on the second link, and which schemes would not fit ``device_bytes``."""
+    links = list(by_link)
+    lines = []
+    for name, preds in by_link[links[0]].items():
+        best = schemes.fastest_that_fits(preds, device_bytes)
+        too_big = [_scheme_label(p) for p in preds if p.memory_bytes > device_bytes]
+        if best is None:
+            lines.append(f"{name}: no scheme fits in {device_bytes / 1e9:.0f} GB per device.")
+            continue
+        fastest = min((p for p in preds if p.memory_bytes <= device_bytes), key=lambda p: p.step_s)
+        same = [_scheme_label(p) for p in preds if p is not best and p.memory_bytes <= device_bytes
+                and p.step_s <= fastest.step_s * (1 + schemes.SAME_SPEED)]
+        line = (f"{name}: on {links[0]}, {_scheme_label(best)} ({best.step_s * 1e3:.0f} ms per step, "
+                f"{best.samples_per_s:,.0f} sequences/s)"
+                + (f", as fast as {', '.join(same)} (within {schemes.SAME_SPEED:.0%})" if same else ", the fastest"))
+        tp = next((p for p in preds if p.scheme == "tensor"), None)
+        if tp is not None and tp is not best:
+            line += (f"; tensor parallelism {tp.step_s / best.step_s:.1f}x slower: its "
+                     f"{cost._human_bytes(tp.sent_bytes)} of activations per step wait on the link "
+                     f"({tp.exposed_comm_s * 1e3:.0f} ms)")
+            if len(links) > 1:
+                slow = {p.scheme: p for p in by_link[links[1]][name]}
+                line += (f", and on {links[1]} {slow['tensor'].step_s / slow[best.scheme].step_s:.1f}x "
+                         f"({slow['tensor'].step_s * 1e3:.0f} ms against {slow[best.scheme].step_s * 1e3:.0f} ms)")
+        line += (f". Over {device_bytes / 1e9:.0f} GB per device: {', '.join(too_big)}." if too_big
+                 else f". Every scheme fits in {device_bytes / 1e9:.0f} GB per device.")
+        lines.append(line)
+    return "\n".join(lines)
 
 
-def decision_table(device_bytes: float, world_size: int, activation_bytes: float = 0.0,
-                   sizes=(110e6, 340e6, 1.3e9, 7e9, 70e9), precision: str = "mixed") -> Table:
-    """For models of ``sizes`` parameters on ``world_size`` devices of ``device_bytes`` each: the
-    simplest scheme whose per-rank memory (ZeRO's accounting + ``activation_bytes``) fits, and why."""
-    t = Table(["parameters", "DDP needs per rank", "FSDP / ZeRO-3 needs per rank", "simplest that fits", "why"],
-              title=f"what fits on {world_size} x {device_bytes / GiB:.1f} GiB ({precision} precision, Adam)")
-    for n in sizes:
-        need = {s: sharded.memory_per_rank(int(n), world_size, s, precision).total + activation_bytes
-                for s in sharded.SCHEMES}
-        choice = next((s for s in sharded.SCHEMES if need[s] <= device_bytes), None)
-        if choice == "DDP":
-            why = "everything fits on each device: replicate, one all-reduce per step"
-        elif choice in ("ZeRO-1", "ZeRO-2"):
-            why = "the replicated optimizer state (stage 2: and gradients) does not fit; sharding it sends no extra bytes"
-        elif choice:
-            why = "only with the parameters sharded too: 1.5x DDP's traffic"
-        else:
-            shards = math.ceil(need["ZeRO-3 / FSDP"] / device_bytes)
-            why = (f"even fully sharded it needs {need['ZeRO-3 / FSDP'] / GiB:.1f} GiB per device: more devices "
-                   f"(about {shards}x), or tensor/pipeline parallelism to split the activations and layers too")
-            choice = "FSDP + tensor/pipeline"
-        t.add(**{"parameters": f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M",
-                 "DDP needs per rank": f"{need['DDP'] / GiB:.1f} GiB",
-                 "FSDP / ZeRO-3 needs per rank": f"{need['ZeRO-3 / FSDP'] / GiB:.1f} GiB",
-                 "simplest that fits": choice, "why": why})
+# --------------------------------------------------------------------------- choosing, for this machine
+
+
+def decision_rows(names, *, world_size: int, device_bytes: float, micro_batch: int, seq_len: int, curves, link,
+                  precision: str) -> list[dict]:
+    """Per model of ``names``: lesson 09's prediction of every scheme on this machine (``world_size``
+    devices of ``device_bytes``, ``curves``, ``link``) at ``micro_batch`` sequences per device, the choice
+    (:func:`course_lib.perf.schemes.fastest_that_fits`) and why. When nothing fits, the largest smaller
+    micro-batch (halving) at which something does. One device: the model fits or it does not. The counts
+    are the node table's (the optimizer as one multi-tensor operation per step, as on a GPU: at these
+    sizes a small part of the step on a CPU too)."""
+    rows = []
+    for name in names:
+        a, b = bert_counts(name, seq_len, True)
+        kinds = schemes.SCHEMES if world_size > 1 else ("DDP",)
+        values = seq_len * bert_shape(name, seq_len).hidden_size
+
+        def at(micro):
+            return schemes.predict_all(a, b, curves, link, world_size=world_size, global_batch=micro * world_size,
+                                       micro_batch=micro, values_per_sample=values, precision=precision, schemes=kinds)
+
+        preds = at(micro_batch)
+        best = schemes.fastest_that_fits(preds, device_bytes)
+        smaller, micro = None, micro_batch
+        while best is None and micro > 1 and smaller is None:
+            micro //= 2
+            found = schemes.fastest_that_fits(at(micro), device_bytes)
+            smaller = (micro, found) if found else None
+        rows.append({"model": name, "parameters": schemes._n_params(a), "micro_batch": micro_batch,
+                     "predictions": preds, "choice": best, "smaller": smaller,
+                     "why": decision_why(preds, best, device_bytes, world_size, smaller)})
+    return rows
+
+
+def decision_why(preds: list, best, device_bytes: float, world_size: int, smaller=None) -> str:
+    """Why ``best`` (or nothing) was chosen among ``preds``, from their numbers; ``smaller``: ``(micro-batch,
+    choice)`` where something fits at a smaller micro-batch."""
+    ddp = next(p for p in preds if p.scheme == "DDP")
+    least = min(preds, key=lambda p: p.memory_bytes)
+    if best is None:
+        text = (f"nothing fits: the least memory is {_scheme_label(least)}'s {_gib(least.memory_bytes)} per device "
+                f"({_gib(least.activations)} of it activations) against {_gib(device_bytes)}")
+        if smaller:
+            m, p = smaller
+            return text + (f"; with {m} sequence{'s' if m > 1 else ''} per device, {_scheme_label(p)} fits ({_gib(p.memory_bytes)}, "
+                           f"{_duration(p.step_s)} per step)")
+        return text + ": more devices, or recomputing activations in backward"
+    if world_size == 1:
+        return f"fits on the device ({_gib(best.memory_bytes)} of {_gib(device_bytes)})"
+    fits = [p for p in preds if p.memory_bytes <= device_bytes]
+    fastest = min(fits, key=lambda p: p.step_s)
+    if best.scheme == "DDP":
+        return (f"fits on every device ({_gib(best.memory_bytes)} of {_gib(device_bytes)}), and "
+                + ("nothing is faster" if fastest is best else
+                   f"{_scheme_label(fastest)} is within {schemes.SAME_SPEED:.0%} of it") +
+                ": replicate, one all-reduce behind backward")
+    if ddp.memory_bytes <= device_bytes:
+        return (f"DDP fits too, but {_scheme_label(best)} is predicted {ddp.step_s / best.step_s:.2f}x faster "
+                f"({_duration(best.step_s)} against {_duration(ddp.step_s)} per step)")
+    return (f"DDP needs {_gib(ddp.memory_bytes)} per device ({_gib(ddp.activations)} of it activations), more than "
+            f"{_gib(device_bytes)}; {_scheme_label(best)} needs {_gib(best.memory_bytes)}")
+
+
+def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Table:
+    """The decision rows as a table: per model, DDP's memory, the choice, its memory and step, and why."""
+    micro = rows[0]["micro_batch"] if rows else 0
+    t = Table(["model", "parameters", "DDP needs per device", "choice", "its memory", "its step", "why"],
+              title=f"what fits on {world_size} x {device_bytes / GiB:.1f} GiB at {micro} sequences per device, and "
+                    f"runs fastest (lesson 09's model; the simplest within {schemes.SAME_SPEED:.0%} of the fastest)")
+    for r in rows:
+        ddp = next(p for p in r["predictions"] if p.scheme == "DDP")
+        c = r["choice"]
+        n = r["parameters"]
+        t.add(**{"model": r["model"], "parameters": f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M",
+                 "DDP needs per device": _gib(ddp.memory_bytes),
+                 "choice": _scheme_label(c) if c else "nothing",
+                 "its memory": _gib(c.memory_bytes) if c else "-", "its step": _duration(c.step_s) if c else "-",
+                 "why": r["why"]})
     return t
 
 
@@ -314,24 +522,58 @@ def device_memory_bytes(hw, world_size: int) -> float:
     return psutil.virtual_memory().total / world_size
 
 
+def learner_curves(device: str, precision: str, repeats: int = 2):
+    """This machine's device as lesson 09 measures it (:func:`~course_lib.perf.probe.probe_hardware`; on a
+    CPU at one thread, as each rank of lesson 10 runs), its matmul curve scaled to the 16-bit peak when
+    ``precision`` is mixed on a GPU. Returns ``(curves, probe)``."""
+    from .perf.model import scale_curves
+    from .perf.probe import probe_hardware
+
+    if device == "cpu":
+        with performance_study.threads(1):
+            probe = probe_hardware("cpu", matmul_sizes=(64, 128, 256, 512), copy_sizes=[2**k for k in range(12, 25, 2)],
+                                   repeats=repeats)
+    else:
+        probe = probe_hardware(device, repeats=repeats, h2d=False)
+    curves = probe.curves
+    if precision == "mixed" and device != "cpu":
+        fast = max((probe.matmul_by_dtype.get(d, (0, 0))[0] for d in ("bf16", "fp16")), default=0)
+        if fast > 0:
+            curves = scale_curves(curves, flops_factor=fast / probe.matmul_by_dtype["fp32"][0])
+    return curves, probe
+
+
 # --------------------------------------------------------------------------- the verdict
 
 
+def model_reading(sharded_outs: list[dict], predicted: dict, exact: float = 0.02) -> str:
+    """How lesson 09's model did on the sharded runs measured here, from :func:`prediction_error`."""
+    err = prediction_error(sharded_outs, predicted)
+    worst = {k: max(abs(e[k]) for e in err.values()) for k in ("sent", "state", "step")}
+    steps = ", ".join(f"{name} {e['step']:+.0%}" for name, e in err.items())
+    def how(x):
+        return "exactly" if x <= 1e-9 else (f"within {x:.1%}" if x <= exact else f"off by up to {x:.0%}")
+    text = (f"Lesson 09's model predicted the bytes each scheme sent {how(worst['sent'])} and the state it kept "
+            f"{how(worst['state'])}; its step times were off by {steps}")
+    under = all(e["step"] < 0 for e in err.values())
+    return text + (" (all under: it leaves out the per-step overhead of Python and of DDP's and FSDP2's hooks, "
+                   "which lesson 09 measures apart and which is most of a step this small)." if under else ".")
+
+
 def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list[dict], halo_outs: list[dict],
-            mesh_outs: list[dict]) -> str:
-    """What this machine's runs say, in sentences computed from them."""
+            mesh_outs: list[dict], predicted: dict | None = None) -> str:
+    """What this machine's runs say, in sentences computed from them (``predicted``: :func:`sharded_predictions`)."""
     lines = []
     eq = tensor_all_equal(tensor_outs)
     lines.append(f"Tensor parallel (ours and DTensor's) {'equals' if eq else 'does NOT equal'} one process "
                  f"on {len(tensor_outs)} ranks, outputs and every shard's gradient.")
-    gap = worst_bubble_gap(bubble_rows)
     grads = all(r["grad_diff"] <= TOLERANCE for r in bubble_rows)
-    p = bubble_rows[0]["p"]
-    lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's for every schedule and m; "
-                 f"the measured bubble is within {gap:.0f} points of (p-1)/(m+p-1) at p = {p} "
-                 + ("(within the 10-point goal)." if gap <= 10 else
-                    "(more than 10 points: on a busy or oversubscribed CPU a stage that is descheduled or slow to "
-                    "post its message makes its neighbour wait, and that wait counts as bubble)."))
+    bert = ""
+    if all("bert_pipeline" in o for o in tensor_outs):
+        bert = (" (over BERT's encoder too, the tied embedding's gradient added up)" if bert_pipeline_equal(tensor_outs)
+                else " (but NOT over BERT's encoder)")
+    lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's for every schedule and m{bert}; "
+                 + bubble_reading(bubble_rows))
     ok, measured, bound = fsdp_within_goal(sharded_outs)
     o = sharded_outs[0]
     ddp = sum(o["DDP"][k] for k in ("parameters", "gradients", "optimizer_state"))
@@ -342,6 +584,8 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
                  f"weights; in one step FSDP2 sent {o['FSDP2']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x DDP's bytes "
                  f"and stage 1 {o['ZeRO-1']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x; FSDP2's step took "
                  f"{o['FSDP2']['step_s'] / o['DDP']['step_s']:.1f}x DDP's here.")
+    if predicted:
+        lines.append(model_reading(sharded_outs, predicted))
     halo_ok = all(max(h["out"], h["input_grad"]) <= TOLERANCE for h in halo_outs)
     lines.append(f"Halo exchange: the split convolution {'equals' if halo_ok else 'does NOT equal'} the whole one; "
                  f"each rank sent {max(h['halo_bytes_per_exchange'] for h in halo_outs)} bytes per exchange for a strip "
@@ -355,22 +599,3 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
                      f"gradients {'equal' if all(m['grad_diff'] <= TOLERANCE for m in mesh_outs) else 'differ from'} "
                      "one process's.")
     return "\n".join(lines)
-
-
-def comm_time_table(world_size: int, links: dict, micro_batch: int = 32, seq_len: int = 512,
-                    precision: str = "mixed") -> Table:
-    """Seconds of communication per step for BERT-base/large per scheme, on each link of
-    ``links`` (name -> (alpha s, beta s/byte)): ring collectives, ``W - 1`` messages per pass;
-    tensor parallelism per micro-batch (4 all-reduces per layer)."""
-    t = Table(["model", "link", "DDP / ZeRO-1", "FSDP", "tensor parallel (per micro-batch)"],
-              title=f"communication seconds per step on {world_size} GPUs (alpha-beta model, no overlap)")
-    for name, n, cfg, grad_bytes in _berts(precision):
-        act = micro_batch * seq_len * cfg.hidden_size * 2
-        for link, (alpha, beta) in links.items():
-            ddp = comm_seconds(sharded.comm_bytes_per_step(grad_bytes, world_size, "DDP"), 2 * (world_size - 1), alpha, beta)
-            fsdp = comm_seconds(sharded.comm_bytes_per_step(grad_bytes, world_size, "ZeRO-3 / FSDP"),
-                                3 * (world_size - 1) * cfg.num_layers, alpha, beta)
-            tp = 4 * cfg.num_layers * cost.ring_allreduce_time(act, world_size, alpha, beta)
-            t.add(**{"model": name, "link": link, "DDP / ZeRO-1": f"{ddp * 1e3:.2f} ms", "FSDP": f"{fsdp * 1e3:.2f} ms",
-                     "tensor parallel (per micro-batch)": f"{tp * 1e3:.2f} ms"})
-    return t

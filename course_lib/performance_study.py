@@ -29,6 +29,7 @@ from .data import load_implicit
 from .data.sampler import DeviceSampler, batch_production_rate
 from .data.text import shape_only_mlm_data
 from .metrics import line_fit
+from .parallel.data_parallel import DataParallel
 from .perf import model as M
 from .perf.peaks import REFERENCE_PEAKS
 from .perf.probe import DeviceCurves, probe_hardware
@@ -103,6 +104,44 @@ def _engine_and_batch(kind: str, spec: dict, batch: int, data):
     model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
     engine = mlm._engine(cfg, model, dev)
     return engine, mlm._global_batch(data, cfg, torch.Generator().manual_seed(0), dev)
+
+
+def bert_step_counts(cfg, batches, seq_len: int, *, gpu: bool = True) -> list[M.StepCounts]:
+    """The course's BERT step (its engine, AdamW with global-norm clipping) for a model of ``cfg``
+    (:class:`course_lib.models.bert.BertConfig`), counted at each of ``batches`` sequences of ``seq_len``
+    tokens on PyTorch's ``meta`` device: shapes without values, so BERT-large (or larger) costs a second or
+    two per count and no memory. The masked positions are BERT's 15 %, drawn on the CPU: their count sets
+    the MLM head's rows (:func:`course_lib.perf.model.meta_nonzero`). ``gpu``: count the optimizer as a GPU
+    runs it, one multi-tensor operation per step of Adam (``foreach``) instead of the CPU's loop over the
+    tensors (about 9 operations per parameter tensor, each paying the per-operation overhead). Lesson 10
+    prices BERT-base and BERT-large on a node of GPUs, and its decision table, with two such counts."""
+    from .models.bert import BertForMLM
+
+    meta = torch.device("meta")
+    with torch.device("meta"):
+        model = BertForMLM(cfg)
+    out = []
+    engine = None
+    for batch in batches:
+        train_cfg = mlm.MLMTrainConfig(global_batch_size=batch, micro_batch_size=None, optimizer="adam",
+                                       dropout=cfg.dropout)
+        if engine is None:
+            engine = mlm._engine(train_cfg, model, meta)
+            if gpu:  # torch picks foreach on CUDA by itself; on the meta device it must be asked
+                for group in engine.optimizer.param_groups:
+                    group["foreach"] = True
+            for p in model.parameters():  # one optimizer step first, uncounted: its state exists, as in a real run
+                p.grad = torch.zeros_like(p)
+            engine.optimizer.step()
+            engine.optimizer.zero_grad(set_to_none=True)
+        engine.parallel = DataParallel(batch, None, meta)  # this step's batch, one micro-batch
+        data = shape_only_mlm_data(cfg.vocab_size, seq_len, batch, device="cpu")
+        (inputs, labels), count = mlm._global_batch(data, train_cfg, torch.Generator().manual_seed(0),
+                                                    torch.device("cpu"))
+        step = ((inputs.to(meta), labels.to(meta)), count.to(meta))
+        with M.meta_nonzero(int(count)):
+            out.append(M.count_step(engine, *step, batch_size=batch))
+    return out
 
 
 def ncf_step_prediction(data, cfg: ncf.TrainConfig, curves, *, device=None, tiny_steps: int = 5) -> M.StepPrediction:

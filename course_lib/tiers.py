@@ -18,8 +18,11 @@ The rules, and why:
 * **a power-of-two number of ranks**: the course's global batches are powers of two, so
   a node of 3, 6 or 7 GPUs uses 2, 4 or 4 of them for data parallelism (a batch that does
   not divide is an error, not a silent change);
-* **lesson 10 on gloo**: its workers build CPU tensors, so its 2 (mesh: 4) ranks are CPU
-  processes on every tier; the mesh shrinks to 1 x 2 in smoke (one process less to start);
+* **lesson 10 on the same rule**: its workers put their tensors on ``course_lib.dist.device()``;
+  its main launch has 2 ranks on every tier (the pipeline bubble's table is for p = 2), NCCL
+  with a GPU each on 2 or more GPUs, else gloo CPU processes (one GPU: the CPU, as lesson 06);
+  the 2 x 2 mesh needs 4 ranks: NCCL on 4 or more GPUs, else 4 gloo CPU processes; in smoke
+  the mesh shrinks to 1 x 2 and joins the main launch (one process start less);
 * **precision**: bf16 where the hardware has it natively, fp16 on GPUs without it, fp32 on
   CPUs without native bf16 (autocast is emulated there, about 20x slower for NeuMF); lesson 06's
   ranks use what "auto" means on *their* device, so on one GPU (ranks on the CPU) a bf16 setting
@@ -69,8 +72,9 @@ class TierPlan:
     bert_max_micro_batch: int  # sequences per forward/backward on one rank
     bert_world_size: int  # lesson 07's data-parallel LAMB run; 1 = accumulation only
     mp_world_size: int = CPU_DEMO_RANKS  # lesson 10's tensor/pipeline/sharded runs (p = 2: the bubble's table)
-    mp_backend: str = "gloo"  # lesson 10's workers hold CPU tensors: gloo on every tier, for now
+    mp_backend: str = "gloo"  # lesson 10's main launch: "nccl" with a GPU per rank, else gloo CPU processes
     mesh_world_size: int = 4  # lesson 10's 2-D mesh (dp x tp = 2 x 2; smoke: 1 x 2)
+    mesh_backend: str = "gloo"  # the mesh's launch: "nccl" with a GPU per rank, else gloo CPU processes
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,6 +106,11 @@ def plan(hw: Hardware, profile: str = "full") -> TierPlan:
     smoke = profile == "smoke"
     nccl = gpus >= 2 and hw.nccl_available
     dp_world = largest_power_of_two_at_most(gpus) if nccl else CPU_DEMO_RANKS
+    mesh_world = 2 if smoke else 4
+
+    def one_gpu_per_rank(ranks: int) -> str:  # NCCL only with a GPU for every rank
+        return "nccl" if hw.nccl_available and ranks <= gpus else "gloo"
+
     scaling = tuple(sorted({1, dp_world} | {w for w in (2, 4, 8) if w < dp_world}))
     return TierPlan(
         tier=hw.tier, profile=profile, device=device,
@@ -119,5 +128,6 @@ def plan(hw: Hardware, profile: str = "full") -> TierPlan:
         bert_large_batch_factor=4 if smoke else (64 if gpus else 8),
         bert_max_micro_batch=16 if smoke else (256 if gpus else 64),
         bert_world_size=largest_power_of_two_at_most(gpus) if nccl else 1,
-        mp_world_size=CPU_DEMO_RANKS, mp_backend="gloo", mesh_world_size=2 if smoke else 4,
+        mp_world_size=CPU_DEMO_RANKS, mp_backend=one_gpu_per_rank(CPU_DEMO_RANKS),
+        mesh_world_size=mesh_world, mesh_backend=one_gpu_per_rank(mesh_world),
     )

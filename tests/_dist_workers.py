@@ -278,14 +278,19 @@ def allreduce_batchnorm_unequal_shards(rank, world_size, sizes, seed=0):
 
 def lesson10_four_ranks(rank, world_size):
     """Everything lesson 10 checks on 4 ranks in one launch: tensor parallel with sizes that do not
-    divide (30 features, 6 heads: 2, 2, 1, 1), a 4-stage pipeline (middle stages), halo strips with
-    two neighbours, and the 2 x 2 mesh."""
+    divide (30 features, 6 heads: 2, 2, 1, 1), a 4-stage pipeline (middle stages) of the MLP stack and of
+    a 4-block BERT (and the BERT without adding up its tied embedding's gradient), halo strips with two
+    neighbours, and the 2 x 2 mesh."""
     from course_lib.parallel import hybrid, pipeline, spatial, tensor
 
     spec = {"width": 16, "depth": 4, "batch": 8, "ms": [1, 4], "schedules": ["GPipe", "1F1B"], "repeats": 1,
             "native": True}
+    bert = {"preset": "tiny", "vocab_size": 128, "seq_len": 8, "batch": 4, "ms": [1, 4], "schedules": ["1F1B"],
+            "num_layers": 4}
     return {"tensor": tensor.compare_with_full(rank, world_size, hidden=12, heads=6, intermediate=30),
             "pipeline": pipeline.pipeline_worker(rank, world_size, spec),
+            "bert_pipeline": pipeline.bert_pipeline_worker(rank, world_size, bert),
+            "bert_untied": pipeline.bert_pipeline_worker(rank, world_size, {**bert, "ms": [4], "tied": False}),
             "halo": spatial.compare_halo_conv(rank, world_size, height=11, kernel=3, layers=2),
             "mesh": hybrid.mesh_worker(rank, world_size, dp=2)}
 

@@ -7,9 +7,9 @@ GPUs); these ask for the GPUs::
 
 Kept small, and each one states the invariant it checks on the device: the plan for this
 machine, NeuMF and BERT steps in each precision with the fused optimizer, phase timing by
-CUDA events, lesson 05's measurements on the device, the launcher's backend per GPU count, and (two
-GPUs or more) NCCL data parallelism equal to one process, with its all-reduces timed by CUDA events in
-the comm hook.
+CUDA events, lesson 05's measurements on the device, the launcher's backend per GPU count, lesson 10's
+workers on a GPU, and (two GPUs or more) NCCL data parallelism and lesson 10's launch equal to one
+process, with the all-reduces timed by CUDA events in the comm hook.
 """
 
 import os
@@ -149,3 +149,44 @@ def test_bucket_benchmark_over_nccl_counts_and_times_every_bucket():
         tl = r["timeline"]
         assert 0 < tl["backward_start_ms"] <= tl["backward_end_ms"] <= tl["step_ms"]
         assert all(0 <= a <= b for a, b, _ in tl["allreduces_ms"])
+
+
+def _lesson10_checks(outs, device_of_rank):
+    """Lesson 10's equalities, whatever the device: tensor parallel (ours and DTensor's), both pipeline schedules
+    (ours and torch.distributed.pipelining), ZeRO-1 and FSDP2 against DDP, the halo convolution."""
+    from course_lib import model_parallel_study as study
+    from course_lib.parallel import pipeline
+
+    assert [o["tensor"]["device"] for o in outs] == [device_of_rank(r) for r in range(len(outs))]
+    assert {o["sharded"]["device"] for o in outs} == {o["pipeline"]["device"] for o in outs} == \
+        {device_of_rank(r) for r in range(len(outs))}
+    assert study.tensor_all_equal(outs)
+    rows = pipeline.measured_bubbles([o["pipeline"] for o in outs])
+    assert all(r["grad_diff"] <= study.TOLERANCE for r in rows)
+    assert all(r["native_grad_diff"] <= study.TOLERANCE for r in rows if r["native_grad_diff"] is not None)
+    assert all(r["cpu_share"] is None for r in rows)  # a GPU's op is timed by the host clock, not a CPU share
+    assert study.sharded_equal([o["sharded"] for o in outs])
+    assert all(max(o["halo"]["out"], o["halo"]["input_grad"]) <= study.TOLERANCE for o in outs)
+
+
+def test_lesson_10s_workers_run_on_one_gpu():
+    """Every lesson 10 worker with its tensors on the GPU: one NCCL rank (the lesson itself runs 2 gloo CPU
+    ranks on one GPU; this checks the device code a machine with 2 GPUs runs, on the one we have)."""
+    from course_lib import model_parallel_study as study
+
+    outs = cdist.launch(study.lesson_worker, 1, study.lesson_spec("smoke"), backend="nccl", quiet=True,
+                        timeout_s=scaled(600))
+    _lesson10_checks(outs, lambda r: f"cuda:{r}")
+
+
+@TWO_GPUS
+def test_lesson_10_on_nccl_equals_one_process():
+    """Lesson 10's one launch on 2 NCCL ranks, one GPU each, as the tier plan runs it on 2 GPUs or more."""
+    from course_lib import model_parallel_study as study
+
+    plan = tiers.plan(hardware.detect(), "smoke")
+    assert (plan.mp_world_size, plan.mp_backend) == (2, "nccl")
+    outs = cdist.launch(study.lesson_worker, 2, study.lesson_spec("smoke", mesh_dp=1), backend="nccl", quiet=True,
+                        timeout_s=scaled(600))
+    _lesson10_checks(outs, lambda r: f"cuda:{r}")
+    assert all(m["grad_diff"] <= study.TOLERANCE for m in (o["mesh"] for o in outs))

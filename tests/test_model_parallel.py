@@ -69,6 +69,16 @@ def test_pipeline_gradients_equal_one_process_for_every_schedule(two, four):
     assert missing == {("1F1B", 1)}
 
 
+def test_the_pipeline_over_berts_encoder_equals_one_process(two, four):
+    """Embeddings on the first stage, the MLM head on the last, hidden states between them; the tied embedding's
+    two parts of the gradient (first stage: the lookup, last: the decoder) added up as Megatron does."""
+    assert study.bert_pipeline_equal(two) and study.bert_pipeline_equal(four)
+    assert [o["bert_pipeline"]["blocks"] for o in four] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert [(o["bert_pipeline"]["first"], o["bert_pipeline"]["last"]) for o in two] == [(True, False), (False, True)]
+    untied = [r["grad_diff"] for o in four for r in o["bert_untied"]["rows"]]
+    assert untied[0] > 1e-3 and untied[-1] > 1e-3 and max(untied[1:3]) <= TOL  # only the stages holding it differ
+
+
 def test_the_measured_timeline_covers_every_op_once(two):
     events = pipeline.timeline([o["pipeline"] for o in two], "1F1B", 4)
     assert sorted((e.stage, e.kind, e.mb) for e in events) == sorted(
@@ -108,7 +118,51 @@ def test_the_mesh_groups_and_gradients(four):
     assert all(m["grad_diff"] <= TOL for m in mesh)
 
 
+def test_the_pipeline_events_are_compute_on_one_clock_and_the_rows_split_the_excess(two):
+    """Every op's event is its compute (CPU seconds recorded beside it on a CPU); the ranks' events share one
+    clock, so a stage's forward of micro-batch i starts after the previous stage's forward of i ended."""
+    events = pipeline.timeline([o["pipeline"] for o in two], "GPipe", 4)
+    assert all(e.cpu is not None and 0 <= e.cpu <= (e.end - e.start) * 1.5 + 1e-3 for e in events)
+    ends = {(e.stage, e.kind, e.mb): e for e in events}
+    assert all(ends[(1, "F", i)].start >= ends[(0, "F", i)].end for i in range(4))
+    assert all(ends[(0, "B", i)].start >= ends[(1, "B", i)].end for i in range(4))
+    for r in pipeline.measured_bubbles([o["pipeline"] for o in two]):
+        assert 0.0 <= r["replayed"] <= 1.0 and r["forward_ms"] > 0 and 0 < r["cpu_share"] <= 1.5
+    assert {o["tensor"]["device"] for o in two} == {"cpu"} and two[0]["pipeline"]["device"] == "cpu"
+
+
+def test_lesson_09s_model_predicts_the_bytes_sent_and_kept_by_each_measured_scheme(two):
+    from course_lib import performance_study
+    from course_lib.perf.probe import DeviceCurves
+
+    _, _, link = performance_study.link_from({"allreduce": two[0]["allreduce"]})
+    assert link[0] > 0 and link[1] > 0
+    curves = DeviceCurves("test", [(1.0, 1e10), (1e15, 1e10)], [(1.0, 1e10), (1e15, 1e10)], 1e-6)
+    predicted = study.sharded_predictions(study.lesson_spec("smoke")["sharded"], 2, curves, link)
+    err = study.prediction_error([o["sharded"] for o in two], predicted)
+    for name, e in err.items():
+        assert abs(e["sent"]) < 1e-6, (name, e)  # DDP, ZeRO-1 and FSDP2's 1.36x: the same count of bytes
+        assert abs(e["state"]) < 1e-6, (name, e)
+    assert "predicted sent" in str(study.memory_table([o["sharded"] for o in two], predicted))
+
+
 def test_the_verdict_reads_the_results(two, four):
+    from course_lib.perf.probe import DeviceCurves
+
     rows = pipeline.measured_bubbles([o["pipeline"] for o in two])
-    text = study.verdict(two, rows, [o["sharded"] for o in two], [o["halo"] for o in two], [o["mesh"] for o in four])
+    curves = DeviceCurves("test", [(1.0, 1e10), (1e15, 1e10)], [(1.0, 1e10), (1e15, 1e10)], 1e-6)
+    predicted = study.sharded_predictions(study.lesson_spec("smoke")["sharded"], 2, curves, (1e-5, 1e-9))
+    text = study.verdict(two, rows, [o["sharded"] for o in two], [o["halo"] for o in two], [o["mesh"] for o in four],
+                         predicted)
     assert "equals one process" in text and "Mesh 2 x 2" in text and "NOT" not in text
+    assert "Lesson 09's model predicted the bytes each scheme sent exactly" in text
+
+
+def test_one_rank_runs_every_worker_with_nothing_to_send():
+    """The degenerate launch (one stage, no neighbour, a 1 x 1 mesh): what tests/test_gpu.py runs on one GPU."""
+    outs = cdist.launch(study.lesson_worker, 1, study.lesson_spec("smoke", mesh_dp=1), backend="gloo",
+                        threads_per_worker=1, quiet=True, timeout_s=scaled(300))
+    assert study.tensor_all_equal(outs) and study.sharded_equal([o["sharded"] for o in outs])
+    rows = pipeline.measured_bubbles([o["pipeline"] for o in outs])
+    assert all(r["grad_diff"] <= TOL and r["native_grad_diff"] <= TOL and r["predicted"] == 0.0 for r in rows)
+    assert outs[0]["halo"]["halo_bytes_per_exchange"] == 0 and outs[0]["mesh"]["grad_diff"] <= TOL

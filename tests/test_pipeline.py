@@ -51,3 +51,43 @@ def test_bubble_formula_values_and_inputs():
     assert P.stage_bounds(8, 3) == [(0, 3), (3, 6), (6, 8)]
     with pytest.raises(ValueError, match="cannot fill"):
         P.stage_bounds(2, 3)
+
+
+@pytest.mark.parametrize("name", list(P.SCHEDULES))
+def test_a_replay_of_a_simulated_run_is_that_run(name):
+    """Replaying a run with its own durations and no gaps gives it back; a run with gaps between ops
+    replays to less idle (the gaps were not the schedule's)."""
+    sched = P.SCHEDULES[name](3, 4)
+    run = P.simulate(sched, 1.0, 2.5)
+    assert P.idle_fraction(P.replay(sched, run)) == pytest.approx(P.idle_fraction(run))
+    order = {(e.stage, e.kind, e.mb): k for s in range(3)
+             for k, e in enumerate(sorted((e for e in run if e.stage == s), key=lambda e: e.start))}
+    late = [P.Event(e.stage, e.kind, e.mb, e.start + 0.3 * order[(e.stage, e.kind, e.mb)],  # a gap before every op
+                    e.end + 0.3 * order[(e.stage, e.kind, e.mb)]) for e in run]
+    assert P.idle_fraction(P.replay(sched, late)) < P.idle_fraction(late)
+    uneven = P.simulate(sched, durations={(s, o.kind, o.mb): (1.0 if o.kind == "F" else 2.0) * (1 + (s == 2))
+                                          for s in range(3) for o in sched[s]})
+    assert P.idle_fraction(uneven) > P.bubble_fraction(3, 4)  # a slower stage: more than the formula
+
+
+def _row(measured, replayed, *, m=8, cpu=1.0, forward_ms=10.0, predicted=None):
+    return {"schedule": "GPipe", "p": 2, "m": m, "predicted": P.bubble_fraction(2, m) if predicted is None else predicted,
+            "measured": measured, "replayed": replayed, "cpu_share": cpu, "forward_ms": forward_ms, "runs": 5,
+            "grad_diff": 0.0, "native_grad_diff": 0.0}
+
+
+def test_the_bubble_reading_for_each_outcome():
+    from course_lib import model_parallel_study as study
+
+    ok = study.bubble_reading([_row(0.15, 0.12), _row(0.52, 0.5, m=1)])
+    assert ok.startswith("the measured bubble is within 4 points") and "goal: 10 points" in ok
+    busy = study.bubble_reading([_row(0.40, 0.30, cpu=0.5)])
+    assert "up to 29 points" in busy and "+19 points from unequal op times, +10 from the time between ops" in busy
+    assert "had 50% of a core" in busy
+    messages = study.bubble_reading([_row(0.40, 0.15, forward_ms=0.1)])
+    assert "forward took 0.10 ms" in messages and "messages between the stages" in messages
+    unequal = study.bubble_reading([_row(0.30, 0.28)])
+    assert "did not take equal times" in unequal
+    gpu = study.bubble_reading([_row(0.40, 0.15, cpu=None)])  # no CPU share on a GPU: the messages
+    assert "messages between the stages" in gpu
+    assert "CPU share" in str(study.bubble_table([_row(0.2, 0.1, cpu=None)]))

@@ -38,12 +38,79 @@ def test_bert_sizes_from_the_model_code():
     base, large = study.bert_parameters("BERT-base"), study.bert_parameters("BERT-large")
     assert 105e6 < base["n_params"] < 115e6  # BERT-base: 110M
     assert 330e6 < large["n_params"] < 345e6  # BERT-large: 340M
-    assert len(study.bert_plan_table(8).rows) == 2 * (len(S.SCHEMES) + 2)
+    with pytest.raises(ValueError, match="unknown model 'BERT-huge'"):
+        study.bert_shape("BERT-huge")
 
 
-def test_the_decision_table_grows_with_the_model():
-    rows = study.decision_table(16 * 2**30, 8).rows
-    picks = [r["simplest that fits"] for r in rows]
-    assert picks[0] == "DDP" and picks[-1] == "FSDP + tensor/pipeline"
-    order = ["DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3 / FSDP", "FSDP + tensor/pipeline"]
-    assert [order.index(p) for p in picks] == sorted(order.index(p) for p in picks)
+def _pred(scheme, step_s, memory, *, w=8, sent=0.0, exposed=0.0, activations=0.0):
+    from course_lib.perf.schemes import SchemePrediction
+
+    return SchemePrediction(scheme, w, 8 * w, 8, step_s - exposed, exposed, exposed, 0.0, memory - activations, 0.0,
+                            0.0, activations, sent)
+
+
+GIB = 2**30
+
+
+def test_decision_reasons_for_each_outcome():
+    fits_all = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.97, GIB), _pred("tensor", 3.0, GIB / 2)]
+    best = S_fit(fits_all, 4 * GIB)
+    assert best.scheme == "DDP"
+    assert "fits on every device" in study.decision_why(fits_all, best, 4 * GIB, 8)
+    assert "ZeRO-1 is within 10%" in study.decision_why(fits_all, best, 4 * GIB, 8)
+    faster = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.5, GIB)]
+    assert "ZeRO-1 is predicted 2.00x faster" in study.decision_why(faster, S_fit(faster, 4 * GIB), 4 * GIB, 8)
+    big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), _pred("FSDP", 1.0, 3 * GIB)]
+    why = study.decision_why(big, S_fit(big, 4 * GIB), 4 * GIB, 8)
+    assert why.startswith("DDP needs 8.00 GiB per device (6.00 GiB of it activations), more than 4.00 GiB; FSDP")
+    none = [_pred("DDP", 1.0, 8 * GIB, activations=7 * GIB)]
+    assert study.decision_why(none, None, 4 * GIB, 8).startswith("nothing fits: the least memory is DDP's 8.00 GiB")
+    assert "with 2 sequences per device, DDP fits" in study.decision_why(none, None, 4 * GIB, 8,
+                                                                           (2, _pred("DDP", 0.3, 3 * GIB)))
+    assert study.decision_why(none[:1], none[0], 9 * GIB, 1).startswith("fits on the device")
+
+
+def S_fit(preds, device_bytes):
+    from course_lib.perf.schemes import fastest_that_fits
+
+    return fastest_that_fits(preds, device_bytes)
+
+
+def test_the_node_reading_names_the_choice_what_tensor_parallelism_costs_and_what_does_not_fit():
+    fast = {"BERT-x": [_pred("DDP", 0.10, 30e9), _pred("FSDP", 0.095, 20e9),
+                       _pred("tensor", 0.30, 5e9, sent=2**30, exposed=0.2), _pred("pipeline", 0.2, 90e9)]}
+    slow = {"BERT-x": [_pred("DDP", 0.12, 30e9), _pred("FSDP", 0.11, 20e9), _pred("tensor", 1.2, 5e9),
+                       _pred("pipeline", 0.25, 90e9)]}
+    text = study.node_reading({"NVLink": fast, "InfiniBand": slow}, 80e9)
+    assert text.startswith("BERT-x: on NVLink, DDP (100 ms per step")
+    assert "as fast as FSDP (within 10%)" in text and "tensor parallelism 3.0x slower" in text
+    assert "on InfiniBand 10.0x (1200 ms against 120 ms)" in text
+    assert text.endswith("Over 80 GB per device: pipeline x8 (1F1B, m = 8).")
+    assert "no scheme fits" in study.node_reading({"NVLink": fast}, 1e9)
+
+
+def test_decision_rows_grow_with_the_model_on_this_machine():
+    from course_lib.perf.probe import DeviceCurves
+
+    curves = DeviceCurves("test", [(1.0, 1e14), (1e15, 1e14)], [(1.0, 1e12), (1e15, 1e12)], 5e-6)
+    rows = study.decision_rows(["BERT-base", "BERT-large"], world_size=8, device_bytes=16 * GIB, micro_batch=8,
+                               seq_len=128, curves=curves, link=(5e-6, 1 / 100e9), precision="mixed")
+    base, large = rows
+    need = lambda r: next(p for p in r["predictions"] if p.scheme == "DDP").memory_bytes  # noqa: E731
+    assert need(large) > 2 * need(base) and base["choice"] is not None
+    assert study.decision_table(rows, 16 * GIB, 8).rows[0]["model"] == "BERT-base"
+    one = study.decision_rows(["BERT-base"], world_size=1, device_bytes=GIB / 4, micro_batch=8, seq_len=128,
+                              curves=curves, link=(0.0, 0.0), precision="mixed")[0]
+    assert [p.scheme for p in one["predictions"]] == ["DDP"] and one["choice"] is None
+    assert one["smaller"] is None or one["smaller"][0] < 8
+
+
+def test_the_model_reading_says_exact_and_under():
+    o = {name: {"parameters": 10, "gradients": 10, "optimizer_state": 20, "sent_bytes": 100, "step_s": 0.1}
+         for name in study.MEASURED_SCHEMES}
+    exact = {name: _pred(s, 0.05, 40, sent=100) for name, s in study.MEASURED_SCHEMES.items()}
+    text = study.model_reading([o], exact)
+    assert "sent exactly and the state it kept exactly" in text and "DDP -50%" in text and "all under" in text
+    off = {name: _pred(s, 0.2, 50, sent=110) for name, s in study.MEASURED_SCHEMES.items()}
+    text = study.model_reading([o], off)
+    assert "off by up to 10%" in text and "off by up to 25%" in text and "all under" not in text

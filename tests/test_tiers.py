@@ -200,3 +200,20 @@ def test_torchrun_backend_needs_one_gpu_per_rank_on_the_node(local_ranks, gpus, 
     with pytest.raises(SystemExit):
         cdist.init_from_env("auto")
     assert chosen["backend"] == expected
+
+
+@pytest.mark.parametrize("hw, profile, expected", [
+    (LAPTOP, "full", (2, "gloo", 4, "gloo")), (LAPTOP, "smoke", (2, "gloo", 2, "gloo")),
+    (ONE, "full", (2, "gloo", 4, "gloo")),  # never two NCCL ranks on one GPU: CPU processes, as lesson 06
+    (TWO, "full", (2, "nccl", 4, "gloo")),  # the 2 x 2 mesh needs 4 GPUs for NCCL
+    (TWO, "smoke", (2, "nccl", 2, "nccl")),  # the 1 x 2 mesh fits on the 2 GPUs
+    (FOUR, "full", (2, "nccl", 4, "nccl")), (EIGHT, "full", (2, "nccl", 4, "nccl")),
+    (EIGHT, "smoke", (2, "nccl", 2, "nccl"))],
+    ids=["cpu", "cpu-smoke", "1gpu", "2gpu", "2gpu-smoke", "4gpu", "8gpu", "8gpu-smoke"])
+def test_lesson_10_runs_nccl_only_with_a_gpu_per_rank(hw, profile, expected):
+    """Lesson 10's two launches: its main one (2 ranks: the bubble's table is for p = 2) and the mesh's
+    (2 x 2; smoke 1 x 2): NCCL where every rank has a GPU of its own, gloo CPU processes otherwise."""
+    p = plan(hw, profile)
+    assert (p.mp_world_size, p.mp_backend, p.mesh_world_size, p.mesh_backend) == expected
+    for ranks, backend in ((p.mp_world_size, p.mp_backend), (p.mesh_world_size, p.mesh_backend)):
+        assert backend == "gloo" or ranks <= hw.gpu_count

@@ -174,9 +174,9 @@ class BertForMLM(nn.Module):
             n -= self.tok_emb.weight.numel() + self.pos_emb.weight.numel()
         return n
 
-    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden states ``(B, T, C)``. ``attention_mask`` ``(B, T)``: True/1 for real tokens (packed data needs none)."""
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The blocks' input ``(B, T, C)``: token + position (+ segment) embeddings, LayerNorm, dropout.
+        (A pipeline's first stage runs this and its blocks: lesson 10.)"""
         B, T = input_ids.shape
         if T > self.cfg.max_position:
             raise ValueError(f"sequence length {T} exceeds max_position={self.cfg.max_position}")
@@ -185,7 +185,12 @@ class BertForMLM(nn.Module):
         if self.seg_emb is not None:
             seg = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
             x = x + self.seg_emb(seg)
-        x = self.emb_dropout(self.emb_ln(x))
+        return self.emb_dropout(self.emb_ln(x))
+
+    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Hidden states ``(B, T, C)``. ``attention_mask`` ``(B, T)``: True/1 for real tokens (packed data needs none)."""
+        x = self.embed(input_ids, token_type_ids)
         attn_mask = None
         if attention_mask is not None:
             attn_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that may be attended

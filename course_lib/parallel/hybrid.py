@@ -28,16 +28,19 @@ def mesh_worker(rank: int, world_size: int, dp: int = 2, batch: int = 8, seq: in
     """Worker on ``world_size = dp x tp`` ranks: one step of a tensor-parallel MLP, data parallel over ``dp``."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    from .. import dist as cdist
     from ..models.bert import MLP, bert_config
 
     if world_size % dp:
         raise ValueError(f"{world_size} ranks do not form a {dp} x {world_size / dp} mesh")
     tp = world_size // dp
-    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    device = cdist.device()  # this rank's GPU under NCCL
+    mesh = init_device_mesh(device.type, (dp, tp), mesh_dim_names=("dp", "tp"))
     tp_group, dp_group = mesh["tp"].get_group(), mesh["dp"].get_group()
     torch.manual_seed(seed)
-    full = MLP(bert_config("tiny", hidden_size=hidden, intermediate_size=intermediate, num_heads=2, dropout=0.0))
-    x = torch.randn(batch, seq, hidden)  # the global batch, the same on every rank
+    full = MLP(bert_config("tiny", hidden_size=hidden, intermediate_size=intermediate, num_heads=2,
+                           dropout=0.0)).to(device)
+    x = torch.randn(batch, seq, hidden).to(device)  # the global batch, the same on every rank
     (full(x).square().sum() / batch).backward()  # one process, the whole batch: the reference
 
     mlp = ParallelMLP.from_mlp(full, tp_group)
@@ -57,4 +60,4 @@ def mesh_worker(rank: int, world_size: int, dp: int = 2, batch: int = 8, seq: in
                float((mlp.proj.bias.grad - full.proj.bias.grad).abs().max()))
     return {"rank": rank, "coords": (dp_rank, dist.get_rank(tp_group)),
             "tp_group": dist.get_process_group_ranks(tp_group), "dp_group": dist.get_process_group_ranks(dp_group),
-            "elements_tp": carried["tp"], "elements_dp": carried["dp"], "grad_diff": diff}
+            "elements_tp": carried["tp"], "elements_dp": carried["dp"], "grad_diff": diff, "device": str(device)}

@@ -17,9 +17,12 @@ With forward time ``t_f`` and backward time ``t_b`` per micro-batch on every sta
 **bubble**, is ``(p - 1) / (m + p - 1)`` (:func:`bubble_fraction`).
 
 Schedules are pure data (per stage, an ordered list of :class:`Op`), so tests check them,
-:func:`simulate` times them with given ``t_f`` / ``t_b``, lesson 10 draws them, and one
-executor (:func:`run_stage`) carries any of them out with ``send``/``recv``, recording when
-each op ran. Gradients over the ``m`` micro-batches add up to the full batch's (each
+:func:`simulate` times them with given ``t_f`` / ``t_b`` (or each op's own duration), lesson 10
+draws them, and one executor (:func:`run_stage`) carries any of them out with ``send``/``recv``,
+recording when each op computed. The formula assumes equal stages and free messages; a measured
+run says how far each assumption held: replayed with its own op durations and no gaps
+(:func:`replay`), it idles by what unequal ops explain, and the rest of its idle time went
+between the ops (messages, a stage woken late, another process on the core). Gradients over the ``m`` micro-batches add up to the full batch's (each
 micro-batch's loss is its sum divided by the whole batch's count), so the result equals one
 process. PyTorch's own: ``torch.distributed.pipelining`` (``PipelineStage`` with
 ``ScheduleGPipe`` / ``Schedule1F1B``; :func:`native_stage_gradients`). Measured with torch 2.13:
@@ -114,20 +117,23 @@ def peak_in_flight(schedule: list[list[Op]]) -> list[int]:
 
 @dataclass(frozen=True)
 class Event:
-    """When stage ``stage`` ran ``op`` (seconds from the run's start)."""
+    """When stage ``stage`` ran ``op`` (seconds), and on a CPU the CPU seconds its thread spent on it."""
 
     stage: int
     kind: str
     mb: int
     start: float
     end: float
+    cpu: float | None = None
 
 
-def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float = 2.0) -> list[Event]:
+def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float = 2.0,
+             durations: dict[tuple[int, str, int], float] | None = None) -> list[Event]:
     """The timeline of ``schedule`` when every forward takes ``t_forward`` and every backward
-    ``t_backward``, messages take no time, and each op starts as soon as its stage is free and
-    its input has arrived (``F`` after the previous stage's ``F``, ``B`` after the next stage's ``B``
-    and its own ``F``). Raises ``ValueError`` when the stages wait for each other in a cycle."""
+    ``t_backward`` (or each op ``durations[(stage, kind, mb)]``, when given), messages take no
+    time, and each op starts as soon as its stage is free and its input has arrived (``F`` after
+    the previous stage's ``F``, ``B`` after the next stage's ``B`` and its own ``F``). Raises
+    ``ValueError`` when the stages wait for each other in a cycle."""
     p = len(schedule)
     done: dict[tuple[int, str, int], float] = {}
     pos, free = [0] * p, [0.0] * p
@@ -144,7 +150,10 @@ def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float
             if any(d not in done for d in deps):
                 continue
             start = max([free[s]] + [done[d] for d in deps])
-            end = start + (t_forward if op.kind == "F" else t_backward)
+            if durations is not None:
+                end = start + durations[(s, op.kind, op.mb)]
+            else:
+                end = start + (t_forward if op.kind == "F" else t_backward)
             done[(s, op.kind, op.mb)] = free[s] = end
             events.append(Event(s, op.kind, op.mb, start, end))
             pos[s] += 1
@@ -152,6 +161,13 @@ def simulate(schedule: list[list[Op]], t_forward: float = 1.0, t_backward: float
         if not progressed:
             raise ValueError("the schedule deadlocks: every stage waits for an op another stage has not run")
     return sorted(events, key=lambda e: (e.stage, e.start))
+
+
+def replay(schedule: list[list[Op]], events: list[Event]) -> list[Event]:
+    """``events`` (a measured run of ``schedule``) replayed with each op's own measured duration
+    and no time between ops but what the schedule's order forces: the bubble that unequal op
+    times alone explain. What the measured run idles beyond that went to messages and waits."""
+    return simulate(schedule, durations={(e.stage, e.kind, e.mb): e.end - e.start for e in events})
 
 
 def idle_fraction(events: list[Event]) -> float:
@@ -191,63 +207,117 @@ def _loss_sum(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((out - target) ** 2).sum()
 
 
+def _sync(device: torch.device) -> None:
+    """Wait for this device's queued work before reading the host clock (nothing to wait for on a CPU)."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
+def _tag(kind: str, mb: int) -> int:
+    """The message tag of micro-batch ``mb``'s activation (``F``) or activation gradient (``B``)."""
+    return 2 * mb + (kind == "B")
+
+
 def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Tensor] | None,
-              targets: list[torch.Tensor] | None, count: int, shape: tuple[int, ...]) -> tuple[list[Event], float]:
+              targets: list[torch.Tensor] | None, count: int, shape: tuple[int, ...],
+              device: torch.device | None = None, loss_sum=None) -> tuple[list[Event], float]:
     """Carry out this rank's part of ``schedule`` with ``send``/``recv``; return its events and loss.
 
     Rank ``s`` of the group is stage ``s``. Stage 0 gets the ``m`` micro-batches in ``inputs``,
-    the last stage the ``targets``; each micro-batch's loss is its squared error summed over
-    elements, divided by ``count`` (the whole batch's count), so the gradients add up to the
-    full batch's mean. Every activation and its gradient has ``shape`` (stages map width to width).
-    An event runs from the moment the op's input is there (after its ``recv``) to the moment its
-    output is on its way (``isend`` posted): a stage waiting in ``recv`` is idle, the bubble;
-    everything else it does (compute, posting messages, Python) counts as busy. Sends are
-    ``isend`` so no stage blocks on a neighbour that is busy; they are awaited at the end.
+    the last stage the ``targets``; each micro-batch's loss is ``loss_sum(output, target)`` (default:
+    the squared error summed over elements) divided by ``count`` (the whole batch's count), so the
+    gradients add up to the full batch's mean. Every activation and its gradient has ``shape``
+    (stages map width to width) and lives on ``device`` (default: ``course_lib.dist.device()``).
+
+    An event is one op's **compute**: from the moment its input is here (its message received)
+    to the moment its output is computed. Everything else is idle, the bubble: waiting for a
+    message, and posting one. Times are ``time.monotonic()``, one clock for every process of a
+    host (``launch`` starts its ranks on one host), so the ranks' events line up without an
+    offset; on a CPU each event also carries the thread's CPU seconds (``cpu``), which say
+    whether the stage had a core to itself while it computed.
+
+    Messages: gloo moves one only once both sides have posted it, and the bytes move on its
+    background thread. A receive posted only when the op needs it made the sender's thread do
+    that work while the sender was busy computing the next micro-batch (measured: GPipe's
+    forwards waited milliseconds for activations sent long before). So on gloo every receive
+    this stage will need is posted before it starts, tagged by micro-batch and direction, and
+    sends go out as soon as their tensor is computed. On NCCL the messages between two ranks run
+    in order on one stream: a receive posted early would hold up the sends behind it (1F1B
+    would deadlock), so each receive is posted when its op comes, grouped with the sends of the
+    op before (``batch_isend_irecv``, as Megatron-LM does; an op that receives nothing posts those
+    sends alone); the wait for the input then covers the sends grouped with it.
     """
+    from .. import dist as cdist
+
     s, p = dist.get_rank(), dist.get_world_size()
     if len(schedule) != p:
         raise ValueError(f"a schedule for {len(schedule)} stages on {p} ranks")
     if (s == 0 and inputs is None) or (s == p - 1 and targets is None):
         raise ValueError("stage 0 needs the micro-batches (inputs), the last stage their targets")
+    device = device or cdist.device()
+    loss_sum = loss_sum or _loss_sum
+    on_cpu = device.type == "cpu"
+    early = dist.get_backend() != "nccl"
     ops = schedule[s]
-    held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    pending, events, loss_total = [], [], 0.0
-    dist.barrier()
-    t0 = time.perf_counter()
-    for op in ops:
-        i = op.mb
+
+    def source(op: Op) -> int | None:  # the neighbour whose message this op waits for, if any
         if op.kind == "F":
-            if s == 0:
-                x = inputs[i]
-            else:
-                x = torch.empty(shape)
-                dist.recv(x, s - 1)
-                x.requires_grad_()
-            start = time.perf_counter()
+            return s - 1 if s > 0 else None
+        return s + 1 if s < p - 1 else None
+
+    held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    posted: dict[tuple[str, int], tuple[torch.Tensor, object]] = {}
+    works, outbox, events, loss_total = [], [], [], 0.0
+    dist.barrier()
+    if early:
+        for op in ops:
+            if source(op) is not None:
+                buf = torch.empty(shape, device=device)
+                posted[(op.kind, op.mb)] = (buf, dist.irecv(buf, source(op), tag=_tag(op.kind, op.mb)))
+    for op in ops:
+        i, src = op.mb, source(op)
+        if src is not None:
+            if early:
+                buf, work = posted.pop((op.kind, i))
+                work.wait()
+            else:  # NCCL (no tags: messages match in order): this receive and the sends queued since the last
+                buf = torch.empty(shape, device=device)
+                for work in dist.batch_isend_irecv(outbox + [dist.P2POp(dist.irecv, buf, src)]):
+                    work.wait()
+                outbox = []
+            _sync(device)
+        elif outbox:  # NCCL, nothing to receive: the queued sends go now
+            works += dist.batch_isend_irecv(outbox)
+            outbox = []
+        start, cpu0 = time.monotonic(), time.thread_time()
+        if op.kind == "F":
+            x = inputs[i] if s == 0 else buf.requires_grad_()  # stage 0's inputs need no gradient
             y = module(x)
             if s == p - 1:
-                y = _loss_sum(y, targets[i]) / count
-                loss_total += float(y)
-            if s < p - 1:
-                pending.append(dist.isend(y.detach().contiguous(), s + 1))
-            end = time.perf_counter()
+                y = loss_sum(y, targets[i]) / count
+            out, dst = (y.detach().contiguous(), s + 1) if s < p - 1 else (None, None)
             held[i] = (x, y)
         else:
             x, y = held.pop(i)
             if s == p - 1:
-                start = time.perf_counter()
                 y.backward()
             else:
-                g = torch.empty(y.shape)
-                dist.recv(g, s + 1)
-                start = time.perf_counter()
-                y.backward(g)
-            if s > 0:
-                pending.append(dist.isend(x.grad.contiguous(), s - 1))
-            end = time.perf_counter()
-        events.append(Event(s, op.kind, i, start - t0, end - t0))
-    for req in pending:
-        req.wait()
+                y.backward(buf)
+            out, dst = (x.grad.contiguous(), s - 1) if s > 0 else (None, None)
+        _sync(device)
+        end, cpu1 = time.monotonic(), time.thread_time()
+        if op.kind == "F" and s == p - 1:
+            loss_total += float(y)
+        if out is not None:
+            if early:
+                works.append(dist.isend(out, dst, tag=_tag(op.kind, i)))
+            else:
+                outbox.append(dist.P2POp(dist.isend, out, dst))
+        events.append(Event(s, op.kind, i, start, end, cpu1 - cpu0 if on_cpu else None))
+    if outbox:
+        works += dist.batch_isend_irecv(outbox)
+    for work in works:
+        work.wait()
     if len(held):
         raise RuntimeError(f"stage {s}: micro-batches {sorted(held)} never ran their backward")
     return events, loss_total
@@ -279,16 +349,15 @@ def native_stage_gradients(module: nn.Module, schedule: str, x: torch.Tensor | N
 
     s, p = dist.get_rank(), dist.get_world_size()
     module.zero_grad()
-    stage = PipelineStage(module, s, p, torch.device("cpu"))
+    stage = PipelineStage(module, s, p, next(module.parameters()).device)
     cls = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
     sched = cls(stage, n_microbatches=m, loss_fn=lambda out, t: ((out - t) ** 2).mean())
     losses: list = []
+    last = {"target": target, "losses": losses} if s == p - 1 else {}  # (one stage: the first is the last)
     if s == 0:
-        sched.step(x)
-    elif s == p - 1:
-        sched.step(target=target, losses=losses)
+        sched.step(x, **last)
     else:
-        sched.step()
+        sched.step(**last)
     loss = float(sum(losses) / len(losses)) if losses else 0.0
     return [p.grad.clone() for p in module.parameters()], loss
 
@@ -298,11 +367,16 @@ def pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
     (``spec["repeats"]`` timed runs after one warm-up), compare this stage's gradients with one
     process's and, where PyTorch allows it, with ``torch.distributed.pipelining``'s.
 
-    ``spec``: ``width``, ``depth``, ``batch``, ``ms``, ``schedules``, ``repeats``, ``native`` (bool)."""
-    model = mlp_stack(spec["width"], spec["depth"], seed=0)
+    ``spec``: ``width``, ``depth``, ``batch``, ``ms``, ``schedules``, ``repeats``, ``native`` (bool).
+    Everything lives on ``course_lib.dist.device()`` (this rank's GPU under NCCL); the weights and
+    the batch are drawn on the CPU first, so every rank and every tier starts from the same numbers."""
+    from .. import dist as cdist
+
+    device = cdist.device()
+    model = mlp_stack(spec["width"], spec["depth"], seed=0).to(device)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(spec["batch"], spec["width"], generator=g)
-    target = torch.randn(spec["batch"], spec["width"], generator=g)
+    x = torch.randn(spec["batch"], spec["width"], generator=g).to(device)
+    target = torch.randn(spec["batch"], spec["width"], generator=g).to(device)
     stage = stage_of(model, rank, world_size)
     lo, hi = stage_bounds(len(model), world_size)[rank]
     n_before = sum(1 for layer in model[:lo] for _ in layer.parameters())
@@ -315,7 +389,7 @@ def pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
             runs = []
             for rep in range(spec["repeats"] + 1):  # the first run warms up (allocations, first messages)
                 stage.zero_grad()
-                events, loss = run_stage(stage, sched, xs, ts, target.numel(), xs[0].shape)
+                events, loss = run_stage(stage, sched, xs, ts, target.numel(), xs[0].shape, device)
                 if rep:
                     runs.append(events)
             grad_diff = max(float((p.grad - r).abs().max()) for p, r in zip(stage.parameters(), reference))
@@ -327,19 +401,133 @@ def pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
                 row["native_grad_diff"] = max(float((a - r).abs().max()) for a, r in zip(grads, reference))
                 row["native_loss"] = native_loss
             rows.append(row)
-    return {"rank": rank, "rows": rows, "stage_layers": (lo, hi)}
+    return {"rank": rank, "rows": rows, "stage_layers": (lo, hi), "device": str(device)}
+
+
+# --------------------------------------------------------------------------- the same pipeline over BERT's encoder
+
+
+class BertStage(nn.Module):
+    """Stage ``stage`` of ``p`` of a :class:`~course_lib.models.bert.BertForMLM`: its run of blocks
+    (:func:`stage_bounds`), the first stage also the embeddings, the last the final LayerNorm and the
+    MLM head (logits of every position). Every stage passes hidden states ``(B, T, C)``. The head's
+    decoder is tied to the token embedding: with ``p > 1`` the first and the last stage each hold that
+    matrix and each computes part of its gradient (:func:`tied_gradients` adds them up)."""
+
+    def __init__(self, model: nn.Module, stage: int, p: int):
+        super().__init__()
+        lo, hi = stage_bounds(len(model.blocks), p)[stage]
+        self.first, self.last = stage == 0, stage == p - 1
+        self.blocks = nn.ModuleList(model.blocks[lo:hi])  # the same modules, not copies
+        if self.first:  # the embeddings' modules (their parameters are this stage's); the lookup is model.embed
+            self.embeddings = nn.ModuleList(m for m in (model.tok_emb, model.pos_emb, model.seg_emb, model.emb_ln)
+                                            if m is not None)
+            self._embed = model.embed
+        if self.last:
+            self.final_ln, self.head = model.final_ln, model.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self._embed(x) if self.first else x  # (B, T, C)
+        for block in self.blocks:
+            h = block(h)
+        if self.last:
+            h = self.final_ln(h) if self.final_ln is not None else h
+            return self.head(h)  # (B, T, V)
+        return h
+
+
+def _mlm_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy summed over the scored positions (label -100: not scored)."""
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100,
+                                       reduction="sum")
+
+
+def tied_gradients(model: nn.Module, group=None) -> None:
+    """Add up the tied embedding's gradient over the stages (Megatron's "embedding group": the first
+    stage's part from the lookup, the last stage's from the decoder); stages without it add zeros."""
+    w = model.tok_emb.weight
+    if w.grad is None:
+        w.grad = torch.zeros_like(w)
+    dist.all_reduce(w.grad, group=group)
+
+
+def bert_pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Worker: the executor of this module over BERT's encoder (``spec``: ``preset``, ``vocab_size``,
+    ``seq_len``, ``batch``, ``ms``, ``schedules``, optional ``num_layers``), against one process's
+    masked-LM gradients on the whole batch: per schedule and ``m``, the largest difference of this
+    stage's gradients, relative to the largest gradient (the tied embedding added up first)."""
+    from .. import dist as cdist
+    from ..models.bert import build_bert
+
+    device = cdist.device()
+    torch.manual_seed(0)
+    overrides = {"num_layers": spec["num_layers"]} if spec.get("num_layers") else {}
+    model = build_bert(spec["preset"], vocab_size=spec["vocab_size"], max_position=spec["seq_len"], dropout=0.0,
+                       attention_dropout=0.0, **overrides).to(device)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, spec["vocab_size"], (spec["batch"], spec["seq_len"]), generator=g)
+    labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+    labels[:, 0] = ids[:, 0]  # every sequence scores at least one position
+    ids, labels = ids.to(device), labels.to(device)
+    count = int((labels != -100).sum())
+    model.zero_grad()
+    (model(ids, labels) * count / count).backward()  # the mean over the scored positions: the reference
+    stage = BertStage(model, rank, world_size)
+    reference = {id(p_): p_.grad.clone() for p_ in stage.parameters()}
+    shape_of = (spec["seq_len"], model.cfg.hidden_size)
+    rows = []
+    for name in spec["schedules"]:
+        for m in spec["ms"]:
+            model.zero_grad(set_to_none=True)
+            xs, ts = micro_batches(ids, m), micro_batches(labels, m)
+            run_stage(stage, SCHEDULES[name](world_size, m), xs, ts, count, (xs[0].shape[0], *shape_of), device,
+                      loss_sum=_mlm_loss_sum)
+            if world_size > 1 and spec.get("tied", True):  # tied=False: the check without it (it must fail)
+                tied_gradients(model)
+            scale = max(float(r.abs().max()) for r in reference.values())
+            diff = max(float(((p_.grad if p_.grad is not None else torch.zeros_like(p_)) - reference[id(p_)])
+                             .abs().max()) for p_ in stage.parameters()) / scale
+            rows.append({"schedule": name, "m": m, "grad_diff": diff})
+    lo, hi = stage_bounds(len(model.blocks), world_size)[rank]
+    return {"rank": rank, "rows": rows, "blocks": (lo, hi), "first": stage.first, "last": stage.last,
+            "parameters": sum(p_.numel() for p_ in stage.parameters())}
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def measured_bubbles(per_rank: list[dict]) -> list[dict]:
-    """Rows ``schedule, p, m, predicted, measured (median over runs), runs``: the ranks' events merged per run."""
+    """One row per schedule and ``m``, the ranks' events merged run by run (medians over the runs):
+
+    * ``predicted``: ``(p-1)/(m+p-1)``; ``measured``: the idle fraction of the runs;
+    * ``replayed``: the idle fraction of the same runs replayed with each op's measured duration and
+      no time between ops (:func:`replay`): ``replayed - predicted`` is what unequal op times
+      explain, ``measured - replayed`` what went to messages and waits;
+    * ``forward_ms`` / ``backward_ms``: the mean compute of one micro-batch on one stage;
+    * ``cpu_share``: CPU seconds over wall seconds of the ops (on a CPU; None on a GPU): below 1, the
+      stages were not computing all the time they were timed (another process had their core);
+    * ``grad_diff`` / ``native_grad_diff``: the largest gradient difference from one process's."""
     out = []
     for row0 in per_rank[0]["rows"]:
         key = (row0["schedule"], row0["m"])
         rows = [next(r for r in pr["rows"] if (r["schedule"], r["m"]) == key) for pr in per_rank]
-        fractions = sorted(idle_fraction([e for r in rows for e in r["runs"][k]]) for k in range(len(row0["runs"])))
-        out.append({"schedule": key[0], "p": row0["p"], "m": key[1], "predicted": bubble_fraction(row0["p"], key[1]),
-                    "measured": fractions[len(fractions) // 2], "runs": len(fractions),
-                    "grad_diff": max(r["grad_diff"] for r in rows),
+        p, m = row0["p"], key[1]
+        sched = SCHEDULES[key[0]](p, m)
+        runs = [[e for r in rows for e in r["runs"][k]] for k in range(len(row0["runs"]))]
+        ops = [e for run in runs for e in run]
+        wall = sum(e.end - e.start for e in ops)
+        cpu = [e.cpu for e in ops]
+        forward = [e.end - e.start for e in ops if e.kind == "F"]
+        backward = [e.end - e.start for e in ops if e.kind == "B"]
+        out.append({"schedule": key[0], "p": p, "m": m, "predicted": bubble_fraction(p, m),
+                    "measured": _median([idle_fraction(run) for run in runs]),
+                    "replayed": _median([idle_fraction(replay(sched, run)) for run in runs]),
+                    "forward_ms": 1e3 * sum(forward) / len(forward), "backward_ms": 1e3 * sum(backward) / len(backward),
+                    "cpu_share": sum(cpu) / wall if None not in cpu and wall > 0 else None,
+                    "runs": len(runs), "grad_diff": max(r["grad_diff"] for r in rows),
                     "native_grad_diff": max((r["native_grad_diff"] for r in rows if "native_grad_diff" in r),
                                             default=None)})
     return out
@@ -350,4 +538,4 @@ def timeline(per_rank: list[dict], schedule: str, m: int, run: int = 0) -> list[
     events = [e for pr in per_rank for r in pr["rows"] if (r["schedule"], r["m"]) == (schedule, m)
               for e in r["runs"][run]]
     t0 = min(e.start for e in events)
-    return [Event(e.stage, e.kind, e.mb, e.start - t0, e.end - t0) for e in events]
+    return [Event(e.stage, e.kind, e.mb, e.start - t0, e.end - t0, e.cpu) for e in events]

@@ -246,20 +246,27 @@ def sharded_worker(rank: int, world_size: int, spec: dict) -> dict:
     backward (``reshard_after_forward`` is False for the root): only the blocks are gathered twice."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from .. import dist as cdist
     from ..models.bert import build_bert
 
+    device = cdist.device()  # this rank's GPU under NCCL; weights and data drawn on the CPU, the same everywhere
     torch.manual_seed(0)
     base = build_bert(spec["preset"], vocab_size=spec["vocab_size"], dropout=0.0, attention_dropout=0.0,
-                      max_position=spec["seq_len"])
+                      max_position=spec["seq_len"]).to(device)
     g = torch.Generator().manual_seed(1)
     steps, b = spec["steps"], spec["global_batch"]
     ids = torch.randint(0, spec["vocab_size"], (steps, b, spec["seq_len"]), generator=g)
     labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
+    ids, labels = ids.to(device), labels.to(device)
     lo, hi = chunk_bounds(b, world_size)[rank]
     if hi - lo != b // world_size or b % world_size:
         raise ValueError(f"global_batch={b} does not split evenly over {world_size} ranks")
-    out = {"rank": rank, "n_params": base.num_parameters()}
+    out = {"rank": rank, "n_params": base.num_parameters(), "device": str(device)}
     finals = {}
+
+    def sync():  # the GPU's queued work done before the host reads its clock
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def run(name, model, step_fn, state_bytes_fn, forward_model=None):
         times = []
@@ -267,11 +274,13 @@ def sharded_worker(rank: int, world_size: int, spec: dict) -> dict:
         counter = CommCounter(world_size)
         for t in range(steps):
             dist.barrier()
+            sync()
             t0 = time.perf_counter()
             with counter if t == steps - 1 else contextlib.nullcontext():  # the last step's messages
                 loss = fm(ids[t, lo:hi], labels[t, lo:hi])
                 loss.backward()
                 step_fn()
+            sync()
             times.append(time.perf_counter() - t0)
         out[name] = {**held_bytes(model, state_bytes_fn()), "step_s": statistics.median(times[1:] or times),
                      "sent_bytes": counter.sent_bytes, "collectives": dict(counter.calls)}
@@ -279,7 +288,7 @@ def sharded_worker(rank: int, world_size: int, spec: dict) -> dict:
 
     # DDP: everything replicated, one all-reduce of the gradients
     m = copy.deepcopy(base)
-    ddp = DDP(m)
+    ddp = DDP(m, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(m.parameters(), lr=spec["lr"])
     run("DDP", m, lambda: (opt.step(), opt.zero_grad(set_to_none=False)), lambda: _optimizer_state_bytes(opt), ddp)
 

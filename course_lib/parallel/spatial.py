@@ -15,6 +15,8 @@ panorama, a 3-D simulation volume).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -23,9 +25,11 @@ from torch import nn
 from ..comm.collectives import chunk_bounds
 
 
-def _exchange(sends: dict[int, torch.Tensor], recv_shapes: dict[int, tuple]) -> dict[int, torch.Tensor]:
-    """Post every send and receive of one exchange together (isend/irecv), then wait."""
-    received = {peer: torch.empty(shape) for peer, shape in recv_shapes.items()}
+def _exchange(sends: dict[int, torch.Tensor], recv_shapes: dict[int, tuple],
+              device: torch.device) -> dict[int, torch.Tensor]:
+    """Post every send and receive of one exchange together (one ``batch_isend_irecv``: NCCL needs
+    them grouped, or two neighbours that both send first would wait on each other), then wait."""
+    received = {peer: torch.empty(shape, device=device) for peer, shape in recv_shapes.items()}
     ops = [dist.P2POp(dist.irecv, t, peer) for peer, t in received.items()]
     ops += [dist.P2POp(dist.isend, t.contiguous(), peer) for peer, t in sends.items()]
     if ops:
@@ -50,7 +54,7 @@ class HaloExchange(torch.autograd.Function):
             sends[rank - 1], shapes[rank - 1] = x[:, :, :halo], (n, c, halo, w)
         if rank < p - 1:
             sends[rank + 1], shapes[rank + 1] = x[:, :, h - halo:], (n, c, halo, w)
-        got = _exchange(sends, shapes)
+        got = _exchange(sends, shapes, x.device)
         zeros = x.new_zeros(n, c, halo, w)
         return torch.cat([got.get(rank - 1, zeros), x, got.get(rank + 1, zeros)], dim=2)
 
@@ -66,7 +70,7 @@ class HaloExchange(torch.autograd.Function):
             sends[rank - 1], shapes[rank - 1] = grad[:, :, :halo], (n, c, halo, w)
         if rank < p - 1:
             sends[rank + 1], shapes[rank + 1] = grad[:, :, halo + h:], (n, c, halo, w)
-        got = _exchange(sends, shapes)
+        got = _exchange(sends, shapes, grad.device)
         if rank > 0:  # what rank - 1 computed with my top rows
             own[:, :, :halo] += got[rank - 1]
         if rank < p - 1:
@@ -95,18 +99,38 @@ def halo_bytes(halo: int, width: int, channels: int, batch: int = 1, element_siz
     return 2 * halo * width * channels * batch * element_size
 
 
+@contextlib.contextmanager
+def exact_fp32_convolutions():
+    """cuDNN's convolutions in fp32, not TF32 (torch 2.13: ``torch.backends.cudnn.allow_tf32`` is True by
+    default, 10-bit mantissas on NVIDIA GPUs since Ampere): the equality checked here is fp32's."""
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
 def compare_halo_conv(rank: int, world_size: int, height: int = 13, width: int = 9, channels: int = 3,
                       kernel: int = 3, layers: int = 2, seed: int = 0) -> dict:
     """Worker: ``layers`` halo convolutions (with ReLU) on this rank's strip against the same
     convolutions on the whole image: output, input gradient, and the weights' gradients (all-reduced)."""
+    with exact_fp32_convolutions():
+        return _compare_halo_conv(rank, world_size, height, width, channels, kernel, layers, seed)
+
+
+def _compare_halo_conv(rank, world_size, height, width, channels, kernel, layers, seed) -> dict:
+    from .. import dist as cdist
+
+    device = cdist.device()  # this rank's GPU under NCCL; the numbers are drawn on the CPU, the same everywhere
     torch.manual_seed(seed)
-    convs = nn.ModuleList(nn.Conv2d(channels, channels, kernel, padding=kernel // 2) for _ in range(layers))
-    x = torch.randn(2, channels, height, width)
+    convs = nn.ModuleList(nn.Conv2d(channels, channels, kernel, padding=kernel // 2) for _ in range(layers)).to(device)
+    x = torch.randn(2, channels, height, width).to(device)
     x_full = x.clone().requires_grad_()
     y_full = x_full
     for conv in convs:
         y_full = torch.relu(conv(y_full))
-    (y_full * torch.linspace(-1, 1, height).view(1, 1, -1, 1)).sum().backward()  # rows weighted unequally
+    (y_full * torch.linspace(-1, 1, height, device=device).view(1, 1, -1, 1)).sum().backward()  # rows weighted unequally
     full_w = [c.weight.grad.clone() for c in convs]
     convs.zero_grad()
     x_local = strip(x, rank, world_size).clone().requires_grad_()
@@ -114,16 +138,16 @@ def compare_halo_conv(rank: int, world_size: int, height: int = 13, width: int =
     for conv in convs:
         y = torch.relu(halo_conv2d(y, conv))
     lo, hi = chunk_bounds(height, world_size)[rank]
-    (y * torch.linspace(-1, 1, height)[lo:hi].view(1, 1, -1, 1)).sum().backward()
+    (y * torch.linspace(-1, 1, height, device=device)[lo:hi].view(1, 1, -1, 1)).sum().backward()
     w_grads = [c.weight.grad.clone() for c in convs]
     for g in w_grads:
         dist.all_reduce(g)
     def rel(a, b):  # largest |a - b| relative to the reference's largest value (at least 1)
         return float((a - b).abs().max() / b.abs().max().clamp(min=1.0))
 
-    return {"rank": rank, "rows": (lo, hi),
+    return {"rank": rank, "rows": (lo, hi), "device": str(device),
             "out": rel(y, strip(y_full, rank, world_size)),
             "input_grad": rel(x_local.grad, strip(x_full.grad, rank, world_size)),
             "weight_grad": max(rel(a, b) for a, b in zip(w_grads, full_w)),
-            "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2) // (1 if 0 < rank < world_size - 1 else 2),
+            "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2) * ((rank > 0) + (rank < world_size - 1)) // 2,
             "strip_bytes": x_local.numel() * 4}

@@ -169,6 +169,7 @@ class ColumnParallelLinear(nn.Module):
                     rows: torch.Tensor | None = None) -> "ColumnParallelLinear":
         """This rank's rows of ``linear`` (the same full layer on every rank)."""
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None, gather_output, group, rows)
+        layer.to(linear.weight.device)  # built on the CPU (as nn.Linear is), then where the full layer lives
         with torch.no_grad():
             layer.weight.copy_(linear.weight[layer.rows])
             if layer.bias is not None:
@@ -210,6 +211,7 @@ class RowParallelLinear(nn.Module):
         """This rank's columns of ``linear`` (the same full layer on every rank); ``cols``: which
         ``[lo, hi)``, when not the default split (attention: the columns of this rank's heads)."""
         layer = cls(linear.in_features, linear.out_features, linear.bias is not None, input_is_parallel, group, cols)
+        layer.to(linear.weight.device)
         with torch.no_grad():
             layer.weight.copy_(linear.weight[:, layer.lo:layer.hi])
             if layer.bias is not None:
@@ -341,15 +343,17 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
     Returns the largest differences (relative to the reference, see ``_max_diff``) of outputs, input gradients and every shard's
     weight gradient, and the collectives counted in one MLP forward and backward. Sizes that
     do not divide by ``world_size`` work (the defaults: 30 MLP features, 3 heads)."""
+    from .. import dist as cdist
     from ..models.bert import Block, bert_config
 
+    device = cdist.device()  # this rank's GPU under NCCL; numbers are drawn on the CPU, the same on every tier
     torch.manual_seed(seed)
     cfg = bert_config("tiny", hidden_size=hidden, num_heads=heads, intermediate_size=intermediate, dropout=0.0,
                       attention_dropout=0.0)
-    full = Block(cfg).eval()  # the same weights on every rank (same seed)
-    x = torch.randn(batch, seq, hidden)
-    coeff = torch.randn(batch, seq, hidden)  # loss = sum(y * coeff): gradients of order 1, every output counts
-    out = {"rank": rank, "world_size": world_size}
+    full = Block(cfg).eval().to(device)  # the same weights on every rank (same seed)
+    x = torch.randn(batch, seq, hidden).to(device)
+    coeff = torch.randn(batch, seq, hidden).to(device)  # loss = sum(y * coeff): gradients of order 1, every output counts
+    out = {"rank": rank, "world_size": world_size, "device": str(device)}
 
     # MLP: column then row
     mlp_tp = ParallelMLP.from_mlp(full.mlp).eval()
@@ -387,8 +391,8 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
 
     # gather_output / a row layer fed the full input
     torch.manual_seed(seed + 1)  # the constructors above drew random numbers by rank: start alike again
-    lin, full_row = nn.Linear(hidden, intermediate), nn.Linear(intermediate, hidden)
-    xi = torch.randn(batch, intermediate)
+    lin, full_row = nn.Linear(hidden, intermediate).to(device), nn.Linear(intermediate, hidden).to(device)
+    xi = torch.randn(batch, intermediate).to(device)
     col = ColumnParallelLinear.from_linear(lin, gather_output=True)  # (its init draws by rank: after the rest)
     row = RowParallelLinear.from_linear(full_row, input_is_parallel=False)
     out["gathered_out"] = _max_diff(col(x), lin(x))
@@ -402,15 +406,17 @@ def compare_dtensor(rank: int, world_size: int, batch: int = 5, hidden: int = 16
     against ours (sizes must divide by ``world_size`` for DTensor: see the module docstring)."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    from .. import dist as cdist
     from ..models.bert import MLP, bert_config
 
+    device = cdist.device()
     torch.manual_seed(seed)
     cfg = bert_config("tiny", hidden_size=hidden, intermediate_size=intermediate, num_heads=2, dropout=0.0)
-    full = MLP(cfg).eval()
-    mesh = init_device_mesh("cpu", (world_size,))
+    full = MLP(cfg).eval().to(device)
+    mesh = init_device_mesh(device.type, (world_size,))
     dt = dtensor_mlp(full, mesh).eval()
     ours = ParallelMLP.from_mlp(full).eval()
-    x = torch.randn(batch, seq, hidden)
+    x = torch.randn(batch, seq, hidden).to(device)
     x0, x1, x2 = (x.clone().requires_grad_() for _ in range(3))
     with count_collectives() as comm:
         # an AsyncCollectiveTensor (the all-reduce may still be in flight); use it as it is: measured with

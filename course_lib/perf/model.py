@@ -22,6 +22,7 @@ two counts give any batch (:func:`interpolate`), which is what scaling to 1024 d
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field, replace
 
@@ -128,6 +129,10 @@ class StepCounts:
     optimizer_state_bytes: int
     activation_bytes: int
     grad_ready: list[tuple[int, int]] = field(default_factory=list)  # (grad bytes, backward op index) in DDP order
+    # where the bytes are, by module (the tracker's names, e.g. "BertForMLM.blocks.0.attn.qkv"): what
+    # lesson 10 needs to split a model by layers (pipeline) or inside layers (tensor parallel)
+    param_bytes_by_module: dict[str, int] = field(default_factory=dict)
+    activation_by_module: dict[str, int] = field(default_factory=dict)  # saved tensors that are not parameters
 
     @property
     def grad_bytes(self) -> int:
@@ -158,10 +163,17 @@ def count_step(engine, batch, count=None, *, batch_size: int | None = None) -> S
     tracker = ModuleTracker()
     counter = _Counter(tracker)
     saved = [0]
+    saved_by: dict[str, int] = {}
     ready: dict[int, int] = {}
 
+    param_ids = {id(p) for p in model.parameters()}
+
     def pack(t):
-        saved[0] += t.numel() * t.element_size()
+        n = t.numel() * t.element_size()
+        saved[0] += n
+        if id(t) not in param_ids and id(t._base) not in param_ids:  # a weight saved for backward is no new memory
+            where = max(tracker.parents, key=len) if tracker.parents else "Global"
+            saved_by[where] = saved_by.get(where, 0) + n
         return t
 
     hooks = [p.register_post_accumulate_grad_hook(lambda p: ready.__setitem__(id(p), len(counter.ops)))
@@ -184,9 +196,29 @@ def count_step(engine, batch, count=None, *, batch_size: int | None = None) -> S
         i = ready.get(id(p), n_backward)
         grad_ready.append((p.numel() * p.element_size(), sum(1 for j in backward_idx if j < i)))
     pbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    by_module: dict[str, int] = {}
+    for name, p in model.named_parameters():  # tied weights once, under the first module that holds them
+        where = ".".join([type(model).__name__] + name.split(".")[:-1])
+        by_module[where] = by_module.get(where, 0) + p.numel() * p.element_size()
     if batch_size is None:
         batch_size = batch[0].shape[0]
-    return StepCounts(batch_size, counter.ops, pbytes, state, saved[0], grad_ready)
+    return StepCounts(batch_size, counter.ops, pbytes, state, saved[0], grad_ready, by_module, saved_by)
+
+
+@contextlib.contextmanager
+def meta_nonzero(rows: int):
+    """Count a step on PyTorch's ``meta`` device (shapes, no values: BERT-large in a second, no memory)
+    whose model calls ``nonzero``: without values its output length is unknown, so inside this block
+    ``nonzero`` of a meta tensor returns ``rows`` rows (e.g. the masked positions of the real labels)."""
+
+    class _Rows(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._overloadpacket is torch.ops.aten.nonzero and args[0].device.type == "meta":
+                return torch.empty((rows, args[0].dim()), dtype=torch.long, device="meta")
+            return func(*args, **(kwargs or {}))
+
+    with _Rows():
+        yield
 
 
 def interpolate(a: StepCounts, b: StepCounts, batch: float) -> StepCounts:
@@ -200,8 +232,9 @@ def interpolate(a: StepCounts, b: StepCounts, batch: float) -> StepCounts:
         return max(0.0, x + w * (y - x))
 
     ops = [replace(o, flops=lin(o.flops, o2.flops), bytes=lin(o.bytes, o2.bytes)) for o, o2 in zip(a.ops, b.ops)]
+    acts = {k: int(lin(v, b.activation_by_module.get(k, 0))) for k, v in a.activation_by_module.items()}
     return StepCounts(int(round(batch)), ops, a.param_bytes, a.optimizer_state_bytes,
-                      int(lin(a.activation_bytes, b.activation_bytes)), a.grad_ready)
+                      int(lin(a.activation_bytes, b.activation_bytes)), a.grad_ready, a.param_bytes_by_module, acts)
 
 
 # --------------------------------------------------------------------------- pricing
@@ -317,14 +350,15 @@ class StepPrediction:
 
 def predict_step(counts: StepCounts, curves, *, world_size: int = 1, link: tuple[float, float] | None = None,
                  data_s: float = 0.0, step_overhead_s: float | None = None,
-                 bucket_cap_bytes: int = DDP_BUCKET_BYTES) -> StepPrediction:
+                 bucket_cap_bytes: int = DDP_BUCKET_BYTES, bucket_collective=cost.ring_allreduce_time) -> StepPrediction:
     """Predicted step of one rank at ``counts.batch`` samples, on ``world_size`` ranks.
 
     ``link``: per-message ``(alpha, beta)`` of one link (``comm.link_alpha_beta_from_ring_fit``
     of a measured all-reduce), priced as a ring all-reduce per bucket; ``data_s``: the sampler's
     time for one *global* batch (every rank of the course draws the whole global batch and keeps
     its slice); ``step_overhead_s``: the measured per-step overhead (:func:`step_overhead`); when
-    None, each operation pays the probe's per-op overhead instead."""
+    None, each operation pays the probe's per-op overhead instead. ``bucket_collective(bytes, p, alpha,
+    beta)``: what each bucket costs (DDP: a ring all-reduce; ZeRO: a ring reduce-scatter, lesson 10)."""
     per_op = step_overhead_s is None
     phase_s = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     layers: dict[str, dict] = {}
@@ -355,7 +389,7 @@ def predict_step(counts: StepCounts, curves, *, world_size: int = 1, link: tuple
         ready = [(n, backward_t[i - 1] if 0 < i <= len(backward_t) else (phase_s["backward"] if i else 0.0))
                  for n, i in counts.grad_ready]
         buckets = ddp_buckets(ready, bucket_cap_bytes)
-        comms = [cost.ring_allreduce_time(n, world_size, *link) for n, _ in buckets]
+        comms = [bucket_collective(n, world_size, *link) for n, _ in buckets]
         comm_s = sum(comms)
         _, exposed = bucket_overlap([r for _, r in buckets], comms)
         g = counts.grad_bytes
