@@ -29,11 +29,9 @@ from .data import load_implicit
 from .data.sampler import DeviceSampler, batch_production_rate
 from .data.text import shape_only_mlm_data
 from .metrics import line_fit
-from .parallel.data_parallel import DataParallel
 from .perf import model as M
 from .perf.peaks import REFERENCE_PEAKS
 from .perf.probe import DeviceCurves, probe_hardware
-from .precision import Precision
 from .tables import Table
 from .train import mlm, ncf
 from .train.engine import Engine, sync
@@ -90,11 +88,9 @@ def _mlm_data(spec: dict, rows: int):
 
 
 def _ncf_engine(cfg: ncf.TrainConfig, data, dev: torch.device) -> Engine:
-    """The engine of the course's NeuMF step for ``cfg`` on one process (``data`` already on ``dev``)."""
-    torch.manual_seed(cfg.seed)
-    model = ncf.build_model(data, cfg).to(dev)
-    return Engine(model, ncf.make_optimizer(model, cfg), precision=Precision("fp32", dev),
-                  parallel=DataParallel(cfg.global_batch_size, None, dev), loss_sum=ncf._bce_sum)
+    """The engine of the course's NeuMF step for ``cfg`` on one process (``data`` already on ``dev``),
+    in fp32 and without accumulation: the step the model counts."""
+    return ncf.make_engine(data, cfg.replace(precision="fp32", micro_batch_size=None), dev)
 
 
 def _engine_and_batch(kind: str, spec: dict, batch: int, data):

@@ -7,8 +7,9 @@ GPUs); these ask for the GPUs::
 
 Kept small, and each one states the invariant it checks on the device: the plan for this
 machine, NeuMF and BERT steps in each precision with the fused optimizer, phase timing by
-CUDA events, the launcher's backend per GPU count, and (two GPUs or more) NCCL data
-parallelism equal to one process.
+CUDA events, lesson 01's step variants (SparseAdam tables, pinned DataLoader batches, CUDA
+graphs through torch.compile), the launcher's backend per GPU count, and (two GPUs or more)
+NCCL data parallelism equal to one process.
 """
 
 import os
@@ -67,6 +68,21 @@ def test_neumf_trains_on_the_gpu_with_fused_adam(data, precision):
 def test_fused_adam_is_used_on_the_gpu(data):
     assert fused_on_gpu(torch.nn.Linear(4, 4).cuda()) and not fused_on_gpu(torch.nn.Linear(4, 4))
     assert make_optimizer(build_model(data, CFG).cuda(), CFG).defaults["fused"] is True
+
+
+def test_lesson_01_step_variants_train_on_the_gpu(data):
+    """Lesson 01's variants on CUDA: SparseAdam tables with fused dense Adam, pinned DataLoader batches, and
+    a compiled step with CUDA graphs (inductor, mode "reduce-overhead"), whose losses follow eager's."""
+    run = dict(device="cuda", progress="none", keep_model=True)
+    eager = train_to_target(data, CFG, **run)
+    sparse = train_to_target(data, CFG.replace(sparse_embeddings=True), **run)
+    assert sparse.steps == 8 and all(torch.isfinite(p).all() for p in sparse.model.parameters())
+    assert make_optimizer(sparse.model, CFG.replace(sparse_embeddings=True)).dense.defaults["fused"] is True
+    pinned = train_to_target(data, CFG.replace(loader="dataloader", num_workers=1, pin_memory=True), **run)
+    assert pinned.steps == 8
+    graphs = train_to_target(data, CFG.replace(compile="reduce-overhead"), **run)
+    losses = [(a, b) for a, b in zip(eager.curve["loss"], graphs.curve["loss"]) if a is not None]
+    assert losses and all(abs(a - b) <= 1e-3 * abs(a) for a, b in losses)
 
 
 def test_bert_steps_on_the_gpu():
