@@ -46,6 +46,7 @@ from .data.movielens import ImplicitData
 from .data.sampler import time_loading
 from .data.text import shape_only_mlm_data
 from .hardware import default_device, usable_cpu_cores
+from .metrics import paired_speedup
 from .precision import Precision
 from .tables import Table
 from .train.engine import PHASES
@@ -73,16 +74,21 @@ def loader_rungs(workers: int) -> list[tuple[str, dict]]:
 
 
 def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, device=None,
-                      load_samples: int = 200_000, train_steps: int = 150, workers: int = 1) -> dict:
-    """The data-loading ladder (:func:`loader_rungs`) at the same batch size, measured now: per rung the
-    wait for the first batch, loading alone (samples/s) and training (``train_steps`` steps of the same
-    loop). Two passes over the ladder: each rung keeps its better pass (a busy moment hurts one pass
-    only), and ``comp["noise"]`` is the largest relative difference between a rung's two passes.
-    ``comp["rows"]`` holds the rungs; the first and the last (per-sample DataLoader, device sampler)
-    also under their old keys, with their ratios.
+                      load_samples: int = 200_000, train_steps: int = 100, workers: int = 1) -> dict:
+    """The data-loading ladder (:func:`loader_rungs`) at the same batch size, measured now. Per rung:
 
-    Worker processes (``workers`` of them) are shut down after each rung, also when the measurement
-    is interrupted. ``pin_memory`` is measured on CUDA only: on a CPU there is no copy to a device."""
+    * ``first_batch_s``: the wait for an epoch's first batch (its shuffle; a DataLoader's workers
+      starting), paid once per epoch;
+    * ``load_sps``: loading alone, samples/s after the first batch;
+    * ``train_sps``: training samples/s after the epoch's start-up, from the same loop
+      (``train_steps`` steps less one step: two runs, of ``train_steps`` and of 1 step).
+
+    Two passes over the ladder, the second in reverse order (drift in the machine's load then
+    favours no rung); each rung keeps its better pass and ``passes`` keeps both, so a comparison
+    between two rungs can be paired pass by pass (:func:`loader_reading`). ``comp["rows"]`` holds
+    the rungs; the first and the last (per-sample DataLoader, device sampler) also under their old
+    keys, with their ratios. Worker processes (``workers`` of them) are shut down after each rung,
+    also when the measurement is interrupted. ``pin_memory`` is measured on CUDA only."""
     cfg = cfg or TrainConfig()
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)
@@ -90,12 +96,12 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
             "persistent_workers": False}
     rungs = [(name, cfg.replace(**{**base, **change})) for name, change in loader_rungs(workers)]
     # pinned memory only speeds up a copy to a GPU: on a CPU its rung would measure its neighbour again
-    rows = [{"rung": name, "measured": device.type == "cuda" or name != "+ pin_memory", "passes": []}
+    rows = [{"rung": name, "measured": device.type == "cuda" or name != "+ pin_memory", "passes": [{}, {}]}
             for name, _ in rungs]
-    # one short untimed run first: the process's first training steps pay one-time costs
-    train_to_target(data, cfg.replace(**base, max_steps=5), device=device, progress="none", evaluate_points=False)
-    for _ in range(2):
-        for row, (name, c) in zip(rows, rungs):
+    run = dict(device=device, progress="none", evaluate_points=False, time_phases=False)
+    train_to_target(data, cfg.replace(**base, max_steps=5), **run)  # the process's first steps pay one-time costs
+    for p, order in enumerate((list(zip(rows, rungs)), list(zip(rows, rungs))[::-1])):
+        for row, (name, c) in order:
             if not row["measured"]:
                 continue
             batches = make_batches(data, c)
@@ -104,24 +110,23 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
                     time_loading(batches, 4 * c.global_batch_size, device)  # its first epoch's permutation
                 elif c.persistent_workers:
                     next(iter(batches))  # the workers start once; the timed epoch below reuses them
-                first, sps = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), device)
+                first, sps, _ = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), device)
             finally:
                 getattr(batches, "close", lambda: None)()  # no worker outlives its rung
-            r = train_to_target(data, c.replace(max_steps=train_steps), device=device, progress="none",
-                                evaluate_points=False, time_phases=False)
-            row["passes"].append({"first_batch_s": first, "load_sps": sps, "train_sps": r.samples_per_s})
-    noise = 0.0
+            one = train_to_target(data, c.replace(max_steps=1), **run)
+            many = train_to_target(data, c.replace(max_steps=train_steps), **run)
+            steady_s = max(many.train_time_s - one.train_time_s, 1e-9)
+            row["passes"][p] = {"first_batch_s": first, "load_sps": sps,
+                                "train_sps": (many.samples - one.samples) / steady_s}
     for row in rows:
         if row["measured"]:
             for key in ("load_sps", "train_sps"):
-                a, b = (p[key] for p in row["passes"])
-                row[key] = max(a, b)
-                noise = max(noise, abs(a - b) / max(a, b))
-            row["first_batch_s"] = min(p["first_batch_s"] for p in row["passes"])
+                row[key] = max(q[key] for q in row["passes"])
+            row["first_batch_s"] = min(q["first_batch_s"] for q in row["passes"])
     first, last = rows[0], rows[-1]
     out = {"batch_size": cfg.global_batch_size, "device": str(device), "workers": workers,
            "cpu_cores": usable_cpu_cores(), "epoch_samples": data.num_train * (1 + cfg.neg_per_pos), "rows": rows,
-           "noise": noise, "device_load_sps": last["load_sps"], "dataloader_load_sps": first["load_sps"],
+           "device_load_sps": last["load_sps"], "dataloader_load_sps": first["load_sps"],
            "device_train_sps": last["train_sps"], "dataloader_train_sps": first["train_sps"]}
     out["ratio_loading"] = out["device_load_sps"] / out["dataloader_load_sps"]
     out["ratio_training"] = out["device_train_sps"] / out["dataloader_train_sps"]
@@ -130,16 +135,18 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
 
 def comparison_table(comp: dict) -> Table:
     """The data-loading ladder as a table: a row per rung, with its ratio to the first rung."""
-    t = Table(["rung", "first batch (ms)", "loading (samples/s)", "loading vs first", "training (samples/s)",
-               "training vs first"],
-              title=f"The data-loading ladder, batch {comp['batch_size']} on {comp['device']}")
+    t = Table(["rung", "first batch (ms, per epoch)", "loading (samples/s)", "loading vs first",
+               "training (samples/s)", "training vs first"],
+              title=f"The data-loading ladder, batch {comp['batch_size']} on {comp['device']} "
+                    "(samples/s after an epoch's first batch; the better of two passes)")
     first = comp["rows"][0]
     for r in comp["rows"]:
         if not r["measured"]:
-            t.add(rung=r["rung"], **{"first batch (ms)": "—", "loading (samples/s)": "n/a on a CPU: no copy to a device",
+            t.add(rung=r["rung"], **{"first batch (ms, per epoch)": "—",
+                                     "loading (samples/s)": "n/a on a CPU: no copy to a device",
                                      "loading vs first": "—", "training (samples/s)": "—", "training vs first": "—"})
             continue
-        t.add(rung=r["rung"], **{"first batch (ms)": round(1000 * r["first_batch_s"], 1),
+        t.add(rung=r["rung"], **{"first batch (ms, per epoch)": round(1000 * r["first_batch_s"], 1),
                                  "loading (samples/s)": round(r["load_sps"]),
                                  "loading vs first": f"{r['load_sps'] / first['load_sps']:.2f}x",
                                  "training (samples/s)": round(r["train_sps"]),
@@ -147,44 +154,50 @@ def comparison_table(comp: dict) -> Table:
     return t
 
 
+def _paired(a: dict, b: dict, key: str, higher_is_better: bool = True) -> str:
+    """Rung ``a`` against rung ``b`` on ``key``, paired pass by pass: "1.60x", or "no measurable
+    difference" when the passes disagree (or agree within 5 %)."""
+    ratios = [(pa[key] / pb[key]) if higher_is_better else (pb[key] / pa[key]) for pa, pb in zip(a["passes"], b["passes"])]
+    median, measurable = paired_speedup(ratios)
+    return f"{median:.2f}x" if measurable else "no measurable difference"
+
+
 def loader_reading(comp: dict) -> str:
-    """What the data-loading ladder shows, read from its rows: a step smaller than ``comp["noise"]``
-    (the largest difference between two passes over the same rung) is "no measurable difference"."""
+    """What the data-loading ladder shows, read from its rows; every step between two rungs is paired
+    pass by pass and counts only when both passes agree (by more than 5 %)."""
     rows = [r for r in comp["rows"] if r["measured"]]
     first, device = rows[0], rows[-1]
-    noise = max(comp["noise"], 0.05)  # two passes can agree by chance: never claim less than 5 %
-
-    def step(a: float, b: float) -> str:
-        return "no measurable difference" if abs(a / b - 1) <= noise else f"{a / b:.2f}x"
-
     best_load = max(rows[:-1], key=lambda r: r["load_sps"])
     best_train = max(rows[:-1], key=lambda r: r["train_sps"])
     parts = [f"loading alone went from {first['load_sps']:,.0f} samples/s (per-sample DataLoader) to "
              f"{best_load['load_sps']:,.0f} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
-             f"{best_load['load_sps'] / first['load_sps']:.1f}x) and {device['load_sps']:,.0f} with the device-resident "
-             f"sampler ({device['load_sps'] / first['load_sps']:.0f}x)"]
+             f"{_paired(best_load, first, 'load_sps')}) and {device['load_sps']:,.0f} with the device-resident "
+             f"sampler ({_paired(device, first, 'load_sps')})"]
     if best_train is first:
         trained = f"training ran at {first['train_sps']:,.0f} samples/s with it, and no later DataLoader rung trained faster"
     else:
         trained = (f"training went from {first['train_sps']:,.0f} samples/s to {best_train['train_sps']:,.0f} at the best "
-                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}, {step(best_train['train_sps'], first['train_sps'])})")
+                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {_paired(best_train, first, 'train_sps')})")
     parts.append(f"{trained}; the device sampler trained at {device['train_sps']:,.0f}: against the best DataLoader, "
-                 f"{step(device['train_sps'], best_train['train_sps'])}")
+                 f"{_paired(device, best_train, 'train_sps')}")
     workers, cores = comp["workers"], comp["cpu_cores"]
     parts.append(f"{workers} worker process{'es' if workers > 1 else ''} changed loading by "
-                 f"{step(rows[1]['load_sps'], first['load_sps'])} and training by "
-                 f"{step(rows[1]['train_sps'], first['train_sps'])}: a worker's batch reaches the training process "
-                 "through shared memory and a pipe, a cost per batch"
+                 f"{_paired(rows[1], first, 'load_sps')} and training by {_paired(rows[1], first, 'train_sps')}: a "
+                 "worker's batch reaches the training process through shared memory and a pipe, a cost per batch"
                  + (f"; on this {cores}-core machine the workers also compete with the training process for the "
                     "same cores" if cores <= workers + 1 else ""))
     names = [r["rung"] for r in rows]
     if "+ persistent_workers" in names:
         i = names.index("+ persistent_workers")
         before, persistent = rows[i - 1], rows[i]
+        ratios = [b["first_batch_s"] / a["first_batch_s"] for a, b in zip(persistent["passes"], before["passes"])]
+        median, measurable = paired_speedup(ratios)
+        change = ("no measurable change" if not measurable else
+                  f"{median:.2f}x shorter" if median > 1 else f"{1 / median:.2f}x longer")
         epoch_s = comp["epoch_samples"] / before["load_sps"]
-        parts.append(f"persistent workers cut the wait for an epoch's first batch from "
-                     f"{1000 * before['first_batch_s']:.0f} to {1000 * persistent['first_batch_s']:.0f} ms, a cost paid "
-                     f"once per epoch ({before['first_batch_s'] / epoch_s:.2%} of an epoch's loading here)")
+        parts.append(f"with persistent workers the wait for an epoch's first batch went from "
+                     f"{1000 * before['first_batch_s']:.0f} to {1000 * persistent['first_batch_s']:.0f} ms ({change}); "
+                     f"paid once per epoch, it is {before['first_batch_s'] / epoch_s:.2%} of an epoch's loading here")
     if len(rows) < len(comp["rows"]):
         parts.append("pin_memory was not measured: it speeds up copies to a GPU, and there is none")
     return "; ".join(parts)

@@ -101,26 +101,32 @@ def plot_optimizer_step(comp: dict):
     return fig
 
 
-def plot_lazy_adam(rows, *, target_hr: float | None = None):
-    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.step_study.lazy_adam_accuracy`),
-    against optimizer steps (the same budget) and against training seconds, one line per run."""
+def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None):
+    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.step_study.lazy_adam_accuracy`) against
+    optimizer steps (the same budget) and, with ``step_ms`` (ms per step per optimizer, measured side
+    by side: :func:`course_lib.step_study.step_times`), against the training time those steps cost."""
     import matplotlib.pyplot as plt
 
-    fig, (ax_steps, ax_time) = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    panels = 2 if step_ms else 1
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.4), sharey=True, squeeze=False)
+    ax_steps = axes[0][0]
     colors = {}
     for r in rows:
         color = colors.setdefault(r["optimizer"], f"C{len(colors)}")
         style = "-" if r["seed"] == rows[0]["seed"] else "--"
-        label = f"{r['optimizer']}, seed {r['seed']}"
-        for ax, x in ((ax_steps, "step"), (ax_time, "time_s")):
-            ax.plot(r["curve"][x], r["curve"]["hr"], style, marker="o", ms=3, color=color, label=label)
-    for ax in (ax_steps, ax_time):
+        kw = dict(marker="o", ms=3, color=color, label=f"{r['optimizer']}, seed {r['seed']}")
+        ax_steps.plot(r["curve"]["step"], r["curve"]["hr"], style, **kw)
+        if step_ms:
+            seconds = [s * step_ms[r["optimizer"]] / 1000 for s in r["curve"]["step"]]
+            axes[0][1].plot(seconds, r["curve"]["hr"], style, **kw)
+    for ax in axes[0]:
         if target_hr is not None:
             ax.axhline(target_hr, ls=":", color="gray", lw=1)
     ax_steps.set_xlabel("optimizer steps")
-    ax_time.set_xlabel("training time (s)")
     ax_steps.set_ylabel("HR@10")
     ax_steps.legend(fontsize=7, loc="lower right")
+    if step_ms:
+        axes[0][1].set_xlabel("training time at the paired step times (s)")
     fig.suptitle("Lazy Adam (SparseAdam tables) and dense Adam, the same budget", fontsize=10)
     fig.tight_layout()
     return fig

@@ -95,8 +95,34 @@ def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None
             text += (f" — more, because the profiled run starts an epoch: its shuffle, paid once per "
                      f"{result.steps_per_epoch} steps in a run, falls into {profile.steps} steps here, so the run's "
                      "own shares are the ones to go by")
-    text += (f". The embedding tables hold {embedding_share(model):.0%} of the parameters, and dense Adam reads "
-             "and writes every row of them at every step, whichever rows the batch used")
+    optimizer = {"adam": "Adam", "sgd": "SGD", "lars": "LARS", "lamb": "LAMB"}.get(result.config.get("optimizer"),
+                                                                                  "optimizer")
+    text += (f". The embedding tables hold {embedding_share(model):.0%} of the parameters, and a dense {optimizer} "
+             "step reads and writes every row of them at every step, whichever rows the batch used")
+    return text
+
+
+def pace_reading(result: TrainResult) -> str:
+    """How steady the run's training pace was: seconds of training clock per evaluation interval
+    (equal step counts, the last one possibly shorter and left out). On a shared machine other jobs'
+    load shows up here, and it stretches the time to target of the run it hits."""
+    steps, times = result.curve.get("step", []), result.curve.get("time_s", [])
+    spans = [(s1 - s0, t1 - t0) for s0, s1, t0, t1 in zip(steps, steps[1:], times, times[1:]) if s1 > s0]
+    if spans and len(spans) > 1 and spans[-1][0] < spans[0][0]:
+        spans = spans[:-1]  # a shorter last interval is not comparable
+    if len(spans) < 2:
+        return "fewer than two equal evaluation intervals: no pace to compare"
+    per = [t / n * 1000 for n, t in spans]  # ms per step
+    lo, hi = min(per), max(per)
+    text = (f"the {len(per)} evaluation intervals of {spans[0][0]} steps ran at {lo:.2f} to {hi:.2f} ms per step "
+            f"(the slowest {hi / lo:.2f}x the fastest)")
+    if hi / lo > 1.25:
+        fastest = sum(n for n, _ in spans) * lo / 1000
+        text += (f": the same steps at the fastest interval's pace would have taken {fastest:.1f} s instead of "
+                 f"{sum(t for _, t in spans):.1f} s. The step did not change; the machine's load did (other jobs, "
+                 "or more threads than free cores), so compare times measured side by side")
+    else:
+        text += ": a steady pace"
     return text
 
 
@@ -106,7 +132,8 @@ def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None
 def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, samples_per_point: int = 25_600,
                          min_steps: int = 8, repeats: int = 3, variants=OPTIMIZER_VARIANTS, device=None) -> dict:
     """The optimizer phase and the whole step, per batch size and Adam variant (``variants``: names and
-    the ``TrainConfig`` changes). Each repeat runs every point once, back to back, so each variant has
+    the ``TrainConfig`` changes). Each repeat runs every point once, back to back (every other repeat in
+    reverse order), so each variant has
     a *paired* ratio to the baseline's implementation per repeat (:func:`course_lib.metrics.paired_speedup`);
     every point also runs once untimed first (its shapes' allocations, the optimizer's state).
 
@@ -115,7 +142,7 @@ def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, s
     ``optimizer_ratios`` / ``step_ratios`` (the baseline's time over this variant's, per repeat)."""
     device = _device(device)
     data = data.to(device)
-    base = cfg.replace(adam_impl="auto", sparse_embeddings=False, compile="none")
+    base = cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none")
     baseline_impl = resolved_adam_impl(make_optimizer(build_model(data, base).to(device), base))
     baseline_name = f"dense Adam, {baseline_impl}"
     if baseline_name not in [name for name, _ in variants]:
@@ -125,8 +152,8 @@ def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, s
     for b, _, c in points:
         _timed_run(data, c, device, 2)
     runs = {(b, name): [] for b, name, _ in points}  # per repeat: (optimizer s, step s) per step
-    for _ in range(repeats):
-        for b, name, c in points:
+    for rep in range(repeats):
+        for b, name, c in points if rep % 2 == 0 else points[::-1]:  # alternate: a drifting load favours no point
             r = _timed_run(data, c, device, steps[b])
             runs[(b, name)].append((r.phase_time_s["optimizer"] / r.steps, r.train_time_s / r.steps))
     rows = []
@@ -183,9 +210,10 @@ def optimizer_reading(comp: dict) -> str:
     if len(sparse) >= 2:
         lo, hi = sparse[0], sparse[-1]
         gain = lambda r: paired_speedup(r["optimizer_ratios"])[0]
+        why = (": a larger batch looks up more of the rows, so fewer are skipped, and its sparse gradient has more "
+               "entries to sort and merge" if gain(hi) < gain(lo) else "")
         parts.append(f"SparseAdam's optimizer speedup went from {gain(lo):.2f}x at batch {lo['batch size']} to "
-                     f"{gain(hi):.2f}x at batch {hi['batch size']}: a larger batch looks up more of the rows, so "
-                     "fewer are skipped, and its gradient has more rows to sort and merge")
+                     f"{gain(hi):.2f}x at batch {hi['batch size']}{why}")
     return ". ".join(parts)
 
 
@@ -205,8 +233,8 @@ def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epo
     data = data.to(device)
     ref_cfg = TrainConfig.from_dict(reference.config)
     steps = max(1, round(budget_epochs * reference.steps_per_epoch))
-    base = ref_cfg.replace(adam_impl="auto", sparse_embeddings=False, compile="none", stop_at_target=False,
-                           max_steps=steps)
+    base = ref_cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none",
+                           stop_at_target=False, max_steps=steps)
     rows = []
     for seed in seeds:
         for name, changes in (("dense Adam", {}), ("SparseAdam tables + Adam", {"sparse_embeddings": True})):
@@ -226,19 +254,28 @@ def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epo
 
 
 def accuracy_table(rows: list[dict]) -> Table:
-    t = Table(["optimizer", "seed", "steps", "epochs", "HR@10", "NDCG@10", "training (s)", "run"],
+    t = Table(["optimizer", "seed", "steps", "epochs", "HR@10", "NDCG@10", "training (s, as run)", "run"],
               title="Lazy Adam (SparseAdam tables) against dense Adam: the same budget, two seeds")
     for r in rows:
         t.add(optimizer=r["optimizer"], seed=r["seed"], steps=r["steps"], epochs=round(r["epochs"], 3), run=r["from"],
-              **{"HR@10": round(r["hr"], 4), "NDCG@10": round(r["ndcg"], 4), "training (s)": round(r["train_s"], 2)})
+              **{"HR@10": round(r["hr"], 4), "NDCG@10": round(r["ndcg"], 4), "training (s, as run)": round(r["train_s"], 2)})
     return t
 
 
-def accuracy_reading(rows: list[dict]) -> str:
+def step_times(comp: dict, batch: int) -> dict[str, float]:
+    """ms per step of dense Adam (the baseline's implementation) and of SparseAdam tables at ``batch``,
+    from :func:`optimizer_comparison`'s paired runs: the names :func:`lazy_adam_accuracy` uses."""
+    rows = [r for r in comp["rows"] if r["batch size"] == batch]
+    dense = next(r for r in rows if r["baseline"])
+    lazy = next(r for r in rows if r["variant"].startswith("SparseAdam"))
+    return {"dense Adam": dense["step_ms"], "SparseAdam tables + Adam": lazy["step_ms"]}
+
+
+def accuracy_reading(rows: list[dict], step_ms: dict[str, float] | None = None) -> str:
     """Whether SparseAdam's HR@10 differs from dense Adam's by more than the noise: the larger of the
     two optimizers' seed ranges and twice the evaluation's binomial standard error
-    (sqrt(p (1 - p) / users): each user's hit is a coin with the model's hit rate). Also what the
-    same budget cost each in training time (from the same rows: runs at different moments)."""
+    (sqrt(p (1 - p) / users): each user's hit is a coin with the model's hit rate). With ``step_ms``
+    (:func:`step_times`: paired step times), also what the budget costs each on the training clock."""
     by = {}
     for r in rows:
         by.setdefault(r["optimizer"], []).append(r)
@@ -262,9 +299,13 @@ def accuracy_reading(rows: list[dict]) -> str:
     else:
         text += (": lazy Adam is behind by more than the noise, step for step — it is a different optimizer, "
                  "not a faster implementation of Adam")
-    d_s, l_s = statistics.mean(r["train_s"] for r in dense), statistics.mean(r["train_s"] for r in lazy)
-    return text + (f". The budget took {d_s:.1f} s of training with dense Adam and {l_s:.1f} s with lazy Adam "
-                   f"({d_s / l_s:.2f}x; single runs, timed at different moments of this machine)")
+    if step_ms:
+        steps = rows[0]["steps"]
+        d_s, l_s = steps * step_ms[dense_name] / 1000, steps * step_ms[lazy_name] / 1000
+        text += (f". At the step times measured side by side above ({step_ms[dense_name]:.2f} and "
+                 f"{step_ms[lazy_name]:.2f} ms), the budget costs {d_s:.1f} s of training with dense Adam and "
+                 f"{l_s:.1f} s with lazy Adam")
+    return text
 
 
 # --------------------------------------------------------------------------- torch.compile
@@ -282,14 +323,15 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
     """Eager against compiled training steps per batch size (``cfg.compile = mode`` with ``backend``).
 
     Per batch: the one-off compile time (a compiled run of one step, minus one compiled step), then
-    ``repeats`` pairs of eager and compiled runs, back to back (medians, and the paired ratios). The
+    ``repeats`` pairs of eager and compiled runs, back to back, each pair in the other order than the last
+    (medians, and the paired ratios). The
     compile caches of this process are cleared first (``torch.compiler.reset``), so the time is a
     real compile; inductor's on-disk cache may still serve its graphs (``cache_hits``: a first
     compile on a fresh machine takes longer). A compiler that fails (no C++ compiler for inductor,
     say) is reported in ``error`` and the comparison stops there: training stays eager."""
     device = _device(device)
     data = data.to(device)
-    eager = cfg.replace(compile="none", adam_impl="auto", sparse_embeddings=False)
+    eager = cfg.replace(compile="none", sparse_embeddings=False)
     compiled = eager.replace(compile=mode, compile_backend=backend)
     torch.compiler.reset()
     out = {"mode": mode, "backend": backend, "device": str(device), "repeats": repeats, "rows": [], "error": None,
@@ -307,8 +349,9 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
             break
         after = _compile_counters()
         times = {"eager": [], "compiled": []}
-        for _ in range(repeats):
-            for name, setting in (("eager", e), ("compiled", c)):
+        for rep in range(repeats):
+            pair = (("eager", e), ("compiled", c))
+            for name, setting in pair if rep % 2 == 0 else pair[::-1]:  # alternate which runs first
                 r = train_to_target(data, setting.replace(max_steps=steps), device=device, progress="none",
                                     evaluate_points=False)
                 times[name].append(r.train_time_s / r.steps)

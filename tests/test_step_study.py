@@ -276,8 +276,10 @@ def _acc_rows(dense, lazy, users=6040):
 
 
 def test_accuracy_reading_compares_the_difference_with_seeds_and_sampling_error():
-    same = S.accuracy_reading(_acc_rows((0.60, 0.61), (0.605, 0.595)))
-    assert "no measurable difference at this budget" in same and "2.00x" in same
+    same = S.accuracy_reading(_acc_rows((0.60, 0.61), (0.605, 0.595)), {"dense Adam": 2.0,
+                                                                           "SparseAdam tables + Adam": 1.0})
+    assert "no measurable difference at this budget" in same
+    assert "(2.00 and 1.00 ms), the budget costs 9.7 s of training with dense Adam and 4.8 s with lazy Adam" in same
     behind = S.accuracy_reading(_acc_rows((0.62, 0.63), (0.57, 0.58)))
     assert "a difference of -0.0500" in behind and "behind by more than the noise" in behind
     ahead = S.accuracy_reading(_acc_rows((0.50, 0.51), (0.60, 0.60)))
@@ -319,4 +321,27 @@ def test_lesson_01_step_figures_render():
     rows = _acc_rows((0.6, 0.61), (0.58, 0.59))
     for r in rows:
         r["curve"] = {"step": [0, 100], "time_s": [0.0, r["train_s"]], "hr": [0.1, r["hr"]]}
-    assert len(plot_lazy_adam(rows, target_hr=0.7).axes) == 2
+    assert len(plot_lazy_adam(rows, step_ms={"dense Adam": 2.0, "SparseAdam tables + Adam": 1.0},
+                              target_hr=0.7).axes) == 2
+    assert len(plot_lazy_adam(rows).axes) == 1  # without paired step times, no time axis
+
+
+def test_step_times_are_the_paired_comparisons_rows():
+    assert S.step_times(_opt_comp(), 256) == {"dense Adam": 7.0, "SparseAdam tables + Adam": 4.0}
+
+
+def test_pace_reading_says_when_equal_steps_took_unequal_time():
+    from course_lib.train.ncf import TrainResult
+
+    def result(times, steps=(0, 100, 200, 300, 350)):
+        steps = list(steps)
+        return TrainResult(config={}, dataset="d", data_source="", synthetic=True, device="cpu", world_size=1,
+                           target_hr=None, time_to_target_s=None, steps_to_target=None, epochs_to_target=None,
+                           epochs=1.0, steps=350, samples=1, train_time_s=times[-1], eval_time_s=0.0, samples_per_s=1.0,
+                           phase_time_s={}, curve={"step": steps, "time_s": times, "hr": [0.1] * len(steps)})
+
+    slow = S.pace_reading(result([0.0, 1.0, 2.0, 4.5, 4.6]))  # the last interval is shorter: left out
+    assert "the 3 evaluation intervals of 100 steps ran at 10.00 to 25.00 ms per step (the slowest 2.50x" in slow
+    assert "would have taken 3.0 s instead of 4.5 s" in slow
+    assert "a steady pace" in S.pace_reading(result([0.0, 1.0, 2.05, 3.0, 3.5]))
+    assert "no pace" in S.pace_reading(result([0.0, 1.0], steps=(0, 100)))

@@ -267,27 +267,29 @@ def make_dataloader(users: torch.Tensor, items: torch.Tensor, num_items: int, *,
     return ClosingDataLoader(ds, sampler=batches, batch_size=None, generator=g, **workers)
 
 
-def time_loading(batches, num_samples: int, device: torch.device) -> tuple[float, float]:
-    """``(first_batch_s, samples_per_s)`` of producing batches alone (on ``device``) for about
-    ``num_samples`` samples, from a fresh ``iter(batches)``: the wait for the first batch (a
-    DataLoader's worker start-up, paid once per epoch) and the throughput over all of them."""
+def time_loading(batches, num_samples: int, device: torch.device) -> tuple[float, float, float]:
+    """``(first_batch_s, steady_samples_per_s, samples_per_s)`` of producing batches alone (on
+    ``device``) for about ``num_samples`` samples, from a fresh ``iter(batches)``: the wait for the
+    first batch (an epoch's start-up: its shuffle, a DataLoader's workers starting), the throughput
+    after it, and the throughput over all of them."""
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    n, first = 0, None
+    n, first, first_n = 0, None, 0
     while n < num_samples:
         for users, items, labels in batches:
             users, items, labels = (t.to(device, non_blocking=True) for t in (users, items, labels))
-            if first is None:
-                first = time.perf_counter() - t0
             n += labels.numel()
+            if first is None:
+                first, first_n = time.perf_counter() - t0, n
             if n >= num_samples:
                 break
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return first or 0.0, throughput(n, time.perf_counter() - t0)
+    total = time.perf_counter() - t0
+    return first or 0.0, throughput(n - first_n, total - (first or 0.0)), throughput(n, total)
 
 
 def batch_production_rate(batches, num_samples: int, device: torch.device) -> float:
     """Samples/s of producing batches alone (on ``device``), for about ``num_samples`` samples."""
-    return time_loading(batches, num_samples, device)[1]
+    return time_loading(batches, num_samples, device)[2]
