@@ -22,7 +22,8 @@ Foundations (no other course_lib module, or only these)
 Models, data, optimizers
     data/            movielens.py, synthetic.py, sampler.py (NeuMF's batches), text.py (BERT's corpus)
     models/          ncf.py (NeuMF), bert.py, mlp_bn.py
-    optim/           schedules.py (scaling rules, warmup, decay), lars.py, lamb.py, param groups
+    optim/           schedules.py (scaling rules, warmup, decay), lars.py, lamb.py, param groups, adam.py
+                     (Adam's for-loop/foreach/fused implementations; SparseAdam tables + Adam; lesson 01)
     settings.py      RunSettings: one vocabulary for every training run (global batch, base lr + rule
                      -> peak lr, warmup, decay, precision, optimizer, budget), checked by field
 Distributed mechanics
@@ -46,6 +47,8 @@ What the lessons measure and show
     search.py        scaled settings, sweeps and their tables, lr grids that extend at their edge; Optuna-based
                      random search / successive halving / Hyperband in a journal file processes share (lesson 12)
     ladder.py        the trick ladder: the one writer and reader of its rungs
+    step_study.py    what lesson 01 measures about one device's step: the optimizer phase (dense Adam's
+                     implementations, SparseAdam's lazy Adam and its accuracy), torch.compile's payback
     mixed_precision.py   gradients on fp16's number line (parameter and activation), fp16 with no / static /
                      dynamic scaling, trust ratios unscaled or not, throughput per precision and why (lesson 05)
     data_parallel_study.py  what lesson 06 reads from its measurements: the ring, the all-reduce sweep,
@@ -64,7 +67,8 @@ What the lessons measure and show
                      explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
     summary.py       the run summary of `make course` and gpu-check's FIGURE lines
-    bench.py         `python -m course_lib.bench ncf|bert|collectives|hardware|model`
+    bench.py         `python -m course_lib.bench ncf|bert|collectives|hardware|model`; lesson 01's
+                     data-loading ladder, throughput vs batch size and profile
     checks.py        the exercises' checks
 Entry points: run.py (`python -m course_lib.run module:worker` under torchrun),
 train_ddp.py (lesson 06 as a script, SLURM).

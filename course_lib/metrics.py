@@ -13,6 +13,7 @@ lucky hit, and a popularity ranking cannot win by tie-breaking order.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Sequence
 
 import torch
@@ -119,3 +120,27 @@ def noise_verdict(a: Sequence[float], b: Sequence[float], *, names: tuple[str, s
     if abs(ma - mb) <= spread:
         return None, f"no measurable difference ({means}, within the seed range {spread:.2g}{unit})"
     return lower, f"{names[lower]} lower on every seed ({means}; seed range {spread:.2g}{unit})"
+
+
+def paired_speedup(ratios: Sequence[float], min_effect: float = 0.05) -> tuple[float, bool]:
+    """A speedup measured in paired repeats (lesson 01): ``ratios`` are the reference's time over the
+    candidate's, one per repeat in which both ran back to back (> 1: the candidate is faster).
+
+    Returns ``(median ratio, measurable)``: measurable when every repeat falls on the same side of 1
+    by more than ``min_effect``. On a shared machine a busy moment slows both runs of a pair alike,
+    so a pair disagrees only when the difference is smaller than what the load does in between.
+    """
+    if not ratios:
+        raise ValueError("paired_speedup needs at least one repeat")
+    median = statistics.median(ratios)
+    faster = all(r > 1 + min_effect for r in ratios)
+    slower = all(r < 1 - min_effect for r in ratios)
+    return median, faster or slower
+
+
+def speedup_text(ratios: Sequence[float], min_effect: float = 0.05) -> str:
+    """``"1.94x faster"``, ``"1.30x slower"`` or ``"no measurable difference"`` from paired repeats."""
+    median, measurable = paired_speedup(ratios, min_effect)
+    if not measurable:
+        return "no measurable difference"
+    return f"{median:.2f}x faster" if median > 1 else f"{1 / median:.2f}x slower"

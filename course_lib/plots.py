@@ -56,21 +56,79 @@ def plot_throughput(table, *, ax=None):
 
 
 def plot_loader_comparison(comparison: dict, *, ax=None):
-    """Bars: samples/s of the DataLoader and the device-resident sampler, loading alone and training."""
+    """The data-loading ladder (:func:`course_lib.bench.loader_comparison`): samples/s per rung, loading
+    alone and in training (log scale), each bar labelled with its ratio to the first rung."""
     import numpy as np
 
-    fig, ax = _axes(ax)
-    groups = ["loading only", "training"]
-    dl = [comparison["dataloader_load_sps"], comparison["dataloader_train_sps"]]
-    dev = [comparison["device_load_sps"], comparison["device_train_sps"]]
-    xs = np.arange(len(groups))
-    ax.bar(xs - 0.2, dl, 0.4, label="DataLoader (per-sample)")
-    ax.bar(xs + 0.2, dev, 0.4, label="device-resident sampler")
-    ax.set_xticks(xs, groups)
-    ax.set_yscale("log")
-    ax.set_ylabel("samples/s")
-    ax.set_title(f"batch {comparison['batch_size']} on {comparison['device']}", fontsize=10)
-    ax.legend(fontsize=8)
+    rows = [r for r in comparison["rows"] if r["measured"]]
+    fig, ax = _axes(ax, figsize=(7, 0.55 * len(rows) + 1.2))
+    ys = np.arange(len(rows))[::-1]
+    for offset, key, label in ((0.2, "load_sps", "loading only"), (-0.2, "train_sps", "training")):
+        values = [r[key] for r in rows]
+        bars = ax.barh(ys + offset, values, 0.38, label=label)
+        for bar, v in zip(bars, values):
+            ax.text(v, bar.get_y() + bar.get_height() / 2, f" {v / values[0]:.2g}x", va="center", fontsize=7)
+    ax.set_yticks(ys, [r["rung"] for r in rows], fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("samples/s (the label: x the first rung)")
+    ax.set_title(f"The data-loading ladder, batch {comparison['batch_size']} on {comparison['device']}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")  # beside the first rung's bars, the shortest at the top
+    fig.tight_layout()
+    return fig
+
+
+def plot_optimizer_step(comp: dict):
+    """Lesson 01: the step split into the optimizer phase and the rest, per Adam variant, one panel per
+    batch size (:func:`course_lib.step_study.optimizer_comparison`)."""
+    import matplotlib.pyplot as plt
+
+    batches = sorted({r["batch size"] for r in comp["rows"]})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4.6 * len(batches), 2.8), squeeze=False)
+    for ax, b in zip(axes[0], batches):
+        rows = [r for r in comp["rows"] if r["batch size"] == b]
+        ys = list(range(len(rows)))[::-1]
+        opt = [r["optimizer_ms"] for r in rows]
+        rest = [max(0.0, r["step_ms"] - r["optimizer_ms"]) for r in rows]
+        ax.barh(ys, opt, color="C3", label="optimizer")
+        ax.barh(ys, rest, left=opt, color="C0", alpha=0.6, label="sampling + forward/backward")
+        ax.set_yticks(ys, [r["variant"] + (" *" if r["baseline"] else "") for r in rows], fontsize=8)
+        ax.set_xlabel("ms per step")
+        ax.set_title(f"batch {b}", fontsize=10)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
+    fig.suptitle(f"Where a step's time goes, per Adam (* the baseline's), on {comp['device']}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None):
+    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.step_study.lazy_adam_accuracy`) against
+    optimizer steps (the same budget) and, with ``step_ms`` (ms per step per optimizer, measured side
+    by side: :func:`course_lib.step_study.step_times`), against the training time those steps cost."""
+    import matplotlib.pyplot as plt
+
+    panels = 2 if step_ms else 1
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.4), sharey=True, squeeze=False)
+    ax_steps = axes[0][0]
+    colors = {}
+    for r in rows:
+        color = colors.setdefault(r["optimizer"], f"C{len(colors)}")
+        style = "-" if r["seed"] == rows[0]["seed"] else "--"
+        kw = dict(marker="o", ms=3, color=color, label=f"{r['optimizer']}, seed {r['seed']}")
+        ax_steps.plot(r["curve"]["step"], r["curve"]["hr"], style, **kw)
+        if step_ms:
+            seconds = [s * step_ms[r["optimizer"]] / 1000 for s in r["curve"]["step"]]
+            axes[0][1].plot(seconds, r["curve"]["hr"], style, **kw)
+    for ax in axes[0]:
+        if target_hr is not None:
+            ax.axhline(target_hr, ls=":", color="gray", lw=1)
+    ax_steps.set_xlabel("optimizer steps")
+    ax_steps.set_ylabel("HR@10")
+    ax_steps.legend(fontsize=7, loc="lower right")
+    if step_ms:
+        axes[0][1].set_xlabel("training time at the paired step times (s)")
+    fig.suptitle("Lazy Adam (SparseAdam tables) and dense Adam, the same budget", fontsize=10)
+    fig.tight_layout()
     return fig
 
 

@@ -7,9 +7,10 @@ GPUs); these ask for the GPUs::
 
 Kept small, and each one states the invariant it checks on the device: the plan for this
 machine, NeuMF and BERT steps in each precision with the fused optimizer, phase timing by
-CUDA events, lesson 05's measurements on the device, the launcher's backend per GPU count, lesson 10's
-workers on a GPU, and (two GPUs or more) NCCL data parallelism and lesson 10's launch equal to one
-process, with the all-reduces timed by CUDA events in the comm hook.
+CUDA events, lesson 01's step variants (SparseAdam tables, pinned DataLoader batches, CUDA graphs
+through torch.compile), lesson 05's measurements on the device, the launcher's backend per GPU count,
+lesson 10's workers on a GPU, and (two GPUs or more) NCCL data parallelism and lesson 10's launch equal
+to one process, with the all-reduces timed by CUDA events in the comm hook.
 """
 
 import os
@@ -86,6 +87,21 @@ def test_lesson_05s_measurements_run_on_the_gpu(data):
 def test_fused_adam_is_used_on_the_gpu(data):
     assert fused_on_gpu(torch.nn.Linear(4, 4).cuda()) and not fused_on_gpu(torch.nn.Linear(4, 4))
     assert make_optimizer(build_model(data, CFG).cuda(), CFG).defaults["fused"] is True
+
+
+def test_lesson_01_step_variants_train_on_the_gpu(data):
+    """Lesson 01's variants on CUDA: SparseAdam tables with fused dense Adam, pinned DataLoader batches, and
+    a compiled step with CUDA graphs (inductor, mode "reduce-overhead"), whose losses follow eager's."""
+    run = dict(device="cuda", progress="none", keep_model=True)
+    eager = train_to_target(data, CFG, **run)
+    sparse = train_to_target(data, CFG.replace(sparse_embeddings=True), **run)
+    assert sparse.steps == 8 and all(torch.isfinite(p).all() for p in sparse.model.parameters())
+    assert make_optimizer(sparse.model, CFG.replace(sparse_embeddings=True)).dense.defaults["fused"] is True
+    pinned = train_to_target(data, CFG.replace(loader="dataloader", num_workers=1, pin_memory=True), **run)
+    assert pinned.steps == 8
+    graphs = train_to_target(data, CFG.replace(compile="reduce-overhead"), **run)
+    losses = [(a, b) for a, b in zip(eager.curve["loss"], graphs.curve["loss"]) if a is not None]
+    assert losses and all(abs(a - b) <= 1e-3 * abs(a) for a, b in losses)
 
 
 def test_bert_steps_on_the_gpu():

@@ -17,7 +17,7 @@ LAYERS = [
     {"data", "models", "optim", "settings"},
     {"parallel", "comm", "perf"},
     {"train"},
-    {"search", "search_study", "ladder", "mixed_precision", "optimizer_study", "layerwise", "data_parallel_study", "collectives_study", "performance_study", "model_parallel_study", "batch_science", "batch_science_study", "widgets", "lesson",
+    {"search", "search_study", "ladder", "step_study", "mixed_precision", "optimizer_study", "layerwise", "data_parallel_study", "collectives_study", "performance_study", "model_parallel_study", "batch_science", "batch_science_study", "widgets", "lesson",
      "checks"},
     {"summary", "bench", "run", "train_ddp"},
 ]

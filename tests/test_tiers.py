@@ -217,3 +217,21 @@ def test_lesson_10_runs_nccl_only_with_a_gpu_per_rank(hw, profile, expected):
     assert (p.mp_world_size, p.mp_backend, p.mesh_world_size, p.mesh_backend) == expected
     for ranks, backend in ((p.mp_world_size, p.mp_backend), (p.mesh_world_size, p.mesh_backend)):
         assert backend == "gloo" or ranks <= hw.gpu_count
+
+
+@pytest.mark.parametrize("hw, workers", [(machine(0, cores=2), 1), (LAPTOP, 3), (machine(0, cores=1), 1),
+                                         (EIGHT, 7), (machine(8, cores=64), 8)])
+def test_lesson_01_dataloader_workers_leave_the_training_process_a_core(hw, workers):
+    assert plan(hw).loader_workers == plan(hw, "smoke").loader_workers == workers
+
+
+@pytest.mark.parametrize("hw", [LAPTOP, ONE, EIGHT])
+def test_lesson_01_compiles_with_cuda_graphs_on_gpus_and_captures_only_in_smoke(hw):
+    full, smoke = plan(hw), plan(hw, "smoke")
+    assert (full.compile_backend, smoke.compile_backend) == ("inductor", "aot_eager")
+    assert full.compile_mode == ("reduce-overhead" if hw.gpu_count else "default")
+    assert smoke.compile_mode == "default"  # inductor's modes mean nothing to aot_eager
+    from course_lib.train import TrainConfig  # the plan's pair is a setting the engine accepts
+
+    for p in (full, smoke):
+        TrainConfig(optimizer="adam", compile=p.compile_mode, compile_backend=p.compile_backend)

@@ -1,24 +1,30 @@
 """Negative sampling and batch production (lesson 01: the data-loading bottleneck).
 
-Two ways to produce the same training epoch of (user, item, label) triples:
+Ways to produce the same training epoch of (user, item, label) triples:
 
 * :class:`DeviceSampler` — positives live on the device; each epoch permutes them,
   draws ``neg_per_pos`` uniform negatives per positive with one ``torch.randint``,
   shuffles, and hands out batches by index slicing. No per-sample Python.
 * :class:`PerSampleDataset` + :func:`make_dataloader` — the textbook
   ``torch.utils.data`` path: ``__getitem__`` builds one sample in Python, the
-  default collate stacks them, the batch is copied to the device.
+  default collate stacks them, the batch is copied to the device. Its textbook
+  improvements are :func:`make_dataloader`'s arguments (worker processes, pinned memory,
+  prefetching, persistent workers) and :class:`BatchedDataset` (``batched=True``): the
+  same shuffled indices, a whole batch built per call with array slicing.
 
-Both yield ``(users, items, labels)`` with ``labels`` float32 (1 = positive).
+All yield ``(users, items, labels)`` with ``labels`` float32 (1 = positive). Worker
+processes are shut down when the loader is closed (:meth:`ClosingDataLoader.close`), which
+the training loop does however it ends — an interrupted cell leaves none behind.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from ..metrics import throughput
 
@@ -178,27 +184,112 @@ class PerSampleDataset(Dataset):
         return user, int(self.rng.integers(self.num_items)), 0.0
 
 
+class BatchedDataset(PerSampleDataset):
+    """:class:`PerSampleDataset`'s epoch, a batch per call: ``dataset[indices]`` takes the list of
+    sample indices a ``BatchSampler`` yields and builds the whole batch with array operations
+    (one ``integers`` call for its negatives), so the Python cost is per batch, not per sample."""
+
+    def __getitem__(self, indices):
+        idx = np.asarray(indices, dtype=np.int64)  # (B,)
+        pos, slot = np.divmod(idx, 1 + self.neg_per_pos)
+        users = self.users[pos]
+        items = np.where(slot == 0, self.items[pos], self.rng.integers(self.num_items, size=idx.size))
+        return torch.from_numpy(users), torch.from_numpy(items), torch.from_numpy((slot == 0).astype(np.float32))
+
+
+def _seed_worker(worker_id: int) -> None:
+    """A worker's own negatives: each worker process starts with a *copy* of the dataset, numpy
+    generator included, so without this every worker would draw the same negatives (torch's
+    "Randomness in multi-process data loading" note). torch gives each worker its own seed
+    (the loader's base seed + worker id), which reseeds the copy: reproducible, and different."""
+    info = torch.utils.data.get_worker_info()
+    info.dataset.rng = np.random.default_rng(info.seed)
+
+
+class ClosingDataLoader(DataLoader):
+    """A ``DataLoader`` that can shut its worker processes down: :meth:`close` (or ``with``).
+
+    Workers are processes; an iterator that is still referenced keeps them alive — a cell
+    interrupted mid-epoch keeps its frames (and so the iterator) in the traceback, and
+    ``persistent_workers=True`` keeps them in the loader on purpose. ``close()`` stops the workers
+    of every iterator this loader made. (It uses the iterator's ``_shutdown_workers``, the method
+    torch's own ``__del__`` calls; torch 2.13.)"""
+
+    def __init__(self, *args, **kwargs):
+        self._iterators = weakref.WeakSet()  # before DataLoader's __init__: it forbids some attributes after
+        super().__init__(*args, **kwargs)
+
+    def _get_iterator(self):
+        it = super()._get_iterator()
+        self._iterators.add(it)
+        return it
+
+    def close(self) -> None:
+        for it in list(self._iterators):
+            shutdown = getattr(it, "_shutdown_workers", None)  # only the multi-process iterator has workers
+            if shutdown is not None:
+                shutdown()
+        self._iterators.clear()
+        self._iterator = None  # a persistent loader's iterator: the next epoch starts new workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def make_dataloader(users: torch.Tensor, items: torch.Tensor, num_items: int, *, batch_size: int,
-                    neg_per_pos: int = 4, seed: int = 0, num_workers: int = 0) -> DataLoader:
-    """A plain shuffled ``DataLoader`` with default collate (the lesson's "before")."""
+                    neg_per_pos: int = 4, seed: int = 0, num_workers: int = 0, pin_memory: bool = False,
+                    prefetch_factor: int | None = None, persistent_workers: bool = False,
+                    batched: bool = False) -> ClosingDataLoader:
+    """A shuffled ``DataLoader`` over the epoch (lesson 01's data-loading ladder).
+
+    ``batched=False``: :class:`PerSampleDataset` with the default collate (the textbook "before");
+    ``batched=True``: :class:`BatchedDataset` fed by a ``BatchSampler`` over the same shuffled
+    indices (``batch_size=None``: the loader does no batching of its own). The rest are the
+    DataLoader's own arguments; ``pin_memory`` matters only for copies to a GPU (the caller
+    passes it for CUDA only). Close the loader to stop its workers (:class:`ClosingDataLoader`).
+    """
     g = torch.Generator()
     g.manual_seed(seed)
-    ds = PerSampleDataset(users, items, num_items, neg_per_pos=neg_per_pos, seed=seed)
-    return DataLoader(ds, batch_size=batch_size, shuffle=True, generator=g, num_workers=num_workers)
+    workers = {"num_workers": num_workers, "pin_memory": pin_memory}
+    if num_workers:
+        workers.update(worker_init_fn=_seed_worker, persistent_workers=persistent_workers,
+                       prefetch_factor=prefetch_factor)
+    if not batched:
+        ds = PerSampleDataset(users, items, num_items, neg_per_pos=neg_per_pos, seed=seed)
+        return ClosingDataLoader(ds, batch_size=batch_size, shuffle=True, generator=g, **workers)
+    ds = BatchedDataset(users, items, num_items, neg_per_pos=neg_per_pos, seed=seed)
+    # the same sample order as shuffle=True: DataLoader builds exactly this sampler from its generator
+    batches = BatchSampler(RandomSampler(ds, generator=g), batch_size=batch_size, drop_last=False)
+    # generator=g as well: each epoch's iterator first draws its workers' base seed from it, as above
+    return ClosingDataLoader(ds, sampler=batches, batch_size=None, generator=g, **workers)
 
 
-def batch_production_rate(batches, num_samples: int, device: torch.device) -> float:
-    """Samples/s of producing batches alone (on ``device``), for about ``num_samples`` samples."""
+def time_loading(batches, num_samples: int, device: torch.device) -> tuple[float, float, float]:
+    """``(first_batch_s, steady_samples_per_s, samples_per_s)`` of producing batches alone (on
+    ``device``) for about ``num_samples`` samples, from a fresh ``iter(batches)``: the wait for the
+    first batch (an epoch's start-up: its shuffle, a DataLoader's workers starting), the throughput
+    after it, and the throughput over all of them."""
     if device.type == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    n = 0
+    n, first, first_n = 0, None, 0
     while n < num_samples:
         for users, items, labels in batches:
             users, items, labels = (t.to(device, non_blocking=True) for t in (users, items, labels))
             n += labels.numel()
+            if first is None:
+                first, first_n = time.perf_counter() - t0, n
             if n >= num_samples:
                 break
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return throughput(n, time.perf_counter() - t0)
+    total = time.perf_counter() - t0
+    return first or 0.0, throughput(n - first_n, total - (first or 0.0)), throughput(n, total)
+
+
+def batch_production_rate(batches, num_samples: int, device: torch.device) -> float:
+    """Samples/s of producing batches alone (on ``device``), for about ``num_samples`` samples."""
+    return time_loading(batches, num_samples, device)[2]

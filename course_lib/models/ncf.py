@@ -8,6 +8,11 @@ Two branches over separate embeddings, fused by one output layer:
 
 Initialization as in NVIDIA's DeepLearningExamples NCF: embeddings ~ N(0, 0.01),
 MLP layers Glorot-uniform, the output layer LeCun-uniform (fan-in), biases zero.
+
+``sparse=True`` (lesson 01) makes the four embedding tables return *sparse* gradients
+(``nn.Embedding(sparse=True)``): only the rows a batch looked up, instead of a dense table of
+mostly zeros, for an optimizer that updates those rows only (``torch.optim.SparseAdam``). The
+weights, their initialization and the forward pass are the same either way.
 """
 
 from __future__ import annotations
@@ -21,14 +26,14 @@ from torch import nn
 
 class NeuMF(nn.Module):
     def __init__(self, num_users: int, num_items: int, *, factors: int = 64,
-                 layers: Sequence[int] = (256, 256, 128, 64), dropout: float = 0.0):
+                 layers: Sequence[int] = (256, 256, 128, 64), dropout: float = 0.0, sparse: bool = False):
         super().__init__()
         if layers[0] % 2:
             raise ValueError(f"layers[0]={layers[0]} must be even: it is user and item MLP embeddings concatenated")
-        self.gmf_user = nn.Embedding(num_users, factors)
-        self.gmf_item = nn.Embedding(num_items, factors)
-        self.mlp_user = nn.Embedding(num_users, layers[0] // 2)
-        self.mlp_item = nn.Embedding(num_items, layers[0] // 2)
+        self.gmf_user = nn.Embedding(num_users, factors, sparse=sparse)
+        self.gmf_item = nn.Embedding(num_items, factors, sparse=sparse)
+        self.mlp_user = nn.Embedding(num_users, layers[0] // 2, sparse=sparse)
+        self.mlp_item = nn.Embedding(num_items, layers[0] // 2, sparse=sparse)
         mlp = []
         for d_in, d_out in zip(layers[:-1], layers[1:]):
             mlp += [nn.Linear(d_in, d_out), nn.ReLU()]

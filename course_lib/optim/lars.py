@@ -231,14 +231,3 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         {"params": no_decay, "weight_decay": 0.0},
     ]
     return [g for g in groups if g["params"]]
-
-
-def fused_on_gpu(model: torch.nn.Module) -> bool:
-    """Whether torch's fused Adam/AdamW kernel applies: every parameter a floating CUDA tensor.
-
-    One kernel launch for all parameters instead of several per tensor (a large share of
-    NeuMF's step on GPUs, where the embeddings' update is most of the work). The CPU keeps
-    the default implementation, which the suite's CPU references were made with.
-    """
-    params = list(model.parameters())
-    return bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)

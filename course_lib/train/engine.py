@@ -16,6 +16,12 @@ One step, in order:
 5. optional global-norm clipping, the optimizer step (skipped by the fp16 scaler on
    inf/nan), the scaler's update, and the gradients cleared.
 
+``compile`` (lesson 01) runs the loss function — the model's forward and the loss, and through
+AOTAutograd their backward — under ``torch.compile`` with those arguments; the optimizer step
+stays eager. With ``mode="reduce-overhead"`` (CUDA graphs) each step first tells torch that a
+new iteration begins (``torch.compiler.cudagraph_mark_step_begin``), so the graphs' output
+buffers of the previous step may be reused.
+
 The training clock (:class:`PhaseClock`) splits a step's wall time into sampling,
 forward/backward and optimizer phases; evaluation is never on it.
 """
@@ -106,13 +112,14 @@ class Engine:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, precision: Precision,
                  parallel: DataParallel, loss_sum: LossSum, max_grad_norm: float | None = None,
-                 clock: PhaseClock | None = None):
+                 clock: PhaseClock | None = None, compile: dict | None = None):
         self.model = model
         self.optimizer = optimizer
         self.precision = precision
         self.parallel = parallel
         self.net = parallel.wrap(model)  # DistributedDataParallel on several ranks, else the model itself
-        self.loss_sum = loss_sum
+        self.loss_sum = loss_sum if compile is None else torch.compile(loss_sum, **compile)
+        self.mark_cudagraph_steps = bool(compile) and compile.get("mode") == "reduce-overhead"
         self.max_grad_norm = max_grad_norm
         self.clock = clock or PhaseClock(precision.device, enabled=False)
         self.device = precision.device
@@ -130,6 +137,8 @@ class Engine:
         was taken (False when the fp16 scaler skipped it).
         """
         prec = self.precision
+        if self.mark_cudagraph_steps:  # CUDA graphs (compile mode "reduce-overhead"): a new iteration
+            torch.compiler.cudagraph_mark_step_begin()
         loss_total = torch.zeros((), device=self.device)
         with self.clock.phase("forward_backward"):
             for micro, denominator, sync in self.parallel.micro_batches(self.net, batch, count):

@@ -37,7 +37,7 @@ from ..hardware import default_device
 from ..metrics import hr_ndcg
 from ..metrics import throughput as throughput_rate
 from ..models.ncf import NeuMF
-from ..optim import LAMB, LARS, fused_on_gpu, lr_at, param_groups
+from ..optim import ADAM_IMPLS, LAMB, LARS, SparseEmbeddingAdam, adam_kwargs, lr_at, param_groups, sparse_tables
 from ..parallel.data_parallel import DataParallel
 from ..plots import plot_curve
 from ..precision import Precision
@@ -47,7 +47,9 @@ from ..tables import Table
 from .engine import Engine, PhaseClock, all_finite, sync
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
-LOADERS = ("device", "dataloader")
+LOADERS = ("device", "dataloader", "dataloader-batched")
+COMPILE_MODES = ("none", "default", "reduce-overhead")
+COMPILE_BACKENDS = ("inductor", "aot_eager")
 AT_MILESTONE = ("divide_lr", "grow_batch")
 
 
@@ -69,7 +71,17 @@ class TrainConfig(RunSettings):
     neg_per_pos: int = 4  # NCF paper: 4 sampled negatives per positive
     factors: int = 32  # GMF embedding size
     layers: tuple[int, ...] = (128, 64, 32)  # MLP sizes; layers[0] = user + item MLP embedding
-    loader: str = "device"  # "device" (DeviceSampler) | "dataloader" (torch DataLoader)
+    loader: str = "device"  # "device" (DeviceSampler) | "dataloader" | "dataloader-batched" (torch DataLoader)
+    # lesson 01's data-loading ladder: the DataLoader's own settings (the "dataloader*" loaders only)
+    num_workers: int = 0  # worker processes; 0 builds batches in the training process
+    pin_memory: bool = False  # page-locked host batches for faster copies to a GPU (ignored on a CPU device)
+    prefetch_factor: int | None = None  # batches each worker prepares ahead (None: torch's 2; workers only)
+    persistent_workers: bool = False  # keep the workers between epochs (workers only)
+    # lesson 01's optimizer step and launch overhead; the defaults are every other lesson's runs, unchanged
+    sparse_embeddings: bool = False  # nn.Embedding(sparse=True) + SparseAdam for the tables (lazy Adam)
+    adam_impl: str = "auto"  # "auto" (fused on CUDA, torch's default elsewhere) | "for-loop" | "foreach" | "fused"
+    compile: str = "none"  # torch.compile of the forward + loss: "none" | "default" | "reduce-overhead" (CUDA graphs)
+    compile_backend: str = "inductor"  # "inductor" | "aot_eager" (graph capture without code generation)
     max_epochs: float = 10.0  # the budget; max_steps (RunSettings) cuts it shorter when set
     target_hr: float | None = None  # HR@10 at an evaluation point that ends the clock
     eval_every_epochs: float = 1.0  # evaluation points, in epochs; fractions allowed
@@ -102,6 +114,8 @@ class TrainConfig(RunSettings):
         object.__setattr__(self, "milestones", tuple(self.milestones))
         if self.loader not in LOADERS:
             raise ValueError(f"TrainConfig.loader={self.loader!r}; choose one of {LOADERS}")
+        self._check_loader_settings()
+        self._check_step_settings()
         if self.eval_every_epochs <= 0 or self.max_epochs <= 0:
             raise ValueError(f"TrainConfig.eval_every_epochs and max_epochs must be positive: "
                              f"{self.eval_every_epochs}, {self.max_epochs}")
@@ -115,6 +129,59 @@ class TrainConfig(RunSettings):
             raise ValueError("TrainConfig.dense_eval_margin is not supported with at_milestone='grow_batch' "
                              "(its evaluation points follow each epoch's batch); set dense_eval_margin=0")
         object.__setattr__(self, "layers", tuple(self.layers))
+
+    def _check_loader_settings(self) -> None:
+        """The DataLoader's settings: only for the DataLoader paths, and in the combinations torch accepts."""
+        tuned = {name: getattr(self, name) for name, off in (("num_workers", 0), ("pin_memory", False),
+                 ("prefetch_factor", None), ("persistent_workers", False)) if getattr(self, name) != off}
+        if self.loader == "device" and tuned:
+            raise ValueError(f"TrainConfig: {', '.join(f'{k}={v!r}' for k, v in tuned.items())} configure a torch "
+                             "DataLoader; set loader='dataloader' or 'dataloader-batched', or leave them at their "
+                             "defaults (the device-resident sampler has no workers)")
+        if self.num_workers < 0:
+            raise ValueError(f"TrainConfig.num_workers must be >= 0, got {self.num_workers}")
+        for name in ("prefetch_factor", "persistent_workers"):
+            if name in tuned and not self.num_workers:
+                raise ValueError(f"TrainConfig.{name}={getattr(self, name)!r} needs worker processes: set "
+                                 "num_workers >= 1 (with 0 workers the training process builds every batch itself)")
+        if self.prefetch_factor is not None and self.prefetch_factor < 1:
+            raise ValueError(f"TrainConfig.prefetch_factor must be >= 1, got {self.prefetch_factor}")
+
+    def _check_step_settings(self) -> None:
+        """Sparse embeddings, Adam's implementation and torch.compile: each only where it means something."""
+        if self.adam_impl not in ADAM_IMPLS:
+            raise ValueError(f"TrainConfig.adam_impl={self.adam_impl!r}; choose one of {ADAM_IMPLS}")
+        if self.adam_impl != "auto" and self.optimizer != "adam":
+            raise ValueError(f"TrainConfig.adam_impl={self.adam_impl!r} chooses how Adam runs; the optimizer is "
+                             f"{self.optimizer!r} (set optimizer='adam', or adam_impl='auto')")
+        if self.sparse_embeddings:
+            if self.optimizer != "adam":
+                raise ValueError(f"TrainConfig.sparse_embeddings=True needs optimizer='adam' (SparseAdam for the "
+                                 f"tables); got {self.optimizer!r}, whose update reads every row or a norm over them")
+            if self.weight_decay:
+                raise ValueError(f"TrainConfig.sparse_embeddings=True needs weight_decay=0 (torch.optim.SparseAdam "
+                                 f"has none); got {self.weight_decay}")
+            if self.precision != "fp32":
+                raise ValueError(f"TrainConfig.sparse_embeddings=True is lesson 01's fp32 comparison; got "
+                                 f"precision={self.precision!r} (the fp16 scaler's checks read dense gradients)")
+        if self.compile not in COMPILE_MODES:
+            raise ValueError(f"TrainConfig.compile={self.compile!r}; choose one of {COMPILE_MODES}")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            raise ValueError(f"TrainConfig.compile_backend={self.compile_backend!r}; choose one of {COMPILE_BACKENDS}")
+        if self.compile not in ("none", "default") and self.compile_backend != "inductor":
+            raise ValueError(f"TrainConfig.compile={self.compile!r} is a mode of the inductor backend; with "
+                             f"compile_backend={self.compile_backend!r} use compile='default'")
+
+    @property
+    def compile_options(self) -> dict | None:
+        """The arguments of ``torch.compile`` for this run (``None``: eager). Static shapes
+        (``dynamic=False``): a step's batch has one shape, and the last, shorter batch of an epoch
+        compiles once more; dynamic shapes on the sampler's slices recompiled on their storage
+        offsets (measured, torch 2.13)."""
+        if self.compile == "none":
+            return None
+        mode = None if self.compile == "default" else self.compile
+        return {"backend": self.compile_backend, "mode": mode, "dynamic": False}
 
     @property
     def uses_schedule(self) -> bool:
@@ -141,11 +208,16 @@ class TrainConfig(RunSettings):
 
 
 def build_model(data: ImplicitData, cfg: TrainConfig) -> NeuMF:
-    return NeuMF(data.num_users, data.num_items, factors=cfg.factors, layers=cfg.layers)
+    return NeuMF(data.num_users, data.num_items, factors=cfg.factors, layers=cfg.layers,
+                 sparse=cfg.sparse_embeddings)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """The optimizer factory: "sgd" (with momentum), "adam", "lars" (lesson 04) or "lamb" (lesson 07).
+
+    Adam runs the implementation ``cfg.adam_impl`` names; with ``cfg.sparse_embeddings`` the
+    tables' sparse gradients go to ``torch.optim.SparseAdam`` and the rest to Adam, as one
+    optimizer (:class:`course_lib.optim.SparseEmbeddingAdam`, lesson 01).
 
     Parameters come in two groups (:func:`course_lib.optim.param_groups`): weights with
     ``cfg.weight_decay`` and biases with none. For LARS and LAMB the weight group also gets
@@ -156,8 +228,11 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=cfg.peak_lr, momentum=cfg.momentum, nesterov=cfg.nesterov)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.peak_lr, betas=cfg.betas, fused=fused_on_gpu(model))
+    if cfg.optimizer == "adam":  # lesson 01: cfg.adam_impl (for-loop, foreach, fused) and sparse tables
+        impl = adam_kwargs(cfg.adam_impl, model)
+        if cfg.sparse_embeddings:
+            return SparseEmbeddingAdam(sparse_tables(model), groups, lr=cfg.peak_lr, betas=cfg.betas, **impl)
+        return torch.optim.Adam(groups, lr=cfg.peak_lr, betas=cfg.betas, **impl)
     for g in groups:
         # the weights (matrices, embeddings) are adapted; biases (1-D) keep a trust ratio of 1
         g["always_adapt"] = any(p.ndim > 1 for p in g["params"])
@@ -167,20 +242,21 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
                 trust_coefficient=cfg.trust_coefficient, trust_clip=cfg.trust_clip)
 
 
-def build_engine(data: ImplicitData, cfg: TrainConfig, device: torch.device, *,
+def build_engine(data: ImplicitData, cfg: TrainConfig, device, *, parallel: DataParallel | None = None,
                  clock: PhaseClock | None = None) -> Engine:
-    """The engine of one NeuMF run of ``cfg`` on ``device`` (``data`` already there): the model
-    seeded by ``cfg.seed``, its optimizer, precision (lesson 05: autocast, fp16 loss scaling dynamic,
-    static or none, unscale before the step), the data-parallel seam, the BCE loss summed. The loop
-    below and the step benchmarks (:func:`throughput`, the ladder's pace, lesson 09's model) all step
-    through it."""
+    """The engine of one NeuMF run of ``cfg`` on ``device`` (``data`` already there): the model seeded
+    with ``cfg.seed``, its optimizer, the precision (lesson 05: autocast, fp16 loss scaling dynamic,
+    static or none, unscale before the step), the data-parallel seam (default: one process), the BCE
+    loss summed, and ``cfg.compile_options`` (lesson 01). :func:`train_to_target` and the step
+    benchmarks (:func:`throughput`, the ladder's pace, lesson 09's model) all step through it."""
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     model = build_model(data, cfg).to(device)
+    optimizer = make_optimizer(model, cfg)
     prec = Precision(cfg.precision, device, loss_scaling=cfg.loss_scaling, init_scale=cfg.loss_scale)
-    return Engine(model, make_optimizer(model, cfg), precision=prec,
-                  parallel=DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device),
-                  loss_sum=_bce_sum, clock=clock)
+    parallel = parallel or DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device)
+    return Engine(model, optimizer, precision=prec, parallel=parallel, loss_sum=_bce_sum, clock=clock,
+                  compile=cfg.compile_options)
 
 
 def lr_for_step(cfg: TrainConfig, step: int, total_steps: int) -> float:
@@ -198,9 +274,13 @@ def make_batches(data: ImplicitData, cfg: TrainConfig):
         return DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
                              neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
     if cdist.world_size() > 1:
-        raise NotImplementedError("loader='dataloader' is the single-process comparison; use loader='device' with DDP")
+        raise NotImplementedError(f"loader={cfg.loader!r} is the single-process comparison; use loader='device' with DDP")
+    # pinned host memory speeds up copies to a GPU only; on a CPU device torch would warn and ignore it
+    pin = cfg.pin_memory and data.train_users.device.type == "cuda"
     return make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
-                           neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
+                           neg_per_pos=cfg.neg_per_pos, seed=cfg.seed, num_workers=cfg.num_workers, pin_memory=pin,
+                           prefetch_factor=cfg.prefetch_factor, persistent_workers=cfg.persistent_workers,
+                           batched=cfg.loader == "dataloader-batched")
 
 
 def steps_per_epoch(data: ImplicitData, cfg: TrainConfig) -> int:
@@ -551,13 +631,16 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     device = torch.device(device) if device is not None else default_device()
     rank, world_size = cdist.rank(), cdist.world_size()
     data = data.to(device)
+    if world_size > 1 and (cfg.sparse_embeddings or cfg.compile != "none"):
+        raise NotImplementedError("TrainConfig.sparse_embeddings and compile are lesson 01's single-process "
+                                  "measurements; leave them at their defaults inside a process group")
     clock = PhaseClock(device, enabled=time_phases)
     engine = build_engine(data, cfg, device, clock=clock)
     model, optimizer = engine.model, engine.optimizer
     par = engine.parallel  # lesson 06: checks the batch arithmetic, slices each global batch
     prec = engine.precision  # lesson 05: autocast, fp16 loss scaling, unscale before step
     scaler = prec.scaler  # the fp16 loss scaler (dynamic or static) or None; checkpoints keep its state
-    batches = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
+    batches = source = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
     if checkpoint is not None:
         batches = checkpoint.track(batches)
     steps_per_epoch = len(batches)
@@ -618,83 +701,88 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
             # rank 0 decides, so every rank evaluates (and meets at the collectives) at the same steps
             dense = par.agree(hr >= target_hr - cfg.dense_eval_margin)
 
-    model.train()
-    resumed = checkpoint.restore(model, optimizer, scaler) if checkpoint is not None else None
-    if resumed is not None:  # lesson 06: continue an interrupted run from its checkpoint
-        step, samples, train_time, eval_time, loss_count, reached_at = (resumed[key] for key in (
-            "step", "samples", "train_time_s", "eval_time_s", "loss_count", "reached_at"))
-        loss_sum = resumed["loss_sum"].to(device)
-        for key in curve:
-            curve[key] += resumed["curve"][key]
-        clock.seconds.update(resumed["phase_s"])
-    else:
-        eval_point()  # step 0: the untrained model, for the curve
-    done = step >= total_steps
-    seg_start = time.perf_counter()
-    while not done:
-        if cfg.milestones:  # lesson 11: the batch or the lr of this epoch
-            # the epoch about to start: counted by steps at a fixed batch, by epochs begun when growing
-            epoch_index = round(step / steps_per_epoch) if not growing else epoch_index + (step > epoch_start_step)
-            if growing and hasattr(batches, "batch_size"):
-                batches.batch_size = cfg.batch_at_epoch(epoch_index)
-                epoch_start_step, epoch_len = step, len(batches)
-                next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
-            if not cfg.uses_schedule:
-                engine.set_lr(cfg.peak_lr * cfg.lr_factor_at_epoch(epoch_index))
-        it = iter(batches)
-        while step < total_steps:
-            with clock.phase("sampling"):
-                batch = next(it, None)
-                if batch is not None and cfg.loader == "dataloader":
-                    batch = tuple(t.to(device, non_blocking=True) for t in batch)
-            if batch is None:
-                break  # end of epoch
-            if cfg.uses_schedule:  # times the step decay's factor of this epoch (1 without milestones)
-                engine.set_lr(lr_for_step(cfg, step, schedule_steps) * cfg.lr_factor_at_epoch(epoch_index))
-            # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
-            loss, _ = engine.step(batch)
-            loss_sum += loss
-            loss_count += 1
-            samples += batch[0].numel()  # the global batch: all ranks together
-            step += 1
-            bar.step()
-            history.after_step(step, optimizer, prec)
-            if growing:
-                due = step >= next_eval_step or step == total_steps
-                if step >= next_eval_step:
-                    next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
-            else:
-                due = step % eval_interval == 0 or step == total_steps or (dense and step % dense_interval == 0)
-            if due:
-                clock.sync()
-                train_time += time.perf_counter() - seg_start
-                eval_point()
-                seg_start = time.perf_counter()
-                if not all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
-                    diverged = done = True
-                    break
-                if cfg.stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
-                    done = True
-                    break
-                if stop_early is not None and par.agree(bool(stop_early({key: v[-1] for key, v in curve.items()}))):
-                    stopped = done = True  # lesson 12: a pruner cut the run here
-                    break
-            if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock
-                clock.sync()
-                train_time += time.perf_counter() - seg_start
-                checkpoint.save(model, optimizer, scaler, step=step, samples=samples, train_time_s=train_time,
-                                eval_time_s=eval_time, loss_sum=loss_sum, loss_count=loss_count,
-                                reached_at=reached_at, curve=curve, phase_s=clock.seconds)
-                seg_start = time.perf_counter()
+    try:
+        model.train()
+        resumed = checkpoint.restore(model, optimizer, scaler) if checkpoint is not None else None
+        if resumed is not None:  # lesson 06: continue an interrupted run from its checkpoint
+            step, samples, train_time, eval_time, loss_count, reached_at = (resumed[key] for key in (
+                "step", "samples", "train_time_s", "eval_time_s", "loss_count", "reached_at"))
+            loss_sum = resumed["loss_sum"].to(device)
+            for key in curve:
+                curve[key] += resumed["curve"][key]
+            clock.seconds.update(resumed["phase_s"])
         else:
-            done = True
-        if step >= total_steps:
-            done = True
-    if curve["step"][-1] != step:  # ended mid-interval (not possible today, kept for safety)
-        clock.sync()
-        train_time += time.perf_counter() - seg_start
-        eval_point()
-    bar.close()
+            eval_point()  # step 0: the untrained model, for the curve
+        done = step >= total_steps
+        seg_start = time.perf_counter()
+        while not done:
+            if cfg.milestones:  # lesson 11: the batch or the lr of this epoch
+                # the epoch about to start: counted by steps at a fixed batch, by epochs begun when growing
+                epoch_index = round(step / steps_per_epoch) if not growing else epoch_index + (step > epoch_start_step)
+                if growing and hasattr(batches, "batch_size"):
+                    batches.batch_size = cfg.batch_at_epoch(epoch_index)
+                    epoch_start_step, epoch_len = step, len(batches)
+                    next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
+                if not cfg.uses_schedule:
+                    engine.set_lr(cfg.peak_lr * cfg.lr_factor_at_epoch(epoch_index))
+            it = iter(batches)
+            while step < total_steps:
+                with clock.phase("sampling"):
+                    batch = next(it, None)
+                    if batch is not None and cfg.loader != "device":  # a DataLoader's batches are on the host
+                        batch = tuple(t.to(device, non_blocking=True) for t in batch)
+                if batch is None:
+                    break  # end of epoch
+                if cfg.uses_schedule:  # times the step decay's factor of this epoch (1 without milestones)
+                    engine.set_lr(lr_for_step(cfg, step, schedule_steps) * cfg.lr_factor_at_epoch(epoch_index))
+                # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
+                loss, _ = engine.step(batch)
+                loss_sum += loss
+                loss_count += 1
+                samples += batch[0].numel()  # the global batch: all ranks together
+                step += 1
+                bar.step()
+                history.after_step(step, optimizer, prec)
+                if growing:
+                    due = step >= next_eval_step or step == total_steps
+                    if step >= next_eval_step:
+                        next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
+                else:
+                    due = step % eval_interval == 0 or step == total_steps or (dense and step % dense_interval == 0)
+                if due:
+                    clock.sync()
+                    train_time += time.perf_counter() - seg_start
+                    eval_point()
+                    seg_start = time.perf_counter()
+                    if not all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
+                        diverged = done = True
+                        break
+                    if cfg.stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
+                        done = True
+                        break
+                    if stop_early is not None and par.agree(bool(stop_early({key: v[-1] for key, v in curve.items()}))):
+                        stopped = done = True  # lesson 12: a pruner cut the run here
+                        break
+                if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock
+                    clock.sync()
+                    train_time += time.perf_counter() - seg_start
+                    checkpoint.save(model, optimizer, scaler, step=step, samples=samples, train_time_s=train_time,
+                                    eval_time_s=eval_time, loss_sum=loss_sum, loss_count=loss_count,
+                                    reached_at=reached_at, curve=curve, phase_s=clock.seconds)
+                    seg_start = time.perf_counter()
+            else:
+                done = True
+            if step >= total_steps:
+                done = True
+        if curve["step"][-1] != step:  # ended mid-interval (not possible today, kept for safety)
+            clock.sync()
+            train_time += time.perf_counter() - seg_start
+            eval_point()
+    finally:  # however the loop ends (an interrupted cell too): no DataLoader worker outlives it
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+        bar.close()
     train_hr = train_ndcg = None
     if evaluate_points:  # lesson 02: the train side of the generalization gap, off the clock
         t0 = time.perf_counter()

@@ -1,0 +1,419 @@
+"""What lesson 01 measures about one device's training step once batches come from the device-resident
+sampler: the optimizer step and torch.compile's launch overhead. Measurements, tables and readings.
+
+* :func:`optimizer_share` / :func:`bottleneck_reading` — how much of the baseline's training clock
+  the optimizer phase took, read from the baseline run and the profile; the embedding tables'
+  share of the parameters, read from the model.
+* :func:`optimizer_comparison` — the optimizer phase and the whole step at the baseline batch and
+  a large batch, for dense Adam's three implementations (for-loop, foreach, fused) and for sparse
+  tables with SparseAdam (:mod:`course_lib.optim.adam`), in paired repeats so a busy moment of a
+  shared machine does not decide a row; :func:`optimizer_reading` compares each with the
+  baseline's implementation, and calls a difference measurable only when every repeat agrees.
+* :func:`lazy_adam_accuracy` — SparseAdam is "lazy" Adam, a different optimizer: its HR@10 after
+  the same budget as dense Adam's, two seeds each; :func:`accuracy_reading` says whether the
+  difference is larger than the seeds' spread and the evaluation's own sampling error.
+* :func:`compile_comparison` — eager against ``torch.compile`` steps, the one-off compile time apart
+  and counted against the saving ("pays back after N steps"); a compiler that fails is reported
+  and the run stays eager. :func:`compile_reading`.
+
+Every run is :func:`course_lib.train.train_to_target`'s loop with one setting changed
+(``TrainConfig.adam_impl``, ``sparse_embeddings``, ``compile``): the engine the lessons train with.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from .data.movielens import ImplicitData
+from .hardware import default_device
+from .metrics import paired_speedup, speedup_text
+from .optim import resolved_adam_impl
+from .tables import Table
+from .train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, train_to_target
+
+OPTIMIZER_VARIANTS = (
+    ("dense Adam, for-loop", {"adam_impl": "for-loop"}),
+    ("dense Adam, foreach", {"adam_impl": "foreach"}),
+    ("dense Adam, fused", {"adam_impl": "fused"}),
+    ("SparseAdam tables + Adam", {"sparse_embeddings": True}),
+)
+
+
+def _device(device) -> torch.device:
+    return torch.device(device) if device is not None else default_device()
+
+
+def _timed_run(data: ImplicitData, cfg: TrainConfig, device, steps: int) -> TrainResult:
+    return train_to_target(data, cfg.replace(max_steps=steps), device=device, progress="none",
+                           evaluate_points=False, time_phases=True)
+
+
+# --------------------------------------------------------------------------- the bottleneck
+
+
+def embedding_share(model: torch.nn.Module) -> float:
+    """The fraction of ``model``'s parameters in its embedding tables."""
+    total = sum(p.numel() for p in model.parameters())
+    tables = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    return tables / total if total else 0.0
+
+
+def optimizer_share(result: TrainResult) -> float | None:
+    """The optimizer phase's share of a run's timed training phases (None: phases not timed)."""
+    phases = {k: v for k, v in result.phase_time_s.items() if k != "evaluation"}
+    total = sum(phases.values())
+    return phases["optimizer"] / total if total and "optimizer" in phases else None
+
+
+def profile_phase_shares(profile_rows: dict[str, float]) -> dict[str, float]:
+    """Each phase's share of the profiled steps, from the profile's phase rows ({phase: seconds})."""
+    total = sum(profile_rows.values())
+    return {k: v / total for k, v in profile_rows.items()} if total else {}
+
+
+def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None) -> str:
+    """Which phase of the baseline's step is the bottleneck, from its timed phases and, when given, the
+    ``profile`` (:class:`course_lib.bench.StepProfile`: ``phase_s`` and ``steps``)."""
+    phases = {k: v for k, v in result.phase_time_s.items() if k != "evaluation"}
+    total = sum(phases.values())
+    if not total:
+        return "phases were not timed in this run (time_phases=False): no bottleneck to read"
+    name, sec = max(phases.items(), key=lambda kv: kv[1])
+    share = {k: v / total for k, v in phases.items()}
+    per_step = 1000 * phases.get("optimizer", 0.0) / max(1, result.steps)
+    text = (f"the largest phase of the baseline's training clock is {name} ({share[name]:.0%}); the optimizer "
+            f"phase took {share.get('optimizer', 0.0):.0%} ({per_step:.2f} ms per step), sampling "
+            f"{share.get('sampling', 0.0):.0%}")
+    if profile is not None and profile.phase_s:
+        prof = profile_phase_shares(profile.phase_s)
+        text += (f"; in the {profile.steps} profiled steps the optimizer took {prof.get('optimizer', 0.0):.0%} and "
+                 f"sampling {prof.get('sampling', 0.0):.0%}")
+        if prof.get("sampling", 0.0) > 2 * share.get("sampling", 0.0) + 0.02:
+            text += (f" — more, because the profiled run starts an epoch: its shuffle, paid once per "
+                     f"{result.steps_per_epoch} steps in a run, falls into {profile.steps} steps here, so the run's "
+                     "own shares are the ones to go by")
+    optimizer = {"adam": "Adam", "sgd": "SGD", "lars": "LARS", "lamb": "LAMB"}.get(result.config.get("optimizer"),
+                                                                                  "optimizer")
+    text += (f". The embedding tables hold {embedding_share(model):.0%} of the parameters, and a dense {optimizer} "
+             "step reads and writes every row of them at every step, whichever rows the batch used")
+    return text
+
+
+def pace_reading(result: TrainResult) -> str:
+    """How steady the run's training pace was: seconds of training clock per evaluation interval
+    (equal step counts, the last one possibly shorter and left out). On a shared machine other jobs'
+    load shows up here, and it stretches the time to target of the run it hits."""
+    steps, times = result.curve.get("step", []), result.curve.get("time_s", [])
+    spans = [(s1 - s0, t1 - t0) for s0, s1, t0, t1 in zip(steps, steps[1:], times, times[1:]) if s1 > s0]
+    if spans and len(spans) > 1 and spans[-1][0] < spans[0][0]:
+        spans = spans[:-1]  # a shorter last interval is not comparable
+    if len(spans) < 2:
+        return "fewer than two equal evaluation intervals: no pace to compare"
+    per = [t / n * 1000 for n, t in spans]  # ms per step
+    lo, hi = min(per), max(per)
+    text = (f"the {len(per)} evaluation intervals of {spans[0][0]} steps ran at {lo:.2f} to {hi:.2f} ms per step "
+            f"(the slowest {hi / lo:.2f}x the fastest)")
+    if hi / lo > 1.25:
+        fastest = sum(n for n, _ in spans) * lo / 1000
+        text += (f": the same steps at the fastest interval's pace would have taken {fastest:.1f} s instead of "
+                 f"{sum(t for _, t in spans):.1f} s. The step did not change; the machine's load did (other jobs, "
+                 "or more threads than free cores), so compare times measured side by side")
+    else:
+        text += ": a steady pace"
+    return text
+
+
+# --------------------------------------------------------------------------- the optimizer step
+
+
+def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, samples_per_point: int = 25_600,
+                         min_steps: int = 8, repeats: int = 3, variants=OPTIMIZER_VARIANTS, device=None) -> dict:
+    """The optimizer phase and the whole step, per batch size and Adam variant (``variants``: names and
+    the ``TrainConfig`` changes). Each repeat runs every point once, back to back (every other repeat in
+    reverse order), so each variant has
+    a *paired* ratio to the baseline's implementation per repeat (:func:`course_lib.metrics.paired_speedup`);
+    every point also runs once untimed first (its shapes' allocations, the optimizer's state).
+
+    Returns ``{"rows": [...], "baseline_impl": ..., "device": ..., "repeats": ...}``; a row has the
+    batch, the variant, ``optimizer_ms`` and ``step_ms`` per step (medians over the repeats) and
+    ``optimizer_ratios`` / ``step_ratios`` (the baseline's time over this variant's, per repeat)."""
+    device = _device(device)
+    data = data.to(device)
+    base = cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none")
+    baseline_impl = resolved_adam_impl(make_optimizer(build_model(data, base).to(device), base))
+    baseline_name = f"dense Adam, {baseline_impl}"
+    if baseline_name not in [name for name, _ in variants]:
+        raise ValueError(f"the variants must include the baseline's implementation, {baseline_name!r}")
+    points = [(b, name, base.replace(global_batch_size=b, **changes)) for b in batch_sizes for name, changes in variants]
+    steps = {b: max(min_steps, samples_per_point // b) for b in batch_sizes}
+    for b, _, c in points:
+        _timed_run(data, c, device, 2)
+    runs = {(b, name): [] for b, name, _ in points}  # per repeat: (optimizer s, step s) per step
+    for rep in range(repeats):
+        for b, name, c in points if rep % 2 == 0 else points[::-1]:  # alternate: a drifting load favours no point
+            r = _timed_run(data, c, device, steps[b])
+            runs[(b, name)].append((r.phase_time_s["optimizer"] / r.steps, r.train_time_s / r.steps))
+    rows = []
+    for b, name, _ in points:
+        opt, step = zip(*runs[(b, name)])
+        ref_opt, ref_step = zip(*runs[(b, baseline_name)])
+        rows.append({"batch size": b, "variant": name, "steps": steps[b], "optimizer_ms": 1000 * statistics.median(opt),
+                     "step_ms": 1000 * statistics.median(step), "baseline": name == baseline_name,
+                     "optimizer_ratios": [r / x for r, x in zip(ref_opt, opt)],
+                     "step_ratios": [r / x for r, x in zip(ref_step, step)]})
+    return {"rows": rows, "baseline_impl": baseline_impl, "device": str(device), "repeats": repeats}
+
+
+def _ratio_cell(ratios: list[float]) -> str:
+    median, measurable = paired_speedup(ratios)
+    return f"{median:.2f}x" + ("" if measurable else " (within noise)")
+
+
+def optimizer_table(comp: dict) -> Table:
+    t = Table(["batch size", "Adam", "optimizer (ms/step)", "step (ms/step)", "optimizer share",
+               "optimizer speedup", "step speedup"],
+              title=f"The optimizer step, median of {comp['repeats']} paired runs on {comp['device']} "
+                    f"(speedup: over dense Adam, {comp['baseline_impl']}, the baseline's)")
+    for r in comp["rows"]:
+        t.add(**{"batch size": r["batch size"], "Adam": r["variant"] + (" (baseline)" if r["baseline"] else ""),
+                 "optimizer (ms/step)": round(r["optimizer_ms"], 3), "step (ms/step)": round(r["step_ms"], 3),
+                 "optimizer share": f"{r['optimizer_ms'] / r['step_ms']:.0%}",
+                 "optimizer speedup": "—" if r["baseline"] else _ratio_cell(r["optimizer_ratios"]),
+                 "step speedup": "—" if r["baseline"] else _ratio_cell(r["step_ratios"])})
+    return t
+
+
+def _baseline_row(comp: dict, batch: int) -> dict:
+    return next(r for r in comp["rows"] if r["batch size"] == batch and r["baseline"])
+
+
+def optimizer_reading(comp: dict) -> str:
+    """What the optimizer comparison shows at each batch, read from its rows: each variant against the
+    baseline's implementation, measurable only when every paired repeat agrees (by more than 5 %)."""
+    parts = []
+    for b in sorted({r["batch size"] for r in comp["rows"]}):
+        ref = _baseline_row(comp, b)
+        others = [r for r in comp["rows"] if r["batch size"] == b and not r["baseline"]]
+        said = "; ".join(f"{r['variant']}: optimizer {speedup_text(r['optimizer_ratios'])}, "
+                         f"whole step {speedup_text(r['step_ratios'])}" for r in others)
+        faster = [r for r in others if paired_speedup(r["step_ratios"])[1] and paired_speedup(r["step_ratios"])[0] > 1]
+        best = max(faster, key=lambda r: paired_speedup(r["step_ratios"])[0], default=None)
+        parts.append(f"at batch {b} the baseline's optimizer (dense Adam, {comp['baseline_impl']}) took "
+                     f"{ref['optimizer_ms']:.2f} of {ref['step_ms']:.2f} ms per step "
+                     f"({ref['optimizer_ms'] / ref['step_ms']:.0%}); {said}; "
+                     + (f"the fastest whole step: {best['variant']}" if best else
+                        "no variant made the whole step measurably faster"))
+    sparse = [r for r in comp["rows"] if r["variant"].startswith("SparseAdam")]
+    if len(sparse) >= 2:
+        lo, hi = sparse[0], sparse[-1]
+        gain = lambda r: paired_speedup(r["optimizer_ratios"])[0]
+        why = (": a larger batch looks up more of the rows, so fewer are skipped, and its sparse gradient has more "
+               "entries to sort and merge" if gain(hi) < gain(lo) else "")
+        parts.append(f"SparseAdam's optimizer speedup went from {gain(lo):.2f}x at batch {lo['batch size']} to "
+                     f"{gain(hi):.2f}x at batch {hi['batch size']}{why}")
+    return ". ".join(parts)
+
+
+# --------------------------------------------------------------------------- lazy Adam's accuracy
+
+
+def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epochs: float, seeds=(0, 1),
+                       device=None) -> list[dict]:
+    """HR@10 and NDCG@10 after the same budget with dense Adam and with SparseAdam tables, per seed
+    (the seed sets the initialization and the sampler), in the setting of the ``reference`` run (the
+    baseline): its config with the budget of ``budget_epochs`` and no stop at the target.
+
+    Dense Adam at the reference's own seed *is* the reference up to the budget — the same model,
+    batches and steps, so the same numbers (tested) — and is read from its curve when it has an
+    evaluation point there; every other run trains here. Each row keeps its curve (step, time, HR)."""
+    device = _device(device)
+    data = data.to(device)
+    ref_cfg = TrainConfig.from_dict(reference.config)
+    steps = max(1, round(budget_epochs * reference.steps_per_epoch))
+    base = ref_cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none",
+                           stop_at_target=False, max_steps=steps)
+    rows = []
+    for seed in seeds:
+        for name, changes in (("dense Adam", {}), ("SparseAdam tables + Adam", {"sparse_embeddings": True})):
+            c = base.replace(seed=seed, **changes)
+            curve = reference.curve
+            if c == ref_cfg.replace(stop_at_target=False, max_steps=steps) and steps in curve["step"]:
+                i = curve["step"].index(steps)  # the reference run, cut at the budget
+                row = {"hr": curve["hr"][i], "ndcg": curve["ndcg"][i], "train_s": curve["time_s"][i], "from": "the baseline run",
+                       "curve": {k: curve[k][:i + 1] for k in ("step", "time_s", "hr")}}
+            else:
+                r = train_to_target(data, c, device=device, progress="none")
+                row = {"hr": r.final_hr, "ndcg": r.final_ndcg, "train_s": r.train_time_s, "from": "trained here",
+                       "curve": {k: r.curve[k] for k in ("step", "time_s", "hr")}}
+            rows.append({"optimizer": name, "seed": seed, "steps": steps, "epochs": steps / reference.steps_per_epoch,
+                         "users": data.num_users, **row})
+    return rows
+
+
+def accuracy_table(rows: list[dict]) -> Table:
+    t = Table(["optimizer", "seed", "steps", "epochs", "HR@10", "NDCG@10", "training (s, as run)", "run"],
+              title="Lazy Adam (SparseAdam tables) against dense Adam: the same budget, two seeds")
+    for r in rows:
+        t.add(optimizer=r["optimizer"], seed=r["seed"], steps=r["steps"], epochs=round(r["epochs"], 3), run=r["from"],
+              **{"HR@10": round(r["hr"], 4), "NDCG@10": round(r["ndcg"], 4), "training (s, as run)": round(r["train_s"], 2)})
+    return t
+
+
+def step_times(comp: dict, batch: int) -> dict[str, float]:
+    """ms per step of dense Adam (the baseline's implementation) and of SparseAdam tables at ``batch``,
+    from :func:`optimizer_comparison`'s paired runs: the names :func:`lazy_adam_accuracy` uses."""
+    rows = [r for r in comp["rows"] if r["batch size"] == batch]
+    dense = next(r for r in rows if r["baseline"])
+    lazy = next(r for r in rows if r["variant"].startswith("SparseAdam"))
+    return {"dense Adam": dense["step_ms"], "SparseAdam tables + Adam": lazy["step_ms"]}
+
+
+def accuracy_reading(rows: list[dict], step_ms: dict[str, float] | None = None) -> str:
+    """Whether SparseAdam's HR@10 differs from dense Adam's by more than the noise: the larger of the
+    two optimizers' seed ranges and twice the evaluation's binomial standard error
+    (sqrt(p (1 - p) / users): each user's hit is a coin with the model's hit rate). With ``step_ms``
+    (:func:`step_times`: paired step times), also what the budget costs each on the training clock."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["optimizer"], []).append(r)
+    (dense_name, dense), (lazy_name, lazy) = by.items()
+    hr = lambda rs: [r["hr"] for r in rs]
+    d_mean, l_mean = statistics.mean(hr(dense)), statistics.mean(hr(lazy))
+    users = rows[0]["users"]
+    p = (d_mean + l_mean) / 2
+    binomial = 2 * math.sqrt(max(p * (1 - p), 1e-12) / users)
+    seed_range = max(max(hr(dense)) - min(hr(dense)), max(hr(lazy)) - min(hr(lazy)))
+    noise = max(seed_range, binomial)
+    diff = l_mean - d_mean
+    text = (f"after {rows[0]['steps']} steps ({rows[0]['epochs']:.2f} epochs), HR@10 {d_mean:.4f} with {dense_name} and "
+            f"{l_mean:.4f} with {lazy_name} (means of {len(dense)} seeds): a difference of {diff:+.4f} against a noise of "
+            f"{noise:.4f} (the larger of the seeds' range, {seed_range:.4f}, and twice the evaluation's sampling error "
+            f"over {users} users, {binomial:.4f})")
+    if abs(diff) <= noise:
+        text += ": no measurable difference at this budget"
+    elif diff > 0:
+        text += ": lazy Adam is ahead by more than the noise"
+    else:
+        text += (": lazy Adam is behind by more than the noise, step for step — it is a different optimizer, "
+                 "not a faster implementation of Adam")
+    if step_ms:
+        steps = rows[0]["steps"]
+        d_s, l_s = steps * step_ms[dense_name] / 1000, steps * step_ms[lazy_name] / 1000
+        text += (f". At the step times measured side by side above ({step_ms[dense_name]:.2f} and "
+                 f"{step_ms[lazy_name]:.2f} ms), the budget costs {d_s:.1f} s of training with dense Adam and "
+                 f"{l_s:.1f} s with lazy Adam")
+    return text
+
+
+# --------------------------------------------------------------------------- torch.compile
+
+
+def _compile_counters() -> dict:
+    from torch._dynamo.utils import counters
+
+    return {"hit": counters["inductor"]["fxgraph_cache_hit"], "miss": counters["inductor"]["fxgraph_cache_miss"]}
+
+
+def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mode: str = "default",
+                       backend: str = "inductor", samples_per_point: int = 25_600, min_steps: int = 8,
+                       repeats: int = 3, device=None) -> dict:
+    """Eager against compiled training steps per batch size (``cfg.compile = mode`` with ``backend``).
+
+    Per batch: the one-off compile time (a compiled run of one step, minus one compiled step), then
+    ``repeats`` pairs of eager and compiled runs, back to back, each pair in the other order than the last
+    (medians, and the paired ratios). The
+    compile caches of this process are cleared first (``torch.compiler.reset``), so the time is a
+    real compile; inductor's on-disk cache may still serve its graphs (``cache_hits``: a first
+    compile on a fresh machine takes longer). A compiler that fails (no C++ compiler for inductor,
+    say) is reported in ``error`` and the comparison stops there: training stays eager."""
+    device = _device(device)
+    data = data.to(device)
+    eager = cfg.replace(compile="none", sparse_embeddings=False)
+    compiled = eager.replace(compile=mode, compile_backend=backend)
+    torch.compiler.reset()
+    out = {"mode": mode, "backend": backend, "device": str(device), "repeats": repeats, "rows": [], "error": None,
+           "epoch_samples": data.num_train * (1 + cfg.neg_per_pos)}
+    for b in batch_sizes:
+        steps = max(min_steps, samples_per_point // b)
+        e, c = eager.replace(global_batch_size=b), compiled.replace(global_batch_size=b)
+        _timed_run(data, e, device, 2)  # eager warm-up at this shape
+        before = _compile_counters()
+        try:
+            first = train_to_target(data, c.replace(max_steps=1), device=device, progress="none", evaluate_points=False)
+        except Exception as err:  # noqa: BLE001 -- any compiler failure: report it, stay eager
+            lines = str(err).strip().splitlines()
+            out["error"] = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+            break
+        after = _compile_counters()
+        times = {"eager": [], "compiled": []}
+        for rep in range(repeats):
+            pair = (("eager", e), ("compiled", c))
+            for name, setting in pair if rep % 2 == 0 else pair[::-1]:  # alternate which runs first
+                r = train_to_target(data, setting.replace(max_steps=steps), device=device, progress="none",
+                                    evaluate_points=False)
+                times[name].append(r.train_time_s / r.steps)
+        eager_s, compiled_s = (statistics.median(times[k]) for k in ("eager", "compiled"))
+        out["rows"].append({"batch size": b, "steps": steps, "eager_ms": 1000 * eager_s, "compiled_ms": 1000 * compiled_s,
+                            "compile_s": max(0.0, first.train_time_s - compiled_s),
+                            "ratios": [a / x for a, x in zip(times["eager"], times["compiled"])],
+                            "cache_hits": after["hit"] - before["hit"], "cache_misses": after["miss"] - before["miss"]})
+    return out
+
+
+def payback_steps(row: dict) -> int | None:
+    """Steps after which the compile time is earned back by the faster steps (None: no measurable saving)."""
+    median, measurable = paired_speedup(row["ratios"])
+    saving_s = (row["eager_ms"] - row["compiled_ms"]) / 1000
+    if not (measurable and median > 1 and saving_s > 0):
+        return None
+    return math.ceil(row["compile_s"] / saving_s)
+
+
+def compile_table(comp: dict) -> Table:
+    mode = comp["mode"] if comp["backend"] == "inductor" else f"{comp['backend']}: capture only"
+    t = Table(["batch size", "eager (ms/step)", "compiled (ms/step)", "step speedup", "compile (s, once)",
+               "graphs from inductor's cache", "pays back after (steps)"],
+              title=f"torch.compile ({mode}) on {comp['device']}, median of {comp['repeats']} paired runs")
+    for r in comp["rows"]:
+        n = payback_steps(r)
+        t.add(**{"batch size": r["batch size"], "eager (ms/step)": round(r["eager_ms"], 3),
+                 "compiled (ms/step)": round(r["compiled_ms"], 3), "step speedup": _ratio_cell(r["ratios"]),
+                 "compile (s, once)": round(r["compile_s"], 2),
+                 "graphs from inductor's cache": f"{r['cache_hits']} of {r['cache_hits'] + r['cache_misses']}"
+                 if comp["backend"] == "inductor" else "—",
+                 "pays back after (steps)": "never (no saving)" if n is None else n})
+    return t
+
+
+def compile_reading(comp: dict, baseline: TrainResult | None = None) -> str:
+    """What the compile comparison shows: the step speedup (measurable when every paired repeat agrees),
+    the one-off compile time, and after how many steps (and epochs) it pays back — at the ``baseline``
+    run's batch, also against that run's steps to its target (or its whole run when it missed it)."""
+    if comp["error"] and not comp["rows"]:
+        return (f"torch.compile ({comp['backend']}) failed here, so nothing was compiled and training stays eager: "
+                f"{comp['error']}")
+    parts = []
+    if comp["backend"] != "inductor":
+        parts.append(f"the {comp['backend']} backend captures the graph without generating code (the smoke profile's "
+                     "choice): these times measure the capture's overhead, not inductor's kernels")
+    for r in comp["rows"]:
+        n = payback_steps(r)
+        times = f"{r['eager_ms']:.2f} -> {r['compiled_ms']:.2f} ms per step"
+        if n is None:
+            parts.append(f"at batch {r['batch size']}: compiled steps {speedup_text(r['ratios'])} ({times}), so the "
+                         f"{r['compile_s']:.1f} s of compiling never pays back")
+            continue
+        epochs = n * r["batch size"] / comp["epoch_samples"]
+        text = (f"at batch {r['batch size']}: compiled steps {speedup_text(r['ratios'])} ({times}); the "
+                f"{r['compile_s']:.1f} s of compiling pays back after {n} steps ({epochs:.2g} epochs)")
+        if baseline is not None and baseline.config["global_batch_size"] == r["batch size"]:
+            steps, what = ((baseline.steps_to_target, "steps to its target") if baseline.reached else
+                           (baseline.steps, "steps (it missed its target)"))
+            text += f", {'within' if n <= steps else 'beyond'} the baseline's {steps} {what}"
+        parts.append(text)
+    if comp["error"]:
+        parts.append(f"then torch.compile failed ({comp['error']}): the larger batches stay eager")
+    return "; ".join(parts)
