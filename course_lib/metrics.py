@@ -53,6 +53,12 @@ def hr_ndcg(scores: torch.Tensor, k: int = 10) -> tuple[float, float]:
     return hit.float().mean().item(), gain.mean().item()
 
 
+def hr_standard_error(hr: float, users: int) -> float:
+    """The standard error of an HR@K measured over ``users`` users, sqrt(p (1 - p) / users): the
+    evaluation's own sampling noise (each user's hit is one Bernoulli draw)."""
+    return math.sqrt(max(hr * (1 - hr), 0.0) / max(users, 1))
+
+
 def throughput(samples: int, seconds: float) -> float:
     """Samples per second; NaN when no time was measured."""
     return samples / seconds if seconds > 0 else math.nan

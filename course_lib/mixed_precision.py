@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from .diagrams import fp16_fractions
 from .hardware import default_device, sixteen_bit_units
 from .optim import lars_trust_ratio
+from .metrics import hr_standard_error
 from .precision import Precision, fp16_fates
 from .tables import Table
 from .train import mlm
@@ -305,12 +306,6 @@ def loss_scaling_table(rows: list[dict]) -> Table:
                  "parameter grads zero": pct(r["parameter grads zero"]), "train loss": r["train loss"],
                  "HR@10": r["HR@10"]})
     return t
-
-
-def hr_standard_error(hr: float, users: int) -> float:
-    """The standard error of an HR@10 measured over ``users`` users, sqrt(p (1 - p) / users): the
-    evaluation's own sampling noise (each user's hit is one Bernoulli draw)."""
-    return math.sqrt(max(hr * (1 - hr), 0.0) / max(users, 1))
 
 
 def loss_scaling_reading(rows: list[dict], users: int) -> str:

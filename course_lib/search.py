@@ -31,7 +31,7 @@ from typing import Callable
 from .optim.schedules import LR_RULES, linear_scaled_lr, sqrt_scaled_lr
 from .data.movielens import ImplicitData
 from .fileio import pid_alive
-from .metrics import noise_verdict
+from .metrics import hr_standard_error, noise_verdict
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, train_to_target
 
@@ -186,7 +186,7 @@ def gap_reading(results, labels, *, users: int) -> str:
         if len(runs) < 2:
             continue
         a, b = runs[0], runs[-1]
-        se = lambda r: math.sqrt(sum(h * (1 - h) for h in (r.final_hr, r.final_train_hr)) / users)  # noqa: E731
+        se = lambda r: math.hypot(hr_standard_error(r.final_hr, users), hr_standard_error(r.final_train_hr, users))  # noqa: E731
         noise = 2 * math.hypot(se(a), se(b))
         change = b.generalization_gap - a.generalization_gap
         trend = (f"it grew by {change:.4f}" if change > noise else f"it shrank by {-change:.4f}" if change < -noise

@@ -29,7 +29,7 @@ import torch
 
 from .data.movielens import ImplicitData
 from .hardware import default_device
-from .metrics import paired_speedup, speedup_text
+from .metrics import hr_standard_error, paired_speedup, speedup_text
 from .optim import resolved_adam_impl
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, train_to_target
@@ -284,7 +284,7 @@ def accuracy_reading(rows: list[dict], step_ms: dict[str, float] | None = None) 
     d_mean, l_mean = statistics.mean(hr(dense)), statistics.mean(hr(lazy))
     users = rows[0]["users"]
     p = (d_mean + l_mean) / 2
-    binomial = 2 * math.sqrt(max(p * (1 - p), 1e-12) / users)
+    binomial = 2 * hr_standard_error(p, users)
     seed_range = max(max(hr(dense)) - min(hr(dense)), max(hr(lazy)) - min(hr(lazy)))
     noise = max(seed_range, binomial)
     diff = l_mean - d_mean

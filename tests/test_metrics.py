@@ -84,3 +84,10 @@ def test_noise_verdict_names_a_winner_only_beyond_the_seed_to_seed_range():
     assert winner == 1 and text == "B lower on one seed (steps: A 30 vs B 20); noise not measured"
     with pytest.raises(ValueError):
         noise_verdict([], [1.0])
+
+
+def test_hr_standard_error_is_the_binomial_one():
+    from course_lib.metrics import hr_standard_error
+
+    assert hr_standard_error(0.77, 6040) == pytest.approx(math.sqrt(0.77 * 0.23 / 6040))
+    assert hr_standard_error(0.0, 100) == 0.0 and hr_standard_error(1.0, 100) == 0.0
