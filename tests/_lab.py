@@ -295,6 +295,9 @@ class Hub(_Server):
         single_user_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "COURSE_PROFILE",
                                                "COURSE_WIDGETS", "COURSE_RESULTS_DIR", "JUPYTERLAB_SETTINGS_DIR",
                                                "JUPYTERLAB_WORKSPACES_DIR", "PYTHONDONTWRITEBYTECODE")}
+        # the suite's private temp folder (ci/test.sh): JupyterHub starts each server with a clean environment,
+        # so without it the learner's kernel (its fork server's pymp-* folder) writes into the shared /tmp
+        single_user_env.update({"TMPDIR": env["TMPDIR"]} if env.get("TMPDIR") else {})
         single_user_env.update(JUPYTER_PATH=str(jupyter_path), JUPYTER_CONFIG_DIR=str(tmp / "user-jupyter-config"),
                                JUPYTER_DATA_DIR=str(tmp / "user-jupyter-data"),
                                JUPYTER_RUNTIME_DIR=str(tmp / "user-jupyter-runtime"))
