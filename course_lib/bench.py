@@ -52,7 +52,7 @@ from .tables import Table
 from .train.engine import PHASES
 from .train.mlm import MLMTrainConfig
 from .train.mlm import throughput as mlm_throughput
-from .train.ncf import TrainConfig, make_batches, train_to_target
+from .train.ncf import TrainConfig, make_batches, samples_per_epoch, train_to_target
 
 
 def loader_rungs(workers: int) -> list[tuple[str, dict]]:
@@ -125,7 +125,7 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
             row["first_batch_s"] = min(q["first_batch_s"] for q in row["passes"])
     first, last = rows[0], rows[-1]
     out = {"batch_size": cfg.global_batch_size, "device": str(device), "workers": workers,
-           "cpu_cores": usable_cpu_cores(), "epoch_samples": data.num_train * (1 + cfg.neg_per_pos), "rows": rows,
+           "cpu_cores": usable_cpu_cores(), "epoch_samples": samples_per_epoch(data, cfg), "rows": rows,
            "device_load_sps": last["load_sps"], "dataloader_load_sps": first["load_sps"],
            "device_train_sps": last["train_sps"], "dataloader_train_sps": first["train_sps"]}
     out["ratio_loading"] = out["device_load_sps"] / out["dataloader_load_sps"]

@@ -36,7 +36,7 @@ from .plots import plot_ladder
 from .results import load_results, save_result
 from .tables import Table
 from .tiers import largest_power_of_two_at_most
-from .train.ncf import TrainConfig, TrainResult, throughput
+from .train.ncf import TrainConfig, TrainResult, samples_per_epoch, throughput
 
 LADDER_STEPS = ("baseline", "+linear scaling", "+warmup", "+LARS", "+mixed precision", "+data parallel")
 PACE_DRIFT_LIMIT = 0.2  # a pace more than 20 % away from lesson 01's (or moving that much within a lesson) is flagged
@@ -77,7 +77,7 @@ def yardstick_pace(data, cfg: TrainConfig, *, device=None, steps: int | None = N
     fewer — a fraction of a second each on a CPU, long enough not to time the clock's own jitter."""
     cfg = cfg.replace(micro_batch_size=None)
     if steps is None:
-        samples = min(100_000, data.num_train * (1 + cfg.neg_per_pos) // 10)
+        samples = min(100_000, samples_per_epoch(data, cfg) // 10)
         steps = max(10, samples // cfg.global_batch_size)
     return statistics.median(throughput(data, cfg, device=device, steps=steps, warmup_steps=min(10, steps))["samples_per_s"]
                              for _ in range(repeats))
@@ -404,7 +404,7 @@ def grown_batch(batch: int, factor: int, data, cfg: TrainConfig, *, min_steps_pe
     in an epoch of ``data`` (fewer would leave nothing to warm up or to evaluate between)."""
     if factor < 1:
         raise ValueError(f"factor must be at least 1, got {factor}")
-    samples = data.num_train * (1 + cfg.neg_per_pos)
+    samples = samples_per_epoch(data, cfg)
     cap = largest_power_of_two_at_most(max(1, samples // min_steps_per_epoch))
     want = batch * factor
     if want <= cap:

@@ -32,7 +32,7 @@ from .hardware import default_device
 from .metrics import hr_standard_error, paired_speedup, speedup_text
 from .optim import resolved_adam_impl
 from .tables import Table
-from .train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, train_to_target
+from .train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
 
 OPTIMIZER_VARIANTS = (
     ("dense Adam, for-loop", {"adam_impl": "for-loop"}),
@@ -335,7 +335,7 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
     compiled = eager.replace(compile=mode, compile_backend=backend)
     torch.compiler.reset()
     out = {"mode": mode, "backend": backend, "device": str(device), "repeats": repeats, "rows": [], "error": None,
-           "epoch_samples": data.num_train * (1 + cfg.neg_per_pos)}
+           "epoch_samples": samples_per_epoch(data, cfg)}
     for b in batch_sizes:
         steps = max(min_steps, samples_per_point // b)
         e, c = eager.replace(global_batch_size=b), compiled.replace(global_batch_size=b)

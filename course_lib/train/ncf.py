@@ -283,16 +283,21 @@ def make_batches(data: ImplicitData, cfg: TrainConfig):
                            batched=cfg.loader == "dataloader-batched")
 
 
+def samples_per_epoch(data: ImplicitData, cfg: TrainConfig) -> int:
+    """Samples in one epoch of ``data``: every training positive with ``cfg.neg_per_pos`` negatives."""
+    return data.num_train * (1 + cfg.neg_per_pos)
+
+
 def steps_per_epoch(data: ImplicitData, cfg: TrainConfig) -> int:
     """Optimizer steps in one epoch of ``data`` at ``cfg``'s global batch, as the loop counts them
     (``len(make_batches(...))``: every positive with its negatives, the last batch partial)."""
-    return -(-data.num_train * (1 + cfg.neg_per_pos) // cfg.global_batch_size)
+    return -(-samples_per_epoch(data, cfg) // cfg.global_batch_size)
 
 
 def planned_steps(data: ImplicitData, cfg: TrainConfig) -> int:
     """The optimizer steps of ``cfg.max_epochs`` (before ``max_steps``), each epoch at its own batch
     (:meth:`TrainConfig.batch_at_epoch`: the batch grows at milestones in lesson 11)."""
-    samples = data.num_train * (1 + cfg.neg_per_pos)
+    samples = samples_per_epoch(data, cfg)
     whole, part = int(cfg.max_epochs), cfg.max_epochs - int(cfg.max_epochs)
     steps = sum(-(-samples // cfg.batch_at_epoch(e)) for e in range(whole))
     return steps + (math.ceil(part * -(-samples // cfg.batch_at_epoch(whole))) if part else 0)
