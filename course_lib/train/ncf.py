@@ -283,6 +283,12 @@ def make_batches(data: ImplicitData, cfg: TrainConfig):
                            batched=cfg.loader == "dataloader-batched")
 
 
+def on_device(batch: tuple, cfg: TrainConfig, device: torch.device) -> tuple:
+    """A batch of ``make_batches(data, cfg)`` on ``device``: a DataLoader's batches are built on the
+    host (copied, non-blocking); the device-resident sampler's are there already."""
+    return batch if cfg.loader == "device" else tuple(t.to(device, non_blocking=True) for t in batch)
+
+
 def samples_per_epoch(data: ImplicitData, cfg: TrainConfig) -> int:
     """Samples in one epoch of ``data``: every training positive with ``cfg.neg_per_pos`` negatives."""
     return data.num_train * (1 + cfg.neg_per_pos)
@@ -463,20 +469,25 @@ def throughput(data: ImplicitData, cfg: TrainConfig, *, device=None, steps: int 
         if batch is None:  # a new epoch
             it = iter(batches)
             batch = next(it)
-        return tuple(t.to(device, non_blocking=True) for t in batch) if cfg.loader == "dataloader" else batch
+        return on_device(batch, cfg, device)
 
-    engine.model.train()
-    for _ in range(warmup_steps):
-        engine.step(next_batch())
-    engine.clock = clock = PhaseClock(device, enabled=True)
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        with clock.phase("sampling"):
-            batch = next_batch()
-        engine.step(batch)
-    sync(device)
-    seconds = time.perf_counter() - t0
+    try:
+        engine.model.train()
+        for _ in range(warmup_steps):
+            engine.step(next_batch())
+        engine.clock = clock = PhaseClock(device, enabled=True)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            with clock.phase("sampling"):
+                batch = next_batch()
+            engine.step(batch)
+        sync(device)
+        seconds = time.perf_counter() - t0
+    finally:  # as in train_to_target: no DataLoader worker outlives the measurement
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
     prec = engine.precision
     return {"precision": prec.state(), "samples_per_s": throughput_rate(steps * cfg.global_batch_size, seconds),
             "step_s": seconds / max(steps, 1), "phase_s": {k: v / max(steps, 1) for k, v in clock.seconds.items()},
@@ -734,8 +745,8 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
             while step < total_steps:
                 with clock.phase("sampling"):
                     batch = next(it, None)
-                    if batch is not None and cfg.loader != "device":  # a DataLoader's batches are on the host
-                        batch = tuple(t.to(device, non_blocking=True) for t in batch)
+                    if batch is not None:
+                        batch = on_device(batch, cfg, device)
                 if batch is None:
                     break  # end of epoch
                 if cfg.uses_schedule:  # times the step decay's factor of this epoch (1 without milestones)
