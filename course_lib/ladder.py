@@ -31,7 +31,7 @@ import statistics
 from pathlib import Path
 
 from .hardware import detect
-from .metrics import noise_verdict
+from .metrics import noise_verdict, speedup
 from .plots import plot_ladder
 from .results import load_results, save_result
 from .tables import Table
@@ -234,8 +234,8 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         if _pace_moved(r) > PACE_DRIFT_LIMIT:
             flags.append(f"the pace moved {_percent(p['after'] / p['before'] - 1)} during the lesson")
         r["flags"] = flags
-        r["speedup"] = base_t / r["paced_time_s"] if (base_t and r["paced_time_s"]) else None
-        r["vs_previous"] = before["paced_time_s"] / r["paced_time_s"] if (before and r["paced_time_s"]) else None
+        r["speedup"] = speedup(base_t, r["paced_time_s"])
+        r["vs_previous"] = speedup(before["paced_time_s"], r["paced_time_s"]) if before else None
         r["previous_step"] = before["step"] if before else None
         r["vs_noise"] = None
         if r["vs_previous"] is not None:
