@@ -79,7 +79,7 @@ def plot_loader_comparison(comparison: dict, *, ax=None):
 
 def plot_optimizer_step(comp: dict):
     """Lesson 01: the step split into the optimizer phase and the rest, per Adam variant, one panel per
-    batch size (:func:`course_lib.step_study.optimizer_comparison`)."""
+    batch size (:func:`course_lib.lessons.l01_baseline.optimizer_comparison`)."""
     import matplotlib.pyplot as plt
 
     batches = sorted({r["batch size"] for r in comp["rows"]})
@@ -102,9 +102,9 @@ def plot_optimizer_step(comp: dict):
 
 
 def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None):
-    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.step_study.lazy_adam_accuracy`) against
+    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.lessons.l01_baseline.lazy_adam_accuracy`) against
     optimizer steps (the same budget) and, with ``step_ms`` (ms per step per optimizer, measured side
-    by side: :func:`course_lib.step_study.step_times`), against the training time those steps cost."""
+    by side: :func:`course_lib.lessons.l01_baseline.step_times`), against the training time those steps cost."""
     import matplotlib.pyplot as plt
 
     panels = 2 if step_ms else 1

@@ -136,7 +136,7 @@ def test_unreached_target_has_no_time(small_data):
 def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small_data):
     """Lesson 11 tracks BERT's B_simple with train_mlm's on_eval: the probe runs at the chosen
     evaluations, its time is its own, and the run (weights, batches, losses) is the one without it."""
-    from course_lib import batch_science_study as study
+    from course_lib.lessons import l11_batch_size_science as study
 
     cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, optimizer="adam", base_lr=5e-3,
                          base_batch_size=8, max_steps=6, warmup_steps=1, eval_every_steps=2, dropout=0.1)

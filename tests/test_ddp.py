@@ -247,5 +247,5 @@ def test_script_runs_train_to_the_datasets_target_on_its_own_device(env, monkeyp
                         RunSpec(dataset="synthetic", synthetic_size="tiny", progress="none", default_target=True))
     assert record["target_hr"] == 0.0 and record["steps_to_target"] == 0
 
-    monkeypatch.setattr(cdist.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert str(cdist.device()) == "cuda"  # no process group: the GPU of a GPU machine

@@ -69,7 +69,7 @@ def test_neumf_trains_on_the_gpu_with_fused_adam(data, precision):
 def test_lesson_05s_measurements_run_on_the_gpu(data):
     """Static loss scaling, steady-state throughput by phase, the activation-gradient probe and the
     trust ratio through Precision.step, on the device (lesson 05)."""
-    from course_lib import mixed_precision as MP
+    from course_lib.lessons import l05_mixed_precision as MP
 
     r = train_to_target(data, CFG.replace(precision="fp16", loss_scaling="static", loss_scale=1024.0), device="cuda",
                         progress="none", keep_model=True)
@@ -170,7 +170,7 @@ def test_bucket_benchmark_over_nccl_counts_and_times_every_bucket():
 def _lesson10_checks(outs, device_of_rank):
     """Lesson 10's equalities, whatever the device: tensor parallel (ours and DTensor's), both pipeline schedules
     (ours and torch.distributed.pipelining), ZeRO-1 and FSDP2 against DDP, the halo convolution."""
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
     from course_lib.parallel import pipeline
 
     assert [o["tensor"]["device"] for o in outs] == [device_of_rank(r) for r in range(len(outs))]
@@ -188,7 +188,7 @@ def _lesson10_checks(outs, device_of_rank):
 def test_lesson_10s_workers_run_on_one_gpu():
     """Every lesson 10 worker with its tensors on the GPU: one NCCL rank (the lesson itself runs 2 gloo CPU
     ranks on one GPU; this checks the device code a machine with 2 GPUs runs, on the one we have)."""
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
 
     outs = cdist.launch(study.lesson_worker, 1, study.lesson_spec("smoke"), backend="nccl", quiet=True,
                         timeout_s=scaled(600))
@@ -198,7 +198,7 @@ def test_lesson_10s_workers_run_on_one_gpu():
 @TWO_GPUS
 def test_lesson_10_on_nccl_equals_one_process():
     """Lesson 10's one launch on 2 NCCL ranks, one GPU each, as the tier plan runs it on 2 GPUs or more."""
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
 
     plan = tiers.plan(hardware.detect(), "smoke")
     assert (plan.mp_world_size, plan.mp_backend) == (2, "nccl")

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from course_lib import bench
+from course_lib.lessons import l01_baseline as bench
 from course_lib.data import make_dataloader
 from course_lib.train import TrainConfig, train_to_target
 from _timing import scaled

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_lib import step_study as S
+from course_lib.lessons import l01_baseline as S
 from course_lib.metrics import paired_speedup, speedup_text
 from course_lib.models.ncf import NeuMF
 from course_lib.optim import SparseEmbeddingAdam, adam_kwargs, param_groups, resolved_adam_impl, sparse_tables
 from course_lib.train import TrainConfig, build_model, make_optimizer, train_to_target
-from course_lib.train.ncf import _bce_sum, make_batches
+from course_lib.train.ncf import bce_sum, make_batches
 
 CFG = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=5e-3, factors=8, layers=(16, 8),
                   eval_every_epochs=0.25, max_epochs=1.0)
@@ -20,7 +20,7 @@ CFG = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=5e-3, factors
 
 def _grads(model, batch):
     model.zero_grad(set_to_none=True)
-    (_bce_sum(model, batch) / batch[0].numel()).backward()
+    (bce_sum(model, batch) / batch[0].numel()).backward()
     return {n: p.grad for n, p in model.named_parameters()}
 
 
@@ -57,7 +57,7 @@ def _two_models(lr=1e-2, eps=1e-8):
 
 def _step(model, opt, batch):
     opt.zero_grad(set_to_none=True)
-    (_bce_sum(model, batch) / batch[0].numel()).backward()
+    (bce_sum(model, batch) / batch[0].numel()).backward()
     opt.step()
 
 

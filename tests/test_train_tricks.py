@@ -97,7 +97,7 @@ def test_train_side_hr_uses_latest_training_item(data):
 def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_their_spread(data):
     """#21: the choice that makes a ladder rung is run again at a second seed; the winner reached the
     target on the most seeds, then in the least mean time; the reference a verdict needs comes along."""
-    from course_lib.search import confirm, fastest, run_sweep
+    from course_lib.sweeps import confirm, fastest, run_sweep
 
     pop = train.evaluate_popularity(data)[0]
     base = TINY.replace(target_hr=pop + 0.02, max_epochs=4.0, eval_every_epochs=0.5)
@@ -119,7 +119,7 @@ def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_t
 
 
 def test_regimes_are_read_from_the_steps_to_target_slope():
-    from course_lib.search import regime_reading, scaling_regimes
+    from course_lib.lessons.l02_linear_scaling import regime_reading, scaling_regimes
 
     rows = [{"batch size": 256, "rule": "baseline", "steps to target": 19200, "resolution (steps)": 100},
             {"batch size": 1024, "rule": "sqrt", "steps to target": 4800, "resolution (steps)": 30},
@@ -143,7 +143,7 @@ def test_regimes_are_read_from_the_steps_to_target_slope():
 
 
 def test_gap_reading_compares_the_change_with_twice_the_sampling_error():
-    from course_lib.search import gap_reading
+    from course_lib.lessons.l02_linear_scaling import gap_reading
 
     def run(batch, test_hr, train_hr, epochs=1.0):
         return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,

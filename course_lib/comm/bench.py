@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import dist as cdist
 from ..tables import Table
-from .cost import GB, MB, _human_bytes, algbw, busbw, fit_alpha_beta
+from .cost import GB, MB, human_bytes, algbw, busbw, fit_alpha_beta
 
 
 def default_sizes(device_kind: str = "cpu", *, smoke: bool = False) -> list[int]:
@@ -51,7 +51,7 @@ def _timed_block_means(op, iters: int, device: torch.device, blocks: int = 5, gr
     block_means = []
     for n in sizes:
         _sync(device)
-        if cdist._initialized():
+        if cdist.is_initialized():
             dist.barrier(group=group)
         start = time.perf_counter()
         for _ in range(n):
@@ -59,7 +59,7 @@ def _timed_block_means(op, iters: int, device: torch.device, blocks: int = 5, gr
         _sync(device)
         block_means.append((time.perf_counter() - start) / n)
     means = torch.tensor(block_means, dtype=torch.float64, device=device)
-    if cdist._initialized():
+    if cdist.is_initialized():
         dist.all_reduce(means, op=dist.ReduceOp.MAX, group=group)
     return means.cpu().tolist(), sizes
 
@@ -103,14 +103,14 @@ def allreduce_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iter
     if iters < 1 or warmup < 0:
         raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
     device = cdist.device()
-    backend = dist.get_backend() if cdist._initialized() else "none"
+    backend = dist.get_backend() if cdist.is_initialized() else "none"
     element_size = torch.empty((), dtype=dtype).element_size()
     expected = world_size * (world_size + 1) / 2
     rows = []
     for size in sizes_bytes:
         count = max(1, int(size) // element_size)
         buf = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
-        if cdist._initialized():
+        if cdist.is_initialized():
             dist.all_reduce(buf)
         wrong = int((buf != expected).sum().item())
         if wrong:
@@ -121,9 +121,9 @@ def allreduce_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iter
         # all-reduces can never overflow (costs the same adds as any other values).
         buf.zero_()
         for _ in range(warmup):
-            if cdist._initialized():
+            if cdist.is_initialized():
                 dist.all_reduce(buf)
-        blocks, counts = _timed_block_means(lambda: dist.all_reduce(buf) if cdist._initialized() else None,
+        blocks, counts = _timed_block_means(lambda: dist.all_reduce(buf) if cdist.is_initialized() else None,
                                             iters, device)
         time_s, mean_s = _median(blocks), float(np.dot(blocks, counts)) / iters
         n_bytes = count * element_size
@@ -163,7 +163,7 @@ class BenchResult:
                         f"{blocks or 'the'} blocks of the slowest rank's mean per op")
         for r in self.rows:
             spread = (f"{r['time_min_s'] * 1e6:.4g}-{r['time_max_s'] * 1e6:.4g}" if "time_min_s" in r else None)
-            t.add(**{"size": _human_bytes(r["size_bytes"]), "bytes": r["size_bytes"],
+            t.add(**{"size": human_bytes(r["size_bytes"]), "bytes": r["size_bytes"],
                      "time (us)": r["time_s"] * 1e6, "blocks: min-max (us)": spread,
                      "algbw (GB/s)": r["algbw_GBps"], "busbw (GB/s)": r["busbw_GBps"]})
         return t
@@ -324,7 +324,7 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
 
     from . import hooks
 
-    if not cdist._initialized():
+    if not cdist.is_initialized():
         raise RuntimeError("ddp_bucket_benchmark needs a process group: run it with course_lib.dist.launch")
     if not bucket_caps_mb:
         raise ValueError("bucket_caps_mb: give at least one bucket cap (MiB), e.g. [1, 25]")
@@ -502,7 +502,7 @@ class BucketResult:
             u = r.get("underflow") or {}
             flushed = (u["nonzero"] - u["nonzero_sent"]) / u["nonzero"] if u.get("nonzero") else None
             subnormal = u["subnormal_sent"] / u["nonzero"] if u.get("nonzero") else None
-            t.add(**{"variant": r["variant"], "all-reduced per step": _human_bytes(r["bytes_per_step"]),
+            t.add(**{"variant": r["variant"], "all-reduced per step": human_bytes(r["bytes_per_step"]),
                      "step (ms)": r["step_ms"],
                      "repeats (ms)": ", ".join(f"{x:.3g}" for x in r["step_ms_repeats"]),
                      "all-reduce pending (ms per step)": r["comm_ms"],
@@ -613,7 +613,7 @@ class PingPong:
                   title=f"ping-pong, rank 0 <-> rank 1, {self.spread()['repeats']} repeats")
         for n in sizes:
             ts = np.array([r["one_way_s"] for r in self.rows if r["size_bytes"] == n]) * 1e6
-            t.add(**{"size": _human_bytes(n), "one-way min (us)": ts.min(), "median (us)": float(np.median(ts)),
+            t.add(**{"size": human_bytes(n), "one-way min (us)": ts.min(), "median (us)": float(np.median(ts)),
                      "max (us)": ts.max()})
         return t
 
@@ -720,7 +720,7 @@ class CollectivesResult:
                   title=f"measured time per operation, p = {p} ({self.backend}; max over ranks, median of blocks)")
         sizes = sorted({r["size_bytes"] for r in self.rows if r["p"] == p})
         for n in sizes:
-            row = {"size": _human_bytes(n)}
+            row = {"size": human_bytes(n)}
             best = None
             for a in algos:
                 v = next(r["time_s"] for r in self.rows if r["p"] == p and r["algorithm"] == a and r["size_bytes"] == n)

@@ -180,10 +180,10 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     ``stop_early(point) -> bool`` (lesson 12: a pruner's decision) is asked after every evaluation but
     step 0's, with ``step`` and ``eval_loss``; True ends the run there (rank 0 decides for all ranks).
     """
-    device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
+    device = torch.device(device) if device is not None else (data.device if not cdist.is_initialized()
                                                                else cdist.device())
     world_size = cdist.world_size()
-    distributed = cdist._initialized() and world_size > 1
+    distributed = cdist.is_initialized() and world_size > 1
     accum = cfg.batch(world_size).grad_accum_steps
     label = cfg.name()
 

@@ -255,7 +255,7 @@ def build_engine(data: ImplicitData, cfg: TrainConfig, device, *, parallel: Data
     optimizer = make_optimizer(model, cfg)
     prec = Precision(cfg.precision, device, loss_scaling=cfg.loss_scaling, init_scale=cfg.loss_scale)
     parallel = parallel or DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device)
-    return Engine(model, optimizer, precision=prec, parallel=parallel, loss_sum=_bce_sum, clock=clock,
+    return Engine(model, optimizer, precision=prec, parallel=parallel, loss_sum=bce_sum, clock=clock,
                   compile=cfg.compile_options)
 
 
@@ -442,7 +442,7 @@ class _History:
                     d["trust_ratio"].setdefault(self.names.get(p, "?"), []).append(float(ratio))
 
 
-def _bce_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
+def bce_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
     """NeuMF's loss on a micro batch, summed over its samples (the engine divides)."""
     users, items, labels = micro
     return F.binary_cross_entropy_with_logits(net(users, items).float(), labels.float(), reduction="sum")

@@ -102,7 +102,7 @@ def data_digest(data: MLMData) -> str:
 
 def check_same_data_on_all_ranks(data: MLMData) -> None:
     """Raise on every rank if the ranks built different data (each trains on its slice of one global batch)."""
-    if not (cdist._initialized() and cdist.world_size() > 1):
+    if not (cdist.is_initialized() and cdist.world_size() > 1):
         return
     digests = [None] * cdist.world_size()
     torch.distributed.all_gather_object(digests, data_digest(data))
