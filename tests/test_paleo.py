@@ -236,3 +236,24 @@ def test_bench_dispatches_paleo():
     out = subprocess.run([sys.executable, "-m", "course_lib.bench", "paleo", "--workers", "1,32"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert "butterfly_all_reduce speedup" in out and "\n32 " in out
+
+
+def test_what_if_widget_takes_a_named_network():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib import widgets
+    from course_lib.perf.probe import DeviceCurves
+
+    a, b = S.net_counts("nin")
+    curves = DeviceCurves("spec", [(1.0, 1e12), (1e15, 1e12)], [(1.0, 1e11), (1e12, 1e11)], 0.0, 1)
+    links = S.named_links()
+    assert "Paleo ethernet20 (2.5 GB/s)" in links and any("NVLink" in k for k in links)
+    fig, table = widgets.step_explorer({"NiN": (a, b, curves, 0.0)}, p=8, global_batch=256, interactive=False,
+                                       networks=links, network="Paleo ethernet20 (2.5 GB/s)")
+    assert "2.5 GB/s links" in fig.axes[0].get_title()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="network='token ring'"):
+        widgets.step_explorer({"NiN": (a, b, curves, 0.0)}, interactive=False, networks=links, network="token ring")

@@ -325,6 +325,17 @@ def today_device(name: str = "H100 SXM", dtype: str = "bf16", ppp_comp: float = 
     return P.SpecDevice(f"{name} {dtype}", r.flops[dtype], r.memory_bandwidth, ppp_comp, r.source)
 
 
+def named_links() -> dict:
+    """``{name: (alpha_s, bytes_per_s)}`` for the what-if widget: Paleo's networks (no latency in Paleo;
+    5 us assumed here, the order of lesson 08's quoted interconnects) and the course's quoted NVLink and
+    InfiniBand (:data:`course_lib.comm.cost.QUOTED_INTERCONNECTS`)."""
+    from ..comm.cost import QUOTED_INTERCONNECTS  # noqa: PLC0415
+
+    links = {f"Paleo {n.name} ({n.bandwidth / 1e9:g} GB/s)": (5e-6, n.bandwidth) for n in P.PALEO_NETWORKS.values()}
+    links.update({k: (v["alpha_s"], v["bandwidth_Bps"]) for k, v in QUOTED_INTERCONNECTS.items()})
+    return links
+
+
 # --------------------------------------------------------------------------- the command line
 
 
