@@ -39,7 +39,11 @@ Distributed mechanics
                      probe.py (matmul, memory, host-to-device, per-op overhead: this machine measured),
                      model.py (the Paleo-style step model: ops counted from the real step, roofline,
                      DDP bucket overlap, scaling; lesson 09), schemes.py (the same counts split per scheme:
-                     DDP, ZeRO, FSDP, tensor, pipeline; memory, bytes and step per rank; lesson 10)
+                     DDP, ZeRO, FSDP, tensor, pipeline; memory, bytes and step per rank; lesson 10),
+                     paleo.py (Paleo's devices, networks, PPP and communication schemes; any nn.Module's
+                     step counted on the meta device), paleo_nets.py (a reader of Paleo's JSON network
+                     format; AlexNet v2, VGG-16, NiN, Inception v3), im2col.py (a convolution as a GEMM),
+                     paleo_study.py (lesson 09's "Paleo's case studies" readings; the bench paleo CLI)
 Training
     train/           engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10),
                      mlm.py (BERT to a target loss), workers.py (the same runs for launch/torchrun/SLURM)

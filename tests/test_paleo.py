@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from _timing import scaled
 
 from course_lib.perf import im2col, paleo as P, paleo_nets as N, paleo_study as S
 
@@ -234,7 +235,7 @@ def test_cli_json_shape(capsys):
 
 def test_bench_dispatches_paleo():
     out = subprocess.run([sys.executable, "-m", "course_lib.bench", "paleo", "--workers", "1,32"],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+                         capture_output=True, text=True, timeout=scaled(120), check=True).stdout
     assert "butterfly_all_reduce speedup" in out and "\n32 " in out
 
 

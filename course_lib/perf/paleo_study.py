@@ -325,6 +325,37 @@ def today_device(name: str = "H100 SXM", dtype: str = "bf16", ppp_comp: float = 
     return P.SpecDevice(f"{name} {dtype}", r.flops[dtype], r.memory_bandwidth, ppp_comp, r.source)
 
 
+def plot_speedups(rows: list[dict], title: str = "", schemes=P.JSON_SCHEMES + ("ring_all_reduce",), ax=None):
+    """Speedup over one worker against workers (log-log), one line per scheme, linear speedup dashed."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.5))
+    ws = [r["workers"] for r in rows]
+    for s in schemes:
+        if s in rows[0]["speedup"]:
+            ax.plot(ws, [r["speedup"][s] for r in rows], "o-", label=s)
+    ax.plot(ws, ws, "k--", lw=0.8, label="linear")
+    ax.set(xscale="log", yscale="log", xlabel="workers", ylabel="speedup over one worker", title=title)
+    ax.legend(fontsize=8)
+    ax.figure.tight_layout()
+    return ax.figure, ax
+
+
+def comparison_table(compared: list[dict]) -> Table:
+    """:func:`against_paleo`'s rows: compute and butterfly ms, course beside Paleo, and the differences."""
+    t = Table(["workers", "compute ms (course)", "compute ms (Paleo)", "compute diff",
+               "butterfly ms (course)", "butterfly ms (Paleo)", "tree ms (course)", "tree ms (Paleo)"],
+              title="the course's model beside Paleo's own estimates (Paleo run with --use_only_gemm)")
+    for r in compared:
+        t.add(**{"workers": r["workers"], "compute ms (course)": r["compute ms (course)"],
+                 "compute ms (Paleo)": r["compute ms (Paleo)"], "compute diff": f"{r['compute diff']:+.0%}",
+                 "butterfly ms (course)": r["butterfly_all_reduce ms (course)"],
+                 "butterfly ms (Paleo)": r["butterfly_all_reduce ms (Paleo)"],
+                 "tree ms (course)": r["tree_all_reduce ms (course)"], "tree ms (Paleo)": r["tree_all_reduce ms (Paleo)"]})
+    return t
+
+
 def named_links() -> dict:
     """``{name: (alpha_s, bytes_per_s)}`` for the what-if widget: Paleo's networks (no latency in Paleo;
     5 us assumed here, the order of lesson 08's quoted interconnects) and the course's quoted NVLink and
