@@ -148,6 +148,13 @@ def test_alexnet_case_within_25_percent_of_paleo_and_butterfly_peaks_between_16_
     assert adjusted / one["compute ms (Paleo)"] == pytest.approx(1, abs=0.03)
 
 
+def test_inception_case_within_25_percent_of_paleo_at_100_workers():
+    rows = S.inception_case(workers=(1, 100))
+    compared = S.against_paleo(rows, [S.PALEO_INCEPTION_WEAK_100])
+    worst, _ = S.agreement(compared)
+    assert worst <= 0.25
+
+
 def test_agreement_says_so_when_it_does_not_hold():
     fake = [{"workers": 1, "compute diff": 0.4, "one_to_all diff": 0.0}]
     worst, text = S.agreement(fake)

@@ -62,6 +62,11 @@ PALEO_ALEXNET_STRONG = [
 PALEO_FC6_BACKWARD_MS = 804.1
 PALEO_FC6_FORWARD_MS = 30.9
 
+# Paleo's own Inception v3 case at 100 workers (scripts/exp_case_inception.sh: weak, 256 per worker, K40,
+# 10 Gbit/s Ethernet, PPP 0.62 / 0.72; run as above with --use_only_gemm): compute, OneToAll, TreeAllReduce,
+# ButterflyAllReduce (ms).
+PALEO_INCEPTION_WEAK_100 = (100, 1257.6, 2701.1, 0.9, 3959.6, 20886.2, 1476.8, 738.4)
+
 # Quoted by the seed talk (shared/seeds/004, second half), not measured here.
 TALK = {
     "alexnet_butterfly_speedup_at_32": 5.0,  # "something around 5x ... butterfly all-reduce with up to 32 workers"
