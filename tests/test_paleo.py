@@ -112,6 +112,15 @@ def test_ring_beside_them_costs_about_two_messages():
     assert P.butterfly_allreduce_time(1e9, 128, NET20) / P.ring_allreduce_time(1e9, 128, NET20) > 3.5
 
 
+def test_a_spec_device_prices_the_same_through_the_probe_curves():
+    a, _ = S.net_counts("nin")
+    dev = P.paleo_device("K40", 0.5)
+    pred = P.M.predict_step(a, P.spec_curves(dev), step_overhead_s=0.0)
+    ph = P.phase_seconds(a, dev)
+    assert pred.forward_s == pytest.approx(ph["forward"]) and pred.backward_s == pytest.approx(ph["backward"])
+    assert pred.optimizer_s == pytest.approx(ph["update"])
+
+
 def test_ppp_and_names():
     slow = P.paleo_network("ethernet20", 0.5)
     assert P.butterfly_allreduce_time(1e9, 2, slow) == pytest.approx(0.8)
@@ -193,6 +202,8 @@ def test_weird_trick_hybrid_beats_data_parallel_and_reading_says_which():
     r = S.one_weird_trick()
     assert r["hybrid_h"] < r["data_parallel_h"]
     assert "faster" in S.weird_trick_reading(r)
+    for how in ("data_parallel", "hybrid"):  # against Paleo's own per-step estimates
+        assert r[f"{how}_step_ms"] / S.PALEO_WEIRD_TRICK_STEP_MS[how] == pytest.approx(1, abs=0.25)
     slower = dict(r, hybrid_h=2 * r["data_parallel_h"])
     assert "slower" in S.weird_trick_reading(slower)
 

@@ -231,6 +231,16 @@ def op_seconds(op: M.OpCost, device: SpecDevice, combine: str = "max") -> float:
     raise ValueError(f"combine={combine!r}; choose 'max' (the roofline) or 'sum' (Paleo's compute + memory)")
 
 
+def spec_curves(device: SpecDevice, overhead_s: float = 0.0):
+    """``device`` as the probe's :class:`.probe.DeviceCurves` (flat: the sustained FLOP/s and bytes/s at every
+    size), so lesson 09's :func:`.model.predict_step`, :func:`.model.scaling_curve` and the what-if widget
+    price a datasheet device as they price the probed one."""
+    from .probe import DeviceCurves  # noqa: PLC0415
+
+    return DeviceCurves(device.name, [(1.0, device.flops), (1e18, device.flops)],
+                        [(1.0, device.bandwidth), (1e15, device.bandwidth)], overhead_s, 0)
+
+
 def phase_seconds(counts: M.StepCounts, device: SpecDevice, combine: str = "max") -> dict[str, float]:
     """``{"forward", "backward", "update"}`` seconds of a counted step (the loss counts as forward)."""
     out = {"forward": 0.0, "backward": 0.0, "update": 0.0}

@@ -67,6 +67,13 @@ PALEO_FC6_FORWARD_MS = 30.9
 # ButterflyAllReduce (ms).
 PALEO_INCEPTION_WEAK_100 = (100, 1257.6, 2701.1, 0.9, 3959.6, 20886.2, 1476.8, 738.4)
 
+# Paleo's own one-weird-trick case (scripts/exp_case_hybrid.sh: K20, PCIe 2.0, PPP 0.46 / 0.75, 128 images per
+# GPU, 8 GPUs; run as above with --use_only_gemm, and on Python 3 with its hybrid's filter() made a list, as in
+# the Python 2 it was written for), ms per step: data parallel = compute 413.6 + tree all-reduce 198.3; hybrid =
+# the convolutions (forward 100.9, backward 185.8, update 0.4, tree all-reduce 26.3) + the fully connected
+# layers model-parallel (forward 33.8, backward 143.8, update 2.3).
+PALEO_WEIRD_TRICK_STEP_MS = {"data_parallel": 611.9, "hybrid": 493.3}
+
 # Quoted by the seed talk (shared/seeds/004, second half), not measured here.
 TALK = {
     "alexnet_butterfly_speedup_at_32": 5.0,  # "something around 5x ... butterfly all-reduce with up to 32 workers"
