@@ -48,7 +48,10 @@ MAP = (
                  "(DDP comm hooks that count and time every bucket's all-reduce, fp16/bf16 compression)"),
         ("perf/", "peaks.py (reference peaks, each with its source), probe.py (this machine "
                  "measured), model.py (the Paleo-style step model), schemes.py (the same counts per "
-                 "scheme: DDP, ZeRO, FSDP, tensor, pipeline)"),
+                 "scheme: DDP, ZeRO, FSDP, tensor, pipeline), paleo.py (Paleo's devices, networks, PPP "
+                 "and communication schemes; any nn.Module's step counted on the meta device), "
+                 "paleo_nets.py (a reader of Paleo's JSON network format: AlexNet v2, VGG-16, NiN, "
+                 "Inception v3), im2col.py (a convolution as a GEMM)"),
     )),
     ("Training", (
         ("train/", "engine.py (the one step and the clock), ncf.py (NeuMF to a target HR@10), "
@@ -73,7 +76,7 @@ MAP = (
     )),
     ("Entry points", (
         ("summary", "the run summary of `make course` and gpu-check's FIGURE lines"),
-        ("bench", "`python -m course_lib.bench ncf|bert|collectives|hardware|model`"),
+        ("bench", "`python -m course_lib.bench ncf|bert|collectives|hardware|model|paleo`"),
         ("run", "`python -m course_lib.run module:worker` under torchrun"),
         ("train_ddp", "lesson 06 as a script (torchrun, SLURM)"),
     )),

@@ -7,6 +7,8 @@ Command line (the lessons' numbers without the notebooks)::
     python -m course_lib.bench collectives [--world-size 2] [--size-mib 16] [--iters 10]
     python -m course_lib.bench hardware [--device cpu|cuda]
     python -m course_lib.bench model [--profile full|smoke]
+    python -m course_lib.bench paleo [--net alexnet] [--device K80] [--network ethernet20] [--batch 2048]
+        [--ppp-comp 0.62] [--ppp-comm 1.0] [--scaling strong|weak] [--workers 1,2,4,...,128] [--json]
 
 prints lesson 01's data-loading ladder (a per-sample DataLoader, its textbook improvements,
 the device-resident sampler: batch production and training throughput at the same batch
@@ -72,8 +74,14 @@ def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int 
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["paleo"]:  # lesson 09's Paleo case studies: options of their own
+        from .lessons.l09_performance_model import cli as paleo_cli
+
+        return paleo_cli(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["ncf", "bert", "collectives", "hardware", "model"], help="which benchmark")
+    parser.add_argument("what", choices=["ncf", "bert", "collectives", "hardware", "model", "paleo"],
+                        help="which benchmark (paleo: see python -m course_lib.bench paleo --help)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 256 (ncf), 64 (bert)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dataset", default="ml-1m", help="ncf: ml-1m, ml-20m or synthetic")

@@ -256,14 +256,21 @@ def loss_scaling_explorer(log2_magnitudes, *, scale: float = 2.0 ** 16, interact
 
 def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_factor: float = 1.0,
                   bandwidth_factor: float = 1.0, alpha: float = 5e-6, link_Bps: float = 50e9,
-                  min_steps: float = 1000, critical_batch: float = 4096, interactive: bool | None = None):
+                  min_steps: float = 1000, critical_batch: float = 4096, interactive: bool | None = None,
+                  networks: dict | None = None, network: str | None = None):
     """Device FLOPS and bandwidth (x this machine), interconnect, P, global batch, model -> predicted step
     time, efficiency and time to target (lesson 09).
 
     ``models``: name -> ``(counts_a, counts_b, curves, step_overhead_s)`` (two counted steps of the model,
-    this machine's probe curves and measured overhead). With a widget frontend: sliders and a model
-    dropdown; otherwise one static ``(figure, table)`` for the given values.
+    this machine's probe curves and measured overhead). ``networks``: name -> ``(alpha_s, bytes_per_s)``
+    of named links (e.g. :func:`course_lib.lessons.l09_performance_model.named_links`): a dropdown that sets the two
+    link sliders; ``network`` picks one of them instead of ``alpha`` / ``link_Bps``. With a widget
+    frontend: sliders and dropdowns; otherwise one static ``(figure, table)`` for the given values.
     """
+    if network is not None:
+        if not networks or network not in networks:
+            raise ValueError(f"network={network!r} is not one of the networks given: {sorted(networks or {})}")
+        alpha, link_Bps = networks[network]
     from .perf import model as M
     from .perf.model import steps_to_target
 
@@ -307,6 +314,16 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
     l_w = w.FloatLogSlider(value=link_Bps, base=10, min=8, max=12, step=0.1, description="link B/s",
                            readout_format=".1e")
     out = w.Output()
+    net_row = []
+    if networks:
+        n_w = w.Dropdown(options=["(sliders)"] + list(networks), value=network or "(sliders)", description="network")
+
+        def pick(change):
+            if change["new"] in networks:
+                a_w.value, l_w.value = networks[change["new"]]
+
+        n_w.observe(pick, names="value")
+        net_row = [n_w]
 
     def update(*_):
         with out:
@@ -318,6 +335,6 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
 
     for s in (m_w, p_w, b_w, f_w, m2_w, a_w, l_w):
         s.observe(update, names="value")
-    display(w.VBox([w.HBox([m_w, p_w, b_w]), w.HBox([f_w, m2_w]), w.HBox([a_w, l_w]), out]))
+    display(w.VBox([w.HBox([m_w, p_w, b_w]), w.HBox([f_w, m2_w]), w.HBox([a_w, l_w, *net_row]), out]))
     update()
     return None, None
