@@ -91,11 +91,8 @@ def test_lesson04_lars_from_every_carried_rung(history, lesson, data, tmp_path):
     ns = lesson("04_lars.ipynb", lesson_lines("04_lars.ipynb", "s = setup("),
                 lesson_lines("04_lars.ipynb", "adam_cfg = scaled_config(", until="results, labels = race("))
     for optimizer, cfg in ns["starts"].items():  # Adam, LAMB, SGD, LARS at the race's batch and warmup
-        for factor in ns["LR_FACTORS"][::2]:  # the race's grid ends (race() scales base_lr by them)
-            couple_of_steps(data, cfg.replace(base_lr=cfg.base_lr * factor), steps=1)
-    from course_lib.layerwise import layer_gradient_norms
-
-    layer_gradient_norms(data, ns["base_cfg"], (ns["BASE_BATCH"], ns["BATCH"]), device="cpu")
+        couple_of_steps(data, cfg, steps=1)  # (race() multiplies base_lr by LR_FACTORS: the same path)
+    ns["study"].layer_gradient_norms(data, ns["base_cfg"], (ns["BASE_BATCH"], ns["BATCH"]), device="cpu")
 
 
 @pytest.mark.parametrize("history", H.distinct_below("+mixed precision"))
@@ -107,8 +104,7 @@ def test_lesson05_mixed_precision_from_every_carried_rung(history, lesson, data,
                 lesson_lines("05_mixed_precision.ipynb", "hist_cfg = cfg.replace(", until="fig, fractions"))
     cfg, warm = ns["cfg"], ns["warm"]
     assert warm.config["warmup_steps"] <= warm.steps  # shortened where the run was made, when it was longer
-    from course_lib.mixed_precision import lars_unscale_rows, loss_scaling_runs
-
+    study = ns["study"]  # the lesson's own module, as its notebook imports it
     # the time-to-target runs, one step each: fp32 at the carried batch; the 16-bit modes (emulated on
     # this CPU, ~20x slower) and the loss-scaling comparison at the carried setting with its batch cut
     # to 1024 (more steps per epoch: the planning at the carried batch is the fp32 run's)
@@ -116,8 +112,8 @@ def test_lesson05_mixed_precision_from_every_carried_rung(history, lesson, data,
     small = cfg.replace(global_batch_size=min(cfg.global_batch_size, 1024))
     for mode in ns["PRECISIONS"]:
         couple_of_steps(data, small.replace(precision=mode), steps=1)
-    loss_scaling_runs(data, small, steps=1, static_scale=2.0 ** 12, device="cpu", probe_batches=1)
-    lars_unscale_rows(warm.model, data, cfg)
+    study.loss_scaling_runs(data, small, steps=1, static_scale=2.0 ** 12, device="cpu", probe_batches=1)
+    study.lars_unscale_rows(warm.model, data, cfg)
 
 
 @pytest.mark.parametrize("history", H.distinct_below("+data parallel"))
@@ -131,8 +127,7 @@ def test_lesson06_data_parallel_from_every_carried_rung(history, lesson, data, t
     check_cfg.check_world_size(2)
     couple_of_steps(data, cfg)  # one process here; the ranks' own path is tests/test_ddp.py's
     couple_of_steps(data, check_cfg.replace(micro_batch_size=None))
-    from course_lib.search import at_batch
-
+    at_batch = ns["at_batch"]  # as the lesson imports it
     per_rank = cfg.global_batch_size // max_ranks  # cell "weak scaling", as the lesson derives it
     rule = "sqrt" if cfg.optimizer == "adam" else "linear"
     for w in ns["world_sizes"]:
