@@ -30,12 +30,17 @@ def _code_cells(notebook: str) -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
-def lesson_lines(notebook: str, containing: str, until: str | None = None) -> str:
-    """The source of ``notebook``'s code cell that contains ``containing``, up to (not including) its
-    first line that starts with ``until`` (the whole cell without it)."""
+def lesson_lines(notebook: str, containing: str, until: str | None = None, *, start: str | None = None) -> str:
+    """The source of ``notebook``'s code cell that contains ``containing``, from its first line that starts
+    with ``start`` (default: its first line) up to (not including) its first line that starts with
+    ``until`` (default: its end)."""
     cells = [c for c in _code_cells(notebook) if containing in c]
     assert len(cells) == 1, f"{notebook}: {len(cells)} code cells contain {containing!r}; update this test's marker"
     lines = cells[0].splitlines()
+    if start is not None:
+        first = [i for i, line in enumerate(lines) if line.startswith(start)]
+        assert first, f"{notebook}: no line starts with {start!r} in the cell with {containing!r}"
+        lines = lines[first[0]:]
     if until is not None:
         stop = [i for i, line in enumerate(lines) if line.startswith(until)]
         assert stop, f"{notebook}: no line starts with {until!r} in the cell with {containing!r}"
@@ -51,6 +56,7 @@ def lesson(data, tmp_path, monkeypatch):
     monkeypatch.delenv("COURSE_PROFILE", raising=False)  # the full profile's settings
     monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path))
     monkeypatch.setattr("course_lib.lesson.load_implicit", lambda *a, **k: data)
+    monkeypatch.setattr("course_lib.data.load_implicit", lambda *a, **k: data)
     monkeypatch.setattr(ladder, "yardstick_pace", lambda *a, **k: 1e5)
 
     def run(notebook: str, *parts: str, **parameters) -> dict:
@@ -132,3 +138,96 @@ def test_lesson06_data_parallel_from_every_carried_rung(history, lesson, data, t
     rule = "sqrt" if cfg.optimizer == "adam" else "linear"
     for w in ns["world_sizes"]:
         at_batch(cfg, per_rank * w, rule).check_world_size(w)
+
+
+
+@pytest.fixture(scope="module")
+def mlm_data(tmp_path_factory):
+    """A tiny text set for the BERT runs lessons 11 and 12 make from lesson 07's record."""
+    import os
+
+    from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
+
+    old = os.environ.get("COURSE_DATA_DIR")
+    os.environ["COURSE_DATA_DIR"] = str(tmp_path_factory.mktemp("text-cache"))
+    try:
+        return build_mlm_data(Corpus("t", "test", tuple(pydoc_corpus().documents[:15])), vocab_size=300, seq_len=16,
+                              max_tokens=6000)
+    finally:
+        if old is None:
+            os.environ.pop("COURSE_DATA_DIR")
+        else:
+            os.environ["COURSE_DATA_DIR"] = old
+
+
+@pytest.mark.parametrize("history", list(H.BASELINES) + ["01 missing"])
+def test_lesson02_linear_scaling_from_lesson01s_record(history, lesson, data, tmp_path):
+    H.write_record("01_baseline", H.BASELINES.get(history), tmp_path)
+    ns = lesson("02_linear_scaling.ipynb", lesson_lines("02_linear_scaling.ipynb", "s = setup("),
+                lesson_lines("02_linear_scaling.ipynb", "baseline = load_baseline(", until="if baseline is None"),
+                lesson_lines("02_linear_scaling.ipynb", "cfgs, labels = [], []", until="results = run_sweep("))
+    assert ns["baseline"] is None  # a record without a run is not a baseline: the lesson trains its own
+    assert ns["BASE_LR"] == (3e-3 if history == "lesson 01's lr" else 1e-3)
+    if history == "lesson 01's lr":  # the grid's smallest and largest batch, each rule: the lr is the only change
+        for cfg in ns["cfgs"][:: len(ns["BATCHES"]) - 1]:
+            couple_of_steps(data, cfg, steps=1)
+
+
+@pytest.mark.parametrize("history", list(H.LESSON07))
+def test_lesson05_reads_lesson07s_bf16_ratio(history, tmp_path, monkeypatch):
+    from course_lib.lessons.l05_mixed_precision import saved_bert_ratio
+    from course_lib.results import load_results
+
+    H.write_record("07_bert_lamb", H.LESSON07[history], tmp_path)
+    ratio = saved_bert_ratio(load_results(tmp_path).get("07_bert_lamb"), "full", "cpu")
+    assert ratio == (None if history in ("07 missing", "07 from the smoke profile") else 0.2)
+
+
+@pytest.mark.parametrize("history", list(H.LESSON05))
+def test_lesson07_reads_lesson05s_speeds(history, lesson, tmp_path):
+    H.write_record("05_mixed_precision", H.LESSON05[history], tmp_path)
+    from course_lib import results
+    from course_lib.lessons import l07_bert_lamb
+
+    lesson("07_bert_lamb.ipynb")  # the environment: this results folder
+    ns = {"results": results, "study": l07_bert_lamb,  # as the notebook imports them
+          "tp": {"fp32": {"seqs_per_s": 100.0}, "bf16": {"seqs_per_s": 50.0}}}
+    exec(lesson_lines("07_bert_lamb.ipynb", "saved05 = ", start="saved05 = ", until="t"), ns)
+
+
+@pytest.mark.parametrize("lesson02", list(H.LESSON02))
+def test_lesson11_reads_lesson02s_curve_or_measures_its_own(lesson02, lesson, data, tmp_path):
+    H.write_record("02_linear_scaling", H.LESSON02[lesson02], tmp_path)
+    swept = []
+
+    def one_step_sweep(data, cfgs, **kw):  # the lesson's fallback sweep, each run a step long
+        swept.extend(cfgs)
+        return [couple_of_steps(data, c, steps=1) for c in cfgs]
+
+    ns = lesson("11_batch_size_science.ipynb", lesson_lines("11_batch_size_science.ipynb", "s = setup("))
+    ns["run_sweep"] = one_step_sweep
+    exec(lesson_lines("11_batch_size_science.ipynb", "study.steps_rows_from_lesson02(", until="at_target ="), ns)
+    assert bool(swept) == (lesson02 != "02 with three batches that reached")
+    assert ns["fit"]["status"] in ("fit", "beyond range", "no bend", "too few points")
+
+
+@pytest.mark.parametrize("lesson07", list(H.LESSON07))
+def test_lessons11_and_12_make_their_bert_runs_from_lesson07s_record(lesson07, lesson, mlm_data, tmp_path):
+    from course_lib.train.mlm import train_mlm
+
+    H.write_record("07_bert_lamb", H.LESSON07[lesson07], tmp_path)
+    ns = lesson("11_batch_size_science.ipynb", lesson_lines("11_batch_size_science.ipynb", "s = setup("),
+                lesson_lines("11_batch_size_science.ipynb", "bert = study.bert_setting(", until="mlm_data ="))
+    bert = ns["bert"]
+    assert (bert["rows"] is not None) == (lesson07 == "07 reached"), bert["rows"]
+    assert ("lesson 07's defaults" in bert["source"]) == (lesson07 in ("07 missing", "07 without runs",
+                                                                       "07 from the smoke profile"))
+    cfg = bert["config"]
+    ns["study"].probe_steps(cfg, ns["BERT_PROBES"])
+    assert cfg.warmup_steps <= cfg.max_steps  # the full budget is runnable as planned
+    train_mlm(cfg.replace(max_steps=2, eval_every_steps=1), mlm_data, device="cpu", progress="none")
+    ns = lesson("12_hyperparameter_search.ipynb",
+                lesson_lines("12_hyperparameter_search.ipynb", "s = setup(", until="data = load_implicit("),
+                lesson_lines("12_hyperparameter_search.ipynb", "bspec = study.bert_spec(", until="mlm_data ="))
+    base = ns["study"].bert_base_config(ns["bspec"])  # every BERT trial's starting setting
+    train_mlm(base.replace(max_steps=2, eval_every_steps=1), mlm_data, device="cpu", progress="none")
