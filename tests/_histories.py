@@ -85,7 +85,8 @@ LADDERS: dict[str, list[dict]] = {
     "03 exponential warmup, 04 LARS won": [BASE, LINEAR_16384, WARMUP_EXP, lars_rung(32768, 80)],
     "04 LAMB won at 65536": [BASE, LINEAR_16384, WARMUP_EXP,
                              rung("+LARS", setting(65536, optimizer="lamb", warmup_steps=38))],
-    "04 SGD carried, no warmup": [BASE, LINEAR_1024, rung("+LARS", setting(2048, optimizer="sgd", rule="none", lr=2.0))],
+    "04 SGD carried, no warmup": [BASE, LINEAR_1024,
+                                  rung("+LARS", setting(2048, optimizer="sgd", rule="none", lr=2.0))],
     "04 at the smallest batch": [BASE, lars_rung(256, 0)],
     "05 carries bf16": [BASE, LINEAR_16384, WARMUP_LONG, rung("+LARS", _L), mixed_rung(_L, "bf16")],
     "05 carries fp16, static loss scaling": [BASE, LINEAR_16384, WARMUP_LONG, mixed_rung(_W, "fp16",
@@ -118,7 +119,8 @@ LESSON05 = {"05 missing": None, "05 with fp32 only": {"speed": {"fp32": 1e6}},
 
 def bert_run(label: str, batch: int, steps: int, steps_to_loss: int | None) -> dict:
     return {"label": label, "steps": steps, "global_batch_size": batch, "peak_lr": 1e-3, "final_eval_loss": 5.0,
-            "diverged": False, "time_to_loss_s": None if steps_to_loss is None else 30.0, "steps_to_loss": steps_to_loss,
+            "diverged": False, "time_to_loss_s": None if steps_to_loss is None else 30.0,
+            "steps_to_loss": steps_to_loss,
             "seqs_per_s": 100.0, "eval_loss_curve": [[0, 7.0], [steps, 5.0]]}
 
 

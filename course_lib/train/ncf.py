@@ -209,8 +209,8 @@ class TrainConfig(RunSettings):
         if self.eval_every_epochs > self.max_epochs:
             changes["eval_every_epochs"] = self.max_epochs
             changes["dense_eval_every_epochs"] = min(self.dense_eval_every_epochs, self.max_epochs)
-            notes.append(f"evaluation every {self.eval_every_epochs:g} epochs is longer than this {self.max_epochs:g}-epoch "
-                         "run: evaluated at its start and end")
+            notes.append(f"evaluation every {self.eval_every_epochs:g} epochs is longer than this "
+                         f"{self.max_epochs:g}-epoch run: evaluated at its start and end")
         return changes, notes
 
     def lr_factor_at_epoch(self, epoch: int) -> float:
