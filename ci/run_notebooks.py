@@ -93,6 +93,19 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
                 os.environ[key] = value
 
 
+def record_failure(nb: Path, r: NotebookRun, results: Path, since: float) -> str:
+    """The failure in the run's results (course_lib.summary.record_failure): the summary then says which
+    lesson failed at which cell, and the ladder marks its rung "not run: lesson NN failed at cell K"."""
+    try:
+        sys.path.insert(0, str(REPO))
+        from course_lib.summary import record_failure as record
+
+        error = r.error.split("\n", 1)[0].split(": ", 1)[-1] if r.failing_cell is not None else r.error
+        return record(str(nb), r.failing_cell, error, directory=results, since=since)
+    except Exception as exc:  # the course goes on even if course_lib itself is what broke
+        return f"{nb.name} failed (not recorded in the results: {exc})"
+
+
 def _strip_ansi(text: str) -> str:
     import re
 
@@ -146,12 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         # executed copies keep their folder name so notebooks/ and solutions/ don't collide
         target = out_dir / nb.parent.name / nb.name
         print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}) ...", flush=True)
+        started = time.time()
         r = execute(nb, target, profile=opts.profile, kernel=opts.kernel, results_dir=out_dir / "results",
                     log_output=not opts.quiet, cell_timeout=opts.cell_timeout)
         run.runs.append(r)
         print(f"[{i}/{len(notebooks)}] {nb}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f} s", flush=True)
         if not r.ok:
             print(f"--- {nb} failed at {r.error}", file=sys.stderr, flush=True)
+            print(f"[{i}/{len(notebooks)}] {record_failure(nb, r, out_dir / 'results', started)}", flush=True)
     summary = write_summary(run)
     failed = [r.notebook for r in run.runs if not r.ok]
     print(f"\nExecuted {len(run.runs)} notebook(s) in {time.perf_counter() - t0:.1f} s; "
