@@ -38,7 +38,7 @@ from ..models.bert import BertForMLM, bert_config
 from ..optim import LAMB, fused_on_gpu, lr_at, param_groups
 from ..parallel.data_parallel import DataParallel
 from ..precision import Precision
-from ..progress import resolve_progress
+from ..progress import resolve_progress, time_to_go
 from ..settings import RunSettings, fit_run
 from .engine import Engine, RunHooks, sync
 
@@ -153,7 +153,7 @@ class _Progress:
             # step 0 is the initial evaluation: no training step yet, so no train loss (not a divergence)
             train = "-" if step == 0 else f"{train_loss:.3f}"
             print(f"[{self.label}] step {step}/{total}  train loss {train}  eval loss {eval_loss:.3f}  "
-                  f"lr {lr:.2e}  train {train_s:.1f}s", flush=True)
+                  f"lr {lr:.2e}  train {train_s:.1f}s{time_to_go(step, total, train_s)}", flush=True)
         elif self.bar is not None:
             self.bar.set_postfix(eval_loss=f"{eval_loss:.3f}", refresh=False)
 

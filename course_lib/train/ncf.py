@@ -40,7 +40,7 @@ from ..optim import ADAM_IMPLS, LAMB, LARS, SparseEmbeddingAdam, adam_kwargs, lr
 from ..parallel.data_parallel import DataParallel
 from ..plots import plot_curve
 from ..precision import Precision
-from ..progress import in_notebook, resolve_progress
+from ..progress import in_notebook, resolve_progress, time_to_go
 from ..settings import RunSettings, fit_run
 from ..tables import Table
 from .engine import Engine, PhaseClock, RunHooks, all_finite, sync
@@ -401,7 +401,7 @@ def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
 
 class _Progress:
     def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str, settings: str = ""):
-        self.mode, self.target_hr, self.label = mode, target_hr, label
+        self.mode, self.target_hr, self.label, self.total_steps = mode, target_hr, label, total_steps
         if mode != "none" and settings:
             print(f"[{label}] {settings}", flush=True)  # the batch arithmetic and lr, before the first step
         self.bar = self.fig = self.handle = None
@@ -426,8 +426,9 @@ class _Progress:
         loss = "  -   " if curve["loss"][i] is None else f"{curve['loss'][i]:.4f}"
         msg = (f"epoch {curve['epoch'][i]:.2f}  step {curve['step'][i]}  train {curve['time_s'][i]:.1f}s  "
                f"loss {loss}  HR@10 {curve['hr'][i]:.4f}  NDCG@10 {curve['ndcg'][i]:.4f}")
-        if self.mode == "log" and log:
-            print(f"[{self.label}] {msg}", flush=True)
+        if self.mode == "log" and log:  # with the run's time to go at its budget (it may stop at its target)
+            to_go = time_to_go(curve["step"][i], self.total_steps, curve["time_s"][i])
+            print(f"[{self.label}] {msg}{to_go}", flush=True)
         if self.bar is not None:
             self.bar.set_postfix(hr=f"{curve['hr'][i]:.3f}", refresh=False)
         if self.handle is not None:
