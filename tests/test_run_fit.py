@@ -9,7 +9,7 @@ learner's ``make course``: lesson 05 carried lesson 03's rung (batch 65536, a 38
 import pytest
 
 from course_lib.settings import fit_run
-from course_lib.train import TrainConfig, train_to_target
+from course_lib.train import RunHooks, TrainConfig, train_to_target
 from course_lib.train.mlm import MLMTrainConfig
 from course_lib.train.ncf import fit_to_data, steps_per_epoch
 
@@ -40,7 +40,8 @@ def test_lesson05s_histogram_run_plans_the_19_steps_that_failed_and_its_warmup_i
 def test_lesson05s_failing_case_trains_on_tiny_data_and_records_the_warmup_it_ran(data, capsys):
     """Fails on the code before issue 36: ``warmup_steps=38 is more than total_steps=1``."""
     hist = TrainConfig(**CARRIED, target_hr=0.5).replace(precision="fp32", max_epochs=0.25, stop_at_target=False)
-    r = train_to_target(data, hist, device="cpu", progress="none", evaluate_points=False, keep_model=True)
+    r = train_to_target(data, hist, device="cpu", progress="none",
+                        hooks=RunHooks(evaluate_points=False, keep_model=True))
     assert r.steps == 1 and r.config["warmup_steps"] == 1  # the record says what ran
     assert "warmup shortened from 38 to 1 step (the whole run)" in capsys.readouterr().out
 
