@@ -57,7 +57,8 @@ def test_a_rung_saved_before_the_failure_is_kept_and_a_previous_runs_rung_is_not
 def test_a_failure_before_any_rung_was_saved_compares_nothing(tmp_path):
     summary.record_failure("notebooks/01_baseline.ipynb", None, "DeadKernelError: Kernel died", directory=tmp_path)
     rows = ladder.ladder_rows(tmp_path)  # a rung without a dataset is no mismatch
-    assert rows[0]["not_run"] == "lesson 01 failed" and ladder.ladder_table(tmp_path).to_markdown().count("not run") == 1
+    assert rows[0]["not_run"] == "lesson 01 failed"
+    assert ladder.ladder_table(tmp_path).to_markdown().count("not run") == 1
     H.write_ladder("02 at its smallest batch, linear rule", tmp_path)  # a later rerun of the lessons
     assert [r["step"] for r in ladder.ladder_rows(tmp_path)] == ["baseline", "+linear scaling"]
     assert "lesson 01 (01_baseline) failed at its start: DeadKernelError" in summary.summary_markdown(tmp_path)

@@ -51,7 +51,6 @@ def gradient_log2_magnitudes(model: torch.nn.Module, data, cfg, *, batches: int 
     """
     was_training = model.training
     model.train()
-    device = next(model.parameters()).device
     chunks = []
     for users, items, labels in _probe_batches(model, data, cfg, batches, seed):
         model.zero_grad(set_to_none=True)
