@@ -59,6 +59,33 @@ def find_notebooks(paths: list[str]) -> list[Path]:
     return found
 
 
+class LessonLines:
+    """Where papermill writes a kernel's printed lines (``stdout_file``/``stderr_file``): each complete line
+    goes to ``stream`` at once, after ``prefix`` (``"  05 | "``), so ``make course`` shows every training
+    run's progress lines as they come. (papermill's ``log_output=True`` sends them to its logger at INFO,
+    and nothing configures that logger here: ``make course`` printed none of them. papermill 2.x
+    ``clientwrap.PapermillNotebookClient.log_output_message`` writes and flushes the file per message.)"""
+
+    def __init__(self, stream, prefix: str):
+        self.stream, self.prefix, self._part = stream, prefix, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._part = (self._part + text.replace("\r\n", "\n").replace("\r", "\n")).split("\n")
+        for line in lines:
+            if line.strip():
+                self.stream.write(f"{self.prefix}{line}\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._part.strip():
+            self.stream.write(f"{self.prefix}{self._part}\n")
+        self._part = ""
+        self.flush()
+
+
 def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path,
             log_output: bool, cell_timeout: int | None) -> NotebookRun:
     import papermill as pm
@@ -72,11 +99,13 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
     os.environ["COURSE_PROFILE"] = profile
     os.environ["COURSE_RESULTS_DIR"] = str(results_dir.resolve())
     t0 = time.perf_counter()
+    prefix = f"  {nb.stem[:2]} | "
+    lines = (LessonLines(sys.stdout, prefix), LessonLines(sys.stderr, prefix)) if log_output else (None, None)
     try:
         # PROFILE is injected too, so re-executing the executed copy (nbval) uses the same profile.
         pm.execute_notebook(str(nb), str(out), parameters={"PROFILE": profile}, kernel_name=kernel,
-                            cwd=str(nb.parent.resolve()),
-                            log_output=log_output, progress_bar=log_output, execution_timeout=cell_timeout)
+                            cwd=str(nb.parent.resolve()), stdout_file=lines[0], stderr_file=lines[1],
+                            log_output=False, progress_bar=log_output, execution_timeout=cell_timeout)
         return NotebookRun(str(nb), str(out), True, time.perf_counter() - t0)
     except PapermillExecutionError as exc:
         tb = "\n".join(exc.traceback) if exc.traceback else ""
@@ -86,11 +115,27 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
         hint = " (a dead kernel is often the machine running out of memory)" if "dead" in str(exc).lower() else ""
         return NotebookRun(str(nb), str(out), False, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}{hint}")
     finally:
+        for stream in lines:
+            if stream is not None:
+                stream.close()
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def record_failure(nb: Path, r: NotebookRun, results: Path, since: float) -> str:
+    """The failure in the run's results (course_lib.summary.record_failure): the summary then says which
+    lesson failed at which cell, and the ladder marks its rung "not run: lesson NN failed at cell K"."""
+    try:
+        sys.path.insert(0, str(REPO))
+        from course_lib.summary import record_failure as record
+
+        error = r.error.split("\n", 1)[0].split(": ", 1)[-1] if r.failing_cell is not None else r.error
+        return record(str(nb), r.failing_cell, error, directory=results, since=since)
+    except Exception as exc:  # the course goes on even if course_lib itself is what broke
+        return f"{nb.name} failed (not recorded in the results: {exc})"
 
 
 def _strip_ansi(text: str) -> str:
@@ -124,6 +169,20 @@ def write_summary(run: CourseRun) -> Path:
     return out / "summary.md"
 
 
+def previous_seconds(out_dir: Path, profile: str) -> dict[str, float]:
+    """Each notebook's wall time in the latest earlier run of this profile next to ``out_dir`` (``make
+    course`` keeps them in ``runs/<timestamp>/``): the estimate of how long it takes on this machine."""
+    earlier = sorted(p for p in out_dir.parent.glob("*/summary.json") if p.parent.resolve() != out_dir.resolve())
+    for path in reversed(earlier):
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if saved.get("profile") == profile:
+            return {Path(r["notebook"]).name: r["seconds"] for r in saved.get("notebooks", []) if r.get("ok")}
+    return {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", default=["notebooks"], help="notebooks or directories of notebooks")
@@ -142,16 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(opts.out)
     run = CourseRun(opts.profile, str(out_dir))
     t0 = time.perf_counter()
+    before = previous_seconds(out_dir, opts.profile)
     for i, nb in enumerate(notebooks, 1):
         # executed copies keep their folder name so notebooks/ and solutions/ don't collide
         target = out_dir / nb.parent.name / nb.name
-        print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}) ...", flush=True)
+        known = [before[n.name] for n in notebooks[i - 1:] if n.name in before]
+        estimate = (f"; {before[nb.name]:.0f} s in the previous {opts.profile} run here, the rest of the course "
+                    f"~{sum(known) / 60:.0f} min" if nb.name in before else "")
+        print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}{estimate}) ...", flush=True)
+        started = time.time()
         r = execute(nb, target, profile=opts.profile, kernel=opts.kernel, results_dir=out_dir / "results",
                     log_output=not opts.quiet, cell_timeout=opts.cell_timeout)
         run.runs.append(r)
         print(f"[{i}/{len(notebooks)}] {nb}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f} s", flush=True)
         if not r.ok:
             print(f"--- {nb} failed at {r.error}", file=sys.stderr, flush=True)
+            print(f"[{i}/{len(notebooks)}] {record_failure(nb, r, out_dir / 'results', started)}", flush=True)
     summary = write_summary(run)
     failed = [r.notebook for r in run.runs if not r.ok]
     print(f"\nExecuted {len(run.runs)} notebook(s) in {time.perf_counter() - t0:.1f} s; "

@@ -33,7 +33,7 @@ from pathlib import Path
 from .hardware import detect
 from .metrics import noise_verdict, speedup
 from .plots import plot_ladder
-from .results import load_results, save_result
+from .results import load_results, results_dir, save_result
 from .tables import Table
 from .tiers import largest_power_of_two_at_most
 from .train.ncf import TrainConfig, TrainResult, samples_per_epoch, throughput
@@ -206,7 +206,8 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
 
     Raises :class:`LadderMismatch` when the rungs were measured on different datasets."""
     saved = _saved_rungs(directory)
-    datasets = {step: r.get("dataset") for step, r in saved.items()}
+    # a rung marked "not run" after its lesson failed may not know its data (issue 36): it compares nothing
+    datasets = {step: r.get("dataset") for step, r in saved.items() if r.get("dataset") or not r.get("failed")}
     if len(set(datasets.values())) > 1:
         listing = ", ".join(f"{step!r}: {d or 'not recorded'}" for step, d in datasets.items())
         raise LadderMismatch(
@@ -379,11 +380,15 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
     None, note)`` when no rung below reached the target here."""
     if step not in LADDER_STEPS:
         raise ValueError(f"unknown ladder step {step!r}; choose one of {LADDER_STEPS}")
-    rows = {r["step"]: r for r in ladder_rows(directory) if dataset is None or r.get("dataset") == dataset}
+    rows = {r["step"]: r for r in ladder_rows(directory) if dataset is None or r.get("dataset") == dataset
+            or (r.get("failed") and not r.get("dataset"))}
     passed = []
     for below in reversed(LADDER_STEPS[:LADDER_STEPS.index(step)]):
         r = rows.get(below)
         recipe = (r or {}).get("carry") or (r or {}).get("config")
+        if r is not None and r.get("failed"):
+            passed.append(f"the {below!r} rung was not run ({r['not_run']})")
+            continue
         if r is None or not isinstance(recipe, dict):
             passed.append(f"no {below!r} rung is saved")
             continue
@@ -414,3 +419,41 @@ def grown_batch(batch: int, factor: int, data, cfg: TrainConfig, *, min_steps_pe
                        f"steps per epoch of {data.name}")
     return cap, (f"{cap} ({cap // batch}x the rung below's {batch}): {factor}x would leave fewer than "
                  f"{min_steps_per_epoch} steps per epoch of {data.name}")
+
+
+# --------------------------------------------------------------------------- a lesson that failed (issue 36)
+
+LESSON_RUNGS = {"01": "baseline", "02": "+linear scaling", "03": "+warmup", "04": "+LARS",
+                "05": "+mixed precision", "06": "+data parallel"}  # the lesson that saves each rung
+
+
+def mark_failed_lesson(lesson: str, cell: int | None, *, directory: Path | None = None,
+                       since: float | None = None) -> str | None:
+    """After lesson ``lesson`` ("05") failed at code cell ``cell``: its rung, when the lesson saved none
+    (or only one older than ``since``, a time.time(): a previous run's), is saved as "not run: lesson 05
+    failed at cell 5", so the table shows the gap and the next lessons say they start below it. Returns
+    the step marked, or None (the lesson saves no rung, or saved its rung before it failed)."""
+    step = LESSON_RUNGS.get(lesson)
+    if step is None:
+        return None
+    path = Path(directory or results_dir()) / f"ladder_{LADDER_STEPS.index(step)}.json"
+    if path.exists() and (since is None or path.stat().st_mtime >= since):
+        return None
+    datasets = {r.get("dataset") for s, r in _saved_rungs(directory).items() if s != step and r.get("dataset")}
+    why = f"lesson {lesson} failed at cell {cell}" if cell is not None else f"lesson {lesson} failed"
+    row = {"step": step, "time_to_target_s": None, "final_hr": None, "target_hr": None, "not_run": why,
+           "failed": True, "dataset": datasets.pop() if len(datasets) == 1 else None}
+    save_result(f"ladder_{LADDER_STEPS.index(step)}", row, directory)
+    return step
+
+
+def started_below(step: str, directory: Path | None = None) -> str | None:
+    """The rung a saved rung ``step`` was built on, as :func:`start_from` chose it: the closest rung below
+    that reached the target (None: none did, it started from its lesson's defaults)."""
+    rows = {r["step"]: r for r in ladder_rows(directory)}
+    for below in reversed(LADDER_STEPS[:LADDER_STEPS.index(step)]):
+        r = rows.get(below)
+        if r is not None and not r.get("failed") and r.get("time_to_target_s") \
+                and isinstance(r.get("carry") or r.get("config"), dict):
+            return below
+    return None

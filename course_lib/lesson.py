@@ -35,6 +35,7 @@ class Lesson:
     data: ImplicitData | None = None
     target_hr: float | None = None
     base_cfg: TrainConfig | None = None
+    base_lr_source: str = ""  # where the baseline's lr came from (issue 36: a lesson run alone says so)
 
     @property
     def base_lr(self) -> float | None:
@@ -47,7 +48,8 @@ class Lesson:
             lines.append(f"target HR@10 >= {self.target_hr:g}")
         if self.base_cfg is not None:
             c = self.base_cfg
-            lines.append(f"baseline: batch {c.global_batch_size}, {c.optimizer} lr {c.peak_lr:g}")
+            lines.append(f"baseline: batch {c.global_batch_size}, {c.optimizer} lr {c.peak_lr:g}"
+                         + (f" ({self.base_lr_source})" if self.base_lr_source else ""))
         return "\n".join(lines)
 
     __str__ = describe
@@ -72,7 +74,10 @@ def setup(profile: str = "full", *, ncf: bool = True, dataset: str | None = None
     if ncf:
         s.data = load_implicit(dataset or tier_plan.dataset, profile=profile)
         s.target_hr = target_hr or default_target_hr(s.data)
-        lr = base_lr or baseline_lr(s.data) or DEFAULT_BASE_LR
+        saved_lr = baseline_lr(s.data)
+        lr = base_lr or saved_lr or DEFAULT_BASE_LR
+        s.base_lr_source = ("BASE_LR, as given" if base_lr else "lesson 01's choice" if saved_lr else
+                            f"the default: lesson 01 has not saved an lr for {s.data.name} here")
         s.base_cfg = TrainConfig(global_batch_size=base_batch, base_lr=lr, optimizer=optimizer,
                                  eval_every_epochs=eval_every, target_hr=s.target_hr)
     if not quiet:

@@ -31,3 +31,11 @@ def resolve_progress(progress: str = "auto") -> str:
     if os.environ.get("CI") or os.environ.get("COURSE_PROFILE") or not in_notebook():
         return "log"
     return "bar"
+
+
+def time_to_go(step: int, total: int, seconds: float) -> str:
+    """``"  ~42s to go"``: a run's remaining training time at its pace so far (a log line's end, issue 36:
+    ``make course`` shows each run's progress); "" before the first step or at the end."""
+    if step <= 0 or step >= total or seconds <= 0:
+        return ""
+    return f"  ~{seconds / step * (total - step):.0f}s to go"

@@ -88,8 +88,55 @@ class RunSettings:
                          self.base_batch_size or self.global_batch_size)
 
     def batch(self, world_size: int = 1) -> BatchConfig:
-        """The batch arithmetic on ``world_size`` ranks; raises (naming the numbers) when it does not divide."""
-        return batch_config(self.global_batch_size, self.micro_batch_size, world_size)
+        """The batch arithmetic on ``world_size`` ranks; raises (naming the numbers) when it does not divide.
+        A micro batch larger than one rank's share is that share (:meth:`fit_to_run` says so at a run's start)."""
+        return batch_config(self.global_batch_size, self._micro_batch_that_fits(world_size), world_size)
+
+    # ---------------------------------------------------------------- what a run of a given length can take
+    # Issue 36: a carried setting (a rung's warmup, a lesson's micro batch) can be longer or larger than
+    # the run a later lesson makes of it (lesson 05's 0.25-epoch histogram run at a carried 65536 batch:
+    # 19 steps, with the carried 38-step warmup). What such a setting becomes is decided here, once, for
+    # every trainer (NeuMF's train_to_target, BERT's train_mlm), and said in one printed line.
+
+    def _micro_batch_that_fits(self, world_size: int) -> int | None:
+        """``micro_batch_size``, or one rank's share of the batch (no accumulation) where it is more than that."""
+        if self.micro_batch_size is not None and world_size >= 1 \
+                and self.micro_batch_size > self.global_batch_size // world_size >= 1:
+            return self.global_batch_size // world_size
+        return self.micro_batch_size
+
+    def _fit_budget(self, planned_steps: int) -> tuple[dict, list[str]]:
+        """The subclass's own derived quantities that do not fit its budget: ``(changes, notes)``."""
+        return {}, []
+
+    def fit_to_run(self, planned_steps: int, *, world_size: int = 1) -> tuple["RunSettings", list[str]]:
+        """``(settings, notes)``: this setting as a run that plans ``planned_steps`` optimizer steps on
+        ``world_size`` ranks can take it, and one sentence per change (empty: nothing changed).
+
+        - a warmup longer than the run is shortened to the whole run (the warmup is part of the run; the
+          lr then reaches its peak at the last planned step, so the run still ramps as the setting says);
+        - a micro batch larger than one rank's share of the global batch is that share (no accumulation);
+        - the subclass's own: NeuMF's milestones at or past the end are dropped and an evaluation interval
+          longer than the budget becomes the budget (:class:`course_lib.train.TrainConfig`); BERT's
+          evaluation interval likewise (:class:`course_lib.train.mlm.MLMTrainConfig`).
+        """
+        if not isinstance(planned_steps, int) or planned_steps < 1:
+            raise ValueError(f"planned_steps must be a positive integer, got {planned_steps!r}")
+        changes, notes = {}, []
+        if self.warmup_steps > planned_steps:
+            changes["warmup_steps"] = planned_steps
+            steps = f"{planned_steps} step{'s' if planned_steps > 1 else ''}"
+            notes.append(f"{self.warmup} warmup shortened from {self.warmup_steps} to {steps} (the whole run): a "
+                         f"warmup is part of its run, and this run plans {steps}")
+        if self._micro_batch_that_fits(world_size) != self.micro_batch_size:
+            share = self.global_batch_size // world_size
+            changes["micro_batch_size"] = share
+            notes.append(f"micro batch {self.micro_batch_size} is more than one rank's share of the batch ({share}): "
+                         f"micro batch {share}, no accumulation")
+        own, own_notes = self._fit_budget(planned_steps)
+        changes.update(own)
+        notes += own_notes
+        return (self.replace(**changes) if changes else self), notes
 
     def check_world_size(self, world_size: int) -> None:
         """Raise unless the global batch splits over ``world_size`` ranks
@@ -131,3 +178,14 @@ class RunSettings:
         """The settings back from ``to_dict()`` (derived and unknown keys ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in saved.items() if k in names})
+
+
+def fit_run(settings: RunSettings, planned_steps: int, *, world_size: int = 1, label: str = "",
+            quiet: bool = False) -> RunSettings:
+    """``settings.fit_to_run(planned_steps)``, with its notes printed as one line (unless ``quiet``:
+    ranks > 0): what every trainer calls before its first step, so a setting a run cannot take is
+    changed where the run is made, and said, instead of failing mid-lesson."""
+    fitted, notes = settings.fit_to_run(planned_steps, world_size=world_size)
+    if notes and not quiet:
+        print(f"note{' (' + label + ')' if label else ''}: " + "; ".join(notes), flush=True)
+    return fitted

@@ -8,9 +8,55 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .ladder import ladder_reading, ladder_table
-from .results import load_results
+from .ladder import LADDER_STEPS, LESSON_RUNGS, ladder_reading, ladder_table, mark_failed_lesson, started_below
+from .results import load_results, save_result
 from .tables import Table
+
+FAILURES = "course_failures"  # the record of the lessons that failed in this run (issue 36)
+
+
+def record_failure(notebook: str, cell: int | None, error: str, *, directory: Path | None = None,
+                   since: float | None = None) -> str:
+    """What ``make course`` (ci/run_notebooks.py) does when a lesson fails: the failure is recorded in
+    the results (lesson, cell, the error's first line), the lesson's rung is marked "not run: lesson NN
+    failed at cell K" (:func:`course_lib.ladder.mark_failed_lesson`), and the one line to print is
+    returned."""
+    name = Path(notebook).stem
+    lesson = name[:2]
+    step = mark_failed_lesson(lesson, cell, directory=directory, since=since)
+    failures = (load_results(directory).get(FAILURES) or {}).get("failed", [])
+    first = (error or "").strip().splitlines()[0] if (error or "").strip() else ""
+    failures = [f for f in failures if f["notebook"] != name] + [
+        {"notebook": name, "lesson": lesson, "cell": cell, "error": first, "rung": step}]
+    save_result(FAILURES, {"failed": failures}, directory)
+    return (f"lesson {lesson} ({name}) failed at " + (f"cell {cell}" if cell is not None else "its start")
+            + (f": {first}" if first else "") + (f"; its rung {step!r} is marked not run" if step else ""))
+
+
+def failures_markdown(directory: Path | None = None) -> str:
+    """The failed lessons, each with its cell and error, and the later rungs that therefore started
+    from an earlier rung than their lesson's plan (empty when every lesson ran)."""
+    failures = (load_results(directory).get(FAILURES) or {}).get("failed", [])
+    if not failures:
+        return ""
+    lines = ["## Lessons that failed", ""]
+    results = load_results(directory)
+    for f in failures:
+        where = f"cell {f['cell']}" if f.get("cell") is not None else "its start"
+        lines.append(f"- lesson {f['lesson']} ({f['notebook']}) failed at {where}"
+                     + (f": {f['error']}" if f["error"] else ""))
+        if not f.get("rung"):
+            continue
+        lines.append(f"  - its rung {f['rung']!r} is marked \"not run\" in the ladder")
+        for lesson, step in LESSON_RUNGS.items():  # the later rungs saved in this run, and what they built on
+            rec = results.get(f"ladder_{LADDER_STEPS.index(step)}")
+            if lesson <= f["lesson"] or rec is None or rec.get("failed"):
+                continue
+            below = started_below(step, directory)
+            if below is None or LADDER_STEPS.index(below) < LADDER_STEPS.index(f["rung"]):
+                lines.append(f"  - {step!r} (lesson {lesson}) therefore started from "
+                             + (f"the {below!r} rung" if below else "its lesson's defaults"))
+    return "\n".join(lines) + "\n"
 
 
 def summary_markdown(directory: Path | None = None) -> str:
@@ -18,12 +64,12 @@ def summary_markdown(directory: Path | None = None) -> str:
     results = load_results(directory)
     if not results:
         return "_No lesson saved results in this run._"
-    parts = []
+    parts = [failures_markdown(directory)] if FAILURES in results else []
     if any(n.startswith("ladder_") for n in results):
         reading = ladder_reading(directory).splitlines()
         parts += [ladder_table(directory).to_markdown(), "", *[f"- {line}" for line in reading], ""]
     for name, rec in results.items():
-        if name.startswith("ladder_"):
+        if name.startswith("ladder_") or name == FAILURES:
             continue
         scalars = {k: v for k, v in rec.items() if isinstance(v, (int, float, str, bool)) or v is None}
         t = Table(["quantity", "value"], title=name)

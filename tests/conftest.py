@@ -40,13 +40,16 @@ def pytest_configure(config):
 # train too (measured: 60 s instead of 18 s), and lesson 09 has no measurements of 06 to read.
 LESSON_CHAIN = "tests/test_notebooks.py::test_notebook_executes_in_smoke_profile[notebooks/"
 BROWSER_CHAIN = "tests/test_browser.py::test_notebook_runs_in_jupyterlab[notebooks/"
+# each lesson that reads earlier results also runs alone (issue 36): independent of each other and of the
+# chains, so any worker takes them, early (they are the next longest pieces of work)
+LESSONS_ALONE = "tests/test_notebooks.py::test_lesson_runs_alone_in_a_fresh_results_folder["
 
 
 def pytest_collection_modifyitems(config, items):
     """The two lesson chains first: they are the suite's longest pieces of work that cannot be
     split, so two workers start them at once; in one process the order does not matter."""
     items.sort(key=lambda item: 0 if item.nodeid.startswith(LESSON_CHAIN)
-               else 1 if item.nodeid.startswith(BROWSER_CHAIN) else 2)
+               else 1 if item.nodeid.startswith(BROWSER_CHAIN) else 2 if item.nodeid.startswith(LESSONS_ALONE) else 3)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -718,3 +718,14 @@ def test_a_rank_that_dies_while_starting_points_at_the_main_guard(tmp_path):
     msg = str(err)
     assert err.rank == 1 and "rank 1 of 2 exited with code 1 while starting, before it could run" in msg
     assert "stderr" in msg and '`if __name__ == "__main__":` guard' in msg
+
+
+def test_a_rank_that_starts_later_than_the_collective_timeout_still_joins(monkeypatch):
+    """The rendezvous waits for the slowest rank's start (spawn and ``import torch``: several times
+    longer on a busy machine); only the collectives after it are bounded by ``collective_timeout_s``
+    (issue 36: a 15 s collective timeout failed a 3-rank launch on a loaded machine)."""
+    import _slow_start_worker as S
+
+    monkeypatch.setenv("COURSE_TEST_SLOW_START_S", "6")
+    out = cdist.launch(S.rank_after_a_collective, 2, timeout_s=LAUNCH_TIMEOUT_S, collective_timeout_s=2, quiet=True)
+    assert out == [(0, 2.0), (1, 2.0)]

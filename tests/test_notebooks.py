@@ -97,3 +97,58 @@ def test_every_marked_cell_in_the_repository_has_a_stored_output():
         missing = cells.keys() - stored.get(expected_outputs.key(nb), {}).keys()
         assert not missing, f"{nb.relative_to(REPO)}: cells {sorted(missing)} have no stored output " \
             "(run `make test`, then `python ci/expected_outputs.py --update`)"
+
+
+# --------------------------------------------------------------------------- every lesson alone (issue 36)
+
+# The lessons that read an earlier lesson's saved results, and the lines each prints when they are missing:
+# run alone, in a fresh results folder, a lesson falls back to its own defaults for every earlier result
+# and says so. (The others read none: test_the_lessons_that_run_alone_are_those_that_read_earlier_results.)
+ALONE = {
+    "02_linear_scaling.ipynb": ["lesson 01 has not saved an lr", "lesson 01's baseline run is not saved here"],
+    "03_warmup.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
+    "04_lars.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
+    "05_mixed_precision.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting",
+                                 "Lesson 07 measures BERT's ratio on this machine (no result of this profile"],
+    "06_data_parallel.ipynb": ["rung is saved: this lesson's default setting"],
+    "07_bert_lamb.ipynb": ["lesson 05's NeuMF ratio is not saved here"],
+    "08_collectives.ipynb": ["lesson 06 has not saved an all-reduce fit here"],
+    "09_performance_model.ipynb": ["lesson 06 has not saved its strong/weak scaling runs here",
+                                   "lesson 02's steps to target are not here"],
+    "11_batch_size_science.ipynb": ["lesson 01 has not saved an lr", "lesson 02's result is missing",
+                                    "lesson 07's defaults"],
+    "12_hyperparameter_search.ipynb": ["lesson 07 has not saved a smoke-profile run here"],
+}
+READS_RESULTS = ("load_results(", "start_from(", "load_baseline(", "baseline_lr(")
+
+
+def _output_text(executed: Path) -> str:
+    nb = json.loads(executed.read_text())
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                     for c in nb["cells"] for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize("name", sorted(ALONE))
+def test_lesson_runs_alone_in_a_fresh_results_folder(name, tmp_path, monkeypatch):
+    """Opened first, in a fresh results folder: the lesson runs to the end on its own defaults and says,
+    in a line each, which earlier results it did not find (the chain above runs it with them)."""
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    monkeypatch.setenv("COURSE_CHECKS_STRICT", "0")
+    nb = REPO / "notebooks" / name
+    run = run_notebooks.execute(nb, tmp_path / "executed" / name, profile="smoke", kernel="python3",
+                                results_dir=tmp_path / "results", log_output=False, cell_timeout=scaled(900))
+    print(f"{name} alone: {run.seconds:.1f} s")
+    assert run.ok, f"{name}, run alone in a fresh results folder, failed at {run.error}"
+    text = _output_text(Path(run.output))
+    missing = [line for line in ALONE[name] if line not in text]
+    assert not missing, f"{name}, run alone, did not say it fell back to its defaults: no line with {missing}"
+
+
+def test_the_lessons_that_run_alone_are_those_that_read_earlier_results():
+    """A lesson that reads no earlier result runs alone in the chain already; one that starts reading
+    one must be added to ALONE (with the line it prints when the result is missing)."""
+    lessons = [p for p in NOTEBOOKS if p.parent.name == "notebooks"]
+    sources = {p.name: "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]) for p in lessons}
+    reads = {name for name, source in sources.items() if any(r in source for r in READS_RESULTS)}
+    assert reads <= ALONE.keys(), f"lessons that read earlier results but are not in ALONE: {reads - ALONE.keys()}"
+    assert set(ALONE) <= {p.name for p in lessons}

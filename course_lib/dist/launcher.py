@@ -94,6 +94,30 @@ class _WorkerSpec:
     parent_pid: int
     collective_timeout_s: float
     threads: int
+    rendezvous_timeout_s: float = 0.0  # 0: the collective timeout (see _rendezvous_timeout)
+
+
+def _rendezvous_timeout(timeout_s: float | None, collective_timeout_s: float) -> float:
+    """How long the ranks may take to meet: the launch's own bound (300 s without one), never less than a
+    collective's. Only where torch can set the collective timeout afterwards (else: the collective's)."""
+    if _pg_timeout_setter() is None:
+        return collective_timeout_s
+    return max(collective_timeout_s, timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S)
+
+
+def _pg_timeout_setter():
+    """torch's ``_set_pg_timeout(timeout, group)`` (torch >= 2.3; private, so looked up, not assumed)."""
+    from torch.distributed import distributed_c10d
+
+    return getattr(distributed_c10d, "_set_pg_timeout", None)
+
+
+def _set_collective_timeout(seconds: float, rendezvous: "_dt.timedelta") -> None:
+    """The default group's collective timeout, after a rendezvous that had a longer one (measured with
+    torch 2.13 and gloo: a barrier a peer never joins then fails after ``seconds``)."""
+    setter = _pg_timeout_setter()
+    if setter is not None and rendezvous.total_seconds() != seconds:
+        setter(_dt.timedelta(seconds=seconds), None)
 
 
 def _release_fork_server() -> None:
@@ -207,14 +231,17 @@ def _worker_main(spec: _WorkerSpec) -> None:
         fn, args = pickle.loads(spec.payload)
         if spec.backend == "nccl":
             torch.cuda.set_device(spec.rank)
-        store = dist.TCPStore(LOOPBACK, spec.port, world_size=None, is_master=False,
-                              timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
-        dist.init_process_group(spec.backend, store=store, rank=spec.rank, world_size=spec.world_size,
-                                timeout=_dt.timedelta(seconds=spec.collective_timeout_s))
+        # The rendezvous waits for the slowest rank to start (spawn, import torch: 2-3 s here, several
+        # times that on a busy machine), so it has its own, longer bound; the collectives get theirs
+        # once every rank is in (issue 36: a 15 s collective timeout failed a slow start).
+        meet = _dt.timedelta(seconds=spec.rendezvous_timeout_s or spec.collective_timeout_s)
+        store = dist.TCPStore(LOOPBACK, spec.port, world_size=None, is_master=False, timeout=meet)
+        dist.init_process_group(spec.backend, store=store, rank=spec.rank, world_size=spec.world_size, timeout=meet)
         # Every rank's side of gloo's full mesh is connected before any rank runs (and maybe
         # exits): a fast worker that returned and tore its group down while a slower peer was
         # still connecting failed that peer's init ("connectFullMesh ... closed by peer").
         dist.barrier()
+        _set_collective_timeout(spec.collective_timeout_s, meet)
         result = fn(spec.rank, spec.world_size, *args)
         atomic_torch_save(result, os.path.join(spec.run_dir, f"result{spec.rank}.pt"))
     except BaseException:  # noqa: BLE001 - everything must reach the cell, KeyboardInterrupt too
@@ -603,10 +630,11 @@ def _launch(fn, payload, world_size, backend, timeout_s, collective_timeout_s, t
             tmp_dir = None
         pump = _LogPump(run_dir, world_size, quiet)
         watchdog = _Watchdog(run_dir)
-        store = _loopback_store(collective_timeout_s)
+        meet_s = _rendezvous_timeout(timeout_s, collective_timeout_s)
+        store = _loopback_store(meet_s)
         for r in range(world_size):
             spec = _WorkerSpec(payload, dict(os.environ), r, world_size, backend, store.port, run_dir, tmp_dir,
-                               os.getpid(), float(collective_timeout_s), threads)
+                               os.getpid(), float(collective_timeout_s), threads, float(meet_s))
             p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
             p.start()
             procs.append(p)
@@ -724,8 +752,9 @@ def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn,
         last = tb.strip().splitlines()[-1]
         msg = f"rank {chosen} of {len(procs)} failed in {fn.__qualname__}: {last}"
         if collective_timeout_s is not None and re.search(r"timed out|timeout", last, re.IGNORECASE):
-            msg += (f" -- a collective or the rendezvous waited longer than collective_timeout_s="
-                    f"{collective_timeout_s:g} s. Usually another rank never joined it: check that every rank "
+            msg += (f" -- a collective waited longer than collective_timeout_s={collective_timeout_s:g} s (or the "
+                    "ranks' rendezvous longer than the launch's timeout). Usually another rank never joined it: "
+                    "check that every rank "
                     "calls the same collectives in the same order. If the ranks are only slow (a busy "
                     "machine, a long first step), pass a larger collective_timeout_s to launch().")
     elif not os.path.exists(os.path.join(run_dir, f"rank{chosen}.log")):

@@ -18,6 +18,7 @@ used by the training engine.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -50,11 +51,8 @@ def gradient_log2_magnitudes(model: torch.nn.Module, data, cfg, *, batches: int 
     """
     was_training = model.training
     model.train()
-    device = next(model.parameters()).device
-    it = iter(make_batches(data.to(device), cfg.replace(seed=seed)))
     chunks = []
-    for _ in range(batches):
-        users, items, labels = next(it)
+    for users, items, labels in _probe_batches(model, data, cfg, batches, seed):
         model.zero_grad(set_to_none=True)
         F.binary_cross_entropy_with_logits(model(users, items), labels).backward()
         chunks += [p.grad.detach().flatten().float() for p in model.parameters() if p.grad is not None]
@@ -86,9 +84,13 @@ def fp16_underflow_table(mags: dict) -> Table:
 
 
 def _probe_batches(model: torch.nn.Module, data, cfg, batches: int, seed: int) -> list:
+    """The first ``batches`` training batches of ``cfg`` (into the next epoch when one has fewer: a carried
+    large batch on a small set, issue 36)."""
     device = next(model.parameters()).device
-    it = iter(make_batches(data.to(device), cfg.replace(seed=seed)))
-    return [next(it) for _ in range(batches)]
+    source, out = make_batches(data.to(device), cfg.replace(seed=seed)), []
+    while len(out) < batches:
+        out += list(itertools.islice(iter(source), batches - len(out)))
+    return out
 
 
 def _backward_with_hooks(model: torch.nn.Module, batch, *, fp16: bool, scale: float):
@@ -274,6 +276,7 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
     for label, precision, scaling in SCALING_RUNS:
         c = cfg.replace(precision=precision, loss_scaling=scaling, stop_at_target=False, max_steps=steps,
                         max_epochs=max(cfg.max_epochs, epochs), eval_every_epochs=epochs / 2,
+                        dense_eval_margin=0.0,  # a fixed number of steps: no steps to target to resolve
                         loss_scale=static_scale if scaling == "static" else cfg.loss_scale)
         if scaling == "static":
             label = f"fp16, static scale 2^{math.log2(static_scale):.0f}"

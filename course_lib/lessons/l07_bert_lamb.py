@@ -254,7 +254,9 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     ok = bool(saved07 and saved07.get("profile") == profile)
     return {"model": saved07["model"] if ok else plan.bert_model,
             "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
-            "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None}
+            "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None,
+            "source": f"lesson 07's {profile} run" if ok else  # issue 36: a lesson run alone says so
+            f"the tier plan's BERT, with no target loss: lesson 07 has not saved a {profile}-profile run here"}
 
 
 def summary(record: dict, target: float) -> dict:

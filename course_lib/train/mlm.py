@@ -38,8 +38,8 @@ from ..models.bert import BertForMLM, bert_config
 from ..optim import LAMB, fused_on_gpu, lr_at, param_groups
 from ..parallel.data_parallel import DataParallel
 from ..precision import Precision
-from ..progress import resolve_progress
-from ..settings import RunSettings
+from ..progress import resolve_progress, time_to_go
+from ..settings import RunSettings, fit_run
 from .engine import Engine, RunHooks, sync
 
 OPTIMIZERS = ("adam", "lamb")
@@ -78,10 +78,16 @@ class MLMTrainConfig(RunSettings):
         if self.max_steps is None or self.eval_every_steps < 1:
             raise ValueError(f"MLMTrainConfig needs max_steps (its budget) and eval_every_steps >= 1, got "
                              f"{self.max_steps}, {self.eval_every_steps}")
-        if self.warmup_steps > self.max_steps:
-            raise ValueError(f"MLMTrainConfig.warmup_steps={self.warmup_steps} is longer than the run "
-                             f"(max_steps={self.max_steps})")
+        # a warmup longer than max_steps is shortened by fit_to_run (train_mlm), with a note: issue 36
         self.batch(1)  # a global batch that does not divide is an error here, not mid-run
+
+    def _fit_budget(self, planned_steps: int) -> tuple[dict, list[str]]:
+        """BERT's part of :meth:`RunSettings.fit_to_run`: an evaluation interval longer than the run is the run."""
+        if self.eval_every_steps > planned_steps:
+            return {"eval_every_steps": planned_steps}, [
+                f"evaluation every {self.eval_every_steps} steps is longer than this {planned_steps}-step run: "
+                "evaluated at its start and end"]
+        return {}, []
 
     def lr_at(self, step: int) -> float:
         return lr_at(step, peak_lr=self.peak_lr, warmup_steps=self.warmup_steps, total_steps=self.max_steps,
@@ -147,7 +153,7 @@ class _Progress:
             # step 0 is the initial evaluation: no training step yet, so no train loss (not a divergence)
             train = "-" if step == 0 else f"{train_loss:.3f}"
             print(f"[{self.label}] step {step}/{total}  train loss {train}  eval loss {eval_loss:.3f}  "
-                  f"lr {lr:.2e}  train {train_s:.1f}s", flush=True)
+                  f"lr {lr:.2e}  train {train_s:.1f}s{time_to_go(step, total, train_s)}", flush=True)
         elif self.bar is not None:
             self.bar.set_postfix(eval_loss=f"{eval_loss:.3f}", refresh=False)
 
@@ -178,6 +184,8 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     (lesson 12: a pruner's decision), asked after every evaluation but step 0's with ``step`` and
     ``eval_loss``; True ends the run there (rank 0 decides for all ranks).
     """
+    cfg = fit_run(cfg, cfg.max_steps, world_size=cdist.world_size(), label=cfg.name(),  # issue 36: what can run
+                  quiet=not cdist.is_main_process())
     run = _MLMRun(cfg, data, device, progress, model, hooks or RunHooks())
     run.eval_point(0, float("nan"))
     try:
@@ -368,6 +376,7 @@ def throughput(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str
 
     The steps are the engine's, as in :func:`train_mlm` (one process)."""
     device = torch.device(device)
+    cfg = fit_run(cfg, cfg.max_steps, quiet=True)  # a micro batch larger than the batch
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.vocab_size, data.seq_len).to(device)
     engine = _engine(cfg, model, device)  # its optimizer starts at cfg.peak_lr

@@ -40,8 +40,8 @@ from ..optim import ADAM_IMPLS, LAMB, LARS, SparseEmbeddingAdam, adam_kwargs, lr
 from ..parallel.data_parallel import DataParallel
 from ..plots import plot_curve
 from ..precision import Precision
-from ..progress import in_notebook, resolve_progress
-from ..settings import RunSettings
+from ..progress import in_notebook, resolve_progress, time_to_go
+from ..settings import RunSettings, fit_run
 from ..tables import Table
 from .engine import Engine, PhaseClock, RunHooks, all_finite, sync
 
@@ -196,6 +196,23 @@ class TrainConfig(RunSettings):
             return self.global_batch_size
         return int(round(self.global_batch_size * self.milestone_factor ** self.milestones_passed(epoch)))
 
+    def _fit_budget(self, planned_steps: int) -> tuple[dict, list[str]]:
+        """NeuMF's part of :meth:`RunSettings.fit_to_run`: milestones at or past the end of ``max_epochs``
+        never come (dropped); an evaluation interval longer than the budget is the budget (the run is
+        evaluated at its start and end, as it would be anyway)."""
+        changes, notes = {}, []
+        late = [m for m in self.milestones if m >= self.max_epochs]
+        if late:
+            changes["milestones"] = tuple(m for m in self.milestones if m < self.max_epochs)
+            notes.append(f"milestone{'s' if len(late) > 1 else ''} at epoch {', '.join(map(str, late))} dropped: "
+                         f"this run ends at epoch {self.max_epochs:g}")
+        if self.eval_every_epochs > self.max_epochs:
+            changes["eval_every_epochs"] = self.max_epochs
+            changes["dense_eval_every_epochs"] = min(self.dense_eval_every_epochs, self.max_epochs)
+            notes.append(f"evaluation every {self.eval_every_epochs:g} epochs is longer than this "
+                         f"{self.max_epochs:g}-epoch run: evaluated at its start and end")
+        return changes, notes
+
     def lr_factor_at_epoch(self, epoch: int) -> float:
         """The step decay's factor on the lr in ``epoch`` (1 when growing the batch instead)."""
         if self.at_milestone != "divide_lr":
@@ -308,6 +325,15 @@ def planned_steps(data: ImplicitData, cfg: TrainConfig) -> int:
     return steps + (math.ceil(part * -(-samples // cfg.batch_at_epoch(whole))) if part else 0)
 
 
+def fit_to_data(data: ImplicitData, cfg: TrainConfig, *, world_size: int = 1, label: str = "",
+                quiet: bool = False) -> TrainConfig:
+    """``cfg`` as a run on ``data`` can take it (:func:`course_lib.settings.fit_run`: a warmup longer than the
+    planned ``max_epochs`` is shortened, with a printed note, ...): what :func:`train_to_target` runs; a
+    lesson can call it where it makes a setting to see the note there."""
+    schedule_steps = math.ceil(cfg.max_epochs * steps_per_epoch(data, cfg))  # the lr schedule's plan (lesson 03)
+    return fit_run(cfg, max(1, schedule_steps), world_size=world_size, label=label, quiet=quiet)
+
+
 def epochs_to_steps(epochs: float, data: ImplicitData, cfg: TrainConfig) -> int:
     """``epochs`` of ``data`` at ``cfg``'s batch in optimizer steps, at least one (a warmup length, lessons 03-04)."""
     return max(1, round(epochs * steps_per_epoch(data, cfg)))
@@ -375,7 +401,7 @@ def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
 
 class _Progress:
     def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str, settings: str = ""):
-        self.mode, self.target_hr, self.label = mode, target_hr, label
+        self.mode, self.target_hr, self.label, self.total_steps = mode, target_hr, label, total_steps
         if mode != "none" and settings:
             print(f"[{label}] {settings}", flush=True)  # the batch arithmetic and lr, before the first step
         self.bar = self.fig = self.handle = None
@@ -400,8 +426,9 @@ class _Progress:
         loss = "  -   " if curve["loss"][i] is None else f"{curve['loss'][i]:.4f}"
         msg = (f"epoch {curve['epoch'][i]:.2f}  step {curve['step'][i]}  train {curve['time_s'][i]:.1f}s  "
                f"loss {loss}  HR@10 {curve['hr'][i]:.4f}  NDCG@10 {curve['ndcg'][i]:.4f}")
-        if self.mode == "log" and log:
-            print(f"[{self.label}] {msg}", flush=True)
+        if self.mode == "log" and log:  # with the run's time to go at its budget (it may stop at its target)
+            to_go = time_to_go(curve["step"][i], self.total_steps, curve["time_s"][i])
+            print(f"[{self.label}] {msg}{to_go}", flush=True)
         if self.bar is not None:
             self.bar.set_postfix(hr=f"{curve['hr'][i]:.3f}", refresh=False)
         if self.handle is not None:
@@ -458,6 +485,7 @@ def throughput(data: ImplicitData, cfg: TrainConfig, *, device=None, steps: int 
     every step, warmup included). One process."""
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)
+    cfg = fit_run(cfg, steps + warmup_steps, quiet=True)  # a micro batch larger than the batch (no schedule here)
     engine = build_engine(data, cfg, device)
     batches = make_batches(data, cfg)
     it = iter(batches)
@@ -652,6 +680,8 @@ class _NeuMFRun:
         self.device = device = torch.device(device) if device is not None else default_device()
         self.world_size = world_size = cdist.world_size()
         self.data = data = data.to(device)
+        # issue 36: a setting this run cannot take (a carried warmup longer than it, ...) changed here, and said
+        self.cfg = cfg = fit_to_data(data, cfg, world_size=world_size, label=label, quiet=cdist.rank() != 0)
         if world_size > 1 and (cfg.sparse_embeddings or cfg.compile != "none"):
             raise NotImplementedError("TrainConfig.sparse_embeddings and compile are lesson 01's single-process "
                                       "measurements; leave them at their defaults inside a process group")
