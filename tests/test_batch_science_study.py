@@ -27,17 +27,50 @@ def test_critical_batch_recovers_the_model_it_fits():
 
 def test_noise_verdict_both_ways():
     fit = study.critical_batch(_curve(2000))
-    assert study.noise_verdict(2500, fit).startswith("The noise scale predicts the bend")
+    assert study.noise_verdict(2500, fit).endswith("within the factor 3 McCandlish et al. report.")
     no = study.noise_verdict(40000, fit)
-    assert "does not predict" in no and "above" in no
-    assert "below" in study.noise_verdict(100, fit)
+    assert "Outside the factor 3" in no and "does not predict" in no
+    assert "Outside" in study.noise_verdict(100, fit)
     perfect = study.critical_batch([{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)])
     assert "consistent" in study.noise_verdict(5000, perfect)
-    assert "underestimates" in study.noise_verdict(50, perfect)
+    assert "predicted a bend below 4,096" in study.noise_verdict(50, perfect)
     beyond = study.noise_verdict(12_000, study.critical_batch(_curve(400_000, batches=(4096, 16384, 65536))))
-    assert "no bend yet" in beyond and "extrapolates" in beyond and "underestimates" in beyond
+    assert "above the largest batch measured, an extrapolation" in beyond and "Outside" in beyond
+    assert "no bend yet" not in beyond
     assert "fewer than 3" in study.noise_verdict(10, study.critical_batch([]))
     assert "not positive" in study.noise_verdict(math.inf, fit)
+
+
+def test_noise_verdict_reads_the_curve_it_fits_and_the_stated_error():
+    # review 2026-12-01 #18-#20: lesson 02's 285 -> 100 steps for 4x the batch is not "no bend yet"; an
+    # unweighted fit gave a negative intercept; the stated error decides whether the factor 3 is crossed
+    rows = [{"batch size": b, "steps to target": s} for b, s in ((256, 17406), (1024, 4400), (4096, 1150),
+                                                                 (16384, 285), (65536, 100))]
+    fit = study.critical_batch(rows)
+    assert fit["status"] in ("fit", "beyond range") and fit["s_min"] > 0
+    said = study.noise_verdict(6613, fit, stderr=1800)
+    assert "from batch 16,384 to 65,536 (x4) the steps to target fell 285 -> 100 (x2.85; perfect scaling: x4)" in said
+    assert "B_simple = 6,613 +/- 1,800" in said
+    near = {**fit, "b_crit": 6613 * 3.3}
+    assert "Not decided" in study.noise_verdict(6613, near, stderr=1800)
+    assert "Outside" in study.noise_verdict(6613, near, stderr=10)
+    assert "within the factor" in study.noise_verdict(6613, {**fit, "b_crit": 6613.0}, stderr=100)
+
+
+def test_noise_trend_reads_growth_only_beyond_the_errors():
+    from _quoted import unquoted
+
+    def table(values, errors):
+        probes = [{"epoch": 0.25 * (i + 1), "step": i, "hr": 0.5, "b_simple": v, "stderr": e, "trace_cov": 1.0,
+                   "grad_sq_norm": 1.0} for i, (v, e) in enumerate(zip(values, errors))]
+        return study.noise_table(SimpleNamespace(probes=probes))
+
+    noisy = table([4906, 29838, 39227, 6613], [1600, 29000, 32000, 1800])  # review 2026-12-01 #19
+    said = study.noise_trend(noisy)
+    assert "did not change beyond its errors: 4,906 -> 6,613" in said and "standard errors up to 32,000" in said
+    assert unquoted(said, noisy, allowed={4817}) == set()  # 2 x hypot(1600, 1800), the stated rule
+    assert "grew" in study.noise_trend(table([1000, 9000], [100, 100]))
+    assert "fell" in study.noise_trend(table([9000, 1000], [100, 100]))
 
 
 def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():
@@ -157,7 +190,8 @@ def test_bert_noise_verdict_every_outcome():
     assert "missing" in study.bert_noise_verdict(100.0, None)
     noisy = study.bert_noise_verdict(300.0, rows, stderr=400.0)
     assert noisy.startswith("BERT's B_simple = 300 +/- 400 sequences") and "predicts nothing yet" in noisy and "B_crit = 200" in noisy
-    assert study.bert_noise_verdict(300.0, rows, stderr=30.0) == agree
+    assert study.bert_noise_verdict(300.0, rows, stderr=30.0).startswith(agree.split(" The two points")[0])
+    assert "within two standard errors), within the factor" in study.bert_noise_verdict(300.0, rows, stderr=30.0)
     assert "all noise" in study.bert_noise_verdict(math.inf, rows)
 
 
@@ -194,3 +228,13 @@ def test_bert_b_simple_at_target_takes_the_first_probe_there():
     assert study.mlm_b_simple_at_target(rec, None)["b_simple"] == 30.0
     with pytest.raises(ValueError, match="no noise-scale probe"):
         study.mlm_b_simple_at_target({"probes": []}, 5.0)
+
+
+def test_sharpness_verdict_does_not_decide_when_eigenvalue_and_trace_disagree():
+    # review 2026-12-01 #21: "sharper" by the top eigenvalue while the Hessian trace said flatter (5.54 vs 6.86)
+    small = {**_row(4096, 1.0, 0.01), "Hessian trace": 6.86}
+    large = {**_row(65536, 2.0, 0.05), "Hessian trace": 5.54}
+    said = study.sharpness_verdict(small, large)
+    assert said.startswith("Not decided") and "sharper" in said and "flatter (5.54 vs 6.86)" in said
+    agree = study.sharpness_verdict(small, {**large, "Hessian trace": 9.0})
+    assert agree.startswith("As Keskar")
