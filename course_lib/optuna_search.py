@@ -15,6 +15,7 @@ import time
 from typing import Callable
 from .data.movielens import ImplicitData
 from .fileio import pid_alive
+from .train.engine import RunHooks
 from .train.ncf import TrainConfig, train_to_target
 
 
@@ -231,7 +232,7 @@ def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, s
             # counts as PRUNED with no value. A finished run is kept: its epochs are spent anyway.
             return step < last and trial.should_prune()
 
-        r = train_to_target(data, cfg, device=device, progress="none", stop_early=report)
+        r = train_to_target(data, cfg, device=device, progress="none", hooks=RunHooks(stop_early=report))
         trial.set_user_attr("budget", len(r.curve["hr"]) - 1)  # evaluation points trained (step 0 excluded)
         trial.set_user_attr("samples_per_s", r.samples_per_s)
         trial.set_user_attr("curve_hr", [h for h in r.curve["hr"]])
@@ -278,7 +279,7 @@ def mlm_objective(data, base_cfg, *, device=None, space: dict = MLM_SPACE) -> Ca
             trial.report(point["eval_loss"], step=step)
             return step < last and trial.should_prune()  # a finished run is kept (see neumf_objective)
 
-        r = train_mlm(cfg, data, device=device, progress="none", stop_early=report)
+        r = train_mlm(cfg, data, device=device, progress="none", hooks=RunHooks(stop_early=report))
         trial.set_user_attr("budget", len(r["curves"]["eval_step"]) - 1)  # evaluations trained (step 0 excluded)
         trial.set_user_attr("curve_loss", list(r["curves"]["eval_loss"]))
         if r["diverged"]:

@@ -1,5 +1,20 @@
-"""The figures lesson 01 shows (and later lessons reuse). No side effects at import:
-pyplot is imported inside each function and no rcParams are changed."""
+"""The lessons' figures of training runs and their results, one function per figure (lessons 01-07, 12).
+
+Each draws from the learner's own records (a curve, a sweep's rows, a run's history) onto a new figure
+or the ``ax`` it is given, and returns the figure:
+
+- lesson 01: ``plot_curve`` (HR@10 against training time, with the target), ``plot_results``,
+  ``plot_throughput``, ``plot_loader_comparison``, ``plot_optimizer_step``, ``plot_lazy_adam``;
+- lessons 02-04: ``plot_steps_to_target``, ``plot_time_to_target``, ``plot_generalization_gap``,
+  ``plot_loss_curves``, ``plot_lr_schedules``, ``plot_trust_ratios``;
+- lesson 05: ``plot_gradient_histogram``, ``plot_loss_scale``, ``plot_precision_phases``;
+- lessons 01-06's trick ladder: ``plot_ladder``;
+- lesson 07: ``plot_mlm_runs``, ``plot_lamb_trust_ratios``; lesson 12: ``plot_search_progress``,
+  ``plot_hyperband_brackets``.
+
+Figures of communication live in :mod:`course_lib.comm.plots`, drawings made from the learner's
+objects in :mod:`course_lib.diagrams`. No side effects at import: pyplot is imported inside each
+function and no rcParams are changed."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
 from course_lib.models import bert as bert_mod
 from course_lib.models.bert import PRESETS, BertForMLM, bert_config, build_bert
+from course_lib.train import RunHooks
 from course_lib.train.mlm import MLMTrainConfig, train_mlm
 from _timing import scaled
 
@@ -146,8 +147,8 @@ def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small
     torch.set_num_threads(1)
     try:
         plain = train_mlm(cfg, small_data, device="cpu", progress="none")
-        probed = train_mlm(cfg, small_data, device="cpu", progress="none",
-                           on_eval=study.mlm_noise_probe(small_data, 2, 16, repeats=2, at_steps=at))
+        probe = study.mlm_noise_probe(small_data, 2, 16, repeats=2, at_steps=at)
+        probed = train_mlm(cfg, small_data, device="cpu", progress="none", hooks=RunHooks(on_eval=probe))
     finally:
         torch.set_num_threads(threads)
     assert plain["probes"] == [] and plain["probe_time_s"] == 0.0

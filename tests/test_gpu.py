@@ -24,7 +24,7 @@ from course_lib.bench import bert_throughput
 from course_lib.data import load_synthetic
 from course_lib.optim import fused_on_gpu
 from course_lib.parallel import CHECKPOINT_NAME, Checkpointer
-from course_lib.train import TrainConfig, train_to_target
+from course_lib.train import RunHooks, TrainConfig, train_to_target
 from course_lib.train.ncf import build_model, make_optimizer
 from course_lib.train.workers import RunSpec, ncf_worker
 from _timing import scaled
@@ -58,8 +58,8 @@ def test_the_plan_for_this_machine_is_a_gpu_tier():
 def test_neumf_trains_on_the_gpu_with_fused_adam(data, precision):
     if precision == "bf16" and not torch.cuda.is_bf16_supported():
         pytest.skip("no bf16 on this GPU")
-    r = train_to_target(data, CFG.replace(precision=precision), device="cuda", progress="none", time_phases=True,
-                        keep_model=True)
+    r = train_to_target(data, CFG.replace(precision=precision), device="cuda", progress="none",
+                        hooks=RunHooks(time_phases=True, keep_model=True))
     assert r.device.startswith("cuda") and r.steps == 8 and all(torch.isfinite(p).all() for p in r.model.parameters())
     assert r.precision["mode"] == precision
     # CUDA events timed each phase without synchronizing every step; the clock read them at the end
@@ -72,7 +72,7 @@ def test_lesson_05s_measurements_run_on_the_gpu(data):
     from course_lib.lessons import l05_mixed_precision as MP
 
     r = train_to_target(data, CFG.replace(precision="fp16", loss_scaling="static", loss_scale=1024.0), device="cuda",
-                        progress="none", keep_model=True)
+                        progress="none", hooks=RunHooks(keep_model=True))
     assert r.precision["loss_scaling"] == "static" and r.precision["loss_scale"] == 1024.0
     speed = MP.precision_throughput(data, CFG, ("fp32", "fp16"), steps=3, device="cuda", repeats=2, warmup_steps=1)
     assert all(v > 0 for run in speed.values() for v in run.phase_s.values())  # CUDA events, read at the end
@@ -125,7 +125,8 @@ def test_nccl_data_parallel_equals_one_process(data, tmp_path):
     cfg = CFG.replace(micro_batch_size=64)
     out = cdist.launch(ncf_worker, 2, cfg, spec, backend="nccl", quiet=True, timeout_s=scaled(600))
     assert out[0]["device"] == "cuda:0" and out[1]["device"] == "cuda:1"
-    train_to_target(data, CFG, device="cuda", progress="none", checkpoint=Checkpointer(tmp_path / "one", 8))
+    train_to_target(data, CFG, device="cuda", progress="none",
+                    hooks=RunHooks(checkpoint=Checkpointer(tmp_path / "one", 8)))
     a = torch.load(tmp_path / "ddp" / CHECKPOINT_NAME, weights_only=True)["model"]
     b = torch.load(tmp_path / "one" / CHECKPOINT_NAME, weights_only=True)["model"]
     for k in a:

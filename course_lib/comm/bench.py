@@ -278,6 +278,122 @@ _LABELS = {"buckets": "DDP buckets", "no overlap": "one all-reduce after backwar
            "floor": "no communication (floor)", "compressed": "DDP + {} compression"}
 
 
+@dataclass(frozen=True)
+class _BucketBench:
+    """What every variant of one :func:`ddp_bucket_benchmark` shares: the model, this rank's data, the clock."""
+
+    spec: "MLPSpec"
+    device: torch.device
+    device_ids: list | None
+    clock: object
+    X: torch.Tensor  # (B, in)
+    y: torch.Tensor  # (B, out)
+    world_size: int
+    steps: int
+    warmup: int
+    repeats: int
+
+
+def _bucket_variant_run(kind: str, cap: float, compression, bench: "_BucketBench") -> dict:
+    """One variant of :func:`ddp_bucket_benchmark`, timed: its step, its all-reduces, its timeline, its weights."""
+    from contextlib import nullcontext
+
+    from . import hooks
+
+    spec, device, clock, X, y = bench.spec, bench.device, bench.clock, bench.X, bench.y
+    torch.manual_seed(0)  # the same initial weights on every rank and every variant
+    model = DDP(spec.build().to(device), device_ids=bench.device_ids,
+                bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    recorder = None
+    if kind in ("buckets", "compressed"):
+        recorder = hooks.AllReduceRecorder(compression, clock=clock, count_underflow=kind == "compressed")
+        model.register_comm_hook(None, recorder.hook)
+    manual: list[dict] = []  # the no-overlap variant's one all-reduce per step
+    marks: list[tuple] = []  # per step: stamps (start, forward done, backward done, step done), records before
+    losses = []
+
+    def step():
+        recs = recorder.records if recorder is not None else manual
+        n_before = len(recs)
+        t0 = clock.stamp()
+        opt.zero_grad(set_to_none=True)
+        with model.no_sync() if kind in ("no overlap", "floor") else nullcontext():  # no_sync: no hooks fire
+            loss = torch.nn.functional.mse_loss(model(X), y)
+            t1 = clock.stamp()
+            loss.backward()  # DDP's hooks all-reduce each full bucket during this call
+        t2 = clock.stamp()
+        if kind == "no overlap":
+            flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
+            rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
+            dist.all_reduce(flat)
+            rec["done"] = clock.stamp()
+            manual.append(rec)
+            flat /= bench.world_size
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+        opt.step()
+        marks.append((t0, t1, t2, clock.stamp(), n_before))
+        losses[:] = [losses[0] if losses else loss.detach(), loss.detach()]  # the first step's and the latest
+
+    def after_warmup():
+        marks.clear()
+        manual.clear()
+        if recorder is not None:
+            recorder.reset()
+            recorder.count_underflow = False  # counted on the warm-up steps only (it costs two passes)
+
+    step_s = _time_steps(step, bench.steps, bench.warmup, device, after_warmup)
+    recs = recorder.records if recorder is not None else manual
+    secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
+    step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
+    rec_secs = secs[4 * len(marks):]
+    intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
+    k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
+    t0 = step_secs[k][0]
+    upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
+    timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
+                "step_ms": (step_secs[k][3] - t0) * 1e3,
+                "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
+    return {"step_s": step_s, "comm_s": hooks.in_flight_seconds([(a, b) for a, b, _ in intervals]) / len(marks),
+            "bytes_per_step": sum(n for _, _, n in intervals) / len(marks),
+            "allreduces_per_step": len(intervals) / len(marks), "timeline": timeline,
+            "in_sync": None if kind == "floor" else _params_in_sync(model), "params": _flat(model),
+            "first_loss": float(losses[0]), "loss": float(losses[1]),
+            "underflow": dict(recorder.underflow) if recorder is not None else None}
+
+
+def _bucket_row(kind: str, cap: float, compression, rs: list[dict], ref, theta0, bench: "_BucketBench",
+                refused: dict, reduces: dict) -> dict:
+    """One row of :func:`ddp_bucket_benchmark`: a variant's repeats, read against the reference's weights."""
+    row = {"variant": _LABELS[kind].format(compression), "bucket_cap_mb": cap,
+           "overlap": {"buckets": True, "compressed": True, "no overlap": False, "floor": None}[kind],
+           "compression": compression, "backend": dist.get_backend(), "device": bench.device.type,
+           "clock": bench.clock.kind, "repeats": bench.repeats, "steps": bench.steps}
+    if kind == "compressed":
+        row.update(refused=refused[compression], backend_reduces_dtype=reduces[compression])
+    if not rs:  # refused by DDP: not run
+        row.update(step_ms=None, step_ms_repeats=[], comm_ms=None, bytes_per_step=None, allreduces_per_step=None,
+                   timeline=None, params_in_sync=None, update_rel_diff=None, worst_tensor_rel_diff=None,
+                   worst_tensor=None, first_loss=None, final_loss=None, underflow=None)
+        return row
+    last = rs[-1]
+    whole, worst, worst_name = (None, None, None) if kind == "floor" else _update_difference(
+        last["params"], ref, theta0, bench.spec)
+    row.update(step_ms=float(np.median([r["step_s"] for r in rs])) * 1e3,
+               step_ms_repeats=[r["step_s"] * 1e3 for r in rs],
+               comm_ms=float(np.median([r["comm_s"] for r in rs])) * 1e3,
+               bytes_per_step=last["bytes_per_step"], allreduces_per_step=last["allreduces_per_step"],
+               timeline=last["timeline"], params_in_sync=last["in_sync"] if kind != "floor" else None,
+               update_rel_diff=whole, worst_tensor_rel_diff=worst, worst_tensor=worst_name,
+               first_loss=last["first_loss"], final_loss=last["loss"],
+               underflow=last["underflow"] if kind == "compressed" else None)
+    return row
+
+
 def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float], steps: int = 10,
                          model_spec: MLPSpec | None = None, warmup: int = 2, compute_only: bool = False,
                          compressions=(), repeats: int = 1) -> list[dict]:
@@ -320,8 +436,6 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
     ``distributed.py`` (``_BucketCapacityConfig``). A worker for ``launch``: arguments are positional,
     e.g. ``launch(ddp_bucket_benchmark, 2, [1, 25], 10, MLPSpec())``.
     """
-    from contextlib import nullcontext
-
     from . import hooks
 
     if not cdist.is_initialized():
@@ -349,105 +463,17 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
     reduces = {c: hooks.backend_reduces(hooks.COMPRESSED_DTYPES[c], device) for c in compressions}
     torch.manual_seed(0)
     theta0 = _flat(spec.build())  # the initial weights every variant starts from
-
-    def run(kind: str, cap: float, compression) -> dict:
-        torch.manual_seed(0)  # the same initial weights on every rank and every variant
-        model = DDP(spec.build().to(device), device_ids=device_ids,
-                    bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        params = [p for p in model.parameters() if p.requires_grad]
-        recorder = None
-        if kind in ("buckets", "compressed"):
-            recorder = hooks.AllReduceRecorder(compression, clock=clock, count_underflow=kind == "compressed")
-            model.register_comm_hook(None, recorder.hook)
-        manual: list[dict] = []  # the no-overlap variant's one all-reduce per step
-        marks: list[tuple] = []  # per step: stamps (start, forward done, backward done, step done), records before
-        losses = []
-
-        def step():
-            recs = recorder.records if recorder is not None else manual
-            n_before = len(recs)
-            t0 = clock.stamp()
-            opt.zero_grad(set_to_none=True)
-            with model.no_sync() if kind in ("no overlap", "floor") else nullcontext():  # no_sync: no hooks fire
-                loss = torch.nn.functional.mse_loss(model(X), y)
-                t1 = clock.stamp()
-                loss.backward()  # DDP's hooks all-reduce each full bucket during this call
-            t2 = clock.stamp()
-            if kind == "no overlap":
-                flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
-                rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
-                dist.all_reduce(flat)
-                rec["done"] = clock.stamp()
-                manual.append(rec)
-                flat /= world_size
-                offset = 0
-                for p in params:
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-                    offset += p.numel()
-            opt.step()
-            marks.append((t0, t1, t2, clock.stamp(), n_before))
-            losses[:] = [losses[0] if losses else loss.detach(), loss.detach()]  # the first step's and the latest
-
-        def after_warmup():
-            marks.clear()
-            manual.clear()
-            if recorder is not None:
-                recorder.reset()
-                recorder.count_underflow = False  # counted on the warm-up steps only (it costs two passes)
-
-        step_s = _time_steps(step, steps, warmup, device, after_warmup)
-        recs = recorder.records if recorder is not None else manual
-        secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
-        step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
-        rec_secs = secs[4 * len(marks):]
-        intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
-        k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
-        t0 = step_secs[k][0]
-        upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
-        timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
-                    "step_ms": (step_secs[k][3] - t0) * 1e3,
-                    "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
-        return {"step_s": step_s, "comm_s": hooks.in_flight_seconds([(a, b) for a, b, _ in intervals]) / len(marks),
-                "bytes_per_step": sum(n for _, _, n in intervals) / len(marks),
-                "allreduces_per_step": len(intervals) / len(marks), "timeline": timeline,
-                "in_sync": None if kind == "floor" else _params_in_sync(model), "params": _flat(model),
-                "first_loss": float(losses[0]), "loss": float(losses[1]), "underflow": dict(recorder.underflow) if recorder is not None else None}
+    bench = _BucketBench(spec, device, device_ids, clock, X, y, world_size, steps, warmup, repeats)
 
     runs: dict[int, list[dict]] = {i: [] for i in range(len(variants))}
     for _ in range(repeats):
         for i, (kind, cap, compression) in enumerate(variants):
             if kind == "compressed" and refused[compression] is not None:
                 continue
-            runs[i].append(run(kind, cap, compression))
+            runs[i].append(_bucket_variant_run(kind, cap, compression, bench))
     ref = runs[variants.index(("buckets", ref_cap, "none"))][-1]["params"]
-    rows = []
-    for i, (kind, cap, compression) in enumerate(variants):
-        row = {"variant": _LABELS[kind].format(compression), "bucket_cap_mb": cap,
-               "overlap": {"buckets": True, "compressed": True, "no overlap": False, "floor": None}[kind],
-               "compression": compression, "backend": dist.get_backend(), "device": device.type,
-               "clock": clock.kind, "repeats": repeats, "steps": steps}
-        if kind == "compressed":
-            row.update(refused=refused[compression], backend_reduces_dtype=reduces[compression])
-        rs = runs[i]
-        if not rs:  # refused by DDP: not run
-            row.update(step_ms=None, step_ms_repeats=[], comm_ms=None, bytes_per_step=None, allreduces_per_step=None,
-                       timeline=None, params_in_sync=None, update_rel_diff=None, worst_tensor_rel_diff=None,
-                       worst_tensor=None, first_loss=None, final_loss=None, underflow=None)
-            rows.append(row)
-            continue
-        last = rs[-1]
-        whole, worst, worst_name = (None, None, None) if kind == "floor" else _update_difference(
-            last["params"], ref, theta0, spec)
-        row.update(step_ms=float(np.median([r["step_s"] for r in rs])) * 1e3,
-                   step_ms_repeats=[r["step_s"] * 1e3 for r in rs],
-                   comm_ms=float(np.median([r["comm_s"] for r in rs])) * 1e3,
-                   bytes_per_step=last["bytes_per_step"], allreduces_per_step=last["allreduces_per_step"],
-                   timeline=last["timeline"], params_in_sync=last["in_sync"] if kind != "floor" else None,
-                   update_rel_diff=whole, worst_tensor_rel_diff=worst, worst_tensor=worst_name,
-                   first_loss=last["first_loss"], final_loss=last["loss"], underflow=last["underflow"] if kind == "compressed" else None)
-        rows.append(row)
-    return rows
+    return [_bucket_row(kind, cap, compression, runs[i], ref, theta0, bench, refused, reduces)
+            for i, (kind, cap, compression) in enumerate(variants)]
 
 
 @dataclass

@@ -32,6 +32,7 @@ from ..hardware import default_device
 from ..metrics import hr_standard_error, paired_speedup, speedup_text
 from ..optim import resolved_adam_impl
 from ..tables import Table
+from ..train.engine import RunHooks
 from ..train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
 import os
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ def _device(device) -> torch.device:
 
 def _timed_run(data: ImplicitData, cfg: TrainConfig, device, steps: int) -> TrainResult:
     return train_to_target(data, cfg.replace(max_steps=steps), device=device, progress="none",
-                           evaluate_points=False, time_phases=True)
+                           hooks=RunHooks(evaluate_points=False, time_phases=True))
 
 
 # --------------------------------------------------------------------------- the bottleneck
@@ -349,7 +350,8 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
         _timed_run(data, e, device, 2)  # eager warm-up at this shape
         before = _compile_counters()
         try:
-            first = train_to_target(data, c.replace(max_steps=1), device=device, progress="none", evaluate_points=False)
+            first = train_to_target(data, c.replace(max_steps=1), device=device, progress="none",
+                                    hooks=RunHooks(evaluate_points=False))
         except Exception as err:  # noqa: BLE001 -- any compiler failure: report it, stay eager
             lines = str(err).strip().splitlines()
             out["error"] = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
@@ -360,7 +362,7 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
             pair = (("eager", e), ("compiled", c))
             for name, setting in pair if rep % 2 == 0 else pair[::-1]:  # alternate which runs first
                 r = train_to_target(data, setting.replace(max_steps=steps), device=device, progress="none",
-                                    evaluate_points=False)
+                                    hooks=RunHooks(evaluate_points=False))
                 times[name].append(r.train_time_s / r.steps)
         eager_s, compiled_s = (statistics.median(times[k]) for k in ("eager", "compiled"))
         out["rows"].append({"batch size": b, "steps": steps, "eager_ms": 1000 * eager_s, "compiled_ms": 1000 * compiled_s,
@@ -469,7 +471,7 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
     # pinned memory only speeds up a copy to a GPU: on a CPU its rung would measure its neighbour again
     rows = [{"rung": name, "measured": device.type == "cuda" or name != "+ pin_memory", "passes": [{}, {}]}
             for name, _ in rungs]
-    run = dict(device=device, progress="none", evaluate_points=False, time_phases=False)
+    run = dict(device=device, progress="none", hooks=RunHooks(evaluate_points=False, time_phases=False))
     train_to_target(data, cfg.replace(**base, max_steps=5), **run)  # the process's first steps pay one-time costs
     for p, order in enumerate((list(zip(rows, rungs)), list(zip(rows, rungs))[::-1])):
         for row, (name, c) in order:
@@ -589,9 +591,9 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
         steps = max(min_steps, samples_per_point // b)
         # one short untimed run first: allocator and thread-pool warm-up for this shape
         train_to_target(data, cfg.replace(global_batch_size=b, max_steps=2), device=device, progress="none",
-                        evaluate_points=False, time_phases=False)
+                        hooks=RunHooks(evaluate_points=False, time_phases=False))
         r = train_to_target(data, cfg.replace(global_batch_size=b, max_steps=steps), device=device, progress="none",
-                            evaluate_points=False, time_phases=False)
+                            hooks=RunHooks(evaluate_points=False, time_phases=False))
         t.add(**{"batch size": b, "steps": r.steps, "samples/s": round(r.samples_per_s),
                  "ms/step": 1000 * r.train_time_s / max(1, r.steps)})
     return t
@@ -631,7 +633,7 @@ def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, devi
     device = torch.device(device) if device is not None else default_device()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     data = data.to(device)  # once, outside the profile: the dataset's copy is not a training step
-    run = dict(device=device, progress="none", evaluate_points=False, time_phases=True)
+    run = dict(device=device, progress="none", hooks=RunHooks(evaluate_points=False, time_phases=True))
     train_to_target(data, cfg.replace(max_steps=3), **run)  # warm-up
     # The profiler's C++ logger (kineto) prints "USDT: ... profiler_start/stop" lines to stderr at its
     # default level; 6 is above its highest level (measured with torch 2.13: 5 still prints them). Read

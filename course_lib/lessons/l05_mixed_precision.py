@@ -33,6 +33,7 @@ from ..metrics import hr_standard_error
 from ..precision import Precision, fp16_fates
 from ..tables import Table
 from ..train import mlm
+from ..train.engine import RunHooks
 from ..train.ncf import make_batches, make_optimizer, steps_per_epoch, throughput, train_to_target
 
 
@@ -276,7 +277,7 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
                         loss_scale=static_scale if scaling == "static" else cfg.loss_scale)
         if scaling == "static":
             label = f"fp16, static scale 2^{math.log2(static_scale):.0f}"
-        r = train_to_target(data, c, device=device, progress="none", keep_model=True, label=label)
+        r = train_to_target(data, c, device=device, progress="none", label=label, hooks=RunHooks(keep_model=True))
         scale = r.precision["loss_scale"]
         probe = (autocast_gradients(r.model, data, cfg, scales=(scale, REFERENCE_SCALE), batches=probe_batches)
                  if precision == "fp16" else None)

@@ -75,7 +75,7 @@ def lesson_spec(profile: str, dataset: str = "ml-1m", bert_preset: str | None = 
 # --------------------------------------------------------------------------- the course's step, per model
 
 
-def _ncf_cfg(batch: int) -> ncf.TrainConfig:
+def ncf_config(batch: int) -> ncf.TrainConfig:
     return ncf.TrainConfig(global_batch_size=batch, optimizer="adam", base_lr=1e-3)
 
 
@@ -98,7 +98,7 @@ def _engine_and_batch(kind: str, spec: dict, batch: int, data):
     """The engine of the course's step (one process) and one global batch of ``batch``."""
     dev = torch.device("cpu")
     if kind == "neumf":
-        cfg = _ncf_cfg(batch)
+        cfg = ncf_config(batch)
         return _ncf_engine(cfg, data, dev), (next(iter(ncf.make_batches(data, cfg))), None)
     cfg = _mlm_cfg(spec, batch)
     torch.manual_seed(cfg.seed)
@@ -183,7 +183,7 @@ def _measure_step(kind: str, spec: dict, batch: int, data) -> float:
     dev = torch.device("cpu")
     engine, _ = _engine_and_batch(kind, spec, batch, data)
     if kind == "neumf":
-        batches = ncf.make_batches(data, _ncf_cfg(batch))
+        batches = ncf.make_batches(data, ncf_config(batch))
         it = iter(batches)
 
         def step():
