@@ -223,6 +223,8 @@ def test_lead_by_batch_says_whether_lambs_lead_grew_or_shrank():
     assert "0.71 at batch 32 (120/168), 0.84 at batch 256 (63/75): LAMB's lead shrank as the batch grew" in said
     runs["lamb b=256 (best lr)"] = _mlm(30, 4.0, every=1)
     assert "grew as the batch grew" in lead_by_batch(runs, 4.1, 32, 256)
+    runs["lamb b=256 (best lr)"] = _mlm(90, 4.0, every=1)
+    assert "LAMB ahead at batch 32 only" in lead_by_batch(runs, 4.1, 32, 256)
     runs["lamb b=256 (best lr)"] = _mlm(None, 9.5, every=1)
     assert "cannot be followed" in lead_by_batch(runs, 4.1, 32, 256)
 

@@ -278,10 +278,15 @@ def lead_by_batch(runs: dict, target: float, small_batch: int, large_batch: int,
     if any(v is None for v in ratios.values()):
         return "LAMB/Adam steps to the target: not every run reached it, so the lead cannot be followed over the batch"
     (ls, as_, rs), (ll, al, rl) = ratios[small_batch], ratios[large_batch]
-    trend = ("shrank" if rl > rs else "grew") + " as the batch grew"
+    if rs < 1 and rl < 1:
+        trend = "LAMB's lead " + ("shrank" if rl > rs else "grew") + " as the batch grew"
+    elif rs >= 1 and rl >= 1:
+        trend = "Adam needed fewer steps at both batches"
+    else:
+        trend = "LAMB ahead at batch " + (f"{large_batch} only" if rl < 1 else f"{small_batch} only")
     res = max(eval_interval(r) for r in runs.values())
     return (f"LAMB/Adam steps to the target: {rs:.2f} at batch {small_batch} ({ls:g}/{as_:g}), {rl:.2f} at batch "
-            f"{large_batch} ({ll:g}/{al:g}): LAMB's lead {trend} (steps known to within {res} at most).")
+            f"{large_batch} ({ll:g}/{al:g}): {trend} (steps known to within {res} at most).")
 
 
 def precision_reading(bert: float, neumf: float | None, margin: float = 1.1) -> str:
