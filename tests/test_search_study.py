@@ -248,3 +248,18 @@ def test_lesson09s_model_prices_a_full_trial_and_the_table_prunes_over_the_limit
     assert rows["adam"]["the trials' throughput (s)"] == 1.0 and rows["lamb"]["model / trials"] == 1.5
     alone = study.pruning_table([], {"adam": 1.0}, samples_per_epoch=1e5, max_epochs=1.0, time_limit_s=2.0)
     assert alone.rows[0]["the trials' throughput (s)"] == "no trial"
+
+
+def test_the_demo_limit_lies_between_the_predictions_and_the_reading_checks_the_prunes():
+    # review 2026-12-01 #28: a limit of 1.1x the faster prediction sat above both: nothing could be pruned
+    assert study.demo_time_limit({"adam": 2.0, "lamb": 3.0}) == 2.5
+    assert study.demo_time_limit({"adam": 2.0, "lamb": 2.1}) is None
+    recs = [_record("random", 0, [_trial(2, [0.1, 0.2], optimizer="adam", speed=1000.0),
+                                  _trial(2, [0.1, 0.2], optimizer="lamb", speed=500.0)])]
+    t = study.pruning_table(recs, {"adam": 2.2, "lamb": 3.9}, samples_per_epoch=1000, max_epochs=2.0, time_limit_s=3.0)
+    said = study.pruning_reading(t)
+    assert "adam: kept (model 2.2 s, trials 2 s, limit 3 s): the trials agree" in said
+    assert "lamb: pruned (model 3.9 s, trials 4 s, limit 3 s): the trials agree" in said
+    wrong = study.pruning_reading(study.pruning_table(recs, {"adam": 3.5, "lamb": 3.9}, samples_per_epoch=1000,
+                                                      max_epochs=2.0, time_limit_s=3.0))
+    assert "adam: pruned" in wrong and "wrong side" in wrong

@@ -337,6 +337,33 @@ def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_pe
     return tab
 
 
+def demo_time_limit(predicted_s: dict[str, float]) -> float | None:
+    """A per-trial limit that lesson 09's model can act on: halfway between the fastest and the slowest
+    optimizer's predicted full trial (the review of 2026-12-01 found 1.1x the fastest above every
+    prediction: nothing could be pruned). None when the predictions are within 10% of each other."""
+    lo, hi = min(predicted_s.values()), max(predicted_s.values())
+    return None if hi <= 1.1 * lo else (lo + hi) / 2
+
+
+def pruning_reading(table: Table) -> str:
+    """Whether the model's prunes agree with what the trials' own throughput says, from the pruning
+    table's rows: an optimizer pruned (or kept) rightly when its measured full trial is on the same side
+    of the limit."""
+    out = []
+    for r in table.rows:
+        measured = r["the trials' throughput (s)"]
+        pruned = r["pruned before training"] == "yes"
+        if measured == "no trial":
+            out.append(f"{r['optimizer']}: {'pruned' if pruned else 'kept'}; no trial measured it")
+            continue
+        right = (measured > r["limit (s)"]) == pruned
+        model = r["lesson 09's model (s per full trial)"]
+        out.append(f"{r['optimizer']}: {'pruned' if pruned else 'kept'} (model {model:.3g} s, trials {measured:.3g} s, "
+                   f"limit {r['limit (s)']:.3g} s): "
+                   + ("the trials agree" if right else "the trials disagree: the model put it on the wrong side"))
+    return "; ".join(out) + "."
+
+
 def samples_per_epoch(data, spec: dict) -> int:
     """Samples in one epoch at the lesson's batch (positives and their negatives)."""
     cfg = base_config(spec, 0.5)
