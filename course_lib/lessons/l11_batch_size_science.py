@@ -639,25 +639,41 @@ def plot_bn(rows: list[dict]):
 
 
 def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
-    """At the smallest per-rank batch: which variant is most accurate, by how much local BN trails
-    it, and what synchronization cost per step at the largest batch."""
+    """At the smallest per-rank batch: which variant is most accurate and local BN against it; then what
+    separates the causes (review 2026-12-01 #23): synchronized statistics recover a loss that comes from
+    few samples per rank, recomputed evaluation statistics one that comes from the running averages (then
+    it shows at the largest batch too). Closer than ``margin`` is within this measurement's noise."""
     small = min(r["per_rank_batch"] for r in rows)
     large = max(r["per_rank_batch"] for r in rows)
     at = {r["variant"]: r for r in rows if r["per_rank_batch"] == small}
+    big = {r["variant"]: r for r in rows if r["per_rank_batch"] == large}
     best = max(at.values(), key=lambda r: r["test_accuracy"])
     local = at.get("local BN")
     out = [f"At {small} samples per rank the most accurate variant was {best['variant']} "
            f"({best['test_accuracy']:.3f})"]
-    if local is not None and best["variant"] != "local BN":
-        gap = best["test_accuracy"] - local["test_accuracy"]
-        out.append(f"; local BatchNorm reached {local['test_accuracy']:.3f}"
-                   + (f", {gap:.3f} behind: statistics of a few samples per rank hurt here."
-                      if gap > margin else ", within the noise of this measurement: few samples per rank did not hurt here."))
-    else:
+    if local is None or best["variant"] == "local BN":
         out.append("; local BatchNorm was not beaten at this batch size.")
-    big = {r["variant"]: r for r in rows if r["per_rank_batch"] == large}
+    else:
+        gap = best["test_accuracy"] - local["test_accuracy"]
+        out.append(f"; local BatchNorm reached {local['test_accuracy']:.3f}, {gap:.3f} behind"
+                   + ("" if gap > margin else f", within {margin:g}: no measurable loss") + ".")
+        sync = at.get("synchronized BN")
+        if gap > margin and sync is not None:
+            helped = sync["test_accuracy"] - local["test_accuracy"]
+            if helped > margin:
+                out.append(f" Synchronized statistics recovered {helped:.3f}: the few samples per rank cost accuracy.")
+            else:
+                out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): the few samples "
+                           "per rank were not what cost accuracy.")
+        rec_s, rec_l = at.get("local BN, recomputed stats"), big.get("local BN, recomputed stats")
+        if rec_s is not None and rec_l is not None and "local BN" in big:
+            d_s = rec_s["test_accuracy"] - local["test_accuracy"]
+            d_l = rec_l["test_accuracy"] - big["local BN"]["test_accuracy"]
+            if d_s > margin and d_l > margin:
+                out.append(f" Recomputed evaluation statistics helped at {small} ({d_s:+.3f}) and at {large} per rank "
+                           f"({d_l:+.3f}) alike: the running averages, not the batch size, cost accuracy here.")
     if "synchronized BN" in big and "local BN" in big:
         extra = big["synchronized BN"]["step_ms"] / max(big["local BN"]["step_ms"], 1e-9)
         out.append(f" Synchronizing the statistics cost x{extra:.1f} the local step time at {large} per rank "
-                   "(three extra all-reduces per BatchNorm layer per step).")
+                   "(its all-reduces of the batch statistics, forward and backward, in every BatchNorm layer).")
     return "".join(out)
