@@ -246,3 +246,17 @@ def test_precision_reading_explains_a_gap_only_where_there_is_one():
     assert "no difference between the models" in precision_reading(1.01, 1.07)
     assert "NeuMF gained more" in precision_reading(0.9, 1.2)
     assert precision_reading(1.5, None).endswith("(lesson 05's NeuMF ratio is not saved here)")
+
+
+def test_equal_sequences_reading_compares_at_the_small_batchs_budget():
+    from course_lib.lessons.l07_bert_lamb import equal_sequences_reading
+
+    small = _mlm(60, 4.0, batch=32)  # 120 steps x 32 = 3840 sequences, ends at 4.0
+    large = {**_mlm(None, 4.5, batch=256), "curves": {"eval_step": [0, 12, 15, 24], "eval_loss": [9.0, 4.6, 4.4, 3.9],
+                                                      "eval_time_s": [0, 1, 2, 3]}}
+    said = equal_sequences_reading({"adam b=32": small, "adam b=256 (best lr)": large}, 32, 256, "adam")
+    assert "after 3,840 sequences (step 15) the large batch's held-out loss was 4.400, higher than the small" in said
+    assert said.endswith("learned less")
+    large["curves"]["eval_loss"][2] = 3.5
+    assert equal_sequences_reading({"adam b=32": small, "adam b=256 (best lr)": large}, 32, 256, "adam").endswith(
+        "learned more")

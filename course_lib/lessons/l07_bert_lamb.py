@@ -209,6 +209,26 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
 
 
+def equal_sequences_reading(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> str:
+    """Per sequence seen: the large batch's held-out loss at its first evaluation past the small-batch run's
+    whole budget of sequences, against the small-batch run's loss at its end (sample efficiency, without
+    the clock). The large batch's extra budget is left out of the comparison."""
+    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
+    seqs = s["curves"]["eval_step"][-1] * small_batch
+    small_loss = s["curves"]["eval_loss"][-1]
+    at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
+               if st * large_batch >= seqs), None)
+    if at is None:
+        return f"{optimizer}: the large-batch run stopped before {seqs:,} sequences"
+    step, loss = at
+    if not (math.isfinite(loss) and math.isfinite(small_loss)):
+        return f"{optimizer}: a diverged run: no loss to compare at equal sequences"
+    how = "lower" if loss < small_loss else "higher"
+    return (f"{optimizer}, at equal sequences seen: after {step * large_batch:,} sequences (step {step}) the large "
+            f"batch's held-out loss was {loss:.3f}, {how} than the small batch's {small_loss:.3f} after its "
+            f"{seqs:,}: per sequence, the large batch learned {'more' if loss < small_loss else 'less'}")
+
+
 def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> str:
     """Whether an optimizer's best swept lr is distinguishable from the runner-up: the difference of their
     best losses against the seed-to-seed difference at the best lr (two seeds measured)."""
