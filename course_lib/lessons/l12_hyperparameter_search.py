@@ -629,9 +629,9 @@ def replay_verdict(table: Table) -> str:
     return head + " Not decided: the interval contains 1, the difference is within the seeds' spread."
 
 
-def winner_params(pool: dict, rep: dict, table: Table) -> dict:
-    """The configuration to confirm: the pool's best one at the end of training (the one the winning
-    strategy's searches reach the target with)."""
+def winner_params(pool: dict) -> dict:
+    """The configuration to confirm: the pool's best (the top-fraction target is set by the pool's best
+    few, so every search that reaches it, whichever strategy wins, found one of them)."""
     i = max(range(len(pool["curves"])), key=lambda k: max(pool["curves"][k]))
     return {"index": i, "params": pool["params"][i], "pool_hr": max(pool["curves"][i])}
 
