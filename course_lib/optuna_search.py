@@ -369,10 +369,20 @@ def _bracket(run: _Replay, rng, n: int, r0: int, eta: int) -> bool:
         for i in alive:
             if not run.train(i, had, r):
                 return False
-        if r >= R or len(alive) == 1:
+        if r >= R:
             return True
         alive = sorted(alive, key=lambda i: -run.curves[i][r - 1])[:max(1, len(alive) // eta)]
         had, r = r, min(r * eta, R)
+
+
+def hyperband_plan(R: int, reduction_factor: int = 3, min_resource: int = 1) -> list[tuple[int, int]]:
+    """Li et al. 2018's brackets for curves ``R`` points long: ``(configurations, starting resource)`` for
+    ``s = s_max .. 0``, ``n = ceil((s_max + 1) / (s + 1) * eta**s)`` at ``R / eta**s`` (their Table 1 for
+    R = 81, eta = 3: 81 at 1, 34 at 3, 15 at 9, 8 at 27, 5 at 81)."""
+    eta = reduction_factor
+    s_max = max(0, math.floor(math.log(R / min_resource, eta) + 1e-9))
+    return [(math.ceil((s_max + 1) / (s + 1) * eta ** s), max(min_resource, math.ceil(R / eta ** s)))
+            for s in range(s_max, -1, -1)]
 
 
 def replay_search(curves, strategy: str, *, budget: float, target: float, seed: int,
@@ -403,9 +413,8 @@ def replay_search(curves, strategy: str, *, budget: float, target: float, seed: 
         elif strategy == "successive_halving":
             going = _bracket(run, rng, eta ** s_max, min_resource, eta)
         else:
-            for s in range(s_max, -1, -1):
-                n = math.ceil((s_max + 1) / (s + 1) * eta ** s)
-                going = _bracket(run, rng, n, max(min_resource, math.ceil(R / eta ** s)), eta)
+            for n, r0 in hyperband_plan(R, eta, min_resource):
+                going = _bracket(run, rng, n, r0, eta)
                 if not going:
                     break
         if not going:

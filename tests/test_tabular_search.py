@@ -15,7 +15,7 @@ def _pool(n_bad=30, R=8, late_bloomer=False):
     """``n_bad`` configurations that plateau below 0.5 and two that climb to 0.9 (late bloomers: last until the end)."""
     bad = [[0.1 + (0.1 + 0.01 * i) * min(1.0, r / 2) for r in range(1, R + 1)] for i in range(n_bad)]
     if late_bloomer:
-        good = [0.05 + 0.85 * r / R for r in range(1, R + 1)]
+        good = [0.05 + 0.85 * (r / R) ** 3 for r in range(1, R + 1)]
     else:
         good = [0.5 + 0.4 * r / R for r in range(1, R + 1)]
     return bad + [good, list(good)]
@@ -46,11 +46,16 @@ def test_successive_halving_and_hyperband_find_an_early_leader_with_fewer_points
 
 
 def test_hyperband_brackets_follow_li_et_al():
-    """R = 8, eta = 2: brackets of 8, 5, 3 and 4 configurations starting at 1, 2, 4 and 8 points."""
+    assert search.hyperband_plan(81, 3) == [(81, 1), (34, 3), (15, 9), (8, 27), (5, 81)]  # their Table 1
+    assert search.hyperband_plan(8, 2) == [(8, 1), (6, 2), (4, 4), (4, 8)]
+    # one round of R = 8, eta = 2: 8@1 -> 4@2 -> 2@4 -> 1@8; 6@2 -> 3@4 -> 1@8; 4@4 -> 2@8; 4@8
+    one_round = (8 + 4 + 2 * 2 + 4) + (6 * 2 + 3 * 2 + 4) + (4 * 4 + 2 * 4) + 4 * 8
     curves = [[0.1 * (i % 7) + 0.001 * r for r in range(1, 9)] for i in range(20)]
-    spent_one_round = (8 * 1 + 4 * 1 + 2 * 2 + 1 * 4) + (5 * 2 + 2 * 2 + 1 * 4) + (3 * 4 + 1 * 4) + 4 * 8
-    r = search.replay_search(curves, "hyperband", budget=spent_one_round, target=99.0, seed=0, reduction_factor=2)
-    assert r["spent"] == spent_one_round and r["reached_at"] is None
+    r = search.replay_search(curves, "hyperband", budget=one_round + 1, target=99.0, seed=0, reduction_factor=2)
+    assert r["spent"] == one_round + 1  # the second round had begun: one point into its first bracket
+    rising = [[r / 10 for r in range(1, 9)]] * 20  # 0.8 only at the last point
+    sh = search.replay_search(rising, "successive_halving", budget=20, target=0.8, seed=0, reduction_factor=2)
+    assert sh["spent"] == 20 and sh["reached_at"] == 20  # the last survivor trains to the end
 
 
 def test_replay_refuses_an_unknown_strategy():
@@ -79,7 +84,7 @@ def test_replay_verdict_quotes_its_table_and_reads_both_outcomes():
     assert said.startswith(("successive_halving", "hyperband")) and "Decided: cutting runs early found" in said
     assert unquoted(said, table, allowed={90}) == set()
     # the opposite: the one good configuration starts worst and overtakes at the end: the rungs cut it
-    table, said = _reading(_pool(n_bad=4, late_bloomer=True))
+    table, said = _reading(_pool(n_bad=10, late_bloomer=True))
     assert "Decided: cutting runs early needed more epochs" in said
     assert unquoted(said, table, allowed={90}) == set()
 
