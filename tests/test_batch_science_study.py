@@ -200,6 +200,8 @@ def test_bert_noise_verdict_every_outcome():
     assert "B_simple agrees" in study.bert_noise_verdict(20.0, flat)
     assert "did not show" in study.bert_noise_verdict(5000.0, flat)
     assert "missing" in study.bert_noise_verdict(100.0, None)
+    # a smoke copy read B_simple 201 +/- 2,405 as "outside the factor 3" right after saying it predicts nothing
+    assert "not decided" in study.bert_noise_verdict(5000.0, rows, stderr=6000.0)
     noisy = study.bert_noise_verdict(300.0, rows, stderr=400.0)
     assert noisy.startswith("BERT's B_simple = 300 +/- 400 sequences") and "predicts nothing yet" in noisy and "B_crit = 200" in noisy
     assert study.bert_noise_verdict(300.0, rows, stderr=30.0).startswith(agree.split(" The two points")[0])

@@ -179,7 +179,12 @@ def bert_noise_verdict(b_simple: float, rows: list[dict] | None, factor: float =
         return (f"BERT's B_simple = {b_simple:,.0f} +/- {stderr:,.0f} sequences: its standard error is as large as "
                 "the estimate, so it predicts nothing yet. Raise BERT_NOISE_REPEATS (the error falls like "
                 "1/sqrt of it) or the larger of BERT_NOISE_BATCHES, and measure again. "
-                + bert_noise_verdict(b_simple, rows, factor, stderr=math.nan))
+                + _bert_noise_reading(b_simple, rows, factor, stderr))
+    return _bert_noise_reading(b_simple, rows, factor, stderr)
+
+
+def _bert_noise_reading(b_simple: float, rows: list[dict] | None, factor: float, stderr: float) -> str:
+    """:func:`bert_noise_verdict` past its first check (the factor read against B_simple's error band)."""
     if not math.isfinite(b_simple):
         return ("BERT's |G|^2 estimate was not positive: at these two batch sizes its gradient is all noise as far "
                 "as the repeats can tell. Raise BERT_NOISE_REPEATS or the larger batch and measure again.")
