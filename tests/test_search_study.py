@@ -263,3 +263,13 @@ def test_the_demo_limit_lies_between_the_predictions_and_the_reading_checks_the_
     wrong = study.pruning_reading(study.pruning_table(recs, {"adam": 3.5, "lamb": 3.9}, samples_per_epoch=1000,
                                                       max_epochs=2.0, time_limit_s=3.0))
     assert "adam: pruned" in wrong and "wrong side" in wrong
+
+
+def test_bert_verdict_says_why_neither_search_reached_lesson07s_target():
+    # review 2026-12-01 #26: a trial got 48 steps where lesson 07 needed 168
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8]]), 1e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.6, 6.2, 6.1]]), 2e-3)
+    spec = {**BSPEC, "target_loss": 4.0, "max_steps": 48, "target_steps": 168, "target_batch": 32}
+    said = study.bert_verdict(study.bert_rows([rand, hb], spec), spec)
+    assert "at most 48 steps at batch 8; lesson 07's Adam baseline needed 168 at batch 32" in said
+    assert "baseline needed" not in study.bert_verdict(study.bert_rows([rand, hb], BSPEC), BSPEC)

@@ -338,9 +338,14 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     length and vocabulary, and the target loss. From lesson 07's run in this ``profile`` (smoke and
     full train different models on different text), else the tier plan's, with no target."""
     ok = bool(saved07 and saved07.get("profile") == profile)
+    # the small-batch Adam baseline that set the target ("adam b=32"): how many steps it took to reach it
+    base = next((r for r in (saved07 or {}).get("runs", []) if ok and r.get("label", "").startswith("adam b=")
+                 and "(" not in r["label"]), None)
     return {"model": saved07["model"] if ok else plan.bert_model,
             "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
-            "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None}
+            "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None,
+            "target_steps": None if base is None else base.get("steps_to_loss"),
+            "target_batch": None if base is None else base.get("global_batch_size")}
 
 
 def summary(record: dict, target: float) -> dict:

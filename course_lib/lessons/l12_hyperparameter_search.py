@@ -507,6 +507,9 @@ def bert_verdict(rows: list[dict], bspec: dict, tie: float = 0.005) -> str:
         said = {s: "not reached" if math.isinf(v) else f"{v:g} steps" for s, v in steps.items()}
         out += (f" To lesson 07's target loss {bspec['target_loss']:.3f}: Hyperband {said['hyperband']}, random "
                 f"search {said['random']}.")
+        if all(math.isinf(v) for v in steps.values()) and bspec.get("target_steps"):
+            out += (f" A trial trains at most {bspec['max_steps']} steps at batch {bspec['batch']}; lesson 07's Adam "
+                    f"baseline needed {bspec['target_steps']} at batch {bspec['target_batch']} to reach it.")
     return out
 
 
