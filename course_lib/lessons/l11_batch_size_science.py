@@ -377,6 +377,19 @@ def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0, stderr: float
     return head + f"Not decided: the factor {factor:g} boundary lies inside B_simple's error."
 
 
+def repeats_for_error(b_simple: float, stderr: float, repeats: int, goal: float = 0.2) -> str:
+    """The repeats a measurement of B_simple needs for a standard error of ``goal`` of it: the error falls
+    like 1/sqrt(repeats) (averages of independent gradient pairs), so ``repeats * (relative error / goal)^2``."""
+    if not (math.isfinite(b_simple) and math.isfinite(stderr)) or b_simple <= 0:
+        return "no finite B_simple: no standard error to scale"
+    rel = stderr / b_simple
+    if rel <= goal:
+        return f"B_simple's standard error is {rel:.0%} of it at {repeats} repeats, within {goal:.0%}"
+    need = math.ceil(repeats * (rel / goal) ** 2)
+    return (f"B_simple's standard error is {rel:.0%} of it at {repeats} repeats; {goal:.0%} needs about {need:,} "
+            "(NOISE_REPEATS; the probe's cost grows in proportion)")
+
+
 def noise_trend(table: Table) -> str:
     """Did B_simple grow during training beyond its standard errors? From the noise table's rows."""
     rows = [r for r in table.rows if isinstance(r["B_simple"], int) and isinstance(r["+/- (stderr)"], int)]
