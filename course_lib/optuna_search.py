@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import statistics
 import time
 from typing import Callable
 from .data.movielens import ImplicitData
@@ -311,3 +312,143 @@ def search_worker(rank: int, world_size: int, spec: dict) -> dict:
     study = open_study(spec["name"], spec["path"], strategy=spec["strategy"], seed=seed,
                        max_resource=spec["max_resource"], reduction_factor=spec.get("reduction_factor", 3))
     return run_search(study, neumf_objective(data, base), budget=spec["budget"])
+
+
+# --------------------------------------------------------------------------- a tabular benchmark: replaying
+# strategies on recorded learning curves (lesson 12). HPO research compares strategies this way when a
+# real search is too dear to repeat on many seeds: record the full learning curve of every configuration
+# of a pool once, then let each strategy "train" a configuration by reading its curve (Eggensperger et al.
+# 2021, HPOBench; Klein & Hutter 2019, the tabular benchmarks of NAS-Bench/HPO-Bench). Training noise
+# enters once, through the pool; the replay's seeds resample only the search's own randomness.
+
+REPLAY_STRATEGIES = ("random", "successive_halving", "hyperband")
+
+
+def pool_target(curves, top_fraction: float = 0.05) -> float:
+    """The value only the top ``top_fraction`` of the pool's configurations reach (their best over
+    the curve): the ``max(1, ceil(top_fraction * n))``-th highest best value."""
+    if not curves:
+        raise ValueError("pool_target: the pool has no curves; record some configurations first")
+    if not 0 < top_fraction <= 1:
+        raise ValueError(f"top_fraction={top_fraction!r}: give a fraction in (0, 1], e.g. 0.05 for the top 5%")
+    best = sorted((max(c) for c in curves), reverse=True)
+    return best[max(1, math.ceil(top_fraction * len(best))) - 1]
+
+
+class _Replay:
+    """The clock of one replayed search: trains configuration ``i`` from the resource it has to ``r``
+    (reading its curve), counts the resource spent and notes when the target was first seen."""
+
+    def __init__(self, curves, budget: float, target: float):
+        self.curves, self.budget, self.target = curves, budget, target
+        self.spent, self.reached_at, self.best = 0, None, -math.inf
+
+    def train(self, i: int, start: int, r: int) -> bool:
+        """Train configuration ``i`` from ``start`` to ``r`` points; False once the budget is spent."""
+        for point in range(start + 1, r + 1):
+            if self.spent >= self.budget:
+                return False
+            self.spent += 1
+            v = self.curves[i][point - 1]
+            self.best = max(self.best, v)
+            if self.reached_at is None and v >= self.target:
+                self.reached_at = self.spent
+        return self.spent < self.budget
+
+    def result(self) -> dict:
+        return {"spent": self.spent, "reached_at": self.reached_at, "best": self.best}
+
+
+def _bracket(run: _Replay, rng, n: int, r0: int, eta: int) -> bool:
+    """One synchronous successive-halving bracket on ``n`` configurations drawn without replacement:
+    all train to ``r0``, the best ``1/eta`` go on to ``r0 * eta``, ... up to the curves' length."""
+    R = len(run.curves[0])
+    alive = rng.sample(range(len(run.curves)), min(n, len(run.curves)))
+    had, r = 0, min(r0, R)
+    while True:
+        for i in alive:
+            if not run.train(i, had, r):
+                return False
+        if r >= R:
+            return True
+        alive = sorted(alive, key=lambda i: -run.curves[i][r - 1])[:max(1, len(alive) // eta)]
+        had, r = r, min(r * eta, R)
+
+
+def hyperband_plan(R: int, reduction_factor: int = 3, min_resource: int = 1) -> list[tuple[int, int]]:
+    """Li et al. 2018's brackets for curves ``R`` points long: ``(configurations, starting resource)`` for
+    ``s = s_max .. 0``, ``n = ceil((s_max + 1) / (s + 1) * eta**s)`` at ``R / eta**s`` (their Table 1 for
+    R = 81, eta = 3: 81 at 1, 34 at 3, 15 at 9, 8 at 27, 5 at 81)."""
+    eta = reduction_factor
+    s_max = max(0, math.floor(math.log(R / min_resource, eta) + 1e-9))
+    return [(math.ceil((s_max + 1) / (s + 1) * eta ** s), max(min_resource, math.ceil(R / eta ** s)))
+            for s in range(s_max, -1, -1)]
+
+
+def replay_search(curves, strategy: str, *, budget: float, target: float, seed: int,
+                  min_resource: int = 1, reduction_factor: int = 3) -> dict:
+    """Replay ``strategy`` on recorded ``curves`` (``curves[i][r - 1]``: configuration ``i``'s metric after
+    ``r`` points, higher is better, every curve ``R`` long) until ``budget`` points are spent.
+
+    - "random": configurations drawn at random, each trained to ``R``;
+    - "successive_halving": brackets of ``eta**s_max`` configurations from ``min_resource`` (the most
+      aggressive bracket of Hyperband), one after the other;
+    - "hyperband": Li et al. 2018's brackets ``s = s_max .. 0`` in turn (bracket ``s`` starts
+      ``ceil((s_max + 1) / (s + 1) * eta**s)`` configurations at ``R / eta**s``), repeated.
+
+    Returns ``{"spent", "reached_at" (points spent when a curve first reached ``target``; None: never),
+    "best"}``."""
+    import random as _random
+
+    if strategy not in REPLAY_STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}; the replay knows {REPLAY_STRATEGIES}")
+    if budget <= 0:
+        raise ValueError(f"budget={budget!r}: give the points a search may spend (> 0)")
+    rng = _random.Random(seed)
+    run, R, eta = _Replay(curves, budget, target), len(curves[0]), reduction_factor
+    s_max = max(0, math.floor(math.log(R / min_resource, eta) + 1e-9))
+    while run.spent < run.budget:
+        if strategy == "random":
+            going = run.train(rng.randrange(len(curves)), 0, R)
+        elif strategy == "successive_halving":
+            going = _bracket(run, rng, eta ** s_max, min_resource, eta)
+        else:
+            for n, r0 in hyperband_plan(R, eta, min_resource):
+                going = _bracket(run, rng, n, r0, eta)
+                if not going:
+                    break
+        if not going:
+            break
+    return run.result()
+
+
+def replay_strategies(curves, *, budget: float, target: float, seeds: int, strategies=REPLAY_STRATEGIES,
+                      min_resource: int = 1, reduction_factor: int = 3) -> dict[str, list[dict]]:
+    """Every strategy replayed on ``seeds`` seeds (strategy ``k`` at seed ``s`` draws with its own
+    seed ``1000 * k + s``: no two strategies share their draws)."""
+    return {st: [replay_search(curves, st, budget=budget, target=target, seed=1000 * k + s,
+                               min_resource=min_resource, reduction_factor=reduction_factor) for s in range(seeds)]
+            for k, st in enumerate(strategies)}
+
+
+def median_ratio_interval(a: list[float], b: list[float], *, resamples: int = 2000, level: float = 0.9,
+                          seed: int = 0) -> tuple[float, float, float]:
+    """The ratio of medians ``median(a) / median(b)`` and its bootstrap ``level`` interval (percentile,
+    ``resamples`` resamples of each list; an unreached value is ``math.inf``; both medians infinite
+    count as 1). Efron & Tibshirani 1993, ch. 13."""
+    import random as _random
+
+    if not a or not b:
+        raise ValueError("median_ratio_interval: both lists need at least one value")
+
+    def ratio(x, y):
+        mx, my = statistics.median_low(x), statistics.median_low(y)
+        if math.isinf(mx) and math.isinf(my):
+            return 1.0
+        return math.inf if math.isinf(mx) else (0.0 if math.isinf(my) else mx / my)
+
+    rng = _random.Random(seed)
+    boot = sorted(ratio(rng.choices(a, k=len(a)), rng.choices(b, k=len(b))) for _ in range(resamples))
+    lo = boot[int((1 - level) / 2 * (resamples - 1))]
+    hi = boot[int((1 + level) / 2 * (resamples - 1))]
+    return ratio(a, b), lo, hi

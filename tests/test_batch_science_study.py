@@ -27,17 +27,50 @@ def test_critical_batch_recovers_the_model_it_fits():
 
 def test_noise_verdict_both_ways():
     fit = study.critical_batch(_curve(2000))
-    assert study.noise_verdict(2500, fit).startswith("The noise scale predicts the bend")
+    assert study.noise_verdict(2500, fit).endswith("within the factor 3 McCandlish et al. report.")
     no = study.noise_verdict(40000, fit)
-    assert "does not predict" in no and "above" in no
-    assert "below" in study.noise_verdict(100, fit)
+    assert "Outside the factor 3" in no and "does not predict" in no
+    assert "Outside" in study.noise_verdict(100, fit)
     perfect = study.critical_batch([{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)])
     assert "consistent" in study.noise_verdict(5000, perfect)
-    assert "underestimates" in study.noise_verdict(50, perfect)
+    assert "predicted a bend below 4,096" in study.noise_verdict(50, perfect)
     beyond = study.noise_verdict(12_000, study.critical_batch(_curve(400_000, batches=(4096, 16384, 65536))))
-    assert "no bend yet" in beyond and "extrapolates" in beyond and "underestimates" in beyond
+    assert "above the largest batch measured, an extrapolation" in beyond and "Outside" in beyond
+    assert "no bend yet" not in beyond
     assert "fewer than 3" in study.noise_verdict(10, study.critical_batch([]))
     assert "not positive" in study.noise_verdict(math.inf, fit)
+
+
+def test_noise_verdict_reads_the_curve_it_fits_and_the_stated_error():
+    # review 2026-12-01 #18-#20: lesson 02's 285 -> 100 steps for 4x the batch is not "no bend yet"; an
+    # unweighted fit gave a negative intercept; the stated error decides whether the factor 3 is crossed
+    rows = [{"batch size": b, "steps to target": s} for b, s in ((256, 17406), (1024, 4400), (4096, 1150),
+                                                                 (16384, 285), (65536, 100))]
+    fit = study.critical_batch(rows)
+    assert fit["status"] in ("fit", "beyond range") and fit["s_min"] > 0
+    said = study.noise_verdict(6613, fit, stderr=1800)
+    assert "from batch 16,384 to 65,536 (x4) the steps to target fell 285 -> 100 (x2.85; perfect scaling: x4)" in said
+    assert "B_simple = 6,613 +/- 1,800" in said
+    near = {**fit, "b_crit": 6613 * 3.3}
+    assert "Not decided" in study.noise_verdict(6613, near, stderr=1800)
+    assert "Outside" in study.noise_verdict(6613, near, stderr=10)
+    assert "within the factor" in study.noise_verdict(6613, {**fit, "b_crit": 6613.0}, stderr=100)
+
+
+def test_noise_trend_reads_growth_only_beyond_the_errors():
+    from _quoted import unquoted
+
+    def table(values, errors):
+        probes = [{"epoch": 0.25 * (i + 1), "step": i, "hr": 0.5, "b_simple": v, "stderr": e, "trace_cov": 1.0,
+                   "grad_sq_norm": 1.0} for i, (v, e) in enumerate(zip(values, errors))]
+        return study.noise_table(SimpleNamespace(probes=probes))
+
+    noisy = table([4906, 29838, 39227, 6613], [1600, 29000, 32000, 1800])  # review 2026-12-01 #19
+    said = study.noise_trend(noisy)
+    assert "did not change beyond its errors: 4,906 -> 6,613" in said and "standard errors up to 32,000" in said
+    assert unquoted(said, noisy, allowed={4817}) == set()  # 2 x hypot(1600, 1800), the stated rule
+    assert "grew" in study.noise_trend(table([1000, 9000], [100, 100]))
+    assert "fell" in study.noise_trend(table([9000, 1000], [100, 100]))
 
 
 def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():
@@ -88,9 +121,21 @@ def _bn_rows(small_local, small_sync):
 
 def test_bn_verdict_and_table_both_ways():
     hurt = study.bn_verdict(_bn_rows(0.70, 0.85))
-    assert "synchronized BN" in hurt and "hurt here" in hurt and "x2.0" in hurt
+    assert "synchronized BN" in hurt and "the few samples per rank cost accuracy" in hurt and "x2.0" in hurt
     assert "not beaten" in study.bn_verdict(_bn_rows(0.85, 0.80))
-    assert "did not hurt" in study.bn_verdict(_bn_rows(0.849, 0.85))
+    assert "no measurable loss" in study.bn_verdict(_bn_rows(0.849, 0.85))
+
+
+def test_bn_verdict_points_at_the_running_averages_when_sync_does_not_help():
+    # review 2026-12-01 #23: sync BN = local BN (0.857/0.858), recomputed statistics +0.029 even at 256 per rank
+    rows = _bn_rows(0.857, 0.858)
+    for b, acc in ((4, 0.90), (64, 0.929)):
+        rows.append({"per_rank_batch": b, "global_batch": 2 * b, "variant": "local BN, recomputed stats",
+                     "test_accuracy": acc, "step_ms": 1.0})
+    said = study.bn_verdict(rows)
+    assert "Synchronized statistics did not help (0.858)" in said
+    assert "the running averages, not the batch size, cost accuracy here" in said
+    assert "three extra" not in said
     t = study.bn_table(_bn_rows(0.7, 0.85))
     assert "2 ranks" in t.title and len(t.rows) == 2
 
@@ -155,9 +200,12 @@ def test_bert_noise_verdict_every_outcome():
     assert "B_simple agrees" in study.bert_noise_verdict(20.0, flat)
     assert "did not show" in study.bert_noise_verdict(5000.0, flat)
     assert "missing" in study.bert_noise_verdict(100.0, None)
+    # a smoke copy read B_simple 201 +/- 2,405 as "outside the factor 3" right after saying it predicts nothing
+    assert "not decided" in study.bert_noise_verdict(5000.0, rows, stderr=6000.0)
     noisy = study.bert_noise_verdict(300.0, rows, stderr=400.0)
     assert noisy.startswith("BERT's B_simple = 300 +/- 400 sequences") and "predicts nothing yet" in noisy and "B_crit = 200" in noisy
-    assert study.bert_noise_verdict(300.0, rows, stderr=30.0) == agree
+    assert study.bert_noise_verdict(300.0, rows, stderr=30.0).startswith(agree.split(" The two points")[0])
+    assert "within two standard errors), within the factor" in study.bert_noise_verdict(300.0, rows, stderr=30.0)
     assert "all noise" in study.bert_noise_verdict(math.inf, rows)
 
 
@@ -194,3 +242,20 @@ def test_bert_b_simple_at_target_takes_the_first_probe_there():
     assert study.mlm_b_simple_at_target(rec, None)["b_simple"] == 30.0
     with pytest.raises(ValueError, match="no noise-scale probe"):
         study.mlm_b_simple_at_target({"probes": []}, 5.0)
+
+
+def test_sharpness_verdict_does_not_decide_when_eigenvalue_and_trace_disagree():
+    # review 2026-12-01 #21: "sharper" by the top eigenvalue while the Hessian trace said flatter (5.54 vs 6.86)
+    small = {**_row(4096, 1.0, 0.01), "Hessian trace": 6.86}
+    large = {**_row(65536, 2.0, 0.05), "Hessian trace": 5.54}
+    said = study.sharpness_verdict(small, large)
+    assert said.startswith("Not decided") and "sharper" in said and "flatter (5.54 vs 6.86)" in said
+    agree = study.sharpness_verdict(small, {**large, "Hessian trace": 9.0})
+    assert agree.startswith("As Keskar")
+
+
+def test_repeats_for_error_scales_with_the_square_of_the_error():
+    # review 2026-12-01: 24 repeats gave standard errors of 27-97%
+    assert "27% of it at 24 repeats; 20% needs about 45" in study.repeats_for_error(6613, 1800, 24)
+    assert "within 20%" in study.repeats_for_error(1000, 100, 24)
+    assert "no finite" in study.repeats_for_error(math.inf, 1.0, 24)

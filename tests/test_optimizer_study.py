@@ -200,10 +200,43 @@ def test_lr_and_ablation_readings_compare_with_the_seed_to_seed_noise():
     abl = {"lamb": _mlm(60, 4.0), "no pre-normalization": _mlm(66, 4.02), "no bias correction": _mlm(None, 4.35),
            "broken": _mlm(None, 9.0, diverged=True)}
     text = ablation_reading(abl, "lamb", 4.1, [4.0, 4.05]).splitlines()
-    assert text[0].startswith("no pre-normalization: reached the target at step 66 (full LAMB: 60)")
-    assert "no measurable effect" in text[0]
-    assert text[1] == "no bias correction: did not reach the target; best loss +0.350 vs the full LAMB (seeds 0.050 apart)"
+    # review 2026-12-01 #3: step 66 against 60 is one evaluation interval (every 6 steps)
+    assert text[0].startswith("no pre-normalization: reached the target at step 66 (full LAMB: 60 on its seeds, "
+                              "evaluations every 6): no measurable difference in steps")
+    assert "no measurable effect" in text[0] and text[0].endswith("it did not diverge")
+    assert text[1] == ("no bias correction: did not reach the target; best loss +0.350 vs the full LAMB "
+                       "(seeds 0.050 apart); it did not diverge")
     assert text[2] == "broken: diverged"
+    later = ablation_reading({"lamb": _mlm(60, 4.0), "slow": _mlm(90, 4.0)}, "lamb", 4.1, [4.0, 4.01], [60, 66])
+    assert "(full LAMB: 60, 66 on its seeds, evaluations every 6): later by more than an evaluation interval" in later
+
+
+def test_lead_by_batch_says_whether_lambs_lead_grew_or_shrank():
+    from course_lib.lessons.l07_bert_lamb import lead_by_batch
+
+    # review 2026-12-01 #2: 120/168 = 0.71 at batch 32, 63/75 = 0.84 at batch 256
+    runs = {"adam b=32": _mlm(168, 4.0), "lamb b=32": _mlm(120, 4.0, every=1),
+            "adam b=256 (best lr)": _mlm(75, 4.0, every=1), "lamb b=256 (best lr)": _mlm(63, 4.0, every=1)}
+    runs["adam b=32"] = {**_mlm(None, 4.0), "curves": {"eval_step": [0, 168], "eval_loss": [9.0, 4.0],
+                                                       "eval_time_s": [0.0, 1.0]}}
+    said = lead_by_batch(runs, 4.1, 32, 256)
+    assert "0.71 at batch 32 (120/168), 0.84 at batch 256 (63/75): LAMB's lead shrank as the batch grew" in said
+    runs["lamb b=256 (best lr)"] = _mlm(30, 4.0, every=1)
+    assert "grew as the batch grew" in lead_by_batch(runs, 4.1, 32, 256)
+    runs["lamb b=256 (best lr)"] = _mlm(90, 4.0, every=1)
+    assert "LAMB ahead at batch 32 only" in lead_by_batch(runs, 4.1, 32, 256)
+    runs["lamb b=256 (best lr)"] = _mlm(None, 9.5, every=1)
+    assert "cannot be followed" in lead_by_batch(runs, 4.1, 32, 256)
+
+
+def test_run_line_is_one_line_per_run():
+    from course_lib.lessons.l07_bert_lamb import quiet_progress, run_line
+
+    r = {**_mlm(60, 4.0, label="lamb b=256"), "steps": 120, "train_time_s": 12.5}
+    assert run_line(r) == ("[lamb b=256] 120 steps, best held-out loss 4.000 at step 60, 12.5 s training, "
+                           "100.0 sequences/s")
+    assert "diverged after 120 steps" in run_line({**r, "diverged": True})
+    assert quiet_progress("log") == "none" and quiet_progress("bar") == "bar"
 
 
 def test_precision_reading_explains_a_gap_only_where_there_is_one():
@@ -213,3 +246,17 @@ def test_precision_reading_explains_a_gap_only_where_there_is_one():
     assert "no difference between the models" in precision_reading(1.01, 1.07)
     assert "NeuMF gained more" in precision_reading(0.9, 1.2)
     assert precision_reading(1.5, None).endswith("(lesson 05's NeuMF ratio is not saved here)")
+
+
+def test_equal_sequences_reading_compares_at_the_small_batchs_budget():
+    from course_lib.lessons.l07_bert_lamb import equal_sequences_reading
+
+    small = _mlm(60, 4.0, batch=32)  # 120 steps x 32 = 3840 sequences, ends at 4.0
+    large = {**_mlm(None, 4.5, batch=256), "curves": {"eval_step": [0, 12, 15, 24], "eval_loss": [9.0, 4.6, 4.4, 3.9],
+                                                      "eval_time_s": [0, 1, 2, 3]}}
+    said = equal_sequences_reading({"adam b=32": small, "adam b=256 (best lr)": large}, 32, 256, "adam")
+    assert "after 3,840 sequences (step 15) the large batch's held-out loss was 4.400, higher than the small" in said
+    assert said.endswith("learned less")
+    large["curves"]["eval_loss"][2] = 3.5
+    assert equal_sequences_reading({"adam b=32": small, "adam b=256 (best lr)": large}, 32, 256, "adam").endswith(
+        "learned more")

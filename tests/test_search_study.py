@@ -8,6 +8,8 @@ import pytest
 from course_lib import optuna_search as search
 from course_lib.lessons import l12_hyperparameter_search as study
 
+from _quoted import unquoted
+
 optuna = pytest.importorskip("optuna")
 
 
@@ -81,9 +83,22 @@ def test_too_slow_table_prunes_the_slower_optimizer():
     assert {r["optimizer"]: r["pruned before training"] for r in t.rows} == {"adam": "no", "lamb": "yes"}
 
 
-def test_parallel_reading_says_faster_or_not():
-    assert "faster" in study.parallel_reading({"seconds": 20.0}, {"seconds": 10.0, "processes": 2})
-    assert "slower" in study.parallel_reading({"seconds": 10.0}, {"seconds": 20.0, "processes": 2})
+def _parallel(seq_s, par_search_s, par_wall_s, reach=(1.0, 1.0)):
+    seq = _record("hyperband", 0, [_trial(2, [0.1, 0.6 if reach[0] == 1.0 else 0.2, 0.7])], seconds=seq_s)
+    par = {**_record("hyperband", 0, [_trial(2, [0.1, 0.6 if reach[1] == 1.0 else 0.2, 0.7])], seconds=par_search_s),
+           "wall_s": par_wall_s, "processes": 2, "trials_per_process": [1, 0]}
+    return study.parallel_table(seq, par, 0.5, per_point=1.0)
+
+
+def test_parallel_reading_reads_the_wall_time_of_its_table():
+    # review 2026-12-01 #27: "1.32x, faster" next to 10.2 s wall against 9.4 s: the wall time decides
+    t = _parallel(9.4, 7.1, 10.2, reach=(1.0, 2.0))
+    said = study.parallel_reading(t)
+    assert "slower" in said and "10.2 s wall against 9.4 s" in said and "Epochs to the target: 2 against 1" in said
+    assert unquoted(said, t, allowed={0.92}) == set()  # 9.4 / 10.2, the stated ratio
+    fast = study.parallel_reading(_parallel(20.0, 9.0, 10.0))
+    assert "faster" in fast and "share this machine's cores" not in fast and "Epochs to the target" not in fast
+    assert "no faster" in study.parallel_reading(_parallel(10.0, 9.0, 10.5))
 
 
 @pytest.mark.slow
@@ -132,19 +147,45 @@ def test_bert_steps_to_the_target_count_earlier_trials():
     assert study.bert_progress(r, eval_every=2) == [(6.0, 5.8), (12.0, 4.5)]
 
 
+def _lr(record, *lrs):
+    for t, lr in zip(record["trials"], lrs):
+        t["params"] = {"base_lr": lr}
+    return record
+
+
 def test_bert_verdict_reads_both_outcomes():
-    rand = _bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]])
-    hb = _bert_record("hyperband", 0, [[7.0, 6.9], [7.0, 6.0, 4.9, 4.5], [7.0, 6.95]], ["PRUNED", "COMPLETE", "PRUNED"])
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]]), 1e-3, 2e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.9], [7.0, 6.0, 4.9, 4.5], [7.0, 6.95]],
+                          ["PRUNED", "COMPLETE", "PRUNED"]), 1e-3, 5e-3, 3e-3)
     rows = study.bert_rows([rand, hb], BSPEC)
+    assert [r["best trial's lr"] for r in rows] == [1e-3, 5e-3]
     said = study.bert_verdict(rows, BSPEC)
-    assert "Hyperband's best held-out loss was 4.500 and random search's 5.800" in said
-    assert "bought better settings" in said and "Hyperband 6 steps, random search not reached" in said  # (1 + 2) evaluations x 2 steps
+    assert "Hyperband 4.500, random search 5.800" in said
+    # (1 + 2) evaluations x 2 steps
+    assert "bought better settings" in said and "Hyperband 6 steps, random search not reached" in said
+    # the gap, budget x eval_every and the target are the reading's stated derivations
+    assert unquoted(said, study.bert_table(rows, BSPEC), allowed={1.3, 12 * 2, 5.0}) == set()
     swapped = study.bert_verdict(study.bert_rows([dict(rand, strategy="hyperband"), dict(hb, strategy="random")], BSPEC),
                                  {**BSPEC, "target_loss": None})
-    assert "did not pay" in swapped and "target" not in swapped
+    assert "Random search better" in swapped and "target" not in swapped
     assert "nothing to compare" in study.bert_verdict(rows[:1], BSPEC)
-    tied = _bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.801]])
-    assert "the same within 0.005" in study.bert_verdict(study.bert_rows([rand, tied], BSPEC), BSPEC)
+    tied = _lr(_bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.801]]), 4e-3)
+    assert "within 0.005" in study.bert_verdict(study.bert_rows([rand, tied], BSPEC), BSPEC)
+
+
+def test_bert_verdict_does_not_decide_between_identical_trials():
+    # review 2026-12-01 #26: both arms' best was the same trial; "neither helped nor hurt" was trivially true
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]]), 1e-3, 2e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.9]], ["COMPLETE", "PRUNED"]), 1e-3, 9e-3)
+    said = study.bert_verdict(study.bert_rows([rand, hb], BSPEC), BSPEC)
+    assert "Not decided" in said and "same trial" in said
+
+
+def test_bert_verdict_needs_a_difference_beyond_the_seeds_spread():
+    recs = [_lr(_bert_record("random", 0, [[7.0, 5.0]]), 1e-3), _lr(_bert_record("random", 1, [[7.0, 5.6]]), 1e-3),
+            _lr(_bert_record("hyperband", 0, [[7.0, 5.1]]), 2e-3),
+            _lr(_bert_record("hyperband", 1, [[7.0, 5.2]]), 2e-3)]
+    assert "within the seeds' spread 0.600" in study.bert_verdict(study.bert_rows(recs, BSPEC), BSPEC)
 
 
 @pytest.mark.slow
@@ -207,3 +248,28 @@ def test_lesson09s_model_prices_a_full_trial_and_the_table_prunes_over_the_limit
     assert rows["adam"]["the trials' throughput (s)"] == 1.0 and rows["lamb"]["model / trials"] == 1.5
     alone = study.pruning_table([], {"adam": 1.0}, samples_per_epoch=1e5, max_epochs=1.0, time_limit_s=2.0)
     assert alone.rows[0]["the trials' throughput (s)"] == "no trial"
+
+
+def test_the_demo_limit_lies_between_the_predictions_and_the_reading_checks_the_prunes():
+    # review 2026-12-01 #28: a limit of 1.1x the faster prediction sat above both: nothing could be pruned
+    assert study.demo_time_limit({"adam": 2.0, "lamb": 3.0}) == 2.5
+    assert study.demo_time_limit({"adam": 2.0, "lamb": 2.1}) is None
+    recs = [_record("random", 0, [_trial(2, [0.1, 0.2], optimizer="adam", speed=1000.0),
+                                  _trial(2, [0.1, 0.2], optimizer="lamb", speed=500.0)])]
+    t = study.pruning_table(recs, {"adam": 2.2, "lamb": 3.9}, samples_per_epoch=1000, max_epochs=2.0, time_limit_s=3.0)
+    said = study.pruning_reading(t)
+    assert "adam: kept (model 2.2 s, trials 2 s, limit 3 s): the trials agree" in said
+    assert "lamb: pruned (model 3.9 s, trials 4 s, limit 3 s): the trials agree" in said
+    wrong = study.pruning_reading(study.pruning_table(recs, {"adam": 3.5, "lamb": 3.9}, samples_per_epoch=1000,
+                                                      max_epochs=2.0, time_limit_s=3.0))
+    assert "adam: pruned" in wrong and "wrong side" in wrong
+
+
+def test_bert_verdict_says_why_neither_search_reached_lesson07s_target():
+    # review 2026-12-01 #26: a trial got 48 steps where lesson 07 needed 168
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8]]), 1e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.6, 6.2, 6.1]]), 2e-3)
+    spec = {**BSPEC, "target_loss": 4.0, "max_steps": 48, "target_steps": 168, "target_batch": 32}
+    said = study.bert_verdict(study.bert_rows([rand, hb], spec), spec)
+    assert "at most 48 steps at batch 8; lesson 07's Adam baseline needed 168 at batch 32" in said
+    assert "baseline needed" not in study.bert_verdict(study.bert_rows([rand, hb], BSPEC), BSPEC)

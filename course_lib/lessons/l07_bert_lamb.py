@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..metrics import noise_verdict
+from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
 from ..train.mlm import MLMTrainConfig, train_mlm
@@ -93,13 +94,38 @@ def time_to_loss(record: dict, target: float) -> tuple[float | None, int | None]
     return None, None
 
 
+def quiet_progress(progress: str = "auto") -> str:
+    """A bar where a person watches (JupyterLab); nothing under papermill and CI, where :func:`train`
+    prints one summary line per run instead of a line per evaluation (the full profile's 13 runs
+    printed ~290 lines: review 2026-12-01)."""
+    return "bar" if resolve_progress(progress) == "bar" else "none"
+
+
+def run_line(record: dict) -> str:
+    """One run in one line: its label, steps, best held-out loss and where, training seconds, sequences/s."""
+    c = record["curves"]
+    if record["diverged"]:
+        return f"[{record['label']}] diverged after {record['steps']} steps"
+    best = record["best_eval_loss"]
+    at = next((s for s, v in zip(c["eval_step"], c["eval_loss"]) if v == best), None)
+    return (f"[{record['label']}] {record['steps']} steps, best held-out loss {best:.3f} at step {at}, "
+            f"{record['train_time_s']:.1f} s training, {record['seqs_per_s']:.1f} sequences/s")
+
+
+def train(cfg, data, *, device, progress: str = "auto") -> dict:
+    """``train_mlm`` with :func:`quiet_progress`, then its :func:`run_line`."""
+    record = train_mlm(cfg, data, device=device, progress=quiet_progress(progress))
+    print(run_line(record), flush=True)
+    return record
+
+
 def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensions: int = 2) -> dict[str, dict]:
     """Runs at the large batch for each lr factor (x the sqrt rule), extended while the best sits at
     the grid's edge; ``{label: record}`` in order of factor."""
     def run(f: float) -> dict:
         cfg = study.config(optimizer, study.large_batch, lr_factor=f,
                            label=f"{optimizer} b={study.large_batch}, sqrt rule x{f:g}")
-        return train_mlm(cfg, data, device=device)
+        return train(cfg, data, device=device)
 
     done = sweep_with_edge_extension(run, factors, best_loss_key, max_extensions=max_extensions)
     return {r["label"]: r for r in done.values()}
@@ -183,6 +209,26 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
 
 
+def equal_sequences_reading(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> str:
+    """Per sequence seen: the large batch's held-out loss at its first evaluation past the small-batch run's
+    whole budget of sequences, against the small-batch run's loss at its end (sample efficiency, without
+    the clock). The large batch's extra budget is left out of the comparison."""
+    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
+    seqs = s["curves"]["eval_step"][-1] * small_batch
+    small_loss = s["curves"]["eval_loss"][-1]
+    at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
+               if st * large_batch >= seqs), None)
+    if at is None:
+        return f"{optimizer}: the large-batch run stopped before {seqs:,} sequences"
+    step, loss = at
+    if not (math.isfinite(loss) and math.isfinite(small_loss)):
+        return f"{optimizer}: a diverged run: no loss to compare at equal sequences"
+    how = "lower" if loss < small_loss else "higher"
+    return (f"{optimizer}, at equal sequences seen: after {step * large_batch:,} sequences (step {step}) the large "
+            f"batch's held-out loss was {loss:.3f}, {how} than the small batch's {small_loss:.3f} after its "
+            f"{seqs:,}: per sequence, the large batch learned {'more' if loss < small_loss else 'less'}")
+
+
 def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> str:
     """Whether an optimizer's best swept lr is distinguishable from the runner-up: the difference of their
     best losses against the seed-to-seed difference at the best lr (two seeds measured)."""
@@ -199,13 +245,16 @@ def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> 
     return f"{optimizer}: best lr {tag(best)}, {gap:.3f} lower in loss than {tag(second)} (seeds {noise:.3f} apart)"
 
 
-def ablation_reading(ablations: dict, reference: str, target: float, seed_losses: list[float]) -> str:
+def ablation_reading(ablations: dict, reference: str, target: float, seed_losses: list[float],
+                     seed_steps: list[int | None] | None = None) -> str:
     """Each ablation against the full LAMB run (``reference``), read from the runs: diverged, reached the
-    target (in how many steps), and its best loss against the full run's, compared with LAMB's
-    seed-to-seed difference of best loss."""
+    target (its steps against the full run's, within the evaluation interval and the full run's own seeds'
+    steps, ``seed_steps``, is no difference), and its best loss against the full run's, compared with
+    LAMB's seed-to-seed difference of best loss."""
     ref = ablations[reference]
     noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
     _, ref_steps = time_to_loss(ref, target)
+    seen = [s for s in (seed_steps or [ref_steps]) if s is not None]
     lines = []
     for name, r in ablations.items():
         if name == reference:
@@ -217,10 +266,47 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
         gap = best_loss_key(r) - best_loss_key(ref)
         effect = (f"best loss {gap:+.3f} vs the full LAMB, within the seed-to-seed noise ({noise:.3f}): no measurable "
                   "effect" if abs(gap) <= noise else f"best loss {gap:+.3f} vs the full LAMB (seeds {noise:.3f} apart)")
-        reach = (f"reached the target at step {steps}" + (f" (full LAMB: {ref_steps})" if ref_steps else "")
-                 if steps is not None else "did not reach the target")
-        lines.append(f"{name}: {reach}; {effect}")
+        if steps is None:
+            reach = "did not reach the target"
+        elif not seen:
+            reach = f"reached the target at step {steps} (full LAMB did not)"
+        else:
+            res = max(eval_interval(r), eval_interval(ref))
+            lo, hi = min(seen) - res, max(seen) + res
+            within = lo <= steps <= hi
+            reach = (f"reached the target at step {steps} (full LAMB: {', '.join(map(str, seen))} on its seeds, "
+                     f"evaluations every {res}): "
+                     + ("no measurable difference in steps" if within else
+                        ("sooner" if steps < lo else "later") + " by more than an evaluation interval"))
+        lines.append(f"{name}: {reach}; {effect}; it did not diverge")
     return "\n".join(lines)
+
+
+def lead_by_batch(runs: dict, target: float, small_batch: int, large_batch: int, seed_tags=("best lr",)) -> str:
+    """LAMB's steps to the target over Adam's at the small batch and at the large one (the large one's
+    mean over ``seed_tags``): a lead that opens or shrinks with the batch (review 2026-12-01 #2)."""
+    def steps(opt, batch):
+        keys = ([f"{opt} b={small_batch}"] if batch == small_batch
+                else [f"{opt} b={large_batch} ({t})" for t in seed_tags])
+        got = [time_to_loss(runs[k], target)[1] for k in keys if k in runs]
+        return None if not got or any(g is None for g in got) else sum(got) / len(got)
+
+    ratios = {}
+    for b in (small_batch, large_batch):
+        a, l = steps("adam", b), steps("lamb", b)
+        ratios[b] = None if a is None or l is None else (l, a, l / a)
+    if any(v is None for v in ratios.values()):
+        return "LAMB/Adam steps to the target: not every run reached it, so the lead cannot be followed over the batch"
+    (ls, as_, rs), (ll, al, rl) = ratios[small_batch], ratios[large_batch]
+    if rs < 1 and rl < 1:
+        trend = "LAMB's lead " + ("shrank" if rl > rs else "grew") + " as the batch grew"
+    elif rs >= 1 and rl >= 1:
+        trend = "Adam needed fewer steps at both batches"
+    else:
+        trend = "LAMB ahead at batch " + (f"{large_batch} only" if rl < 1 else f"{small_batch} only")
+    res = max(eval_interval(r) for r in runs.values())
+    return (f"LAMB/Adam steps to the target: {rs:.2f} at batch {small_batch} ({ls:g}/{as_:g}), {rl:.2f} at batch "
+            f"{large_batch} ({ll:g}/{al:g}): {trend} (steps known to within {res} at most).")
 
 
 def precision_reading(bert: float, neumf: float | None, margin: float = 1.1) -> str:
@@ -252,11 +338,16 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     length and vocabulary, and the target loss. From lesson 07's run in this ``profile`` (smoke and
     full train different models on different text), else the tier plan's, with no target."""
     ok = bool(saved07 and saved07.get("profile") == profile)
+    # the small-batch Adam baseline that set the target ("adam b=32"): how many steps it took to reach it
+    base = next((r for r in (saved07 or {}).get("runs", []) if ok and r.get("label", "").startswith("adam b=")
+                 and "(" not in r["label"]), None)
     return {"model": saved07["model"] if ok else plan.bert_model,
             "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
             "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None,
             "source": f"lesson 07's {profile} run" if ok else  # issue 36: a lesson run alone says so
-            f"the tier plan's BERT, with no target loss: lesson 07 has not saved a {profile}-profile run here"}
+            f"the tier plan's BERT, with no target loss: lesson 07 has not saved a {profile}-profile run here",
+            "target_steps": None if base is None else base.get("steps_to_loss"),
+            "target_batch": None if base is None else base.get("global_batch_size")}
 
 
 def summary(record: dict, target: float) -> dict:

@@ -179,7 +179,12 @@ def bert_noise_verdict(b_simple: float, rows: list[dict] | None, factor: float =
         return (f"BERT's B_simple = {b_simple:,.0f} +/- {stderr:,.0f} sequences: its standard error is as large as "
                 "the estimate, so it predicts nothing yet. Raise BERT_NOISE_REPEATS (the error falls like "
                 "1/sqrt of it) or the larger of BERT_NOISE_BATCHES, and measure again. "
-                + bert_noise_verdict(b_simple, rows, factor))
+                + _bert_noise_reading(b_simple, rows, factor, stderr))
+    return _bert_noise_reading(b_simple, rows, factor, stderr)
+
+
+def _bert_noise_reading(b_simple: float, rows: list[dict] | None, factor: float, stderr: float) -> str:
+    """:func:`bert_noise_verdict` past its first check (the factor read against B_simple's error band)."""
     if not math.isfinite(b_simple):
         return ("BERT's |G|^2 estimate was not positive: at these two batch sizes its gradient is all noise as far "
                 "as the repeats can tell. Raise BERT_NOISE_REPEATS or the larger batch and measure again.")
@@ -201,11 +206,16 @@ def bert_noise_verdict(b_simple: float, rows: list[dict] | None, factor: float =
                        + ("B_simple agrees (it is not far below the large batch)." if b_simple >= b2 / factor else
                           "B_simple, far below the large batch, predicted a bend the runs did not show."))
     ratio = b_simple / b_crit
-    agree = 1 / factor <= ratio <= factor
-    return head + (f"The two points give B_crit = {b_crit:,.0f}: B_simple is {ratio:.2f}x it, "
-                   + (f"within the factor {factor:g} McCandlish et al. report." if agree else
-                      f"outside the factor {factor:g} McCandlish et al. report (two points at the granularity of "
-                      "lesson 07's evaluations, and a target set by the small-batch run, make this a rough check)."))
+    lo, hi = _ratio_band(b_simple, stderr, b_crit)
+    band = f" ({lo:.2f}-{hi:.2f}x within two standard errors)" if math.isfinite(stderr) else ""
+    if 1 / factor <= lo and hi <= factor:
+        tail = f"within the factor {factor:g} McCandlish et al. report."
+    elif hi < 1 / factor or lo > factor:
+        tail = (f"outside the factor {factor:g} McCandlish et al. report (two points at the granularity of "
+                "lesson 07's evaluations, and a target set by the small-batch run, make this a rough check).")
+    else:
+        tail = f"not decided: the factor {factor:g} boundary lies inside B_simple's error."
+    return head + f"The two points give B_crit = {b_crit:,.0f}: B_simple is {ratio:.2f}x it{band}, " + tail
 
 
 def plot_mlm_noise(record: dict, setting: dict):
@@ -294,7 +304,8 @@ def best_steps_rows(rows: list[dict]) -> list[dict]:
 def critical_batch(rows: list[dict]) -> dict:
     """McCandlish et al. (2018, eq. 2.11): ``S = S_min (1 + B_crit / B)`` — steps fall like 1/B
     below ``B_crit`` and level off at ``S_min`` above it. Linear in ``1 / B``, so a least-squares
-    line through ``(1/B, S)`` gives ``S_min`` (intercept) and ``B_crit = slope / intercept``.
+    line through ``(1/B, S)``, weighted by relative error, gives ``S_min`` (intercept) and
+    ``B_crit = slope / intercept``.
     ``status``: "fit", "beyond range" (a fit whose ``B_crit`` lies above the largest batch
     measured: an extrapolation, the bend itself was not seen), "no bend" (the intercept is not
     positive: perfect scaling over the whole range) or "too few points"."""
@@ -303,9 +314,13 @@ def critical_batch(rows: list[dict]) -> dict:
     if len(pts) < 3:
         return {**out, "status": "too few points"}
     xs, ys = [1.0 / b for b, _ in pts], [float(s) for _, s in pts]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    # weighted by relative error (w = 1 / S^2): steps span orders of magnitude (17406 to 100 in lesson 02),
+    # and an unweighted line is set by the smallest batch alone (review 2026-12-01 #18: a negative intercept)
+    ws = [1.0 / y ** 2 for y in ys]
+    sw = sum(ws)
+    mx, my = sum(w * x for w, x in zip(ws, xs)) / sw, sum(w * y for w, y in zip(ws, ys)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+    slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx
     intercept = my - slope * mx
     if intercept <= 0 or slope <= 0:
         return {**out, "status": "no bend"}
@@ -314,37 +329,81 @@ def critical_batch(rows: list[dict]) -> dict:
             "s_min": intercept}
 
 
-def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0) -> str:
+def last_doubling(fit: dict) -> str:
+    """How the steps fell between the two largest batches measured, against perfect scaling."""
+    pts = sorted(fit["points"])
+    (b1, s1), (b2, s2) = pts[-2], pts[-1]
+    return (f"from batch {b1:,} to {b2:,} (x{b2 / b1:g}) the steps to target fell {s1:,} -> {s2:,} "
+            f"(x{s1 / s2:.2f}; perfect scaling: x{b2 / b1:g})")
+
+
+def _ratio_band(b_simple: float, stderr: float, b_crit: float) -> tuple[float, float]:
+    """B_simple / B_crit with B_simple at plus and minus two standard errors (no error: the ratio twice)."""
+    if not math.isfinite(stderr):
+        return b_simple / b_crit, b_simple / b_crit
+    return max(b_simple - 2 * stderr, 0.0) / b_crit, (b_simple + 2 * stderr) / b_crit
+
+
+def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0, stderr: float = math.nan) -> str:
     """Does the noise scale predict the bend? McCandlish et al. find ``B_crit ~ B_noise`` within
-    a small factor (B_simple equals B_noise when the Hessian is a multiple of the identity)."""
+    a small factor (B_simple equals B_noise when the Hessian is a multiple of the identity). Decided
+    only when B_simple's two-standard-error range lies wholly inside (or wholly outside) the factor."""
     largest = fit.get("largest_batch")
     if not math.isfinite(b_simple):
         return ("The estimate of |G|^2 was not positive at this point: at these two batch sizes the gradient "
                 "is all noise as far as the repeats can tell. Raise NOISE_REPEATS or b_big and measure again.")
+    said = f"B_simple = {b_simple:,.0f}" + (f" +/- {stderr:,.0f}" if math.isfinite(stderr) else "")
     if fit["status"] == "too few points":
-        return (f"B_simple = {b_simple:,.0f}, but fewer than 3 batch sizes reached the target, so there is no "
+        return (f"{said}, but fewer than 3 batch sizes reached the target, so there is no "
                 "measured bend to compare it with: run lesson 02 (or more batch sizes here) first.")
-    if fit["status"] in ("no bend", "beyond range"):
-        agrees = b_simple >= largest / factor
-        fitted = (f" (the fit extrapolates to B_crit = {fit['b_crit']:,.0f}, far from any measured point)"
-                  if fit["status"] == "beyond range" else "")
-        return (f"Steps to target fell about in proportion to the batch up to the largest batch measured "
-                f"({largest:,}): no bend yet, so the critical batch is above {largest:,}{fitted}. "
-                f"B_simple = {b_simple:,.0f} "
-                + ("is consistent with that." if agrees else
-                   f"predicted a bend near {b_simple:,.0f}, which the curve does not show: here the noise scale "
-                   "underestimates the critical batch."))
+    if fit["status"] == "no bend":
+        high = b_simple + 2 * (stderr if math.isfinite(stderr) else 0.0)
+        return (f"The fit finds no bend ({last_doubling(fit)}): the critical batch is above {largest:,}. {said} "
+                + ("is consistent with that." if high >= largest / factor
+                   else f"predicted a bend below {largest:,}, which the curve does not show."))
     b_crit = fit["b_crit"]
-    ratio = b_simple / b_crit
-    if 1 / factor <= ratio <= factor:
-        return (f"The noise scale predicts the bend on this model: B_simple = {b_simple:,.0f} against a critical "
-                f"batch of {b_crit:,.0f} fitted to the steps-to-target curve (ratio {ratio:.2f}, within the "
-                f"factor {factor:g} McCandlish et al. report).")
-    side = "above" if ratio > 1 else "below"
-    return (f"The noise scale does not predict the bend here: B_simple = {b_simple:,.0f} is {max(ratio, 1 / ratio):.1f}x "
-            f"{side} the critical batch of {b_crit:,.0f} fitted to the steps-to-target curve. Possible reasons: "
-            "B_simple ignores the curvature (B_noise weights the noise by the Hessian), it was measured at one point "
-            "of training, and a lr rule that is not tuned per batch bends the curve earlier than the noise does.")
+    where = ("above the largest batch measured, an extrapolation" if fit["status"] == "beyond range"
+             else "inside the range measured")
+    lo, hi = _ratio_band(b_simple, stderr, b_crit)
+    head = (f"The fit (weighted by relative error) puts the critical batch at B_crit = {b_crit:,.0f}, {where}; "
+            f"{last_doubling(fit)}. {said} is {b_simple / b_crit:.2g}x B_crit"
+            + (f" ({lo:.2g}-{hi:.2g}x within two standard errors). " if math.isfinite(stderr) else ". "))
+    if 1 / factor <= lo and hi <= factor:
+        return head + f"The noise scale predicts the bend here, within the factor {factor:g} McCandlish et al. report."
+    if hi < 1 / factor or lo > factor:
+        return head + (f"Outside the factor {factor:g} McCandlish et al. report: here B_simple does not predict the "
+                       "bend (it ignores the curvature, was measured at one point of training, and lesson 02's lr "
+                       "came from a rule, not a tuning per batch).")
+    return head + f"Not decided: the factor {factor:g} boundary lies inside B_simple's error."
+
+
+def repeats_for_error(b_simple: float, stderr: float, repeats: int, goal: float = 0.2) -> str:
+    """The repeats a measurement of B_simple needs for a standard error of ``goal`` of it: the error falls
+    like 1/sqrt(repeats) (averages of independent gradient pairs), so ``repeats * (relative error / goal)^2``."""
+    if not (math.isfinite(b_simple) and math.isfinite(stderr)) or b_simple <= 0:
+        return "no finite B_simple: no standard error to scale"
+    rel = stderr / b_simple
+    if rel <= goal:
+        return f"B_simple's standard error is {rel:.0%} of it at {repeats} repeats, within {goal:.0%}"
+    need = math.ceil(repeats * (rel / goal) ** 2)
+    return (f"B_simple's standard error is {rel:.0%} of it at {repeats} repeats; {goal:.0%} needs about {need:,} "
+            "(NOISE_REPEATS; the probe's cost grows in proportion)")
+
+
+def noise_trend(table: Table) -> str:
+    """Did B_simple grow during training beyond its standard errors? From the noise table's rows."""
+    rows = [r for r in table.rows if isinstance(r["B_simple"], int) and isinstance(r["+/- (stderr)"], int)]
+    if len(rows) < 2:
+        return "fewer than two finite B_simple measurements: no trend to read"
+    first, last = rows[0], rows[-1]
+    worst = max(r["+/- (stderr)"] for r in rows)
+    values = ", ".join(f"{r['B_simple']:,}" for r in rows)
+    diff = last["B_simple"] - first["B_simple"]
+    err = math.hypot(first["+/- (stderr)"], last["+/- (stderr)"])
+    move = ("grew" if diff > 0 else "fell") if abs(diff) > 2 * err else "did not change beyond its errors"
+    return (f"B_simple over the run: {values} (standard errors up to {worst:,}). From epoch {first['epoch']:g} "
+            f"to {last['epoch']:g} it {move}: {first['B_simple']:,} -> {last['B_simple']:,}, "
+            f"against two combined standard errors of {2 * err:,.0f}.")
 
 
 def plot_noise_and_bend(result, fit: dict, ax_pair=None):
@@ -438,6 +497,15 @@ def sharpness_verdict(small: dict, large: dict, rel: float = 0.1, gap_points: fl
         gap_move = "wider" if dgap > gap_points else ("narrower" if dgap < -gap_points else "the same")
     both = (f"batch {large['batch']:,} ended {sharper} than batch {small['batch']:,} (top eigenvalue "
             f"{large['top eigenvalue']:.3g} vs {small['top eigenvalue']:.3g}, x{ratio:.2f})")
+    tr_s, tr_l = small.get("Hessian trace"), large.get("Hessian trace")
+    if tr_s and tr_l is not None and math.isfinite(tr_s) and math.isfinite(tr_l) and sharper != "about as sharp":
+        t_ratio = tr_l / tr_s
+        by_trace = "sharper" if t_ratio > 1 + rel else ("flatter" if t_ratio < 1 - rel else "about as sharp")
+        if by_trace != sharper:  # review 2026-12-01 #21: "sharper" by the eigenvalue, flatter by the trace
+            return (f"Not decided: by its top eigenvalue batch {large['batch']:,} ended {sharper} than batch "
+                    f"{small['batch']:,} ({large['top eigenvalue']:.3g} vs {small['top eigenvalue']:.3g}), by the "
+                    f"Hessian trace {by_trace} ({tr_l:.3g} vs {tr_s:.3g}); one run each, and the two measures of "
+                    "sharpness disagree, so there is no sharpness to set against the gap.")
     if gap_move == "unknown":
         return both + "; the gap was not measured (evaluation off), so there is nothing to set it against."
     gap = f"its generalization gap was {gap_move} ({large['gap']:+.3f} vs {small['gap']:+.3f})"
@@ -589,25 +657,41 @@ def plot_bn(rows: list[dict]):
 
 
 def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
-    """At the smallest per-rank batch: which variant is most accurate, by how much local BN trails
-    it, and what synchronization cost per step at the largest batch."""
+    """At the smallest per-rank batch: which variant is most accurate and local BN against it; then what
+    separates the causes (review 2026-12-01 #23): synchronized statistics recover a loss that comes from
+    few samples per rank, recomputed evaluation statistics one that comes from the running averages (then
+    it shows at the largest batch too). Closer than ``margin`` is within this measurement's noise."""
     small = min(r["per_rank_batch"] for r in rows)
     large = max(r["per_rank_batch"] for r in rows)
     at = {r["variant"]: r for r in rows if r["per_rank_batch"] == small}
+    big = {r["variant"]: r for r in rows if r["per_rank_batch"] == large}
     best = max(at.values(), key=lambda r: r["test_accuracy"])
     local = at.get("local BN")
     out = [f"At {small} samples per rank the most accurate variant was {best['variant']} "
            f"({best['test_accuracy']:.3f})"]
-    if local is not None and best["variant"] != "local BN":
-        gap = best["test_accuracy"] - local["test_accuracy"]
-        out.append(f"; local BatchNorm reached {local['test_accuracy']:.3f}"
-                   + (f", {gap:.3f} behind: statistics of a few samples per rank hurt here."
-                      if gap > margin else ", within the noise of this measurement: few samples per rank did not hurt here."))
-    else:
+    if local is None or best["variant"] == "local BN":
         out.append("; local BatchNorm was not beaten at this batch size.")
-    big = {r["variant"]: r for r in rows if r["per_rank_batch"] == large}
+    else:
+        gap = best["test_accuracy"] - local["test_accuracy"]
+        out.append(f"; local BatchNorm reached {local['test_accuracy']:.3f}, {gap:.3f} behind"
+                   + ("" if gap > margin else f", within {margin:g}: no measurable loss") + ".")
+        sync = at.get("synchronized BN")
+        if gap > margin and sync is not None:
+            helped = sync["test_accuracy"] - local["test_accuracy"]
+            if helped > margin:
+                out.append(f" Synchronized statistics recovered {helped:.3f}: the few samples per rank cost accuracy.")
+            else:
+                out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): the few samples "
+                           "per rank were not what cost accuracy.")
+        rec_s, rec_l = at.get("local BN, recomputed stats"), big.get("local BN, recomputed stats")
+        if rec_s is not None and rec_l is not None and "local BN" in big:
+            d_s = rec_s["test_accuracy"] - local["test_accuracy"]
+            d_l = rec_l["test_accuracy"] - big["local BN"]["test_accuracy"]
+            if d_s > margin and d_l > margin:
+                out.append(f" Recomputed evaluation statistics helped at {small} ({d_s:+.3f}) and at {large} per rank "
+                           f"({d_l:+.3f}) alike: the running averages, not the batch size, cost accuracy here.")
     if "synchronized BN" in big and "local BN" in big:
         extra = big["synchronized BN"]["step_ms"] / max(big["local BN"]["step_ms"], 1e-9)
         out.append(f" Synchronizing the statistics cost x{extra:.1f} the local step time at {large} per rank "
-                   "(three extra all-reduces per BatchNorm layer per step).")
+                   "(its all-reduces of the batch statistics, forward and backward, in every BatchNorm layer).")
     return "".join(out)

@@ -26,14 +26,34 @@ from ..train.ncf import TrainConfig, steps_per_epoch
 def lesson_spec(profile: str, *, seeds: int | None = None) -> dict:
     """The lesson's sizes. On the small synthetic set (the CPU tier) a NeuMF epoch at batch 4096 is
     ~2 s on a loaded 2-core machine: full = 4 epochs per trial, evaluated every half epoch, 4 full
-    trials of budget per search, 3 seeds; smoke = a quarter epoch per trial, 2 seeds."""
+    trials of budget per search, 1 seed of live searches (the comparison over many seeds is the replay
+    on recorded curves, :func:`pool_spec`); smoke = a quarter epoch per trial."""
     max_epochs = pick(profile, full=4.0, smoke=0.25)
     eval_every = pick(profile, full=0.5, smoke=0.125)
     max_resource = round(max_epochs / eval_every)
     return {"profile": profile, "batch": 4096, "max_epochs": max_epochs, "eval_every": eval_every,
             "max_resource": max_resource, "reduction_factor": 2,
             "budget": max_resource * pick(profile, full=4, smoke=2),
-            "seeds": list(range(seeds or pick(profile, full=3, smoke=2))), "strategies": list(STRATEGIES)}
+            "seeds": list(range(seeds or pick(profile, full=1, smoke=1))), "strategies": list(STRATEGIES),
+            **pool_spec(profile, max_epochs)}
+
+
+def pool_spec(profile: str, max_epochs: float) -> dict:
+    """The tabular benchmark's sizes: ``pool_size`` configurations trained once for ``max_epochs``,
+    evaluated every ``pool_eval_every`` epochs (``pool_resource`` points); each strategy replayed on
+    ``replay_seeds`` seeds with ``replay_budget`` points (``replay_full_trials`` full trials) to reach a
+    target only the top ``top_fraction`` of the pool reaches; the winner's pick retrained on
+    ``confirm_seeds`` fresh seeds. Full: 40 configurations x 4 epochs (the 2-core CPU, 2026-12-01:
+    about 2 s a trial, as many epochs as the 3 seeds of live searches this replaces), R = 16, eta = 2;
+    1000 replay seeds take about a second (on its pool of 2026-12-01: Hyperband 0.63x random search,
+    90% interval 0.59-0.91; at 200 seeds the interval was 0.59-0.99)."""
+    every = pick(profile, full=0.25, smoke=0.0625)
+    resource = round(max_epochs / every)
+    full_trials = pick(profile, full=30, smoke=6)
+    return {"pool_size": pick(profile, full=40, smoke=6), "pool_eval_every": every, "pool_resource": resource,
+            "replay_seeds": pick(profile, full=1000, smoke=20), "replay_full_trials": full_trials,
+            "replay_budget": full_trials * resource, "top_fraction": pick(profile, full=0.05, smoke=0.2),
+            "confirm_seeds": pick(profile, full=2, smoke=1)}
 
 
 def base_config(spec: dict, target_hr: float) -> TrainConfig:
@@ -235,26 +255,39 @@ def brackets_table(brackets: list[dict], per_point: float) -> Table:
 
 
 def parallel_table(sequential: dict, parallel: dict, target_hr: float, per_point: float) -> Table:
-    t = Table(["processes", "search seconds", "trials", "trials per process", "epochs spent", "best HR@10",
-               "epochs to target"], title=f"The same {parallel['strategy']} search on 1 and "
-                                          f"{parallel['processes']} processes (one trial per process at a time)")
+    """The sequential and the parallel search side by side: search seconds (inside the processes), wall
+    seconds (process start-up included: what the learner waits), trials, epochs and the target."""
+    t = Table(["processes", "search seconds", "wall seconds", "trials", "trials per process", "epochs spent",
+               "best HR@10", "epochs to target"], title=f"The same {parallel['strategy']} search on 1 and "
+                                                        f"{parallel['processes']} processes (one trial per process "
+                                                        "at a time; wall seconds include process start-up)")
     for procs, r in ((1, sequential), (parallel["processes"], parallel)):
         spent, best = progress(r, per_point)[-1] if r["trials"] else (0.0, 0.0)
         reach = epochs_to_target(r, target_hr, per_point)
-        t.add(**{"processes": procs, "search seconds": r["seconds"], "trials": len(r["trials"]),
+        t.add(**{"processes": procs, "search seconds": round(r["seconds"], 1),
+                 "wall seconds": round(r.get("wall_s", r["seconds"]), 1), "trials": len(r["trials"]),
                  "trials per process": ", ".join(map(str, r.get("trials_per_process", [len(r["trials"])]))),
                  "epochs spent": spent, "best HR@10": best,
                  "epochs to target": "not reached" if reach is None else reach})
     return t
 
 
-def parallel_reading(sequential: dict, parallel: dict) -> str:
-    """What the second process bought: search time at the same budget."""
-    speedup = sequential["seconds"] / parallel["seconds"] if parallel["seconds"] else math.nan
-    how = ("faster" if speedup > 1.1 else "no faster" if speedup >= 0.9 else "slower")
-    return (f"{parallel['processes']} processes spent the budget in {parallel['seconds']:.1f} s against "
-            f"{sequential['seconds']:.1f} s for one: {speedup:.2f}x, {how}"
-            + (" (the processes share this machine's cores)" if how != "faster" else ""))
+def parallel_reading(table: Table, tolerance: float = 0.1) -> str:
+    """What the extra processes bought, from the parallel table's two rows: the wall time the learner
+    waited (start-up included; closer than ``tolerance`` is "no faster") and the epochs to the target."""
+    one, many = table.rows[0], table.rows[1]
+    ratio = one["wall seconds"] / many["wall seconds"] if many["wall seconds"] else math.nan
+    how = "faster" if ratio > 1 + tolerance else "no faster" if ratio >= 1 - tolerance else "slower"
+    out = (f"{many['processes']} processes: {many['wall seconds']:g} s wall against {one['wall seconds']:g} s for one "
+           f"({ratio:.2f}x, {how}; inside the processes {many['search seconds']:g} s against "
+           f"{one['search seconds']:g} s).")
+    if how != "faster":
+        out += " They share this machine's cores, so each trial ran slower."
+    reach = (one["epochs to target"], many["epochs to target"])
+    if "not reached" not in reach and reach[0] != reach[1]:
+        out += (f" Epochs to the target: {reach[1]:g} against {reach[0]:g}: in parallel the trials reached rungs in "
+                "another order, so the pruner kept other ones.")
+    return out
 
 
 def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: float, time_limit_s: float) -> Table:
@@ -304,6 +337,33 @@ def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_pe
     return tab
 
 
+def demo_time_limit(predicted_s: dict[str, float]) -> float | None:
+    """A per-trial limit that lesson 09's model can act on: halfway between the fastest and the slowest
+    optimizer's predicted full trial (the review of 2026-12-01 found 1.1x the fastest above every
+    prediction: nothing could be pruned). None when the predictions are within 10% of each other."""
+    lo, hi = min(predicted_s.values()), max(predicted_s.values())
+    return None if hi <= 1.1 * lo else (lo + hi) / 2
+
+
+def pruning_reading(table: Table) -> str:
+    """Whether the model's prunes agree with what the trials' own throughput says, from the pruning
+    table's rows: an optimizer pruned (or kept) rightly when its measured full trial is on the same side
+    of the limit."""
+    out = []
+    for r in table.rows:
+        measured = r["the trials' throughput (s)"]
+        pruned = r["pruned before training"] == "yes"
+        if measured == "no trial":
+            out.append(f"{r['optimizer']}: {'pruned' if pruned else 'kept'}; no trial measured it")
+            continue
+        right = (measured > r["limit (s)"]) == pruned
+        model = r["lesson 09's model (s per full trial)"]
+        out.append(f"{r['optimizer']}: {'pruned' if pruned else 'kept'} (model {model:.3g} s, trials {measured:.3g} s, "
+                   f"limit {r['limit (s)']:.3g} s): "
+                   + ("the trials agree" if right else "the trials disagree: the model put it on the wrong side"))
+    return "; ".join(out) + "."
+
+
 def samples_per_epoch(data, spec: dict) -> int:
     """Samples in one epoch at the lesson's batch (positives and their negatives)."""
     cfg = base_config(spec, 0.5)
@@ -330,7 +390,8 @@ def bert_spec(profile: str, plan, saved07: dict | None = None, *, seeds: int | N
 
     Small on purpose: BERT-mini trains slowly on a CPU (full profile, 2 cores, 2026-12-01: the four
     searches took 292 s at batch 64, the lesson 366 s of its 8-minute goal), so the full profile
-    searches at lesson 07's small batch, 32."""
+    searches at lesson 07's small batch, 32. One seed in full (two took 249 s, 64% of the lesson, and
+    compared the same best trial on both: review 2026-12-01 #26); the verdict says what one seed can decide."""
     from .l07_bert_lamb import saved_setting
 
     max_steps = pick(profile, full=48, smoke=8)
@@ -339,7 +400,7 @@ def bert_spec(profile: str, plan, saved07: dict | None = None, *, seeds: int | N
     return {"profile": profile, **saved_setting(saved07, profile, plan), "batch": pick(profile, full=32, smoke=8),
             "optimizer": "lamb", "max_steps": max_steps, "eval_every": eval_every, "max_resource": max_resource,
             "reduction_factor": 2, "budget": 3 * max_resource,
-            "seeds": list(range(seeds or pick(profile, full=2, smoke=1))), "strategies": ["random", "hyperband"]}
+            "seeds": list(range(seeds or pick(profile, full=1, smoke=1))), "strategies": ["random", "hyperband"]}
 
 
 def bert_base_config(bspec: dict):
@@ -374,16 +435,27 @@ def bert_progress(record: dict, eval_every: int) -> list[tuple[float, float]]:
     return progress(record, eval_every, curve="curve_loss", minimize=True)
 
 
+def _best_trial(record: dict, curve: str = "curve_loss"):
+    """The trial with the lowest finite value on its curve (None: no trial has one)."""
+    scored = [(min(v for v in t[curve][1:] if v is not None and math.isfinite(v)), t["number"], t)
+              for t in record["trials"] if any(v is not None and math.isfinite(v) for v in t[curve][1:])]
+    return min(scored, key=lambda x: x[:2])[2] if scored else None
+
+
 def bert_rows(records: list[dict], bspec: dict) -> list[dict]:
-    """Per strategy and seed: trials, pruned, best loss, steps spent and steps until lesson 07's target."""
+    """Per strategy and seed: trials, pruned, best loss and the lr of the trial that gave it, steps spent
+    and steps until lesson 07's target."""
     rows = []
     for r in records:
         done = bert_progress(r, bspec["eval_every"])
         reach = None if bspec["target_loss"] is None else epochs_to_target(
             r, bspec["target_loss"], bspec["eval_every"], curve="curve_loss", minimize=True)
+        best = _best_trial(r)
+        lr = None if best is None else best["params"].get("base_lr")
         rows.append({"strategy": r["strategy"], "seed": r["seed"], "trials": len(r["trials"]),
                      "pruned": sum(t["state"] == "PRUNED" for t in r["trials"]),
                      "best held-out loss": done[-1][1] if done else math.inf,
+                     "best trial's lr": None if lr is None else float(f"{lr:.3g}"),
                      "steps spent": round(done[-1][0]) if done else 0,
                      "steps to target": None if reach is None else round(reach),
                      "seconds": r["seconds"]})
@@ -392,7 +464,8 @@ def bert_rows(records: list[dict], bspec: dict) -> list[dict]:
 
 def bert_table(rows: list[dict], bspec: dict) -> Table:
     target = bspec["target_loss"]
-    t = Table(["strategy", "seed", "trials", "pruned", "best held-out loss", "steps spent", "steps to target", "seconds"],
+    t = Table(["strategy", "seed", "trials", "pruned", "best held-out loss", "best trial's lr", "steps spent",
+               "steps to target", "seconds"],
               title=f"BERT-{bspec['model']}, LAMB at batch {bspec['batch']}: lr and warmup searched at equal budget"
               + (f" (target: lesson 07's loss {target:.3f})" if target is not None else ""))
     for r in rows:
@@ -404,26 +477,201 @@ def bert_table(rows: list[dict], bspec: dict) -> Table:
 
 
 def bert_verdict(rows: list[dict], bspec: dict, tie: float = 0.005) -> str:
-    """Hyperband against random search on BERT, from the rows: the best loss each found with the same
-    steps (medians over the seeds; closer than ``tie`` is a tie) and, with lesson 07's target, the
-    steps each needed to reach it."""
+    """Hyperband against random search on BERT, from the table's rows: the best loss each found with the
+    same steps (medians over the seeds, as the table rounds them). Decided only when the arms' best trials
+    differ (another lr), the difference exceeds ``tie`` and, with several seeds, the seeds' spread (the
+    range of each arm's best losses); with lesson 07's target, the steps each needed to reach it."""
     by = {s: [r for r in rows if r["strategy"] == s] for s in ("random", "hyperband")}
     if not by["random"] or not by["hyperband"]:
         return "nothing to compare: the BERT search needs both random search and Hyperband"
-    best = {s: statistics.median(r["best held-out loss"] for r in rs) for s, rs in by.items()}
+    best = {s: round(statistics.median(r["best held-out loss"] for r in rs), 3) for s, rs in by.items()}
+    spread = max(max(r["best held-out loss"] for r in rs) - min(r["best held-out loss"] for r in rs)
+                 for rs in by.values())
     seeds = len(by["hyperband"])
-    if abs(best["hyperband"] - best["random"]) < tie:
-        reading = f"the same within {tie:g}: on this budget cutting runs early neither helped nor hurt."
+    same = all(h["best trial's lr"] == r["best trial's lr"] for h, r in zip(by["hyperband"], by["random"]))
+    gap = abs(best["hyperband"] - best["random"])
+    out = (f"With {bspec['budget'] * bspec['eval_every']} steps per search, best held-out loss: Hyperband "
+           f"{best['hyperband']:.3f}, random search {best['random']:.3f} (median over {seeds} seed(s)). ")
+    if same:
+        out += ("Not decided: on every seed both arms' best was the same trial (the same lr; they share the "
+                "sampler's seed, and the first trials run unpruned), so this budget cannot tell them apart.")
+    elif gap < max(tie, spread):
+        out += (f"Not decided: the difference {gap:.3f} is within "
+                + (f"the seeds' spread {spread:.3f}." if spread >= tie else f"{tie:g}, the resolution used here."))
     elif best["hyperband"] < best["random"]:
-        reading = "stopping the bad runs early bought better settings."
+        out += f"Hyperband better by {gap:.3f}: stopping the bad runs early bought better settings."
     else:
-        reading = ("cutting runs early did not pay on this budget (the runs are short, and an lr that starts slowly "
-                   "can end best).")
-    out = (f"With the same {bspec['budget'] * bspec['eval_every']} steps per search, Hyperband's best held-out loss was "
-           f"{best['hyperband']:.3f} and random search's {best['random']:.3f} (median over {seeds} seed(s)): " + reading)
+        out += f"Random search better by {gap:.3f}: cutting runs early cut a slow starter that would have ended best."
     if bspec["target_loss"] is not None:
         steps = {s: _median([r["steps to target"] for r in rs]) for s, rs in by.items()}
         said = {s: "not reached" if math.isinf(v) else f"{v:g} steps" for s, v in steps.items()}
         out += (f" To lesson 07's target loss {bspec['target_loss']:.3f}: Hyperband {said['hyperband']}, random "
                 f"search {said['random']}.")
+        if all(math.isinf(v) for v in steps.values()) and bspec.get("target_steps"):
+            out += (f" A trial trains at most {bspec['max_steps']} steps at batch {bspec['batch']}; lesson 07's Adam "
+                    f"baseline needed {bspec['target_steps']} at batch {bspec['target_batch']} to reach it.")
     return out
+
+
+# --------------------------------------------------------------------------- the tabular benchmark
+
+
+def pool_params(spec: dict, seed: int = 0) -> list[dict]:
+    """``spec["pool_size"]`` configurations drawn at random from the search space (Optuna's own
+    ``RandomSampler``, so the pool is what random search draws)."""
+    import optuna
+
+    from ..optuna_search import NEUMF_SPACE
+
+    sampler = optuna.samplers.RandomSampler(seed=seed)
+    dists = {"base_lr": optuna.distributions.FloatDistribution(*NEUMF_SPACE["base_lr"], log=True),
+             "warmup_fraction": optuna.distributions.FloatDistribution(*NEUMF_SPACE["warmup_fraction"]),
+             "lr_scaling": optuna.distributions.CategoricalDistribution(list(NEUMF_SPACE["lr_scaling"])),
+             "weight_decay": optuna.distributions.FloatDistribution(*NEUMF_SPACE["weight_decay"], log=True),
+             "optimizer": optuna.distributions.CategoricalDistribution(list(NEUMF_SPACE["optimizer"]))}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    st = optuna.create_study(sampler=sampler)
+    out = []
+    for _ in range(spec["pool_size"]):
+        t = st.ask(dists)
+        out.append(dict(t.params))
+        st.tell(t, 0.0)
+    return out
+
+
+def pool_config(data, spec: dict, params: dict, target_hr: float, *, seed: int = 0) -> TrainConfig:
+    """The TrainConfig of one pool configuration: the search's setting, evaluated every ``pool_eval_every``."""
+    import optuna
+
+    from ..optuna_search import suggest_neumf
+
+    base = base_config(spec, target_hr).replace(eval_every_epochs=spec["pool_eval_every"], seed=seed)
+    return suggest_neumf(optuna.trial.FixedTrial(params), base, steps_per_epoch(data, base))
+
+
+def record_pool(data, spec: dict, target_hr: float, *, device=None, seed: int = 0) -> dict:
+    """Train every pool configuration once for the full ``max_epochs``: its HR@10 at each of the
+    ``pool_resource`` evaluation points (a run that diverged keeps its last value: it cannot improve)."""
+    from ..train.ncf import train_to_target
+
+    params, curves, start = pool_params(spec, seed), [], time.perf_counter()
+    for p in params:
+        r = train_to_target(data, pool_config(data, spec, p, target_hr), device=device, progress="none")
+        hr = [h if h is not None and math.isfinite(h) else 0.0 for h in r.curve["hr"][1:]]
+        hr += [hr[-1] if hr else 0.0] * (spec["pool_resource"] - len(hr))
+        curves.append(hr[:spec["pool_resource"]])
+    return {"params": params, "curves": curves, "seconds": time.perf_counter() - start}
+
+
+def replay(pool: dict, spec: dict) -> dict:
+    """Random search, successive halving and Hyperband replayed on the pool's curves, ``replay_seeds``
+    seeds each, to the pool's top-``top_fraction`` target; per strategy the points spent to reach it."""
+    from ..optuna_search import pool_target, replay_strategies
+
+    target = pool_target(pool["curves"], spec["top_fraction"])
+    runs = replay_strategies(pool["curves"], budget=spec["replay_budget"], target=target,
+                             seeds=spec["replay_seeds"], reduction_factor=spec["reduction_factor"])
+    return {"target": target, "runs": runs, "reached_by": sum(max(c) >= target for c in pool["curves"]),
+            "pool_size": len(pool["curves"])}
+
+
+def _to_target(runs: list[dict]) -> list[float]:
+    return [math.inf if r["reached_at"] is None else r["reached_at"] for r in runs]
+
+
+def replay_table(rep: dict, spec: dict) -> Table:
+    """Per strategy: the epochs spent until a configuration reached the target (median and quartiles over
+    the replay's seeds), how often it was reached, and the ratio of medians to random search with its
+    bootstrap 90% interval. The verdict reads these rows (:func:`replay_verdict`)."""
+    from ..optuna_search import median_ratio_interval
+
+    per, rows = spec["pool_eval_every"], []
+    t = Table(["strategy", "seeds", "reached", "median epochs to target", "quartiles (epochs)",
+               "vs random (median ratio)", "90% interval"],
+              title=(f"Replayed on {rep['pool_size']} recorded curves: epochs until HR@10 >= {rep['target']:.4g} "
+                     f"(reached by {rep['reached_by']} of {rep['pool_size']} configurations), budget "
+                     f"{spec['replay_budget'] * per:g} epochs per search"))
+    rand = _to_target(rep["runs"]["random"])
+    for st, runs in rep["runs"].items():
+        v = sorted(_to_target(runs))
+        q = [v[int(f * (len(v) - 1))] for f in (0.25, 0.5, 0.75)]
+        ratio, lo, hi = median_ratio_interval(v, rand)
+        fmt = lambda x: "not reached" if math.isinf(x) else round(x * per, 2)
+        rows.append({"strategy": st, "seeds": len(v), "reached": f"{sum(not math.isinf(x) for x in v)}/{len(v)}",
+                     "median epochs to target": fmt(q[1]),
+                     "quartiles (epochs)": f"{fmt(q[0])} to {fmt(q[2])}",
+                     "vs random (median ratio)": "-" if st == "random" else
+                     (round(ratio, 2) if math.isfinite(ratio) else "inf"),
+                     "90% interval": "-" if st == "random" else f"{lo:.2f}-{hi:.2f}"})
+    for r in rows:
+        t.add(**r)
+    return t
+
+
+def replay_verdict(table: Table) -> str:
+    """The lesson's one verdict on "does cutting runs early beat random search?", from the replay
+    table's rows: the best pruning strategy's ratio of medians to random search decides when its 90%
+    interval over the replay's seeds lies wholly below 1 (it needs fewer epochs) or above 1 (more)."""
+    rows = {r["strategy"]: r for r in table.rows}
+    if "random" not in rows or len(rows) < 2:
+        return "nothing to compare: the replay needs random search and at least one pruning strategy"
+
+    def key(r):
+        v = r["vs random (median ratio)"]
+        return math.inf if v in ("inf", "-") else v
+
+    best = min((r for s, r in rows.items() if s != "random"), key=key)
+    lo, hi = (float(x) for x in best["90% interval"].split("-"))
+    head = (f"{best['strategy']} reached the target in {best['median epochs to target']} epochs (median), random "
+            f"search in {rows['random']['median epochs to target']}: ratio {best['vs random (median ratio)']}, "
+            f"90% interval {best['90% interval']} over {best['seeds']} replay seeds.")
+    if hi < 1:
+        return head + " Decided: cutting runs early found a top configuration with fewer epochs."
+    if lo > 1:
+        return head + " Decided: cutting runs early needed more epochs (it cut the eventual winners)."
+    return head + " Not decided: the interval contains 1, the difference is within the seeds' spread."
+
+
+def winner_params(pool: dict) -> dict:
+    """The configuration to confirm: the pool's best (the top-fraction target is set by the pool's best
+    few, so every search that reaches it, whichever strategy wins, found one of them)."""
+    i = max(range(len(pool["curves"])), key=lambda k: max(pool["curves"][k]))
+    return {"index": i, "params": pool["params"][i], "pool_hr": max(pool["curves"][i])}
+
+
+def confirm(data, spec: dict, win: dict, target: float, *, device=None) -> list[dict]:
+    """The winner retrained for real on ``confirm_seeds`` fresh seeds: its best HR@10 and epochs to the target."""
+    from ..train.ncf import train_to_target
+
+    out = []
+    for seed in range(1, spec["confirm_seeds"] + 1):
+        r = train_to_target(data, pool_config(data, spec, win["params"], target, seed=seed), device=device,
+                            progress="none")
+        hr = [h for h in r.curve["hr"][1:] if h is not None and math.isfinite(h)]
+        hit = next((e for e, h in zip(r.curve["epoch"][1:], r.curve["hr"][1:]) if h is not None and h >= target), None)
+        out.append({"seed": seed, "best HR@10": max(hr, default=0.0), "epochs to target": hit})
+    return out
+
+
+def confirm_table(win: dict, runs: list[dict], target: float) -> Table:
+    t = Table(["training seed", "best HR@10", "epochs to target"],
+              title=f"The pool's best configuration (HR@10 {win['pool_hr']:.4g} in the pool) retrained; "
+                    f"target {target:.4g}")
+    t.add(**{"training seed": "0 (the pool)", "best HR@10": win["pool_hr"], "epochs to target": "-"})
+    for r in runs:
+        t.add(**{"training seed": r["seed"], "best HR@10": r["best HR@10"],
+                 "epochs to target": "not reached" if r["epochs to target"] is None else r["epochs to target"]})
+    return t
+
+
+def confirm_reading(table: Table, target: float) -> str:
+    """Whether the retrained winner reached the target again (from the confirmation table's rows)."""
+    fresh = [r for r in table.rows if r["training seed"] != "0 (the pool)"]
+    hit = [r for r in fresh if r["epochs to target"] != "not reached"]
+    if not fresh:
+        return "no confirmation run"
+    if len(hit) == len(fresh):
+        return (f"Confirmed: retrained on {len(fresh)} fresh seed(s), the winner reached {target:.4g} every time "
+                "(the replay's target is not one run's luck).")
+    return (f"Not confirmed: retrained on {len(fresh)} fresh seed(s), the winner reached {target:.4g} on {len(hit)}: "
+            "part of the pool's top is training noise, so the replay ranks the strategies on this pool only.")
