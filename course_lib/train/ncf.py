@@ -582,11 +582,13 @@ class TrainResult:
         return phases
 
     def table(self, title: str = "") -> Table:
-        t = Table(["phase", "seconds", "share"], title=title or "Where the time went")
+        t = Table(["phase", "seconds", "share of the training clock"], title=title or "Where the time went")
         phases = self._phases()
-        total = sum(phases.values()) or math.nan
+        # the share of the training clock, as phase_reading() quotes it: evaluation is off the clock
+        total = sum(v for k, v in phases.items() if k != "evaluation") or math.nan
         for k, v in phases.items():
-            t.add(phase=k, seconds=v, share=f"{v / total:.0%}")
+            t.add(phase=k, seconds=v, **{"share of the training clock": "off the clock" if k == "evaluation"
+                                         else f"{v / total:.0%}"})
         return t
 
     def phase_reading(self) -> str:
