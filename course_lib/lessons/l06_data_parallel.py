@@ -400,7 +400,8 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
     if points == 2:
         # two points: a line through them, not a test of the model; and only the larger size pays the all-reduce
         caveat = (f" A line through {points} points fits them exactly, and only the {top['world_size']}-rank point "
-                  "pays the all-reduce, so the fixed cost mixes the optimizer step with the all-reduce: a tendency, not "
+                  "pays the all-reduce, so the fixed cost mixes the optimizer step with the all-reduce: a tendency, "
+                  "not "
                   "a measured split.")
     return (lead + f". Fitted over the {points} sizes: each step costs {1e3 * max(fixed, 0.0):.2f} ms whatever the "
             f"batch (optimizer step over every parameter, all-reduce, launches) plus {1e6 * per_sample:.2f} us per "
