@@ -123,3 +123,31 @@ def test_the_checker_catches_a_reading_that_recomputes():
     t.add(x=1.448)
     assert disagreements("1.387 and 1.448: 1.04x", t) == []
     assert disagreements("1.387 and 1.448: 1.02x", t) == ["1.02"]
+
+
+# --------------------------------------------------------------------------- lesson 04
+
+
+def test_lesson_04s_reading_quotes_its_layer_tables():
+    from test_layerwise import _measured
+
+    from course_lib.lessons import l04_lars as L04
+
+    for changes in ({"gmf_user.weight": 22.6, "gmf_item.weight": 22.9, "mlp.2.weight": 0.92, "out.weight": 0.93},
+                    {"gmf_user.weight": 3.0, "gmf_item.weight": 22.6, "mlp.2.weight": 1.0, "out.weight": 8.0}):
+        measured = _measured(changes)
+        text = L04.reading(measured)
+        # the spread between layers is the ratio of two cells of one column of layer_norms_table (x at B);
+        # the frequency slopes are frequency_slope's, quoted with the batch they belong to
+        slopes = [round(s, 2) for s in L04.frequency_slope(measured).values()]
+        table = L04.layer_scaling_table(measured)
+        raw = {f"g{i}": [r["grad_to_weight"] for r in measured["layers"] if r["batch"] == b]
+               for i, b in enumerate((256, 131072))}
+        from course_lib.tables import Table
+
+        spreads = Table(list(raw))
+        for i in range(len(raw["g0"])):
+            spreads.add(**{k: v[i] for k, v in raw.items()})
+        cells = [v for t in (table, spreads) for col in _columns(t) for v in col]
+        extra = slopes + cells + [max(a / b for a in col for b in col if b) for col in _columns(spreads)]
+        assert disagreements(text, table, extra=extra + [0.5, 1, 512, 256, 131072]) == []
