@@ -116,6 +116,9 @@ def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_t
     assert "(chosen)" in table and "not reached" in table
     only = confirm(data, results, labels, seeds=(), top=1, device="cpu", progress="none")
     assert only.verdict == f"only one setting was compared: {c.labels[0]}, at 1 seed"
+    from course_lib.lessons.l03_warmup import takeaway  # lesson 03 reads a real Confirmed the same way
+
+    assert takeaway(c, c.labels[0], baseline_label="lr 1e-5").startswith("Here warmup helped")
 
 
 def test_regimes_are_read_from_the_steps_to_target_slope():
