@@ -240,6 +240,29 @@ def test_race_reading_states_each_optimizers_best_from_the_records():
     assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
     assert "sgd (lr 8, 32): best at lr 8 (the edge" in text and "best HR@10 0.100, below the popularity ranking's 0.390" in text
     assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")
+    # #37 (review 04 #12): every SGD lr blew up (lr 8: loss 2.93, then chance; lr 32: NaN): no "best at lr 16"
+    blown = [fake_result(131072, lr, None, hr=hr, optimizer="sgd") for lr, hr in ((8.0, 0.1073), (16.0, 0.1068))]
+    blown[0].curve = {"loss": [None, 2.93, 0.69]}
+    blown[1].diverged = True
+    text = race_reading(blown + [fake_result(131072, 1e-2, 12.0)], target_hr=0.75, floor_hr=0.39)
+    assert "sgd (lr 8, 16): every lr tried blew up" in text and "down to 8, the smallest tried" in text
+    assert "best at lr 16" not in text and "best at lr 8" not in text
+    blown[0].curve = {"loss": [None, 0.6, 0.5]}  # lr 8 trains (badly): it is the best, and lr 16's blow-up is said
+    text = race_reading(blown, target_hr=0.75, floor_hr=0.39)
+    assert "sgd (lr 8, 16): best at lr 8 (the edge of its grid" in text and "; lr 16 blew up" in text
+
+
+def test_a_race_whose_every_lr_blew_up_extends_its_grid_downward():
+    from course_lib.sweeps import blew_up, sweep_with_edge_extension
+
+    def run(f):
+        r = fake_result(131072, 8.0 * f, None, hr=0.107 - 0.001 * f, optimizer="sgd")  # chance-level noise
+        r.curve = {"loss": [None, 2.9 if f >= 0.25 else 0.6]}
+        return r
+
+    score = lambda r: (2, r.config["peak_lr"]) if blew_up(r) else (1, -(r.final_hr or 0.0))  # noqa: E731
+    done = sweep_with_edge_extension(run, (0.5, 1.0, 2.0), score, max_extensions=3)
+    assert sorted(done) == [0.0625, 0.125, 0.25, 0.5, 1.0, 2.0]  # down to the first lr that did not blow up, and one more
 
 
 @pytest.mark.parametrize("tier", ["cpu", "one-gpu", "multi-gpu"])

@@ -29,7 +29,7 @@ import torch
 
 from ..metrics import line_fit
 from ..tables import Table
-from ..sweeps import fastest
+from ..sweeps import BLOW_UP_LOSS, blew_up, fastest
 from ..train.ncf import TrainConfig, bce_sum, build_model, make_batches
 
 
@@ -233,6 +233,12 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
     for opt, runs in by_opt.items():
         lrs = sorted(r.config["peak_lr"] for r in runs)
         reached = [r for r in runs if r.time_to_target_s is not None]
+        if not reached and all(blew_up(r) for r in runs):
+            # #37 (review 04 #12): ranking blown-up runs by HR@10 ranks chance-level noise
+            lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): every lr tried blew up (NaN, or a training "
+                         f"loss above {BLOW_UP_LOSS:.2f}, worse than an untrained model): no lr trained here, down to "
+                         f"{lrs[0]:.3g}, the smallest tried; a smaller one is the next to try")
+            continue
         best = min(reached, key=lambda r: r.time_to_target_s) if reached else max(runs, key=best_hr)
         lr = best.config["peak_lr"]
         edge = " (the edge of its grid: a better lr may lie beyond)" if len(lrs) > 1 and lr in (lrs[0], lrs[-1]) else ""
@@ -243,6 +249,8 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
             if floor_hr is not None and best_hr(best) < floor_hr:
                 near = f", below the popularity ranking's {floor_hr:.3f}"
             what = f"did not reach {target_hr}: best HR@10 {best_hr(best):.3f}{near}"
+        blown = [f"{r.config['peak_lr']:.3g}" for r in runs if blew_up(r)]
+        what += f"; lr {', '.join(blown)} blew up" if blown else ""
         lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): best at lr {lr:.3g}{edge}, {what}")
     win = fastest(results)
     lines.append(f"fastest to the target: {win.config['optimizer']} at lr {win.config['peak_lr']:.3g}" if win
