@@ -151,3 +151,21 @@ def test_lesson_04s_reading_quotes_its_layer_tables():
         cells = [v for t in (table, spreads) for col in _columns(t) for v in col]
         extra = slopes + cells + [max(a / b for a in col for b in col if b) for col in _columns(spreads)]
         assert disagreements(text, table, extra=extra + [0.5, 1, 512, 256, 131072]) == []
+
+
+def test_a_loader_pass_that_measured_nothing_is_not_the_best_rung():
+    """The smoke run of 2026-12-01: a pass whose 1-step run outlasted its 100-step run gave 4.9e12 samples/s
+    (a floored difference) and became "the best DataLoader rung"; such a pass is None, the other pass counts."""
+    from test_loader_ladder import constructed_comparison
+
+    comp = constructed_comparison()
+    rung = comp["rows"][4]
+    rung["passes"][1]["train_sps"] = None
+    rung["train_sps"] = rung["passes"][0]["train_sps"]
+    text = L01.loader_reading(comp)
+    assert disagreements(text, L01.comparison_table(comp), extra=(1, 2, 0.0006, 6)) == []
+    both = constructed_comparison()
+    both["rows"][4]["passes"] = [{**p, "train_sps": None} for p in both["rows"][4]["passes"]]
+    both["rows"][4]["train_sps"] = float("nan")
+    assert "not measured" in str(L01.comparison_table(both)) and "persistent" not in \
+        L01.loader_reading(both).split("the device sampler")[0]

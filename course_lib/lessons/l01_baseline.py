@@ -537,13 +537,15 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
                 getattr(batches, "close", lambda: None)()  # no worker outlives its rung
             one = train_to_target(data, c.replace(max_steps=1), **run)
             many = train_to_target(data, c.replace(max_steps=train_steps), **run)
-            steady_s = max(many.train_time_s - one.train_time_s, 1e-9)
+            steady_s = many.train_time_s - one.train_time_s
+            # a pass whose 1-step run took longer than its many-step run (a load spike between them) measured
+            # nothing: None, not the 1e12 samples/s a floor on the difference would give
             row["passes"][p] = {"first_batch_s": first, "load_sps": sps,
-                                "train_sps": (many.samples - one.samples) / steady_s}
+                                "train_sps": (many.samples - one.samples) / steady_s if steady_s > 0 else None}
     for row in rows:
         if row["measured"]:
             for key in ("load_sps", "train_sps"):
-                row[key] = max(q[key] for q in row["passes"])
+                row[key] = max((q[key] for q in row["passes"] if q[key] is not None), default=math.nan)
             row["first_batch_s"] = min(q["first_batch_s"] for q in row["passes"])
     first, last = rows[0], rows[-1]
     out = {"batch_size": cfg.global_batch_size, "device": str(device), "workers": workers,
@@ -568,10 +570,11 @@ def comparison_table(comp: dict) -> Table:
                                      "loading (samples/s)": "n/a on a CPU: no copy to a device",
                                      "loading vs first": "—", "training (samples/s)": "—", "training vs first": "—"})
             continue
+        sps = lambda x: round(x) if x == x else "not measured"  # noqa: E731 (both passes hit a load spike)
         t.add(rung=r["rung"], **{"first batch (ms, per epoch)": round(1000 * r["first_batch_s"], 1),
-                                 "loading (samples/s)": round(r["load_sps"]),
+                                 "loading (samples/s)": sps(r["load_sps"]),
                                  "loading vs first": f"{r['load_sps'] / first['load_sps']:.2f}x",
-                                 "training (samples/s)": round(r["train_sps"]),
+                                 "training (samples/s)": sps(r["train_sps"]),
                                  "training vs first": f"{r['train_sps'] / first['train_sps']:.2f}x"})
     return t
 
@@ -582,7 +585,9 @@ def _paired(a: dict, b: dict, key: str, higher_is_better: bool = True) -> str:
     disagree with it (or agree within 5 %)."""
     ratio = a[key] / b[key] if higher_is_better else b[key] / a[key]
     ratios = [(pa[key] / pb[key]) if higher_is_better else (pb[key] / pa[key])
-              for pa, pb in zip(a["passes"], b["passes"])]
+              for pa, pb in zip(a["passes"], b["passes"]) if pa.get(key) and pb.get(key)]
+    if not ratios or ratio != ratio:
+        return "not measured (no pass measured both)"
     median, measurable = paired_speedup(ratios)
     return f"{ratio:.2f}x" if measurable and (median > 1) == (ratio > 1) else f"no measurable difference ({ratio:.2f}x)"
 
@@ -593,8 +598,9 @@ def loader_reading(comp: dict) -> str:
     the two passes, paired pass by pass, agree on it (by more than 5 %)."""
     rows = [r for r in comp["rows"] if r["measured"]]
     first, device = rows[0], rows[-1]
-    best_load = max(rows[:-1], key=lambda r: r["load_sps"])
-    best_train = max(rows[:-1], key=lambda r: r["train_sps"])
+    known = lambda x: x if x == x else -math.inf  # noqa: E731 (a rung no pass measured ranks last)
+    best_load = max(rows[:-1], key=lambda r: known(r["load_sps"]))
+    best_train = max(rows[:-1], key=lambda r: known(r["train_sps"]))
     parts = [f"loading alone went from {first['load_sps']:,.0f} samples/s (per-sample DataLoader) to "
              f"{best_load['load_sps']:,.0f} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
              f"{_paired(best_load, first, 'load_sps')}) and {device['load_sps']:,.0f} with the device-resident "
