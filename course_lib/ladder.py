@@ -1,8 +1,9 @@
 """The trick ladder: the one writer and reader of its saved rungs (lessons 01-06).
 
 baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel. The rungs are
-**cumulative**, as in the seed talk: each lesson starts from the setting of the rung below
-(:func:`start_from`) and adds one trick — a bigger batch with a scaled lr (02), warmup to reach a
+**cumulative**, as in the seed talk: each lesson starts from the best setting so far
+(:func:`start_from`: the rung below only when it helped beyond the noise, #37) and adds one trick —
+a bigger batch with a scaled lr (02), warmup to reach a
 bigger batch still (03), a layer-wise optimizer to go bigger again (04), mixed precision on the
 same setting (05), data parallel on the same global batch (06). A trick that does not help here
 keeps its rung, with its measured effect and the reason the lesson computed; the next rung then
@@ -63,6 +64,36 @@ def what_ran(config: dict, world_size: int = 1) -> str:
     if world_size > 1:
         parts.append(f"{world_size} ranks")
     return ", ".join(str(p) for p in parts if p)
+
+
+def rung_name(r: dict) -> str:
+    """The rung's name as what ran (#37): the "+linear scaling" slot that ran the sqrt rule is "+sqrt scaling",
+    the "+LARS" slot that ran LAMB (or Adam) is "+LAMB"; "+mixed precision" names the precision it trained in.
+    ``r["step"]`` stays the slot (the course's order, what lessons save and look up)."""
+    step, c = r["step"], r.get("config") or {}
+    if step == "+linear scaling" and c.get("lr_scaling") in ("sqrt", "linear"):
+        return f"+{c['lr_scaling']} scaling"
+    if step == "+LARS" and c.get("optimizer") in ("lars", "lamb", "adam", "sgd"):
+        return "+" + {"lars": "LARS", "lamb": "LAMB", "adam": "Adam", "sgd": "SGD"}[c["optimizer"]]
+    if step == "+mixed precision" and (r.get("precision") or c.get("precision")) not in (None, "auto"):
+        return f"+{r.get('precision') or c.get('precision')} (the mixed-precision rung)"
+    return step
+
+
+def speedup_cell(x: float | None, uncertainty: float | None) -> str:
+    """A paced speedup with the significant figures its pace drift allows (#37): ``uncertainty`` is the
+    relative uncertainty of the pacing (:func:`ladder_rows`' ``speedup_uncertainty``: how far the yardstick
+    moved within the rung's lesson and within lesson 01's), ±10 % or more: one figure, ±1 % or more: two,
+    else three; None (pace not recorded): one decimal, as before, with nothing claimed."""
+    if x is None:
+        return "—"
+    if uncertainty is None:
+        return f"{x:.1f}x"
+    figures = 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
+    text = f"{x:.{figures}g}"
+    if "e" in text:  # 3e+01: a speedup of 30 at one figure
+        text = f"{x:.0f}"
+    return f"{text}x" + (f" (±{uncertainty:.0%})" if uncertainty >= 0.005 else "")
 
 
 # --------------------------------------------------------------------------- the yardstick's pace
@@ -200,9 +231,14 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
     """The saved rungs in the course's order, each with what the table shows:
 
     ``paced_time_s`` (its time at lesson 01's pace), ``speedup`` over the baseline and ``vs_previous``
-    over the closest rung below that reached the target (``previous_step``), both paced; ``vs_noise``
-    (None, or "no measurable difference ..." when the paced seed times of the two rungs overlap);
-    ``pace_drift`` (its pace against lesson 01's) and ``flags`` (drift beyond :data:`PACE_DRIFT_LIMIT`).
+    over the best rung below (``previous_step``: the setting it built on, see :func:`start_from`), both
+    paced; ``vs_noise`` (None, or "no measurable difference ..." when the paced seed times of the two
+    rungs overlap); ``pace_drift`` (its pace against lesson 01's) and ``flags`` (drift beyond
+    :data:`PACE_DRIFT_LIMIT`); ``speedup_uncertainty`` (how far the yardstick moved within this rung's lesson
+    and lesson 01's: what pacing cannot correct); ``helped`` (faster than the best rung below beyond the
+    noise: then it is the best so far, the setting the next rung builds on); ``name`` (:func:`rung_name`).
+
+    The best rung so far starts as the baseline and moves up only to a rung that helped beyond the noise.
 
     Raises :class:`LadderMismatch` when the rungs were measured on different datasets."""
     saved = _saved_rungs(directory)
@@ -216,7 +252,7 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
             "picks one for the whole course), or start a fresh results directory ($COURSE_RESULTS_DIR).")
     base = saved.get("baseline", {})
     base_pace, base_t = _pace_of(base), base.get("time_to_target_s")
-    rows, before = [], None  # before: the latest rung below that reached the target
+    rows, before = [], None  # before: the best rung below (the baseline, then each rung that helped beyond noise)
     for step in LADDER_STEPS:
         if step not in saved:
             continue
@@ -236,6 +272,8 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
             flags.append(f"the pace moved {_percent(p['after'] / p['before'] - 1)} during the lesson")
         r["flags"] = flags
         r["speedup"] = speedup(base_t, r["paced_time_s"])
+        r["speedup_uncertainty"] = (_pace_moved(r) + _pace_moved(base)) if r["paced"] else None
+        r["name"] = rung_name(r)
         r["vs_previous"] = speedup(before["paced_time_s"], r["paced_time_s"]) if before else None
         r["previous_step"] = before["step"] if before else None
         r["vs_noise"] = None
@@ -247,8 +285,9 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
                                          names=(step, before["step"]), quantity="paced time to target",
                                          resolution=resolution)
             r["vs_noise"] = text if winner is None else None
+        r["helped"] = bool(r["vs_previous"] is not None and r["vs_previous"] > 1 and r["vs_noise"] is None)
         rows.append(r)
-        if r["paced_time_s"]:
+        if r["paced_time_s"] and (before is None or r["helped"]):
             before = r
     return rows
 
@@ -272,7 +311,7 @@ def _below_cell(r: dict) -> str:
     if r.get("vs_noise"):
         return f"{vs:.2f}x: {r['vs_noise']}"
     if vs >= 1:
-        return f"{vs:.2f}x"
+        return f"{vs:.2f}x" + (f" (vs {r['previous_step']!r}, the best rung below)" if r.get("previous_step") else "")
     why = f" ({r['reason']})" if r.get("reason") else ""
     return f"{vs:.2f}x: slower than {r['previous_step']!r}, this trick did not help here{why}"
 
@@ -291,10 +330,10 @@ def ladder_table(directory: Path | None = None) -> Table:
             else _percent(r["pace_drift"])
         if r["flags"]:
             pace += " (!) " + "; ".join(r["flags"])
-        t.add(**{"step": r["step"], "setting (what ran)": r.get("ran") or r.get("setting", ""),
+        t.add(**{"step": r.get("name") or r["step"], "setting (what ran)": r.get("ran") or r.get("setting", ""),
                  "steps to target": round(steps) if steps is not None else "—",
                  "time to target (s)": _time_cell(r),
-                 "speedup (paced)": f"{r['speedup']:.1f}x" if r["speedup"] else "—",
+                 "speedup (paced)": speedup_cell(r["speedup"], r.get("speedup_uncertainty")),
                  "vs the rung below": _below_cell(r), "final HR@10": r.get("final_hr"),
                  "pace vs lesson 01": pace})
     return t
@@ -310,10 +349,12 @@ def ladder_reading(directory: Path | None = None) -> str:
     lines = []
     if reached:
         top = max(reached, key=lambda r: r["speedup"])
-        lines.append(f"the fastest rung is {top['step']!r}: {top['speedup']:.1f}x the baseline at lesson 01's pace "
+        lines.append(f"the fastest rung is {top['step']!r}: "
+                     f"{speedup_cell(top['speedup'], top.get('speedup_uncertainty'))} the baseline at lesson 01's pace "
                      f"({top.get('ran', '')})")
     helped = [r["step"] for r in rows if r.get("vs_previous") and r["vs_previous"] >= 1 and not r.get("vs_noise")]
     level = [r["step"] for r in rows if r.get("vs_noise")]
+    renamed = [f"{r['step']!r} ran as {r['name']!r}" for r in rows if r.get("name") and r["name"] != r["step"]]
     hurt = [r for r in rows if r.get("vs_previous") and r["vs_previous"] < 1 and not r.get("vs_noise")]
     if helped:
         lines.append("faster than the rung below: " + ", ".join(helped))
@@ -329,7 +370,10 @@ def ladder_reading(directory: Path | None = None) -> str:
     flagged = [r["step"] for r in rows if r["flags"]]
     if flagged:
         lines.append(f"paced seconds are unreliable for {', '.join(flagged)} (the machine's pace drifted more than "
-                     f"{PACE_DRIFT_LIMIT:.0%}): read their steps to target instead")
+                     f"{PACE_DRIFT_LIMIT:.0%}): their speedups are shown with the figures that drift allows (±), and "
+                     "two rungs whose speedups overlap within it are not ranked by it")
+    if renamed:
+        lines.append("named by what ran: " + "; ".join(renamed))
     return "\n".join(lines)
 
 
@@ -375,32 +419,44 @@ def _config(base_cfg: TrainConfig, saved: dict) -> TrainConfig:
 def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
                directory=None) -> tuple[TrainConfig, dict | None, str]:
     """``(cfg, rung, note)``: the setting the rung ``step`` adds its trick to — the ``carry`` recipe of
-    the closest rung below ``step`` that reached its target (measured on ``dataset`` when given), with
-    ``default``'s budget, target and seed — and a sentence saying where it came from. ``(default,
-    None, note)`` when no rung below reached the target here."""
+    the best rung below ``step`` (#37: the baseline, or the highest rung that was faster than the best one
+    below it beyond the noise, :func:`ladder_rows`' ``helped``; measured on ``dataset`` when given), with
+    ``default``'s budget, target and seed — and a sentence saying where it came from and which rungs it
+    passed over, and why. ``(default, None, note)`` when no rung below is saved here."""
     if step not in LADDER_STEPS:
         raise ValueError(f"unknown ladder step {step!r}; choose one of {LADDER_STEPS}")
-    rows = {r["step"]: r for r in ladder_rows(directory) if dataset is None or r.get("dataset") == dataset
-            or (r.get("failed") and not r.get("dataset"))}
-    passed = []
-    for below in reversed(LADDER_STEPS[:LADDER_STEPS.index(step)]):
-        r = rows.get(below)
-        recipe = (r or {}).get("carry") or (r or {}).get("config")
-        if r is not None and r.get("failed"):
-            passed.append(f"the {below!r} rung was not run ({r['not_run']})")
-            continue
-        if r is None or not isinstance(recipe, dict):
-            passed.append(f"no {below!r} rung is saved")
-            continue
-        if not r.get("time_to_target_s"):
-            passed.append(f"the {below!r} rung did not reach the target")
-            continue
-        cfg = _config(default, recipe)
-        carried = " (the setting it carries up)" if r.get("carry") and r["carry"] != r.get("config") else ""
-        note = (("; ".join(passed) + ", so this lesson starts from " if passed else "starting from ")
-                + f"the {below!r} rung's setting{carried}: {what_ran(recipe)}")
-        return cfg, r, note
-    return default, None, ("; ".join(passed) or "no rung below is saved") + ": this lesson's default setting"
+    below = LADDER_STEPS[:LADDER_STEPS.index(step)]
+    rows = [r for r in ladder_rows(directory)  # a failed lesson's row (issue 36) has no dataset: it applies here
+            if r["step"] in below and (dataset is None or r.get("dataset") == dataset
+                                       or (r.get("failed") and not r.get("dataset")))]
+    best, passed = None, []
+    for r in rows:
+        recipe = r.get("carry") or r.get("config")
+        if r.get("failed"):
+            passed.append(f"the {r['step']!r} rung was not run ({r['not_run']})")
+        elif not isinstance(recipe, dict):
+            passed.append(f"the {r['step']!r} rung saved no setting")
+        elif not r.get("time_to_target_s"):
+            passed.append(f"the {r['step']!r} rung did not reach the target")
+        elif best is None or r.get("helped"):
+            best = r
+        else:
+            vs = r.get("vs_previous")
+            how = r.get("vs_noise") or (f"{vs:.2f}x the {r['previous_step']!r} rung" if vs is not None else "")
+            passed.append(f"the {r['step']!r} rung did not help beyond the noise ({how})")
+    saved = {r["step"] for r in rows}
+    missing = [f"no {s!r} rung is saved" for s in below if s not in saved]
+    if best is None:
+        why = "; ".join(missing + passed) or "no rung below is saved"
+        return default, None, why + ": this lesson's default setting"
+    recipe = best.get("carry") or best.get("config")
+    cfg = _config(default, recipe)
+    carried = " (the setting it carries up)" if best.get("carry") and best["carry"] != best.get("config") else ""
+    skipped = [p for p in passed if below.index(p.split("'")[1]) > below.index(best["step"])] if passed else []
+    skipped += [m for m in missing if below.index(m.split("'")[1]) > below.index(best["step"])]
+    note = (("; ".join(skipped) + ", so this lesson starts from " if skipped else "starting from ")
+            + f"the {best['step']!r} rung's setting, the best so far{carried}: {what_ran(recipe)}")
+    return cfg, best, note
 
 
 def grown_batch(batch: int, factor: int, data, cfg: TrainConfig, *, min_steps_per_epoch: int = 8) -> tuple[int, str]:
@@ -448,12 +504,7 @@ def mark_failed_lesson(lesson: str, cell: int | None, *, directory: Path | None 
 
 
 def started_below(step: str, directory: Path | None = None) -> str | None:
-    """The rung a saved rung ``step`` was built on, as :func:`start_from` chose it: the closest rung below
-    that reached the target (None: none did, it started from its lesson's defaults)."""
-    rows = {r["step"]: r for r in ladder_rows(directory)}
-    for below in reversed(LADDER_STEPS[:LADDER_STEPS.index(step)]):
-        r = rows.get(below)
-        if r is not None and not r.get("failed") and r.get("time_to_target_s") \
-                and isinstance(r.get("carry") or r.get("config"), dict):
-            return below
-    return None
+    """The rung a saved rung ``step`` was built on, as :func:`start_from` chooses it (the best rung so far;
+    None: no rung below is saved, it started from its lesson's defaults)."""
+    _, row, _ = start_from(step, TrainConfig(), directory=directory)
+    return None if row is None else row["step"]

@@ -375,7 +375,7 @@ def plot_ladder(rows, *, axes=None):
     else:
         fig = axes[0].figure
     ax1, ax2 = axes
-    names = [r["step"] + (" (!)" if r.get("flags") else "") for r in rows][::-1]
+    names = [(r.get("name") or r["step"]) + (" (!)" if r.get("flags") else "") for r in rows][::-1]
     times = [r.get("paced_time_s") or 0.0 for r in rows][::-1]
     steps = [r.get("steps_to_target") or 0.0 for r in rows][::-1]
     bars = ax1.barh(names, times, color=["tab:blue" if t else "lightgray" for t in times])

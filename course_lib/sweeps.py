@@ -19,6 +19,7 @@ Optuna search is :mod:`course_lib.optuna_search`.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Callable
@@ -177,6 +178,16 @@ def race_score(r: TrainResult) -> tuple:
     return (1, -hr)
 
 
+BLOW_UP_LOSS = 1.5 * math.log(2)  # half again an untrained model's BCE (ln 2): the run made its predictions worse
+
+
+def blew_up(r: TrainResult) -> bool:
+    """A run that diverged (inf/nan weights) or whose training loss rose above :data:`BLOW_UP_LOSS` at an
+    evaluation point (lesson 04's SGD at lr 8: 2.93, then a constant predictor at chance)."""
+    losses = [x for x in (getattr(r, "curve", None) or {}).get("loss", []) if x is not None]
+    return bool(getattr(r, "diverged", False)) or any(not x < BLOW_UP_LOSS for x in losses)
+
+
 def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, device=None, max_extensions: int = 1,
          progress: str = "auto") -> tuple[list[TrainResult], list[str]]:
     """Each optimizer at its own best lr (lesson 04): for each ``{name: starting setting}``, runs
@@ -190,7 +201,11 @@ def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, devic
             label = f"b{c.global_batch_size} {name} lr {c.peak_lr:.3g}"
             return label, train_to_target(data, c, device=device, progress=progress, label=label)
 
-        done = sweep_with_edge_extension(run, factors, lambda lr: race_score(lr[1]), max_extensions=max_extensions)
+        # #37: a run that blew up ranks below every run that did not, the smaller lr first, so a grid where every
+        # lr blew up extends downward instead of ranking chance-level HR@10s
+        score = lambda done, cfg=cfg: ((2, done[1].config["peak_lr"]) if blew_up(done[1])  # noqa: E731
+                                       else race_score(done[1]))
+        done = sweep_with_edge_extension(run, factors, score, max_extensions=max_extensions)
         for label, r in done.values():
             labels.append(label)
             results.append(r)

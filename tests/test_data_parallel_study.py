@@ -245,8 +245,9 @@ def test_the_reviews_weak_rows_with_equal_epochs_say_no_measurable_change():
     text = optimization_reading(scaling_rows(strong, weak), eval_every_epochs=0.25)
     assert "Strong scaling (the same global batch): no measurable change in epochs to target" in text
     assert "Weak scaling (the global batch grows with the ranks): no measurable change" in text
-    assert "22.1 s on 2 ranks against 13.2 s on one rank with the same setting, 1.7x slower" in text
-    assert "comes from the rungs below it" in text
+    assert "22.1 s on 2 ranks against 13.2 s on one rank of the same threads, 1.7x slower" in text
+    assert "adding ranks lengthened the run" in text and "the lesson's one verdict on it" in text
+    assert "shortened" not in text  # #37: the ladder's row is the one verdict on data parallelism
 
 
 def test_eight_gpus_weak_scaling_that_needs_more_epochs_says_so():
@@ -257,7 +258,24 @@ def test_eight_gpus_weak_scaling_that_needs_more_epochs_says_so():
     assert "Strong scaling (the same global batch): epochs to target grew from 1.5 to 2" in text
     assert "should not do" in text
     assert "Weak scaling (the global batch grows with the ranks): epochs to target grew from 1.5 to 2" in text
-    assert "faster" in text and "shortened the run" in text
+    assert "faster" in text and "the ranks scaled" in text and "shortened" not in text
+
+
+def test_weak_scaling_is_read_at_the_evaluation_spacing_the_runs_had():
+    """#37 (review 06 #15): 1.05 vs 1.26 epochs is 4 intervals when evaluations came every 0.05 epoch near the
+    target, not "within one interval (0.25 epochs)"; the same rows without the dense spacing stay within one."""
+    dense = {"dense_eval_margin": 0.05, "dense_eval_every_epochs": 0.05, "eval_every_epochs": 0.25}
+    strong = {1: _record(1, 65536, 13.35, 1.05, 3e5), 2: _record(2, 65536, 8.5, 1.05, 5e5)}
+    weak = {1: _record(1, 32768, 9.0, 1.05, 3e5), 2: {**strong[2]}}
+    weak[2] = {**weak[2], "epochs_to_target": 1.26}
+    for r in [*strong.values(), *weak.values()]:
+        r["config"] = {**r["config"], **dense}
+    text = optimization_reading(scaling_rows(strong, weak), eval_every_epochs=0.25)
+    assert "epochs to target grew from 1.05 to 1.26" in text and "(0.05 epochs)" in text
+    for r in [*strong.values(), *weak.values()]:
+        r["config"] = {k: v for k, v in r["config"].items() if not k.startswith("dense")}
+    text = optimization_reading(scaling_rows(strong, weak), eval_every_epochs=0.25)
+    assert "no measurable change in epochs to target" in text.split("Weak scaling")[1]
 
 
 def test_runs_that_did_not_reach_the_target_compare_final_hr():

@@ -110,9 +110,10 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
     assert rung["step"] == "+linear scaling" and (cfg.global_batch_size, cfg.lr_scaling) == (4096, "sqrt")
     assert cfg.peak_lr == pytest.approx(4e-3) and (cfg.max_epochs, cfg.seed, cfg.target_hr) == (3, 0, 0.75)
     assert note.startswith("the '+warmup' rung did not reach the target, so this lesson starts from the "
-                           "'+linear scaling' rung's setting: batch 4096, adam lr 0.004 (sqrt rule), fp32")
-    # a rung that carries another setting up (lesson 05: fp32 was faster than bf16)
-    bf16 = fake_result(4096, 4e-3, 12.0, precision="bf16")
+                           "'+linear scaling' rung's setting, the best so far: batch 4096, adam lr 0.004 (sqrt rule), "
+                           "fp32")
+    # a rung that carries another setting up
+    bf16 = fake_result(4096, 4e-3, 8.0, precision="bf16")
     ladder.save_ladder_result("+mixed precision", bf16, carry=TrainConfig.from_dict(bf16.config).replace(precision="fp32"),
                                directory=tmp_path)
     cfg, rung, note = ladder.start_from("+data parallel", default, directory=tmp_path)
@@ -239,6 +240,29 @@ def test_race_reading_states_each_optimizers_best_from_the_records():
     assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
     assert "sgd (lr 8, 32): best at lr 8 (the edge" in text and "best HR@10 0.100, below the popularity ranking's 0.390" in text
     assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")
+    # #37 (review 04 #12): every SGD lr blew up (lr 8: loss 2.93, then chance; lr 32: NaN): no "best at lr 16"
+    blown = [fake_result(131072, lr, None, hr=hr, optimizer="sgd") for lr, hr in ((8.0, 0.1073), (16.0, 0.1068))]
+    blown[0].curve = {"loss": [None, 2.93, 0.69]}
+    blown[1].diverged = True
+    text = race_reading(blown + [fake_result(131072, 1e-2, 12.0)], target_hr=0.75, floor_hr=0.39)
+    assert "sgd (lr 8, 16): every lr tried blew up" in text and "down to 8, the smallest tried" in text
+    assert "best at lr 16" not in text and "best at lr 8" not in text
+    blown[0].curve = {"loss": [None, 0.6, 0.5]}  # lr 8 trains (badly): it is the best, and lr 16's blow-up is said
+    text = race_reading(blown, target_hr=0.75, floor_hr=0.39)
+    assert "sgd (lr 8, 16): best at lr 8 (the edge of its grid" in text and "; lr 16 blew up" in text
+
+
+def test_a_race_whose_every_lr_blew_up_extends_its_grid_downward():
+    from course_lib.sweeps import blew_up, sweep_with_edge_extension
+
+    def run(f):
+        r = fake_result(131072, 8.0 * f, None, hr=0.107 - 0.001 * f, optimizer="sgd")  # chance-level noise
+        r.curve = {"loss": [None, 2.9 if f >= 0.25 else 0.6]}
+        return r
+
+    score = lambda r: (2, r.config["peak_lr"]) if blew_up(r) else (1, -(r.final_hr or 0.0))  # noqa: E731
+    done = sweep_with_edge_extension(run, (0.5, 1.0, 2.0), score, max_extensions=3)
+    assert sorted(done) == [0.0625, 0.125, 0.25, 0.5, 1.0, 2.0]  # down to the first lr that did not blow up, and one more
 
 
 @pytest.mark.parametrize("tier", ["cpu", "one-gpu", "multi-gpu"])
@@ -273,4 +297,53 @@ def test_the_ladder_reading_is_true_for_what_each_tier_records(tier, tmp_path):
         assert "slower" not in reading
     assert ("+data parallel" in reading) == p.dp_on_ladder  # one GPU: CPU ranks are not put on the GPU's ladder
     cfg, rung, _ = ladder.start_from("+data parallel", TrainConfig(), directory=tmp_path)
-    assert rung["step"] == "+mixed precision" and cfg.precision == ("fp32" if slower else "bf16")
+    # #37: a slower rung is not built on: the best so far ('+LARS', fp32) is, which is what lesson 05 carried
+    assert rung["step"] == ("+LARS" if slower else "+mixed precision")
+    assert cfg.precision == ("fp32" if slower else "bf16")
+
+
+def test_a_rung_that_did_not_help_beyond_the_noise_is_not_built_on(tmp_path):
+    """#37 (review 03 #7): '+warmup' ran at 0.82x the rung below, "no measurable difference": lessons 04-06 start
+    from the best rung so far ('+linear scaling'), not from the rung below; the note says which it passed over."""
+    def seeded(batch, lr, ttt, seed, optimizer="adam"):
+        r = fake_result(batch, lr, ttt, optimizer=optimizer)
+        r.config.update(seed=seed, lr_scaling="sqrt", base_batch_size=256)
+        return r
+
+    pace = {"before": 100.0, "after": 100.0, "rate": 100.0}
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 54.4), pace=pace, directory=tmp_path)
+    ladder.save_ladder_result("+linear scaling", seeded(16384, 8e-3, 7.0, 0), seeds=[seeded(16384, 8e-3, 8.0, 1)],
+                              pace=pace, directory=tmp_path)
+    ladder.save_ladder_result("+warmup", seeded(65536, 1.6e-2, 10.5, 0), seeds=[seeded(65536, 1.6e-2, 6.9, 1)],
+                              pace=pace, directory=tmp_path)
+    default = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam")
+    cfg, rung, note = ladder.start_from("+LARS", default, directory=tmp_path)
+    assert rung["step"] == "+linear scaling" and cfg.global_batch_size == 16384
+    assert "the '+warmup' rung did not help beyond the noise (no measurable difference" in note
+    assert "starts from the '+linear scaling' rung's setting, the best so far" in note
+    # ... and once it helps beyond the noise, it is the best so far
+    ladder.save_ladder_result("+warmup", seeded(65536, 1.6e-2, 3.0, 0), seeds=[seeded(65536, 1.6e-2, 3.2, 1)],
+                              pace=pace, directory=tmp_path)
+    assert ladder.start_from("+LARS", default, directory=tmp_path)[1]["step"] == "+warmup"
+    # a rung that ran LAMB is compared with the best rung below, and named by what ran
+    ladder.save_ladder_result("+LARS", seeded(131072, 1e-2, 2.0, 0, "lamb"), pace=pace, directory=tmp_path)
+    rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
+    assert rows["+LARS"]["previous_step"] == "+warmup" and rows["+LARS"]["name"] == "+LAMB"
+    assert rows["+linear scaling"]["name"] == "+sqrt scaling"
+    md = ladder.ladder_table(tmp_path).to_markdown()
+    assert "| +sqrt scaling |" in md and "| +LAMB |" in md
+    assert "named by what ran: '+linear scaling' ran as '+sqrt scaling'" in ladder.ladder_reading(tmp_path)
+
+
+def test_speedups_carry_the_figures_their_pace_drift_allows(tmp_path):
+    """#37 (review: a baseline whose own pace moved 39 %): one significant figure, and the ± it carries."""
+    assert ladder.speedup_cell(7.27, 0.39) == "7x (±39%)" and ladder.speedup_cell(7.27, 0.04) == "7.3x (±4%)"
+    assert ladder.speedup_cell(7.27, 0.002) == "7.27x" and ladder.speedup_cell(7.27, None) == "7.3x"
+    assert ladder.speedup_cell(26.0, 0.3) == "26x (±30%)" and ladder.speedup_cell(None, 0.1) == "—"
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 54.4), directory=tmp_path,
+                              pace={"before": 100.0, "after": 139.0, "rate": 119.5})
+    ladder.save_ladder_result("+linear scaling", fake_result(16384, 8e-3, 7.0), directory=tmp_path,
+                              pace={"before": 119.5, "after": 119.5, "rate": 119.5})
+    lin = ladder.ladder_rows(tmp_path)[1]
+    assert lin["speedup_uncertainty"] == pytest.approx(0.39)
+    assert "| 8x (±39%) |" in ladder.ladder_table(tmp_path).to_markdown()

@@ -87,7 +87,9 @@ def test_every_rung_of_the_ladder_trains_through_the_same_loop(data):
     comp = bench.loader_comparison(data, CFG, device="cpu", load_samples=2048, train_steps=4, workers=1)
     measured = [r for r in comp["rows"] if r["measured"]]
     assert len(comp["rows"]) == len(rungs) and len(measured) == len(rungs) - 1  # pin_memory: a CPU has no copy
-    assert all(r["load_sps"] > 0 and r["train_sps"] > 0 and r["first_batch_s"] >= 0 for r in measured)
+    # a rung whose two passes both hit a load spike (its 1-step run outlasting its many-step run) is "not measured"
+    # (nan), not a rate; on a shared 2-core machine that happens now and then at these tiny sizes
+    assert all(r["load_sps"] > 0 and not r["train_sps"] <= 0 and r["first_batch_s"] >= 0 for r in measured)
     assert comp["ratio_loading"] == comp["device_load_sps"] / comp["dataloader_load_sps"]
     assert "n/a on a CPU" in str(bench.comparison_table(comp)) and "pin_memory was not measured" in \
         bench.loader_reading(comp)
@@ -124,14 +126,14 @@ def test_loader_reading_is_read_from_the_rungs():
            "(batched Dataset, no workers, 5.00x) and 15,300,000 with the device-resident sampler (37.50x)" in text
     assert "training went from 102,000 samples/s to 163,200 at the best DataLoader rung (batched Dataset, no " \
            "workers: 1.60x); the device sampler trained at 168,300: against the best DataLoader, no measurable " \
-           "difference" in text  # 1.03x in both passes: within 5 %
+           "difference (1.03x)" in text  # 1.03x in both passes: within 5 %
     assert "1 worker process changed loading by 0.33x and training by 0.70x" in text
     assert "on this 2-core machine the workers also compete with the training process" in text
-    assert "went from 25 to 12 ms (2.08x shorter)" in text and "pin_memory was not measured" in text
+    assert "went from 24.5 to 11.8 ms (2.08x shorter)" in text and "pin_memory was not measured" in text
     assert "compete" not in bench.loader_reading(constructed_comparison(cores=8))
     # passes that disagree: the second pass of the worker rung 1.6x faster than the first
-    assert "1 worker process changed loading by no measurable difference and training by no measurable difference" \
-        in bench.loader_reading(constructed_comparison(second={1: 3.0}))
+    assert "1 worker process changed loading by no measurable difference (0.96x) and training by no measurable " \
+        "difference (2.06x)" in bench.loader_reading(constructed_comparison(second={1: 3.0}))
     slow = constructed_comparison()
     for r in slow["rows"][1:-1]:
         if r["measured"]:

@@ -28,6 +28,16 @@ def test_reading_states_the_fixed_share_and_the_per_rank_batch_that_scales():
     assert "efficiency 0.17" in text and "95% of the step does not shrink" in text
     # compute = 80% of the step from 4 x 4 ms / 0.1 us = 160,000 samples -> 262,144 (a power of two)
     assert "262,144 samples per rank" in text and f"{NVIDIA_NCF_SAMPLES_PER_GPU:,}" in text
+    assert "2x above NVIDIA's NCF reference" in text and "LARS" not in text  # #37: the reference trains with Adam
+
+
+def test_the_reference_clause_follows_the_fit():
+    """#37 (review 06 #17): the quoted reference is compared with the fit, not appended as its explanation."""
+    small = scaling_reading(rows_for(4e-3, 1e-6))  # 4 x 4 ms / 1 us = 16,000 -> 16,384 per rank
+    assert "16,384 samples per rank" in small and "8x below NVIDIA's NCF reference" in small
+    assert "which is why" not in small
+    two = scaling_reading(rows_for(4e-3, 1e-7, worlds=(1, 2)))
+    assert "A line through 2 points fits them exactly" in two and "A line through" not in small
 
 
 def test_the_table_says_how_communication_was_measured():
@@ -41,3 +51,15 @@ def test_reading_with_one_size_or_no_trend_says_so():
     assert "one data-parallel size" in scaling_reading(rows_for(4e-3, 1e-7, worlds=(1,)))
     flat = scaling_reading(rows_for(4e-3, 0.0))
     assert "did not shrink" in flat
+
+
+def test_the_sbatch_file_is_summarised_not_printed_whole():
+    """#37 item 8: lesson 06 printed the whole batch script; the options and the launch line are what to adapt."""
+    from pathlib import Path
+
+    from course_lib.lessons.l06_data_parallel import sbatch_summary
+
+    path = Path(__file__).resolve().parents[1] / "notebooks/beyond/ncf_ddp.sbatch"
+    text = sbatch_summary(path)
+    assert "#SBATCH" in text and "srun" in text and len(text.splitlines()) <= 31
+    assert len(text.splitlines()) < len(path.read_text().splitlines())

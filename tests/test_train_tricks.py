@@ -118,6 +118,9 @@ def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_t
     assert "(chosen)" in table and "not reached" in table
     only = confirm(data, results, labels, seeds=(), top=1, device="cpu", progress="none")
     assert only.verdict == f"only one setting was compared: {c.labels[0]}, at 1 seed"
+    from course_lib.lessons.l03_warmup import takeaway  # lesson 03 reads a real Confirmed the same way
+
+    assert takeaway(c, c.labels[0], baseline_label="lr 1e-5").startswith("Here warmup helped")
 
 
 def test_regimes_are_read_from_the_steps_to_target_slope():
@@ -161,3 +164,29 @@ def test_gap_reading_compares_the_change_with_twice_the_sampling_error():
     assert linear.endswith("it grew by 0.1000")
     assert "no measurable change (within twice the sampling error, 0.0" in sqrt
     assert "no gap to compare" in gap_reading([run(256, 0.7, 0.8)], ["linear"], users=100)
+
+
+def test_lesson_03s_takeaway_follows_its_verdict():
+    """#37 item 6 (review 03 #6): "warmup stops a blow-up" only where the run without it blew up; the review's
+    run (nothing blew up, no measurable difference) gets the literature's claim and what happened here instead."""
+    from types import SimpleNamespace
+
+    from course_lib.lessons.l03_warmup import takeaway
+
+    def run(ttt, diverged=False, loss1=0.5):
+        return SimpleNamespace(time_to_target_s=ttt, diverged=diverged, curve={"loss": [None, loss1]})
+
+    def decide(won, base, warm):
+        return SimpleNamespace(winner=lambda a, b: won, compare=lambda a, b: "the verdict",
+                               runs_of=lambda label: base if label == "no warmup" else warm)
+
+    level = takeaway(decide(None, [run(10.5, loss1=0.508)], [run(10.65, loss1=0.620)]), "linear 38")
+    assert "no measurable difference (the verdict)" in level and "nothing blew up" in level
+    assert "0.508 without warmup, 0.620 with it" in level and "stopped a blow-up" not in level
+    blown = takeaway(decide("linear 38", [run(None, diverged=True)], [run(9.0)]), "linear 38")
+    assert blown.startswith("Here warmup stopped a blow-up: without it the run diverged on 1 of 1 seeds")
+    faster = takeaway(decide("linear 38", [run(12.0)], [run(9.0)]), "linear 38")
+    assert "helped beyond the seeds' noise" in faster and "not stability" in faster
+    slower = takeaway(decide("no warmup", [run(9.0)], [run(12.0)]), "linear 38")
+    assert "warmup cost time" in slower
+    assert len({level, blown, faster, slower}) == 4

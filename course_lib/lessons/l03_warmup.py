@@ -40,3 +40,34 @@ def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str
     else:
         line += ". Neither reached the target: this batch needs more than warmup (lesson 04)."
     return line
+
+
+def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
+    """Lesson 03's takeaway on what warmup did, generated from the lesson's one verdict (#37 item 6):
+    ``decide`` is the deciding comparison (:func:`course_lib.sweeps.confirm`), ``rung`` the chosen warmup
+    run. Where the effect the literature reports did not show here, it says what the literature reports
+    (quoted) and what this machine's runs showed instead."""
+    won = decide.winner(rung, baseline_label)
+    verdict = decide.compare(rung, baseline_label)
+    base, warm = decide.runs_of(baseline_label), decide.runs_of(rung)
+    blew_up = [r for r in base if r.diverged]
+    quoted = ("Goyal et al. (2017, quoted) needed a 5-epoch warmup for ResNet-50 at batch 8192 because the "
+              "scaled lr blew up the first steps")
+    if won == rung and blew_up:
+        return (f"Here warmup stopped a blow-up: without it the run diverged on {len(blew_up)} of {len(base)} seeds, "
+                f"with it ({rung}) it did not ({verdict}). {quoted}; the same happened here.")
+    if won == rung:
+        return (f"Here warmup helped beyond the seeds' noise ({verdict}); nothing blew up without it, so what it "
+                f"bought was a faster start, not stability. {quoted}.")
+    if won == baseline_label:
+        return (f"Here warmup cost time ({verdict}): the run without it did not blow up, and a warmup only spends "
+                f"steps at a small lr. {quoted}; at this batch and lr the scaled step was already safe, so the "
+                "next lessons build on the best rung below instead.")
+    first = lambda rs: [r.curve["loss"][1] for r in rs if len(r.curve.get("loss", [])) > 1  # noqa: E731
+                        and r.curve["loss"][1] is not None]
+    lb, lw = first(base), first(warm)
+    start = (f" (loss at the first evaluation: {min(lb):.3f} without warmup, {min(lw):.3f} with it)"
+             if lb and lw else "")
+    return (f"Here warmup made no measurable difference ({verdict}): without it nothing blew up{start}. {quoted}; "
+            "with Adam at this batch and lr the scaled step was already safe on this machine, so warmup keeps its "
+            "rung as measured, and the next lessons build on the best rung below it.")

@@ -1,24 +1,35 @@
 """Lesson 04's measurement: why one learning rate cannot serve NeuMF's layers.
 
-With a mean-reduced loss *every* gradient is divided by the batch size B, the MLP's and the
-embeddings' alike, so the division is not what sets them apart. An embedding row receives
-gradient only from the samples that contain its user or item: its expected gradient is its
-*frequency* (count / B) times its mean per-sample gradient, whatever B is, and most rows are
-rare; the MLP's weights see every sample. :func:`layer_gradient_norms` measures it on one
-batch per size from the same initial model: per weight matrix ``||g|| / ||w||`` (the inverse
-of LARS's trust ratio, up to its coefficient), and per item-embedding row its gradient norm
-against its frequency in the batch. On one batch the per-sample gradients of a row partly
-cancel, so the measured log-log slope sits between 0.5 (random directions) and 1 (aligned).
+With a mean-reduced loss every gradient is a mean over the B samples of the batch. A mean keeps
+the part of the per-sample gradients they share (the *signal*, the expected gradient) and shrinks
+the part in which they differ (the *noise*) by sqrt(B): a layer whose one-batch gradient is mostly
+noise sees ||g|| fall as 1/sqrt(B), a layer whose gradient is mostly signal sees it unchanged. So
+the batch size does *not* divide every layer's gradient alike, and :func:`layer_scaling` reads which
+regime each layer is in from the measured norms (exponent ~0.5: noise, ~0: signal).
+
+An embedding row receives gradient only from the samples that contain its user or item: its
+expected gradient is its *frequency* (count / B) times its mean per-sample gradient, and most rows
+are rare; the MLP's weights see every sample. :func:`layer_gradient_norms` measures it on one batch
+per size from the same initial model: per weight matrix ``||g|| / ||w||`` (the inverse of LARS's
+trust ratio, up to its coefficient), and per item-embedding row its gradient norm against its
+frequency in the batch. On one batch the per-sample gradients of a row partly cancel, so the
+measured log-log slope sits between 0.5 (random directions) and 1 (aligned).
+
+:func:`dead_layers` reads a LARS run's trust ratios for layers whose gradient vanished: the trust
+ratio's zero-norm fallback is exactly 1, so a flat line at 1 is a layer with no gradient at all
+(in NeuMF, a ReLU tower whose units all stopped firing), not a layer LARS left alone.
 """
 
 from __future__ import annotations
+
+import math
 
 import matplotlib.pyplot as plt
 import torch
 
 from ..metrics import line_fit
 from ..tables import Table
-from ..sweeps import fastest
+from ..sweeps import BLOW_UP_LOSS, blew_up, fastest
 from ..train.ncf import TrainConfig, bce_sum, build_model, make_batches
 
 
@@ -73,22 +84,127 @@ def frequency_slope(measured: dict) -> dict[int, float]:
     return slopes
 
 
+NOISE_EXPONENT, SIGNAL_EXPONENT = 0.35, 0.15  # between them: a mix of both
+
+
+def layer_scaling(measured: dict) -> list[dict]:
+    """Per weight matrix, how ``||g|| / ||w||`` changed from the smallest to the largest batch measured:
+    ``change`` (small batch's over large batch's), its ``exponent`` (change = (B_hi / B_lo) ** exponent:
+    0.5 is the 1/sqrt(B) fall of a gradient that is mostly noise, 0 one that is mostly signal) and its
+    ``regime`` ("noise", "signal" or "mixed", at :data:`NOISE_EXPONENT` / :data:`SIGNAL_EXPONENT`)."""
+    sizes = sorted({r["batch"] for r in measured["layers"]})
+    lo, hi = sizes[0], sizes[-1]
+    by = {(r["batch"], r["layer"]): r["grad_to_weight"] for r in measured["layers"]}
+    rows = []
+    for layer in dict.fromkeys(r["layer"] for r in measured["layers"]):
+        a, b = by[(lo, layer)], by[(hi, layer)]
+        change = a / b if b else math.inf
+        exponent = math.log(change) / math.log(hi / lo) if hi > lo and 0 < change < math.inf else math.nan
+        regime = ("noise" if exponent >= NOISE_EXPONENT else "signal" if exponent <= SIGNAL_EXPONENT else "mixed")
+        rows.append({"layer": layer, "small": a, "large": b, "change": change, "exponent": exponent,
+                     "regime": regime if exponent == exponent else "n/a"})
+    return rows
+
+
+def layer_scaling_table(measured: dict) -> Table:
+    """:func:`layer_scaling` as a table: the rows :func:`reading` quotes."""
+    sizes = sorted({r["batch"] for r in measured["layers"]})
+    lo, hi = sizes[0], sizes[-1]
+    t = Table(["layer", f"||g||/||w|| at B={lo}", f"||g||/||w|| at B={hi}", "fell by", "exponent", "mostly"],
+              title=f"How each layer's gradient changed with {hi // lo}x the batch (sqrt: {math.sqrt(hi / lo):.1f}x; "
+                    "exponent 0.5: falls as 1/sqrt(B), noise; 0: unchanged, signal)")
+    for r in layer_scaling(measured):
+        t.add(**{"layer": r["layer"], f"||g||/||w|| at B={lo}": f"{r['small']:.2e}",
+                 f"||g||/||w|| at B={hi}": f"{r['large']:.2e}", "fell by": f"{r['change']:.2f}x",
+                 "exponent": round(r["exponent"], 2), "mostly": r["regime"]})
+    return t
+
+
+def _span(values: list[float], fmt: str = ".2f") -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:{fmt}}x" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}x"
+
+
 def reading(measured: dict) -> str:
-    """What the learner's own measurement shows, in two sentences (every number from ``measured``)."""
+    """What the learner's own measurement shows, in short sentences (every number from ``measured``:
+    the ``||g||/||w||`` spread between layers, :func:`layer_scaling`'s regimes, the frequency slopes)."""
     sizes = sorted({r["batch"] for r in measured["layers"]})
     lo, hi = sizes[0], sizes[-1]
     by = {(r["batch"], r["layer"]): r["grad_to_weight"] for r in measured["layers"]}
     layers = list(dict.fromkeys(r["layer"] for r in measured["layers"]))
     spread = {b: max(by[(b, x)] for x in layers) / min(by[(b, x)] for x in layers) for b in sizes}
-    change = max(by[(lo, x)] / by[(hi, x)] for x in layers)
+    one_lr = ("so one global lr is too large for some layers or too small for others" if max(spread.values()) >= 10
+              else "within an order of magnitude: one lr could serve them")
+    lines = [f"||g||/||w|| differs between NeuMF's layers by {spread[lo]:.0f}x at batch {lo} and {spread[hi]:.0f}x "
+             f"at batch {hi}, {one_lr}."]
+    scaling = layer_scaling(measured)
+    by_regime = {k: [r for r in scaling if r["regime"] == k] for k in ("noise", "signal", "mixed")}
+    root = math.sqrt(hi / lo)
+    parts = []
+    if by_regime["noise"]:
+        parts.append(f"{', '.join(r['layer'] for r in by_regime['noise'])} fell "
+                     f"{_span([r['change'] for r in by_regime['noise']])} (sqrt({hi // lo}) = {root:.1f}): "
+                     "mostly noise, "
+                     "which a mean over B samples divides by sqrt(B)")
+    if by_regime["signal"]:
+        parts.append(f"{', '.join(r['layer'] for r in by_regime['signal'])} changed "
+                     f"{_span([r['change'] for r in by_regime['signal']])}: mostly signal, which a mean keeps")
+    if by_regime["mixed"]:
+        parts.append(f"{', '.join(r['layer'] for r in by_regime['mixed'])} fell "
+                     f"{_span([r['change'] for r in by_regime['mixed']])}: between the two")
+    alike = len({r["regime"] for r in scaling}) == 1
+    lines.append(f"With {hi // lo}x the batch, " + "; ".join(parts) + ". "
+                 + ("Every layer is in the same regime here, so the batch moved them alike."
+                    if alike else "The batch size does not divide every gradient alike: it shrinks the noise, "
+                    "not the signal."))
     slopes = frequency_slope(measured)
-    slope_text = ", ".join(f"{s:.2f} at B={b}" for b, s in sorted(slopes.items()))
-    return (f"||g||/||w|| differs between NeuMF's layers by {spread[lo]:.0f} times at batch {lo} and "
-            f"{spread[hi]:.0f} times at batch {hi}, so one global lr is too large for some layers or too "
-            f"small for others; {hi // lo}x the batch changed no layer's ratio by more than {change:.1f}x "
-            f"(every gradient is a mean, so the batch size divides them all alike). An embedding row's "
-            f"gradient grows with its frequency in the batch (log-log slope {slope_text}; 1 would be "
-            "proportional): rare users and items get small steps.")
+    grows = {b: 0.5 <= s_ <= 1.2 for b, s_ in slopes.items()}
+    said = ", ".join(f"{s_:.2f} at B={b}" for b, s_ in sorted(slopes.items()))
+    if slopes and all(grows.values()):
+        lines.append(f"An embedding row's gradient grows with its frequency in the batch (log-log slope {said}; "
+                     "0.5-1 means it grows): rare users and items get small steps.")
+    elif slopes:
+        yes = [b for b, g in sorted(grows.items()) if g]
+        lines.append(f"An embedding row's gradient against its frequency in the batch: log-log slope {said} "
+                     "(0.5-1 means it grows with frequency); "
+                     + (f"it grows at B={', '.join(str(b) for b in yes)} only" if yes else "it does not grow here")
+                     + ": at a large batch most rows appear many times, and their gradient is mostly signal.")
+    return "\n".join(lines)
+
+
+def dead_layers(history: dict, *, tail: float = 0.5) -> dict[str, int]:
+    """The adapted layers of a LARS/LAMB run whose gradient vanished: ``{layer: first step}`` for each
+    layer whose recorded trust ratio is exactly 1 (:func:`course_lib.optim.lars_trust_ratio`'s fallback
+    for a zero gradient norm: a weight matrix's norm is never 0 here) at every sample of the last
+    ``tail`` of the run. In NeuMF the MLP tower's layers die together: once the last ReLU layer outputs
+    0 for every sample, no gradient reaches any layer below it."""
+    steps = history.get("step", [])
+    out = {}
+    for name, ratios in history.get("trust_ratio", {}).items():
+        if not ratios:
+            continue
+        start = int(len(ratios) * (1 - tail))
+        if all(r == 1.0 for r in ratios[start:]):
+            first = len(ratios)
+            while first > 0 and ratios[first - 1] == 1.0:
+                first -= 1
+            out[name] = steps[first] if first < len(steps) else first
+    return out
+
+
+def dead_layers_reading(history: dict, *, lr: float | None = None) -> str:
+    """What :func:`dead_layers` found, as a sentence the lesson prints under the trust-ratio table."""
+    dead = dead_layers(history)
+    if not dead:
+        return ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
+                "gradient to the end")
+    at = min(dead.values())
+    lr_text = f" at lr {lr:g}" if lr is not None else ""
+    return (f"{', '.join(sorted(dead))}: trust ratio exactly 1 from step {at} to the end. That is the fallback for a "
+            "zero gradient norm, not a ratio LARS chose: these layers received no gradient at all. In NeuMF that is "
+            f"the MLP tower dying{lr_text}: once its last ReLU layer outputs 0 for every sample, nothing flows back "
+            "through it, and only the GMF branch keeps learning. The spikes before it are the tower's gradient "
+            "shrinking toward 0 (the ratio is ||w|| / ||g||). A smaller lr keeps the tower alive (the sweep below).")
 
 
 def plot_row_gradients(measured: dict, ax=None):
@@ -117,6 +233,12 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
     for opt, runs in by_opt.items():
         lrs = sorted(r.config["peak_lr"] for r in runs)
         reached = [r for r in runs if r.time_to_target_s is not None]
+        if not reached and all(blew_up(r) for r in runs):
+            # #37 (review 04 #12): ranking blown-up runs by HR@10 ranks chance-level noise
+            lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): every lr tried blew up (NaN, or a training "
+                         f"loss above {BLOW_UP_LOSS:.2f}, worse than an untrained model): no lr trained here, down to "
+                         f"{lrs[0]:.3g}, the smallest tried; a smaller one is the next to try")
+            continue
         best = min(reached, key=lambda r: r.time_to_target_s) if reached else max(runs, key=best_hr)
         lr = best.config["peak_lr"]
         edge = " (the edge of its grid: a better lr may lie beyond)" if len(lrs) > 1 and lr in (lrs[0], lrs[-1]) else ""
@@ -127,6 +249,8 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
             if floor_hr is not None and best_hr(best) < floor_hr:
                 near = f", below the popularity ranking's {floor_hr:.3f}"
             what = f"did not reach {target_hr}: best HR@10 {best_hr(best):.3f}{near}"
+        blown = [f"{r.config['peak_lr']:.3g}" for r in runs if blew_up(r)]
+        what += f"; lr {', '.join(blown)} blew up" if blown else ""
         lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): best at lr {lr:.3g}{edge}, {what}")
     win = fastest(results)
     lines.append(f"fastest to the target: {win.config['optimizer']} at lr {win.config['peak_lr']:.3g}" if win

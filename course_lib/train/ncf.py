@@ -40,7 +40,7 @@ from ..optim import ADAM_IMPLS, LAMB, LARS, SparseEmbeddingAdam, adam_kwargs, lr
 from ..parallel.data_parallel import DataParallel
 from ..plots import plot_curve
 from ..precision import Precision
-from ..progress import in_notebook, resolve_progress, time_to_go
+from ..progress import LogThrottle, in_notebook, point_text, resolve_progress, run_line, time_to_go
 from ..settings import RunSettings, fit_run
 from ..tables import Table
 from .engine import Engine, PhaseClock, RunHooks, all_finite, sync
@@ -400,11 +400,19 @@ def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
 
 
 class _Progress:
+    """A run's progress. ``"bar"``: a tqdm bar (and a live figure) in a notebook a person watches.
+    ``"log"`` (papermill, CI, scripts): one line per run when it ends, with its settings and where it got
+    (:func:`course_lib.progress.run_line`), plus a line at most every :data:`course_lib.progress.LOG_EVERY_S`
+    seconds of a long run, so a cell of many runs prints a few lines each rather than one per evaluation."""
+
     def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str, settings: str = ""):
-        self.mode, self.target_hr, self.label, self.total_steps = mode, target_hr, label, total_steps
-        if mode != "none" and settings:
+        self.mode, self.target_hr, self.label, self.settings = mode, target_hr, label, settings
+        self.total_steps = total_steps
+        if mode == "bar" and settings:
             print(f"[{label}] {settings}", flush=True)  # the batch arithmetic and lr, before the first step
         self.bar = self.fig = self.handle = None
+        self.curve = None
+        self.throttle = LogThrottle()
         if mode == "bar":
             self.bar = tqdm(total=total_steps, desc=label, unit="step", leave=True)
             if in_notebook():
@@ -422,15 +430,12 @@ class _Progress:
 
     def point(self, curve: dict, log: bool = True):
         """An evaluation point; ``log=False`` (a dense point near the target) updates the bar, prints no line."""
-        i = -1
-        loss = "  -   " if curve["loss"][i] is None else f"{curve['loss'][i]:.4f}"
-        msg = (f"epoch {curve['epoch'][i]:.2f}  step {curve['step'][i]}  train {curve['time_s'][i]:.1f}s  "
-               f"loss {loss}  HR@10 {curve['hr'][i]:.4f}  NDCG@10 {curve['ndcg'][i]:.4f}")
-        if self.mode == "log" and log:  # with the run's time to go at its budget (it may stop at its target)
-            to_go = time_to_go(curve["step"][i], self.total_steps, curve["time_s"][i])
-            print(f"[{self.label}] {msg}{to_go}", flush=True)
+        self.curve = curve
+        if self.mode == "log" and log and self.throttle.due():  # with the run's time to go at its budget
+            to_go = time_to_go(curve["step"][-1], self.total_steps, curve["time_s"][-1])
+            print(f"[{self.label}] ... {point_text(curve)}{to_go}", flush=True)
         if self.bar is not None:
-            self.bar.set_postfix(hr=f"{curve['hr'][i]:.3f}", refresh=False)
+            self.bar.set_postfix(hr=f"{curve['hr'][-1]:.3f}", refresh=False)
         if self.handle is not None:
             self.ax.clear()
             plot_curve(curve, target_hr=self.target_hr, ax=self.ax, label=self.label)
@@ -439,6 +444,8 @@ class _Progress:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+        if self.mode == "log":
+            print(run_line(self.label, self.settings, self.curve, self.target_hr), flush=True)
 
 
 class _History:
@@ -609,11 +616,13 @@ class TrainResult:
         return phases
 
     def table(self, title: str = "") -> Table:
-        t = Table(["phase", "seconds", "share"], title=title or "Where the time went")
+        t = Table(["phase", "seconds", "share of the training clock"], title=title or "Where the time went")
         phases = self._phases()
-        total = sum(phases.values()) or math.nan
+        # the share of the training clock, as phase_reading() quotes it: evaluation is off the clock
+        total = sum(v for k, v in phases.items() if k != "evaluation") or math.nan
         for k, v in phases.items():
-            t.add(phase=k, seconds=v, share=f"{v / total:.0%}")
+            t.add(phase=k, seconds=v, **{"share of the training clock": "off the clock" if k == "evaluation"
+                                         else f"{v / total:.0%}"})
         return t
 
     def phase_reading(self) -> str:

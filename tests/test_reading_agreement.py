@@ -1,0 +1,171 @@
+"""#37 item 1: a reading quotes the very rows its table is printed from.
+
+For every reading function of lessons 01-06 that sits under a table, each number the reading quotes
+must be a cell of that table (at the reading's precision), or derived from its cells by the one rule
+the readings use: the ratio of two cells of one column (a speedup, "x the first rung"), or a cell's
+inverse ("x slower"). Numbers the reading takes from elsewhere are listed by the test (``extra``) with
+the reason. Constructed inputs: no training, a fraction of a second.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from course_lib.lessons import l01_baseline as L01  # noqa: E402
+from course_lib.train.ncf import TrainResult  # noqa: E402
+
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> list[tuple[float, int]]:
+    """Each number in ``text`` with its count of decimals (thousands separators dropped)."""
+    out = []
+    for m in NUMBER.finditer(text):
+        s = m.group().replace(",", "")
+        out.append((float(s), len(s.split(".")[1]) if "." in s else 0))
+    return out
+
+
+def _columns(table) -> list[list[float]]:
+    cols = []
+    for c in table.columns:
+        vals = []
+        for row in table.rows:
+            v = row.get(c)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                vals.append(float(v))
+            elif isinstance(v, str):
+                vals += [x for x, _ in _numbers(v)]
+        cols.append(vals)
+    return cols
+
+
+def disagreements(reading: str, table, extra=()) -> list[str]:
+    """The numbers of ``reading`` that are neither a cell of ``table`` nor the ratio of two cells of one column."""
+    cols = _columns(table)
+    cells = [v for col in cols for v in col] + [x for x, _ in _numbers(table.title)] + list(extra)
+    ratios = [a / b for col in cols for a in col for b in col if b]
+    cells += [1 / v for v in cells if v]  # "1.25x slower" is a cell of 0.80x read the other way
+    bad = []
+    for n, d in _numbers(reading):
+        tol = 0.5 * 10 ** -d + 1e-9
+        if not any(abs(abs(v) - abs(n)) <= tol for v in cells + ratios):
+            bad.append(f"{n:.{d}f}")
+    return bad
+
+
+# --------------------------------------------------------------------------- lesson 01
+
+
+def test_the_phase_reading_quotes_the_phase_table():
+    r = TrainResult(config={}, dataset="d", data_source="", synthetic=True, device="cpu", world_size=1,
+                    target_hr=None, time_to_target_s=None, steps_to_target=None, epochs_to_target=None, epochs=1.0,
+                    steps=10, samples=100, train_time_s=8.0, eval_time_s=2.0, samples_per_s=12.5,
+                    phase_time_s={"sampling": 1.0, "forward_backward": 2.0, "optimizer": 5.0, "evaluation": 0.7})
+    # the review's case: the table's share had evaluation in its denominator (55 %), the line not (58 %)
+    assert disagreements(r.phase_reading(), r.table()) == []
+    assert "62%" in str(r.table()) and "off the clock" in str(r.table())
+
+
+def test_the_loader_reading_quotes_the_loader_table():
+    from test_loader_ladder import constructed_comparison
+
+    for comp in (constructed_comparison(), constructed_comparison(second={1: 3.0}), constructed_comparison(cores=8)):
+        # 2: the cores; 0.06 %: the first batch's share of an epoch (epoch_samples / loading rate)
+        assert disagreements(L01.loader_reading(comp), L01.comparison_table(comp), extra=(1, 2, 0.0006, 6)) == []
+    # a rung's best pass against another's: 4.31x in the table is 4.31x in the line, not a paired median
+    comp = constructed_comparison()
+    comp["rows"][-1]["passes"][0]["load_sps"] *= 0.9  # the passes move apart; the kept (better) pass stays
+    text = L01.loader_reading(comp)
+    assert f"({comp['rows'][-1]['load_sps'] / comp['rows'][0]['load_sps']:.2f}x)" in text
+
+
+def test_the_optimizer_reading_and_its_speedups_quote_the_ms_columns():
+    from test_step_study import _opt_comp
+
+    comp = _opt_comp()
+    table, text = L01.optimizer_table(comp), L01.optimizer_reading(comp)
+    assert disagreements(text, table) == []
+    # the speedup column is the ratio of the ms columns it sits next to (foreach 1.387 vs 1.448 ms: 1.04x)
+    comp["rows"][1].update(optimizer_ms=1.387, step_ms=1.448, optimizer_ratios=[1.02, 1.01, 1.03],
+                           step_ratios=[1.5, 1.5, 1.5])
+    row = L01.optimizer_table(comp).rows[1]
+    assert row["step speedup"] == f"{7.0 / 1.448:.2f}x"
+    assert row["optimizer speedup"] == f"{5.0 / 1.387:.2f}x (within noise)"
+
+
+def test_the_compile_reading_quotes_the_compile_table():
+    from test_step_study import _compile_comp
+
+    for comp in (_compile_comp(4.0, 3.0, [1.3, 1.35, 1.32]), _compile_comp(4.0, 3.8, [1.2, 0.9, 1.1]),
+                 _compile_comp(4.0, 5.0, [0.8, 0.78, 0.81])):
+        n = L01.payback_steps(comp["rows"][0])
+        epochs = () if n is None else (n * 256 / comp["epoch_samples"],)  # payback in epochs: steps x batch / epoch
+        assert disagreements(L01.compile_reading(comp), L01.compile_table(comp), extra=epochs) == []
+
+
+def test_the_throughput_reading_quotes_its_table():
+    from course_lib.tables import Table
+
+    t = Table(["batch size", "steps", "samples/s", "ms/step"])
+    for b, sps in ((256, 40_000), (1024, 120_000), (4096, 130_000)):
+        t.add(**{"batch size": b, "steps": 10, "samples/s": sps, "ms/step": 1.0})
+    assert disagreements(L01.throughput_reading(t), t, extra=(20,)) == []  # 20 %: the flattening threshold
+
+
+def test_the_checker_catches_a_reading_that_recomputes():
+    from course_lib.tables import Table
+
+    t = Table(["x"])
+    t.add(x=1.387)
+    t.add(x=1.448)
+    assert disagreements("1.387 and 1.448: 1.04x", t) == []
+    assert disagreements("1.387 and 1.448: 1.02x", t) == ["1.02"]
+
+
+# --------------------------------------------------------------------------- lesson 04
+
+
+def test_lesson_04s_reading_quotes_its_layer_tables():
+    from test_layerwise import _measured
+
+    from course_lib.lessons import l04_lars as L04
+
+    for changes in ({"gmf_user.weight": 22.6, "gmf_item.weight": 22.9, "mlp.2.weight": 0.92, "out.weight": 0.93},
+                    {"gmf_user.weight": 3.0, "gmf_item.weight": 22.6, "mlp.2.weight": 1.0, "out.weight": 8.0}):
+        measured = _measured(changes)
+        text = L04.reading(measured)
+        # the spread between layers is the ratio of two cells of one column of layer_norms_table (x at B);
+        # the frequency slopes are frequency_slope's, quoted with the batch they belong to
+        slopes = [round(s, 2) for s in L04.frequency_slope(measured).values()]
+        table = L04.layer_scaling_table(measured)
+        raw = {f"g{i}": [r["grad_to_weight"] for r in measured["layers"] if r["batch"] == b]
+               for i, b in enumerate((256, 131072))}
+        from course_lib.tables import Table
+
+        spreads = Table(list(raw))
+        for i in range(len(raw["g0"])):
+            spreads.add(**{k: v[i] for k, v in raw.items()})
+        cells = [v for t in (table, spreads) for col in _columns(t) for v in col]
+        extra = slopes + cells + [max(a / b for a in col for b in col if b) for col in _columns(spreads)]
+        assert disagreements(text, table, extra=extra + [0.5, 1, 512, 256, 131072]) == []
+
+
+def test_a_loader_pass_that_measured_nothing_is_not_the_best_rung():
+    """The smoke run of 2026-12-01: a pass whose 1-step run outlasted its 100-step run gave 4.9e12 samples/s
+    (a floored difference) and became "the best DataLoader rung"; such a pass is None, the other pass counts."""
+    from test_loader_ladder import constructed_comparison
+
+    comp = constructed_comparison()
+    rung = comp["rows"][4]
+    rung["passes"][1]["train_sps"] = None
+    rung["train_sps"] = rung["passes"][0]["train_sps"]
+    text = L01.loader_reading(comp)
+    assert disagreements(text, L01.comparison_table(comp), extra=(1, 2, 0.0006, 6)) == []
+    both = constructed_comparison()
+    both["rows"][4]["passes"] = [{**p, "train_sps": None} for p in both["rows"][4]["passes"]]
+    both["rows"][4]["train_sps"] = float("nan")
+    assert "not measured" in str(L01.comparison_table(both)) and "persistent" not in \
+        L01.loader_reading(both).split("the device sampler")[0]
