@@ -8,6 +8,7 @@ Foundations (no other course_lib module, or only these)
     tables.py        Table: the tables every lesson prints (text, HTML, Markdown)
     config.py        run profiles (full / smoke); BatchConfig: global = ranks x micro x accumulation
     fileio.py        atomic writes, verified downloads, the cache directory
+    userdirs.py      each learner's own folders (results, caches, torch.compile's cache): 0700, owner checked
     progress.py      bar vs log lines: one rule for every long-running call
     metrics.py       HR@K, NDCG@K, time to target
     hardware.py      what this machine has (cores, GPUs, backends, 16-bit support)
