@@ -659,6 +659,7 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
     batches = source = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
     if checkpoint is not None:
         batches = checkpoint.track(batches)
+        checkpoint.for_run(config=cfg, data=data.name)  # a resume with other settings is refused (issue 32)
     steps_per_epoch = len(batches)
     if steps_per_epoch == 0:
         raise ValueError(f"{data.name} has no training positives: nothing to train on")
@@ -798,6 +799,8 @@ def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
         close = getattr(source, "close", None)
         if close is not None:
             close()
+        if checkpoint is not None:
+            checkpoint.release()  # the directory's lock: another run may write it now
         bar.close()
     train_hr = train_ndcg = None
     if evaluate_points:  # lesson 02: the train side of the generalization gap, off the clock
