@@ -63,6 +63,7 @@ What the lessons measure and show
                      top eigenvalue and trace (Hessian-vector products), loss slices between solutions
     batch_science_study.py  what lesson 11 measures: B_simple against the bend, sharpness against the gap,
                      growing the batch instead of decaying the lr, BatchNorm per rank; tables and verdicts
+    journal.py       lesson 12's journal files: a cut-off line repaired, 0600, study folders that never collide
     search_study.py  what lesson 12 measures: searches at equal budget, epochs to the target, brackets, verdict
     widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
                      explorers (a static figure under papermill/CI)
