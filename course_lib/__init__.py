@@ -12,6 +12,7 @@ Foundations (no other course_lib module, or only these)
     progress.py      bar vs log lines: one rule for every long-running call
     metrics.py       HR@K, NDCG@K, time to target
     hardware.py      what this machine has (cores, GPUs, backends, 16-bit support)
+    _cgroup.py       the CPU quota of this process's cgroup (v1 and v2), for hardware.usable_cpu_cores
     _forkserver_preload.py  what launch()'s fork server imports once for every worker (torch, torch._dynamo)
     precision.py     Precision: autocast, fp16 loss scaling (static, dynamic or none), unscale before the step
     dist.py          process groups, rank helpers, launch() from a notebook cell, torchrun entry
