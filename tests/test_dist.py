@@ -714,3 +714,14 @@ def test_a_rank_that_dies_while_starting_points_at_the_main_guard(tmp_path):
     msg = str(err)
     assert err.rank == 1 and "rank 1 of 2 exited with code 1 while starting, before it could run" in msg
     assert "stderr" in msg and '`if __name__ == "__main__":` guard' in msg
+
+
+def test_run_refuses_malformed_json_arguments():
+    """Issue 32: '{"lr": 0.1' was passed to the worker as a plain string."""
+    from course_lib import run
+
+    assert run._parse_arg('{"lr": 0.1}') == {"lr": 0.1} and run._parse_arg("4") == 4
+    assert run._parse_arg("ml-1m") == "ml-1m"  # a plain word stays a string
+    for bad in ('{"lr": 0.1', "[1, 2", "1.2.3", '"unterminated'):
+        with pytest.raises(SystemExit, match="looks like JSON but is not valid JSON"):
+            run._parse_arg(bad)

@@ -117,3 +117,15 @@ def test_two_long_host_names_sharing_16_characters_get_different_owner_tags(tmp_
     live_elsewhere.write_bytes(b"half")
     monkeypatch.setattr(fileio.socket, "gethostname", lambda: b)
     assert fileio.remove_stale_partials(tmp_path) == [] and live_elsewhere.exists()
+
+
+def test_a_temp_dir_until_exit_is_removed_when_the_cell_that_made_it_fails(tmp_path):
+    """Lesson 06's checkpoint folder: removed by the cell when it succeeds, and at the kernel's exit
+    when a launch in it failed first (it stayed in /tmp for good)."""
+    code = ("import sys; from course_lib import fileio; d = fileio.temp_dir_until_exit('course-lesson06-'); "
+            "print(d, flush=True); open(d + '/ncf_ddp.pt', 'w').write('x'); raise RuntimeError('a launch failed')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert "a launch failed" in proc.stderr
+    made = proc.stdout.strip()
+    assert made.startswith(str(tmp_path / "course-lesson06-")) and not os.path.exists(made)
