@@ -725,3 +725,21 @@ def test_run_refuses_malformed_json_arguments():
     for bad in ('{"lr": 0.1', "[1, 2", "1.2.3", '"unterminated'):
         with pytest.raises(SystemExit, match="looks like JSON but is not valid JSON"):
             run._parse_arg(bad)
+
+
+def test_a_store_that_cannot_listen_on_loopback_only_says_so(monkeypatch):
+    """Issue 32: where TCPStore refused master_listen_fd, the launch fell back, silently, to a store
+    listening on every interface."""
+    import torch.distributed as tdist
+
+    real = tdist.TCPStore
+
+    def no_listen_fd(*args, **kw):
+        if "master_listen_fd" in kw:
+            raise TypeError("unexpected keyword argument 'master_listen_fd'")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cdist.dist, "TCPStore", no_listen_fd)
+    with pytest.warns(RuntimeWarning, match="listens on all interfaces instead of 127.0.0.1 only"):
+        store = cdist._loopback_store(5.0)
+    del store
