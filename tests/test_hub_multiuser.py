@@ -17,8 +17,8 @@ needs (each named where it is made):
   LocalProcessSpawner; the learners' temp dir a sticky world-writable folder of the test's (a
   node's /tmp), so that what they leave there is seen.
 
-Then learner A runs lesson 00 while learner B runs lesson 02 (smoke profile: both launch worker
-processes and save results), and the other way round. Checked (``_multiuser.isolation_problems``):
+Then both learners run lesson 00 at the same time (it launches worker processes and saves its
+result), then lesson 02 (smoke profile: it trains and saves its result and a ladder rung). Checked (``_multiuser.isolation_problems``):
 each learner's results are in their own folder and only there; neither can read or write the
 other's results, caches, study journals or temp folders (asked as that learner); the checkout is
 unchanged; when the hub stops, no process of the learners, no listening port and no temp folder is
@@ -50,9 +50,13 @@ from test_hub import readme_kernel_install
 
 MISSING = browser_missing() or mu.why_not()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
-ROUNDS = [("notebooks/00_setup.ipynb", "notebooks/02_linear_scaling.ipynb"),
-          ("notebooks/02_linear_scaling.ipynb", "notebooks/00_setup.ipynb")]
+# each round: what learner A and learner B run at the same time. Lesson 00 launches worker processes
+# (two users' fork servers, rendezvous ports and run folders at once) and saves its result; lesson 02
+# trains NeuMF and saves its result and a ladder rung.
+ROUNDS = [("notebooks/00_setup.ipynb", "notebooks/00_setup.ipynb"),
+          ("notebooks/02_linear_scaling.ipynb", "notebooks/02_linear_scaling.ipynb")]
 SAVES = {"notebooks/00_setup.ipynb": ["00_setup"], "notebooks/02_linear_scaling.ipynb": ["02_linear_scaling"]}
+PROXY_MAIN = "import sys; from configurable_http_proxy.cli import main; sys.exit(main())"
 CHECKOUT_PARTS = ("course_lib", "notebooks", "pyproject.toml", "README.md", "environment.yml")
 
 
@@ -95,10 +99,11 @@ class MultiUserHub:
             "Authenticator": {"allowed_users": [u.name for u in learners]},
             "SharedPasswordAuthenticator": {"user_password": self.password},
             "ConfigurableHTTPProxy": {"api_url": f"http://127.0.0.1:{self.api_port}", "should_start": True,
-                                      "command": [str(deps / "bin" / "configurable-http-proxy"), "--proxy-timeout",
+                                      # by module, not by the env's scripts: the cached env can be moved
+                                      "command": [str(deps / "bin" / "python"), "-c", PROXY_MAIN, "--proxy-timeout",
                                                   str(int(scaled(600) * 1000)), "--timeout", str(int(scaled(600) * 1000))],
                                       "pid_file": str(state / "proxy.pid")},
-            "Spawner": {"cmd": [str(deps / "bin" / "jupyterhub-singleuser")], "default_url": "/lab",
+            "Spawner": {"cmd": [str(deps / "bin" / "python"), "-m", "jupyterhub.singleuser"], "default_url": "/lab",
                         # the node's settings for every learner; nothing of the suite's environment
                         "env_keep": ["LANG"],
                         "environment": {"PATH": "/usr/local/bin:/usr/bin:/bin", "JUPYTER_PATH": str(jupyter_path),
@@ -110,7 +115,7 @@ class MultiUserHub:
         cfg.touch(mode=0o600)
         cfg.write_text(json.dumps(config, indent=1))
         env = {"PATH": f"{deps / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(state), "LANG": "C.UTF-8"}
-        self.service = Service("jupyterhub (multi-user)", [str(deps / "bin" / "jupyterhub"), "-f", str(cfg)],
+        self.service = Service("jupyterhub (multi-user)", [str(deps / "bin" / "python"), "-m", "jupyterhub", "-f", str(cfg)],
                                env=env, cwd=state, log=state / "hub.log")
         try:
             self.service.wait_http(f"{self.url}/hub/api/", timeout=scaled(180))
@@ -276,7 +281,7 @@ def test_two_learners_at_once_each_keep_their_own_results_caches_and_studies(bro
 
         # 6. the isolation checks, while the kernels (and their temp folders) are alive
         t0 = time.monotonic()
-        saved = {u.name: [s for r in ROUNDS[0] for s in SAVES[r]] for u in learners}
+        saved = {u.name: [s for lessons in ROUNDS for s in SAVES[lessons[i]]] for i, u in enumerate(learners)}
         problems = mu.isolation_problems(learners, lessons=saved, checkout=checkout, checkout_before=checkout_before,
                                          tmp=user_tmp, searched=[homes, checkout, user_tmp])
         timings["isolation checks"] = time.monotonic() - t0
