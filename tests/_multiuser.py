@@ -148,7 +148,10 @@ def dependencies_env() -> tuple[Path, float]:
     import fcntl
 
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)
-    os.chmod(CACHE_ROOT, 0o755)
+    st = CACHE_ROOT.lstat()
+    if st.st_uid != 0 or st.st_mode & 0o022 or not CACHE_ROOT.is_dir() or CACHE_ROOT.is_symlink():
+        raise RuntimeError(f"{CACHE_ROOT} (the shared environment's cache) must be a folder of root's that nobody "
+                           f"else can write; it is mode {st.st_mode & 0o7777:o}, uid {st.st_uid}. Remove it.")
     with open(CACHE_ROOT / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder at a time; the others then find it complete
         if (env / ".complete").exists():
@@ -194,12 +197,18 @@ def _clone_suite_packages(env: Path) -> str | None:
     dest = next((env / "lib").glob("python3*/site-packages"))
     skip = ("__editable__", "largebatch_course", "a1_coverage.pth", "__pycache__")
     entries = [p for p in src.iterdir() if not p.name.startswith(skip)]
+    # and the packages' data files beside the interpreter: JupyterHub's templates and static files,
+    # JupyterLab's extensions, the servers' extension config (<prefix>/share, <prefix>/etc)
+    data = [(Path(sys.prefix) / d, env) for d in ("share", "etc") if (Path(sys.prefix) / d).is_dir()]
     for flags, how in ((["-al"], "hard links to the suite venv's packages"), (["-a"], "a copy of the suite venv's packages")):
         done = subprocess.run(["cp", *flags, *map(str, entries), str(dest)], capture_output=True, timeout=scaled(900))
+        for folder, into in data:
+            if done.returncode == 0:
+                done = subprocess.run(["cp", *flags, str(folder), str(into)], capture_output=True, timeout=scaled(900))
         if done.returncode == 0:
             return how
-        for p in dest.iterdir():  # a partial hard-link copy (another file system): start again with copies
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+        for p in [*dest.iterdir(), *(env / f.name for f, _ in data)]:  # a partial hard-link copy: again, copying
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     return None
 
 

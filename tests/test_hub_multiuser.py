@@ -187,18 +187,24 @@ class _Learner:
         return json.loads(path.read_text())
 
 
-def _journal_as(u: mu.Learner, env_python: Path, user_tmp: Path) -> str:
-    """Lesson 12's default study layout, opened as the learner: the journal goes under their results."""
+def _journals_as(learners: list[mu.Learner], env_python: Path, user_tmp: Path) -> dict[str, str]:
+    """Lesson 12's default study layout, opened by each learner at once (as that learner): each
+    journal goes under their own results folder. {learner: study folder}."""
     code = ("import functools; from course_lib import journal, search; from course_lib.results import results_dir; "
             "d = journal.new_study_dir(results_dir() / '12_studies'); "
             "s = search.open_study('probe', d / 'probe.log', strategy='random', seed=0, max_resource=3); "
             "search.run_search(s, functools.partial(search.quadratic_objective, steps=3), budget=3); print(d)")
-    proc = subprocess.run([str(env_python), "-c", code], user=u.uid, group=u.gid, extra_groups=[], cwd=u.home,
-                          env={"PATH": "/usr/bin:/bin", "HOME": str(u.home), "TMPDIR": str(user_tmp),
-                               "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"},
-                          capture_output=True, text=True, timeout=scaled(180))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
+    procs = {u.name: subprocess.Popen([str(env_python), "-c", code], user=u.uid, group=u.gid, extra_groups=[],
+                                      cwd=u.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env={"PATH": "/usr/bin:/bin", "HOME": str(u.home), "TMPDIR": str(user_tmp),
+                                           "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+             for u in learners}
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=scaled(180))
+        assert proc.returncode == 0, stderr[-3000:]
+        out[name] = stdout.strip().splitlines()[-1]
+    return out
 
 
 def _listening(ports) -> list[str]:
@@ -274,7 +280,7 @@ def test_two_learners_at_once_each_keep_their_own_results_caches_and_studies(bro
 
         # 5. lesson 12's journals, as each learner (its default layout, under their results)
         t0 = time.monotonic()
-        studies = {u.name: _journal_as(u, env_root / "bin" / "python", user_tmp) for u in learners}
+        studies = _journals_as(learners, env_root / "bin" / "python", user_tmp)
         timings["journals"] = time.monotonic() - t0
         for u in learners:
             assert studies[u.name].startswith(str(u.results_dir() / "12_studies")), studies
@@ -282,6 +288,10 @@ def test_two_learners_at_once_each_keep_their_own_results_caches_and_studies(bro
         # 6. the isolation checks, while the kernels (and their temp folders) are alive
         t0 = time.monotonic()
         saved = {u.name: [s for lessons in ROUNDS for s in SAVES[lessons[i]]] for i, u in enumerate(learners)}
+        for u in learners:  # the checks below have something of each kind to probe
+            probed = mu.course_paths(u, user_tmp)
+            assert any(p.parent == user_tmp for p in probed), f"{u.name} has no folder in the temp dir while running"
+            assert any(p.suffix == ".log" for p in probed) and any(p.name == "results" for p in probed), probed
         problems = mu.isolation_problems(learners, lessons=saved, checkout=checkout, checkout_before=checkout_before,
                                          tmp=user_tmp, searched=[homes, checkout, user_tmp])
         timings["isolation checks"] = time.monotonic() - t0
