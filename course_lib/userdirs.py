@@ -85,6 +85,9 @@ def private_dir(path: str | os.PathLike, *, what: str = "folder", setting: str |
             os.mkdir(p, 0o700)
         except FileExistsError:
             continue  # made at the same moment by another of this learner's processes
+        except OSError as exc:
+            fix = f"set {setting} to a folder you can write" if setting else "choose a folder you can write"
+            raise OSError(exc.errno, f"cannot make the course's {what} {path} ({exc.strerror} at {p}): {fix}") from None
         os.chmod(p, 0o700)  # mkdir's mode passes through the umask; never looser than asked
     if tighten and path not in missing:
         st = os.stat(path)

@@ -125,3 +125,12 @@ def test_one_unreadable_results_file_is_reported_by_name_and_skipped(tmp_path):
     assert loaded == {"01_baseline": {"dataset": "d", "lr": 0.002}}
     said = " ".join(str(w.message) for w in caught)
     assert "empty.json" in said and "foreign.json" in said
+
+
+def test_a_folder_that_cannot_be_made_names_the_setting(home, monkeypatch):
+    def read_only(path, mode=0o777):  # a read-only home on a compute node
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(userdirs.os, "mkdir", read_only)
+    with pytest.raises(OSError, match=r"cannot make the course's results folder .*set COURSE_RESULTS_DIR"):
+        userdirs.private_dir(home / "x" / "results", what="results folder", setting="COURSE_RESULTS_DIR")
