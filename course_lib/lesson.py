@@ -19,7 +19,7 @@ from .data.movielens import ImplicitData
 from .hardware import Hardware, detect
 from .results import load_results
 from .tiers import TierPlan, plan
-from .userdirs import use_private_compile_caches
+from .compile_cache import use_private_compile_caches
 from .train.ncf import TrainConfig, default_target_hr
 
 DEFAULT_BASE_LR = 1e-3  # Adam's lr at batch 256 when lesson 01 has not chosen one here

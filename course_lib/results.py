@@ -83,7 +83,8 @@ def load_results(directory: Path | None = None) -> dict[str, dict]:
                 raise ValueError(f"a JSON {type(record).__name__}, not an object")
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             warnings.warn(f"results: skipped {p} ({type(exc).__name__}: {exc}); it is not a result the course "
-                          f"wrote. Move it out of {d} or delete it (a lesson that wrote it rewrites it when run again).",
+                          f"wrote. Move it out of {d} or delete it (a lesson that wrote it rewrites it when run "
+                          "again).",
                           stacklevel=2)
             continue
         records[p.stem] = record

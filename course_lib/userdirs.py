@@ -12,7 +12,7 @@ and a planted torch.compile cache entry (a pickle) runs in another learner's ker
   ``$COURSE_RESULTS_DIR`` / ``$COURSE_DATA_DIR`` still wins;
 - every folder the course makes is made 0700 (:func:`private_dir`), and every folder it writes
   into or reads its own state from is checked to be the learner's before use (:func:`check_own`);
-- the kernel's torch.compile cache goes to a private folder (:func:`use_private_compile_caches`,
+- the kernel's torch.compile cache goes to a private folder (``compile_cache.use_private_compile_caches``,
   called by every lesson's ``setup()``).
 
 Nothing here runs at import.
@@ -116,49 +116,3 @@ def is_own_checkout(root: Path) -> bool:
     except OSError:
         return False
     return st.st_uid == os.getuid() and os.access(root, os.W_OK) and not st.st_mode & stat.S_IWOTH
-
-
-def compile_cache_dir() -> Path:
-    """The learner's torch.compile (inductor) cache: ``<course cache>/torchinductor``, made 0700."""
-    from .fileio import cache_dir
-
-    private_dir(cache_dir(), what="cache folder", setting="COURSE_DATA_DIR",
-                tighten=not os.environ.get("COURSE_DATA_DIR"))
-    return private_dir(cache_dir() / "torchinductor", what="torch.compile cache", setting="TORCHINDUCTOR_CACHE_DIR",
-                       tighten=True)
-
-
-def use_private_compile_caches() -> dict[str, str]:
-    """Point torch.compile's caches at the learner's own folder before anything compiles.
-
-    torch's inductor keeps compiled kernels and FX graphs (pickles it loads back) in
-    ``$TORCHINDUCTOR_CACHE_DIR``, by default ``<temp dir>/torchinductor_<user>``, made with
-    ``exist_ok=True`` and no ownership check (torch/_inductor/runtime/cache_dir_utils.py,
-    torch 2.13): whoever creates that folder in a shared /tmp first controls what the kernel loads.
-    Triton's kernels follow it (``triton_cache_dir``: ``<inductor cache>/triton`` unless
-    ``$TRITON_CACHE_DIR`` is set). A folder the learner chose (the variable set to anything but
-    torch's own default, which torch writes back into the environment once it has used it) is kept,
-    after the ownership check. Returns the variables as set."""
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if chosen and os.path.abspath(chosen) != os.path.abspath(_torch_default_inductor_dir()):
-        Path(chosen).mkdir(parents=True, exist_ok=True)
-        check_own(chosen, what="torch.compile cache", setting="TORCHINDUCTOR_CACHE_DIR")
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())
-    if os.environ.get("TRITON_CACHE_DIR"):
-        check_own(os.environ["TRITON_CACHE_DIR"], what="Triton cache", setting="TRITON_CACHE_DIR") \
-            if os.path.exists(os.environ["TRITON_CACHE_DIR"]) else None
-    return {k: os.environ[k] for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if k in os.environ}
-
-
-def _torch_default_inductor_dir() -> str:
-    """torch's own default, computed as torch does (without importing torch._inductor)."""
-    import getpass
-    import re
-    import tempfile
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid_{os.getuid()}"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))

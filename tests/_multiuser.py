@@ -18,7 +18,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +127,8 @@ def _requirements() -> list[str]:
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    dev = [r for r in project["optional-dependencies"]["dev"] if r.split("==")[0] in ("jupyterhub", "configurable-http-proxy")]
+    hub = ("jupyterhub", "configurable-http-proxy")
+    dev = [r for r in project["optional-dependencies"]["dev"] if r.split("==")[0] in hub]
     return list(project["dependencies"]) + dev + ["setuptools>=68", "wheel"]
 
 
@@ -161,12 +161,14 @@ def dependencies_env() -> tuple[Path, float]:
         shutil.rmtree(env, ignore_errors=True)
         how = _clone_suite_packages(env) if os.environ.get("COURSE_TEST_SHARED_ENV_PIP") != "1" else None
         if how is None:
-            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(env)], check=True, capture_output=True, timeout=scaled(300))
+            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(env)], check=True, capture_output=True,
+                           timeout=scaled(300))
             pip = subprocess.run([str(env / "bin" / "python"), "-m", "pip", "install", "--quiet", *reqs],
                                  capture_output=True, text=True, timeout=scaled(1800))
             if pip.returncode != 0:
                 shutil.rmtree(env, ignore_errors=True)
-                raise RuntimeError(f"pip could not build the shared environment: {pip.stdout[-2000:]}{pip.stderr[-3000:]}")
+                raise RuntimeError("pip could not build the shared environment: "
+                                   f"{pip.stdout[-2000:]}{pip.stderr[-3000:]}")
             how = "pip install from the package index"
         subprocess.run(["chmod", "-R", "a+rX,go-w", str(env)], check=True)
         (env / ".complete").write_text(json.dumps({"requirements": reqs, "python": version, "built_by": how}))
@@ -200,7 +202,8 @@ def _clone_suite_packages(env: Path) -> str | None:
     # and the packages' data files beside the interpreter: JupyterHub's templates and static files,
     # JupyterLab's extensions, the servers' extension config (<prefix>/share, <prefix>/etc)
     data = [(Path(sys.prefix) / d, env) for d in ("share", "etc") if (Path(sys.prefix) / d).is_dir()]
-    for flags, how in ((["-al"], "hard links to the suite venv's packages"), (["-a"], "a copy of the suite venv's packages")):
+    ways = ((["-al"], "hard links to the suite venv's packages"), (["-a"], "a copy of the suite venv's packages"))
+    for flags, how in ways:
         done = subprocess.run(["cp", *flags, *map(str, entries), str(dest)], capture_output=True, timeout=scaled(900))
         for folder, into in data:
             if done.returncode == 0:

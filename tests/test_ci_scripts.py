@@ -5,7 +5,6 @@ installs only into a virtual environment."""
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -9,7 +9,8 @@ prefix for ``/usr/local`` (no test writes to the system; the single-user servers
 ``<prefix>/share/jupyter`` on their ``JUPYTER_PATH``, as README says for any other prefix) and a
 temporary folder for the staged data. Then a JupyterHub (tests/_lab.py: 127.0.0.1, free ports,
 a shared-password authenticator with a random password, local single-user servers started with
-``--allow-root`` when the suite runs as root, the Python configurable-http-proxy) serves the learner's home holding their copy of
+``--allow-root`` when the suite runs as root, the Python configurable-http-proxy) serves the
+learner's home holding their copy of
 the repository's notebooks. In headless Chromium the learner logs in, opens lesson 00, picks
 the course kernel (Kernel > Change Kernel, the notebooks name ``python3``), runs Run > Run All
 Cells, and the saved notebook must have no error. The hub, its proxy, the single-user server

@@ -18,7 +18,8 @@ needs (each named where it is made):
   node's /tmp), so that what they leave there is seen.
 
 Then both learners run lesson 00 at the same time (it launches worker processes and saves its
-result), then lesson 02 (smoke profile: it trains and saves its result and a ladder rung). Checked (``_multiuser.isolation_problems``):
+result), then lesson 02 (smoke profile: it trains and saves its result and a ladder rung). Checked
+(``_multiuser.isolation_problems``):
 each learner's results are in their own folder and only there; neither can read or write the
 other's results, caches, study journals or temp folders (asked as that learner); the checkout is
 unchanged; when the hub stops, no process of the learners, no listening port and no temp folder is
@@ -42,7 +43,7 @@ import psutil
 import pytest
 
 import _multiuser as mu
-from _lab import KERNEL, KERNEL_DISPLAY, REPO, _settings, browser_missing, copy_notebooks
+from _lab import KERNEL, REPO, _settings, browser_missing, copy_notebooks
 from _procs import free_port
 from _timing import scaled
 from test_browser import PROMPTS_JS, _errors, _wait
@@ -94,14 +95,16 @@ class MultiUserHub:
         config = {
             "JupyterHub": {"ip": "127.0.0.1", "port": self.port, "hub_ip": "127.0.0.1", "hub_port": hub_port,
                            "authenticator_class": "shared-password", "spawner_class": "localprocess",
-                           "db_url": f"sqlite:///{state / 'hub.sqlite'}", "cookie_secret_file": str(state / "cookie_secret"),
+                           "db_url": f"sqlite:///{state / 'hub.sqlite'}",
+                           "cookie_secret_file": str(state / "cookie_secret"),
                            "pid_file": str(state / "hub.pid")},
             "Authenticator": {"allowed_users": [u.name for u in learners]},
             "SharedPasswordAuthenticator": {"user_password": self.password},
             "ConfigurableHTTPProxy": {"api_url": f"http://127.0.0.1:{self.api_port}", "should_start": True,
                                       # by module, not by the env's scripts: the cached env can be moved
                                       "command": [str(deps / "bin" / "python"), "-c", PROXY_MAIN, "--proxy-timeout",
-                                                  str(int(scaled(600) * 1000)), "--timeout", str(int(scaled(600) * 1000))],
+                                                  str(int(scaled(600) * 1000)), "--timeout",
+                                                  str(int(scaled(600) * 1000))],
                                       "pid_file": str(state / "proxy.pid")},
             "Spawner": {"cmd": [str(deps / "bin" / "python"), "-m", "jupyterhub.singleuser"], "default_url": "/lab",
                         # the node's settings for every learner; nothing of the suite's environment
@@ -115,7 +118,8 @@ class MultiUserHub:
         cfg.touch(mode=0o600)
         cfg.write_text(json.dumps(config, indent=1))
         env = {"PATH": f"{deps / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(state), "LANG": "C.UTF-8"}
-        self.service = Service("jupyterhub (multi-user)", [str(deps / "bin" / "python"), "-m", "jupyterhub", "-f", str(cfg)],
+        self.service = Service("jupyterhub (multi-user)",
+                               [str(deps / "bin" / "python"), "-m", "jupyterhub", "-f", str(cfg)],
                                env=env, cwd=state, log=state / "hub.log")
         try:
             self.service.wait_http(f"{self.url}/hub/api/", timeout=scaled(180))
@@ -163,7 +167,8 @@ class _Learner:
         """Open ``rel`` (the course kernel starts: the learner's copy names it) and Run All Cells."""
         page = self.page
         page.goto(f"{self.base}/lab/tree/{rel}?reset")
-        page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell", timeout=scaled(120) * 1000)
+        page.wait_for_selector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell",
+                               timeout=scaled(120) * 1000)
         _wait(f"{self.u.name} {rel}: the course kernel did not start",
               lambda: (lambda s: s and s["kernel"]["name"] == KERNEL and s["kernel"]["execution_state"] == "idle")(
                   self.session(rel)), scaled(240))
@@ -190,7 +195,8 @@ class _Learner:
 def _journals_as(learners: list[mu.Learner], env_python: Path, user_tmp: Path) -> dict[str, str]:
     """Lesson 12's default study layout, opened by each learner at once (as that learner): each
     journal goes under their own results folder. {learner: study folder}."""
-    code = ("import functools; from course_lib import journal, search; from course_lib.results import results_dir; "
+    code = ("import functools; from course_lib import journal, optuna_search as search; "
+            "from course_lib.results import results_dir; "
             "d = journal.new_study_dir(results_dir() / '12_studies'); "
             "s = search.open_study('probe', d / 'probe.log', strategy='random', seed=0, max_resource=3); "
             "search.run_search(s, functools.partial(search.quadratic_objective, steps=3), budget=3); print(d)")
@@ -238,8 +244,8 @@ def test_two_learners_at_once_each_keep_their_own_results_caches_and_studies(bro
         # 2. one kernel spec, README's line with the test's prefix, environment and data folder
         prefix, data = shared / "prefix", shared / "datasets" / "movielens"
         data.mkdir(parents=True)
-        subs = {"/shared/envs/largebatch-course/bin/python": str(env_root / "bin" / "python"), "/usr/local": str(prefix),
-                "/shared/datasets/movielens": str(data)}
+        subs = {"/shared/envs/largebatch-course/bin/python": str(env_root / "bin" / "python"),
+                "/usr/local": str(prefix), "/shared/datasets/movielens": str(data)}
         argv = [subs.get(a, a) for a in readme_kernel_install()]
         subprocess.run(argv, check=True, capture_output=True, timeout=scaled(120))
         subprocess.run(["chmod", "-R", "a+rX,go-w", str(shared)], check=True)
@@ -268,11 +274,11 @@ def test_two_learners_at_once_each_keep_their_own_results_caches_and_studies(bro
             t0 = time.monotonic()
             for p, rel in zip(pages, lessons):
                 p.start(rel)
-            _wait(f"round {n + 1}: the lessons did not finish", lambda: all(p.finished(rel) for p, rel in zip(pages, lessons)),
-                  scaled(900), every=0.5)
+            def all_done():
+                return all(p.finished(rel) for p, rel in zip(pages, lessons))
+            _wait(f"round {n + 1}: the lessons did not finish", all_done, scaled(900), every=0.5)
             time.sleep(0.5)  # idle between two cells is possible: ask again
-            _wait(f"round {n + 1}: the lessons did not finish", lambda: all(p.finished(rel) for p, rel in zip(pages, lessons)),
-                  scaled(900), every=0.5)
+            _wait(f"round {n + 1}: the lessons did not finish", all_done, scaled(900), every=0.5)
             for p, rel in zip(pages, lessons):
                 problems = _errors(rel, p.save(rel))
                 assert not problems, f"{p.u.name}, {rel}:\n" + "\n".join(problems)
@@ -338,7 +344,8 @@ def test_the_checks_fail_when_results_fall_back_to_a_shared_folder():
         shared.mkdir(parents=True)
         subprocess.run(["chmod", "-R", "a+rwx", str(checkout / "runs")], check=True)
         for u in learners:  # each learner's lesson 00 saves there (0644, as the old code wrote)
-            probe = f"open({str(shared / ('00_setup.json' if u is learners[0] else '00_setup_b.json'))!r}, 'w').write('{{}}')"
+            name = "00_setup.json" if u is learners[0] else "00_setup_b.json"
+            probe = f"open({str(shared / name)!r}, 'w').write('{{}}')"
             subprocess.run([mu.SYSTEM_PYTHON, "-c", probe], user=u.uid, group=u.gid, extra_groups=[], check=True,
                            env={"PATH": "/usr/bin:/bin", "HOME": str(u.home)}, cwd="/")
         problems = mu.isolation_problems(learners, lessons={u.name: ["00_setup"] for u in learners}, checkout=checkout,

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from course_lib import journal, search
+from course_lib import journal
+from course_lib import optuna_search as search
 
 optuna = pytest.importorskip("optuna")
 from optuna.trial import TrialState  # noqa: E402

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from course_lib import fileio, lesson, results, userdirs
+from course_lib import compile_cache, fileio, lesson, results, userdirs
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="a folder owned by another user can only be made by root (chown)")
@@ -84,7 +84,7 @@ def test_the_course_folders_it_makes_are_private_even_with_an_open_umask(home):
 
 def test_the_kernel_compiles_into_a_private_cache(home, monkeypatch):
     # torch's default is <tmp>/torchinductor_<user>: torch writes it back into the environment once used
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", userdirs._torch_default_inductor_dir())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", compile_cache._torch_default_inductor_dir())
     lesson.setup("smoke", ncf=False, quiet=True)
     d = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     assert d == str(home / "cache" / "largebatch-course" / "torchinductor") and mode(d) == 0o700
@@ -103,7 +103,7 @@ def test_the_kernel_compiles_into_a_private_cache(home, monkeypatch):
 
 def test_a_compile_cache_the_learner_chose_is_kept(home, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(home / "my-inductor"))
-    assert userdirs.use_private_compile_caches()["TORCHINDUCTOR_CACHE_DIR"] == str(home / "my-inductor")
+    assert compile_cache.use_private_compile_caches()["TORCHINDUCTOR_CACHE_DIR"] == str(home / "my-inductor")
 
 
 @needs_root
@@ -112,7 +112,7 @@ def test_a_planted_compile_cache_is_refused(home, monkeypatch):
     planted.mkdir(parents=True)
     os.chown(planted, NOBODY, NOBODY)
     with pytest.raises(PermissionError, match="torch.compile cache .* belongs to"):
-        userdirs.use_private_compile_caches()
+        compile_cache.use_private_compile_caches()
 
 
 def test_one_unreadable_results_file_is_reported_by_name_and_skipped(tmp_path):

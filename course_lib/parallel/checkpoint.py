@@ -30,7 +30,7 @@ import torch
 
 from .. import dist as cdist
 from ..data.sampler import DeviceSampler
-from ..fileio import _host_tag, atomic_torch_save, owner_is_gone
+from ..fileio import atomic_torch_save, owner_is_gone, owner_tag
 
 CHECKPOINT_NAME = "ncf_ddp.pt"
 PREVIOUS_NAME = "ncf_ddp.prev.pt"
@@ -104,7 +104,7 @@ class Checkpointer:
 
         private_dir(directory, what="checkpoint folder", setting="--checkpoint-dir")
         lock = os.path.join(directory, LOCK_NAME)
-        me = {"host": _host_tag(), "hostname": socket.gethostname(), "pid": os.getpid(),
+        me = {"host": _this_host(), "hostname": socket.gethostname(), "pid": os.getpid(),
               "job": os.environ.get("SLURM_JOB_ID"), "since": time.time()}
         for _ in range(3):
             try:
@@ -137,7 +137,7 @@ class Checkpointer:
             return
         lock = os.path.join(os.path.dirname(self.path), LOCK_NAME)
         holder = _read_lock(lock)
-        if holder.get("pid") == os.getpid() and holder.get("host") == _host_tag():
+        if holder.get("pid") == os.getpid() and holder.get("host") == _this_host():
             with _suppress_missing():
                 os.unlink(lock)
         self._held = False
@@ -259,9 +259,14 @@ def _differences(saved, current, prefix=""):
     """(key, saved, current) for every leaf setting that differs between two nested dicts."""
     if isinstance(saved, dict) and isinstance(current, dict):
         for key in sorted(set(saved) | set(current)):
-            yield from _differences(saved.get(key), current.get(key), f"{prefix}{key}" if not prefix else f"{prefix}.{key}")
+            yield from _differences(saved.get(key), current.get(key), f"{prefix}.{key}" if prefix else key)
     elif saved != current:
         yield prefix, saved, current
+
+
+def _this_host() -> str:
+    """This host as owner tags name it (``fileio.owner_tag``: its host part, which cannot collide)."""
+    return owner_tag().rsplit("-", 1)[0]
 
 
 def _read_lock(lock: str) -> dict:
