@@ -10,7 +10,10 @@
 #
 # Settings (environment):
 #   PY=/path/python       the interpreter with the node's CUDA torch (default: .venv/bin/python, else python3);
-#                         missing packages are installed into it from the wheelhouse, nothing else changes
+#                         missing packages are installed from the wheelhouse into it when it is a virtual
+#                         environment's, else into the venv GPU_VENV names (made with --system-site-packages
+#                         from PY, so it sees the node's torch): never into a system's or a module's Python
+#   GPU_VENV=dir          that venv (default: .venv-gpu in the checkout)
 #   WHEELHOUSE=dir        where the wheels are (default: wheelhouse/ when it exists; none: install nothing)
 #   OUT=dir               executed notebooks, results and benchmark logs (default: runs/gpu-check-<time>)
 #   CHECK_PROFILE=smoke   the lessons' profile (full: `make course`'s lessons, far over the budget)
@@ -44,6 +47,16 @@ stage() {  # the time of the stage that ended, then the next one's title
 
 if [ -z "${WHEELHOUSE:-}" ] && [ -d wheelhouse ]; then WHEELHOUSE=wheelhouse; fi
 if [ -n "${WHEELHOUSE:-}" ]; then
+  if ! "$PY" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then  # not a venv: make the one we name
+    GPU_VENV=${GPU_VENV:-.venv-gpu}
+    echo "== $PY is not a virtual environment's Python: installing into the venv $GPU_VENV instead" \
+         "(made from it with --system-site-packages; GPU_VENV names another)"
+    if [ ! -x "$GPU_VENV/bin/python" ] && ! "$PY" -m venv --system-site-packages "$GPU_VENV"; then
+      echo "gpu-check: could not make the venv $GPU_VENV with $PY -m venv (Debian: apt-get install python3-venv)" >&2
+      exit 2
+    fi
+    PY=$GPU_VENV/bin/python
+  fi
   echo "== installing from $WHEELHOUSE (no index) into $PY"
   if [ ! -f "$WHEELHOUSE/requirements.txt" ]; then
     echo "gpu-check: $WHEELHOUSE/requirements.txt is missing: build the folder with 'make wheelhouse'" >&2

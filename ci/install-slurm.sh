@@ -25,9 +25,17 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
 fi
 
 log=$(mktemp)
-policy=/usr/sbin/policy-rc.d
+# COURSE_POLICY_RC_D: tests/test_ci_scripts.py only (a fake apt-get, a policy file in its temp dir)
+policy=${COURSE_POLICY_RC_D:-/usr/sbin/policy-rc.d}
 cleanup() { rm -f "$log"; if [ -n "${own_policy:-}" ]; then rm -f "$policy"; fi; }
+# On any exit: bash runs an EXIT trap on `exit` and at the end of the script, but a signal it does not
+# trap kills it without one (a cancelled CI job's SIGTERM left policy-rc.d behind, and every later
+# package install on the machine could not start its services). Trapped, each signal exits, and the
+# EXIT trap runs (after the foreground apt-get returns: bash runs traps between commands).
 trap cleanup EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if [ ! -e "$policy" ]; then
   printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && own_policy=1
 fi
@@ -38,5 +46,12 @@ echo "ci/install-slurm.sh: installing ${packages[*]} (apt-get) for tests/test_sl
 if ! install && ! { apt-get update -qq >>"$log" 2>&1 && install; }; then
   echo "ci/install-slurm.sh: apt-get could not install ${packages[*]}; the SLURM tests will skip. Its output:" >&2
   tail -n 20 "$log" >&2
+  exit 0
 fi
+# Not started at boot either: the tests start their own daemons. policy-rc.d only stops the install from
+# starting them; the packages' postinst still enabled them (systemd unit links, SysV rc links).
+for service in munge slurmctld slurmd; do
+  if command -v deb-systemd-helper >/dev/null; then deb-systemd-helper disable "$service.service" >>"$log" 2>&1 || true; fi
+  if command -v update-rc.d >/dev/null; then update-rc.d "$service" disable >>"$log" 2>&1 || true; fi
+done
 exit 0

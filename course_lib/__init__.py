@@ -9,11 +9,14 @@ MAP = (
         ("tables", "Table: the tables every lesson prints (text, HTML, Markdown)"),
         ("config", "run profiles (full / smoke); BatchConfig: global = ranks x micro x accumulation"),
         ("fileio", "atomic writes, verified downloads, the cache directory"),
+        ("userdirs", "each learner's own folders (results, caches, torch.compile's cache): 0700, owner checked"),
+        ("compile_cache", "torch.compile's caches in the learner's own folder before anything compiles (setup())"),
         ("progress", "bar vs log lines: one rule for every long-running call"),
         ("metrics", "HR@K, NDCG@K, time to target, noise verdicts, speedups"),
         ("_forkserver_preload", "what launch()'s fork server imports once for every worker (torch, torch._dynamo)"),
     )),
     ("The machine", (
+        ("_cgroup", "the CPU quota of this process's cgroup (v1 and v2), for hardware.usable_cpu_cores"),
         ("hardware", "what this machine has (cores, GPUs, backends, 16-bit support)"),
     )),
     ("Processes and numbers", (
@@ -60,6 +63,7 @@ MAP = (
     ("What several lessons share", (
         ("sweeps", "scaled settings, sweeps and their tables, lr grids that extend at their edge, the race "
                    "of optimizers, confirm at more seeds (lessons 01-07, 11)"),
+        ("journal", "lesson 12's journal files: a cut-off line repaired, 0600, study folders that never collide"),
         ("optuna_search", "the Optuna search: random search / successive halving / Hyperband in a journal "
                           "file several processes share, the objectives, the search worker (lesson 12)"),
         ("ladder", "the trick ladder: the one writer and reader of its rungs (lessons 01-06)"),

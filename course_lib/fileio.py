@@ -39,8 +39,10 @@ def atomic_path(dest: str | os.PathLike, suffix: str = ".part") -> Iterator[Path
 
     If the block raises, the temporary file is removed and ``dest`` is untouched.
     """
+    from .userdirs import private_dir
+
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(dest.parent)  # made 0700 where missing; refused when it is another user's (issue 32)
     remove_stale_partials(dest.parent)
     # the owner's host and pid in the name: a later process can tell when the writer was killed
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{owner_tag()}.", suffix=suffix, dir=dest.parent)
@@ -104,8 +106,15 @@ def download(url: str, dest: str | os.PathLike, *, verify: Callable[[Path], None
 # --------------------------------------------------------------------------- private temp dirs
 
 
-def _host_tag() -> str:
-    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:16] or "host"
+def _host_tag(hostname: str | None = None) -> str:
+    """This host in owner tags: its first 16 letters and digits (readable) plus a hash of the full name.
+
+    The name alone cut to 16 characters made ``cn-gpu-a100-rack01-01`` and ``...-02`` one host, and
+    each node's stale-file cleanup removed the other's live ``.part`` files on a shared file system
+    (issue 32). Letters and digits only, as the tag patterns below expect."""
+    name = socket.gethostname() if hostname is None else hostname
+    readable = re.sub(r"[^A-Za-z0-9]", "", name)[:16] or "host"
+    return readable + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:10]
 
 
 def owner_tag() -> str:
@@ -285,4 +294,13 @@ def session_temp_dir(prefix: str) -> str:
         path = new_private_temp_dir(prefix)
         _SESSION_DIRS[prefix] = path
         atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def temp_dir_until_exit(prefix: str) -> str:
+    """A fresh private directory (:func:`new_private_temp_dir`) that is removed when the process
+    (kernel) exits, also when the cell that made it failed before its own clean-up; a kernel that is
+    killed leaves it to the next call with the same prefix (its owner is gone). Lesson 06's checkpoints."""
+    path = new_private_temp_dir(prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path

@@ -117,12 +117,18 @@ def sixteen_bit_units(hw: Hardware, device: str | None = None) -> dict:
     return {fmt: ", ".join(texts) or None for fmt, texts in found.items()}
 
 
-def usable_cpu_cores() -> int:
-    """Cores this process may run on (respects taskset/SLURM affinity), at least 1."""
+def usable_cpu_cores(**cgroup) -> int:
+    """Cores this process may run on (respects taskset/SLURM affinity and a cgroup CPU quota: a
+    JupyterHub cpu_limit, a container's --cpus), at least 1. ``cgroup``: where the cgroup files are
+    (``_cgroup.cpu_quota_cores``; tests)."""
+    from ._cgroup import cores_allowed_by_quota
+
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = cores_allowed_by_quota(**cgroup)
+    return cores if quota is None else min(cores, quota)
 
 
 def cpu_info() -> tuple[str, set[str]]:

@@ -19,6 +19,7 @@ from .data.movielens import ImplicitData
 from .hardware import Hardware, detect
 from .results import load_results
 from .tiers import TierPlan, plan
+from .compile_cache import use_private_compile_caches
 from .train.ncf import TrainConfig, default_target_hr
 
 DEFAULT_BASE_LR = 1e-3  # Adam's lr at batch 256 when lesson 01 has not chosen one here
@@ -67,6 +68,7 @@ def setup(profile: str = "full", *, ncf: bool = True, dataset: str | None = None
           quiet: bool = False) -> Lesson:
     """The setup of a lesson: profile, hardware, tier plan; with ``ncf=True`` also the NeuMF data,
     target and baseline config. ``None`` arguments take the plan's (or lesson 01's) choice."""
+    use_private_compile_caches()  # before anything compiles in this kernel (lesson 01's compile study)
     profile = resolve_profile(profile)
     hw = hw or detect()
     tier_plan = plan(hw, profile)

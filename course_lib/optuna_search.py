@@ -91,7 +91,10 @@ def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, 
     shared search): the strategy's sampler seeded by ``seed`` and its pruner."""
     import optuna
 
+    from .journal import prepare_journal
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    prepare_journal(path)  # 0600, the learner's folder, a cut-off last line repaired (issue 32)
     return optuna.create_study(
         study_name=name, storage=journal_storage(path), direction=direction, load_if_exists=True,
         sampler=make_sampler(strategy, seed=seed),
@@ -151,9 +154,16 @@ def run_search(study, objective: Callable, *, budget: float, max_trials: int | N
         if budget_spent(study) >= budget or (max_trials is not None and len(mine) >= max_trials):
             study.stop()
 
-    if budget_spent(study) < budget:
+    spent = budget_spent(study) >= budget
+    if not spent:
         study.optimize(tagged, catch=catch, callbacks=[stop_when_spent], gc_after_trial=False)
-    return {"trials": mine, "orphans_failed": orphans, "seconds": time.perf_counter() - start, "pid": os.getpid()}
+    else:  # a reused folder or a resubmitted job: say so rather than return nothing silently
+        from .journal import spent_note
+
+        where = getattr(getattr(study._storage, "_backend", None), "_file_path", "its storage")
+        print(spent_note(study.study_name, where, budget_spent(study), budget), flush=True)
+    return {"trials": mine, "orphans_failed": orphans, "seconds": time.perf_counter() - start, "pid": os.getpid(),
+            "already_spent": spent}
 
 
 def quadratic_objective(trial, *, steps: int = 9, optimum: float = 2.0, sleep_s: float = 0.0, fail_above: float | None = None):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -35,9 +36,14 @@ def resolve(target: str):
 
 
 def _parse_arg(text: str):
+    """A JSON value; a plain word (``ml-1m``) stays a string. Text that starts like JSON (an object,
+    a list, a quoted string, a number) must be JSON: ``'{"lr": 0.1'`` was passed on as a string."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as exc:
+        if text.lstrip()[:1] in ('{', '[', '"') or re.fullmatch(r"\s*[-+]?(\d|\.\d)[\w.+-]*\s*", text):
+            raise SystemExit(f"argument {text!r} looks like JSON but is not valid JSON ({exc.msg} at character "
+                             f"{exc.pos}): quote it for the shell as one word, e.g. '{{\"lr\": 0.1}}'") from None
         return text
 
 

@@ -274,7 +274,9 @@ HUB_USER = "learner"
 
 
 class Hub(_Server):
-    """A JupyterHub on 127.0.0.1: DummyAuthenticator (user ``learner``, any password), local
+    """A JupyterHub on 127.0.0.1: SharedPasswordAuthenticator (user ``learner`` only, with a password
+    random per hub, ``self.password``: the DummyAuthenticator took any password, so while the suite ran
+    any local user could log in and get a server running as the suite's user, root in CI), local
     single-user servers (SimpleLocalProcessSpawner: the hub's own user, each user's home in the
     private folder), and the Python configurable-http-proxy, each on its own free port.
 
@@ -290,6 +292,7 @@ class Hub(_Server):
         if home_setup is not None:
             home_setup(self.home)
         self.port, hub_port, api_port = free_port(), free_port(), free_port()
+        self.password = secrets.token_urlsafe(18)
         bindir = Path(sys.executable).parent
         env = jupyter_env(tmp)
         single_user_env = {k: env[k] for k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "COURSE_PROFILE",
@@ -303,10 +306,11 @@ class Hub(_Server):
                                JUPYTER_RUNTIME_DIR=str(tmp / "user-jupyter-runtime"))
         config = {
             "JupyterHub": {"ip": "127.0.0.1", "port": self.port, "hub_ip": "127.0.0.1", "hub_port": hub_port,
-                           "authenticator_class": "dummy", "spawner_class": "simple",
+                           "authenticator_class": "shared-password", "spawner_class": "simple",
                            "db_url": f"sqlite:///{tmp / 'hub.sqlite'}", "cookie_secret_file": str(tmp / "cookie_secret"),
                            "pid_file": str(tmp / "hub.pid")},
             "Authenticator": {"allowed_users": [HUB_USER]},
+            "SharedPasswordAuthenticator": {"user_password": self.password},
             "ConfigurableHTTPProxy": {"api_url": f"http://127.0.0.1:{api_port}", "should_start": True,
                                       # the Python proxy buffers each response, and gives up on a
                                       # backend after 20 s by default: the spawn page's progress
@@ -321,7 +325,9 @@ class Hub(_Server):
                         "environment": single_user_env, "start_timeout": int(scaled(180)),
                         "http_timeout": int(scaled(120))},
         }
-        (tmp / "jupyterhub_config.json").write_text(json.dumps(config, indent=1))
+        config_file = tmp / "jupyterhub_config.json"
+        config_file.touch(mode=0o600)  # it holds the password
+        config_file.write_text(json.dumps(config, indent=1))
         cmd = [str(bindir / "jupyterhub"), "-f", str(tmp / "jupyterhub_config.json")]
         self._launch("jupyterhub", cmd, env=env, cwd=tmp, log=tmp / "hub.log", ready="/hub/api/")
 

@@ -729,3 +729,32 @@ def test_a_rank_that_starts_later_than_the_collective_timeout_still_joins(monkey
     monkeypatch.setenv("COURSE_TEST_SLOW_START_S", "6")
     out = cdist.launch(S.rank_after_a_collective, 2, timeout_s=LAUNCH_TIMEOUT_S, collective_timeout_s=2, quiet=True)
     assert out == [(0, 2.0), (1, 2.0)]
+
+
+def test_run_refuses_malformed_json_arguments():
+    """Issue 32: '{"lr": 0.1' was passed to the worker as a plain string."""
+    from course_lib import run
+
+    assert run._parse_arg('{"lr": 0.1}') == {"lr": 0.1} and run._parse_arg("4") == 4
+    assert run._parse_arg("ml-1m") == "ml-1m"  # a plain word stays a string
+    for bad in ('{"lr": 0.1', "[1, 2", "1.2.3", '"unterminated'):
+        with pytest.raises(SystemExit, match="looks like JSON but is not valid JSON"):
+            run._parse_arg(bad)
+
+
+def test_a_store_that_cannot_listen_on_loopback_only_says_so(monkeypatch):
+    """Issue 32: where TCPStore refused master_listen_fd, the launch fell back, silently, to a store
+    listening on every interface."""
+    import torch.distributed as tdist
+
+    real = tdist.TCPStore
+
+    def no_listen_fd(*args, **kw):
+        if "master_listen_fd" in kw:
+            raise TypeError("unexpected keyword argument 'master_listen_fd'")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(launcher.dist, "TCPStore", no_listen_fd)
+    with pytest.warns(RuntimeWarning, match="listens on all interfaces instead of 127.0.0.1 only"):
+        store = launcher._loopback_store(5.0)
+    del store

@@ -1,5 +1,6 @@
 """Private temporary directories and the clean-up of what dead processes left behind."""
 
+import re
 import os
 import stat
 import subprocess
@@ -103,3 +104,28 @@ def test_partial_files_of_killed_writers_are_removed_by_the_next_load(tmp_path, 
 
     load_implicit("synthetic", profile="smoke")
     assert sorted(p.name for p in cache.rglob("*.part")) == [live.name]
+
+
+def test_two_long_host_names_sharing_16_characters_get_different_owner_tags(tmp_path, monkeypatch):
+    """Issue 32: the tag cut host names to 16 characters, so node -02's cleanup removed node -01's
+    live partial file on a shared file system."""
+    a, b = "cn-gpu-a100-rack01-01", "cn-gpu-a100-rack01-02"
+    assert fileio._host_tag(a) != fileio._host_tag(b)
+    assert re.fullmatch(r"[A-Za-z0-9]+", fileio._host_tag(a))
+    # node 01's writer, alive over there (its pid is dead here): node 02 must keep its file
+    live_elsewhere = tmp_path / f".data.pt.{fileio._host_tag(a)}-{_dead_pid()}.abc123.part"
+    live_elsewhere.write_bytes(b"half")
+    monkeypatch.setattr(fileio.socket, "gethostname", lambda: b)
+    assert fileio.remove_stale_partials(tmp_path) == [] and live_elsewhere.exists()
+
+
+def test_a_temp_dir_until_exit_is_removed_when_the_cell_that_made_it_fails(tmp_path):
+    """Lesson 06's checkpoint folder: removed by the cell when it succeeds, and at the kernel's exit
+    when a launch in it failed first (it stayed in /tmp for good)."""
+    code = ("import sys; from course_lib import fileio; d = fileio.temp_dir_until_exit('course-lesson06-'); "
+            "print(d, flush=True); open(d + '/ncf_ddp.pt', 'w').write('x'); raise RuntimeError('a launch failed')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert "a launch failed" in proc.stderr
+    made = proc.stdout.strip()
+    assert made.startswith(str(tmp_path / "course-lesson06-")) and not os.path.exists(made)

@@ -8,8 +8,9 @@ packages, tests/test_repo.py checks; conda's channels are not reachable from CI)
 prefix for ``/usr/local`` (no test writes to the system; the single-user servers get
 ``<prefix>/share/jupyter`` on their ``JUPYTER_PATH``, as README says for any other prefix) and a
 temporary folder for the staged data. Then a JupyterHub (tests/_lab.py: 127.0.0.1, free ports,
-DummyAuthenticator, local single-user servers started with ``--allow-root`` when the suite runs
-as root, the Python configurable-http-proxy) serves the learner's home holding their copy of
+a shared-password authenticator with a random password, local single-user servers started with
+``--allow-root`` when the suite runs as root, the Python configurable-http-proxy) serves the
+learner's home holding their copy of
 the repository's notebooks. In headless Chromium the learner logs in, opens lesson 00, picks
 the course kernel (Kernel > Change Kernel, the notebooks name ``python3``), runs Run > Run All
 Cells, and the saved notebook must have no error. The hub, its proxy, the single-user server
@@ -105,8 +106,14 @@ def test_lesson_00_runs_on_the_course_kernel_under_jupyterhub(browser):
         t0 = time.monotonic()
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{hub.url}/hub/login")
+        # closed to anyone without the hub's password (the suite's hub once took any password)
         page.fill("input[name=username]", HUB_USER)
         page.fill("input[name=password]", "any password")
+        page.click("input[type=submit], button[type=submit]")
+        page.wait_for_selector("text=Invalid username or password", timeout=scaled(60) * 1000)
+        assert "/hub/login" in page.url, f"a wrong password let the learner in: {page.url}"
+        page.fill("input[name=username]", HUB_USER)
+        page.fill("input[name=password]", hub.password)
         page.click("input[type=submit], button[type=submit]")
         base = f"{hub.url}/user/{HUB_USER}"
         try:

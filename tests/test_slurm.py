@@ -124,7 +124,7 @@ def test_sbatch_example_runs_to_completion(cluster, job_dir, data_cache):
     assert (record["world_size"], record["steps"], record["rank"]) == (2, 30, 0)
     assert record["spec"]["profile"] == "smoke" and record["config"]["global_batch_size"] == 1024
     assert 0 <= record["final_hr"] <= 1
-    assert any((job_dir / "checkpoints" / "ncf-ddp").iterdir()), "no checkpoint in --checkpoint-dir"
+    assert any((job_dir / "checkpoints" / f"ncf-ddp-{job}").iterdir()), "no checkpoint in the job's --checkpoint-dir"
     assert (job_dir / "logs" / str(job)).is_dir(), "no torchrun --log-dir for the workers' logs"
 
 

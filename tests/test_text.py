@@ -109,3 +109,28 @@ def test_unigram_loss_is_the_cross_entropy_of_token_frequencies():
                    eval_labels=labels, num_tokens=6)
     total = 4 + 2 + 1  # smoothed counts of ids 5, 6, 7
     assert data.unigram_loss() == pytest.approx(-(math.log(4 / total) + math.log(2 / total)) / 2)
+
+
+def test_max_tokens_tokenizes_only_what_it_keeps(cache, monkeypatch):
+    """Issue 32: the whole corpus was tokenized into one list before max_tokens applied, on every
+    rank (lesson 07 offers WikiText-103). Same tokens as before, a fraction of the documents encoded."""
+    monkeypatch.setattr(text, "ENCODE_CHUNK_DOCUMENTS", 16, raising=False)
+    docs = tuple(p for d in pydoc_corpus().documents for p in d.split("\n\n") if p.strip())[:2000]
+    tok = train_tokenizer(text.Corpus("t", "test", docs[:50]), 400)
+    encoded = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+        def encode_batch(self, batch, **kw):
+            encoded.extend(batch)
+            return tok.encode_batch(batch, **kw)
+
+    corpus = text.Corpus("t", "test", docs)
+    data = build_mlm_data(corpus, vocab_size=400, seq_len=32, max_tokens=4000, tokenizer=Counting())
+    assert len(encoded) % 16 == 0 and len(encoded) < len(docs) / 10  # whole chunks, until 4000 tokens are kept
+    assert data.num_tokens == 4000
+    reference = build_mlm_data(text.Corpus("t", "test", docs[:len(encoded)]), vocab_size=400, seq_len=32,
+                               max_tokens=4000, tokenizer=tok)
+    assert torch.equal(reference.train_ids, data.train_ids) and torch.equal(reference.eval_labels, data.eval_labels)

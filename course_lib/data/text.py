@@ -22,6 +22,7 @@ Three steps, each cached or cheap:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import urllib.error
@@ -391,6 +392,9 @@ class MLMData:
                 "eval_sequences": int(self.eval_inputs.shape[0])}
 
 
+ENCODE_CHUNK_DOCUMENTS = 256  # documents per encode_batch call in build_mlm_data
+
+
 def build_mlm_data(corpus: Corpus, *, vocab_size: int = 8192, seq_len: int = 128, eval_fraction: float = 0.05,
                    max_eval_sequences: int = 512, device: torch.device | str = "cpu", seed: int = 0,
                    tokenizer=None, max_tokens: int | None = None) -> MLMData:
@@ -404,9 +408,15 @@ def build_mlm_data(corpus: Corpus, *, vocab_size: int = 8192, seq_len: int = 128
     tok = tokenizer if tokenizer is not None else train_tokenizer(corpus, vocab_size)
     special = SpecialIds.from_tokenizer(tok)
     stream = []
-    for enc in tok.encode_batch(list(corpus.documents), add_special_tokens=False):
-        stream.extend(enc.ids)
-        stream.append(special.sep)  # a document boundary the model can see
+    documents = iter(corpus.documents)
+    # a chunk of documents at a time: with max_tokens (smoke runs, every rank of lesson 07 on
+    # WikiText-103) only what is kept is tokenized, not the whole corpus first (issue 32)
+    while chunk := list(itertools.islice(documents, ENCODE_CHUNK_DOCUMENTS)):
+        for enc in tok.encode_batch(chunk, add_special_tokens=False):
+            stream.extend(enc.ids)
+            stream.append(special.sep)  # a document boundary the model can see
+            if max_tokens is not None and len(stream) >= max_tokens:
+                break
         if max_tokens is not None and len(stream) >= max_tokens:
             break
     if max_tokens is not None:

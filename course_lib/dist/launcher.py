@@ -373,8 +373,16 @@ def _loopback_store(timeout_s: float) -> "dist.TCPStore":
                               timeout=timeout, master_listen_fd=sock.fileno())
         sock.detach()  # the store owns the fd now
         return store
-    except (RuntimeError, TypeError, ValueError):
+    except (RuntimeError, TypeError, ValueError) as exc:
         sock.close()
+        import warnings
+
+        # not silently (issue 32): on a shared login node every user can reach this port meanwhile
+        warnings.warn(f"launch: this torch cannot take a listening socket for its rendezvous store "
+                      f"(TCPStore(master_listen_fd=...): {type(exc).__name__}: {exc}); the store of this launch "
+                      "listens on all interfaces instead of 127.0.0.1 only, reachable by other users and hosts "
+                      "while the launch runs. On a shared machine, use a torch whose TCPStore takes master_listen_fd "
+                      "(Linux).", RuntimeWarning, stacklevel=3)
         return dist.TCPStore(LOOPBACK, 0, world_size=None, is_master=True, wait_for_workers=False,
                              timeout=timeout)
 

@@ -702,6 +702,7 @@ class _NeuMFRun:
         self.batches = self.source = make_batches(data, cfg)  # global batches, the same on every rank
         if hooks.checkpoint is not None:
             self.batches = hooks.checkpoint.track(self.batches)
+            hooks.checkpoint.for_run(config=cfg, data=data.name)  # a resume with other settings is refused (issue 32)
         self._plan(data, cfg)
         self.history = _History(self.model, hooks.record_every or max(1, self.schedule_steps // 250))
         self.bar = _Progress(resolve_progress(progress) if cdist.rank() == 0 else "none", self.total_steps,
@@ -866,6 +867,8 @@ class _NeuMFRun:
             self.eval_point()
 
     def close(self) -> None:
+        if self.hooks.checkpoint is not None:
+            self.hooks.checkpoint.release()  # the directory's lock: another run may write it now
         close = getattr(self.source, "close", None)
         if close is not None:
             close()
