@@ -611,3 +611,112 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
         out.append(f" Synchronizing the statistics cost x{extra:.1f} the local step time at {large} per rank "
                    "(three extra all-reduces per BatchNorm layer per step).")
     return "".join(out)
+
+
+# --------------------------------------------------------------------------- the adaptive batch
+
+
+def adaptive_batch_policy(base_lr: float, base_batch: int, b_min: int, b_max: int, rule: str = "sqrt",
+                          window: int = 3):
+    """``adapt_batch`` for the training loop: from the noise-scale records, the batch ``B = B_simple`` rounded
+    down to a power of two and kept within ``[b_min, b_max]``, and the lr the lesson's rule gives at that batch
+    (``rule``: "sqrt" or "linear", from ``base_lr`` at ``base_batch``). ``B_simple`` is the current one over the
+    last ``window`` records, ``sum tr(Sigma) / sum |G|^2`` (numerator and denominator averaged apart, as
+    McCandlish et al. do: one record's ratio is noisy, and its ``|G|^2`` can come out negative); an estimate
+    that is not a positive number keeps the current batch. ``policy.chosen`` lists ``(step, B_simple, batch,
+    lr)`` at every record."""
+    from ..optim.schedules import LR_RULES
+
+    if rule not in LR_RULES:
+        raise ValueError(f"adaptive_batch_policy(rule={rule!r}); choose one of {sorted(LR_RULES)}")
+    if not 0 < b_min <= b_max:
+        raise ValueError(f"adaptive_batch_policy: need 0 < b_min <= b_max, got b_min={b_min}, b_max={b_max}")
+    if window < 1:
+        raise ValueError(f"adaptive_batch_policy(window={window}): need at least one record")
+    state = {"batch": b_min, "records": []}
+
+    def policy(record: dict):
+        state["records"] = (state["records"] + [record])[-window:]
+        g2 = sum(r["grad_sq_norm"] for r in state["records"])
+        b_simple = sum(r["trace_cov"] for r in state["records"]) / g2 if g2 > 0 else math.inf
+        batch = state["batch"]
+        if math.isfinite(b_simple) and b_simple > 0:
+            batch = int(min(b_max, max(b_min, 2 ** math.floor(math.log2(b_simple)))))
+        lr = LR_RULES[rule](base_lr, batch, base_batch)
+        policy.chosen.append((record["step"], b_simple, batch, lr))
+        changed = batch != state["batch"]
+        state["batch"] = batch
+        return (batch, lr) if changed else None
+
+    policy.chosen = []
+    return policy
+
+
+def epoch_budget(max_epochs: float):
+    """``stop_early`` for the adaptive run: stop at the first evaluation point past ``max_epochs`` epochs of
+    samples (the loop's steps budget assumes the first batch throughout, so alone it would train longer)."""
+    return lambda point: point["epoch"] >= max_epochs
+
+
+def samples_to_target(r) -> int | None:
+    """Training samples seen when the run first reached its target (epochs to target times its samples per
+    epoch; exact for the adaptive run, whose epochs count samples; to a partial batch for the others)."""
+    if not r.reached or not r.epochs:
+        return None
+    return int(round(r.epochs_to_target * r.samples / r.epochs))
+
+
+def adaptive_rows(runs: dict, policy=None) -> list[dict]:
+    """One row per run (label -> TrainResult; the adaptive one last, with its ``policy``): steps and samples to
+    the target, and the batches it used (the adaptive run's in the order the policy chose them)."""
+    rows = []
+    for n, (label, r) in enumerate(runs.items()):
+        if policy is not None and n == len(runs) - 1:
+            batches = [r.config["global_batch_size"]]
+            for _, _, b, _ in policy.chosen:
+                if b != batches[-1]:
+                    batches.append(b)
+        else:
+            batches = sorted({_batch_at(r.config, e) for e in range(int(math.ceil(r.epochs or 1)))})
+        rows.append({"run": label, "reached": r.reached, "steps_to_target": r.steps_to_target,
+                     "samples_to_target": samples_to_target(r), "batches": batches, "final_hr": r.final_hr,
+                     "steps": r.steps, "samples": r.samples})
+    return rows
+
+
+def adaptive_table(rows: list[dict]) -> Table:
+    t = Table(["run", "batches used", "steps to target", "samples to target", "final HR@10"],
+              title="to the target: a fixed batch, the batch grown at milestones, the batch from the noise scale")
+    for r in rows:
+        t.add(**{"run": r["run"], "batches used": " -> ".join(f"{b:,}" for b in r["batches"]),
+                 "steps to target": r["steps_to_target"] if r["reached"] else f"not reached ({r['steps']})",
+                 "samples to target": f"{r['samples_to_target']:,}" if r["reached"] else "not reached",
+                 "final HR@10": r["final_hr"]})
+    return t
+
+
+def adaptive_verdict(rows: list[dict]) -> str:
+    """Which schedule reached the target in the fewest steps, and at what cost in samples, from the rows
+    (the last row is the adaptive one)."""
+    reached = [r for r in rows if r["reached"]]
+    if not reached:
+        return "No run reached the target within its budget: nothing to compare (a longer budget would)."
+    fewest = min(reached, key=lambda r: r["steps_to_target"])
+    cheapest = min(reached, key=lambda r: r["samples_to_target"])
+    text = (f"Fewest steps to the target: {fewest['run']} ({fewest['steps_to_target']:,}); fewest samples: "
+            f"{cheapest['run']} ({cheapest['samples_to_target']:,}).")
+    ada = rows[-1]
+    others = [r for r in reached if r is not ada]
+    if not ada["reached"]:
+        return text + f" The adaptive batch did NOT reach the target in {ada['steps']:,} steps."
+    for r in others:
+        text += (f" Against {r['run']}: {ada['steps_to_target'] / r['steps_to_target']:.2f}x the steps, "
+                 f"{ada['samples_to_target'] / r['samples_to_target']:.2f}x the samples.")
+    if others and ada is fewest and ada["samples_to_target"] <= 1.1 * min(r["samples_to_target"] for r in others):
+        text += " The noise scale bought fewer steps for (almost) no extra samples: the larger batches came when " \
+                "the gradient's noise allowed them."
+    elif others and ada is fewest:
+        text += " Fewer steps, paid for in samples: the batch outgrew what the noise justified at some point."
+    elif others:
+        text += " The adaptive batch saved no steps here."
+    return text
