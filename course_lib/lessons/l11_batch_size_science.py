@@ -839,13 +839,14 @@ FLAT_EXPONENT = 0.02  # a fitted exponent below this: the error barely moves wit
 
 def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
     """The setting of every size's run and its steps: ``batch_size`` (sqrt rule from the base), the same steps
-    for every size (full: 3 epochs of the whole training set; smoke: 1)."""
+    for every size (full: 1.5 epochs of the whole training set, so the six runs cost about nine epochs of
+    samples; smoke: 1)."""
     from ..config import pick
     from ..sweeps import scaled_config
     from ..train.ncf import epochs_to_steps
 
     cfg = scaled_config(base_cfg, batch_size, "sqrt", base_batch_size=base_cfg.global_batch_size)
-    return cfg, epochs_to_steps(pick(profile, full=3.0, smoke=1.0), data, cfg)
+    return cfg, epochs_to_steps(pick(profile, full=1.5, smoke=1.0), data, cfg)
 
 
 def scaling_table(rows: list[dict], pred: dict) -> Table:
