@@ -123,3 +123,8 @@ def test_the_verdict_follows_the_numbers():
     assert "did NOT reach" in study.adaptive_verdict([_row("fixed", 100, 1), _row("adaptive", None, None, False)])
     assert "No run reached" in study.adaptive_verdict([_row("fixed", None, None, False)])
     assert "not reached" in str(study.adaptive_table([_row("fixed", None, None, False)]))
+
+
+def test_the_bert_loop_refuses_the_adaptive_batch_by_name():
+    with pytest.raises(ValueError, match="adapt_batch"):
+        RunHooks(adapt_batch=lambda record: None).only_shared("train_mlm")
