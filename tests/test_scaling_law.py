@@ -50,7 +50,7 @@ def test_the_subsample_keeps_the_held_out_set():
 
 
 def _rows(b):
-    return [{"fraction": n / 1e5, "size": int(n), "hr": 1 - (2 * n ** -b + 0.05), "error": 2 * n ** -b + 0.05}
+    return [{"fraction": n / 1e5, "size": int(n), "metric": 1 - (2 * n ** -b + 0.05), "error": 2 * n ** -b + 0.05}
             for n in SIZES[:5]]
 
 
@@ -68,3 +68,7 @@ def test_the_verdict_follows_the_numbers():
     flat = {**exact, "fit": {**exact["fit"], "b": -0.01}}
     assert "did not fall" in study.scaling_verdict(flat)
     assert "held out" in str(study.scaling_table(_rows(0.35), exact))
+    bert = str(study.scaling_table(_rows(0.35), exact, {"fraction": 1.0, "metric": 3.2}, size="training sequences",
+                                   metric="held-out MLM loss", error="error (the loss)"))
+    assert "training sequences" in bert and "3.2000" in bert
+    assert "sequences it predicted" in study.scaling_verdict(exact, unit="sequences")

@@ -814,8 +814,27 @@ def scaling_runs(data, cfg, steps: int, fractions, *, device=None, seed: int = 0
         epochs = steps / steps_per_epoch(sub, cfg)
         r = train_to_target(sub, cfg.replace(max_epochs=epochs, eval_every_epochs=epochs / evals, stop_at_target=False),
                             device=device, progress="none", label=f"{f:.3g} of train")
-        rows.append({"fraction": f, "size": sub.num_train, "hr": r.best_hr, "error": 1 - r.best_hr,
+        rows.append({"fraction": f, "size": sub.num_train, "metric": r.best_hr, "error": 1 - r.best_hr,
                      "train_time_s": r.train_time_s})
+    return rows
+
+
+def mlm_scaling_runs(data, cfg, fractions, *, device=None) -> list[dict]:
+    """The same for BERT (lesson 07's model and corpus): each run on the first ``fraction`` of the training
+    sequences for ``cfg.max_steps`` steps, scored by its best held-out masked-LM loss (the same held-out
+    sequences for every size); the loss is the error the law is fitted to."""
+    from dataclasses import replace
+
+    from ..train.mlm import train_mlm
+
+    rows = []
+    for f in fractions:
+        if not 0 < f <= 1:
+            raise ValueError(f"mlm_scaling_runs: fraction {f} must be in (0, 1]")
+        n = max(1, round(f * data.num_train))
+        record = train_mlm(cfg, replace(data, train_ids=data.train_ids[:n]), device=device, progress="none")
+        rows.append({"fraction": f, "size": n, "metric": record["best_eval_loss"], "error": record["best_eval_loss"],
+                     "train_time_s": record["train_time_s"]})
     return rows
 
 
@@ -849,30 +868,32 @@ def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
     return cfg, epochs_to_steps(pick(profile, full=1.5, smoke=1.0), data, cfg)
 
 
-def scaling_table(rows: list[dict], pred: dict) -> Table:
-    t = Table(["training interactions", "fraction", "held-out HR@10", "error 1 - HR", "the law's error"],
+def scaling_table(rows: list[dict], pred: dict, held_out: dict | None = None, size: str = "training interactions",
+                  metric: str = "held-out HR@10", error: str = "error 1 - HR") -> Table:
+    """The fitted sizes, then the held-out one (``held_out``: its row), with the law's error at each. The
+    column names say what was measured (NeuMF's defaults; BERT: sequences, held-out loss)."""
+    t = Table([size, "fraction", metric, error, "the law's error"],
               title=f"err(N) = {pred['fit']['a']:.3g} N^-{pred['fit']['b']:.3f} + {pred['fit']['c']:.3f} "
-                    "(fitted on the rows above the line)")
+                    "(fitted on all rows but the held-out one)")
     for r in rows:
-        t.add(**{"training interactions": f"{r['size']:,}", "fraction": f"{r['fraction']:.3g}",
-                 "held-out HR@10": f"{r['hr']:.4f}", "error 1 - HR": f"{r['error']:.4f}",
-                 "the law's error": f"{power_law_error(pred['fit'], r['size']):.4f}"})
-    t.add(**{"training interactions": f"{pred['size']:,} (held out)", "fraction": "-",
-             "held-out HR@10": f"{1 - pred['measured_error']:.4f}", "error 1 - HR": f"{pred['measured_error']:.4f}",
+        t.add(**{size: f"{r['size']:,}", "fraction": f"{r['fraction']:.3g}", metric: f"{r['metric']:.4f}",
+                 error: f"{r['error']:.4f}", "the law's error": f"{power_law_error(pred['fit'], r['size']):.4f}"})
+    t.add(**{size: f"{pred['size']:,} (held out)", "fraction": f"{held_out['fraction']:.3g}" if held_out else "-",
+             metric: f"{held_out['metric']:.4f}" if held_out else "-", error: f"{pred['measured_error']:.4f}",
              "the law's error": f"{pred['predicted_error']:.4f} (predicted)"})
     return t
 
 
-def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL) -> str:
+def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "interactions") -> str:
     """How well the law fitted on the smaller sizes predicted the held-out one, from the numbers."""
     fit = pred["fit"]
     head = (f"Fitted on sizes up to {pred['largest_fitted']:,}: err(N) = {fit['a']:.3g} N^-{fit['b']:.3f} + "
-            f"{fit['c']:.3f}. At {pred['size']:,} interactions it predicted an error of {pred['predicted_error']:.4f}; "
+            f"{fit['c']:.3f}. At {pred['size']:,} {unit} it predicted an error of {pred['predicted_error']:.4f}; "
             f"measured {pred['measured_error']:.4f} ({pred['relative_error']:+.1%}).")
     if fit["b"] <= 0:
         return head + " The error did not fall with the data at these sizes: no power law to extrapolate."
     need = pred["size_for_measured"]
-    size_text = (f" Read the other way, the law says the measured error needs {need:,.0f} interactions "
+    size_text = (f" Read the other way, the law says the measured error needs {need:,.0f} {unit} "
                  f"({need / pred['size']:.2f}x those used)." if need else
                  " The measured error is below the fitted floor: the law says no size reaches it.")
     flat = fit["b"] < FLAT_EXPONENT
