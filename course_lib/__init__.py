@@ -44,7 +44,8 @@ MAP = (
     ("Distributed mechanics", (
         ("parallel/", "data_parallel.py (the per-rank slice, accumulation, DDP wrap), checkpoint.py, "
                      "sync_batchnorm.py, staleness.py (stale/async updates, a parameter server); tensor.py "
-                     "(Megatron layers, DTensor), pipeline.py (GPipe/1F1B, executor, bubble), sharded.py "
+                     "(Megatron layers, DTensor), pipeline.py (GPipe/1F1B, executor, bubble), "
+                     "async_pipeline.py (PipeDream: no flushes, stale weights, stashing), sharded.py "
                      "(ZeRO, FSDP2), spatial.py (halo exchange), hybrid.py (2-D mesh)"),
         ("comm/", "cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py, "
                  "collectives.py (broadcasts and all-reduces from isend/irecv, as schedules), hooks.py "

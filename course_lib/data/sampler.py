@@ -147,10 +147,12 @@ class DeviceSampler:
             u, i, y = self._chunk(perm[lo:lo + chunk])
             if rest is not None:
                 u, i, y = (torch.cat([r, x]) for r, x in zip(rest, (u, i, y)))
-            full = u.numel() // b * b
-            for start in range(0, full, b):
+            start = 0
+            while u.numel() - start >= self.batch_size:  # read per batch: lesson 11's adaptive batch changes it
+                b = self.batch_size
                 yield u[start:start + b], i[start:start + b], y[start:start + b]
-            rest = (u[full:], i[full:], y[full:])
+                start += b
+            rest = (u[start:], i[start:], y[start:])
         if rest is not None and rest[0].numel() and not self.drop_last:
             yield rest
 

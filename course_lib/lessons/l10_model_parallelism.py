@@ -629,3 +629,170 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
                      f"gradients {'equal' if all(m['grad_diff'] <= TOLERANCE for m in mesh_outs) else 'differ from'} "
                      "one process's.")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- asynchronous pipelines (PipeDream)
+
+
+ASYNC_TOLERANCE = 1e-6  # the pipeline against its one-process replay (the same stale updates)
+
+
+def async_spec(profile: str) -> dict:
+    """Lesson 10's asynchronous pipeline, by profile. ``run``: the pipeline itself on 4 gloo ranks (depths 2
+    and 4, both modes; a wider stack in full so each op is long beside a message); ``convergence``: the same
+    stale updates over a longer run, replayed in one process (the replay equals the pipeline: checked on
+    ``run``), at depths 1 (synchronous SGD), 2 and 4. lr 1.0: the largest of 0.5 / 1 / 2 / 3 at which, on
+    our runs, the synchronous model kept improving with depth-independent steps."""
+    return {"run": {"width": pick(profile, full=256, smoke=32), "depth": 8,
+                    "micro_batch": pick(profile, full=64, smoke=16), "n": pick(profile, full=48, smoke=12), "lr": 0.5,
+                    "depths": [2, 4]},
+            "convergence": {"width": 32, "depth": 8, "micro_batch": 16, "n": pick(profile, full=400, smoke=40),
+                            "lr": 1.0, "depths": [1, 2, 4]}}
+
+
+def async_rows(outs: list[dict], spec: dict) -> list[dict]:
+    """The pipeline's runs (one row per depth and mode) with what lesson 10 reads from them: each stage's
+    staleness and peak versions held, the whole run's bubble (formula and measured), the steady state's
+    (simulated with the measured mean op times, and measured), and the largest difference from the
+    one-process replay of the same stale updates (weights and losses)."""
+    from ..parallel import async_pipeline as ap
+
+    rows = []
+    for r in ap.collect([o["async"] if "async" in o else o for o in outs]):
+        p, n = r["p"], spec["n"]
+        sched = ap.pipedream_schedule(p, n)
+        ref = ap.sequential_replay(spec, p, stash=r["mode"] == "stashed")
+        ev = r["events"]
+        tf = sum(e.end - e.start for e in ev if e.kind == "F") / sum(e.kind == "F" for e in ev)
+        tb = sum(e.end - e.start for e in ev if e.kind == "B") / sum(e.kind == "B" for e in ev)
+        rows.append({"p": p, "mode": r["mode"], "n": n, "staleness": ap.staleness(sched), "held": r["held"],
+                     "versions": r["versions"], "weights": r["weights"], "losses": r["losses"],
+                     "bubble_formula": pipeline.bubble_fraction(p, n), "bubble_measured": pipeline.idle_fraction(ev),
+                     "steady_simulated": ap.steady_idle_fraction(pipeline.simulate(sched, tf, tb)),
+                     "steady_measured": ap.steady_idle_fraction(ev), "forward_ms": 1e3 * tf,
+                     "replay_diff": max(ap.max_difference(r["weights"], ref["weights"]),
+                                        max(abs(a - b) for a, b in zip(r["losses"], ref["losses"])))})
+    return rows
+
+
+def async_bubble_reading(rows: list[dict], goal: float = BUBBLE_GOAL_POINTS) -> str:
+    """The asynchronous runs' bubbles against the schedule's, from the rows: the steady state (simulated with the
+    measured op times: zero) and the whole run (``(p - 1) / (n + p - 1)``), within ``goal`` points or not, and why."""
+    worst = max(rows, key=lambda r: r["steady_measured"] - r["steady_simulated"])
+    gap = 100 * (worst["steady_measured"] - worst["steady_simulated"])
+    whole = ", ".join(f"p = {r['p']}: {r['bubble_measured']:.2f} (formula {r['bubble_formula']:.2f})"
+                      for r in rows if r["mode"] == "stashed")
+    text = (f"Without flushes the schedule has no bubble in its steady state (simulated with the measured op times: "
+            f"{max(r['steady_simulated'] for r in rows):.3f}); the whole run idles {whole}. ")
+    if gap <= goal:
+        return text + f"Measured, the steady state idles within {gap:.0f} points of none (the goal: {goal:.0f})."
+    return text + (f"Measured, the steady state idled {worst['steady_measured']:.0%} (p = {worst['p']}, "
+                   f"{worst['mode']}), with {worst['forward_ms']:.2f} ms per forward: the time went between the ops "
+                   "(messages, and the 4 processes sharing this machine's cores), not to the schedule.")
+
+
+def stash_gaps(rows: list[dict]) -> dict[int, float]:
+    """Per depth: the largest weight difference between the run without stashing and the stashed one."""
+    from ..parallel import async_pipeline as ap
+
+    by = {(r["p"], r["mode"]): r for r in rows}
+    return {p: ap.max_difference(by[(p, "stashed")]["weights"], by[(p, "not stashed")]["weights"])
+            for p in sorted({r["p"] for r in rows}) if (p, "not stashed") in by and (p, "stashed") in by}
+
+
+def async_equal(rows: list[dict], tol: float = ASYNC_TOLERANCE) -> bool:
+    """Every run (both modes, every depth) equals its one-process replay within ``tol``."""
+    return bool(rows) and all(r["replay_diff"] <= tol for r in rows)
+
+
+def async_table(rows: list[dict]) -> Table:
+    """Per depth and mode: staleness and versions held per stage, bubbles, the difference from the replay."""
+    title = f"PipeDream's 1F1B without flushes, {rows[0]['n']} micro-batches, one SGD step each" if rows else ""
+    t = Table(["p", "weights", "staleness per stage (updates)", "versions held at once per stage",
+               "bubble, whole run: formula", "measured", "steady state: simulated", "measured ",
+               "forward per micro-batch (ms)", "|pipeline - replay|"], title=title)
+    for r in rows:
+        t.add(**{"p": r["p"], "weights": r["mode"], "staleness per stage (updates)": " ".join(map(str, r["staleness"])),
+                 "versions held at once per stage": " ".join(map(str, r["held"])),
+                 "bubble, whole run: formula": f"{r['bubble_formula']:.3f}", "measured": f"{r['bubble_measured']:.3f}",
+                 "steady state: simulated": f"{r['steady_simulated']:.3f}", "measured ": f"{r['steady_measured']:.3f}",
+                 "forward per micro-batch (ms)": f"{r['forward_ms']:.2f}",
+                 "|pipeline - replay|": f"{r['replay_diff']:.1e}"})
+    return t
+
+
+def versions_table(row: dict, shown: int = 8) -> Table:
+    """One run's first micro-batches: the version (updates applied) each stage's forward and backward used."""
+    t = Table(["micro-batch"] + [f"stage {s}: forward / backward" for s in range(row["p"])],
+              title=f"weight versions, p = {row['p']}, {row['mode']}")
+    for i in range(min(shown, row["n"])):
+        t.add(**{"micro-batch": i}, **{f"stage {s}: forward / backward":
+                                       "{} / {}".format(*row["versions"][s][i]) for s in range(row["p"])})
+    return t
+
+
+def staleness_convergence(spec: dict) -> list[dict]:
+    """The convergence study: for each depth in ``spec["depths"]`` and each mode, the replay of the
+    pipeline's stale updates (``p = 1``: synchronous SGD, one mode): each micro-batch's loss and the final
+    model's held-out loss."""
+    from ..parallel import async_pipeline as ap
+
+    out = []
+    for p in spec["depths"]:
+        for mode in ap.MODES if p > 1 else ap.MODES[:1]:
+            r = ap.sequential_replay(spec, p, stash=mode == "stashed")
+            out.append({"p": p, "mode": mode if p > 1 else "synchronous", "losses": r["losses"],
+                        "held_out_loss": r["held_out_loss"]})
+    return out
+
+
+STALENESS_NOISE = 0.01  # relative held-out-loss differences below 1 % are read as no effect
+
+
+def staleness_reading(conv: list[dict], gaps: dict[int, float], equal: bool, noise: float = STALENESS_NOISE) -> str:
+    """What the asynchronous runs say, from their numbers: the replay's equality, how the held-out loss
+    moves with depth (stashed) against synchronous SGD, and whether the unstashed run's distance from
+    the stashed one grows with depth."""
+    sync = next(r for r in conv if r["p"] == 1)["held_out_loss"]
+    stashed = sorted((r["p"], r["held_out_loss"]) for r in conv if r["mode"] == "stashed" and r["p"] > 1)
+    parts = [f"The asynchronous pipeline {'equals' if equal else 'does NOT equal'} its one-process replay "
+             f"(the same stale updates) to {ASYNC_TOLERANCE:g}."]
+    rel = [(p, (loss - sync) / sync) for p, loss in stashed]
+    worse = [(p, d) for p, d in rel if d > noise]
+    desc = ", ".join(f"p = {p}: {loss:.4f} ({d:+.1%})" for (p, loss), (_, d) in zip(stashed, rel))
+    if worse and all(b[1] >= a[1] for a, b in zip(rel, rel[1:])):
+        parts.append(f"Staleness cost convergence, more the deeper the pipeline: held-out loss {sync:.4f} "
+                     f"synchronous, {desc} with weight stashing after the same number of micro-batches.")
+    elif worse:
+        parts.append(f"Staleness cost convergence at some depths but not in order of depth: held-out loss {sync:.4f} "
+                     f"synchronous, {desc}.")
+    else:
+        parts.append(f"At this lr the staleness cost nothing measurable: held-out loss {sync:.4f} synchronous, {desc} "
+                     f"(within {noise:.0%}); a larger lr would show it.")
+    if len(gaps) >= 2:
+        ps = sorted(gaps)
+        grows = all(gaps[b] > gaps[a] for a, b in zip(ps, ps[1:]))
+        parts.append("Without stashing the weights drift from the stashed run's by "
+                     + ", ".join(f"{gaps[p]:.1e} at p = {p}" for p in ps)
+                     + (": more the deeper the pipeline (the older the forward's weights, the more the backward's "
+                        "differ)." if grows else ": NOT growing with depth here."))
+    return " ".join(parts)
+
+
+def plot_staleness(conv: list[dict], window: int = 10):
+    """Training loss (moving mean over ``window`` micro-batches) against micro-batches, per depth and mode."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for r in conv:
+        losses = r["losses"]
+        k = min(window, len(losses))
+        smooth = [sum(losses[i - k + 1:i + 1]) / k for i in range(k - 1, len(losses))]
+        ax.plot(range(k - 1, len(losses)), smooth, ls="--" if r["mode"] == "not stashed" else "-",
+                label=f"p = {r['p']}, {r['mode']} (held-out {r['held_out_loss']:.3f})")
+    ax.set_xlabel("micro-batches (one SGD step each)")
+    ax.set_ylabel(f"training loss (mean of {window})")
+    ax.set_title("stale weights: PipeDream's updates replayed, by pipeline depth", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig, ax

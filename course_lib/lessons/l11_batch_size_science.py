@@ -695,3 +695,298 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
         out.append(f" Synchronizing the statistics cost x{extra:.1f} the local step time at {large} per rank "
                    "(its all-reduces of the batch statistics, forward and backward, in every BatchNorm layer).")
     return "".join(out)
+
+
+# --------------------------------------------------------------------------- the adaptive batch
+
+
+def adaptive_batch_policy(base_lr: float, base_batch: int, b_min: int, b_max: int, rule: str = "sqrt",
+                          window: int = 3):
+    """``adapt_batch`` for the training loop: from the noise-scale records, the batch ``B = B_simple`` rounded
+    down to a power of two and kept within ``[b_min, b_max]``, and the lr the lesson's rule gives at that batch
+    (``rule``: "sqrt" or "linear", from ``base_lr`` at ``base_batch``). ``B_simple`` is the current one over the
+    last ``window`` records, ``sum tr(Sigma) / sum |G|^2`` (numerator and denominator averaged apart, as
+    McCandlish et al. do: one record's ratio is noisy, and its ``|G|^2`` can come out negative); an estimate
+    that is not a positive number keeps the current batch. ``policy.chosen`` lists ``(step, B_simple, batch,
+    lr)`` at every record."""
+    from ..optim.schedules import LR_RULES
+
+    if rule not in LR_RULES:
+        raise ValueError(f"adaptive_batch_policy(rule={rule!r}); choose one of {sorted(LR_RULES)}")
+    if not 0 < b_min <= b_max:
+        raise ValueError(f"adaptive_batch_policy: need 0 < b_min <= b_max, got b_min={b_min}, b_max={b_max}")
+    if window < 1:
+        raise ValueError(f"adaptive_batch_policy(window={window}): need at least one record")
+    state = {"batch": b_min, "records": []}
+
+    def policy(record: dict):
+        state["records"] = (state["records"] + [record])[-window:]
+        g2 = sum(r["grad_sq_norm"] for r in state["records"])
+        b_simple = sum(r["trace_cov"] for r in state["records"]) / g2 if g2 > 0 else math.inf
+        batch = state["batch"]
+        if math.isfinite(b_simple) and b_simple > 0:
+            batch = int(min(b_max, max(b_min, 2 ** math.floor(math.log2(b_simple)))))
+        lr = LR_RULES[rule](base_lr, batch, base_batch)
+        policy.chosen.append((record["step"], b_simple, batch, lr))
+        changed = batch != state["batch"]
+        state["batch"] = batch
+        return (batch, lr) if changed else None
+
+    policy.chosen = []
+    return policy
+
+
+def epoch_budget(max_epochs: float):
+    """``stop_early`` for the adaptive run: stop at the first evaluation point past ``max_epochs`` epochs of
+    samples (the loop's steps budget assumes the first batch throughout, so alone it would train longer)."""
+    return lambda point: point["epoch"] >= max_epochs
+
+
+def samples_to_target(r) -> int | None:
+    """Training samples seen when the run first reached its target (epochs to target times its samples per
+    epoch; exact for the adaptive run, whose epochs count samples; to a partial batch for the others)."""
+    if not r.reached or not r.epochs:
+        return None
+    return int(round(r.epochs_to_target * r.samples / r.epochs))
+
+
+def adaptive_rows(runs: dict, policy=None) -> list[dict]:
+    """One row per run (label -> TrainResult; the adaptive one last, with its ``policy``): steps and samples to
+    the target, and the batches it used (the adaptive run's in the order the policy chose them)."""
+    rows = []
+    for n, (label, r) in enumerate(runs.items()):
+        if policy is not None and n == len(runs) - 1:
+            batches = [r.config["global_batch_size"]]
+            for _, _, b, _ in policy.chosen:
+                if b != batches[-1]:
+                    batches.append(b)
+        else:
+            batches = sorted({_batch_at(r.config, e) for e in range(int(math.ceil(r.epochs or 1)))})
+        rows.append({"run": label, "reached": r.reached, "steps_to_target": r.steps_to_target,
+                     "samples_to_target": samples_to_target(r), "batches": batches, "final_hr": r.final_hr,
+                     "steps": r.steps, "samples": r.samples})
+    return rows
+
+
+def adaptive_table(rows: list[dict]) -> Table:
+    t = Table(["run", "batches used", "steps to target", "samples to target", "final HR@10"],
+              title="to the target: a fixed batch, the batch grown at milestones, the batch from the noise scale")
+    for r in rows:
+        t.add(**{"run": r["run"], "batches used": " -> ".join(f"{b:,}" for b in r["batches"]),
+                 "steps to target": r["steps_to_target"] if r["reached"] else f"not reached ({r['steps']})",
+                 "samples to target": f"{r['samples_to_target']:,}" if r["reached"] else "not reached",
+                 "final HR@10": r["final_hr"]})
+    return t
+
+
+def adaptive_verdict(rows: list[dict]) -> str:
+    """Which schedule reached the target in the fewest steps, and at what cost in samples, from the rows
+    (the last row is the adaptive one)."""
+    reached = [r for r in rows if r["reached"]]
+    if not reached:
+        return "No run reached the target within its budget: nothing to compare (a longer budget would)."
+    fewest = min(reached, key=lambda r: r["steps_to_target"])
+    cheapest = min(reached, key=lambda r: r["samples_to_target"])
+    text = (f"Fewest steps to the target: {fewest['run']} ({fewest['steps_to_target']:,}); fewest samples: "
+            f"{cheapest['run']} ({cheapest['samples_to_target']:,}).")
+    ada = rows[-1]
+    others = [r for r in reached if r is not ada]
+    if not ada["reached"]:
+        return text + f" The adaptive batch did NOT reach the target in {ada['steps']:,} steps."
+    for r in others:
+        text += (f" Against {r['run']}: {ada['steps_to_target'] / r['steps_to_target']:.2f}x the steps, "
+                 f"{ada['samples_to_target'] / r['samples_to_target']:.2f}x the samples.")
+    if others and ada is fewest and ada["samples_to_target"] <= 1.1 * min(r["samples_to_target"] for r in others):
+        text += " The noise scale bought fewer steps for (almost) no extra samples: the larger batches came when " \
+                "the gradient's noise allowed them."
+    elif others and ada is fewest:
+        text += " Fewer steps, paid for in samples: the batch outgrew what the noise justified at some point."
+    elif others:
+        text += " The adaptive batch saved no steps here."
+    return text
+
+
+# --------------------------------------------------------------------------- predictable scaling (Hestness et al. 2017)
+
+
+def fit_power_law(sizes, errors, grid: int = 400) -> dict:
+    """Hestness et al. (2017, "Deep Learning Scaling is Predictable, Empirically"): the held-out error falls
+    as a power law of the training-set size down to an irreducible floor, ``err(N) = a * N^(-b) + c``.
+
+    Least squares in the error itself. For a given floor ``c`` the rest is a straight line in log-log
+    (``log(err - c) = log a - b log N``, closed form); the floor is then searched on ``[0, min(err))``: a grid
+    of ``grid`` points, refined by golden section around the best. Returns ``a``, ``b`` (the exponent, > 0
+    when the error falls), ``c``, and ``rmse`` of the fit."""
+    import numpy as np
+
+    n, e = np.asarray(sizes, dtype=float), np.asarray(errors, dtype=float)
+    if n.size != e.size or n.size < 3:
+        raise ValueError(f"fit_power_law: need at least 3 (size, error) pairs of equal length, got {n.size}, {e.size}")
+    if (n <= 0).any() or (e <= 0).any():
+        raise ValueError("fit_power_law: sizes and errors must be positive")
+    x = np.log(n)
+
+    def line(c):
+        y = np.log(e - c)
+        slope, intercept = np.polyfit(x, y, 1)
+        pred = np.exp(intercept) * n ** slope + c
+        return float(((pred - e) ** 2).sum()), float(np.exp(intercept)), float(-slope)
+
+    top = float(e.min()) * (1 - 1e-9)
+    cs = np.linspace(0.0, top, grid, endpoint=False)
+    best = int(np.argmin([line(c)[0] for c in cs]))
+    lo, hi = cs[max(best - 1, 0)], cs[best + 1] if best + 1 < grid else top
+    phi = (5 ** 0.5 - 1) / 2
+    for _ in range(60):  # golden section on [lo, hi]
+        c1, c2 = hi - phi * (hi - lo), lo + phi * (hi - lo)
+        if line(c1)[0] <= line(c2)[0]:
+            hi = c2
+        else:
+            lo = c1
+    c = (lo + hi) / 2
+    sse, a, b = line(c)
+    return {"a": a, "b": b, "c": float(c), "rmse": (sse / n.size) ** 0.5}
+
+
+def power_law_error(fit: dict, size: float) -> float:
+    """The fitted error at ``size``."""
+    return fit["a"] * size ** -fit["b"] + fit["c"]
+
+
+def size_for_error(fit: dict, target_error: float) -> float:
+    """The training-set size at which the fitted law reaches ``target_error``: ``(a / (target - c))^(1/b)``.
+    Raises when the target is at or below the irreducible error (no size reaches it) or the error does not fall."""
+    if fit["b"] <= 0:
+        raise ValueError(f"the fitted error does not fall with the size (exponent {fit['b']:.3g}): no size reaches "
+                         f"{target_error:.4g}")
+    if target_error <= fit["c"]:
+        raise ValueError(f"target error {target_error:.4g} is at or below the fitted irreducible error "
+                         f"{fit['c']:.4g}: no training-set size reaches it")
+    return (fit["a"] / (target_error - fit["c"])) ** (1 / fit["b"])
+
+
+def subsample_train(data, fraction: float, seed: int = 0):
+    """``data`` with a random ``fraction`` of its training interactions (the same held-out users and items),
+    and at least one per user (the loop's train-side HR@10 ranks one training item of every user)."""
+    from dataclasses import replace
+
+    if not 0 < fraction <= 1:
+        raise ValueError(f"subsample_train(fraction={fraction}): must be in (0, 1]")
+    if fraction == 1:
+        return data
+    n, users = data.num_train, data.train_users.cpu()
+    g = torch.Generator().manual_seed(seed)
+    chosen = torch.zeros(n, dtype=torch.bool)
+    chosen[torch.randperm(n, generator=g)[:round(fraction * n)]] = True
+    one = torch.full((data.num_users,), -1, dtype=torch.long).scatter_reduce(0, users, torch.arange(n), "amax")
+    chosen[one[one >= 0]] = True
+    keep = chosen.nonzero().squeeze(1).to(data.train_users.device)
+    return replace(data, name=f"{data.name} ({fraction:.3g} of train)", train_users=data.train_users[keep],
+                   train_items=data.train_items[keep])
+
+
+def scaling_runs(data, cfg, steps: int, fractions, *, device=None, seed: int = 0, evals: int = 12) -> list[dict]:
+    """NeuMF trained on each ``fraction`` of the training set for the same ``steps`` (the smaller sets seen more
+    often: Hestness et al. train each size to its best), evaluated ``evals`` times; one row per size:
+    interactions, the best held-out HR@10 over its evaluation points, error ``1 - HR``."""
+    from ..train import train_to_target
+    from ..train.ncf import steps_per_epoch
+
+    rows = []
+    for f in fractions:
+        sub = subsample_train(data, f, seed)
+        epochs = steps / steps_per_epoch(sub, cfg)
+        r = train_to_target(sub, cfg.replace(max_epochs=epochs, eval_every_epochs=epochs / evals, stop_at_target=False),
+                            device=device, progress="none", label=f"{f:.3g} of train")
+        rows.append({"fraction": f, "size": sub.num_train, "metric": r.best_hr, "error": 1 - r.best_hr,
+                     "train_time_s": r.train_time_s})
+    return rows
+
+
+def mlm_scaling_runs(data, cfg, fractions, *, device=None) -> list[dict]:
+    """The same for BERT (lesson 07's model and corpus): each run on the first ``fraction`` of the training
+    sequences for ``cfg.max_steps`` steps, scored by its best held-out masked-LM loss (the same held-out
+    sequences for every size); the loss is the error the law is fitted to."""
+    from dataclasses import replace
+
+    from ..train.mlm import train_mlm
+
+    rows = []
+    for f in fractions:
+        if not 0 < f <= 1:
+            raise ValueError(f"mlm_scaling_runs: fraction {f} must be in (0, 1]")
+        n = max(1, round(f * data.num_train))
+        record = train_mlm(cfg, replace(data, train_ids=data.train_ids[:n]), device=device, progress="none")
+        rows.append({"fraction": f, "size": n, "metric": record["best_eval_loss"], "error": record["best_eval_loss"],
+                     "train_time_s": record["train_time_s"]})
+    return rows
+
+
+def scaling_prediction(rows: list[dict], held_out: dict) -> dict:
+    """Fit the law on ``rows``, then the check on ``held_out`` (a size beyond them, measured): its error
+    predicted and measured, and the size the law says that measured error needs (against the size used)."""
+    fit = fit_power_law([r["size"] for r in rows], [r["error"] for r in rows])
+    predicted = power_law_error(fit, held_out["size"])
+    try:
+        needed = size_for_error(fit, held_out["error"])
+    except ValueError:
+        needed = None
+    return {"fit": fit, "size": held_out["size"], "predicted_error": predicted, "measured_error": held_out["error"],
+            "relative_error": (held_out["error"] - predicted) / predicted if predicted > 0 else math.inf,
+            "size_for_measured": needed, "largest_fitted": max(r["size"] for r in rows)}
+
+
+PREDICTION_GOAL = 0.05  # the prediction of the held-out size's error counts as good within 5 % of it
+FLAT_EXPONENT = 0.02  # a fitted exponent below this: the error barely moves with the data at the sizes measured
+
+
+def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
+    """The setting of every size's run and its steps: ``batch_size`` (sqrt rule from the base), the same steps
+    for every size (full: 1.5 epochs of the whole training set, so the six runs cost about nine epochs of
+    samples; smoke: 1)."""
+    from ..config import pick
+    from ..sweeps import scaled_config
+    from ..train.ncf import epochs_to_steps
+
+    cfg = scaled_config(base_cfg, batch_size, "sqrt", base_batch_size=base_cfg.global_batch_size)
+    return cfg, epochs_to_steps(pick(profile, full=1.5, smoke=1.0), data, cfg)
+
+
+def scaling_table(rows: list[dict], pred: dict, held_out: dict | None = None, size: str = "training interactions",
+                  metric: str = "held-out HR@10", error: str = "error 1 - HR") -> Table:
+    """The fitted sizes, then the held-out one (``held_out``: its row), with the law's error at each. The
+    column names say what was measured (NeuMF's defaults; BERT: sequences, held-out loss)."""
+    t = Table([size, "fraction", metric, error, "the law's error"],
+              title=f"err(N) = {pred['fit']['a']:.3g} N^-{pred['fit']['b']:.3f} + {pred['fit']['c']:.3f} "
+                    "(fitted on all rows but the held-out one)")
+    for r in rows:
+        t.add(**{size: f"{r['size']:,}", "fraction": f"{r['fraction']:.3g}", metric: f"{r['metric']:.4f}",
+                 error: f"{r['error']:.4f}", "the law's error": f"{power_law_error(pred['fit'], r['size']):.4f}"})
+    t.add(**{size: f"{pred['size']:,} (held out)", "fraction": f"{held_out['fraction']:.3g}" if held_out else "-",
+             metric: f"{held_out['metric']:.4f}" if held_out else "-", error: f"{pred['measured_error']:.4f}",
+             "the law's error": f"{pred['predicted_error']:.4f} (predicted)"})
+    return t
+
+
+def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "interactions") -> str:
+    """How well the law fitted on the smaller sizes predicted the held-out one, from the numbers."""
+    fit = pred["fit"]
+    head = (f"Fitted on sizes up to {pred['largest_fitted']:,}: err(N) = {fit['a']:.3g} N^-{fit['b']:.3f} + "
+            f"{fit['c']:.3f}. At {pred['size']:,} {unit} it predicted an error of {pred['predicted_error']:.4f}; "
+            f"measured {pred['measured_error']:.4f} ({pred['relative_error']:+.1%}).")
+    if fit["b"] <= 0:
+        return head + " The error did not fall with the data at these sizes: no power law to extrapolate."
+    need = pred["size_for_measured"]
+    size_text = (f" Read the other way, the law says the measured error needs {need:,.0f} {unit} "
+                 f"({need / pred['size']:.2f}x those used)." if need else
+                 " The measured error is below the fitted floor: the law says no size reaches it.")
+    flat = fit["b"] < FLAT_EXPONENT
+    if flat:
+        size_text += (f" The exponent is below {FLAT_EXPONENT}: at these sizes the error barely falls with the data "
+                      "(the runs sit near what this model gets from more of the same data, or have not left the "
+                      "small-data region), so an accurate prediction here says little about the law.")
+    if abs(pred["relative_error"]) <= goal:
+        return head + f" Within {goal:.0%}: the scaling was predictable here." + size_text
+    side = "better" if pred["relative_error"] < 0 else "worse"
+    return (head + f" Off by more than {goal:.0%} ({side} than predicted): with this few points, or with sizes still "
+            "in the small-data region, the fit does not extrapolate." + size_text)

@@ -220,7 +220,8 @@ def _tag(kind: str, mb: int) -> int:
 
 def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Tensor] | None,
               targets: list[torch.Tensor] | None, count: int, shape: tuple[int, ...],
-              device: torch.device | None = None, loss_sum=None) -> tuple[list[Event], float]:
+              device: torch.device | None = None, loss_sum=None, weights=None,
+              group=None) -> tuple[list[Event], float]:
     """Carry out this rank's part of ``schedule`` with ``send``/``recv``; return its events and loss.
 
     Rank ``s`` of the group is stage ``s``. Stage 0 gets the ``m`` micro-batches in ``inputs``,
@@ -246,12 +247,19 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
     would deadlock), so each receive is posted when its op comes, grouped with the sends of the
     op before (``batch_isend_irecv``, as Megatron-LM does; an op that receives nothing posts those
     sends alone); the wait for the input then covers the sends grouped with it.
+
+    ``weights`` (asynchronous pipelines, :mod:`course_lib.parallel.async_pipeline`): an object that
+    computes each forward (``weights.forward(mb, x)`` instead of ``module(x)``, with the weights it
+    chooses), is told each micro-batch's loss on the last stage (``weights.record_loss(mb, loss)``)
+    and updates the stage after each backward (``weights.after_backward(mb)``, timed with it).
+    ``group``: run on the ranks of this process group (stage ``s`` is its rank ``s``); the others skip.
     """
     from .. import dist as cdist
 
-    s, p = dist.get_rank(), dist.get_world_size()
+    s, p = dist.get_rank(group), dist.get_world_size(group)
     if len(schedule) != p:
         raise ValueError(f"a schedule for {len(schedule)} stages on {p} ranks")
+    peer = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))  # group rank -> global
     if (s == 0 and inputs is None) or (s == p - 1 and targets is None):
         raise ValueError("stage 0 needs the micro-batches (inputs), the last stage their targets")
     device = device or cdist.device()
@@ -268,12 +276,12 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
     held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     posted: dict[tuple[str, int], tuple[torch.Tensor, object]] = {}
     works, outbox, events, loss_total = [], [], [], 0.0
-    dist.barrier()
+    dist.barrier(group)
     if early:
         for op in ops:
             if source(op) is not None:
                 buf = torch.empty(shape, device=device)
-                posted[(op.kind, op.mb)] = (buf, dist.irecv(buf, source(op), tag=_tag(op.kind, op.mb)))
+                posted[(op.kind, op.mb)] = (buf, dist.irecv(buf, peer(source(op)), group, tag=_tag(op.kind, op.mb)))
     for op in ops:
         i, src = op.mb, source(op)
         if src is not None:
@@ -282,7 +290,7 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
                 work.wait()
             else:  # NCCL (no tags: messages match in order): this receive and the sends queued since the last
                 buf = torch.empty(shape, device=device)
-                for work in dist.batch_isend_irecv(outbox + [dist.P2POp(dist.irecv, buf, src)]):
+                for work in dist.batch_isend_irecv(outbox + [dist.P2POp(dist.irecv, buf, peer(src), group)]):
                     work.wait()
                 outbox = []
             _sync(device)
@@ -292,7 +300,7 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
         start, cpu0 = time.monotonic(), time.thread_time()
         if op.kind == "F":
             x = inputs[i] if s == 0 else buf.requires_grad_()  # stage 0's inputs need no gradient
-            y = module(x)
+            y = module(x) if weights is None else weights.forward(i, x)
             if s == p - 1:
                 y = loss_sum(y, targets[i]) / count
             out, dst = (y.detach().contiguous(), s + 1) if s < p - 1 else (None, None)
@@ -304,15 +312,19 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
             else:
                 y.backward(buf)
             out, dst = (x.grad.contiguous(), s - 1) if s > 0 else (None, None)
+            if weights is not None:
+                weights.after_backward(i)
         _sync(device)
         end, cpu1 = time.monotonic(), time.thread_time()
         if op.kind == "F" and s == p - 1:
             loss_total += float(y)
+            if weights is not None:
+                weights.record_loss(i, float(y))
         if out is not None:
             if early:
-                works.append(dist.isend(out, dst, tag=_tag(op.kind, i)))
+                works.append(dist.isend(out, peer(dst), group, tag=_tag(op.kind, i)))
             else:
-                outbox.append(dist.P2POp(dist.isend, out, dst))
+                outbox.append(dist.P2POp(dist.isend, out, peer(dst), group))
         events.append(Event(s, op.kind, i, start, end, cpu1 - cpu0 if on_cpu else None))
     if outbox:
         works += dist.batch_isend_irecv(outbox)

@@ -122,7 +122,12 @@ class RunHooks:
       (default: about 250 samples per run);
     - ``keep_model=True`` (lesson 05): the trained model on the result (never serialized);
     - ``checkpoint`` (lesson 06): a :class:`course_lib.parallel.Checkpointer` (rank 0 saves every N steps;
-      the run resumes from its latest file).
+      the run resumes from its latest file);
+    - ``adapt_batch(record) -> (batch_size, lr) | None`` (lesson 11's adaptive batch): called with each
+      record ``on_eval`` adds to the probes; a pair sets the global batch of the next steps (the sampler's
+      ``batch_size``, mid-epoch) and the lr. ``epoch`` then counts samples; the steps budget stays
+      ``max_epochs`` times the first batch's steps (``stop_early`` on ``point["epoch"]`` ends it at an epoch
+      budget). One process, the device sampler, no lr schedule or milestones.
     """
 
     on_eval: Callable | None = None
@@ -132,11 +137,13 @@ class RunHooks:
     record_every: int | None = None
     keep_model: bool = False
     checkpoint: object | None = None
+    adapt_batch: Callable[[dict], tuple | None] | None = None
 
     def only_shared(self, loop: str) -> None:
         """Refuse what ``loop`` (a loop that has only the shared hooks) cannot do, by name."""
         plain = RunHooks()
-        extra = [f for f in ("evaluate_points", "time_phases", "record_every", "keep_model", "checkpoint")
+        extra = [f for f in ("evaluate_points", "time_phases", "record_every", "keep_model", "checkpoint",
+                             "adapt_batch")
                  if getattr(self, f) != getattr(plain, f)]
         if extra:
             raise ValueError(f"{loop} takes only the on_eval and stop_early hooks; {extra} are NeuMF's "

@@ -699,6 +699,10 @@ class _NeuMFRun:
         self.model, self.optimizer = self.engine.model, self.engine.optimizer
         self.par = self.engine.parallel  # lesson 06: checks the batch arithmetic, slices each global batch
         self.prec = self.engine.precision  # lesson 05: autocast, fp16 loss scaling, unscale before step
+        if hooks.adapt_batch is not None and (world_size > 1 or cfg.loader != "device" or cfg.uses_schedule
+                                              or cfg.milestones or hooks.on_eval is None):  # lesson 11
+            raise ValueError("RunHooks.adapt_batch needs one process, TrainConfig.loader='device', no lr schedule "
+                             "(warmup_steps=0, decay='none'), no milestones, and an on_eval probe to read")
         self.batches = self.source = make_batches(data, cfg)  # global batches, the same on every rank
         if hooks.checkpoint is not None:
             self.batches = hooks.checkpoint.track(self.batches)
@@ -732,6 +736,8 @@ class _NeuMFRun:
         self.next_eval_step = self.eval_interval
 
     def epoch_now(self) -> float:
+        if self.hooks.adapt_batch is not None:  # lesson 11: the batch changes mid-epoch
+            return self.samples / samples_per_epoch(self.data, self.cfg)
         if not self.growing:
             return self.step / self.steps_per_epoch
         return self.epoch_index + (self.step - self.epoch_start_step) / self.epoch_len
@@ -839,6 +845,10 @@ class _NeuMFRun:
             self.probe_time += time.perf_counter() - t0
             if found is not None:
                 self.probes.append({**point, **found})
+                change = hooks.adapt_batch(self.probes[-1]) if hooks.adapt_batch is not None else None
+                if change is not None:  # lesson 11: the adaptive batch, and its lr
+                    self.source.batch_size = int(change[0])
+                    self.engine.set_lr(float(change[1]))
         target_hr = cfg.target_hr
         first_hit = self.reached_at is None and target_hr is not None and hr is not None and hr >= target_hr
         if hooks.evaluate_points:  # a log line at each regular point and where the target is first reached
