@@ -125,6 +125,18 @@ class Cluster:
         """Run ``cmd`` on ``node`` to completion (``subprocess.run``'s keywords pass through)."""
         return subprocess.run(self.command(node, cmd, cwd), env=self.env(node, env), **kw)
 
+    def set_rate(self, rate: str) -> "Cluster":
+        """Every link at ``rate`` from now on (the qdiscs replaced in place; running connections carry on)."""
+        bits = parse_rate(rate)
+        shape = _shape(rate, bits)
+        for n in self.nodes:
+            _run(["tc", "-n", n.netns, "qdisc", "replace", "dev", n.interface, *shape], f"reshape {n.name}'s link")
+            _run(["tc", "-n", self.bridge_netns, "qdisc", "replace", "dev", n.port, *shape],
+                 f"reshape {n.name}'s link")
+        c = replace(self, rate=rate, rate_bits_per_s=bits)
+        _save(c)
+        return c
+
     def link_bytes(self) -> dict[str, dict[str, int]]:
         """Bytes each node sent (``tx``) and received (``rx``) over its link, from its bridge port's counters."""
         out = _run(["ip", "-n", self.bridge_netns, "-s", "-j", "link", "show"], "read the links' counters").stdout
@@ -362,9 +374,12 @@ def up(name: str, nodes: int = 2, rate: str = "1gbit", owner_pid: int | None = N
     return c
 
 
+def _shape(rate: str, bits_per_s: float) -> list[str]:
+    return ["root", "tbf", "rate", rate, "burst", str(_burst_bytes(bits_per_s)), "latency", "100ms"]
+
+
 def _build(c: Cluster) -> None:
-    burst = _burst_bytes(c.rate_bits_per_s)
-    shape = ["root", "tbf", "rate", c.rate, "burst", str(burst), "latency", "100ms"]
+    shape = _shape(c.rate, c.rate_bits_per_s)
     _run(["ip", "-n", c.bridge_netns, "link", "add", "br0", "type", "bridge"], "create the bridge")
     _run(["ip", "-n", c.bridge_netns, "link", "set", "br0", "up"], "bring the bridge up")
     for n in c.nodes:
