@@ -19,7 +19,7 @@ course's kernel does not have (``tc qdisc add ... netem`` answers "Specified qdi
 unknown"); a link here has the bandwidth it is set to and the host's (microsecond) latency.
 
 ``run`` starts the command through ``nsenter`` into a small holder process per node (``sleep``,
-started by ``ip netns exec ... unshare --uts --mount``) that keeps the node's UTS and mount
+started by ``nsenter --net=/run/netns/... unshare --uts --mount``) that keeps the node's UTS and mount
 namespaces alive; the command's exit status is passed through. Its environment is the caller's with
 ``HOSTNAME`` and ``COURSE_CLUSTER``/``COURSE_CLUSTER_NODE`` set, nothing network-specific: gloo
 then binds the address the hostname resolves to, ``eth0``'s, as on a real node.
@@ -401,9 +401,17 @@ def _build(c: Cluster) -> None:
 
 def _start_holder(c: Cluster, n: Node, hosts: Path) -> Node:
     """The process that keeps ``n``'s UTS and mount namespaces (hostname, /etc/hosts) alive."""
-    script = ('hostname "$1" && mount --bind "$2" /etc/hosts && echo ready && exec sleep infinity')
-    cmd = ["ip", "netns", "exec", n.netns, "unshare", "--uts", "--mount", "--propagation", "private", "--",
-           "sh", "-c", script, "holder", n.name, str(hosts)]
+    # A fresh sysfs shows the node's own interfaces (as `ip netns exec` does), and the host's cgroup
+    # mounts are moved back under it: slurmd refuses to start without /sys/fs/cgroup ("No filesystem
+    # mounted on /sys/fs/cgroup", SLURM 22.05, measured), and `ip netns exec` would leave it empty.
+    cgroups = Path(c.state_dir) / f"cgroup-{n.name}"
+    cgroups.mkdir(mode=0o700)
+    script = ('hostname "$1" && mount --bind "$2" /etc/hosts && '
+              'if [ -d /sys/fs/cgroup ]; then mount --rbind /sys/fs/cgroup "$3" && mount -t sysfs none /sys && '
+              'mount --move "$3" /sys/fs/cgroup; else mount -t sysfs none /sys; fi && '
+              'echo ready && exec sleep infinity')
+    cmd = ["nsenter", f"--net=/run/netns/{n.netns}", "--", "unshare", "--uts", "--mount", "--propagation", "private",
+           "--", "sh", "-c", script, "holder", n.name, str(hosts), str(cgroups)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
