@@ -1,0 +1,292 @@
+"""What lesson 13 measures on many nodes, and what it reads from the results.
+
+Three paths, chosen by :func:`choose_path` from what the machine has:
+
+* ``slurm``: the learner's own SLURM cluster with at least two nodes -- each run is one
+  ``srun --nodes N --ntasks-per-node 1 torchrun ...`` started from a cell (:class:`SlurmNodes`);
+* ``virtual``: the virtual cluster of course_lib/cluster.py (network namespaces on links of a set
+  bandwidth, as root) -- one ``torchrun`` per node through ``cluster.popen`` (:class:`VirtualNodes`);
+* ``model``: neither; lesson 09's view of a data-parallel step (k micro-batches of compute, then one
+  ring all-reduce of the gradients that nothing hides) predicts the same tables, labelled as predictions.
+
+Every run is ``torchrun -m course_lib.run WORKER ARGS --out FILE`` on each node, rendezvous (c10d) on the
+first node: the worker is the one a notebook cell would launch, rank 0's return value comes back through
+the file (a folder every node sees). What is measured:
+
+1. the all-reduce over one link (2 nodes x 1 process): lesson 08's alpha-beta fit of the sweep, turned into
+   one link's rate (:func:`link_rate`), against the rate the link was set to (:func:`link_verdict`);
+2. the seed talk's comparison: 1 node x 4 processes against 4 nodes x 1 process on a slow link, at gradient
+   accumulation k = 1, 2, 4, 8 with the micro-batch fixed (so the global batch grows with k and each
+   all-reduce is paid once per k micro-batches): samples per second per layout (:func:`layout_rows`), and
+   where the slow link stops mattering (:func:`layout_verdict`).
+
+(Issue 33 also asks for time to target per layout and k, the two-level all-reduce, data placement per node
+and a lost node in the lesson; not here yet. Node loss and resume are tested in tests/test_multinode.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .. import cluster as vc
+from ..comm import cost
+
+PATHS = ("slurm", "virtual", "model")
+K_VALUES = (1, 2, 4, 8)
+LINK_TOLERANCE = 0.35  # the fitted rate within 35 % of the set rate (TCP/IP headers take ~4 %, the rest is noise)
+HIDDEN_AT = 0.8  # the slow link "stops mattering" once 4 nodes x 1 run at >= 80 % of 1 node x 4's throughput
+
+
+# --------------------------------------------------------------------------- which path
+
+
+def slurm_nodes() -> int:
+    """How many nodes this machine's SLURM offers (0: no SLURM commands, or no controller answers)."""
+    if shutil.which("sinfo") is None or shutil.which("srun") is None:
+        return 0
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%D"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(int(x) for x in r.stdout.split() if x.isdigit()) if r.returncode == 0 else 0
+
+
+def choose_path(slurm_node_count: int, virtual_reason: str | None, want: str = "auto") -> dict:
+    """``{"path", "why"}``: SLURM with >= 2 nodes, else the virtual cluster where it can be made, else the model.
+    ``want`` forces one (``"slurm"``, ``"virtual"``, ``"model"``); a forced path that cannot run is an error."""
+    if want not in ("auto", *PATHS):
+        raise ValueError(f"PATH={want!r}: choose 'auto', 'slurm', 'virtual' or 'model'")
+    can = {"slurm": slurm_node_count >= 2, "virtual": virtual_reason is None, "model": True}
+    why = {"slurm": f"SLURM offers {slurm_node_count} node(s); this lesson needs at least 2",
+           "virtual": f"the virtual cluster cannot be made here: {virtual_reason}", "model": ""}
+    if want != "auto":
+        if not can[want]:
+            raise ValueError(f"PATH={want!r} cannot run here: {why[want]}")
+        return {"path": want, "why": f"PATH={want!r} was asked for"}
+    if can["slurm"]:
+        return {"path": "slurm", "why": f"SLURM offers {slurm_node_count} nodes: the runs go to your cluster"}
+    if can["virtual"]:
+        return {"path": "virtual", "why": f"{why['slurm']}; the virtual cluster (network namespaces) can be made"}
+    return {"path": "model", "why": f"{why['slurm']}, and {why['virtual']}. This lesson needs one of the two to "
+                                    "measure; meanwhile it shows lesson 09's model's PREDICTIONS"}
+
+
+# --------------------------------------------------------------------------- running on nodes
+
+
+def _torchrun(nnodes: int, nproc: int, head: str, port: int, worker: str, args: list, out: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "torchrun"), "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{head}:{port}", "--rdzv-id", f"l13-{port}",
+            "-m", "course_lib.run", worker, *[json.dumps(a) for a in args], "--out", out]
+
+
+def _load(out: str):
+    import torch
+
+    return torch.load(out, weights_only=False)
+
+
+class VirtualNodes:
+    """Runs on the nodes of a virtual cluster (course_lib/cluster.py); ``workdir`` on the shared file system."""
+
+    path = "virtual"
+
+    def __init__(self, cluster: vc.Cluster, workdir: str | os.PathLike):
+        self.cluster, self.workdir = cluster, Path(workdir)
+        self._port = 29600
+
+    def run(self, worker: str, args: list, *, nnodes: int, nproc: int, timeout_s: float = 600.0):
+        """``worker(rank, world_size, *args)`` on ``nnodes`` nodes x ``nproc`` processes; rank 0's result."""
+        self._port += 1
+        out = str(self.workdir / f"result-{self._port}.pt")
+        nodes = self.cluster.nodes[:nnodes]
+        if len(nodes) < nnodes:
+            raise ValueError(f"the virtual cluster {self.cluster.name!r} has {len(self.cluster.nodes)} nodes, "
+                             f"{nnodes} asked for")
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        for var in ("GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+            env.pop(var, None)
+        cmd = _torchrun(nnodes, nproc, nodes[0].name, self._port, worker, args, out)
+        logs = [open(self.workdir / f"run-{self._port}-{n.name}.log", "wb") for n in nodes]
+        procs = [self.cluster.popen(n.name, cmd, env=env, cwd=str(self.workdir), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) for n, log in zip(nodes, logs)]
+        deadline = time.monotonic() + timeout_s
+        try:
+            codes = [p.wait(max(0.1, deadline - time.monotonic())) for p in procs]
+        except subprocess.TimeoutExpired:
+            codes = None
+        finally:
+            for n in nodes:
+                self.cluster.kill_node(n.name)
+            for p in procs:
+                p.wait()
+            for log in logs:
+                log.close()
+        if codes is None or any(codes):
+            tail = "\n".join((self.workdir / f"run-{self._port}-{n.name}.log").read_text(errors="replace")[-2000:]
+                             for n in nodes)
+            raise RuntimeError(f"{worker} on {nnodes} node(s) x {nproc} "
+                               f"{'timed out' if codes is None else f'failed (exit statuses {codes})'}:\n{tail}")
+        return _load(out)
+
+
+class SlurmNodes:
+    """Runs on the learner's SLURM cluster: one ``srun`` per run, one torchrun task per node; ``workdir`` must be
+    on a file system every node sees (the result file comes back through it). ``srun_options``: the site's
+    (``--partition``, ``--account``, ``--time``)."""
+
+    path = "slurm"
+
+    def __init__(self, workdir: str | os.PathLike, srun_options: list[str] = (), *, wrap=None, env: dict | None = None):
+        """``wrap(cmd) -> cmd`` and ``env``: how to reach SLURM from here (the tests run ``srun`` on a virtual
+        cluster's head node); a login node needs neither."""
+        self.workdir, self.srun_options = Path(workdir), list(srun_options)
+        self.wrap, self.env = wrap or (lambda cmd: cmd), env
+
+    def run(self, worker: str, args: list, *, nnodes: int, nproc: int, timeout_s: float = 1800.0):
+        port = 20000 + os.getpid() % 20000
+        out = str(self.workdir / f"result-{time.time_ns()}.pt")
+        inner = _torchrun(nnodes, nproc, "HEAD", port, worker, args, out)
+        # the rendezvous host is the allocation's first node, known only inside the step
+        script = ('head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); exec '
+                  + " ".join(shlex.quote(a) for a in inner).replace("HEAD:", '"$head":'))
+        cmd = ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", f"--cpus-per-task={nproc}", "--kill-on-bad-exit=1",
+               *self.srun_options, "bash", "-c", script]
+        r = subprocess.run(self.wrap(cmd), capture_output=True, text=True, timeout=timeout_s, cwd=str(self.workdir),
+                           env=self.env)
+        if r.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd[:6])} ...` failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+        return _load(out)
+
+
+# --------------------------------------------------------------------------- 1. one link's alpha-beta
+
+
+def measure_link(runner, sizes: list[int], iters: int = 5, warmup: int = 1) -> list[dict]:
+    """The all-reduce sweep (course_lib.comm.bench) on 2 nodes x 1 process: every byte crosses the link."""
+    return runner.run("course_lib.comm.bench:allreduce_benchmark", [list(sizes), iters, warmup], nnodes=2, nproc=1)
+
+
+def link_rate(rows: list[dict]) -> dict:
+    """Lesson 08's fit of the sweep, read as one link: ``{"alpha_s", "beta_s_per_byte", "rate_bits_per_s"}``.
+    With 2 ranks a ring all-reduce of n bytes sends n bytes each way over the link (n/2 to reduce, n/2 to
+    gather), so the link's per-byte time is the fit's slope (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`)."""
+    alpha, beta = cost.fit_alpha_beta([r["size_bytes"] for r in rows], [r["time_s"] for r in rows])
+    a_link, b_link = cost.link_alpha_beta_from_ring_fit(alpha, beta, 2)
+    return {"alpha_s": a_link, "beta_s_per_byte": b_link, "rate_bits_per_s": 8 / b_link if b_link > 0 else None,
+            "fit": cost.fit_text(alpha, beta)}
+
+
+def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolerance: float = LINK_TOLERANCE) -> str:
+    """What the fit says about the link, on each path (a set rate exists only on the virtual cluster)."""
+    rate = fit["rate_bits_per_s"]
+    if path == "model":
+        return ("PREDICTION, not a measurement: no cluster here, so no link was measured; lesson 09's model assumes "
+                f"the link's rate you set ({_bits(set_rate_bits_per_s)}) and the alpha of lesson 08's fit.")
+    if rate is None:
+        return ("the fit found no bandwidth term: every message took about the latency. Measure larger messages "
+                "(the sweep's largest should take many times the smallest).")
+    if path == "slurm" or set_rate_bits_per_s is None:
+        return (f"your interconnect, measured: {_bits(rate)} per link direction and {fit['alpha_s'] * 1e6:.0f} us per "
+                "message, as gloo's TCP sees it (NCCL over InfiniBand would see more).")
+    ratio = rate / set_rate_bits_per_s
+    if abs(ratio - 1) <= tolerance:
+        return (f"the fit recovers the link: {_bits(rate)} against the {_bits(set_rate_bits_per_s)} it was set to "
+                f"({ratio:.0%}, within the {tolerance:.0%} tolerance); on loopback there is no link to find.")
+    return (f"the fit does NOT recover the link: {_bits(rate)} against {_bits(set_rate_bits_per_s)} set ({ratio:.0%}, "
+            f"outside {tolerance:.0%}). " + ("Something slower than the link set the pace (a busy CPU, too few "
+                                             "iterations)." if ratio < 1 else "The shaping did not hold."))
+
+
+def _bits(rate: float | None) -> str:
+    if rate is None:
+        return "no rate"
+    return f"{rate / 1e9:.2f} Gbit/s" if rate >= 1e9 else f"{rate / 1e6:.0f} Mbit/s"
+
+
+# --------------------------------------------------------------------------- 2. 1 node x 4 vs 4 nodes x 1
+
+
+def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict | None = None,
+                   ks=K_VALUES) -> list[dict]:
+    """One TrainConfig dict per k: the micro-batch fixed, the global batch ``world_size * micro_batch * k``."""
+    return [{**(base_cfg or {}), "global_batch_size": world_size * micro_batch * k, "micro_batch_size": micro_batch,
+             "max_steps": steps, "stop_at_target": False, "target_hr": None} for k in ks]
+
+
+def measure_layouts(runner, micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
+                    ks=K_VALUES, world_size: int = 4) -> list[dict]:
+    """NeuMF at each k on ``1 x world_size`` and ``world_size x 1``; the rows of :func:`layout_rows`."""
+    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
+    rows = []
+    for layout, nnodes, nproc in (("1 node x 4", 1, world_size), ("4 nodes x 1", world_size, 1)):
+        records = runner.run("course_lib.train.workers:ncf_runs", [cfgs, spec], nnodes=nnodes, nproc=nproc)
+        rows += layout_rows(layout, records, ks, source=runner.path)
+    return rows
+
+
+def layout_rows(layout: str, records: list[dict], ks=K_VALUES, source: str = "virtual") -> list[dict]:
+    """One row per k from a run's records: samples per second and time per optimizer step."""
+    return [{"layout": layout, "k": k, "global_batch": r["config"]["global_batch_size"],
+             "samples_per_s": r["samples_per_s"], "step_s": r["train_time_s"] / max(1, r["steps"]),
+             "source": source} for k, r in zip(ks, records)]
+
+
+def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple[float, float],
+                      far: tuple[float, float], ks=K_VALUES, world_size: int = 4) -> list[dict]:
+    """Lesson 09's view of a data-parallel step: ``k * b * t_sample`` of compute, then one ring all-reduce of the
+    gradients over the node's own links (``near``: alpha, beta per byte) or between nodes (``far``)."""
+    rows = []
+    for layout, (alpha, beta) in (("1 node x 4", near), ("4 nodes x 1", far)):
+        for k in ks:
+            step = k * micro_batch * compute_s_per_sample + cost.ring_allreduce_time(grad_bytes, world_size, alpha, beta)
+            rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
+                         "samples_per_s": world_size * micro_batch * k / step, "step_s": step, "source": "model"})
+    return rows
+
+
+def layout_ratios(rows: list[dict]) -> dict[int, float]:
+    """k -> throughput of 4 nodes x 1 over 1 node x 4."""
+    by = {(r["layout"], r["k"]): r["samples_per_s"] for r in rows}
+    return {k: by[("4 nodes x 1", k)] / by[("1 node x 4", k)] for (layout, k) in by
+            if layout == "1 node x 4" and ("4 nodes x 1", k) in by}
+
+
+def layout_verdict(rows: list[dict], hidden_at: float = HIDDEN_AT) -> str:
+    """Where accumulation stops the slow link from mattering, read from the rows (measured or predicted)."""
+    ratios = layout_ratios(rows)
+    if not ratios:
+        raise ValueError("no k has rows for both layouts ('1 node x 4' and '4 nodes x 1')")
+    sources = {r["source"] for r in rows}
+    label = "PREDICTED by lesson 09's model (no cluster measured here)" if sources == {"model"} else "measured"
+    ks = sorted(ratios)
+    text = ", ".join(f"k={k}: {ratios[k]:.0%}" for k in ks)
+    hidden = [k for k in ks if ratios[k] >= hidden_at]
+    suffix = bool(hidden) and all(ratios[k] >= hidden_at for k in ks if k >= hidden[0])
+    if len(hidden) == len(ks):
+        reading = (f"the slow link never mattered: already at k={ks[0]} four nodes ran at {ratios[ks[0]]:.0%} of one "
+                   "node's throughput (the all-reduce is small next to the compute of a step)")
+    elif suffix:
+        reading = (f"accumulation hides the slow link from k={hidden[0]} on: each all-reduce is then paid once per "
+                   f"{hidden[0]} micro-batches, and four nodes run at >= {hidden_at:.0%} of one node's throughput")
+    elif hidden:
+        reading = (f"no clear point: k={', '.join(map(str, hidden))} reached {hidden_at:.0%} but a larger k did not "
+                   "(noise on a busy machine? measure more steps)")
+    else:
+        reading = (f"even at k={ks[-1]} the slow link costs more than {1 - hidden_at:.0%} of the throughput: "
+                   "accumulate more, or compress the gradients (lesson 06)")
+    return f"4 nodes x 1 against 1 node x 4 ({label}): {text}. {reading}."
+
+
+def private_workdir() -> str:
+    """A private folder (0700) for the lesson's run files (on the virtual cluster the nodes share the host's
+    file system; on SLURM use a folder on the shared file system instead)."""
+    return tempfile.mkdtemp(prefix="l13-")
