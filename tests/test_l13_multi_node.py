@@ -40,9 +40,9 @@ def test_the_path_is_slurm_then_the_virtual_cluster_then_the_model():
     model = L.choose_path(0, "the virtual cluster needs root")
     assert model["path"] == "model" and "PREDICTIONS" in model["why"] and "needs root" in model["why"]
     assert L.choose_path(0, None, want="model")["path"] == "model"
-    with pytest.raises(ValueError, match="PATH='slurm' cannot run here: SLURM offers 1 node"):
+    with pytest.raises(ValueError, match="RUN_ON='slurm' cannot run here: SLURM offers 1 node"):
         L.choose_path(1, None, want="slurm")
-    with pytest.raises(ValueError, match="PATH='cloud'"):
+    with pytest.raises(ValueError, match="RUN_ON='cloud'"):
         L.choose_path(1, None, want="cloud")
 
 

@@ -45,6 +45,14 @@ LINK_TOLERANCE = 0.35  # the fitted rate within 35 % of the set rate (TCP/IP hea
 HIDDEN_AT = 0.8  # the slow link "stops mattering" once 4 nodes x 1 run at >= 80 % of 1 node x 4's throughput
 
 
+def one_node(world_size: int) -> str:
+    return f"1 node x {world_size}"
+
+
+def many_nodes(world_size: int) -> str:
+    return f"{world_size} nodes x 1"
+
+
 # --------------------------------------------------------------------------- which path
 
 
@@ -63,14 +71,14 @@ def choose_path(slurm_node_count: int, virtual_reason: str | None, want: str = "
     """``{"path", "why"}``: SLURM with >= 2 nodes, else the virtual cluster where it can be made, else the model.
     ``want`` forces one (``"slurm"``, ``"virtual"``, ``"model"``); a forced path that cannot run is an error."""
     if want not in ("auto", *PATHS):
-        raise ValueError(f"PATH={want!r}: choose 'auto', 'slurm', 'virtual' or 'model'")
+        raise ValueError(f"RUN_ON={want!r}: choose 'auto', 'slurm', 'virtual' or 'model'")
     can = {"slurm": slurm_node_count >= 2, "virtual": virtual_reason is None, "model": True}
     why = {"slurm": f"SLURM offers {slurm_node_count} node(s); this lesson needs at least 2",
            "virtual": f"the virtual cluster cannot be made here: {virtual_reason}", "model": ""}
     if want != "auto":
         if not can[want]:
-            raise ValueError(f"PATH={want!r} cannot run here: {why[want]}")
-        return {"path": want, "why": f"PATH={want!r} was asked for"}
+            raise ValueError(f"RUN_ON={want!r} cannot run here: {why[want]}")
+        return {"path": want, "why": f"RUN_ON={want!r} was asked for"}
     if can["slurm"]:
         return {"path": "slurm", "why": f"SLURM offers {slurm_node_count} nodes: the runs go to your cluster"}
     if can["virtual"]:
@@ -170,17 +178,54 @@ class SlurmNodes:
 # --------------------------------------------------------------------------- 1. one link's alpha-beta
 
 
+def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int, cfgs: list[dict],
+                 spec: dict) -> dict:
+    """One launch, both measurements (a launch costs seconds of start-up on every node): the all-reduce sweep
+    over the ranks' links, then NeuMF at each config. A worker for ``torchrun -m course_lib.run``."""
+    from ..comm.bench import allreduce_benchmark
+    from ..train.workers import ncf_runs
+
+    return {"sweep": allreduce_benchmark(rank, world_size, sizes, iters, warmup), "runs": ncf_runs(rank, world_size,
+                                                                                                    cfgs, spec)}
+
+
+def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
+            ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4) -> dict:
+    """1 node x 4 and 4 nodes x 1, each one launch of :func:`nodes_worker`: ``{"near", "far"}`` (the sweep within
+    a node, over loopback, and between nodes, over the links) and ``"layouts"`` (rows of :func:`layout_rows`)."""
+    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
+    out = {"layouts": []}
+    for key, layout, nnodes, nproc in (("near", one_node(world_size), 1, world_size),
+                                       ("far", many_nodes(world_size), world_size, 1)):
+        got = runner.run("course_lib.lessons.l13_multi_node:nodes_worker", [list(sizes), iters, warmup, cfgs, spec],
+                         nnodes=nnodes, nproc=nproc)
+        out[key] = got["sweep"]
+        out["layouts"] += layout_rows(layout, got["runs"], ks, source=runner.path)
+    return out
+
+
+def compute_per_sample(layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int,
+                       world_size: int = 4) -> float:
+    """Seconds of compute per sample on one rank, from 1 node x 4's steps minus their all-reduce (the model's input)."""
+    t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
+    per = sorted(max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"]) for r in layouts if r["layout"] == one_node(world_size))
+    if not per:
+        raise ValueError(f"no '{one_node(world_size)}' rows to take the compute from")
+    return per[len(per) // 2]
+
+
 def measure_link(runner, sizes: list[int], iters: int = 5, warmup: int = 1) -> list[dict]:
     """The all-reduce sweep (course_lib.comm.bench) on 2 nodes x 1 process: every byte crosses the link."""
     return runner.run("course_lib.comm.bench:allreduce_benchmark", [list(sizes), iters, warmup], nnodes=2, nproc=1)
 
 
-def link_rate(rows: list[dict]) -> dict:
+def link_rate(rows: list[dict], ranks: int = 2) -> dict:
     """Lesson 08's fit of the sweep, read as one link: ``{"alpha_s", "beta_s_per_byte", "rate_bits_per_s"}``.
-    With 2 ranks a ring all-reduce of n bytes sends n bytes each way over the link (n/2 to reduce, n/2 to
-    gather), so the link's per-byte time is the fit's slope (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`)."""
+    A bandwidth-optimal all-reduce of n bytes (the ring, or halving-doubling) sends ``2 (p-1)/p n`` bytes out of
+    every rank, one rank per node here: with 2 ranks n bytes each way over the link (n/2 to reduce, n/2 to gather).
+    :func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit` undoes that factor."""
     alpha, beta = cost.fit_alpha_beta([r["size_bytes"] for r in rows], [r["time_s"] for r in rows])
-    a_link, b_link = cost.link_alpha_beta_from_ring_fit(alpha, beta, 2)
+    a_link, b_link = cost.link_alpha_beta_from_ring_fit(alpha, beta, ranks)
     return {"alpha_s": a_link, "beta_s_per_byte": b_link, "rate_bits_per_s": 8 / b_link if b_link > 0 else None,
             "fit": cost.fit_text(alpha, beta)}
 
@@ -227,7 +272,7 @@ def measure_layouts(runner, micro_batch: int, steps: int, spec: dict, base_cfg: 
     """NeuMF at each k on ``1 x world_size`` and ``world_size x 1``; the rows of :func:`layout_rows`."""
     cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
     rows = []
-    for layout, nnodes, nproc in (("1 node x 4", 1, world_size), ("4 nodes x 1", world_size, 1)):
+    for layout, nnodes, nproc in ((one_node(world_size), 1, world_size), (many_nodes(world_size), world_size, 1)):
         records = runner.run("course_lib.train.workers:ncf_runs", [cfgs, spec], nnodes=nnodes, nproc=nproc)
         rows += layout_rows(layout, records, ks, source=runner.path)
     return rows
@@ -245,7 +290,7 @@ def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch:
     """Lesson 09's view of a data-parallel step: ``k * b * t_sample`` of compute, then one ring all-reduce of the
     gradients over the node's own links (``near``: alpha, beta per byte) or between nodes (``far``)."""
     rows = []
-    for layout, (alpha, beta) in (("1 node x 4", near), ("4 nodes x 1", far)):
+    for layout, (alpha, beta) in ((one_node(world_size), near), (many_nodes(world_size), far)):
         for k in ks:
             step = k * micro_batch * compute_s_per_sample + cost.ring_allreduce_time(grad_bytes, world_size, alpha, beta)
             rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
@@ -254,39 +299,121 @@ def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch:
 
 
 def layout_ratios(rows: list[dict]) -> dict[int, float]:
-    """k -> throughput of 4 nodes x 1 over 1 node x 4."""
-    by = {(r["layout"], r["k"]): r["samples_per_s"] for r in rows}
-    return {k: by[("4 nodes x 1", k)] / by[("1 node x 4", k)] for (layout, k) in by
-            if layout == "1 node x 4" and ("4 nodes x 1", k) in by}
+    """k -> throughput of W nodes x 1 over 1 node x W."""
+    near = {r["k"]: r["samples_per_s"] for r in rows if r["layout"].startswith("1 node x ")}
+    far = {r["k"]: r["samples_per_s"] for r in rows if r["layout"].endswith(" nodes x 1")}
+    return {k: far[k] / near[k] for k in near if k in far}
 
 
 def layout_verdict(rows: list[dict], hidden_at: float = HIDDEN_AT) -> str:
     """Where accumulation stops the slow link from mattering, read from the rows (measured or predicted)."""
     ratios = layout_ratios(rows)
     if not ratios:
-        raise ValueError("no k has rows for both layouts ('1 node x 4' and '4 nodes x 1')")
+        raise ValueError("no k has rows for both layouts ('1 node x W' and 'W nodes x 1')")
     sources = {r["source"] for r in rows}
-    label = "PREDICTED by lesson 09's model (no cluster measured here)" if sources == {"model"} else "measured"
+    label = "PREDICTED by lesson 09's model" if sources == {"model"} else "measured"
     ks = sorted(ratios)
     text = ", ".join(f"k={k}: {ratios[k]:.0%}" for k in ks)
     hidden = [k for k in ks if ratios[k] >= hidden_at]
     suffix = bool(hidden) and all(ratios[k] >= hidden_at for k in ks if k >= hidden[0])
     if len(hidden) == len(ks):
-        reading = (f"the slow link never mattered: already at k={ks[0]} four nodes ran at {ratios[ks[0]]:.0%} of one "
+        reading = (f"the slow link never mattered: already at k={ks[0]} the nodes ran at {ratios[ks[0]]:.0%} of one "
                    "node's throughput (the all-reduce is small next to the compute of a step)")
     elif suffix:
         reading = (f"accumulation hides the slow link from k={hidden[0]} on: each all-reduce is then paid once per "
-                   f"{hidden[0]} micro-batches, and four nodes run at >= {hidden_at:.0%} of one node's throughput")
+                   f"{hidden[0]} micro-batches, and the nodes run at >= {hidden_at:.0%} of one node's throughput")
     elif hidden:
         reading = (f"no clear point: k={', '.join(map(str, hidden))} reached {hidden_at:.0%} but a larger k did not "
                    "(noise on a busy machine? measure more steps)")
     else:
         reading = (f"even at k={ks[-1]} the slow link costs more than {1 - hidden_at:.0%} of the throughput: "
                    "accumulate more, or compress the gradients (lesson 06)")
-    return f"4 nodes x 1 against 1 node x 4 ({label}): {text}. {reading}."
+    names = sorted({r["layout"] for r in rows})
+    far = next(n for n in names if n.endswith(" nodes x 1"))
+    near = next(n for n in names if n.startswith("1 node x "))
+    return f"{far} against {near} ({label}): {text}. {reading}."
 
 
 def private_workdir() -> str:
     """A private folder (0700) for the lesson's run files (on the virtual cluster the nodes share the host's
     file system; on SLURM use a folder on the shared file system instead)."""
     return tempfile.mkdtemp(prefix="l13-")
+
+
+def hiding_k(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple[float, float],
+             far: tuple[float, float], hidden_at: float = HIDDEN_AT, ks=(1, 2, 4, 8, 16, 32, 64),
+             world_size: int = 4) -> int | None:
+    """The smallest k at which lesson 09's model has 4 nodes x 1 at ``hidden_at`` of 1 node x 4's throughput
+    (None: no k of ``ks`` gets there). Exercise 13's reference."""
+    ratios = layout_ratios(predicted_layouts(compute_s_per_sample, grad_bytes, micro_batch, near, far, ks, world_size))
+    return next((k for k in ks if ratios[k] >= hidden_at), None)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def plot_sweeps(near_rows: list[dict], far_rows: list[dict], near_fit: dict, far_fit: dict, ranks: int = 4, ax=None):
+    """All-reduce time against message size within a node and between nodes, with lesson 08's fits."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4))
+    for rows, fit, label, color in ((near_rows, near_fit, f"{one_node(ranks)} (loopback)", "tab:blue"),
+                                    (far_rows, far_fit, f"{many_nodes(ranks)} (the links)", "tab:red")):
+        n = np.array([r["size_bytes"] for r in rows], dtype=float)
+        ax.loglog(n, [r["time_s"] for r in rows], "o", color=color, label=f"{label}, measured")
+        grid = np.geomspace(n.min(), n.max(), 50)
+        model = [cost.ring_allreduce_time(x, ranks, fit["alpha_s"], fit["beta_s_per_byte"]) for x in grid]
+        ax.loglog(grid, model, "-", color=color, alpha=0.6, label=f"{label}, fit: {_bits(fit['rate_bits_per_s'])}")
+    ax.set_xlabel("message (bytes)")
+    ax.set_ylabel("all-reduce time (s)")
+    ax.legend(fontsize=8)
+    ax.set_title("all-reduce within a node and across nodes")
+    return ax
+
+
+def plot_layouts(rows: list[dict], predicted: list[dict], hidden_at: float = HIDDEN_AT, ax=None):
+    """4 nodes x 1 over 1 node x 4 against k: measured (if any) and lesson 09's prediction."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4))
+    for data, label, style in ((rows, "measured", "o-"), (predicted, "lesson 09's model (prediction)", "s--")):
+        ratios = layout_ratios(data) if data else {}
+        if ratios:
+            ax.semilogx(list(ratios), list(ratios.values()), style, base=2, label=label)
+    ax.axhline(hidden_at, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("gradient accumulation k (micro-batch fixed)")
+    ax.set_ylabel("throughput, W nodes x 1 / 1 node x W")
+    ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
+    ax.legend(fontsize=8)
+    ax.set_title("where accumulation hides the slow link")
+    return ax
+
+
+def grad_bytes(spec: dict, cfg: dict | None = None) -> int:
+    """Bytes of NeuMF's fp32 gradients for ``spec``'s data (what each step's all-reduce sums)."""
+    from ..models.ncf import NeuMF
+    from ..train.ncf import TrainConfig
+    from ..train.workers import RunSpec, load_data
+
+    data = load_data(RunSpec(**spec))
+    c = TrainConfig(**{"global_batch_size": 256, **(cfg or {})})
+    model = NeuMF(data.num_users, data.num_items, factors=c.factors, layers=c.layers)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
+def one_process_compute(micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None) -> float:
+    """Seconds of compute per sample in this process (the model path's input: no cluster to measure on)."""
+    from ..train.workers import ncf_worker
+
+    (cfg,) = layout_configs(micro_batch, 1, steps, base_cfg, ks=(1,))
+    record = ncf_worker(0, 1, cfg, spec)
+    return record["train_time_s"] / max(1, record["steps"]) / micro_batch
+
+
+def assumed_link(rate: str, alpha_s: float = 50e-6) -> dict:
+    """A link the model path assumes (no measurement): ``rate`` in tc's units and a per-message latency."""
+    bits = vc.parse_rate(rate)
+    return {"alpha_s": alpha_s, "beta_s_per_byte": 8 / bits, "rate_bits_per_s": bits, "fit": "assumed"}
