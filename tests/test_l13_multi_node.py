@@ -96,3 +96,25 @@ def test_configs_fix_the_micro_batch_and_grow_the_global_batch():
     assert [(c["global_batch_size"], c["micro_batch_size"], c["max_steps"]) for c in cfgs] == [
         (256, 64, 3), (512, 64, 3), (1024, 64, 3), (2048, 64, 3)]
     assert all(c["base_lr"] == 0.004 and c["stop_at_target"] is False for c in cfgs)
+
+
+# hierarchy_worker on 2 virtual nodes x 2 ranks, links at 100 Mbit/s: (size, algorithm, median time of the slowest rank)
+HIERARCHY = [(262144, "flat ring", 0.032660), (262144, "two-level", 0.031025), (1048576, "flat ring", 0.13392),
+             (1048576, "two-level", 0.16840), (4194304, "flat ring", 0.55552), (4194304, "two-level", 0.37040)]
+
+
+def hierarchy_rows(recorded):
+    return [{"size_bytes": n, "algorithm": a, "time_s": t, "nodes": 2, "ranks_per_node": 2} for n, a, t in recorded]
+
+
+def test_the_two_level_all_reduce_wins_on_a_slow_link_by_the_bytes_it_saves():
+    assert L.hierarchy_bytes_ratio(2, 2) == pytest.approx(1.5)  # 3/4 of n out of a node against 1/2 of n
+    reading = L.hierarchy_verdict(hierarchy_rows(HIERARCHY))
+    assert "(1.50x); the bytes over each node's link predict 1.50x" in reading and "two-level all-reduce wins" in reading
+    # the opposite: a fast link, where the extra steps inside the node cost more than the link saves
+    fast = [(n, a, t * (2.0 if a == "two-level" else 1.0)) for n, a, t in HIERARCHY]
+    assert "the flat ring won" in L.hierarchy_verdict(hierarchy_rows(fast))
+    even = [(n, a, 0.1) for n, a, _ in HIERARCHY]
+    assert "no clear winner" in L.hierarchy_verdict(hierarchy_rows(even))
+    with pytest.raises(ValueError, match="lacks one of the two algorithms"):
+        L.hierarchy_verdict(hierarchy_rows(HIERARCHY[:-1]))

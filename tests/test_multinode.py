@@ -207,3 +207,19 @@ def test_a_node_killed_mid_run_is_named_nothing_is_left_and_the_resumed_job_matc
           f"parameters within {difference:.1e}")
     assert difference <= 1e-6
     assert abs(record["final_hr"] - ref["final_hr"]) <= 2e-3 and abs(record["final_ndcg"] - ref["final_ndcg"]) <= 2e-3
+
+
+def test_the_two_level_all_reduce_runs_across_the_nodes_and_saves_link_bytes(cluster, tmp_path):
+    """Lesson 13's hierarchy worker on 2 nodes x 2 ranks (a 4 MiB message at 200 Mbit/s: the link sets the pace)."""
+    from course_lib.lessons import l13_multi_node as L
+
+    slow = cluster.set_rate("200mbit")
+    try:
+        rows = L.VirtualNodes(slow, tmp_path).run("course_lib.lessons.l13_multi_node:hierarchy_worker",
+                                                  [[4**11], 3], nnodes=2, nproc=2, timeout_s=scaled(JOB_TIMEOUT_S))
+    finally:
+        cluster.set_rate("1gbit")
+    reading = L.hierarchy_verdict(rows)
+    print(f"\n{reading}")
+    at = {r["algorithm"]: r["time_s"] for r in rows}
+    assert at["flat ring"] > at["two-level"], reading  # 1.5x the bytes over the link for the flat ring

@@ -18,10 +18,12 @@ the file (a folder every node sees). What is measured:
 2. the seed talk's comparison: 1 node x 4 processes against 4 nodes x 1 process on a slow link, at gradient
    accumulation k = 1, 2, 4, 8 with the micro-batch fixed (so the global batch grows with k and each
    all-reduce is paid once per k micro-batches): samples per second per layout (:func:`layout_rows`), and
-   where the slow link stops mattering (:func:`layout_verdict`).
+   where the slow link stops mattering (:func:`layout_verdict`);
+3. hierarchy: lesson 08's ring over all ranks against a two-level all-reduce from lesson 08's pieces, on
+   2 nodes x 2 ranks (:func:`hierarchy_worker`, :func:`hierarchy_verdict`).
 
-(Issue 33 also asks for time to target per layout and k, the two-level all-reduce, data placement per node
-and a lost node in the lesson; not here yet. Node loss and resume are tested in tests/test_multinode.py.)
+(Issue 33 also asks for time to target per layout and k, and data placement per node; not here yet. Node
+loss and resume are tested in tests/test_multinode.py, and the lesson says what those tests show.)
 """
 
 from __future__ import annotations
@@ -417,3 +419,83 @@ def assumed_link(rate: str, alpha_s: float = 50e-6) -> dict:
     """A link the model path assumes (no measurement): ``rate`` in tc's units and a per-message latency."""
     bits = vc.parse_rate(rate)
     return {"alpha_s": alpha_s, "beta_s_per_byte": 8 / bits, "rate_bits_per_s": bits, "fit": "assumed"}
+
+
+# --------------------------------------------------------------------------- 3. hierarchy: a two-level all-reduce
+
+
+def hierarchy_worker(rank: int, world_size: int, sizes: list[int], iters: int = 3) -> list[dict]:
+    """Lesson 08's ring over all ranks against a two-level all-reduce built from lesson 08's pieces: a binomial
+    reduce inside each node (to its first rank), the ring among the nodes' first ranks, a binomial broadcast
+    back inside each node. Ranks are numbered node by node (torchrun does); ``$LOCAL_WORLD_SIZE`` per node.
+    Rows ``{"size_bytes", "algorithm", "time_s"}`` (the slowest rank's median), checked against the sum."""
+    import torch
+    import torch.distributed as dist
+
+    from .. import dist as cdist
+    from ..comm.collectives import (binomial_tree_broadcast, binomial_tree_reduce_schedule, ring_allreduce,
+                                    run_schedule)
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    if world_size % local:
+        raise ValueError(f"world_size={world_size} is not a whole number of nodes of {local} ranks")
+    nnodes = world_size // local
+    node_groups = [dist.new_group(list(range(i * local, (i + 1) * local))) for i in range(nnodes)]  # every rank
+    leaders = dist.new_group([i * local for i in range(nnodes)])
+    mine, leader = node_groups[rank // local], rank % local == 0
+
+    def two_level(t):
+        run_schedule(binomial_tree_reduce_schedule(local, t.numel(), 0), t, mine)
+        if leader:
+            ring_allreduce(t, leaders)
+        binomial_tree_broadcast(t, 0, mine)
+
+    algorithms = {"flat ring": lambda t: ring_allreduce(t), "two-level": two_level}
+    expected = world_size * (world_size + 1) / 2
+    rows = []
+    for size in sizes:
+        count = max(1, int(size) // 4)
+        for name, fn in algorithms.items():
+            t = torch.full((count,), float(rank + 1))
+            fn(t)
+            if not bool((t == expected).all()):
+                raise AssertionError(f"{name} of {count * 4} B: rank {rank} got {t[0].item()} instead of {expected}")
+            times = []
+            for _ in range(iters):
+                t.zero_()
+                cdist.barrier()
+                t0 = time.perf_counter()
+                fn(t)
+                times.append(time.perf_counter() - t0)
+            slowest = torch.tensor([sorted(times)[len(times) // 2]], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            rows.append({"size_bytes": count * 4, "algorithm": name, "time_s": float(slowest.item()),
+                         "nodes": nnodes, "ranks_per_node": local})
+    return rows
+
+
+def hierarchy_bytes_ratio(nodes: int, ranks_per_node: int) -> float:
+    """Bytes a node sends over its link, flat ring over two-level: the ring's ``2 (p-1)/p n`` leave a node through
+    its one rank whose successor is on the next node; the two-level's leaders send ``2 (m-1)/m n`` (m nodes)."""
+    p, m = nodes * ranks_per_node, nodes
+    return ((p - 1) / p) / ((m - 1) / m) if m > 1 else float("inf")
+
+
+def hierarchy_verdict(rows: list[dict], margin: float = 1.15) -> str:
+    """Which all-reduce the slow link favoured at the largest message, against what the bytes predict."""
+    if not rows:
+        raise ValueError("no hierarchy rows")
+    top = max(r["size_bytes"] for r in rows)
+    at = {r["algorithm"]: r for r in rows if r["size_bytes"] == top}
+    if set(at) != {"flat ring", "two-level"}:
+        raise ValueError(f"the largest message ({top} B) lacks one of the two algorithms: {sorted(at)}")
+    flat, two = at["flat ring"]["time_s"], at["two-level"]["time_s"]
+    expect = hierarchy_bytes_ratio(at["flat ring"]["nodes"], at["flat ring"]["ranks_per_node"])
+    head = (f"at {top:,} B the flat ring took {flat * 1e3:.1f} ms and the two-level all-reduce {two * 1e3:.1f} ms "
+            f"({flat / two:.2f}x); the bytes over each node's link predict {expect:.2f}x where the link sets the pace")
+    if flat / two >= margin:
+        return head + ": the two-level all-reduce wins by sending fewer bytes over the slow link."
+    if two / flat >= margin:
+        return head + (": the flat ring won -- the extra steps inside the node cost more than the link saved "
+                       "(a fast link, or small messages).")
+    return head + ": no clear winner (within 15 %)."
