@@ -118,3 +118,16 @@ def test_the_two_level_all_reduce_wins_on_a_slow_link_by_the_bytes_it_saves():
     assert "no clear winner" in L.hierarchy_verdict(hierarchy_rows(even))
     with pytest.raises(ValueError, match="lacks one of the two algorithms"):
         L.hierarchy_verdict(hierarchy_rows(HIERARCHY[:-1]))
+
+
+def test_the_model_path_measures_this_process_and_assumes_the_link(tmp_path, monkeypatch):
+    """What lesson 13 runs where neither SLURM nor the virtual cluster can: one process's compute, an assumed link."""
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    spec = {"dataset": "synthetic", "profile": "smoke", "progress": "none", "evaluate_points": False}
+    compute = L.one_process_compute(64, 2, spec)
+    assert 0 < compute < 1.0
+    link = L.assumed_link("100mbit", alpha_s=50e-6)
+    assert link["rate_bits_per_s"] == 1e8 and link["beta_s_per_byte"] == pytest.approx(8e-8)
+    assert L.grad_bytes(spec) == 4 * 154_401  # NeuMF on the smoke set: 1000 users, 500 items, factors 32
+    rows = L.predicted_layouts(compute, L.grad_bytes(spec), 64, (20e-6, 1e-9), (link["alpha_s"], link["beta_s_per_byte"]))
+    assert "PREDICTED by lesson 09's model" in L.layout_verdict(rows)
