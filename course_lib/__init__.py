@@ -11,9 +11,12 @@ Foundations (no other course_lib module, or only these)
     progress.py      bar vs log lines: one rule for every long-running call
     metrics.py       HR@K, NDCG@K, time to target
     hardware.py      what this machine has (cores, GPUs, backends, 16-bit support)
+    cluster.py       a virtual cluster on this host: nodes as network namespaces on shaped links
+                     (`python -m course_lib.cluster up|run|down`; lesson 13, the multi-node tests)
     _forkserver_preload.py  what launch()'s fork server imports once for every worker (torch, torch._dynamo)
     precision.py     Precision: autocast, fp16 loss scaling (static, dynamic or none), unscale before the step
     dist.py          process groups, rank helpers, launch() from a notebook cell, torchrun entry
+    node_loss.py     which node a lost peer was: a multi-node job's error names the node and its ranks
     tiers.py         the tier plan: every per-tier decision, a pure function of a hardware description
     results.py       each lesson's measurements saved as JSON
     plots.py         the lessons' figures (pyplot imported inside each function)
@@ -66,6 +69,7 @@ What the lessons measure and show
     widgets.py       interactive sliders: explore, schedule builder, loss-scaling and all-reduce
                      explorers (a static figure under papermill/CI)
     lesson.py        setup(): every lesson's first cell (profile, hardware, plan, data, target)
+    lessons/         l13_multi_node.py: what lesson 13 measures on many nodes and reads from it
     summary.py       the run summary of `make course` and gpu-check's FIGURE lines
     bench.py         `python -m course_lib.bench ncf|bert|collectives|hardware|model`; lesson 01's
                      data-loading ladder, throughput vs batch size and profile

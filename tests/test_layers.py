@@ -11,14 +11,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "course_lib"
 # layer or the layers before it, never from a later one.
 LAYERS = [
     {"tables", "config", "fileio", "progress", "metrics", "_forkserver_preload"},
-    {"hardware"},
-    {"precision", "dist"},
+    {"hardware", "cluster"},
+    {"precision", "dist", "node_loss"},
     {"tiers", "results", "plots", "diagrams"},
     {"data", "models", "optim", "settings"},
     {"parallel", "comm", "perf"},
     {"train"},
     {"search", "search_study", "ladder", "step_study", "mixed_precision", "optimizer_study", "layerwise", "data_parallel_study", "collectives_study", "performance_study", "model_parallel_study", "batch_science", "batch_science_study", "widgets", "lesson",
-     "checks"},
+     "checks", "lessons"},
     {"summary", "bench", "run", "train_ddp"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
