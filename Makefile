@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 KERNEL := largebatch-course
 TS     := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: course test lab kernel install exercises clean wheelhouse
+.PHONY: course test lint lab kernel install exercises clean wheelhouse
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ course: kernel
 test: $(STAMP)
 	@bash ci/browser-deps.sh
 	bash ci/test.sh
+
+# The linter (ruff, pinned in the dev extra, configured in pyproject.toml): `make test` fails on what it
+# finds; `make lint` fixes what it can fix by itself and lists the rest.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --fix course_lib tests ci notebooks solutions exercises
 
 # Learner notebooks are generated from the solved ones; tests fail when they drift.
 exercises: $(STAMP)

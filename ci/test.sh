@@ -32,6 +32,10 @@ if [ "$WORKERS" != 0 ]; then
 fi
 start=$(date +%s)
 
+# The linter first: seconds, and a lint error fails the suite before anything slow runs. The
+# configuration is pyproject.toml's [tool.ruff]; `make lint` fixes what ruff can fix by itself.
+"$(dirname "$PY")/ruff" check --no-cache course_lib tests ci notebooks solutions exercises
+
 # System packages for tests/test_slurm.py (SLURM and MUNGE from apt, as root only; else the tests skip)
 bash ci/install-slurm.sh
 

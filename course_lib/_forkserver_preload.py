@@ -36,7 +36,7 @@ _SERVER_PID = os.getpid()
 # handler below could run, and every kernel that had launched left its pymp-* folder in the temp
 # dir (measured 2026-12-01: one per lesson of `make course`). Out of the group, the server sees its
 # launcher go (EOF on the 'alive' pipe), exits, and removes it. The workers make groups of their
-# own anyway (dist._worker_main), and the server ignores Ctrl-C in either group.
+# own anyway (dist.launcher._worker_main), and the server ignores Ctrl-C in either group.
 try:
     os.setpgid(0, 0)
 except OSError:

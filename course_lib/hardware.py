@@ -125,7 +125,7 @@ def usable_cpu_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _cpu_info() -> tuple[str, set[str]]:
+def cpu_info() -> tuple[str, set[str]]:
     model, flags = "unknown CPU", set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -182,7 +182,7 @@ def detect() -> Hardware:
     gpus: tuple[GPU, ...] = _gpus_from_nvidia_smi() or ()
     if cuda and len(gpus) != torch.cuda.device_count():
         gpus = _gpus_from_torch()
-    model, flags = _cpu_info()
+    model, flags = cpu_info()
     if gpus and cuda:
         major = min(int(g.compute_capability.split(".")[0]) for g in gpus)
         bf16 = "native" if major >= 8 else "emulated (slow)"  # bf16 tensor cores from Ampere (8.0)

@@ -1,5 +1,20 @@
-"""The figures lesson 01 shows (and later lessons reuse). No side effects at import:
-pyplot is imported inside each function and no rcParams are changed."""
+"""The lessons' figures of training runs and their results, one function per figure (lessons 01-07, 12).
+
+Each draws from the learner's own records (a curve, a sweep's rows, a run's history) onto a new figure
+or the ``ax`` it is given, and returns the figure:
+
+- lesson 01: ``plot_curve`` (HR@10 against training time, with the target), ``plot_results``,
+  ``plot_throughput``, ``plot_loader_comparison``, ``plot_optimizer_step``, ``plot_lazy_adam``;
+- lessons 02-04: ``plot_steps_to_target``, ``plot_time_to_target``, ``plot_generalization_gap``,
+  ``plot_loss_curves``, ``plot_lr_schedules``, ``plot_trust_ratios``;
+- lesson 05: ``plot_gradient_histogram``, ``plot_loss_scale``, ``plot_precision_phases``;
+- lessons 01-06's trick ladder: ``plot_ladder``;
+- lesson 07: ``plot_mlm_runs``, ``plot_lamb_trust_ratios``; lesson 12: ``plot_search_progress``,
+  ``plot_hyperband_brackets``.
+
+Figures of communication live in :mod:`course_lib.comm.plots`, drawings made from the learner's
+objects in :mod:`course_lib.diagrams`. No side effects at import: pyplot is imported inside each
+function and no rcParams are changed."""
 
 from __future__ import annotations
 
@@ -79,7 +94,7 @@ def plot_loader_comparison(comparison: dict, *, ax=None):
 
 def plot_optimizer_step(comp: dict):
     """Lesson 01: the step split into the optimizer phase and the rest, per Adam variant, one panel per
-    batch size (:func:`course_lib.step_study.optimizer_comparison`)."""
+    batch size (:func:`course_lib.lessons.l01_baseline.optimizer_comparison`)."""
     import matplotlib.pyplot as plt
 
     batches = sorted({r["batch size"] for r in comp["rows"]})
@@ -102,9 +117,9 @@ def plot_optimizer_step(comp: dict):
 
 
 def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None):
-    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.step_study.lazy_adam_accuracy`) against
+    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.lessons.l01_baseline.lazy_adam_accuracy`) against
     optimizer steps (the same budget) and, with ``step_ms`` (ms per step per optimizer, measured side
-    by side: :func:`course_lib.step_study.step_times`), against the training time those steps cost."""
+    by side: :func:`course_lib.lessons.l01_baseline.step_times`), against the training time those steps cost."""
     import matplotlib.pyplot as plt
 
     panels = 2 if step_ms else 1

@@ -110,7 +110,7 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     and a bar chart that follows them. Otherwise (papermill, CI) one static ``(figure, table)``
     for the given values.
     """
-    from .collectives_study import ALLREDUCE_MODELS
+    from .comm.cost import ALLREDUCE_MODELS
     from .comm import cost
 
     models = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time,
@@ -126,7 +126,7 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
         ax.set_xscale("log")
         ax.set_xlabel("modelled all-reduce time (ms)")
         link = f"{1 / b_ / 1e9:.3g} GB/s" if b_ > 0 else "no bandwidth term"  # a fit may resolve none (comm.fit_text)
-        ax.set_title(f"p = {p_}, {cost._human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {link}: {best} wins", fontsize=9)
+        ax.set_title(f"p = {p_}, {cost.human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {link}: {best} wins", fontsize=9)
         ax.figure.tight_layout()
         t = Table(["algorithm", "time (ms)"], title=f"winner: {best}")
         for k, v in sorted(times.items(), key=lambda kv: kv[1]):
@@ -265,7 +265,7 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
     dropdown; otherwise one static ``(figure, table)`` for the given values.
     """
     from .perf import model as M
-    from .performance_study import steps_to_target
+    from .perf.model import steps_to_target
 
     def draw(name, p_, gb, ff, bf, a_, bw, ax=None):
         counts_a, counts_b, curves, overhead = models[name]

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_lib import batch_science_study as study
+from course_lib.lessons import l11_batch_size_science as study
 from course_lib.parallel import sync_batchnorm as sbn
 
 

@@ -46,7 +46,7 @@ def test_ncf_benchmark_prints_the_loader_ratio(capsys, one_thread, tmp_path, mon
 
 
 def test_throughput_reading_is_read_from_the_rows():
-    from course_lib.bench import throughput_reading
+    from course_lib.lessons.l01_baseline import throughput_reading
     from course_lib.tables import Table
 
     t = Table(["batch size", "steps", "samples/s", "ms/step"])

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from course_lib.data.text import Corpus, build_mlm_data, pydoc_corpus
 from course_lib.models import bert as bert_mod
 from course_lib.models.bert import PRESETS, BertForMLM, bert_config, build_bert
+from course_lib.train import RunHooks
 from course_lib.train.mlm import MLMTrainConfig, train_mlm
 from _timing import scaled
 
@@ -136,7 +137,7 @@ def test_unreached_target_has_no_time(small_data):
 def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small_data):
     """Lesson 11 tracks BERT's B_simple with train_mlm's on_eval: the probe runs at the chosen
     evaluations, its time is its own, and the run (weights, batches, losses) is the one without it."""
-    from course_lib import batch_science_study as study
+    from course_lib.lessons import l11_batch_size_science as study
 
     cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, optimizer="adam", base_lr=5e-3,
                          base_batch_size=8, max_steps=6, warmup_steps=1, eval_every_steps=2, dropout=0.1)
@@ -146,8 +147,8 @@ def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small
     torch.set_num_threads(1)
     try:
         plain = train_mlm(cfg, small_data, device="cpu", progress="none")
-        probed = train_mlm(cfg, small_data, device="cpu", progress="none",
-                           on_eval=study.mlm_noise_probe(small_data, 2, 16, repeats=2, at_steps=at))
+        probe = study.mlm_noise_probe(small_data, 2, 16, repeats=2, at_steps=at)
+        probed = train_mlm(cfg, small_data, device="cpu", progress="none", hooks=RunHooks(on_eval=probe))
     finally:
         torch.set_num_threads(threads)
     assert plain["probes"] == [] and plain["probe_time_s"] == 0.0

@@ -499,7 +499,7 @@ def test_strict_mode_raises_on_failure_and_on_a_stub(monkeypatch):
 def test_gradient_averaging_check_against_ddp():
     # One launch (3 ranks: odd, so dividing by a fixed 2 shows) checks all three implementations.
     fns = [average_gradients_ok, average_gradients_sums, average_gradients_halves]
-    per_rank = l06._launch_cases("check_average_gradients", l06._grad_avg_worker, fns, 3, True,
+    per_rank = l06.launch_cases("check_average_gradients", l06._grad_avg_worker, fns, 3, True,
                                  timeout_s=scaled(600))
     assert isinstance(per_rank, list), per_rank
     ok, summed, halved = (l06._grad_avg_result("check_average_gradients", [r[i] for r in per_rank], 3, True)
@@ -522,7 +522,7 @@ def test_ring_all_reduce_check_on_three_ranks():
     sizes = checks.ring_sizes(3)
     assert {1, 2, 4, 1001, (4, 3)} <= set(sizes)  # shorter than, and not divisible by, world_size; 2-D
     # And one that gets the right numbers from dist.all_reduce itself: refused, by name.
-    per_rank = l06._launch_cases("check_ring_all_reduce", l06._ring_worker,
+    per_rank = l06.launch_cases("check_ring_all_reduce", l06._ring_worker,
                                     [ring_ok, ring_even_chunks_only, ring_by_all_reduce], 3, sizes,
                                     timeout_s=scaled(600))
     assert isinstance(per_rank, list), per_rank
@@ -556,7 +556,7 @@ def test_binomial_broadcast_check_on_four_ranks():
     cases = l08.broadcast_cases(4)
     assert {(1,), (3,), (5,), (7, 3)} <= {c[0] for c in cases} and {c[1] for c in cases} == set(l08.DTYPES)
     fns = [bcast_ok, bcast_flat_tree, bcast_chain, bcast_with_the_collective, bcast_into_a_copy]
-    per_rank = l06._launch_cases("check_binomial_tree_broadcast", l08._bcast_worker, fns, 4, cases)
+    per_rank = l06.launch_cases("check_binomial_tree_broadcast", l08._bcast_worker, fns, 4, cases)
     assert isinstance(per_rank, list), per_rank
 
     def judged(i):
@@ -582,7 +582,7 @@ def test_copy_to_parallel_check_tells_right_from_three_mistakes():
     from course_lib.checks import l10_tensor_parallel as l10
 
     fns = [w.GoodCopyToParallel, w.NoAllReduce, w.AllReduceForward, w.AveragedBackward]
-    per_rank = l06._launch_cases("check_copy_to_parallel", l10._column_worker, fns, 3, l10.CASES,
+    per_rank = l06.launch_cases("check_copy_to_parallel", l10._column_worker, fns, 3, l10.CASES,
                                  timeout_s=scaled(300))
     assert isinstance(per_rank, list), per_rank
     problems = [[p for r in per_rank for p in r[i]] for i in range(len(fns))]
@@ -637,14 +637,14 @@ def test_noise_scale_check_reports_a_stub_and_a_wrong_shape():
 
 
 def _sha_full_spent(curves, r, eta):
-    from course_lib.search import successive_halving
+    from course_lib.optuna_search import successive_halving
 
     best, _ = successive_halving(curves, r, eta)
     return best, len(curves) * len(curves[0])
 
 
 def _sha_keeps_the_worst(curves, r, eta):
-    from course_lib.search import successive_halving
+    from course_lib.optuna_search import successive_halving
 
     return successive_halving([[-v for v in c] for c in curves], r, eta)
 
@@ -655,7 +655,7 @@ def _sha_never_trains_on(curves, r, eta):
 
 
 def test_successive_halving_check_tells_right_from_three_mistakes():
-    from course_lib.search import successive_halving
+    from course_lib.optuna_search import successive_halving
 
     assert checks.check_successive_halving(successive_halving).passed
     assert checks.check_successive_halving(_stub).not_implemented

@@ -237,7 +237,7 @@ def _fake_collectives(ps=(2, 4), sizes=tuple(4**k for k in range(1, 12))):
 
 
 def test_measured_crossover_finds_the_model_crossover_on_model_data():
-    from course_lib import collectives_study as study
+    from course_lib.lessons import l08_collectives as study
 
     result = _fake_collectives()
     for p in (2, 4):
@@ -255,7 +255,7 @@ def test_measured_crossover_finds_the_model_crossover_on_model_data():
 
 
 def test_no_crossover_is_said_as_such():
-    from course_lib import collectives_study as study
+    from course_lib.lessons import l08_collectives as study
 
     result = _fake_collectives(sizes=(4, 16, 64))  # all latency-bound: recursive doubling ahead throughout
     assert study.measured_crossover(result, 4) is None
@@ -267,7 +267,7 @@ def test_no_crossover_is_said_as_such():
 
 
 def test_lesson_spec_sizes_and_groups():
-    from course_lib import collectives_study as study
+    from course_lib.lessons import l08_collectives as study
 
     full, smoke = study.lesson_spec("full", 4), study.lesson_spec("smoke", 3)
     assert full["groups"] == [[0, 1], [0, 1, 2], [0, 1, 2, 3]] and smoke["groups"] == [[0, 1], [0, 1, 2]]

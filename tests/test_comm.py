@@ -221,7 +221,7 @@ def test_ddp_bucket_benchmark_on_two_gloo_ranks():
             assert all(a <= b for a, b, _ in tl["allreduces_ms"])
     result = comm.BucketResult(rows=rows, world_size=2, backend="gloo", model_spec=spec)
     assert len(result.table().rows) == 4 and len(result.compression_table().rows) == 3
-    from course_lib import data_parallel_study as study
+    from course_lib.lessons import l06_data_parallel as study
 
     assert "Communication share" in study.overlap_reading(result)
     assert "fp16: " in study.compression_reading(result)

@@ -1,14 +1,13 @@
-"""Lesson 06's readings (course_lib.data_parallel_study, parallel.scaling.optimization_reading), fed rows
+"""Lesson 06's readings (course_lib.lessons.l06_data_parallel), fed rows
 constructed for each tier: CPU processes over gloo, one GPU (its ranks are CPU processes, in a torch
 built with CUDA), eight GPUs over NCCL, and one rank. Each reading must say what its rows show."""
 
-import math
 
 import pytest
 
 from course_lib import comm
-from course_lib import data_parallel_study as study
-from course_lib.parallel.scaling import optimization_reading, scaling_rows
+from course_lib.lessons import l06_data_parallel as study
+from course_lib.lessons.l06_data_parallel import optimization_reading, scaling_rows
 
 REFUSED = "BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+ or XPU and XCCL"
 

@@ -22,7 +22,7 @@ from course_lib.config import BatchConfig
 from course_lib.parallel import CHECKPOINT_NAME, Checkpointer, batch_config, batch_table
 from course_lib.parallel.checkpoint import PREVIOUS_NAME
 from course_lib.parallel.sync_batchnorm import batchnorm_table, batchnorm_worker
-from course_lib.train import TrainConfig, train_to_target
+from course_lib.train import RunHooks, TrainConfig, train_to_target
 from course_lib.train.ncf import build_model
 import _procs
 from _timing import scaled
@@ -108,7 +108,7 @@ def test_ranks_x_micro_batches_x_accumulation_equals_one_big_batch(env, ddp_run)
     assert 0 < results[0]["comm_time_s"] <= results[0]["train_time_s"]
     ref_dir = env["tmp"] / "reference"
     ref = train_to_target(env["data"], CFG.replace(micro_batch_size=None), device="cpu",
-                          progress="none", checkpoint=Checkpointer(ref_dir, 2))
+                          progress="none", hooks=RunHooks(checkpoint=Checkpointer(ref_dir, 2)))
     assert ref.world_size == 1 and ref.comm_time_s is None
     step, ddp_params = _model(ckpt)
     assert step == STEPS
@@ -135,7 +135,7 @@ def test_plain_sgd_across_an_epoch_end_equals_one_big_batch(env, ddp_launch):
     assert results[0]["steps_per_epoch"] == SGD_STEPS_PER_EPOCH and results[0]["epochs"] > 1
     ref_dir = env["tmp"] / "sgd-reference"
     ref = train_to_target(env["data"], SGD_CFG.replace(micro_batch_size=None), device="cpu", progress="none",
-                          evaluate_points=False, checkpoint=Checkpointer(ref_dir, SGD_STEPS))
+                          hooks=RunHooks(evaluate_points=False, checkpoint=Checkpointer(ref_dir, SGD_STEPS)))
     assert ref.steps == SGD_STEPS and ref.steps_per_epoch == SGD_STEPS_PER_EPOCH
     assert results[0]["samples"] == ref.samples
     step, ddp_params = _model(env["tmp"] / "sgd")
@@ -155,7 +155,7 @@ def test_accumulation_on_one_process_equals_the_full_batch(env):
     for micro in (None, 64):  # k = 1 and k = 4
         d = env["tmp"] / f"single-{micro}"
         train_to_target(env["data"], CFG.replace(micro_batch_size=micro, max_steps=4), device="cpu",
-                        progress="none", evaluate_points=False, checkpoint=Checkpointer(d, 4))
+                        progress="none", hooks=RunHooks(evaluate_points=False, checkpoint=Checkpointer(d, 4)))
         runs[micro] = _model(d)[1]
     _assert_same_params(runs[64], runs[None])
 
@@ -247,5 +247,5 @@ def test_script_runs_train_to_the_datasets_target_on_its_own_device(env, monkeyp
                         RunSpec(dataset="synthetic", synthetic_size="tiny", progress="none", default_target=True))
     assert record["target_hr"] == 0.0 and record["steps_to_target"] == 0
 
-    monkeypatch.setattr(cdist.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert str(cdist.device()) == "cuda"  # no process group: the GPU of a GPU machine

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from course_lib import dist as cdist
+from course_lib.dist import launcher  # the supervisor's own names, for the tests of the supervisor
 from course_lib import fileio
 
 import _dist_workers as W
@@ -82,7 +83,7 @@ def test_results_come_back_by_rank_and_output_is_prefixed(capsys, tmp_path, monk
         assert results[0]["stdout_file"].startswith(str(tmp_path))
     # What may stay is this process's own multiprocessing folder (the fork server's socket, made
     # by the first launch of the process, maybe this one), removed when the process exits.
-    mp_tmp = cdist._multiprocessing_temp_dir()
+    mp_tmp = launcher._multiprocessing_temp_dir()
     assert [p for p in tmp_path.iterdir() if str(p) != mp_tmp] == [], "the private temp dir must be removed"
     assert not _procs.stray_children()
 
@@ -109,9 +110,9 @@ def test_a_temp_dir_too_long_for_the_fork_servers_socket_means_spawned_workers(m
     long = tmp_path / ("d" * 90)
     long.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long))
-    assert cdist._worker_context().get_start_method() == "spawn"
+    assert launcher._worker_context().get_start_method() == "spawn"
     monkeypatch.setattr(tempfile, "tempdir", "/tmp")
-    assert cdist._worker_context().get_start_method() == "forkserver"
+    assert launcher._worker_context().get_start_method() == "forkserver"
 
 
 def test_rerun_at_once_uses_a_fresh_port():
@@ -266,6 +267,7 @@ def test_workers_die_with_a_killed_launcher(tmp_path):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
         from course_lib import dist
+        from course_lib.dist import launcher
         if __name__ == "__main__":
             dist.launch(W.hang_in_collective, 2, {str(tmp_path)!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
@@ -344,7 +346,7 @@ def test_run_entry_without_torchrun_is_one_process(tmp_path, monkeypatch):
 
 
 def test_rendezvous_listens_on_loopback_only():
-    store = cdist._loopback_store(10)
+    store = launcher._loopback_store(10)
     try:
         listening = [c for c in psutil.Process().net_connections(kind="tcp")
                      if c.status == psutil.CONN_LISTEN and c.laddr.port == store.port]
@@ -362,7 +364,7 @@ def test_the_rank_that_failed_first_is_blamed(tmp_path):
     os.utime(tmp_path / "error1.txt", ns=(1_000_000_000, 1_000_000_000))
     os.utime(tmp_path / "error0.txt", ns=(2_000_000_000, 2_000_000_000))
     procs = [SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=-9)]
-    err = cdist._worker_error(str(tmp_path), procs, {0: 3_000_000_000, 1: 3_000_000_000}, W.echo)
+    err = launcher._worker_error(str(tmp_path), procs, {0: 3_000_000_000, 1: 3_000_000_000}, W.echo)
     assert err.rank == 1 and "ValueError: the real cause" in str(err)
     assert "rank(s) [0, 2] stopped too" in str(err)
 
@@ -378,12 +380,12 @@ def test_a_rank_killed_by_a_signal_is_blamed_before_a_peer_that_lost_its_connect
                                          "Connection reset by peer\n")
     os.utime(tmp_path / "error0.txt", ns=(1_000_000_000, 1_000_000_000))
     procs = [SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=-signal.SIGKILL)]
-    err = cdist._worker_error(str(tmp_path), procs, {0: 2_000_000_000, 1: 1_500_000_000}, W.echo)
+    err = launcher._worker_error(str(tmp_path), procs, {0: 2_000_000_000, 1: 1_500_000_000}, W.echo)
     assert err.rank == 1 and "rank 1 of 2 was killed by SIGKILL" in str(err), str(err)
     assert "rank(s) [0] stopped too" in str(err)
     # ...but a rank we killed ourselves after the grace period (never seen exiting) is not the cause
     procs = [SimpleNamespace(exitcode=1), SimpleNamespace(exitcode=-signal.SIGKILL)]
-    err = cdist._worker_error(str(tmp_path), procs, {0: 2_000_000_000}, W.echo)
+    err = launcher._worker_error(str(tmp_path), procs, {0: 2_000_000_000}, W.echo)
     assert err.rank == 0 and "Connection reset by peer" in str(err)
 
 
@@ -476,10 +478,10 @@ def short_tmp():
     # under the suite's own temp dir when its path is short enough, else right under /tmp
     # (ci/test.sh's private $TMPDIR, /tmp/ctest.XXXXXX, already leaves too little room)
     parent = tempfile.gettempdir()
-    if len(parent) + 12 + 52 > cdist._MAX_WORKER_TMP_LEN and os.path.isdir("/tmp"):
+    if len(parent) + 12 + 52 > launcher._MAX_WORKER_TMP_LEN and os.path.isdir("/tmp"):
         parent = "/tmp"
     path = pathlib.Path(tempfile.mkdtemp(prefix="ct-", dir=parent))
-    assert len(str(path)) + 52 <= cdist._MAX_WORKER_TMP_LEN, f"the system temp dir {path.parent} is too long"
+    assert len(str(path)) + 52 <= launcher._MAX_WORKER_TMP_LEN, f"the system temp dir {path.parent} is too long"
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -494,11 +496,12 @@ def _start_launcher(tmp_path, worker, tmp_dir, *args, watchdog=True):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
         from course_lib import dist
+        from course_lib.dist import launcher
         if __name__ == "__main__":
             # as in a terminal or a kernel; a suite started in the background inherits SIGINT ignored
             signal.signal(signal.SIGINT, signal.default_int_handler)
             if not {watchdog!r}:
-                dist._Watchdog.watch_group = lambda self, pgid: None
+                launcher._Watchdog.watch_group = lambda self, pgid: None
             dist.launch(W.{worker}, 2, {str(pid_dir)!r}, *{args!r}, timeout_s={LAUNCH_TIMEOUT_S})
     """)
     env = {**os.environ, "TMPDIR": str(tmp_dir), "OMP_NUM_THREADS": "1"}
@@ -545,6 +548,7 @@ def test_the_fork_server_removes_its_socket_folder_when_the_launcher_skipped_its
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import _dist_workers as W
         from course_lib import dist
+        from course_lib.dist import launcher
         if __name__ == "__main__":
             dist.launch(W.echo, 2, None, quiet=True)
             print(sorted(os.listdir(os.environ["TMPDIR"])), flush=True)
@@ -649,7 +653,7 @@ def test_each_defence_alone_stops_the_workers_of_a_killed_launcher(tmp_path, sho
 def test_process_groups_alone_stop_what_the_workers_started(tmp_path, monkeypatch, python_sigint):
     """The launcher alive (an interrupt): no watchdog groups, no worker-side defences; killing
     each worker's process group takes the subprocess and the DataLoader worker with it."""
-    monkeypatch.setattr(cdist._Watchdog, "watch_group", lambda self, pgid: None)
+    monkeypatch.setattr(launcher._Watchdog, "watch_group", lambda self, pgid: None)
     helper_error = []
 
     def interrupt_when_started():
@@ -710,7 +714,7 @@ def test_a_rank_that_dies_while_starting_points_at_the_main_guard(tmp_path):
         return rank
 
     (tmp_path / "rank0.log").write_text("")  # rank 0 started; rank 1 never got that far
-    err = cdist._worker_error(str(tmp_path), [Proc(0), Proc(1)], {1: 0}, work, 60.0)
+    err = launcher._worker_error(str(tmp_path), [Proc(0), Proc(1)], {1: 0}, work, 60.0)
     msg = str(err)
     assert err.rank == 1 and "rank 1 of 2 exited with code 1 while starting, before it could run" in msg
     assert "stderr" in msg and '`if __name__ == "__main__":` guard' in msg

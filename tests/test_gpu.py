@@ -24,7 +24,7 @@ from course_lib.bench import bert_throughput
 from course_lib.data import load_synthetic
 from course_lib.optim import fused_on_gpu
 from course_lib.parallel import CHECKPOINT_NAME, Checkpointer
-from course_lib.train import TrainConfig, train_to_target
+from course_lib.train import RunHooks, TrainConfig, train_to_target
 from course_lib.train.ncf import build_model, make_optimizer
 from course_lib.train.workers import RunSpec, ncf_worker
 from _timing import scaled
@@ -58,8 +58,8 @@ def test_the_plan_for_this_machine_is_a_gpu_tier():
 def test_neumf_trains_on_the_gpu_with_fused_adam(data, precision):
     if precision == "bf16" and not torch.cuda.is_bf16_supported():
         pytest.skip("no bf16 on this GPU")
-    r = train_to_target(data, CFG.replace(precision=precision), device="cuda", progress="none", time_phases=True,
-                        keep_model=True)
+    r = train_to_target(data, CFG.replace(precision=precision), device="cuda", progress="none",
+                        hooks=RunHooks(time_phases=True, keep_model=True))
     assert r.device.startswith("cuda") and r.steps == 8 and all(torch.isfinite(p).all() for p in r.model.parameters())
     assert r.precision["mode"] == precision
     # CUDA events timed each phase without synchronizing every step; the clock read them at the end
@@ -69,10 +69,10 @@ def test_neumf_trains_on_the_gpu_with_fused_adam(data, precision):
 def test_lesson_05s_measurements_run_on_the_gpu(data):
     """Static loss scaling, steady-state throughput by phase, the activation-gradient probe and the
     trust ratio through Precision.step, on the device (lesson 05)."""
-    from course_lib import mixed_precision as MP
+    from course_lib.lessons import l05_mixed_precision as MP
 
     r = train_to_target(data, CFG.replace(precision="fp16", loss_scaling="static", loss_scale=1024.0), device="cuda",
-                        progress="none", keep_model=True)
+                        progress="none", hooks=RunHooks(keep_model=True))
     assert r.precision["loss_scaling"] == "static" and r.precision["loss_scale"] == 1024.0
     speed = MP.precision_throughput(data, CFG, ("fp32", "fp16"), steps=3, device="cuda", repeats=2, warmup_steps=1)
     assert all(v > 0 for run in speed.values() for v in run.phase_s.values())  # CUDA events, read at the end
@@ -125,7 +125,8 @@ def test_nccl_data_parallel_equals_one_process(data, tmp_path):
     cfg = CFG.replace(micro_batch_size=64)
     out = cdist.launch(ncf_worker, 2, cfg, spec, backend="nccl", quiet=True, timeout_s=scaled(600))
     assert out[0]["device"] == "cuda:0" and out[1]["device"] == "cuda:1"
-    train_to_target(data, CFG, device="cuda", progress="none", checkpoint=Checkpointer(tmp_path / "one", 8))
+    train_to_target(data, CFG, device="cuda", progress="none",
+                    hooks=RunHooks(checkpoint=Checkpointer(tmp_path / "one", 8)))
     a = torch.load(tmp_path / "ddp" / CHECKPOINT_NAME, weights_only=True)["model"]
     b = torch.load(tmp_path / "one" / CHECKPOINT_NAME, weights_only=True)["model"]
     for k in a:
@@ -170,7 +171,7 @@ def test_bucket_benchmark_over_nccl_counts_and_times_every_bucket():
 def _lesson10_checks(outs, device_of_rank):
     """Lesson 10's equalities, whatever the device: tensor parallel (ours and DTensor's), both pipeline schedules
     (ours and torch.distributed.pipelining), ZeRO-1 and FSDP2 against DDP, the halo convolution."""
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
     from course_lib.parallel import pipeline
 
     assert [o["tensor"]["device"] for o in outs] == [device_of_rank(r) for r in range(len(outs))]
@@ -188,7 +189,7 @@ def _lesson10_checks(outs, device_of_rank):
 def test_lesson_10s_workers_run_on_one_gpu():
     """Every lesson 10 worker with its tensors on the GPU: one NCCL rank (the lesson itself runs 2 gloo CPU
     ranks on one GPU; this checks the device code a machine with 2 GPUs runs, on the one we have)."""
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
 
     outs = cdist.launch(study.lesson_worker, 1, study.lesson_spec("smoke"), backend="nccl", quiet=True,
                         timeout_s=scaled(600))
@@ -198,7 +199,7 @@ def test_lesson_10s_workers_run_on_one_gpu():
 @TWO_GPUS
 def test_lesson_10_on_nccl_equals_one_process():
     """Lesson 10's one launch on 2 NCCL ranks, one GPU each, as the tier plan runs it on 2 GPUs or more."""
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
 
     plan = tiers.plan(hardware.detect(), "smoke")
     assert (plan.mp_world_size, plan.mp_backend) == (2, "nccl")

@@ -131,3 +131,11 @@ def test_the_model_path_measures_this_process_and_assumes_the_link(tmp_path, mon
     assert L.grad_bytes(spec) == 4 * 154_401  # NeuMF on the smoke set: 1000 users, 500 items, factors 32
     rows = L.predicted_layouts(compute, L.grad_bytes(spec), 64, (20e-6, 1e-9), (link["alpha_s"], link["beta_s_per_byte"]))
     assert "PREDICTED by lesson 09's model" in L.layout_verdict(rows)
+
+
+def test_exercise_13s_reference_is_the_lessons_model():
+    from course_lib.checks import l13_multi_node as check
+
+    for _, *args in check.CASES:
+        assert check.reference(*args, check.KS) == L.hiding_k(*args, check.KS)
+    assert check.check_accumulation_to_hide(lambda c, s, b, near, far, h, ks: L.hiding_k(c, s, b, near, far, h, ks)).passed

@@ -7,7 +7,7 @@ import pytest
 
 from course_lib import ladder, results, summary, tiers
 from course_lib.hardware import detect
-from course_lib.search import scaled_config, scaling_table, sweep_table
+from course_lib.sweeps import scaled_config, scaling_table, sweep_table
 from course_lib.train import TrainConfig, TrainResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -220,7 +220,7 @@ def test_figure_lines_one_per_scalar_and_unreached_said_so(tmp_path):
 
 
 def test_at_batch_keeps_a_rule_or_scales_an_lr_given_as_is():
-    from course_lib.search import at_batch
+    from course_lib.sweeps import at_batch
 
     ruled = scaled_config(TrainConfig(global_batch_size=256, base_lr=1e-3), 4096, "sqrt")
     assert at_batch(ruled, 1024).peak_lr == pytest.approx(1e-3 * 2)  # sqrt(1024 / 256), from its own base
@@ -230,7 +230,7 @@ def test_at_batch_keeps_a_rule_or_scales_an_lr_given_as_is():
 
 
 def test_race_reading_states_each_optimizers_best_from_the_records():
-    from course_lib.search import race_reading
+    from course_lib.lessons.l04_lars import race_reading
 
     runs = [fake_result(16384, 1e-2, 12.0), fake_result(16384, 2e-2, None, hr=0.70),
             fake_result(16384, 8.0, None, hr=0.10, optimizer="sgd"), fake_result(16384, 32.0, None, hr=0.05, optimizer="sgd"),

@@ -1,7 +1,7 @@
-"""Lesson 04's measurement (course_lib.layerwise): an embedding row's gradient grows with its frequency;
+"""Lesson 04's measurement (course_lib.lessons.l04_lars): an embedding row's gradient grows with its frequency;
 layers' gradient scales differ by orders of magnitude at every batch size."""
 
-from course_lib import layerwise
+from course_lib.lessons import l04_lars as layerwise
 from course_lib.train import TrainConfig
 
 CFG = TrainConfig(factors=8, layers=(16, 8))

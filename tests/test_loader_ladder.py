@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from course_lib import bench
+from course_lib.lessons import l01_baseline as bench
 from course_lib.data import make_dataloader
-from course_lib.train import TrainConfig, train_to_target
+from course_lib.train import RunHooks, TrainConfig, train_to_target
 from _timing import scaled
 import _procs
 
@@ -73,7 +73,7 @@ def test_an_interrupted_run_leaves_no_worker_behind(data):
     cfg = CFG.replace(loader="dataloader", num_workers=1, persistent_workers=True, prefetch_factor=2,
                       eval_every_epochs=0.05)
     with pytest.raises(KeyboardInterrupt) as caught:
-        train_to_target(data, cfg, device="cpu", progress="none", on_eval=interrupt)
+        train_to_target(data, cfg, device="cpu", progress="none", hooks=RunHooks(on_eval=interrupt))
     assert caught.traceback  # the frames (and the loader) are still referenced here
     assert _workers_gone()
 

@@ -11,7 +11,7 @@ import torch
 matplotlib.use("Agg")
 
 from course_lib import diagrams, plots, widgets  # noqa: E402
-from course_lib import mixed_precision as MP  # noqa: E402
+from course_lib.lessons import l05_mixed_precision as MP  # noqa: E402
 from course_lib.hardware import GPU, Hardware, sixteen_bit_units  # noqa: E402
 from course_lib.models.ncf import NeuMF  # noqa: E402
 from course_lib.train import TrainConfig  # noqa: E402

@@ -9,7 +9,7 @@ ranks show (uneven head counts, middle pipeline stages, a strip with two neighbo
 import pytest
 
 from course_lib import dist as cdist
-from course_lib import model_parallel_study as study
+from course_lib.lessons import l10_model_parallelism as study
 from course_lib.parallel import pipeline
 
 from _timing import scaled
@@ -132,7 +132,7 @@ def test_the_pipeline_events_are_compute_on_one_clock_and_the_rows_split_the_exc
 
 
 def test_lesson_09s_model_predicts_the_bytes_sent_and_kept_by_each_measured_scheme(two):
-    from course_lib import performance_study
+    from course_lib.lessons import l09_performance_model as performance_study
     from course_lib.perf.probe import DeviceCurves
 
     _, _, link = performance_study.link_from({"allreduce": two[0]["allreduce"]})

@@ -7,7 +7,6 @@ stored values that they are the ones a reviewer accepted.
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 

@@ -1,11 +1,11 @@
-"""Lesson 07's study helpers (course_lib.optimizer_study) and the edge-extending sweep (course_lib.search)."""
+"""Lesson 07's study helpers (course_lib.lessons.l07_bert_lamb) and the edge-extending sweep (course_lib.sweeps)."""
 
 import math
 
 import pytest
 
-from course_lib import optimizer_study as st
-from course_lib.search import sweep_with_edge_extension
+from course_lib.lessons import l07_bert_lamb as st
+from course_lib.sweeps import sweep_with_edge_extension
 
 
 def record(evals, *, best=None, diverged=False, label="run", batch=256, steps=None):
@@ -82,7 +82,7 @@ def test_race_gives_each_optimizer_its_own_best_lr_and_extends_an_edge(monkeypat
     only gets better with a larger lr and never reaches it."""
     from types import SimpleNamespace
 
-    from course_lib import search
+    from course_lib import sweeps as search
     from course_lib.train.ncf import TrainConfig
 
     def fake_train(data, cfg, **kw):
@@ -106,7 +106,7 @@ def test_race_gives_each_optimizer_its_own_best_lr_and_extends_an_edge(monkeypat
 def test_warmup_reading_compares_the_best_warmup_with_none():
     from types import SimpleNamespace
 
-    from course_lib.search import warmup_reading
+    from course_lib.lessons.l03_warmup import warmup_reading
 
     def run(t, steps, warm, kind="linear", diverged=False, hr=0.8):
         return SimpleNamespace(time_to_target_s=t, steps_to_target=steps, diverged=diverged, best_hr=hr, final_hr=hr,
@@ -132,7 +132,7 @@ def test_lr_sweep_extends_a_best_at_the_edge(monkeypatch):
     ``max_extensions`` the sweep tries 5e-4 (and 2.5e-4) before it settles."""
     from types import SimpleNamespace
 
-    from course_lib import search
+    from course_lib import sweeps as search
     from course_lib.train.ncf import TrainConfig
 
     def fake_train(data, cfg, **kw):
@@ -162,7 +162,7 @@ def _mlm(steps_to_target, best, *, seqs_per_s=100.0, batch=32, every=6, diverged
 def test_seeds_verdict_needs_a_gap_beyond_the_seeds_and_the_evaluation_interval():
     """Review 07.1: "both seeds agree" rested on one evaluation interval (66 vs 72, evaluations every
     6 steps), less than Adam's own seed spread (72 vs 90)."""
-    from course_lib.optimizer_study import large_batch_reading, seeds_verdict
+    from course_lib.lessons.l07_bert_lamb import large_batch_reading, seeds_verdict
 
     adam, lamb = [_mlm(72, 4.0), _mlm(90, 4.0)], [_mlm(66, 4.0), _mlm(72, 4.0)]
     won, why = seeds_verdict(adam, lamb, 4.1, 256)
@@ -178,7 +178,7 @@ def test_seeds_verdict_needs_a_gap_beyond_the_seeds_and_the_evaluation_interval(
 
 
 def test_batch_reading_says_whether_throughput_paid_for_the_extra_sequences():
-    from course_lib.optimizer_study import batch_reading
+    from course_lib.lessons.l07_bert_lamb import batch_reading
 
     runs = {"adam b=32": _mlm(120, 4.0, seqs_per_s=176.0, batch=32),
             "adam b=256 (best lr)": _mlm(66, 4.0, seqs_per_s=221.0, batch=256)}
@@ -190,7 +190,7 @@ def test_batch_reading_says_whether_throughput_paid_for_the_extra_sequences():
 
 
 def test_lr_and_ablation_readings_compare_with_the_seed_to_seed_noise():
-    from course_lib.optimizer_study import ablation_reading, lr_choice_reading
+    from course_lib.lessons.l07_bert_lamb import ablation_reading, lr_choice_reading
 
     sweep = {"adam b=256, sqrt rule x0.25": _mlm(60, 4.00, label="adam b=256, sqrt rule x0.25"),
              "adam b=256, sqrt rule x0.5": _mlm(66, 4.05, label="adam b=256, sqrt rule x0.5"),
@@ -207,7 +207,7 @@ def test_lr_and_ablation_readings_compare_with_the_seed_to_seed_noise():
 
 
 def test_precision_reading_explains_a_gap_only_where_there_is_one():
-    from course_lib.optimizer_study import precision_reading
+    from course_lib.lessons.l07_bert_lamb import precision_reading
 
     assert "mostly matmuls" in precision_reading(1.71, 0.88)
     assert "no difference between the models" in precision_reading(1.01, 1.07)

@@ -235,7 +235,7 @@ def test_curves_interpolate_on_log_axes_and_hold_flat_at_the_ends():
 
 
 def test_steps_to_target_and_its_fit_from_lesson_02_rows():
-    from course_lib import performance_study as study
+    from course_lib.lessons import l09_performance_model as study
 
     assert study.steps_to_target(1024, 1000, 1024) == pytest.approx(2000)
     rows = [{"batch size": b, "steps to target": study.steps_to_target(b, 500, 2048)} for b in (256, 1024, 4096)]
@@ -245,7 +245,7 @@ def test_steps_to_target_and_its_fit_from_lesson_02_rows():
 
 
 def test_stops_paying_and_verdict_read_the_rows():
-    from course_lib import performance_study as study
+    from course_lib.lessons import l09_performance_model as study
 
     ttt = [{"global batch": b, "time to target (s)": t} for b, t in [(256, 100), (512, 60), (1024, 57), (2048, 80)]]
     assert study.stops_paying(ttt) == 512
@@ -302,7 +302,7 @@ def test_gpu_timing_reads_cuda_events_not_the_host_clock(monkeypatch):
 
 
 def test_lesson06_scaling_line_reads_the_saved_rows():
-    from course_lib.performance_study import lesson06_scaling_line
+    from course_lib.lessons.l09_performance_model import lesson06_scaling_line
 
     rows = [{"mode": "strong", "world_size": 1, "efficiency": 1.0}, {"mode": "strong", "world_size": 2, "efficiency": 0.61},
             {"mode": "weak", "world_size": 2, "efficiency": 0.8}, {"mode": "weak", "world_size": 4, "efficiency": None}]
@@ -312,7 +312,7 @@ def test_lesson06_scaling_line_reads_the_saved_rows():
 
 
 def test_fit_takes_the_best_run_at_each_batch():
-    from course_lib import performance_study as study
+    from course_lib.lessons import l09_performance_model as study
 
     # two rules at each batch: the fit must see the better one (the model assumes a tuned lr)
     rows = [{"batch size": b, "steps to target": round(1000 * (1 + 4096 / b))} for b in (1024, 4096, 16384)]

@@ -77,7 +77,7 @@ def _row(measured, replayed, *, m=8, cpu=1.0, forward_ms=10.0, predicted=None):
 
 
 def test_the_bubble_reading_for_each_outcome():
-    from course_lib import model_parallel_study as study
+    from course_lib.lessons import l10_model_parallelism as study
 
     ok = study.bubble_reading([_row(0.15, 0.12), _row(0.52, 0.5, m=1)])
     assert ok.startswith("the measured bubble is within 4 points") and "goal: 10 points" in ok

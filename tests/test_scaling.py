@@ -1,8 +1,8 @@
-"""Lesson 06's reading of its own scaling rows (course_lib.parallel.scaling): the numbers it states come from the rows."""
+"""Lesson 06's reading of its own scaling rows (course_lib.lessons.l06_data_parallel): the numbers it states come from the rows."""
 
 import pytest
 
-from course_lib.parallel.scaling import (NVIDIA_NCF_SAMPLES_PER_GPU, scaling_reading, scaling_rows, scaling_table,
+from course_lib.lessons.l06_data_parallel import (NVIDIA_NCF_SAMPLES_PER_GPU, scaling_reading, scaling_rows, scaling_table,
                                          step_time_fit)
 
 

@@ -4,7 +4,7 @@ on the CPU, ZeRO's arithmetic, lesson 09's step on one rank, the bubble formula 
 import pytest
 import torch
 
-from course_lib import performance_study as ps
+from course_lib.lessons import l09_performance_model as ps
 from course_lib.models.bert import BertForMLM, bert_config
 from course_lib.parallel.sharded import PRECISIONS, memory_per_rank
 from course_lib.perf import model as M

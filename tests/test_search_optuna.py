@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from _timing import scaled
-from course_lib import search
+from course_lib import optuna_search as search
 
 optuna = pytest.importorskip("optuna")
 from optuna.trial import TrialState  # noqa: E402
@@ -68,7 +68,7 @@ def test_a_failing_trial_does_not_stop_the_study(tmp_path):
 
 _CHILD = textwrap.dedent("""
     import functools, sys
-    from course_lib import search
+    from course_lib import optuna_search as search
     study = search.open_study("resume", sys.argv[1], strategy="random", seed=0, max_resource=4)
     search.run_search(study, functools.partial(search.quadratic_objective, steps=4, sleep_s=0.05), budget=4 * 1000)
 """)

@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from course_lib import search, search_study as study
+from course_lib import optuna_search as search
+from course_lib.lessons import l12_hyperparameter_search as study
 
 optuna = pytest.importorskip("optuna")
 

@@ -4,7 +4,7 @@ figure) and the bytes per step. DDP vs stage 1 vs FSDP2 on gloo ranks is in test
 import pytest
 
 from course_lib.parallel import sharded as S
-from course_lib import model_parallel_study as study
+from course_lib.lessons import l10_model_parallelism as study
 
 
 def test_zero_paper_figure_1():

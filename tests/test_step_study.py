@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_lib import step_study as S
+from course_lib.lessons import l01_baseline as S
 from course_lib.metrics import paired_speedup, speedup_text
 from course_lib.models.ncf import NeuMF
 from course_lib.optim import SparseEmbeddingAdam, adam_kwargs, param_groups, resolved_adam_impl, sparse_tables
-from course_lib.train import TrainConfig, build_model, make_optimizer, train_to_target
-from course_lib.train.ncf import _bce_sum, make_batches
+from course_lib.train import RunHooks, TrainConfig, build_model, make_optimizer, train_to_target
+from course_lib.train.ncf import bce_sum, make_batches
 
 CFG = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=5e-3, factors=8, layers=(16, 8),
                   eval_every_epochs=0.25, max_epochs=1.0)
@@ -20,7 +20,7 @@ CFG = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=5e-3, factors
 
 def _grads(model, batch):
     model.zero_grad(set_to_none=True)
-    (_bce_sum(model, batch) / batch[0].numel()).backward()
+    (bce_sum(model, batch) / batch[0].numel()).backward()
     return {n: p.grad for n, p in model.named_parameters()}
 
 
@@ -57,7 +57,7 @@ def _two_models(lr=1e-2, eps=1e-8):
 
 def _step(model, opt, batch):
     opt.zero_grad(set_to_none=True)
-    (_bce_sum(model, batch) / batch[0].numel()).backward()
+    (bce_sum(model, batch) / batch[0].numel()).backward()
     opt.step()
 
 
@@ -111,7 +111,8 @@ def test_the_new_settings_default_to_every_earlier_run_bit_for_bit(data):
     torch.optim.Adam(param_groups, fused=fused_on_gpu) -- on a CPU, torch's for-loop Adam."""
     cfg = CFG.replace(max_steps=6)
     assert adam_kwargs("auto", torch.nn.Linear(2, 2)) == {"fused": False}
-    r = train_to_target(data, cfg, device="cpu", progress="none", evaluate_points=False, keep_model=True)
+    r = train_to_target(data, cfg, device="cpu", progress="none",
+                        hooks=RunHooks(evaluate_points=False, keep_model=True))
     torch.manual_seed(cfg.seed)
     model = NeuMF(data.num_users, data.num_items, factors=cfg.factors, layers=cfg.layers)
     opt = torch.optim.Adam(param_groups(model, 0.0), lr=cfg.peak_lr, betas=cfg.betas, fused=False)
@@ -126,7 +127,7 @@ def test_the_new_settings_default_to_every_earlier_run_bit_for_bit(data):
 @pytest.mark.parametrize("impl", ["foreach", "fused"])
 def test_adams_implementations_compute_the_same_update(data, impl):
     runs = {i: train_to_target(data, CFG.replace(max_steps=5, adam_impl=i), device="cpu", progress="none",
-                               evaluate_points=False, keep_model=True) for i in ("for-loop", impl)}
+                               hooks=RunHooks(evaluate_points=False, keep_model=True)) for i in ("for-loop", impl)}
     assert resolved_adam_impl(make_optimizer(build_model(data, CFG), CFG.replace(adam_impl=impl))) == impl
     for a, b in zip(runs["for-loop"].model.parameters(), runs[impl].model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
@@ -134,7 +135,7 @@ def test_adams_implementations_compute_the_same_update(data, impl):
 
 def test_sparse_embeddings_train_through_the_engine(data):
     r = train_to_target(data, CFG.replace(max_steps=8, sparse_embeddings=True), device="cpu", progress="none",
-                        time_phases=True, keep_model=True)
+                        hooks=RunHooks(time_phases=True, keep_model=True))
     assert r.steps == 8 and r.final_hr is not None and isinstance(make_optimizer(r.model, CFG.replace(
         sparse_embeddings=True)), SparseEmbeddingAdam)
     assert r.phase_time_s["optimizer"] > 0
@@ -161,7 +162,8 @@ def test_a_compiled_run_trains_the_same_model_as_eager(data):
     """aot_eager: dynamo's capture and AOTAutograd's backward without inductor's code generation (fast);
     the lesson compiles with inductor in the full profile."""
     cfg = CFG.replace(max_steps=4)
-    runs = [train_to_target(data, c, device="cpu", progress="none", evaluate_points=False, keep_model=True)
+    runs = [train_to_target(data, c, device="cpu", progress="none",
+                            hooks=RunHooks(evaluate_points=False, keep_model=True))
             for c in (cfg, cfg.replace(compile="default", compile_backend="aot_eager"))]
     assert cfg.replace(compile="default", compile_backend="aot_eager").compile_options == \
         {"backend": "aot_eager", "mode": None, "dynamic": False}

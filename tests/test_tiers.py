@@ -169,7 +169,9 @@ def test_launch_refuses_a_batch_that_does_not_split_before_starting_anything(mon
     def no_process(*a, **k):
         raise AssertionError("a process was started")
 
-    monkeypatch.setattr(cdist, "_loopback_store", no_process)
+    from course_lib.dist import launcher
+
+    monkeypatch.setattr(launcher, "_loopback_store", no_process)
     cfg = TrainConfig(global_batch_size=4096, micro_batch_size=512)
     with pytest.raises(ValueError, match="4096 is not divisible by micro_batch_size \\* world_size = 512 \\* 3"):
         cdist.launch(ncf_worker, 3, cfg, RunSpec())
@@ -181,6 +183,8 @@ def test_launch_refuses_a_batch_that_does_not_split_before_starting_anything(mon
                                                           (8, 4, "gloo")])
 def test_torchrun_backend_needs_one_gpu_per_rank_on_the_node(local_ranks, gpus, expected, monkeypatch):
     """``torchrun --nproc-per-node 2`` on one GPU must not pick NCCL (two NCCL ranks on one GPU fail)."""
+    import torch
+
     from course_lib import dist as cdist
 
     chosen = {}
@@ -189,11 +193,11 @@ def test_torchrun_backend_needs_one_gpu_per_rank_on_the_node(local_ranks, gpus, 
         chosen["backend"] = backend
         raise SystemExit  # stop before a real process group
 
-    monkeypatch.setattr(cdist.torch.cuda, "device_count", lambda: gpus)
-    monkeypatch.setattr(cdist.torch.cuda, "is_available", lambda: gpus > 0)
-    monkeypatch.setattr(cdist.torch.cuda, "set_device", lambda i: None)
-    monkeypatch.setattr(cdist.dist, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(cdist.dist, "init_process_group", fake_init)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "init_process_group", fake_init)
     for k, v in {"WORLD_SIZE": str(local_ranks * 2), "LOCAL_WORLD_SIZE": str(local_ranks), "RANK": "0",
                  "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(k, v)

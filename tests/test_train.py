@@ -10,7 +10,7 @@ import torch
 
 import course_lib.train.ncf as train
 from course_lib.results import save_result
-from course_lib.train import TrainConfig, evaluate_popularity, train_to_target
+from course_lib.train import RunHooks, TrainConfig, evaluate_popularity, train_to_target
 
 
 
@@ -21,7 +21,7 @@ def test_reaches_target_and_beats_popularity(data):
     pop_hr, _ = evaluate_popularity(data)
     target = pop_hr + 0.05
     r = train_to_target(data, CFG.replace(target_hr=target, max_epochs=15.0), device="cpu", progress="none",
-                        time_phases=True)
+                        hooks=RunHooks(time_phases=True))
     assert r.reached and r.time_to_target_s > 0 and r.steps_to_target == r.steps
     assert r.best_hr >= target and r.final_hr >= target
     assert r.time_to_target_s <= r.train_time_s + 1e-9
@@ -146,7 +146,7 @@ def test_evaluation_is_off_the_clock(data, monkeypatch):
 
 def test_dataloader_path_runs_same_loop(data):
     r = train_to_target(data, CFG.replace(loader="dataloader", global_batch_size=256, max_steps=10), device="cpu",
-                        progress="none", evaluate_points=False)
+                        progress="none", hooks=RunHooks(evaluate_points=False))
     assert r.steps == 10 and r.samples == 10 * 256
     assert r.train_time_s > 0 and r.samples_per_s == pytest.approx(r.samples / r.train_time_s)
 
@@ -208,7 +208,7 @@ def test_on_eval_probes_run_off_the_clock_at_every_point(data):
         return {"weights": sum(p.numel() for p in model.parameters())} if point["step"] else None
 
     r = train_to_target(data, CFG.replace(max_epochs=1.0, stop_at_target=False), device="cpu", progress="none",
-                        on_eval=probe)
+                        hooks=RunHooks(on_eval=probe))
     assert seen == r.curve["step"] and len(r.probes) == len(seen) - 1  # step 0 returned None
     assert r.probes[0]["weights"] > 0 and {"step", "epoch", "samples", "hr"} <= set(r.probes[0])
     assert r.probe_time_s >= 0.05 * len(seen)

@@ -6,7 +6,7 @@ import pytest
 
 import course_lib.train.ncf as train
 from course_lib.optim import lr_at
-from course_lib.train import TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target
+from course_lib.train import RunHooks, TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target
 
 
 
@@ -15,7 +15,8 @@ TINY = TrainConfig(global_batch_size=512, base_lr=5e-3, optimizer="adam", factor
 
 def run(data, cfg, **kw):
     budget = {"max_epochs": float(kw.pop("max_epochs", 1)), "max_steps": kw.pop("max_steps", None)}
-    return train_to_target(data, cfg.replace(**budget), device="cpu", progress="none", record_every=1, **kw)
+    return train_to_target(data, cfg.replace(**budget), device="cpu", progress="none", **kw,
+                           hooks=RunHooks(record_every=1))
 
 
 @pytest.mark.parametrize("warmup,decay,warmup_steps", [("linear", "cosine", 5), ("exponential", "none", 6),
@@ -48,7 +49,7 @@ def test_lars_adapts_weights_and_excludes_biases(data):
     assert set(ratios) == {n for n, p in model.named_parameters() if p.ndim > 1}
     assert all(v[0] != pytest.approx(1.0) for v in ratios.values())
     m = train_to_target(data, TINY.replace(optimizer="lars", base_lr=1.0, max_steps=2), device="cpu", progress="none",
-                        keep_model=True).model
+                        hooks=RunHooks(keep_model=True)).model
     assert m.out.bias.abs().sum() > 0  # excluded from the trust ratio, so it is not frozen at 0
 
 
@@ -90,14 +91,15 @@ def test_train_side_hr_uses_latest_training_item(data):
     r = run(data, TINY, max_epochs=2)
     assert r.final_train_hr is not None and 0.0 <= r.final_train_hr <= 1.0
     assert r.generalization_gap == pytest.approx(r.final_train_hr - r.final_hr)
-    m = train_to_target(data, TINY.replace(max_steps=1), device="cpu", progress="none", keep_model=True).model
+    m = train_to_target(data, TINY.replace(max_steps=1), device="cpu", progress="none",
+                        hooks=RunHooks(keep_model=True)).model
     assert evaluate_train(m, data) != evaluate(m, data)
 
 
 def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_their_spread(data):
     """#21: the choice that makes a ladder rung is run again at a second seed; the winner reached the
     target on the most seeds, then in the least mean time; the reference a verdict needs comes along."""
-    from course_lib.search import confirm, fastest, run_sweep
+    from course_lib.sweeps import confirm, fastest, run_sweep
 
     pop = train.evaluate_popularity(data)[0]
     base = TINY.replace(target_hr=pop + 0.02, max_epochs=4.0, eval_every_epochs=0.5)
@@ -119,7 +121,7 @@ def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_t
 
 
 def test_regimes_are_read_from_the_steps_to_target_slope():
-    from course_lib.search import regime_reading, scaling_regimes
+    from course_lib.lessons.l02_linear_scaling import regime_reading, scaling_regimes
 
     rows = [{"batch size": 256, "rule": "baseline", "steps to target": 19200, "resolution (steps)": 100},
             {"batch size": 1024, "rule": "sqrt", "steps to target": 4800, "resolution (steps)": 30},
@@ -143,7 +145,7 @@ def test_regimes_are_read_from_the_steps_to_target_slope():
 
 
 def test_gap_reading_compares_the_change_with_twice_the_sampling_error():
-    from course_lib.search import gap_reading
+    from course_lib.lessons.l02_linear_scaling import gap_reading
 
     def run(batch, test_hr, train_hr, epochs=1.0):
         return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,

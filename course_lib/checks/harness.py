@@ -56,34 +56,34 @@ def strict() -> bool:
     return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def _finish(result: CheckResult) -> CheckResult:
+def finish_result(result: CheckResult) -> CheckResult:
     if strict() and not result.passed:
         raise CheckFailed(repr(result))
     return result
 
 
-class _Mismatch(Exception):
+class Mismatch(Exception):
     """A case where the learner's answer differs from the reference (message says how)."""
 
 
-class _NotImplemented(Exception):
+class NotImplementedYet(Exception):
     pass
 
 
-class _LearnerError(Exception):
+class LearnerError(Exception):
     def __init__(self, exc: BaseException):
         self.exc = exc
         super().__init__(str(exc))
 
 
-def _call(fn: Callable, *args, **kwargs):
+def call_learner(fn: Callable, *args, **kwargs):
     """Call the learner's code; sort its exceptions into 'not implemented' and 'raised'."""
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as exc:
-        raise _NotImplemented() from exc
+        raise NotImplementedYet() from exc
     except Exception as exc:  # noqa: BLE001 - any error in learner code is reported, not raised
-        raise _LearnerError(exc) from exc
+        raise LearnerError(exc) from exc
 
 
 def _where(exc: BaseException) -> str:
@@ -95,36 +95,36 @@ def _where(exc: BaseException) -> str:
     return f" (at {os.path.basename(f.filename)}, line {f.lineno}: {f.line})"
 
 
-def _label(fn) -> str:
+def learner_label(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def _not_implemented(name: str, fn, cases=()) -> CheckResult:
+def not_implemented_result(name: str, fn, cases=()) -> CheckResult:
     return CheckResult(
         name, False,
-        f"not implemented yet: {_label(fn)} still raises NotImplementedError. Replace "
+        f"not implemented yet: {learner_label(fn)} still raises NotImplementedError. Replace "
         "`raise NotImplementedError()` with your code, run that cell, then run this check again.",
         tuple(cases), not_implemented=True)
 
 
-def _run_cases(name: str, fn, cases: list[tuple[str, Callable[[], None]]]) -> CheckResult:
-    """Run each case (a thunk that raises _Mismatch on a difference); stop at the first that fails."""
+def run_cases(name: str, fn, cases: list[tuple[str, Callable[[], None]]]) -> CheckResult:
+    """Run each case (a thunk that raises Mismatch on a difference); stop at the first that fails."""
     names = tuple(c for c, _ in cases)
     for case, run in cases:
         try:
             run()
-        except _NotImplemented:
-            return _not_implemented(name, fn, names)
-        except _LearnerError as err:
+        except NotImplementedYet:
+            return not_implemented_result(name, fn, names)
+        except LearnerError as err:
             return CheckResult(name, False, f"case '{case}': your code raised "
                                f"{type(err.exc).__name__}: {err.exc}{_where(err.exc)}", names)
-        except _Mismatch as diff:
+        except Mismatch as diff:
             return CheckResult(name, False, f"case '{case}': {diff}", names)
     listing = "\n".join(f"  - {c}" for c in names)
     return CheckResult(name, True, f"all {len(names)} cases match the course's reference:\n{listing}", names)
 
 
-def _fmt(x) -> str:
+def fmt_value(x) -> str:
     if torch.is_tensor(x):
         flat = x.detach().flatten().tolist()
         shown = ", ".join(f"{v:.6g}" for v in flat[:4])
@@ -134,14 +134,14 @@ def _fmt(x) -> str:
     return repr(x)
 
 
-def _as_float(value, what: str) -> float:
+def as_float_value(value, what: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
-        raise _Mismatch(f"{what} returned {value!r}; expected a single number") from None
+        raise Mismatch(f"{what} returned {value!r}; expected a single number") from None
 
 
-def _close(a: float, b: float, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
+def is_close(a: float, b: float, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) and math.isnan(b)
     if math.isinf(a) or math.isinf(b):  # rtol * inf would make any number close to inf
@@ -152,7 +152,7 @@ def _close(a: float, b: float, rtol: float = 1e-6, atol: float = 1e-9) -> bool:
 # --------------------------------------------------------------------------- optimizer trajectories (lessons 04, 07)
 
 
-def _small_net(zero_weight: bool = False) -> nn.Module:
+def small_net(zero_weight: bool = False) -> nn.Module:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(6, 5), nn.LayerNorm(5), nn.ReLU(), nn.Linear(5, 3))
     nn.init.zeros_(net[0].bias)  # zero-initialized biases, as in most models
@@ -161,7 +161,7 @@ def _small_net(zero_weight: bool = False) -> nn.Module:
     return net
 
 
-def _fixed_grads(net: nn.Module, steps: int, scale, seed: int, zero: str | None = None):
+def fixed_grads(net: nn.Module, steps: int, scale, seed: int, zero: str | None = None):
     """Gradients for each step (``scale``: one number, or one per step), the same for every run."""
     g = torch.Generator().manual_seed(seed)
     names = [n for n, _ in net.named_parameters()]
@@ -175,7 +175,7 @@ def _fixed_grads(net: nn.Module, steps: int, scale, seed: int, zero: str | None 
     return out
 
 
-def _trajectory(net: nn.Module, step: Callable[[], None], grads) -> list[list[torch.Tensor]]:
+def trajectory(net: nn.Module, step: Callable[[], None], grads) -> list[list[torch.Tensor]]:
     """Set the given gradients, take a step, record every parameter; once per step."""
     params = list(net.parameters())
     out = []
@@ -187,7 +187,7 @@ def _trajectory(net: nn.Module, step: Callable[[], None], grads) -> list[list[to
     return out
 
 
-def _compare_trajectories(net, groups, expected, got, variants: dict[str, list] | None = None) -> None:
+def compare_trajectories(net, groups, expected, got, variants: dict[str, list] | None = None) -> None:
     names = [n for n, _ in net.named_parameters()]
     params = list(net.parameters())
     group_of = {id(p): i for i, grp in enumerate(groups) for p in grp["params"]}
@@ -203,14 +203,14 @@ def _compare_trajectories(net, groups, expected, got, variants: dict[str, list] 
                        for s_a, s_b in zip(traj[: t + 1], got[: t + 1]) for a, b in zip(s_a, s_b)):
                     hint = f"\nhint: your parameters match a version {label}."
                     break
-            raise _Mismatch(
+            raise Mismatch(
                 f"after step {t + 1}, parameter '{names[i]}' (group {group_of[id(params[i])]}, "
                 f"weight_decay={grp['weight_decay']:g}) differs by up to {diff:.3g}:\n"
-                f"  expected {_fmt(e)}\n  got      {_fmt(g)}{hint}")
+                f"  expected {fmt_value(e)}\n  got      {fmt_value(g)}{hint}")
 
 
-def _learner_stepper(fn, groups, state, *extra):
+def learner_stepper(fn, groups, state, *extra):
     def step():
         with torch.no_grad():
-            _call(fn, groups, state, *extra)
+            call_learner(fn, groups, state, *extra)
     return step

@@ -11,13 +11,13 @@ from ..metrics import hit_rate_at_k
 from ..metrics import ndcg_at_k
 from .harness import (
     CheckResult,
-    _finish,
-    _Mismatch,
-    _call,
-    _label,
-    _run_cases,
-    _as_float,
-    _close,
+    finish_result,
+    Mismatch,
+    call_learner,
+    learner_label,
+    run_cases,
+    as_float_value,
+    is_close,
 )
 
 
@@ -64,10 +64,10 @@ def _ranking_cases(k: int) -> list[tuple[str, int, torch.Tensor]]:
 def _rank_hint(scores: torch.Tensor, got: float, k: int, metric: str) -> str:
     ranks_strict = (scores[:, 1:] > scores[:, :1]).sum(1).double()
     if metric == "hr":
-        if _close(got, (ranks_strict < k).double().mean().item()):
+        if is_close(got, (ranks_strict < k).double().mean().item()):
             return ("\nhint: that is what you get when ties count for the positive (`>`); the course counts "
                     "a negative that scores equal to the positive as ranked above it (`>=`).")
-        if _close(got, (ranks_strict <= k).double().mean().item()) or _close(
+        if is_close(got, (ranks_strict <= k).double().mean().item()) or is_close(
                 got, ((scores[:, 1:] >= scores[:, :1]).sum(1) <= k).double().mean().item()):
             return f"\nhint: a hit is rank < {k} with 0-based ranks (rank {k} is the {k + 1}th place)."
         return ""
@@ -75,13 +75,13 @@ def _rank_hint(scores: torch.Tensor, got: float, k: int, metric: str) -> str:
     hit = ranks < k
     for base, label in ((math.e, "natural log"), (10.0, "log10")):
         alt = torch.where(hit, math.log(base) / torch.log(ranks + 2), torch.zeros_like(ranks)).mean().item()
-        if _close(got, alt):
+        if is_close(got, alt):
             return f"\nhint: that is NDCG with the {label}; the discount is 1 / log2(rank + 2) (torch.log2)."
     alt = torch.where(hit, 1 / torch.log2(ranks + 1), torch.zeros_like(ranks)).mean().item()
-    if _close(got, alt):
+    if is_close(got, alt):
         return "\nhint: ranks are 0-based here, so the discount is 1 / log2(rank + 2), not log2(rank + 1)."
     alt = torch.where(ranks_strict < k, 1 / torch.log2(ranks_strict + 2), torch.zeros_like(ranks)).mean().item()
-    if _close(got, alt):
+    if is_close(got, alt):
         return "\nhint: ties must count against the positive (`>=`), as in HR@K."
     return ""
 
@@ -90,16 +90,16 @@ def _check_ranking_metric(name: str, fn, reference, k: int, metric: str) -> Chec
     def case(scores, k):
         def run():
             expected = reference(scores, k)
-            got = _as_float(_call(fn, scores.clone(), k), _label(fn))
-            if not _close(got, expected):
-                if k != 10 and _close(got, reference(scores, 10)):
+            got = as_float_value(call_learner(fn, scores.clone(), k), learner_label(fn))
+            if not is_close(got, expected):
+                if k != 10 and is_close(got, reference(scores, 10)):
                     hint = f"\nhint: that is the value at k=10: use the k you are given (here k={k}), not a fixed 10."
                 else:
                     hint = _rank_hint(scores, got, k, metric)
-                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
+                raise Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
         return run
 
-    return _finish(_run_cases(name, fn, [(c, case(s, kk)) for c, kk, s in _ranking_cases(k)]))
+    return finish_result(run_cases(name, fn, [(c, case(s, kk)) for c, kk, s in _ranking_cases(k)]))
 
 
 def check_hit_rate(fn: Callable, k: int = 10) -> CheckResult:

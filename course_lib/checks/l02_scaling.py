@@ -9,13 +9,13 @@ from ..optim import linear_scaled_lr
 from ..optim import sqrt_scaled_lr
 from .harness import (
     CheckResult,
-    _finish,
-    _Mismatch,
-    _call,
-    _label,
-    _run_cases,
-    _as_float,
-    _close,
+    finish_result,
+    Mismatch,
+    call_learner,
+    learner_label,
+    run_cases,
+    as_float_value,
+    is_close,
 )
 
 
@@ -37,22 +37,22 @@ def _check_scaling_rule(name: str, fn, reference, other_rule: str) -> CheckResul
     def case(base_lr, batch, base_batch):
         def run():
             expected = reference(base_lr, batch, base_batch)
-            got = _as_float(_call(fn, base_lr, batch, base_batch), _label(fn))
-            if not _close(got, expected, rtol=1e-9):
+            got = as_float_value(call_learner(fn, base_lr, batch, base_batch), learner_label(fn))
+            if not is_close(got, expected, rtol=1e-9):
                 k = batch / base_batch
                 hint = ""
-                if other_rule == "sqrt" and _close(got, base_lr * math.sqrt(k)):
+                if other_rule == "sqrt" and is_close(got, base_lr * math.sqrt(k)):
                     hint = "\nhint: that is the square-root rule; the linear rule multiplies the lr by k = batch / base."
-                elif other_rule == "linear" and _close(got, base_lr * k):
+                elif other_rule == "linear" and is_close(got, base_lr * k):
                     hint = "\nhint: that is the linear rule (lr x k); the square-root rule multiplies by sqrt(k)."
-                elif _close(got, base_lr / k) or _close(got, base_lr / math.sqrt(k)):
+                elif is_close(got, base_lr / k) or is_close(got, base_lr / math.sqrt(k)):
                     hint = "\nhint: k is batch_size / base_batch_size: a bigger batch gets a bigger lr."
-                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
+                raise Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
         return run
 
     cases = [(f"base_lr={lr:g}, batch_size={b}, base_batch_size={bb} (k={b / bb:g})", case(lr, b, bb))
              for lr, b, bb in _SCALING_CASES]
-    return _finish(_run_cases(name, fn, cases))
+    return finish_result(run_cases(name, fn, cases))
 
 
 def check_linear_scaled_lr(fn: Callable) -> CheckResult:

@@ -11,15 +11,15 @@ from torch import nn
 from ..optim import lr_at
 from .harness import (
     CheckResult,
-    _finish,
-    _Mismatch,
-    _NotImplemented,
-    _LearnerError,
-    _call,
-    _label,
-    _run_cases,
-    _as_float,
-    _close,
+    finish_result,
+    Mismatch,
+    NotImplementedYet,
+    LearnerError,
+    call_learner,
+    learner_label,
+    run_cases,
+    as_float_value,
+    is_close,
 )
 
 
@@ -39,19 +39,19 @@ def check_warmup_factor(fn: Callable) -> CheckResult:
         def run():
             steps = range(total_steps + 4)  # a few steps past the end: the factor stays at its end value
             expected = [ref(s, warmup_steps, total_steps, decay) for s in steps]
-            got = [_as_float(_call(fn, s, warmup_steps, total_steps, decay), f"{_label(fn)} at step {s}")
+            got = [as_float_value(call_learner(fn, s, warmup_steps, total_steps, decay), f"{learner_label(fn)} at step {s}")
                    for s in steps]
-            bad = [s for s in steps if not _close(got[s], expected[s], atol=1e-12)]
+            bad = [s for s in steps if not is_close(got[s], expected[s], atol=1e-12)]
             if bad:
                 s = bad[0]
                 hint = ""
-                if all(_close(got[t], expected[t + 1]) for t in range(min(warmup_steps, len(steps) - 1))):
+                if all(is_close(got[t], expected[t + 1]) for t in range(min(warmup_steps, len(steps) - 1))):
                     hint = ("\nhint: your ramp is one step ahead: the factor is 0 at step 0 and reaches 1 exactly "
                             "at step == warmup_steps.")
                 elif s > warmup_steps and decay == "cosine":
                     hint = ("\nhint: after warmup, progress = (step - warmup_steps) / (total_steps - warmup_steps), "
                             "capped at 1, and the factor is (1 + cos(pi * progress)) / 2.")
-                raise _Mismatch(f"at step {s} expected {expected[s]:.6g}, got {got[s]:.6g}{hint}")
+                raise Mismatch(f"at step {s} expected {expected[s]:.6g}, got {got[s]:.6g}{hint}")
         return run
 
     def lambdalr_case():
@@ -67,16 +67,16 @@ def check_warmup_factor(fn: Callable) -> CheckResult:
                 opt.step()
                 sched.step()
         except NotImplementedError as exc:
-            raise _NotImplemented() from exc
+            raise NotImplementedYet() from exc
         except TypeError as exc:
-            raise _Mismatch(f"LambdaLR could not call it as lr_lambda(step) with warmup_steps, total_steps and decay "
+            raise Mismatch(f"LambdaLR could not call it as lr_lambda(step) with warmup_steps, total_steps and decay "
                             f"given by keyword: {exc}") from exc
         except Exception as exc:  # noqa: BLE001
-            raise _LearnerError(exc) from exc
+            raise LearnerError(exc) from exc
         for s, lr in enumerate(got):
             expected = peak_lr * ref(s, warmup_steps, total_steps, "cosine")
-            if not _close(float(lr), expected):
-                raise _Mismatch(f"optimizer lr at step {s}: expected {expected:.6g}, got {float(lr):.6g}")
+            if not is_close(float(lr), expected):
+                raise Mismatch(f"optimizer lr at step {s}: expected {expected:.6g}, got {float(lr):.6g}")
 
     cases = [
         ("linear warmup over 5 steps, then constant (total 20)", schedule_case(5, 20, "constant")),
@@ -86,4 +86,4 @@ def check_warmup_factor(fn: Callable) -> CheckResult:
         ("warmup over the whole run (warmup_steps == total_steps == 6)", schedule_case(6, 6, "cosine")),
         ("used as LambdaLR's lr_lambda: SGD(lr=0.4), warmup 5, cosine to step 20", lambdalr_case),
     ]
-    return _finish(_run_cases("check_warmup_factor", fn, cases))
+    return finish_result(run_cases("check_warmup_factor", fn, cases))

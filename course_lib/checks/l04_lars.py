@@ -11,18 +11,18 @@ import torch
 from ..optim import LARS, lars_trust_ratio, param_groups
 from .harness import (
     CheckResult,
-    _finish,
-    _Mismatch,
-    _call,
-    _label,
-    _run_cases,
-    _as_float,
-    _close,
-    _small_net,
-    _fixed_grads,
-    _trajectory,
-    _compare_trajectories,
-    _learner_stepper,
+    finish_result,
+    Mismatch,
+    call_learner,
+    learner_label,
+    run_cases,
+    as_float_value,
+    is_close,
+    small_net,
+    fixed_grads,
+    trajectory,
+    compare_trajectories,
+    learner_stepper,
 )
 
 
@@ -34,15 +34,15 @@ def check_lars_trust_ratio(fn: Callable) -> CheckResult:
     def case(w_norm, g_norm, tc, wd, eps):
         def run():
             expected = lars_trust_ratio(w_norm, g_norm, trust_coefficient=tc, weight_decay=wd, eps=eps)
-            got = _as_float(_call(fn, w_norm, g_norm, tc, wd, eps), _label(fn))
-            if not _close(got, expected, rtol=1e-6):
+            got = as_float_value(call_learner(fn, w_norm, g_norm, tc, wd, eps), learner_label(fn))
+            if not is_close(got, expected, rtol=1e-6):
                 hint = ""
                 if w_norm == 0 or g_norm == 0:
                     hint = ("\nhint: the zero-norm guard: when ||w|| == 0 or ||g|| == 0 the ratio is 1 (a "
                             "zero-initialized weight would otherwise get 0 and never move).")
-                elif _close(got, tc * w_norm / (g_norm + eps)):
+                elif is_close(got, tc * w_norm / (g_norm + eps)):
                     hint = "\nhint: weight decay enters the denominator: ||g|| + weight_decay * ||w|| + eps."
-                raise _Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
+                raise Mismatch(f"expected {expected:.6g}, got {got:.6g}{hint}")
         return run
 
     params = [  # (w_norm, g_norm, trust_coefficient, weight_decay, eps)
@@ -57,7 +57,7 @@ def check_lars_trust_ratio(fn: Callable) -> CheckResult:
     cases = [(f"||w||={w:g}, ||g||={g:g}, trust_coefficient={tc:g}, weight_decay={wd:g}"
               + (" (zero norm)" if w == 0 or g == 0 else ""), case(w, g, tc, wd, eps))
              for w, g, tc, wd, eps in params]
-    return _finish(_run_cases("check_lars_trust_ratio", fn, cases))
+    return finish_result(run_cases("check_lars_trust_ratio", fn, cases))
 
 
 def check_lars_step(fn: Callable) -> CheckResult:
@@ -80,12 +80,12 @@ def check_lars_step(fn: Callable) -> CheckResult:
             return groups
 
         def run():
-            base = _small_net(zero_weight)
-            grads = _fixed_grads(base, steps, grad_scale, seed=2, zero=zero_grad)
+            base = small_net(zero_weight)
+            grads = fixed_grads(base, steps, grad_scale, seed=2, zero=zero_grad)
 
             def reference(lrs=(lr, no_decay_lr), **overrides):
                 ref_net = copy.deepcopy(base)
-                return _trajectory(ref_net, LARS(make_groups(ref_net, lrs), **{**hyper, **overrides}).step, grads)
+                return trajectory(ref_net, LARS(make_groups(ref_net, lrs), **{**hyper, **overrides}).step, grads)
 
             expected = reference()
             variants = {"that applies the trust ratio to the weight_decay=0 group too (biases and norm "
@@ -98,16 +98,16 @@ def check_lars_step(fn: Callable) -> CheckResult:
                     reference(lrs=(lr, lr)))
             net = copy.deepcopy(base)
             groups = make_groups(net)
-            got = _trajectory(net, _learner_stepper(fn, groups, defaultdict(dict)), grads)
+            got = trajectory(net, learner_stepper(fn, groups, defaultdict(dict)), grads)
             try:
-                _compare_trajectories(net, groups, expected, got, variants)
-            except _Mismatch as diff:
+                compare_trajectories(net, groups, expected, got, variants)
+            except Mismatch as diff:
                 zero_weight_index = [n for n, _ in net.named_parameters()].index("3.weight")
                 if zero_weight and torch.count_nonzero(got[0][zero_weight_index]) == 0:
-                    raise _Mismatch(f"{diff}\nhint: your zero-initialized weight did not move: its trust ratio "
+                    raise Mismatch(f"{diff}\nhint: your zero-initialized weight did not move: its trust ratio "
                                     "must be 1 when ||w|| == 0 (the zero-norm guard).") from None
                 if zero_grad is not None:
-                    raise _Mismatch(f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
+                    raise Mismatch(f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
                                     "ratio must be 1 (the zero-norm guard), not trust_coefficient / weight_decay.") from None
                 raise
         return run
@@ -124,4 +124,4 @@ def check_lars_step(fn: Callable) -> CheckResult:
         ("a different lr in each group (0.5 for the weights, 0.05 for biases and LayerNorm)",
          case(lr=0.5, no_decay_lr=0.05, steps=2)),
     ]
-    return _finish(_run_cases("check_lars_step", fn, cases))
+    return finish_result(run_cases("check_lars_step", fn, cases))

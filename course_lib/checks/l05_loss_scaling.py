@@ -11,13 +11,13 @@ from torch import nn
 
 from .harness import (
     CheckResult,
-    _finish,
-    _Mismatch,
-    _NotImplemented,
-    _LearnerError,
-    _run_cases,
-    _fmt,
-    _close,
+    finish_result,
+    Mismatch,
+    NotImplementedYet,
+    LearnerError,
+    run_cases,
+    fmt_value,
+    is_close,
 )
 
 
@@ -70,26 +70,26 @@ def check_loss_scaler(scaler_class: Callable) -> CheckResult:
             try:
                 scaler = scaler_class(**settings)
             except NotImplementedError as exc:
-                raise _NotImplemented() from exc
+                raise NotImplementedYet() from exc
             except Exception as exc:  # noqa: BLE001
-                raise _LearnerError(exc) from exc
+                raise LearnerError(exc) from exc
             steps = drive(scaler, copy.deepcopy(base))
             for exp in reference:
                 try:
                     got = next(steps)
                 except (NotImplementedError, StopIteration) as exc:
-                    raise _NotImplemented() from exc
+                    raise NotImplementedYet() from exc
                 except Exception as exc:  # noqa: BLE001
-                    raise _LearnerError(exc) from exc
+                    raise LearnerError(exc) from exc
                 where = f"step {exp['t'] + 1} ({exp['kind']} gradients)"
-                if not _close(got["scaled"], exp["scaled"], rtol=1e-6):
-                    raise _Mismatch(f"{where}: scale(loss) gave {got['scaled']:.6g}, expected loss x scale = "
+                if not is_close(got["scaled"], exp["scaled"], rtol=1e-6):
+                    raise Mismatch(f"{where}: scale(loss) gave {got['scaled']:.6g}, expected loss x scale = "
                                     f"{exp['loss']:.6g} x {exp['scale_before']:g} = {exp['scaled']:.6g}")
                 if got["stepped"] != exp["stepped"]:
                     if exp["stepped"]:
-                        raise _Mismatch(f"{where}: the gradients are finite, so step() must call optimizer.step(); "
+                        raise Mismatch(f"{where}: the gradients are finite, so step() must call optimizer.step(); "
                                         "yours left the parameters unchanged")
-                    raise _Mismatch(f"{where}: the reference SKIPPED optimizer.step() (a gradient is {exp['kind']}) "
+                    raise Mismatch(f"{where}: the reference SKIPPED optimizer.step() (a gradient is {exp['kind']}) "
                                     "and left the parameters unchanged; yours changed them. Skip the step when "
                                     "any gradient is not finite.")
                 prev = reference[exp["t"] - 1]["params"] if exp["t"] else [p.detach() for p in base.parameters()]
@@ -98,13 +98,13 @@ def check_loss_scaler(scaler_class: Callable) -> CheckResult:
                         hint = ""
                         moved = (e - before).abs().sum().item()
                         ratio = (g - before).abs().sum().item() / moved if moved > 0 else math.nan
-                        if _close(ratio, exp["scale_before"], rtol=1e-3):
+                        if is_close(ratio, exp["scale_before"], rtol=1e-3):
                             hint = ("\nhint: your update is `scale` times too big: unscale the gradients (divide "
                                     "them by the scale) before optimizer.step().")
-                        raise _Mismatch(f"{where}: parameter '{name}' after the step:\n  expected {_fmt(e)}\n"
-                                        f"  got      {_fmt(g)}{hint}")
+                        raise Mismatch(f"{where}: parameter '{name}' after the step:\n  expected {fmt_value(e)}\n"
+                                        f"  got      {fmt_value(g)}{hint}")
                 if got["scale"] != exp["scale"]:
-                    raise _Mismatch(
+                    raise Mismatch(
                         f"{where}: scale after update() is {got['scale']:g}, expected {exp['scale']:g} "
                         f"(was {exp['scale_before']:g}; multiply it by backoff_factor={backoff_factor:g} after a "
                         f"skipped step, by growth_factor={growth_factor:g} after growth_interval={growth_interval} "
@@ -119,4 +119,4 @@ def check_loss_scaler(scaler_class: Callable) -> CheckResult:
         ("growth_factor=4, backoff_factor=0.25, init_scale=32, growth_interval=2: nan gradients only",
          case("ccnccnc", 32.0, 2, growth_factor=4.0, backoff_factor=0.25)),
     ]
-    return _finish(_run_cases("check_loss_scaler", scaler_class, cases))
+    return finish_result(run_cases("check_loss_scaler", scaler_class, cases))

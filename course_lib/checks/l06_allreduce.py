@@ -12,19 +12,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..dist import LaunchTimeout, WorkerError, launch
-from .harness import CheckResult, _finish, _label, _not_implemented, _fmt
+from .harness import CheckResult, finish_result, learner_label, not_implemented_result, fmt_value
 
 
 # --------------------------------------------------------------------------- 06: all-reduce by hand
 
 
-def _spawnable(name: str, fn) -> CheckResult | None:
+def spawnable(name: str, fn) -> CheckResult | None:
     """A failing result when ``fn`` cannot be imported by spawned workers, else None."""
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", "") or ""
     if module in (None, "__main__") or "<locals>" in qualname or "<lambda>" in qualname:
         return CheckResult(name, False, (
-            f"{_label(fn)} is defined in the notebook (module {module!r}), so the worker processes cannot "
+            f"{learner_label(fn)} is defined in the notebook (module {module!r}), so the worker processes cannot "
             "run it: launch() starts them as new processes (a fork server's, or spawned), which import the "
             "function by its module and name; a fresh Python process has no notebook namespace. Write the "
             "function to a .py file (the %%writefile cell above), import it from there, and pass that imported "
@@ -32,12 +32,12 @@ def _spawnable(name: str, fn) -> CheckResult | None:
     return None
 
 
-def _probe_not_implemented(name: str, fn, probe: Callable[[], None]) -> CheckResult | None:
+def probe_not_implemented(name: str, fn, probe: Callable[[], None]) -> CheckResult | None:
     """Call the stub in this process first: a NotImplementedError needs no worker processes."""
     try:
         probe()
     except NotImplementedError:
-        return _not_implemented(name, fn)
+        return not_implemented_result(name, fn)
     except Exception:  # noqa: BLE001 - a real implementation fails here without a process group; fine
         pass
     return None
@@ -47,15 +47,15 @@ def _distributed_check(name: str, fn, probe: Callable[[], None], worker: Callabl
                        world_size: int, *args, timeout_s: float) -> CheckResult:
     """The shape of every multi-process check: refuse what spawn cannot import, answer a stub
     without launching, run ``worker`` on ``world_size`` ranks, then ``judge(per_rank_results)``."""
-    early = _spawnable(name, fn)
+    early = spawnable(name, fn)
     if early is None:
-        early = _probe_not_implemented(name, fn, probe)
+        early = probe_not_implemented(name, fn, probe)
     if early is not None:
-        return _finish(early)
-    results = _launch_cases(name, worker, [fn], world_size, *args, timeout_s=timeout_s)
+        return finish_result(early)
+    results = launch_cases(name, worker, [fn], world_size, *args, timeout_s=timeout_s)
     if isinstance(results, CheckResult):
-        return _finish(results)
-    return _finish(judge([r[0] for r in results]))
+        return finish_result(results)
+    return finish_result(judge([r[0] for r in results]))
 
 
 RING_DEADLOCK_HINT = ("a ring where each rank first calls a blocking send() and only then recv() can "
@@ -63,7 +63,7 @@ RING_DEADLOCK_HINT = ("a ring where each rank first calls a blocking send() and 
                       "both), or let even ranks send first and odd ranks receive first.")
 
 
-def _launch_cases(name: str, worker: Callable, fns: list, world_size: int, *args,
+def launch_cases(name: str, worker: Callable, fns: list, world_size: int, *args,
                   timeout_s: float = 120.0, deadlock_hint: str = RING_DEADLOCK_HINT) -> list | CheckResult:
     """Run ``worker(rank, world_size, fns, *args)`` on ``world_size`` processes; map failures to results."""
     try:
@@ -72,7 +72,7 @@ def _launch_cases(name: str, worker: Callable, fns: list, world_size: int, *args
     except WorkerError as err:
         tb = err.worker_traceback
         if "NotImplementedError" in tb:
-            return _not_implemented(name, fns[0])
+            return not_implemented_result(name, fns[0])
         tail = "\n".join(tb.strip().splitlines()[-12:])
         return CheckResult(name, False, f"your function failed on rank {err.rank}:\n{tail}")
     except (TypeError, ValueError) as err:  # launch() refused the function or its arguments
@@ -141,7 +141,7 @@ def _grad_avg_worker(rank: int, world_size: int, fns: list, compare_ddp: bool) -
                     hint = (f"\nhint: yours is the sum over the ranks divided by {fixed[0]}, not by the world size "
                             f"({world_size}): divide by dist.get_world_size().")
             problems.append(f"rank {rank}: gradient of '{n}' differs from {ref_name}:\n"
-                            f"  expected {_fmt(e)}\n  got      {_fmt(got)}{hint}")
+                            f"  expected {fmt_value(e)}\n  got      {fmt_value(got)}{hint}")
         out.append(problems)
     return out
 

@@ -9,13 +9,13 @@ from typing import Callable
 from ..optim import LAMB, param_groups
 from .harness import (
     CheckResult,
-    _finish,
-    _run_cases,
-    _small_net,
-    _fixed_grads,
-    _trajectory,
-    _compare_trajectories,
-    _learner_stepper,
+    finish_result,
+    run_cases,
+    small_net,
+    fixed_grads,
+    trajectory,
+    compare_trajectories,
+    learner_stepper,
 )
 
 
@@ -41,13 +41,13 @@ def check_lamb_step(fn: Callable) -> CheckResult:
             return [dict(g, **hyper) for g in param_groups(net, weight_decay=weight_decay)]
 
         def run():
-            base = _small_net(zero_weight)
-            grads = _fixed_grads(base, steps, grad_scale, seed=5)
+            base = small_net(zero_weight)
+            grads = fixed_grads(base, steps, grad_scale, seed=5)
 
             def reference(**overrides):
                 net = copy.deepcopy(base)
                 opt = LAMB(make_groups(net), **{**hyper, "max_grad_norm": max_grad_norm, **overrides})
-                return _trajectory(net, opt.step, grads)
+                return trajectory(net, opt.step, grads)
 
             expected = reference()
             variants = {
@@ -63,8 +63,8 @@ def check_lamb_step(fn: Callable) -> CheckResult:
                     reference(max_grad_norm=1.0))
             net = copy.deepcopy(base)
             groups = make_groups(net)
-            got = _trajectory(net, _learner_stepper(fn, groups, defaultdict(dict), max_grad_norm), grads)
-            _compare_trajectories(net, groups, expected, got, variants)
+            got = trajectory(net, learner_stepper(fn, groups, defaultdict(dict), max_grad_norm), grads)
+            compare_trajectories(net, groups, expected, got, variants)
         return run
 
     cases = [
@@ -77,4 +77,4 @@ def check_lamb_step(fn: Callable) -> CheckResult:
          "on some steps)", case(grad_scale=[0.5, 3.0, 0.05], lr=0.05, betas=(0.8, 0.99), eps=0.01,
                                 weight_decay=0.1, max_grad_norm=5.0)),
     ]
-    return _finish(_run_cases("check_lamb_step", fn, cases))
+    return finish_result(run_cases("check_lamb_step", fn, cases))

@@ -20,8 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from .harness import CheckResult, _finish, _fmt
-from .l06_allreduce import _launch_cases, _probe_not_implemented, _spawnable
+from .harness import CheckResult, finish_result, fmt_value
+from .l06_allreduce import launch_cases, probe_not_implemented, spawnable
 
 P2P = ("send", "recv", "isend", "irecv")
 COLLECTIVES = ("broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
@@ -133,7 +133,7 @@ def _bcast_worker(rank: int, world_size: int, fns: list, cases: list) -> list[di
                     hint = "\nhint: this rank's tensor is unchanged: it never received the root's data."
                 # every rank runs every case (a rank that stopped early would leave its peers waiting)
                 problems.append(f"rank {rank}, src={src}, a {dtype} tensor of shape {shape}: expected the root's "
-                                f"values {_fmt(expected)}, got {_fmt(x)}{hint}")
+                                f"values {fmt_value(expected)}, got {fmt_value(x)}{hint}")
             if forbidden:
                 break
         out.append({"problems": problems, "logs": logs, "forbidden": sorted(set(forbidden))})
@@ -220,15 +220,15 @@ def check_binomial_tree_broadcast(fn: Callable, world_sizes=(3, 4), timeout_s: f
     module docstring). ``fn`` must live in an importable module (``%%writefile``).
     """
     name = "check_binomial_tree_broadcast"
-    early = _spawnable(name, fn) or _probe_not_implemented(name, fn, lambda: fn(torch.zeros(3), 0))
+    early = spawnable(name, fn) or probe_not_implemented(name, fn, lambda: fn(torch.zeros(3), 0))
     if early is not None:
-        return _finish(early)
+        return finish_result(early)
     results, cases_by_ws = {}, {}
     for ws in world_sizes:
         cases_by_ws[ws] = broadcast_cases(ws)
-        per_rank = _launch_cases(name, _bcast_worker, [fn], ws, cases_by_ws[ws], timeout_s=timeout_s,
+        per_rank = launch_cases(name, _bcast_worker, [fn], ws, cases_by_ws[ws], timeout_s=timeout_s,
                                  deadlock_hint=TREE_DEADLOCK_HINT)
         if isinstance(per_rank, CheckResult):
-            return _finish(per_rank)
+            return finish_result(per_rank)
         results[ws] = [r[0] for r in per_rank]
-    return _finish(_judge(name, results, cases_by_ws))
+    return finish_result(_judge(name, results, cases_by_ws))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..perf.model import bucket_overlap
-from .harness import CheckResult, _as_float, _call, _close, _finish, _label, _Mismatch, _run_cases
+from .harness import CheckResult, as_float_value, call_learner, is_close, finish_result, learner_label, Mismatch, run_cases
 
 # (ready times of the buckets, their all-reduce times), seconds
 _OVERLAP_CASES = [
@@ -25,18 +25,18 @@ def check_bucket_overlap(fn: Callable) -> CheckResult:
     def case(ready, comm):
         def run():
             expected = bucket_overlap(ready, comm)[1]
-            got = _as_float(_call(fn, list(ready), list(comm)), _label(fn))
-            if not _close(got, expected, rtol=1e-9, atol=1e-12):
+            got = as_float_value(call_learner(fn, list(ready), list(comm)), learner_label(fn))
+            if not is_close(got, expected, rtol=1e-9, atol=1e-12):
                 hint = ""
-                if _close(got, sum(comm)):
+                if is_close(got, sum(comm)):
                     hint = "\nhint: that is all of the communication, as if nothing overlapped with backward."
-                elif _close(got, comm[-1]):
+                elif is_close(got, comm[-1]):
                     hint = ("\nhint: that is the last bucket's all-reduce alone; when the links are slower than "
                             "backward, earlier all-reduces are still running when the last bucket is ready.")
                 elif got < 0:
                     hint = "\nhint: exposed time is never negative: a fully hidden all-reduce costs 0."
-                raise _Mismatch(f"expected {expected:.6g} s, got {got:.6g} s{hint}")
+                raise Mismatch(f"expected {expected:.6g} s, got {got:.6g} s{hint}")
         return run
 
     cases = [(f"ready_s={r}, comm_s={c}", case(r, c)) for r, c in _OVERLAP_CASES]
-    return _finish(_run_cases("check_bucket_overlap", fn, cases))
+    return finish_result(run_cases("check_bucket_overlap", fn, cases))

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .harness import CheckResult, _finish, _fmt
-from .l06_allreduce import _launch_cases, _probe_not_implemented, _spawnable
+from .harness import CheckResult, finish_result, fmt_value
+from .l06_allreduce import launch_cases, probe_not_implemented, spawnable
 
 CASES = ((4, 6, 7), (3, 5, 6, 5))  # (*input shape, out_features): out 7 and 5 do not divide by 2 or 3
 
@@ -50,7 +50,7 @@ def _column_worker(rank: int, world_size: int, fns: list, cases) -> list[list[st
             where = f"rank {rank} of {world_size}, input {tuple(shape)}, out_features={out_features}"
             if not torch.allclose(y_tp, y_full[..., rows], rtol=1e-5, atol=1e-6):
                 problems.append(f"{where}: the output differs from the full layer's rows {rows.tolist()}: expected "
-                                f"{_fmt(y_full[..., rows])}, got {_fmt(y_tp)}\nhint: forward is the identity; the "
+                                f"{fmt_value(y_full[..., rows])}, got {fmt_value(y_tp)}\nhint: forward is the identity; the "
                                 "all-reduce belongs in backward.")
             elif x_tp.grad is None:
                 problems.append(f"{where}: the input got no gradient: backward must return one (the all-reduced grad)")
@@ -61,8 +61,8 @@ def _column_worker(rank: int, world_size: int, fns: list, cases) -> list[list[st
                 else:
                     hint = ("\nhint: this rank's rows give only part of dL/dx; the other ranks hold the rest. "
                             "Backward must add them up over every rank (dist.all_reduce).")
-                problems.append(f"{where}: dL/dx differs from one process's: expected {_fmt(x_full.grad)}, "
-                                f"got {_fmt(x_tp.grad)}{hint}")
+                problems.append(f"{where}: dL/dx differs from one process's: expected {fmt_value(x_full.grad)}, "
+                                f"got {fmt_value(x_tp.grad)}{hint}")
             elif not (torch.allclose(shard.weight.grad, full.weight.grad[rows], rtol=1e-5, atol=1e-6)
                       and torch.allclose(shard.bias.grad, full.bias.grad[rows], rtol=1e-5, atol=1e-6)):
                 problems.append(f"{where}: the weight gradient of this rank's rows differs from one process's "
@@ -76,22 +76,22 @@ def check_copy_to_parallel(fn: Callable, world_sizes=(2, 3), timeout_s: float = 
     all-reduces the gradient backward. Checked as the input side of a column-parallel layer on
     each of ``world_sizes`` gloo process groups against one process's ``nn.Linear`` (module docstring)."""
     name = "check_copy_to_parallel"
-    early = _spawnable(name, fn) or _probe_not_implemented(
+    early = spawnable(name, fn) or probe_not_implemented(
         name, fn, lambda: _apply(fn, torch.zeros(3, requires_grad=True)).sum().backward())
     if early is not None:
-        return _finish(early)
+        return finish_result(early)
     listing = []
     for ws in world_sizes:
-        per_rank = _launch_cases(name, _column_worker, [fn], ws, CASES, timeout_s=timeout_s,
+        per_rank = launch_cases(name, _column_worker, [fn], ws, CASES, timeout_s=timeout_s,
                                  deadlock_hint="a rank that calls a collective the others do not (every rank "
                                                "must run the same all-reduce in backward).")
         if isinstance(per_rank, CheckResult):
-            return _finish(per_rank)
+            return finish_result(per_rank)
         problems = [p for r in per_rank for p in r[0]]
         listing.append(f"{ws} ranks: inputs {[c[:-1] for c in CASES]}, out_features {[c[-1] for c in CASES]}")
         if problems:
             more = f"\n({len(problems) - 1} more difference(s))" if len(problems) > 1 else ""
-            return _finish(CheckResult(name, False, problems[0] + more, tuple(listing)))
-    return _finish(CheckResult(name, True, "the column-parallel layer with your function equals one process's "
+            return finish_result(CheckResult(name, False, problems[0] + more, tuple(listing)))
+    return finish_result(CheckResult(name, True, "the column-parallel layer with your function equals one process's "
                                "nn.Linear: output rows, dL/dx and the shard's weight gradients:\n"
                                + "\n".join(f"  - {c}" for c in listing), tuple(listing)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import batch_science as bs
-from .harness import CheckResult, _as_float, _call, _close, _finish, _label, _Mismatch, _run_cases
+from .harness import CheckResult, as_float_value, call_learner, is_close, finish_result, learner_label, Mismatch, run_cases
 
 
 def reference(sq_small, sq_big, b_small: int, b_big: int) -> tuple[float, float, float]:
@@ -44,10 +44,10 @@ def check_noise_scale(fn: Callable) -> CheckResult:
     squared gradient norms (one per repeat) at two batch sizes in, the simple noise scale out."""
 
     def answer(sq_small, sq_big, b_small, b_big):
-        got = _call(fn, list(sq_small), list(sq_big), b_small, b_big)
+        got = call_learner(fn, list(sq_small), list(sq_big), b_small, b_big)
         if not (isinstance(got, (tuple, list)) and len(got) == 3):
-            raise _Mismatch(f"{_label(fn)} returned {got!r}; expected three numbers (b_simple, grad_sq_norm, trace_cov)")
-        return tuple(_as_float(v, f"{_label(fn)}") for v in got)
+            raise Mismatch(f"{learner_label(fn)} returned {got!r}; expected three numbers (b_simple, grad_sq_norm, trace_cov)")
+        return tuple(as_float_value(v, f"{learner_label(fn)}") for v in got)
 
     def compare(sq_small, sq_big, b_small, b_big, rtol=1e-6):
         want = reference(sq_small, sq_big, b_small, b_big)
@@ -55,22 +55,22 @@ def check_noise_scale(fn: Callable) -> CheckResult:
         names = ("b_simple", "grad_sq_norm", "trace_cov")
         for i in (1, 2, 0):  # the two estimates first: a wrong ratio follows from a wrong part
             name, w, g = names[i], want[i], got[i]
-            if not _close(g, w, rtol=rtol):
+            if not is_close(g, w, rtol=rtol):
                 hint = ""
                 swapped = _raw(sq_small[0], sq_big[0], b_big, b_small) if len(sq_small) == 1 else None
                 means = [bs.two_batch_estimates(s, b, b_small, b_big) for s, b in zip(sq_small, sq_big)]
                 mean_of_ratios = sum(t / g2 for g2, t in means) / len(means)
-                if name == "b_simple" and _close(g, mean_of_ratios, rtol=1e-6) and len(means) > 1:
+                if name == "b_simple" and is_close(g, mean_of_ratios, rtol=1e-6) and len(means) > 1:
                     hint = ("\nhint: you averaged the ratio over the repeats. Average |G|^2 and tr(Sigma) over the "
                             "repeats first, then divide: the ratio of two noisy numbers is biased, their means are not.")
-                elif name == "trace_cov" and _close(g, sum(s - b for s, b in zip(sq_small, sq_big)) / len(means)):
+                elif name == "trace_cov" and is_close(g, sum(s - b for s, b in zip(sq_small, sq_big)) / len(means)):
                     hint = "\nhint: the difference of the squared norms must be divided by (1/b_small - 1/b_big)."
-                elif swapped is not None and _close(g, swapped[names.index(name)]):
+                elif swapped is not None and is_close(g, swapped[names.index(name)]):
                     hint = "\nhint: b_small goes with sq_small and b_big with sq_big (you swapped the batch sizes)."
                 elif name == "grad_sq_norm":
                     hint = ("\nhint: |G|^2 = (b_big |G_big|^2 - b_small |G_small|^2) / (b_big - b_small), from "
                             "E|G_B|^2 = |G|^2 + tr(Sigma) / B at both batch sizes.")
-                raise _Mismatch(f"{name}: expected {w:.6g}, got {g:.6g} (b_small={b_small}, b_big={b_big}, "
+                raise Mismatch(f"{name}: expected {w:.6g}, got {g:.6g} (b_small={b_small}, b_big={b_big}, "
                                 f"{len(sq_small)} repeat(s)){hint}")
 
     def least_squares():
@@ -78,7 +78,7 @@ def check_noise_scale(fn: Callable) -> CheckResult:
         compare(small, big, 2, 64, rtol=1e-6)
         got = answer(small, big, 2, 64)[0]
         if abs(got / exact - 1) > 0.2:
-            raise _Mismatch(f"on least squares your B_simple is {got:.4g}, the closed form {exact:.4g}")
+            raise Mismatch(f"on least squares your B_simple is {got:.4g}, the closed form {exact:.4g}")
 
     g2, trace = 2.0, 300.0
     cases = [
@@ -89,4 +89,4 @@ def check_noise_scale(fn: Callable) -> CheckResult:
          lambda: compare([40.0, 30.0, 55.0], [4.0, 2.5, 3.9], 8, 128)),
         ("400 repeats measured on linear least squares (closed form known)", least_squares),
     ]
-    return _finish(_run_cases("check_noise_scale", fn, cases))
+    return finish_result(run_cases("check_noise_scale", fn, cases))

@@ -1,7 +1,7 @@
 """Exercise 12: synchronous successive halving on recorded learning curves (lesson 12).
 
 The learner's ``successive_halving(curves, min_resource, reduction_factor) -> (best, spent)`` is
-compared with :func:`course_lib.search.successive_halving` on curves where the order at the first
+compared with :func:`course_lib.optuna_search.successive_halving` on curves where the order at the first
 rung differs from the order at the end (a late bloomer that a cut loses), numbers of
 configurations that do not divide by the reduction factor, ties, and a ``min_resource`` of 2.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from ..search import successive_halving as reference
-from .harness import CheckResult, _call, _finish, _Mismatch, _run_cases
+from ..optuna_search import successive_halving as reference
+from .harness import CheckResult, call_learner, finish_result, Mismatch, run_cases
 
 
 def _curves(n: int, R: int, seed: int) -> list[list[float]]:
@@ -42,12 +42,12 @@ def check_successive_halving(fn: Callable) -> CheckResult:
 
     def case(curves, r, eta):
         def run():
-            got = _call(fn, [list(c) for c in curves], r, eta)
+            got = call_learner(fn, [list(c) for c in curves], r, eta)
             want = reference(curves, r, eta)
             try:
                 best, spent = got
             except (TypeError, ValueError):
-                raise _Mismatch(f"returned {got!r}; expected a pair (best index, resource spent), e.g. {want}") from None
+                raise Mismatch(f"returned {got!r}; expected a pair (best index, resource spent), e.g. {want}") from None
             if (int(best), int(spent)) == want:
                 return
             hint = ""
@@ -62,7 +62,7 @@ def check_successive_halving(fn: Callable) -> CheckResult:
                 hint = (" hint: at each rung keep max(1, n_alive // reduction_factor) configurations with the "
                         "HIGHEST value at that rung's resource (curves[i][rung - 1]), ties to the lower index; "
                         "the next rung is the current one times reduction_factor, while it is below the curve length")
-            raise _Mismatch(f"expected (best, spent) = {want}, got ({best!r}, {spent!r}).{hint}")
+            raise Mismatch(f"expected (best, spent) = {want}, got ({best!r}, {spent!r}).{hint}")
         return run
 
-    return _finish(_run_cases(name, fn, [(label, case(c, r, eta)) for label, c, r, eta in CASES]))
+    return finish_result(run_cases(name, fn, [(label, case(c, r, eta)) for label, c, r, eta in CASES]))

@@ -1,19 +1,30 @@
 """Exercise 13: how much gradient accumulation hides a slow link between nodes (lesson 13).
 
 The learner's ``accumulation_to_hide(compute_s_per_sample, grad_bytes, micro_batch, near, far, hidden_at, ks)``
-is compared with :func:`course_lib.lessons.l13_multi_node.hiding_k` (lesson 09's view of a step: ``k * b``
-samples of compute, then one ring all-reduce of the gradients over 4 ranks), on links where the answer is
-k = 1, a k in between, and none.
+is compared with :func:`reference` (lesson 09's view of a step: ``k * b`` samples of compute, then one ring
+all-reduce of the gradients over 4 ranks; ``course_lib.lessons.l13_multi_node.hiding_k`` computes the same,
+tests/test_l13_multi_node.py checks they agree), on links where the answer is k = 1, a k in between, and none.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ..lessons.l13_multi_node import hiding_k as reference
-from .harness import CheckResult, _call, _finish, _Mismatch, _run_cases
+from ..comm.cost import ring_allreduce_time
+from .harness import CheckResult, Mismatch, call_learner, finish_result, run_cases
 
 KS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def reference(compute_s_per_sample, grad_bytes, micro_batch, near, far, hidden_at, ks, world_size: int = 4):
+    """The first k of ``ks`` where W nodes x 1 reach ``hidden_at`` of 1 node x W's throughput, else None."""
+    for k in ks:
+        compute = k * micro_batch * compute_s_per_sample
+        near_step = compute + ring_allreduce_time(grad_bytes, world_size, *near)
+        far_step = compute + ring_allreduce_time(grad_bytes, world_size, *far)
+        if near_step / far_step >= hidden_at:  # the same samples per step: the throughput ratio
+            return k
+    return None
 NEAR = (20e-6, 1e-9)  # within a node: 20 us per message, 1 GB/s
 CASES = [
     ("a 100 Mbit/s link, NeuMF's gradients, 1.5 ms a sample", 1.5e-3, 617_604, 64, NEAR, (100e-6, 8 / 100e6), 0.8),
@@ -30,7 +41,7 @@ def check_accumulation_to_hide(fn: Callable) -> CheckResult:
 
     def case(c, s, b, near, far, hidden_at):
         def run():
-            got = _call(fn, c, s, b, near, far, hidden_at, KS)
+            got = call_learner(fn, c, s, b, near, far, hidden_at, KS)
             want = reference(c, s, b, near, far, hidden_at, KS)
             if got == want:
                 return
@@ -44,7 +55,7 @@ def check_accumulation_to_hide(fn: Callable) -> CheckResult:
                 hint = (" hint: a step is k * micro_batch * compute_s_per_sample plus one ring all-reduce of grad_bytes "
                         "over 4 ranks: 2 (p-1) alpha + 2 (p-1)/p n beta, with near's (alpha, beta) in one node and "
                         "far's between nodes")
-            raise _Mismatch(f"expected {want!r}, got {got!r}.{hint}")
+            raise Mismatch(f"expected {want!r}, got {got!r}.{hint}")
         return run
 
-    return _finish(_run_cases(name, fn, [(label, case(*args)) for label, *args in CASES]))
+    return finish_result(run_cases(name, fn, [(label, case(*args)) for label, *args in CASES]))

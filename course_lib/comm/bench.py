@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import dist as cdist
 from ..tables import Table
-from .cost import GB, MB, _human_bytes, algbw, busbw, fit_alpha_beta
+from .cost import GB, MB, human_bytes, algbw, busbw, fit_alpha_beta
 
 
 def default_sizes(device_kind: str = "cpu", *, smoke: bool = False) -> list[int]:
@@ -51,7 +51,7 @@ def _timed_block_means(op, iters: int, device: torch.device, blocks: int = 5, gr
     block_means = []
     for n in sizes:
         _sync(device)
-        if cdist._initialized():
+        if cdist.is_initialized():
             dist.barrier(group=group)
         start = time.perf_counter()
         for _ in range(n):
@@ -59,7 +59,7 @@ def _timed_block_means(op, iters: int, device: torch.device, blocks: int = 5, gr
         _sync(device)
         block_means.append((time.perf_counter() - start) / n)
     means = torch.tensor(block_means, dtype=torch.float64, device=device)
-    if cdist._initialized():
+    if cdist.is_initialized():
         dist.all_reduce(means, op=dist.ReduceOp.MAX, group=group)
     return means.cpu().tolist(), sizes
 
@@ -103,14 +103,14 @@ def allreduce_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iter
     if iters < 1 or warmup < 0:
         raise ValueError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
     device = cdist.device()
-    backend = dist.get_backend() if cdist._initialized() else "none"
+    backend = dist.get_backend() if cdist.is_initialized() else "none"
     element_size = torch.empty((), dtype=dtype).element_size()
     expected = world_size * (world_size + 1) / 2
     rows = []
     for size in sizes_bytes:
         count = max(1, int(size) // element_size)
         buf = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
-        if cdist._initialized():
+        if cdist.is_initialized():
             dist.all_reduce(buf)
         wrong = int((buf != expected).sum().item())
         if wrong:
@@ -121,9 +121,9 @@ def allreduce_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iter
         # all-reduces can never overflow (costs the same adds as any other values).
         buf.zero_()
         for _ in range(warmup):
-            if cdist._initialized():
+            if cdist.is_initialized():
                 dist.all_reduce(buf)
-        blocks, counts = _timed_block_means(lambda: dist.all_reduce(buf) if cdist._initialized() else None,
+        blocks, counts = _timed_block_means(lambda: dist.all_reduce(buf) if cdist.is_initialized() else None,
                                             iters, device)
         time_s, mean_s = _median(blocks), float(np.dot(blocks, counts)) / iters
         n_bytes = count * element_size
@@ -163,7 +163,7 @@ class BenchResult:
                         f"{blocks or 'the'} blocks of the slowest rank's mean per op")
         for r in self.rows:
             spread = (f"{r['time_min_s'] * 1e6:.4g}-{r['time_max_s'] * 1e6:.4g}" if "time_min_s" in r else None)
-            t.add(**{"size": _human_bytes(r["size_bytes"]), "bytes": r["size_bytes"],
+            t.add(**{"size": human_bytes(r["size_bytes"]), "bytes": r["size_bytes"],
                      "time (us)": r["time_s"] * 1e6, "blocks: min-max (us)": spread,
                      "algbw (GB/s)": r["algbw_GBps"], "busbw (GB/s)": r["busbw_GBps"]})
         return t
@@ -278,6 +278,122 @@ _LABELS = {"buckets": "DDP buckets", "no overlap": "one all-reduce after backwar
            "floor": "no communication (floor)", "compressed": "DDP + {} compression"}
 
 
+@dataclass(frozen=True)
+class _BucketBench:
+    """What every variant of one :func:`ddp_bucket_benchmark` shares: the model, this rank's data, the clock."""
+
+    spec: "MLPSpec"
+    device: torch.device
+    device_ids: list | None
+    clock: object
+    X: torch.Tensor  # (B, in)
+    y: torch.Tensor  # (B, out)
+    world_size: int
+    steps: int
+    warmup: int
+    repeats: int
+
+
+def _bucket_variant_run(kind: str, cap: float, compression, bench: "_BucketBench") -> dict:
+    """One variant of :func:`ddp_bucket_benchmark`, timed: its step, its all-reduces, its timeline, its weights."""
+    from contextlib import nullcontext
+
+    from . import hooks
+
+    spec, device, clock, X, y = bench.spec, bench.device, bench.clock, bench.X, bench.y
+    torch.manual_seed(0)  # the same initial weights on every rank and every variant
+    model = DDP(spec.build().to(device), device_ids=bench.device_ids,
+                bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    recorder = None
+    if kind in ("buckets", "compressed"):
+        recorder = hooks.AllReduceRecorder(compression, clock=clock, count_underflow=kind == "compressed")
+        model.register_comm_hook(None, recorder.hook)
+    manual: list[dict] = []  # the no-overlap variant's one all-reduce per step
+    marks: list[tuple] = []  # per step: stamps (start, forward done, backward done, step done), records before
+    losses = []
+
+    def step():
+        recs = recorder.records if recorder is not None else manual
+        n_before = len(recs)
+        t0 = clock.stamp()
+        opt.zero_grad(set_to_none=True)
+        with model.no_sync() if kind in ("no overlap", "floor") else nullcontext():  # no_sync: no hooks fire
+            loss = torch.nn.functional.mse_loss(model(X), y)
+            t1 = clock.stamp()
+            loss.backward()  # DDP's hooks all-reduce each full bucket during this call
+        t2 = clock.stamp()
+        if kind == "no overlap":
+            flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
+            rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
+            dist.all_reduce(flat)
+            rec["done"] = clock.stamp()
+            manual.append(rec)
+            flat /= bench.world_size
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+        opt.step()
+        marks.append((t0, t1, t2, clock.stamp(), n_before))
+        losses[:] = [losses[0] if losses else loss.detach(), loss.detach()]  # the first step's and the latest
+
+    def after_warmup():
+        marks.clear()
+        manual.clear()
+        if recorder is not None:
+            recorder.reset()
+            recorder.count_underflow = False  # counted on the warm-up steps only (it costs two passes)
+
+    step_s = _time_steps(step, bench.steps, bench.warmup, device, after_warmup)
+    recs = recorder.records if recorder is not None else manual
+    secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
+    step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
+    rec_secs = secs[4 * len(marks):]
+    intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
+    k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
+    t0 = step_secs[k][0]
+    upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
+    timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
+                "step_ms": (step_secs[k][3] - t0) * 1e3,
+                "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
+    return {"step_s": step_s, "comm_s": hooks.in_flight_seconds([(a, b) for a, b, _ in intervals]) / len(marks),
+            "bytes_per_step": sum(n for _, _, n in intervals) / len(marks),
+            "allreduces_per_step": len(intervals) / len(marks), "timeline": timeline,
+            "in_sync": None if kind == "floor" else _params_in_sync(model), "params": _flat(model),
+            "first_loss": float(losses[0]), "loss": float(losses[1]),
+            "underflow": dict(recorder.underflow) if recorder is not None else None}
+
+
+def _bucket_row(kind: str, cap: float, compression, rs: list[dict], ref, theta0, bench: "_BucketBench",
+                refused: dict, reduces: dict) -> dict:
+    """One row of :func:`ddp_bucket_benchmark`: a variant's repeats, read against the reference's weights."""
+    row = {"variant": _LABELS[kind].format(compression), "bucket_cap_mb": cap,
+           "overlap": {"buckets": True, "compressed": True, "no overlap": False, "floor": None}[kind],
+           "compression": compression, "backend": dist.get_backend(), "device": bench.device.type,
+           "clock": bench.clock.kind, "repeats": bench.repeats, "steps": bench.steps}
+    if kind == "compressed":
+        row.update(refused=refused[compression], backend_reduces_dtype=reduces[compression])
+    if not rs:  # refused by DDP: not run
+        row.update(step_ms=None, step_ms_repeats=[], comm_ms=None, bytes_per_step=None, allreduces_per_step=None,
+                   timeline=None, params_in_sync=None, update_rel_diff=None, worst_tensor_rel_diff=None,
+                   worst_tensor=None, first_loss=None, final_loss=None, underflow=None)
+        return row
+    last = rs[-1]
+    whole, worst, worst_name = (None, None, None) if kind == "floor" else _update_difference(
+        last["params"], ref, theta0, bench.spec)
+    row.update(step_ms=float(np.median([r["step_s"] for r in rs])) * 1e3,
+               step_ms_repeats=[r["step_s"] * 1e3 for r in rs],
+               comm_ms=float(np.median([r["comm_s"] for r in rs])) * 1e3,
+               bytes_per_step=last["bytes_per_step"], allreduces_per_step=last["allreduces_per_step"],
+               timeline=last["timeline"], params_in_sync=last["in_sync"] if kind != "floor" else None,
+               update_rel_diff=whole, worst_tensor_rel_diff=worst, worst_tensor=worst_name,
+               first_loss=last["first_loss"], final_loss=last["loss"],
+               underflow=last["underflow"] if kind == "compressed" else None)
+    return row
+
+
 def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float], steps: int = 10,
                          model_spec: MLPSpec | None = None, warmup: int = 2, compute_only: bool = False,
                          compressions=(), repeats: int = 1) -> list[dict]:
@@ -320,11 +436,9 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
     ``distributed.py`` (``_BucketCapacityConfig``). A worker for ``launch``: arguments are positional,
     e.g. ``launch(ddp_bucket_benchmark, 2, [1, 25], 10, MLPSpec())``.
     """
-    from contextlib import nullcontext
-
     from . import hooks
 
-    if not cdist._initialized():
+    if not cdist.is_initialized():
         raise RuntimeError("ddp_bucket_benchmark needs a process group: run it with course_lib.dist.launch")
     if not bucket_caps_mb:
         raise ValueError("bucket_caps_mb: give at least one bucket cap (MiB), e.g. [1, 25]")
@@ -349,105 +463,17 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
     reduces = {c: hooks.backend_reduces(hooks.COMPRESSED_DTYPES[c], device) for c in compressions}
     torch.manual_seed(0)
     theta0 = _flat(spec.build())  # the initial weights every variant starts from
-
-    def run(kind: str, cap: float, compression) -> dict:
-        torch.manual_seed(0)  # the same initial weights on every rank and every variant
-        model = DDP(spec.build().to(device), device_ids=device_ids,
-                    bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        params = [p for p in model.parameters() if p.requires_grad]
-        recorder = None
-        if kind in ("buckets", "compressed"):
-            recorder = hooks.AllReduceRecorder(compression, clock=clock, count_underflow=kind == "compressed")
-            model.register_comm_hook(None, recorder.hook)
-        manual: list[dict] = []  # the no-overlap variant's one all-reduce per step
-        marks: list[tuple] = []  # per step: stamps (start, forward done, backward done, step done), records before
-        losses = []
-
-        def step():
-            recs = recorder.records if recorder is not None else manual
-            n_before = len(recs)
-            t0 = clock.stamp()
-            opt.zero_grad(set_to_none=True)
-            with model.no_sync() if kind in ("no overlap", "floor") else nullcontext():  # no_sync: no hooks fire
-                loss = torch.nn.functional.mse_loss(model(X), y)
-                t1 = clock.stamp()
-                loss.backward()  # DDP's hooks all-reduce each full bucket during this call
-            t2 = clock.stamp()
-            if kind == "no overlap":
-                flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
-                rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
-                dist.all_reduce(flat)
-                rec["done"] = clock.stamp()
-                manual.append(rec)
-                flat /= world_size
-                offset = 0
-                for p in params:
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-                    offset += p.numel()
-            opt.step()
-            marks.append((t0, t1, t2, clock.stamp(), n_before))
-            losses[:] = [losses[0] if losses else loss.detach(), loss.detach()]  # the first step's and the latest
-
-        def after_warmup():
-            marks.clear()
-            manual.clear()
-            if recorder is not None:
-                recorder.reset()
-                recorder.count_underflow = False  # counted on the warm-up steps only (it costs two passes)
-
-        step_s = _time_steps(step, steps, warmup, device, after_warmup)
-        recs = recorder.records if recorder is not None else manual
-        secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
-        step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
-        rec_secs = secs[4 * len(marks):]
-        intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
-        k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
-        t0 = step_secs[k][0]
-        upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
-        timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
-                    "step_ms": (step_secs[k][3] - t0) * 1e3,
-                    "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
-        return {"step_s": step_s, "comm_s": hooks.in_flight_seconds([(a, b) for a, b, _ in intervals]) / len(marks),
-                "bytes_per_step": sum(n for _, _, n in intervals) / len(marks),
-                "allreduces_per_step": len(intervals) / len(marks), "timeline": timeline,
-                "in_sync": None if kind == "floor" else _params_in_sync(model), "params": _flat(model),
-                "first_loss": float(losses[0]), "loss": float(losses[1]), "underflow": dict(recorder.underflow) if recorder is not None else None}
+    bench = _BucketBench(spec, device, device_ids, clock, X, y, world_size, steps, warmup, repeats)
 
     runs: dict[int, list[dict]] = {i: [] for i in range(len(variants))}
     for _ in range(repeats):
         for i, (kind, cap, compression) in enumerate(variants):
             if kind == "compressed" and refused[compression] is not None:
                 continue
-            runs[i].append(run(kind, cap, compression))
+            runs[i].append(_bucket_variant_run(kind, cap, compression, bench))
     ref = runs[variants.index(("buckets", ref_cap, "none"))][-1]["params"]
-    rows = []
-    for i, (kind, cap, compression) in enumerate(variants):
-        row = {"variant": _LABELS[kind].format(compression), "bucket_cap_mb": cap,
-               "overlap": {"buckets": True, "compressed": True, "no overlap": False, "floor": None}[kind],
-               "compression": compression, "backend": dist.get_backend(), "device": device.type,
-               "clock": clock.kind, "repeats": repeats, "steps": steps}
-        if kind == "compressed":
-            row.update(refused=refused[compression], backend_reduces_dtype=reduces[compression])
-        rs = runs[i]
-        if not rs:  # refused by DDP: not run
-            row.update(step_ms=None, step_ms_repeats=[], comm_ms=None, bytes_per_step=None, allreduces_per_step=None,
-                       timeline=None, params_in_sync=None, update_rel_diff=None, worst_tensor_rel_diff=None,
-                       worst_tensor=None, first_loss=None, final_loss=None, underflow=None)
-            rows.append(row)
-            continue
-        last = rs[-1]
-        whole, worst, worst_name = (None, None, None) if kind == "floor" else _update_difference(
-            last["params"], ref, theta0, spec)
-        row.update(step_ms=float(np.median([r["step_s"] for r in rs])) * 1e3,
-                   step_ms_repeats=[r["step_s"] * 1e3 for r in rs],
-                   comm_ms=float(np.median([r["comm_s"] for r in rs])) * 1e3,
-                   bytes_per_step=last["bytes_per_step"], allreduces_per_step=last["allreduces_per_step"],
-                   timeline=last["timeline"], params_in_sync=last["in_sync"] if kind != "floor" else None,
-                   update_rel_diff=whole, worst_tensor_rel_diff=worst, worst_tensor=worst_name,
-                   first_loss=last["first_loss"], final_loss=last["loss"], underflow=last["underflow"] if kind == "compressed" else None)
-        rows.append(row)
-    return rows
+    return [_bucket_row(kind, cap, compression, runs[i], ref, theta0, bench, refused, reduces)
+            for i, (kind, cap, compression) in enumerate(variants)]
 
 
 @dataclass
@@ -502,7 +528,7 @@ class BucketResult:
             u = r.get("underflow") or {}
             flushed = (u["nonzero"] - u["nonzero_sent"]) / u["nonzero"] if u.get("nonzero") else None
             subnormal = u["subnormal_sent"] / u["nonzero"] if u.get("nonzero") else None
-            t.add(**{"variant": r["variant"], "all-reduced per step": _human_bytes(r["bytes_per_step"]),
+            t.add(**{"variant": r["variant"], "all-reduced per step": human_bytes(r["bytes_per_step"]),
                      "step (ms)": r["step_ms"],
                      "repeats (ms)": ", ".join(f"{x:.3g}" for x in r["step_ms_repeats"]),
                      "all-reduce pending (ms per step)": r["comm_ms"],
@@ -613,7 +639,7 @@ class PingPong:
                   title=f"ping-pong, rank 0 <-> rank 1, {self.spread()['repeats']} repeats")
         for n in sizes:
             ts = np.array([r["one_way_s"] for r in self.rows if r["size_bytes"] == n]) * 1e6
-            t.add(**{"size": _human_bytes(n), "one-way min (us)": ts.min(), "median (us)": float(np.median(ts)),
+            t.add(**{"size": human_bytes(n), "one-way min (us)": ts.min(), "median (us)": float(np.median(ts)),
                      "max (us)": ts.max()})
         return t
 
@@ -720,7 +746,7 @@ class CollectivesResult:
                   title=f"measured time per operation, p = {p} ({self.backend}; max over ranks, median of blocks)")
         sizes = sorted({r["size_bytes"] for r in self.rows if r["p"] == p})
         for n in sizes:
-            row = {"size": _human_bytes(n)}
+            row = {"size": human_bytes(n)}
             best = None
             for a in algos:
                 v = next(r["time_s"] for r in self.rows if r["p"] == p and r["algorithm"] == a and r["size_bytes"] == n)

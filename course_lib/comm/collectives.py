@@ -249,7 +249,7 @@ def _check_tensor(tensor) -> torch.Tensor:
 
 
 def _group_rank_size(group) -> tuple[int, int]:
-    if not cdist._initialized():
+    if not cdist.is_initialized():
         return 0, 1  # a process alone: every collective is a no-op, as torch's would be on one rank
     return dist.get_rank(group), dist.get_world_size(group)
 

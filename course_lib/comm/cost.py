@@ -56,7 +56,7 @@ def busbw(algbw_bytes_per_s: float, world_size: int) -> float:
     return algbw_bytes_per_s * allreduce_busbw_factor(world_size)
 
 
-def _human_bytes(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if n == int(n) else f"{n:.1f} {unit}"
@@ -412,7 +412,7 @@ def predict_table(sizes_bytes, p: int, alpha: float, beta: float, gamma: float =
     t = Table(cols, title=f"all-reduce time, p = {p}: alpha = {alpha * 1e6:.3g} us, "
                           f"beta = {beta * GB:.3g} s/GB per link, gamma = {gamma * GB:.3g} s/GB")
     for i, n in enumerate(sizes_bytes):
-        row = {"size": _human_bytes(float(n)), "cheapest": best_algorithm(float(n), p, alpha, beta, gamma)}
+        row = {"size": human_bytes(float(n)), "cheapest": best_algorithm(float(n), p, alpha, beta, gamma)}
         if measured_s is not None:
             row["measured (us)"] = float(measured_s[i]) * 1e6
         if fitted is not None:
@@ -420,3 +420,8 @@ def predict_table(sizes_bytes, p: int, alpha: float, beta: float, gamma: float =
         row.update({f"{k} (us)": float(v[i]) * 1e6 for k, v in preds.items()})
         t.add(**row)
     return t
+
+
+# The all-reduce algorithms of the course and their cost formula (lesson 08's predictions, the explorer widget).
+ALLREDUCE_MODELS = {"ring": ring_allreduce_time, "recursive doubling": butterfly_allreduce_time,
+                    "tree": binary_tree_allreduce_time}

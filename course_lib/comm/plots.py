@@ -359,7 +359,7 @@ def plot_extrapolation(links: dict, sizes_bytes=(8 * 2**10, 256 * 2**20), ps=Non
             for name, f in names.items():
                 ax.loglog(ps, [f(n, p, a, b, gamma) * 1e3 for p in ps], styles[i % len(styles)],
                           color=_COLORS.get(name, "gray"), label=f"{name}, {link}" if j == 0 else None)
-        ax.set_title(f"all-reduce of {cost._human_bytes(n)}", fontsize=9)
+        ax.set_title(f"all-reduce of {cost.human_bytes(n)}", fontsize=9)
         ax.set_xlabel("ranks p")
         ax.set_ylabel("predicted time (ms)")
     fig.legend(fontsize=7, loc="lower center", ncol=len(links), bbox_to_anchor=(0.5, -0.02 - 0.04 * len(names)))

@@ -61,7 +61,7 @@ class DataParallel:
 
     def __init__(self, global_batch_size: int, micro_batch_size: int | None, device: torch.device,
                  bucket_cap_mb: float | None = None):
-        self.distributed = cdist._initialized() and dist.get_world_size() > 1
+        self.distributed = cdist.is_initialized() and dist.get_world_size() > 1
         self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if self.distributed else (0, 1)
         self.batch = batch_config(global_batch_size, micro_batch_size, self.world_size)
         self.device = device

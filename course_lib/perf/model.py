@@ -445,3 +445,10 @@ def median_abs_error(rows, predicted_key: str = "predicted (ms)", measured_key: 
         return math.nan
     m = len(errs) // 2
     return errs[m] if len(errs) % 2 else (errs[m - 1] + errs[m]) / 2
+
+
+def steps_to_target(batch: float, min_steps: float, critical_batch: float) -> float:
+    """Steps to a target at ``batch`` by the empirical model of McCandlish et al. (2018), "An Empirical
+    Model of Large-Batch Training": ``S = S_min (1 + B_crit / B)``. Far below ``B_crit`` the steps halve
+    when the batch doubles (perfect scaling); far above, they stop falling (the batch stops paying)."""
+    return min_steps * (1 + critical_batch / batch)

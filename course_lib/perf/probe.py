@@ -206,9 +206,9 @@ class HardwareProbe:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from ..hardware import _cpu_info  # noqa: PLC0415 (the CPU's model name)
+    from ..hardware import cpu_info  # noqa: PLC0415 (the CPU's model name)
 
-    return _cpu_info()[0]
+    return cpu_info()[0]
 
 
 def probe_hardware(device=None, *, matmul_sizes=None, copy_sizes=None,

@@ -5,9 +5,11 @@
 - :mod:`.mlm` — BERT masked-LM to a target loss: ``MLMTrainConfig``, ``train_mlm``;
 - :mod:`.workers` — the same runs as ``worker(rank, world_size, ...)`` for every launcher.
 
-NeuMF's names are re-exported: ``from course_lib.train import TrainConfig, train_to_target``.
+NeuMF's names and the hooks both loops take are re-exported:
+``from course_lib.train import RunHooks, TrainConfig, train_to_target``.
 """
 
+from .engine import RunHooks
 from .ncf import (
     TARGETS,
     TrainConfig,

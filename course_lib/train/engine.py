@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -100,6 +101,46 @@ class PhaseClock:
 
 
 LossSum = Callable[[torch.nn.Module, tuple], torch.Tensor]  # (net, micro batch) -> summed loss (scalar)
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What a lesson adds to a training run beyond its settings; the defaults run it plainly.
+
+    Shared by both loops (``train_to_target`` for NeuMF, ``train_mlm`` for BERT):
+
+    - ``on_eval(model, point)`` (lesson 11): a measurement of the model at every evaluation point,
+      off the clock; what it returns (a dict, or None) is kept in the record's ``probes`` with the point;
+    - ``stop_early(point) -> bool`` (lesson 12): asked after every evaluation point but step 0's; True
+      ends the run there, as reaching the target does (a search's pruner); rank 0 decides for all.
+
+    NeuMF's loop only:
+
+    - ``evaluate_points=False`` (lesson 01's timed runs): no HR@10 at the points, the clock only;
+    - ``time_phases=True`` (lesson 01's profile): the training time split into phases (``PhaseClock``);
+    - ``record_every`` (lessons 03-05): sample the lr, the loss scale and the trust ratios every N steps
+      (default: about 250 samples per run);
+    - ``keep_model=True`` (lesson 05): the trained model on the result (never serialized);
+    - ``checkpoint`` (lesson 06): a :class:`course_lib.parallel.Checkpointer` (rank 0 saves every N steps;
+      the run resumes from its latest file).
+    """
+
+    on_eval: Callable | None = None
+    stop_early: Callable[[dict], bool] | None = None
+    evaluate_points: bool = True
+    time_phases: bool = False
+    record_every: int | None = None
+    keep_model: bool = False
+    checkpoint: object | None = None
+
+    def only_shared(self, loop: str) -> None:
+        """Refuse what ``loop`` (a loop that has only the shared hooks) cannot do, by name."""
+        plain = RunHooks()
+        extra = [f for f in ("evaluate_points", "time_phases", "record_every", "keep_model", "checkpoint")
+                 if getattr(self, f) != getattr(plain, f)]
+        if extra:
+            raise ValueError(f"{loop} takes only the on_eval and stop_early hooks; {extra} are NeuMF's "
+                             "(course_lib.train.train_to_target)")
 
 
 class Engine:

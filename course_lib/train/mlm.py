@@ -40,7 +40,7 @@ from ..parallel.data_parallel import DataParallel
 from ..precision import Precision
 from ..progress import resolve_progress
 from ..settings import RunSettings
-from .engine import Engine, sync
+from .engine import Engine, RunHooks, sync
 
 OPTIMIZERS = ("adam", "lamb")
 
@@ -160,8 +160,7 @@ class _Progress:
 
 
 def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str | None = None,
-              progress: str = "auto", model: BertForMLM | None = None, on_eval=None,
-              stop_early=None) -> dict:
+              progress: str = "auto", model: BertForMLM | None = None, hooks: RunHooks | None = None) -> dict:
     """Pretrain a BERT on ``data`` with ``cfg``; return the run's record (a dict; on ranks > 0 too).
 
     Record keys: ``config``, ``label``, ``time_to_target_s``, ``steps_to_target``,
@@ -173,133 +172,156 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     for every parameter LAMB adapts — how differently it scales each layer's Adam step),
     ``probes``, ``probe_time_s`` and ``stopped_early``.
 
-    ``on_eval(model, point)`` (lesson 11), when given, runs at every held-out evaluation, off the
-    training clock, as :func:`course_lib.train.train_to_target`'s does: ``point`` holds ``step``,
-    ``sequences`` and ``eval_loss``; what it returns (a dict, or None to record nothing) is kept in
-    ``probes`` together with the point. It must leave the weights as it found them.
-    ``stop_early(point) -> bool`` (lesson 12: a pruner's decision) is asked after every evaluation but
-    step 0's, with ``step`` and ``eval_loss``; True ends the run there (rank 0 decides for all ranks).
+    ``hooks`` (:class:`course_lib.train.RunHooks`) takes the two hooks both loops share: ``on_eval(model,
+    point)`` (lesson 11) at every held-out evaluation, off the clock, with ``point`` holding ``step``,
+    ``sequences`` and ``eval_loss`` (it must leave the weights as it found them); ``stop_early(point)``
+    (lesson 12: a pruner's decision), asked after every evaluation but step 0's with ``step`` and
+    ``eval_loss``; True ends the run there (rank 0 decides for all ranks).
     """
-    device = torch.device(device) if device is not None else (data.device if not cdist._initialized()
-                                                               else cdist.device())
-    world_size = cdist.world_size()
-    distributed = cdist._initialized() and world_size > 1
-    accum = cfg.batch(world_size).grad_accum_steps
-    label = cfg.name()
-
-    torch.manual_seed(cfg.seed)  # identical initial weights on every rank (DDP also broadcasts them)
-    if model is None:
-        model = build_model(cfg, data.vocab_size, data.seq_len)
-    model = model.to(device)
-    model.train()
-    engine = _engine(cfg, model, device)
-    optimizer, precision = engine.optimizer, engine.precision
-    adapted = _adapted_parameters(model, optimizer)
-    trust_steps: list[torch.Tensor] = []  # one small tensor per step; moved to the host once, at the end
-    nan = torch.full((), math.nan, device=device)
-    # The same generator on every rank: all ranks draw the same global batch and masks,
-    # and each keeps its own slice, so W ranks x k micro steps = one process with the whole batch.
-    gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
-
-    curves = {"step": [], "train_loss": [], "lr": [], "eval_step": [], "eval_loss": [], "eval_time_s": []}
-    train_s = eval_s = probe_s = 0.0
-    probes: list[dict] = []
-    time_to_target = steps_to_target = None
-    diverged = stopped = False
-    shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps, label,
-                      cfg.describe(world_size))
-
-    def eval_point(step: int, train_loss: float) -> float:
-        nonlocal eval_s, probe_s, time_to_target, steps_to_target
-        t0 = time.perf_counter()
-        loss = evaluate(model, data, precision, batch_size=max(cfg.micro_batch_size, 32))
-        eval_s += time.perf_counter() - t0
-        if on_eval is not None:  # lesson 11: a measurement of the model in training, off the clock
-            t0 = time.perf_counter()
-            point = {"step": step, "sequences": step * cfg.global_batch_size, "eval_loss": loss}
-            found = on_eval(model, point)
-            probe_s += time.perf_counter() - t0
-            if found is not None:
-                probes.append({**point, **found})
-        curves["eval_step"].append(step)
-        curves["eval_loss"].append(loss)
-        curves["eval_time_s"].append(train_s)
-        if cfg.target_loss is not None and time_to_target is None and loss <= cfg.target_loss:
-            time_to_target, steps_to_target = train_s, step
-        shown.point(step, cfg.max_steps, train_loss, loss, curves["lr"][-1] if curves["lr"] else 0.0, train_s)
-        return loss
-
-    eval_point(0, float("nan"))
-    step = 0
+    run = _MLMRun(cfg, data, device, progress, model, hooks or RunHooks())
+    run.eval_point(0, float("nan"))
     try:
         for step in range(1, cfg.max_steps + 1):
-            sync(device)
-            t0 = time.perf_counter()
-            lr = cfg.lr_at(step - 1)
-            engine.set_lr(lr)
-            # The loss of the step is the mean over every scored token of the *global* batch
-            # (the same on every rank); the engine gives each rank its slice in micro batches.
-            step_loss, taken = engine.step(*_global_batch(data, cfg, gen, device))
-            if adapted:  # NaN where no ratio was used: a step the fp16 loss scaler skipped, a weight without gradient
-                trust_steps.append(torch.stack([optimizer.state[p].get("trust_ratio", nan) if taken else nan
-                                                for _, p in adapted]))
-            if distributed:
-                torch.distributed.all_reduce(step_loss)  # per-rank shares of the global mean add up
-                step_loss /= world_size
-            train_loss = float(step_loss)  # synchronizes
-            sync(device)
-            train_s += time.perf_counter() - t0
-            curves["step"].append(step)
-            curves["train_loss"].append(train_loss)
-            curves["lr"].append(lr)
-            shown.step()
-            if not math.isfinite(train_loss) and precision.scaler is None:
-                diverged = True
+            train_loss = run.train_step(step)
+            if not math.isfinite(train_loss) and run.precision.scaler is None:
+                run.diverged = True
                 break
             if step % cfg.eval_every_steps == 0 or step == cfg.max_steps:
-                loss = eval_point(step, train_loss)
-                if not math.isfinite(loss):
-                    diverged = True
-                    break
-                if cfg.stop_at_target and time_to_target is not None:
-                    break
-                if stop_early is not None and engine.parallel.agree(bool(stop_early({"step": step, "eval_loss": loss}))):
-                    stopped = True  # lesson 12: a pruner cut the run here
+                if run.evaluate(step, train_loss):  # diverged, reached the target, or a pruner's cut
                     break
     finally:
-        shown.close()
+        run.shown.close()
+    if run.curves["eval_step"][-1] != run.step and not run.diverged:
+        run.eval_point(run.step, run.curves["train_loss"][-1])
+    return run.record()
 
-    if curves["eval_step"][-1] != step and not diverged:
-        eval_point(step, curves["train_loss"][-1])
-    steps = len(curves["step"])
-    seqs = steps * cfg.global_batch_size
-    finite = [x for x in curves["eval_loss"] if math.isfinite(x)]
-    return {
-        "label": label,
-        "config": cfg.to_dict(),
-        "corpus": data.corpus_name,
-        "target_loss": cfg.target_loss,
-        "reached": time_to_target is not None,
-        "time_to_target_s": time_to_target,
-        "steps_to_target": steps_to_target,
-        "final_eval_loss": curves["eval_loss"][-1],
-        "best_eval_loss": min(finite) if finite else None,
-        "diverged": diverged,
-        "stopped_early": stopped,
-        "steps": steps,
-        "train_time_s": train_s,
-        "eval_time_s": eval_s,
-        "probes": probes,
-        "probe_time_s": probe_s,
-        "seqs_per_s": seqs / train_s if train_s > 0 else None,
-        "tokens_per_s": seqs * data.seq_len / train_s if train_s > 0 else None,
-        "grad_accum_steps": accum,
-        "world_size": world_size,
-        "device": str(device),
-        "precision": precision.state(),
-        "curves": curves,
-        "trust_ratios": _trust_ratio_curves(adapted, trust_steps),
-    }
+
+class _MLMRun:
+    """One BERT run's state and its pieces, in the order ``train_mlm`` calls them."""
+
+    def __init__(self, cfg: MLMTrainConfig, data: MLMData, device, progress: str, model: BertForMLM | None,
+                 hooks: RunHooks):
+        hooks.only_shared("train_mlm")
+        self.cfg, self.data, self.hooks = cfg, data, hooks
+        self.device = device = torch.device(device) if device is not None else (
+            data.device if not cdist.is_initialized() else cdist.device())
+        self.world_size = world_size = cdist.world_size()
+        self.distributed = cdist.is_initialized() and world_size > 1
+        self.label = cfg.name()
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank (DDP also broadcasts them)
+        if model is None:
+            model = build_model(cfg, data.vocab_size, data.seq_len)
+        self.model = model = model.to(device)
+        model.train()
+        self.engine = _engine(cfg, model, device)
+        self.optimizer, self.precision = self.engine.optimizer, self.engine.precision
+        self.adapted = _adapted_parameters(model, self.optimizer)
+        self.trust_steps: list[torch.Tensor] = []  # one small tensor per step; moved to the host once, at the end
+        self.nan = torch.full((), math.nan, device=device)
+        # The same generator on every rank: all ranks draw the same global batch and masks,
+        # and each keeps its own slice, so W ranks x k micro steps = one process with the whole batch.
+        self.gen = torch.Generator(device=data.device).manual_seed(cfg.seed)
+        self.curves = {"step": [], "train_loss": [], "lr": [], "eval_step": [], "eval_loss": [], "eval_time_s": []}
+        self.train_s = self.eval_s = self.probe_s = 0.0
+        self.probes: list[dict] = []
+        self.time_to_target = self.steps_to_target = None
+        self.diverged = self.stopped = False
+        self.step = 0
+        self.shown = _Progress(resolve_progress(progress) if cdist.is_main_process() else "none", cfg.max_steps,
+                               self.label, cfg.describe(world_size))
+
+    def train_step(self, step: int) -> float:
+        """One optimizer step on the clock; the mean loss over every scored token of the global batch."""
+        cfg, device = self.cfg, self.device
+        self.step = step
+        sync(device)
+        t0 = time.perf_counter()
+        lr = cfg.lr_at(step - 1)
+        self.engine.set_lr(lr)
+        # The loss of the step is the mean over every scored token of the *global* batch
+        # (the same on every rank); the engine gives each rank its slice in micro batches.
+        step_loss, taken = self.engine.step(*_global_batch(self.data, cfg, self.gen, device))
+        if self.adapted:  # NaN where no ratio was used: a step the fp16 loss scaler skipped, a weight without gradient
+            self.trust_steps.append(torch.stack([self.optimizer.state[p].get("trust_ratio", self.nan) if taken
+                                                 else self.nan for _, p in self.adapted]))
+        if self.distributed:
+            torch.distributed.all_reduce(step_loss)  # per-rank shares of the global mean add up
+            step_loss /= self.world_size
+        train_loss = float(step_loss)  # synchronizes
+        sync(device)
+        self.train_s += time.perf_counter() - t0
+        self.curves["step"].append(step)
+        self.curves["train_loss"].append(train_loss)
+        self.curves["lr"].append(lr)
+        self.shown.step()
+        return train_loss
+
+    def evaluate(self, step: int, train_loss: float) -> bool:
+        """A held-out evaluation; True where the run ends here (diverged, target reached, a pruner's cut)."""
+        loss = self.eval_point(step, train_loss)
+        if not math.isfinite(loss):
+            self.diverged = True
+            return True
+        if self.cfg.stop_at_target and self.time_to_target is not None:
+            return True
+        stop_early = self.hooks.stop_early
+        if stop_early is not None and self.engine.parallel.agree(bool(stop_early({"step": step, "eval_loss": loss}))):
+            self.stopped = True  # lesson 12: a pruner cut the run here
+            return True
+        return False
+
+    def eval_point(self, step: int, train_loss: float) -> float:
+        cfg, curves = self.cfg, self.curves
+        t0 = time.perf_counter()
+        loss = evaluate(self.model, self.data, self.precision, batch_size=max(cfg.micro_batch_size, 32))
+        self.eval_s += time.perf_counter() - t0
+        if self.hooks.on_eval is not None:  # lesson 11: a measurement of the model in training, off the clock
+            t0 = time.perf_counter()
+            point = {"step": step, "sequences": step * cfg.global_batch_size, "eval_loss": loss}
+            found = self.hooks.on_eval(self.model, point)
+            self.probe_s += time.perf_counter() - t0
+            if found is not None:
+                self.probes.append({**point, **found})
+        curves["eval_step"].append(step)
+        curves["eval_loss"].append(loss)
+        curves["eval_time_s"].append(self.train_s)
+        if cfg.target_loss is not None and self.time_to_target is None and loss <= cfg.target_loss:
+            self.time_to_target, self.steps_to_target = self.train_s, step
+        self.shown.point(step, cfg.max_steps, train_loss, loss, curves["lr"][-1] if curves["lr"] else 0.0,
+                         self.train_s)
+        return loss
+
+    def record(self) -> dict:
+        cfg, curves, train_s = self.cfg, self.curves, self.train_s
+        steps = len(curves["step"])
+        seqs = steps * cfg.global_batch_size
+        finite = [x for x in curves["eval_loss"] if math.isfinite(x)]
+        return {
+            "label": self.label,
+            "config": cfg.to_dict(),
+            "corpus": self.data.corpus_name,
+            "target_loss": cfg.target_loss,
+            "reached": self.time_to_target is not None,
+            "time_to_target_s": self.time_to_target,
+            "steps_to_target": self.steps_to_target,
+            "final_eval_loss": curves["eval_loss"][-1],
+            "best_eval_loss": min(finite) if finite else None,
+            "diverged": self.diverged,
+            "stopped_early": self.stopped,
+            "steps": steps,
+            "train_time_s": train_s,
+            "eval_time_s": self.eval_s,
+            "probes": self.probes,
+            "probe_time_s": self.probe_s,
+            "seqs_per_s": seqs / train_s if train_s > 0 else None,
+            "tokens_per_s": seqs * self.data.seq_len / train_s if train_s > 0 else None,
+            "grad_accum_steps": cfg.batch(self.world_size).grad_accum_steps,
+            "world_size": self.world_size,
+            "device": str(self.device),
+            "precision": self.precision.state(),
+            "curves": curves,
+            "trust_ratios": _trust_ratio_curves(self.adapted, self.trust_steps),
+        }
 
 
 def _mlm_loss_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:

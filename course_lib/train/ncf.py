@@ -24,7 +24,6 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +43,7 @@ from ..precision import Precision
 from ..progress import in_notebook, resolve_progress
 from ..settings import RunSettings
 from ..tables import Table
-from .engine import Engine, PhaseClock, all_finite, sync
+from .engine import Engine, PhaseClock, RunHooks, all_finite, sync
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LOADERS = ("device", "dataloader", "dataloader-batched")
@@ -255,7 +254,7 @@ def build_engine(data: ImplicitData, cfg: TrainConfig, device, *, parallel: Data
     optimizer = make_optimizer(model, cfg)
     prec = Precision(cfg.precision, device, loss_scaling=cfg.loss_scaling, init_scale=cfg.loss_scale)
     parallel = parallel or DataParallel(cfg.global_batch_size, cfg.micro_batch_size, device)
-    return Engine(model, optimizer, precision=prec, parallel=parallel, loss_sum=_bce_sum, clock=clock,
+    return Engine(model, optimizer, precision=prec, parallel=parallel, loss_sum=bce_sum, clock=clock,
                   compile=cfg.compile_options)
 
 
@@ -442,7 +441,7 @@ class _History:
                     d["trust_ratio"].setdefault(self.names.get(p, "?"), []).append(float(ratio))
 
 
-def _bce_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
+def bce_sum(net: torch.nn.Module, micro: tuple) -> torch.Tensor:
     """NeuMF's loss on a micro batch, summed over its samples (the engine divides)."""
     users, items, labels = micro
     return F.binary_cross_entropy_with_logits(net(users, items).float(), labels.float(), reduction="sum")
@@ -606,227 +605,264 @@ class TrainResult:
 # --------------------------------------------------------------------------- the loop
 
 
-def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None,
-                    progress: str = "auto", evaluate_points: bool = True,
-                    time_phases: bool = False, label: str = "", k: int = 10, checkpoint=None,
-                    record_every: int | None = None, keep_model: bool = False, on_eval=None,
-                    stop_early: Callable[[dict], bool] | None = None) -> TrainResult:
+def train_to_target(data: ImplicitData, cfg: TrainConfig, *, device=None, progress: str = "auto", label: str = "",
+                    k: int = 10, hooks: RunHooks | None = None) -> TrainResult:
     """Train NeuMF until HR@``k`` >= ``cfg.target_hr`` at an evaluation point (or the budget ends).
 
     The budget is the settings': ``cfg.max_epochs`` (cut at ``cfg.max_steps`` when set);
     ``cfg.stop_at_target=False`` trains the whole budget. Evaluation points come every
-    ``cfg.eval_every_epochs`` epochs, plus one at step 0 and one at
-    the end. The training clock stops during evaluation, so ``time_to_target_s`` counts
-    training time only; evaluation time is reported as ``eval_time_s``. Only evaluation
-    points (and checkpoints) synchronize the device. ``time_phases=True`` (profiling runs)
-    also splits the training time into phases in ``phase_time_s`` (:class:`PhaseClock`:
-    CUDA events on GPUs, no extra synchronization); the phases are NVTX ranges either way.
+    ``cfg.eval_every_epochs`` epochs (every ``cfg.dense_eval_every_epochs`` once HR@10 is within
+    ``cfg.dense_eval_margin`` of the target), plus one at step 0 and one at the end. The training clock
+    stops during evaluation, so ``time_to_target_s`` counts training time only; evaluation time is
+    ``eval_time_s``. Only evaluation points (and checkpoints) synchronize the device.
 
-    The lr schedule (``cfg.warmup_steps``, ``cfg.decay``) is planned over
-    ``max_epochs * steps_per_epoch`` steps, whatever ``max_steps`` or the target cut off.
-    Every ``record_every`` steps (default: ~250 samples per run) ``result.history`` records
-    the lr applied, the loss scale and the per-layer trust ratios (LARS/LAMB). A run whose
-    weights turn inf/nan stops at the next evaluation point with ``diverged=True``. At the
-    end, ``final_train_hr`` ranks each user's latest training item (the generalization gap).
-
-    Inside a process group (lesson 06) the same call trains data parallel: see
-    :mod:`course_lib.parallel.data_parallel`. ``checkpoint``: a
-    :class:`course_lib.parallel.Checkpointer` (save every N steps on rank 0, resume from
-    its latest file).
-
-    ``on_eval(model, point)`` (lesson 11), when given, runs at every evaluation point, off the
-    clock, with ``point = {"step", "epoch", "samples", "hr"}``; what it returns (a dict, or None
-    to record nothing) is kept in ``result.probes`` together with the point, and its time in
-    ``result.probe_time_s``. ``cfg.milestones`` divide the lr or grow the batch between epochs.
-
-    ``stop_early(point) -> bool`` (lesson 12) is called after every evaluation point but step 0 with
-    ``{"epoch", "step", "time_s", "hr", "ndcg", "loss"}``; returning True ends the run there, as
-    reaching the target does (a search's pruner cutting a trial). ``result.stopped_early`` says it
-    did. The two hooks differ in kind: ``on_eval`` measures the model, ``stop_early`` decides.
+    The lr schedule (``cfg.warmup_steps``, ``cfg.decay``) is planned over ``max_epochs * steps_per_epoch``
+    steps, whatever ``max_steps`` or the target cut off; ``cfg.milestones`` divide the lr or grow the
+    batch between epochs. A run whose weights turn inf/nan stops at the next evaluation point with
+    ``diverged=True``. At the end, ``final_train_hr`` ranks each user's latest training item (the
+    generalization gap). Inside a process group (lesson 06) the same call trains data parallel
+    (:mod:`course_lib.parallel.data_parallel`). What a lesson adds beyond its settings (a probe at each
+    point, a pruner, a checkpoint, timed phases, ...) comes in ``hooks`` (:class:`RunHooks`).
     """
-    device = torch.device(device) if device is not None else default_device()
-    rank, world_size = cdist.rank(), cdist.world_size()
-    data = data.to(device)
-    if world_size > 1 and (cfg.sparse_embeddings or cfg.compile != "none"):
-        raise NotImplementedError("TrainConfig.sparse_embeddings and compile are lesson 01's single-process "
-                                  "measurements; leave them at their defaults inside a process group")
-    clock = PhaseClock(device, enabled=time_phases)
-    engine = build_engine(data, cfg, device, clock=clock)
-    model, optimizer = engine.model, engine.optimizer
-    par = engine.parallel  # lesson 06: checks the batch arithmetic, slices each global batch
-    prec = engine.precision  # lesson 05: autocast, fp16 loss scaling, unscale before step
-    scaler = prec.scaler  # the fp16 loss scaler (dynamic or static) or None; checkpoints keep its state
-    batches = source = make_batches(data, cfg)  # global batches, the same on every rank; par slices them
-    if checkpoint is not None:
-        batches = checkpoint.track(batches)
-    steps_per_epoch = len(batches)
-    if steps_per_epoch == 0:
-        raise ValueError(f"{data.name} has no training positives: nothing to train on")
-    target_hr = cfg.target_hr
-    total_steps = math.ceil(cfg.max_epochs * steps_per_epoch)
-    if cfg.max_steps is not None:
-        total_steps = min(total_steps, cfg.max_steps)
-    eval_interval = max(1, round(cfg.eval_every_epochs * steps_per_epoch))
-    dense_interval = max(1, round(cfg.dense_eval_every_epochs * steps_per_epoch))
-    dense = False  # near the target: evaluate every dense_interval steps (cfg.dense_eval_margin)
-    schedule_steps = math.ceil(cfg.max_epochs * steps_per_epoch)  # the lr schedule's plan (lesson 03)
-    growing = cfg.at_milestone == "grow_batch" and bool(cfg.milestones)
-    if growing:  # lesson 11: fewer, larger steps after each milestone
-        total_steps = planned_steps(data, cfg)
+    run = _NeuMFRun(data, cfg, device, progress, label, k, hooks or RunHooks())
+    try:
+        run.start()  # resume from the checkpoint, or evaluate the untrained model (step 0)
+        while not run.done:
+            run.begin_epoch()  # lesson 11's milestones: this epoch's batch or lr
+            for batch in run.epoch_batches():
+                run.train_step(batch)
+                if run.evaluation_due():
+                    run.evaluate()  # off the clock; ends the run at the target, on divergence, or by a pruner
+                    if run.done:
+                        break
+                run.save_checkpoint_if_due()
+            run.done = run.done or run.step >= run.total_steps
+        run.evaluate_last()
+    finally:  # however the loop ends (an interrupted cell too): no DataLoader worker outlives it
+        run.close()
+    return run.result()
+
+
+class _NeuMFRun:
+    """One NeuMF run's state and its pieces, in the order ``train_to_target`` calls them."""
+
+    def __init__(self, data: ImplicitData, cfg: TrainConfig, device, progress: str, label: str, k: int,
+                 hooks: RunHooks):
+        self.cfg, self.k, self.hooks = cfg, k, hooks
+        self.device = device = torch.device(device) if device is not None else default_device()
+        self.world_size = world_size = cdist.world_size()
+        self.data = data = data.to(device)
+        if world_size > 1 and (cfg.sparse_embeddings or cfg.compile != "none"):
+            raise NotImplementedError("TrainConfig.sparse_embeddings and compile are lesson 01's single-process "
+                                      "measurements; leave them at their defaults inside a process group")
+        self.clock = PhaseClock(device, enabled=hooks.time_phases)
+        self.engine = build_engine(data, cfg, device, clock=self.clock)
+        self.model, self.optimizer = self.engine.model, self.engine.optimizer
+        self.par = self.engine.parallel  # lesson 06: checks the batch arithmetic, slices each global batch
+        self.prec = self.engine.precision  # lesson 05: autocast, fp16 loss scaling, unscale before step
+        self.batches = self.source = make_batches(data, cfg)  # global batches, the same on every rank
+        if hooks.checkpoint is not None:
+            self.batches = hooks.checkpoint.track(self.batches)
+        self._plan(data, cfg)
+        self.history = _History(self.model, hooks.record_every or max(1, self.schedule_steps // 250))
+        self.bar = _Progress(resolve_progress(progress) if cdist.rank() == 0 else "none", self.total_steps,
+                             cfg.target_hr, label or f"b{cfg.global_batch_size} lr{cfg.peak_lr:g}",
+                             cfg.describe(world_size))
+        self.curve = {"epoch": [], "step": [], "time_s": [], "hr": [], "ndcg": [], "loss": []}
+        self.train_time = self.eval_time = self.probe_time = 0.0
+        self.step = self.samples = self.loss_count = 0
+        self.loss_sum = torch.zeros((), device=device)
+        self.probes, self.reached_at = [], None
+        self.diverged = self.stopped = self.done = self.dense = False
+        self.seg_start = time.perf_counter()
+
+    def _plan(self, data: ImplicitData, cfg: TrainConfig) -> None:
+        """The run's step counts: its budget, evaluation intervals and the lr schedule's plan."""
+        self.steps_per_epoch = steps = len(self.batches)
+        if steps == 0:
+            raise ValueError(f"{data.name} has no training positives: nothing to train on")
+        self.growing = cfg.at_milestone == "grow_batch" and bool(cfg.milestones)  # lesson 11: larger steps
+        self.total_steps = planned_steps(data, cfg) if self.growing else math.ceil(cfg.max_epochs * steps)
         if cfg.max_steps is not None:
-            total_steps = min(total_steps, cfg.max_steps)
-    epoch_index, epoch_start_step, epoch_len, next_eval_step = 0, 0, steps_per_epoch, eval_interval
-    probes, probe_time = [], 0.0
-    history = _History(model, record_every or max(1, schedule_steps // 250))
-    bar = _Progress(resolve_progress(progress) if rank == 0 else "none", total_steps, target_hr,
-                    label or f"b{cfg.global_batch_size} lr{cfg.peak_lr:g}", cfg.describe(world_size))
-    curve = {"epoch": [], "step": [], "time_s": [], "hr": [], "ndcg": [], "loss": []}
-    train_time = eval_time = 0.0
-    step = samples = 0
-    loss_sum, loss_count = torch.zeros((), device=device), 0
-    reached_at = None
-    diverged = stopped = False
+            self.total_steps = min(self.total_steps, cfg.max_steps)
+        self.eval_interval = max(1, round(cfg.eval_every_epochs * steps))
+        self.dense_interval = max(1, round(cfg.dense_eval_every_epochs * steps))
+        self.schedule_steps = math.ceil(cfg.max_epochs * steps)  # the lr schedule's plan (lesson 03)
+        self.epoch_index, self.epoch_start_step, self.epoch_len = 0, 0, steps
+        self.next_eval_step = self.eval_interval
 
-    def epoch_now() -> float:
-        if not growing:
-            return step / steps_per_epoch
-        return epoch_index + (step - epoch_start_step) / epoch_len
+    def epoch_now(self) -> float:
+        if not self.growing:
+            return self.step / self.steps_per_epoch
+        return self.epoch_index + (self.step - self.epoch_start_step) / self.epoch_len
 
-    def eval_point():
-        nonlocal eval_time, loss_sum, loss_count, reached_at, probe_time, dense
+    def start(self) -> None:
+        self.model.train()
+        checkpoint = self.hooks.checkpoint
+        resumed = checkpoint.restore(self.model, self.optimizer, self.prec.scaler) if checkpoint is not None else None
+        if resumed is None:
+            self.eval_point()  # step 0: the untrained model, for the curve
+        else:  # lesson 06: continue an interrupted run from its checkpoint
+            for key in ("step", "samples", "loss_count", "reached_at"):
+                setattr(self, key, resumed[key])
+            self.train_time, self.eval_time = resumed["train_time_s"], resumed["eval_time_s"]
+            self.loss_sum = resumed["loss_sum"].to(self.device)
+            for key in self.curve:
+                self.curve[key] += resumed["curve"][key]
+            self.clock.seconds.update(resumed["phase_s"])
+        self.done = self.step >= self.total_steps
+        self.seg_start = time.perf_counter()
+
+    def begin_epoch(self) -> None:
+        """Lesson 11's milestones: the batch (growing) or the lr (a step decay) of the epoch about to start."""
+        cfg = self.cfg
+        if not cfg.milestones:
+            return
+        # the epoch about to start: counted by steps at a fixed batch, by epochs begun when growing
+        self.epoch_index = (round(self.step / self.steps_per_epoch) if not self.growing
+                            else self.epoch_index + (self.step > self.epoch_start_step))
+        if self.growing and hasattr(self.batches, "batch_size"):
+            self.batches.batch_size = cfg.batch_at_epoch(self.epoch_index)
+            self.epoch_start_step, self.epoch_len = self.step, len(self.batches)
+            self.next_eval_step = self.step + max(1, round(cfg.eval_every_epochs * self.epoch_len))
+        if not cfg.uses_schedule:
+            self.engine.set_lr(cfg.peak_lr * cfg.lr_factor_at_epoch(self.epoch_index))
+
+    def epoch_batches(self):
+        """This epoch's global batches, on the device, until the epoch or the budget ends (timed as sampling)."""
+        it = iter(self.batches)
+        while self.step < self.total_steps:
+            with self.clock.phase("sampling"):
+                batch = next(it, None)
+                if batch is not None:
+                    batch = on_device(batch, self.cfg, self.device)
+            if batch is None:
+                return  # end of epoch
+            yield batch
+
+    def train_step(self, batch: tuple) -> None:
+        cfg = self.cfg
+        if cfg.uses_schedule:  # times the step decay's factor of this epoch (1 without milestones)
+            lr = lr_for_step(cfg, self.step, self.schedule_steps)
+            self.engine.set_lr(lr * cfg.lr_factor_at_epoch(self.epoch_index))
+        # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
+        loss, _ = self.engine.step(batch)
+        self.loss_sum += loss
+        self.loss_count += 1
+        self.samples += batch[0].numel()  # the global batch: all ranks together
+        self.step += 1
+        self.bar.step()
+        self.history.after_step(self.step, self.optimizer, self.prec)
+
+    def evaluation_due(self) -> bool:
+        """Is this step an evaluation point? (Called once after every step: it moves a growing run's next point.)"""
+        step = self.step
+        if self.growing:
+            due = step >= self.next_eval_step or step == self.total_steps
+            if step >= self.next_eval_step:
+                self.next_eval_step = step + max(1, round(self.cfg.eval_every_epochs * self.epoch_len))
+            return due
+        return (step % self.eval_interval == 0 or step == self.total_steps
+                or (self.dense and step % self.dense_interval == 0))
+
+    def _stop_clock(self) -> None:
+        self.clock.sync()
+        self.train_time += time.perf_counter() - self.seg_start
+
+    def evaluate(self) -> None:
+        """An evaluation point off the clock; then the three ways a run ends early (same on every rank)."""
+        self._stop_clock()
+        self.eval_point()
+        self.seg_start = time.perf_counter()
+        if not all_finite(self.model):  # diverged: inf/nan weights never recover
+            self.diverged = self.done = True
+        elif self.cfg.stop_at_target and self.par.agree(self.reached_at is not None):  # rank 0 decides for all
+            self.done = True
+        elif self.hooks.stop_early is not None and self.par.agree(
+                bool(self.hooks.stop_early({key: v[-1] for key, v in self.curve.items()}))):
+            self.stopped = self.done = True  # lesson 12: a pruner cut the run here
+
+    def eval_point(self) -> None:
+        """HR@k and the mean training loss since the last point, appended to the curve; lesson 11's probe."""
+        cfg, hooks = self.cfg, self.hooks
         t0 = time.perf_counter()
-        hr, ndcg = evaluate(model, data, k) if evaluate_points else (None, None)
-        eval_time += time.perf_counter() - t0
-        loss = (loss_sum / loss_count).item() if loss_count else None  # None at step 0
-        loss_sum, loss_count = torch.zeros((), device=device), 0
-        for key, v in zip(curve, (epoch_now(), step, train_time, hr, ndcg, loss)):
-            curve[key].append(v)
-        if on_eval is not None:  # lesson 11: a measurement of the model in training, off the clock
+        hr, ndcg = evaluate(self.model, self.data, self.k) if hooks.evaluate_points else (None, None)
+        self.eval_time += time.perf_counter() - t0
+        loss = (self.loss_sum / self.loss_count).item() if self.loss_count else None  # None at step 0
+        self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
+        for key, v in zip(self.curve, (self.epoch_now(), self.step, self.train_time, hr, ndcg, loss)):
+            self.curve[key].append(v)
+        if hooks.on_eval is not None:  # lesson 11: a measurement of the model in training, off the clock
             t0 = time.perf_counter()
-            point = {"step": step, "epoch": epoch_now(), "samples": samples, "hr": hr}
-            found = on_eval(model, point)
-            probe_time += time.perf_counter() - t0
+            point = {"step": self.step, "epoch": self.epoch_now(), "samples": self.samples, "hr": hr}
+            found = hooks.on_eval(self.model, point)
+            self.probe_time += time.perf_counter() - t0
             if found is not None:
-                probes.append({**point, **found})
-        first_hit = reached_at is None and target_hr is not None and hr is not None and hr >= target_hr
-        if evaluate_points:  # a log line at each regular point and where the target is first reached
-            bar.point(curve, log=first_hit or step % eval_interval == 0 or step >= total_steps)
+                self.probes.append({**point, **found})
+        target_hr = cfg.target_hr
+        first_hit = self.reached_at is None and target_hr is not None and hr is not None and hr >= target_hr
+        if hooks.evaluate_points:  # a log line at each regular point and where the target is first reached
+            self.bar.point(self.curve, log=first_hit or self.step % self.eval_interval == 0
+                           or self.step >= self.total_steps)
         if first_hit:
-            reached_at = len(curve["hr"]) - 1
+            self.reached_at = len(self.curve["hr"]) - 1
         if cfg.dense_eval_margin and target_hr is not None and hr is not None:
             # rank 0 decides, so every rank evaluates (and meets at the collectives) at the same steps
-            dense = par.agree(hr >= target_hr - cfg.dense_eval_margin)
+            self.dense = self.par.agree(hr >= target_hr - cfg.dense_eval_margin)
 
-    try:
-        model.train()
-        resumed = checkpoint.restore(model, optimizer, scaler) if checkpoint is not None else None
-        if resumed is not None:  # lesson 06: continue an interrupted run from its checkpoint
-            step, samples, train_time, eval_time, loss_count, reached_at = (resumed[key] for key in (
-                "step", "samples", "train_time_s", "eval_time_s", "loss_count", "reached_at"))
-            loss_sum = resumed["loss_sum"].to(device)
-            for key in curve:
-                curve[key] += resumed["curve"][key]
-            clock.seconds.update(resumed["phase_s"])
-        else:
-            eval_point()  # step 0: the untrained model, for the curve
-        done = step >= total_steps
-        seg_start = time.perf_counter()
-        while not done:
-            if cfg.milestones:  # lesson 11: the batch or the lr of this epoch
-                # the epoch about to start: counted by steps at a fixed batch, by epochs begun when growing
-                epoch_index = round(step / steps_per_epoch) if not growing else epoch_index + (step > epoch_start_step)
-                if growing and hasattr(batches, "batch_size"):
-                    batches.batch_size = cfg.batch_at_epoch(epoch_index)
-                    epoch_start_step, epoch_len = step, len(batches)
-                    next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
-                if not cfg.uses_schedule:
-                    engine.set_lr(cfg.peak_lr * cfg.lr_factor_at_epoch(epoch_index))
-            it = iter(batches)
-            while step < total_steps:
-                with clock.phase("sampling"):
-                    batch = next(it, None)
-                    if batch is not None:
-                        batch = on_device(batch, cfg, device)
-                if batch is None:
-                    break  # end of epoch
-                if cfg.uses_schedule:  # times the step decay's factor of this epoch (1 without milestones)
-                    engine.set_lr(lr_for_step(cfg, step, schedule_steps) * cfg.lr_factor_at_epoch(epoch_index))
-                # lesson 06: this rank's slice in grad_accum_steps micro batches; the last one all-reduces
-                loss, _ = engine.step(batch)
-                loss_sum += loss
-                loss_count += 1
-                samples += batch[0].numel()  # the global batch: all ranks together
-                step += 1
-                bar.step()
-                history.after_step(step, optimizer, prec)
-                if growing:
-                    due = step >= next_eval_step or step == total_steps
-                    if step >= next_eval_step:
-                        next_eval_step = step + max(1, round(cfg.eval_every_epochs * epoch_len))
-                else:
-                    due = step % eval_interval == 0 or step == total_steps or (dense and step % dense_interval == 0)
-                if due:
-                    clock.sync()
-                    train_time += time.perf_counter() - seg_start
-                    eval_point()
-                    seg_start = time.perf_counter()
-                    if not all_finite(model):  # diverged: inf/nan weights never recover (same on all ranks)
-                        diverged = done = True
-                        break
-                    if cfg.stop_at_target and par.agree(reached_at is not None):  # rank 0 decides for all
-                        done = True
-                        break
-                    if stop_early is not None and par.agree(bool(stop_early({key: v[-1] for key, v in curve.items()}))):
-                        stopped = done = True  # lesson 12: a pruner cut the run here
-                        break
-                if checkpoint is not None and checkpoint.due(step):  # lesson 06: rank 0 saves, off the clock
-                    clock.sync()
-                    train_time += time.perf_counter() - seg_start
-                    checkpoint.save(model, optimizer, scaler, step=step, samples=samples, train_time_s=train_time,
-                                    eval_time_s=eval_time, loss_sum=loss_sum, loss_count=loss_count,
-                                    reached_at=reached_at, curve=curve, phase_s=clock.seconds)
-                    seg_start = time.perf_counter()
-            else:
-                done = True
-            if step >= total_steps:
-                done = True
-        if curve["step"][-1] != step:  # ended mid-interval (not possible today, kept for safety)
-            clock.sync()
-            train_time += time.perf_counter() - seg_start
-            eval_point()
-    finally:  # however the loop ends (an interrupted cell too): no DataLoader worker outlives it
-        close = getattr(source, "close", None)
+    def save_checkpoint_if_due(self) -> None:
+        checkpoint = self.hooks.checkpoint
+        if checkpoint is None or not checkpoint.due(self.step):
+            return
+        self._stop_clock()  # lesson 06: rank 0 saves, off the clock
+        checkpoint.save(self.model, self.optimizer, self.prec.scaler, step=self.step, samples=self.samples,
+                        train_time_s=self.train_time, eval_time_s=self.eval_time, loss_sum=self.loss_sum,
+                        loss_count=self.loss_count, reached_at=self.reached_at, curve=self.curve,
+                        phase_s=self.clock.seconds)
+        self.seg_start = time.perf_counter()
+
+    def evaluate_last(self) -> None:
+        if self.curve["step"][-1] != self.step:  # ended mid-interval (not possible today, kept for safety)
+            self._stop_clock()
+            self.eval_point()
+
+    def close(self) -> None:
+        close = getattr(self.source, "close", None)
         if close is not None:
             close()
-        bar.close()
-    train_hr = train_ndcg = None
-    if evaluate_points:  # lesson 02: the train side of the generalization gap, off the clock
-        t0 = time.perf_counter()
-        train_hr, train_ndcg = evaluate_train(model, data, k)
-        eval_time += time.perf_counter() - t0
+        self.bar.close()
 
-    i_best = max(range(len(curve["hr"])), key=lambda j: -1.0 if curve["hr"][j] is None else curve["hr"][j])
-    phase = dict(clock.seconds) if time_phases else {}
-    phase["evaluation"] = eval_time
-    result = TrainResult(
-        config=cfg.to_dict(), dataset=data.name, data_source=data.source, synthetic=data.synthetic,
-        device=str(device), world_size=world_size, target_hr=target_hr,
-        time_to_target_s=curve["time_s"][reached_at] if reached_at is not None else None,
-        steps_to_target=curve["step"][reached_at] if reached_at is not None else None,
-        epochs_to_target=curve["epoch"][reached_at] if reached_at is not None else None,
-        epochs=epoch_now(), steps=step, samples=samples, train_time_s=train_time,
-        eval_time_s=eval_time, samples_per_s=throughput_rate(samples, train_time), phase_time_s=phase,
-        curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
-        best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best], comm_time_s=par.comm_time_s,
-        comm_method=par.comm_method,
-        steps_per_epoch=steps_per_epoch, diverged=diverged, final_train_hr=train_hr, final_train_ndcg=train_ndcg,
-        precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=history.data,
-        allreduce_micro_steps=dict(par.allreduce_micro_steps), probes=probes, probe_time_s=probe_time,
-        stopped_early=stopped,
-    )
-    if keep_model:  # lesson 05 inspects the trained model's gradients; not a field, so never serialized
-        result.model = model
-    return result
+    def result(self) -> TrainResult:
+        """The run's record; the train side of the generalization gap (lesson 02) evaluated here, off the clock."""
+        train_hr = train_ndcg = None
+        if self.hooks.evaluate_points:
+            t0 = time.perf_counter()
+            train_hr, train_ndcg = evaluate_train(self.model, self.data, self.k)
+            self.eval_time += time.perf_counter() - t0
+        curve, at, par, prec = self.curve, self.reached_at, self.par, self.prec
+        i_best = max(range(len(curve["hr"])), key=lambda j: -1.0 if curve["hr"][j] is None else curve["hr"][j])
+        phase = dict(self.clock.seconds) if self.hooks.time_phases else {}
+        phase["evaluation"] = self.eval_time
+        data = self.data
+        result = TrainResult(
+            config=self.cfg.to_dict(), dataset=data.name, data_source=data.source, synthetic=data.synthetic,
+            device=str(self.device), world_size=self.world_size, target_hr=self.cfg.target_hr,
+            time_to_target_s=curve["time_s"][at] if at is not None else None,
+            steps_to_target=curve["step"][at] if at is not None else None,
+            epochs_to_target=curve["epoch"][at] if at is not None else None,
+            epochs=self.epoch_now(), steps=self.step, samples=self.samples, train_time_s=self.train_time,
+            eval_time_s=self.eval_time, samples_per_s=throughput_rate(self.samples, self.train_time),
+            phase_time_s=phase, curve=curve, final_hr=curve["hr"][-1], final_ndcg=curve["ndcg"][-1],
+            best_hr=curve["hr"][i_best], best_ndcg=curve["ndcg"][i_best], comm_time_s=par.comm_time_s,
+            comm_method=par.comm_method, steps_per_epoch=self.steps_per_epoch, diverged=self.diverged,
+            final_train_hr=train_hr, final_train_ndcg=train_ndcg,
+            precision={**prec.state(), "skipped_at": prec.skipped_at[:1000]}, history=self.history.data,
+            allreduce_micro_steps=dict(par.allreduce_micro_steps), probes=self.probes,
+            probe_time_s=self.probe_time, stopped_early=self.stopped,
+        )
+        if self.hooks.keep_model:  # lesson 05 inspects the trained model's gradients; never serialized
+            result.model = self.model
+        return result
 
 
 # --------------------------------------------------------------------------- lesson helpers

@@ -21,6 +21,7 @@ from ..data import load_implicit
 from ..data.text import MLMData, build_mlm_data, load_corpus, train_tokenizer
 from ..parallel.checkpoint import Checkpointer
 from .mlm import MLMTrainConfig, train_mlm
+from .engine import RunHooks
 from .ncf import TrainConfig, default_target_hr, train_to_target
 
 
@@ -79,8 +80,8 @@ def ncf_worker(rank: int, world_size: int, cfg, spec) -> dict:
     checkpoint = (Checkpointer(spec.checkpoint_dir, spec.checkpoint_every, resume=spec.resume, fail_at_step=fail)
                   if spec.checkpoint_dir or fail is not None else None)
     result = train_to_target(data, cfg, device=cdist.device(), progress=spec.progress,
-                             evaluate_points=spec.evaluate_points,
-                             label=spec.label or f"x{world_size} B{cfg.global_batch_size}", checkpoint=checkpoint)
+                             label=spec.label or f"x{world_size} B{cfg.global_batch_size}",
+                             hooks=RunHooks(evaluate_points=spec.evaluate_points, checkpoint=checkpoint))
     return {**result.to_dict(), "rank": rank, "spec": spec.to_dict()}
 
 
@@ -102,7 +103,7 @@ def data_digest(data: MLMData) -> str:
 
 def check_same_data_on_all_ranks(data: MLMData) -> None:
     """Raise on every rank if the ranks built different data (each trains on its slice of one global batch)."""
-    if not (cdist._initialized() and cdist.world_size() > 1):
+    if not (cdist.is_initialized() and cdist.world_size() > 1):
         return
     digests = [None] * cdist.world_size()
     torch.distributed.all_gather_object(digests, data_digest(data))

@@ -27,12 +27,20 @@ import statistics
 
 import torch
 
-from .data.movielens import ImplicitData
-from .hardware import default_device
-from .metrics import hr_standard_error, paired_speedup, speedup_text
-from .optim import resolved_adam_impl
-from .tables import Table
-from .train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
+from ..data.movielens import ImplicitData
+from ..hardware import default_device
+from ..metrics import hr_standard_error, paired_speedup, speedup_text
+from ..optim import resolved_adam_impl
+from ..tables import Table
+from ..train.engine import RunHooks
+from ..train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
+import os
+from dataclasses import dataclass
+from torch.profiler import ProfilerActivity, profile
+from ..data.sampler import time_loading
+from ..hardware import usable_cpu_cores
+from ..train.engine import PHASES
+from ..train.ncf import make_batches
 
 OPTIMIZER_VARIANTS = (
     ("dense Adam, for-loop", {"adam_impl": "for-loop"}),
@@ -48,7 +56,7 @@ def _device(device) -> torch.device:
 
 def _timed_run(data: ImplicitData, cfg: TrainConfig, device, steps: int) -> TrainResult:
     return train_to_target(data, cfg.replace(max_steps=steps), device=device, progress="none",
-                           evaluate_points=False, time_phases=True)
+                           hooks=RunHooks(evaluate_points=False, time_phases=True))
 
 
 # --------------------------------------------------------------------------- the bottleneck
@@ -342,7 +350,8 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
         _timed_run(data, e, device, 2)  # eager warm-up at this shape
         before = _compile_counters()
         try:
-            first = train_to_target(data, c.replace(max_steps=1), device=device, progress="none", evaluate_points=False)
+            first = train_to_target(data, c.replace(max_steps=1), device=device, progress="none",
+                                    hooks=RunHooks(evaluate_points=False))
         except Exception as err:  # noqa: BLE001 -- any compiler failure: report it, stay eager
             lines = str(err).strip().splitlines()
             out["error"] = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
@@ -353,7 +362,7 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
             pair = (("eager", e), ("compiled", c))
             for name, setting in pair if rep % 2 == 0 else pair[::-1]:  # alternate which runs first
                 r = train_to_target(data, setting.replace(max_steps=steps), device=device, progress="none",
-                                    evaluate_points=False)
+                                    hooks=RunHooks(evaluate_points=False))
                 times[name].append(r.train_time_s / r.steps)
         eager_s, compiled_s = (statistics.median(times[k]) for k in ("eager", "compiled"))
         out["rows"].append({"batch size": b, "steps": steps, "eager_ms": 1000 * eager_s, "compiled_ms": 1000 * compiled_s,
@@ -417,3 +426,227 @@ def compile_reading(comp: dict, baseline: TrainResult | None = None) -> str:
     if comp["error"]:
         parts.append(f"then torch.compile failed ({comp['error']}): the larger batches stay eager")
     return "; ".join(parts)
+
+
+def loader_rungs(workers: int) -> list[tuple[str, dict]]:
+    """Lesson 01's data-loading ladder: ``(rung, TrainConfig changes)``, each rung keeping the one above
+    and adding one textbook improvement (seed 001: "data loading ... is the first thing to check"),
+    then the batched Dataset back in the training process, then the course's device-resident
+    sampler. ``workers``: the tier plan's ``loader_workers``."""
+    dl = {"loader": "dataloader"}
+    rungs = [("DataLoader, a Python sample per __getitem__", dl)]
+    for name, change in ((f"+ num_workers={workers}", {"num_workers": workers}), ("+ pin_memory", {"pin_memory": True}),
+                         ("+ prefetch_factor=4", {"prefetch_factor": 4}),
+                         ("+ persistent_workers", {"persistent_workers": True}),
+                         ("+ batched Dataset (a batch per call)", {"loader": "dataloader-batched"})):
+        dl = {**dl, **change}
+        rungs.append((name, dl))
+    # the batched Dataset without the workers: whether they still pay once a batch costs one call
+    rungs.append(("batched Dataset, no workers", {"loader": "dataloader-batched"}))
+    return rungs + [("device-resident sampler", {"loader": "device"})]
+
+
+def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, device=None,
+                      load_samples: int = 200_000, train_steps: int = 100, workers: int = 1) -> dict:
+    """The data-loading ladder (:func:`loader_rungs`) at the same batch size, measured now. Per rung:
+
+    * ``first_batch_s``: the wait for an epoch's first batch (its shuffle; a DataLoader's workers
+      starting), paid once per epoch;
+    * ``load_sps``: loading alone, samples/s after the first batch;
+    * ``train_sps``: training samples/s after the epoch's start-up, from the same loop
+      (``train_steps`` steps less one step: two runs, of ``train_steps`` and of 1 step).
+
+    Two passes over the ladder, the second in reverse order (drift in the machine's load then
+    favours no rung); each rung keeps its better pass and ``passes`` keeps both, so a comparison
+    between two rungs can be paired pass by pass (:func:`loader_reading`). ``comp["rows"]`` holds
+    the rungs; the first and the last (per-sample DataLoader, device sampler) also under their old
+    keys, with their ratios. Worker processes (``workers`` of them) are shut down after each rung,
+    also when the measurement is interrupted. ``pin_memory`` is measured on CUDA only."""
+    cfg = cfg or TrainConfig()
+    device = torch.device(device) if device is not None else default_device()
+    data = data.to(device)
+    base = {"loader": "device", "num_workers": 0, "pin_memory": False, "prefetch_factor": None,
+            "persistent_workers": False}
+    rungs = [(name, cfg.replace(**{**base, **change})) for name, change in loader_rungs(workers)]
+    # pinned memory only speeds up a copy to a GPU: on a CPU its rung would measure its neighbour again
+    rows = [{"rung": name, "measured": device.type == "cuda" or name != "+ pin_memory", "passes": [{}, {}]}
+            for name, _ in rungs]
+    run = dict(device=device, progress="none", hooks=RunHooks(evaluate_points=False, time_phases=False))
+    train_to_target(data, cfg.replace(**base, max_steps=5), **run)  # the process's first steps pay one-time costs
+    for p, order in enumerate((list(zip(rows, rungs)), list(zip(rows, rungs))[::-1])):
+        for row, (name, c) in order:
+            if not row["measured"]:
+                continue
+            batches = make_batches(data, c)
+            try:
+                if c.loader == "device":
+                    time_loading(batches, 4 * c.global_batch_size, device)  # its first epoch's permutation
+                elif c.persistent_workers:
+                    next(iter(batches))  # the workers start once; the timed epoch below reuses them
+                first, sps, _ = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), device)
+            finally:
+                getattr(batches, "close", lambda: None)()  # no worker outlives its rung
+            one = train_to_target(data, c.replace(max_steps=1), **run)
+            many = train_to_target(data, c.replace(max_steps=train_steps), **run)
+            steady_s = max(many.train_time_s - one.train_time_s, 1e-9)
+            row["passes"][p] = {"first_batch_s": first, "load_sps": sps,
+                                "train_sps": (many.samples - one.samples) / steady_s}
+    for row in rows:
+        if row["measured"]:
+            for key in ("load_sps", "train_sps"):
+                row[key] = max(q[key] for q in row["passes"])
+            row["first_batch_s"] = min(q["first_batch_s"] for q in row["passes"])
+    first, last = rows[0], rows[-1]
+    out = {"batch_size": cfg.global_batch_size, "device": str(device), "workers": workers,
+           "cpu_cores": usable_cpu_cores(), "epoch_samples": samples_per_epoch(data, cfg), "rows": rows,
+           "device_load_sps": last["load_sps"], "dataloader_load_sps": first["load_sps"],
+           "device_train_sps": last["train_sps"], "dataloader_train_sps": first["train_sps"]}
+    out["ratio_loading"] = out["device_load_sps"] / out["dataloader_load_sps"]
+    out["ratio_training"] = out["device_train_sps"] / out["dataloader_train_sps"]
+    return out
+
+
+def comparison_table(comp: dict) -> Table:
+    """The data-loading ladder as a table: a row per rung, with its ratio to the first rung."""
+    t = Table(["rung", "first batch (ms, per epoch)", "loading (samples/s)", "loading vs first",
+               "training (samples/s)", "training vs first"],
+              title=f"The data-loading ladder, batch {comp['batch_size']} on {comp['device']} "
+                    "(samples/s after an epoch's first batch; the better of two passes)")
+    first = comp["rows"][0]
+    for r in comp["rows"]:
+        if not r["measured"]:
+            t.add(rung=r["rung"], **{"first batch (ms, per epoch)": "—",
+                                     "loading (samples/s)": "n/a on a CPU: no copy to a device",
+                                     "loading vs first": "—", "training (samples/s)": "—", "training vs first": "—"})
+            continue
+        t.add(rung=r["rung"], **{"first batch (ms, per epoch)": round(1000 * r["first_batch_s"], 1),
+                                 "loading (samples/s)": round(r["load_sps"]),
+                                 "loading vs first": f"{r['load_sps'] / first['load_sps']:.2f}x",
+                                 "training (samples/s)": round(r["train_sps"]),
+                                 "training vs first": f"{r['train_sps'] / first['train_sps']:.2f}x"})
+    return t
+
+
+def _paired(a: dict, b: dict, key: str, higher_is_better: bool = True) -> str:
+    """Rung ``a`` against rung ``b`` on ``key``, paired pass by pass: "1.60x", or "no measurable
+    difference" when the passes disagree (or agree within 5 %)."""
+    ratios = [(pa[key] / pb[key]) if higher_is_better else (pb[key] / pa[key]) for pa, pb in zip(a["passes"], b["passes"])]
+    median, measurable = paired_speedup(ratios)
+    return f"{median:.2f}x" if measurable else "no measurable difference"
+
+
+def loader_reading(comp: dict) -> str:
+    """What the data-loading ladder shows, read from its rows; every step between two rungs is paired
+    pass by pass and counts only when both passes agree (by more than 5 %)."""
+    rows = [r for r in comp["rows"] if r["measured"]]
+    first, device = rows[0], rows[-1]
+    best_load = max(rows[:-1], key=lambda r: r["load_sps"])
+    best_train = max(rows[:-1], key=lambda r: r["train_sps"])
+    parts = [f"loading alone went from {first['load_sps']:,.0f} samples/s (per-sample DataLoader) to "
+             f"{best_load['load_sps']:,.0f} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
+             f"{_paired(best_load, first, 'load_sps')}) and {device['load_sps']:,.0f} with the device-resident "
+             f"sampler ({_paired(device, first, 'load_sps')})"]
+    if best_train is first:
+        trained = f"training ran at {first['train_sps']:,.0f} samples/s with it, and no later DataLoader rung trained faster"
+    else:
+        trained = (f"training went from {first['train_sps']:,.0f} samples/s to {best_train['train_sps']:,.0f} at the best "
+                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {_paired(best_train, first, 'train_sps')})")
+    parts.append(f"{trained}; the device sampler trained at {device['train_sps']:,.0f}: against the best DataLoader, "
+                 f"{_paired(device, best_train, 'train_sps')}")
+    workers, cores = comp["workers"], comp["cpu_cores"]
+    parts.append(f"{workers} worker process{'es' if workers > 1 else ''} changed loading by "
+                 f"{_paired(rows[1], first, 'load_sps')} and training by {_paired(rows[1], first, 'train_sps')}: a "
+                 "worker's batch reaches the training process through shared memory and a pipe, a cost per batch"
+                 + (f"; on this {cores}-core machine the workers also compete with the training process for the "
+                    "same cores" if cores <= workers + 1 else ""))
+    names = [r["rung"] for r in rows]
+    if "+ persistent_workers" in names:
+        i = names.index("+ persistent_workers")
+        before, persistent = rows[i - 1], rows[i]
+        ratios = [b["first_batch_s"] / a["first_batch_s"] for a, b in zip(persistent["passes"], before["passes"])]
+        median, measurable = paired_speedup(ratios)
+        change = ("no measurable change" if not measurable else
+                  f"{median:.2f}x shorter" if median > 1 else f"{1 / median:.2f}x longer")
+        epoch_s = comp["epoch_samples"] / before["load_sps"]
+        parts.append(f"with persistent workers the wait for an epoch's first batch went from "
+                     f"{1000 * before['first_batch_s']:.0f} to {1000 * persistent['first_batch_s']:.0f} ms ({change}); "
+                     f"paid once per epoch, it is {before['first_batch_s'] / epoch_s:.2%} of an epoch's loading here")
+    if len(rows) < len(comp["rows"]):
+        parts.append("pin_memory was not measured: it speeds up copies to a GPU, and there is none")
+    return "; ".join(parts)
+
+
+def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, device=None,
+                        samples_per_point: int = 400_000, min_steps: int | None = None) -> Table:
+    """Training samples/s per batch size (same model, device sampler, no evaluation).
+
+    Each point runs ``samples_per_point`` samples, at least ``min_steps`` steps (default 8
+    on a CPU, 30 on a GPU, where a step at batch 65536 takes milliseconds and a handful of
+    them measures launch jitter rather than throughput)."""
+    device = torch.device(device) if device is not None else default_device()
+    data = data.to(device)  # once: each run below would otherwise copy the dataset again
+    min_steps = min_steps or (30 if device.type == "cuda" else 8)
+    t = Table(["batch size", "steps", "samples/s", "ms/step"], title="Training throughput vs batch size")
+    for b in batch_sizes:
+        steps = max(min_steps, samples_per_point // b)
+        # one short untimed run first: allocator and thread-pool warm-up for this shape
+        train_to_target(data, cfg.replace(global_batch_size=b, max_steps=2), device=device, progress="none",
+                        hooks=RunHooks(evaluate_points=False, time_phases=False))
+        r = train_to_target(data, cfg.replace(global_batch_size=b, max_steps=steps), device=device, progress="none",
+                            hooks=RunHooks(evaluate_points=False, time_phases=False))
+        t.add(**{"batch size": b, "steps": r.steps, "samples/s": round(r.samples_per_s),
+                 "ms/step": 1000 * r.train_time_s / max(1, r.steps)})
+    return t
+
+
+def throughput_reading(table: Table) -> str:
+    """What a :func:`throughput_vs_batch` table shows, read from its rows."""
+    rows = [(r["batch size"], r["samples/s"]) for r in table.rows]
+    if len(rows) < 2:
+        return "one batch size measured: nothing to compare"
+    (b0, s0), (b1, s1) = rows[0], rows[-1]
+    (bp, sp) = rows[-2]
+    last = s1 / sp
+    trend = ("samples/s is flattening: the last step up gained less than 20 %" if last < 1.2 else
+             "samples/s was still growing at the largest batch measured")
+    return (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
+            f"batch {bp} -> {b1}: {last:.2f}x; {trend}")
+
+
+@dataclass
+class StepProfile:
+    """What :func:`profile_steps` recorded: the top operators (``table``) and the training loop's phase
+    rows (``phase_s``: seconds over the profiled steps, host time on a CPU, device time on CUDA)."""
+
+    table: str
+    phase_s: dict
+    steps: int
+    device: str
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, device=None,
+                  sort_by: str | None = None, row_limit: int = 10) -> StepProfile:
+    """``torch.profiler`` over a few training steps: the table of the top ops (and the phase ranges)."""
+    device = torch.device(device) if device is not None else default_device()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    data = data.to(device)  # once, outside the profile: the dataset's copy is not a training step
+    run = dict(device=device, progress="none", hooks=RunHooks(evaluate_points=False, time_phases=True))
+    train_to_target(data, cfg.replace(max_steps=3), **run)  # warm-up
+    # The profiler's C++ logger (kineto) prints "USDT: ... profiler_start/stop" lines to stderr at its
+    # default level; 6 is above its highest level (measured with torch 2.13: 5 still prints them). Read
+    # when kineto first starts, so set before the first profile; a level the user chose is kept.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    with profile(activities=activities) as prof:
+        train_to_target(data, cfg.replace(max_steps=steps), **run)
+    sort_by = sort_by or ("cuda_time_total" if device.type == "cuda" else "cpu_time_total")
+    events = prof.key_averages()
+    phase_s = {}
+    for e in events:
+        if e.key in PHASES:
+            device_us = getattr(e, "device_time_total", 0.0) if device.type == "cuda" else 0.0
+            phase_s[e.key] = (device_us or e.cpu_time_total) / 1e6
+    return StepProfile(events.table(sort_by=sort_by, row_limit=row_limit, max_name_column_width=60), phase_s,
+                       steps, str(device))

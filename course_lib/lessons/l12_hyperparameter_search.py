@@ -2,7 +2,7 @@
 on NeuMF and (lr and warmup only) on lesson 07's BERT.
 
 The mechanics (the study, its journal file, the pruners, NeuMF's objective) are
-:mod:`course_lib.search`; this module sizes the lesson per profile, runs the searches, turns
+:mod:`course_lib.optuna_search`; this module sizes the lesson per profile, runs the searches, turns
 their trials into the lesson's tables and figures, and reads them (``verdict``).
 
 Budgets are counted in the objective's resource, the *evaluation point* (``eval_every``
@@ -16,11 +16,11 @@ import statistics
 import time
 from pathlib import Path
 
-from .config import pick
-from .search import (STRATEGIES, neumf_objective, open_study, run_search, sweep_with_edge_extension,
-                     trial_budget)
-from .tables import Table
-from .train.ncf import TrainConfig, steps_per_epoch
+from ..config import pick
+from ..optuna_search import STRATEGIES, neumf_objective, open_study, run_search, trial_budget
+from ..sweeps import sweep_with_edge_extension
+from ..tables import Table
+from ..train.ncf import TrainConfig, steps_per_epoch
 
 
 def lesson_spec(profile: str, *, seeds: int | None = None) -> dict:
@@ -100,7 +100,7 @@ def run_all(data, spec: dict, target_hr: float, directory, *, device=None) -> li
 
 def parallel_spec(data, spec: dict, target_hr: float, directory, strategy: str = "hyperband", seed: int = 0,
                   name: str = "parallel") -> dict:
-    """What :func:`course_lib.search.search_worker` needs: every process opens the same study."""
+    """What :func:`course_lib.optuna_search.search_worker` needs: every process opens the same study."""
     return {"name": f"{name}-{strategy}-seed{seed}", "path": str(Path(directory) / f"{name}-{strategy}-seed{seed}.log"),
             "strategy": strategy, "seed": seed, "max_resource": spec["max_resource"],
             "reduction_factor": spec["reduction_factor"], "budget": spec["budget"], "data": data,
@@ -277,9 +277,9 @@ def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: floa
 
 def model_trial_seconds(data, spec: dict, curves, *, optimizers=("adam", "lamb"), device=None) -> dict[str, float]:
     """Per optimizer, lesson 09's model's seconds for one full trial of the search (``spec["max_epochs"]``
-    at its batch): the predicted step (:func:`course_lib.performance_study.ncf_step_prediction`, priced with
+    at its batch): the predicted step (:func:`course_lib.lessons.l09_performance_model.ncf_step_prediction`, priced with
     this device's ``curves``) times the trial's steps. Training only: evaluation is not on the clock."""
-    from . import performance_study
+    from . import l09_performance_model as performance_study
 
     base = base_config(spec, 0.5)
     steps = math.ceil(spec["max_epochs"] * steps_per_epoch(data, base))
@@ -331,7 +331,7 @@ def bert_spec(profile: str, plan, saved07: dict | None = None, *, seeds: int | N
     Small on purpose: BERT-mini trains slowly on a CPU (full profile, 2 cores, 2026-12-01: the four
     searches took 292 s at batch 64, the lesson 366 s of its 8-minute goal), so the full profile
     searches at lesson 07's small batch, 32."""
-    from .optimizer_study import saved_setting
+    from .l07_bert_lamb import saved_setting
 
     max_steps = pick(profile, full=48, smoke=8)
     eval_every = pick(profile, full=6, smoke=2)
@@ -344,7 +344,7 @@ def bert_spec(profile: str, plan, saved07: dict | None = None, *, seeds: int | N
 
 def bert_base_config(bspec: dict):
     """The setting every BERT trial starts from (the trial fills in the lr and the warmup)."""
-    from .train.mlm import MLMTrainConfig
+    from ..train.mlm import MLMTrainConfig
 
     return MLMTrainConfig(optimizer=bspec["optimizer"], model=bspec["model"], global_batch_size=bspec["batch"],
                           micro_batch_size=bspec["batch"], base_batch_size=bspec["batch"], max_steps=bspec["max_steps"],
@@ -353,7 +353,7 @@ def bert_base_config(bspec: dict):
 
 def run_bert_one(data, bspec: dict, strategy: str, seed: int, directory, *, device=None) -> dict:
     """One BERT search (minimizing the held-out loss) in its own journal under ``directory``; its record."""
-    from .search import mlm_objective
+    from ..optuna_search import mlm_objective
 
     name = f"bert-{strategy}-seed{seed}"
     path = Path(directory) / f"{name}.log"

@@ -16,9 +16,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import torch
 
-from .metrics import line_fit
-from .tables import Table
-from .train.ncf import TrainConfig, _bce_sum, build_model, make_batches
+from ..metrics import line_fit
+from ..tables import Table
+from ..sweeps import fastest
+from ..train.ncf import TrainConfig, bce_sum, build_model, make_batches
 
 
 def layer_gradient_norms(data, cfg: TrainConfig, batch_sizes, *, device="cpu") -> dict:
@@ -36,7 +37,7 @@ def layer_gradient_norms(data, cfg: TrainConfig, batch_sizes, *, device="cpu") -
         model = build_model(data, cfg).to(device)
         batch = next(iter(make_batches(data, cfg.replace(global_batch_size=b))))
         n = batch[0].numel()
-        (_bce_sum(model, batch) / n).backward()  # the mean loss, as every run trains it
+        (bce_sum(model, batch) / n).backward()  # the mean loss, as every run trains it
         for name, p in model.named_parameters():
             if p.ndim < 2:
                 continue
@@ -100,3 +101,34 @@ def plot_row_gradients(measured: dict, ax=None):
            title="Embedding rows: the gradient follows frequency, not the batch size")
     ax.legend(fontsize=8, markerscale=3)
     return ax.figure
+
+
+def race_reading(results, *, target_hr: float, floor_hr: float | None = None) -> str:
+    """Per optimizer, what its best run did (from the records only), then the fastest overall.
+
+    A run's lr that sits at the edge of the grid it was swept over is flagged: the best may lie
+    beyond it. ``floor_hr``: the popularity ranking's HR, for runs that ended near it.
+    """
+    best_hr = lambda r: r.best_hr if r.best_hr is not None else (r.final_hr or 0.0)  # noqa: E731
+    lines = []
+    by_opt: dict[str, list] = {}
+    for r in results:
+        by_opt.setdefault(r.config["optimizer"], []).append(r)
+    for opt, runs in by_opt.items():
+        lrs = sorted(r.config["peak_lr"] for r in runs)
+        reached = [r for r in runs if r.time_to_target_s is not None]
+        best = min(reached, key=lambda r: r.time_to_target_s) if reached else max(runs, key=best_hr)
+        lr = best.config["peak_lr"]
+        edge = " (the edge of its grid: a better lr may lie beyond)" if len(lrs) > 1 and lr in (lrs[0], lrs[-1]) else ""
+        if reached:
+            what = f"reached HR@10 {target_hr} in {best.time_to_target_s:.1f} s ({best.steps_to_target} steps)"
+        else:
+            near = ""
+            if floor_hr is not None and best_hr(best) < floor_hr:
+                near = f", below the popularity ranking's {floor_hr:.3f}"
+            what = f"did not reach {target_hr}: best HR@10 {best_hr(best):.3f}{near}"
+        lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): best at lr {lr:.3g}{edge}, {what}")
+    win = fastest(results)
+    lines.append(f"fastest to the target: {win.config['optimizer']} at lr {win.config['peak_lr']:.3g}" if win
+                 else "no run reached the target")
+    return "\n".join(lines)

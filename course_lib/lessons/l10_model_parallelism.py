@@ -14,14 +14,14 @@ import functools
 
 import torch
 
-from . import performance_study
-from .comm import cost
-from .comm.bench import allreduce_benchmark
-from .config import pick
-from .models.bert import BertForMLM, bert_config
-from .parallel import hybrid, pipeline, sharded, spatial, tensor
-from .perf import schemes
-from .tables import Table
+from . import l09_performance_model as performance_study
+from ..comm import cost
+from ..comm.bench import allreduce_benchmark
+from ..config import pick
+from ..models.bert import BertForMLM, bert_config
+from ..parallel import hybrid, pipeline, sharded, spatial, tensor
+from ..perf import schemes
+from ..tables import Table
 
 GiB = 2**30
 # BERT-large (Devlin et al. 2018): 24 layers, hidden 1024, 16 heads, MLP 4096; both with
@@ -258,12 +258,12 @@ def memory_table(outs: list[dict], predicted: dict | None = None) -> Table:
         r = o[name]
         total = r["parameters"] + r["gradients"] + r["optimizer_state"]
         pred = predicted[name] if predicted else None
-        t.add(**{"scheme": name, "parameters": cost._human_bytes(r["parameters"]),
-                 "gradients": cost._human_bytes(r["gradients"]), "optimizer state": cost._human_bytes(r["optimizer_state"]),
-                 "total": cost._human_bytes(total), "vs DDP": f"{total / ddp_total:.2f}x",
-                 "predicted total": cost._human_bytes(pred.state_bytes) if pred else "-",
-                 "sent per step (vs DDP)": f"{cost._human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
-                 "predicted sent": cost._human_bytes(pred.sent_bytes) if pred else "-",
+        t.add(**{"scheme": name, "parameters": cost.human_bytes(r["parameters"]),
+                 "gradients": cost.human_bytes(r["gradients"]), "optimizer state": cost.human_bytes(r["optimizer_state"]),
+                 "total": cost.human_bytes(total), "vs DDP": f"{total / ddp_total:.2f}x",
+                 "predicted total": cost.human_bytes(pred.state_bytes) if pred else "-",
+                 "sent per step (vs DDP)": f"{cost.human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
+                 "predicted sent": cost.human_bytes(pred.sent_bytes) if pred else "-",
                  "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
                  "predicted step (ms)": f"{1e3 * pred.step_s:.0f}" if pred else "-",
                  "max |w - w_DDP| after the steps": f"{max(x[name]['max_diff_from_ddp'] for x in outs):.1e}"})
@@ -304,14 +304,14 @@ def sharded_equal(outs: list[dict], rel: float = 1e-4) -> bool:
 def comm_table(param_bytes: float, world_size: int) -> Table:
     """Bytes each rank sends per step, per scheme (ring collectives)."""
     t = Table(["scheme", "collectives per step", "bytes sent per rank", "vs DDP"],
-              title=f"communication per step, {cost._human_bytes(param_bytes)} of gradients, W = {world_size}")
+              title=f"communication per step, {cost.human_bytes(param_bytes)} of gradients, W = {world_size}")
     how = {"DDP": "all-reduce of the gradients", "ZeRO-1": "reduce-scatter gradients + all-gather parameters",
            "ZeRO-2": "reduce-scatter gradients + all-gather parameters",
            "ZeRO-3 / FSDP": "all-gather (forward) + all-gather (backward) + reduce-scatter"}
     ddp = sharded.comm_bytes_per_step(param_bytes, world_size, "DDP")
     for s in sharded.SCHEMES:
         b = sharded.comm_bytes_per_step(param_bytes, world_size, s)
-        t.add(**{"scheme": s, "collectives per step": how[s], "bytes sent per rank": cost._human_bytes(b),
+        t.add(**{"scheme": s, "collectives per step": how[s], "bytes sent per rank": cost.human_bytes(b),
                  "vs DDP": f"{b / ddp:.1f}x"})
     return t
 
@@ -342,7 +342,7 @@ def bert_shape(name: str, seq_len: int = 512):
 @functools.lru_cache(maxsize=16)
 def bert_counts(name: str, seq_len: int, gpu: bool = True) -> tuple:
     """Lesson 09's counts of the course's BERT step for model ``name`` at 2 and 4 sequences of ``seq_len``
-    tokens (on the meta device: :func:`course_lib.performance_study.bert_step_counts`); any other batch
+    tokens (on the meta device: :func:`course_lib.lessons.l09_performance_model.bert_step_counts`); any other batch
     is their interpolation. Cached: the node table and the decision table share them."""
     return tuple(performance_study.bert_step_counts(bert_shape(name, seq_len), (2, 4), seq_len, gpu=gpu))
 
@@ -382,7 +382,7 @@ def node_table(by_link: dict[str, dict[str, list]], title: str = "") -> Table:
     for name, preds in first.items():
         for i, p in enumerate(preds):
             row = {"model": name, "scheme": _scheme_label(p), "memory per rank": _gib(p.memory_bytes),
-                   "of which activations": _gib(p.activations), "sent per rank per step": cost._human_bytes(p.sent_bytes)}
+                   "of which activations": _gib(p.activations), "sent per rank per step": cost.human_bytes(p.sent_bytes)}
             for k in links:
                 row[f"step (ms), {k}"] = f"{by_link[k][name][i].step_s * 1e3:.1f}"
             row[f"exposed comm. (ms), {links[0]}"] = f"{p.exposed_comm_s * 1e3:.2f}"
@@ -420,7 +420,7 @@ def node_reading(by_link: dict[str, dict[str, list]], device_bytes: float) -> st
         tp = next((p for p in preds if p.scheme == "tensor"), None)
         if tp is not None and tp is not best:
             line += (f"; tensor parallelism {tp.step_s / best.step_s:.1f}x slower: its "
-                     f"{cost._human_bytes(tp.sent_bytes)} of activations per step wait on the link "
+                     f"{cost.human_bytes(tp.sent_bytes)} of activations per step wait on the link "
                      f"({tp.exposed_comm_s * 1e3:.0f} ms)")
             if len(links) > 1:
                 slow = {p.scheme: p for p in by_link[links[1]][name]}
@@ -526,8 +526,8 @@ def learner_curves(device: str, precision: str, repeats: int = 2):
     """This machine's device as lesson 09 measures it (:func:`~course_lib.perf.probe.probe_hardware`; on a
     CPU at one thread, as each rank of lesson 10 runs), its matmul curve scaled to the 16-bit peak when
     ``precision`` is mixed on a GPU. Returns ``(curves, probe)``."""
-    from .perf.model import scale_curves
-    from .perf.probe import probe_hardware
+    from ..perf.model import scale_curves
+    from ..perf.probe import probe_hardware
 
     if device == "cpu":
         with performance_study.threads(1):

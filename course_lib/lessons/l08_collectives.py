@@ -13,17 +13,15 @@ import math
 
 import numpy as np
 
-from .comm import cost
-from .comm.bench import (ALLREDUCE_BENCH, BROADCAST_BENCH, CollectivesResult, collectives_benchmark, measure_gamma,
+from ..comm import cost
+from ..comm.bench import (ALLREDUCE_BENCH, BROADCAST_BENCH, CollectivesResult, collectives_benchmark, measure_gamma,
                          pingpong_benchmark)
-from .comm.collectives import compare_with_backend
-from .config import pick
-from .parallel.staleness import ServerConfig, parameter_server_worker
-from .tables import Table
+from ..comm.collectives import compare_with_backend
+from ..config import pick
+from ..parallel.staleness import ServerConfig, parameter_server_worker
+from ..tables import Table
+from ..comm.cost import ALLREDUCE_MODELS
 
-# The all-reduce algorithms of the course and their cost formula (cost.py).
-ALLREDUCE_MODELS = {"ring": cost.ring_allreduce_time, "recursive doubling": cost.butterfly_allreduce_time,
-                    "tree": cost.binary_tree_allreduce_time}
 
 
 def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, backend: str = "gloo") -> dict:
@@ -106,7 +104,7 @@ def model_crossover(p: int, alpha: float, beta: float, gamma: float = 0.0, small
 def _size(n: float | None) -> str:
     if n is None:
         return "never"
-    return "every size" if n == 0 else cost._human_bytes(float(round(n)))
+    return "every size" if n == 0 else cost.human_bytes(float(round(n)))
 
 
 def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0) -> Table:
@@ -131,7 +129,7 @@ def bandwidth_table(result: CollectivesResult, p: int) -> Table:
         ring, back = rows.get(("ring", n)), rows.get(("backend", n))
         if ring is None or back is None:
             continue
-        t.add(**{"size": cost._human_bytes(n), "ring algbw (GB/s)": ring["algbw_GBps"],
+        t.add(**{"size": cost.human_bytes(n), "ring algbw (GB/s)": ring["algbw_GBps"],
                  "ring busbw (GB/s)": ring["busbw_GBps"], "backend algbw (GB/s)": back["algbw_GBps"],
                  "backend busbw (GB/s)": back["busbw_GBps"], "ring / backend": ring["busbw_GBps"] / back["busbw_GBps"]})
     return t
@@ -155,7 +153,7 @@ def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20),
         for n in sizes_bytes:
             for p in ps:
                 times = {k: f(n, p, a, b, gamma) for k, f in algos.items()}
-                t.add(**{"link": link, "size": cost._human_bytes(n), "p": p,
+                t.add(**{"link": link, "size": cost.human_bytes(n), "p": p,
                          **{f"{k} (ms)": v * 1e3 for k, v in times.items()}, "cheapest": min(times, key=times.get)})
     return t
 

@@ -15,9 +15,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import batch_science as bs
-from .parallel.sync_batchnorm import BN_VARIANTS
-from .tables import Table
+from .. import batch_science as bs
+from ..parallel.sync_batchnorm import BN_VARIANTS
+from ..tables import Table
 
 # --------------------------------------------------------------------------- NeuMF for the estimators
 
@@ -110,8 +110,8 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
     the target loss and Adam's steps to it at each batch (``rows``, None when lesson 07 is missing, from
     another profile, or either run missed the target). Without lesson 07: its defaults for this
     profile and no rows. ``steps`` overrides the run's length."""
-    from .optimizer_study import saved_setting
-    from .train.mlm import MLMTrainConfig
+    from .l07_bert_lamb import saved_setting
+    from ..train.mlm import MLMTrainConfig
 
     lesson07 = saved_setting(saved07, profile, plan)
     ok = bool(saved07 and saved07.get("runs") and saved07.get("profile") == profile)
@@ -543,7 +543,7 @@ def growth_verdict(decay, grow, hr_tolerance: float = 0.01) -> str:
 
 def bn_spec(profile: str) -> dict:
     """What lesson 11's BatchNorm launch runs (smoke: two batches, few steps)."""
-    from .config import pick
+    from ..config import pick
 
     return {"per_rank_batches": pick(profile, full=[4, 16, 64, 256], smoke=[4, 32]),
             "steps": pick(profile, full=100, smoke=10), "lr": 1e-2, "hidden": 32, "in_features": 8,

@@ -26,14 +26,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .diagrams import fp16_fractions
-from .hardware import default_device, sixteen_bit_units
-from .optim import lars_trust_ratio
-from .metrics import hr_standard_error
-from .precision import Precision, fp16_fates
-from .tables import Table
-from .train import mlm
-from .train.ncf import make_batches, make_optimizer, steps_per_epoch, throughput, train_to_target
+from ..diagrams import fp16_fractions
+from ..hardware import default_device, sixteen_bit_units
+from ..optim import lars_trust_ratio
+from ..metrics import hr_standard_error
+from ..precision import Precision, fp16_fates
+from ..tables import Table
+from ..train import mlm
+from ..train.engine import RunHooks
+from ..train.ncf import make_batches, make_optimizer, steps_per_epoch, throughput, train_to_target
 
 
 # --------------------------------------------------------------------------- gradients on fp16's number line
@@ -111,7 +112,7 @@ def _backward_with_hooks(model: torch.nn.Module, batch, *, fp16: bool, scale: fl
         autocast = torch.autocast(device.type, torch.float16) if fp16 else torch.autocast(device.type, enabled=False)
         with autocast:
             logits = model(users, items)
-        # as the engine's loss (train.ncf._bce_sum / B): logits in fp32, the mean over the batch
+        # as the engine's loss (train.ncf.bce_sum / B): logits in fp32, the mean over the batch
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
         (loss * scale).backward()
     finally:
@@ -276,7 +277,7 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
                         loss_scale=static_scale if scaling == "static" else cfg.loss_scale)
         if scaling == "static":
             label = f"fp16, static scale 2^{math.log2(static_scale):.0f}"
-        r = train_to_target(data, c, device=device, progress="none", keep_model=True, label=label)
+        r = train_to_target(data, c, device=device, progress="none", label=label, hooks=RunHooks(keep_model=True))
         scale = r.precision["loss_scale"]
         probe = (autocast_gradients(r.model, data, cfg, scales=(scale, REFERENCE_SCALE), batches=probe_batches)
                  if precision == "fp16" else None)

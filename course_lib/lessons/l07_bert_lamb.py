@@ -2,7 +2,7 @@
 
 Every run is ``train_mlm`` (the one engine); this module states the study's settings once
 (:class:`Study`), sweeps each optimizer's lr with a grid that extends at its edge
-(:func:`course_lib.search.sweep_with_edge_extension`), and reads the records: time and
+(:func:`course_lib.sweeps.sweep_with_edge_extension`), and reads the records: time and
 steps to a target loss, a results table, the verdicts (Adam vs LAMB over seeds, small vs large batch
 on the clock, the lr choice, the ablations), what gets saved.
 Readings are computed from the learner's own records, so they stay true on any hardware.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .metrics import noise_verdict
-from .search import sweep_with_edge_extension
-from .tables import Table
-from .train.mlm import MLMTrainConfig, train_mlm
+from ..metrics import noise_verdict
+from ..sweeps import sweep_with_edge_extension
+from ..tables import Table
+from ..train.mlm import MLMTrainConfig, train_mlm
 
 
 @dataclass(frozen=True)

@@ -22,20 +22,21 @@ import time
 
 import torch
 
-from .comm import cost
-from .comm.bench import allreduce_benchmark
-from .config import pick
-from .data import load_implicit
-from .data.sampler import DeviceSampler, batch_production_rate
-from .data.text import shape_only_mlm_data
-from .metrics import line_fit
-from .parallel.data_parallel import DataParallel
-from .perf import model as M
-from .perf.peaks import REFERENCE_PEAKS
-from .perf.probe import DeviceCurves, probe_hardware
-from .tables import Table
-from .train import mlm, ncf
-from .train.engine import Engine, sync
+from ..comm import cost
+from ..comm.bench import allreduce_benchmark
+from ..config import pick
+from ..data import load_implicit
+from ..data.sampler import DeviceSampler, batch_production_rate
+from ..data.text import shape_only_mlm_data
+from ..metrics import line_fit
+from ..parallel.data_parallel import DataParallel
+from ..perf import model as M
+from ..perf.model import steps_to_target
+from ..perf.peaks import REFERENCE_PEAKS
+from ..perf.probe import DeviceCurves, probe_hardware
+from ..tables import Table
+from ..train import mlm, ncf
+from ..train.engine import Engine, sync
 
 TINY_BATCH = 8  # samples (NeuMF: the smallest batch whose slices are not empty) or sequences (BERT)
 
@@ -74,7 +75,7 @@ def lesson_spec(profile: str, dataset: str = "ml-1m", bert_preset: str | None = 
 # --------------------------------------------------------------------------- the course's step, per model
 
 
-def _ncf_cfg(batch: int) -> ncf.TrainConfig:
+def ncf_config(batch: int) -> ncf.TrainConfig:
     return ncf.TrainConfig(global_batch_size=batch, optimizer="adam", base_lr=1e-3)
 
 
@@ -97,7 +98,7 @@ def _engine_and_batch(kind: str, spec: dict, batch: int, data):
     """The engine of the course's step (one process) and one global batch of ``batch``."""
     dev = torch.device("cpu")
     if kind == "neumf":
-        cfg = _ncf_cfg(batch)
+        cfg = ncf_config(batch)
         return _ncf_engine(cfg, data, dev), (next(iter(ncf.make_batches(data, cfg))), None)
     cfg = _mlm_cfg(spec, batch)
     torch.manual_seed(cfg.seed)
@@ -115,7 +116,7 @@ def bert_step_counts(cfg, batches, seq_len: int, *, gpu: bool = True) -> list[M.
     runs it, one multi-tensor operation per step of Adam (``foreach``) instead of the CPU's loop over the
     tensors (about 9 operations per parameter tensor, each paying the per-operation overhead). Lesson 10
     prices BERT-base and BERT-large on a node of GPUs, and its decision table, with two such counts."""
-    from .models.bert import BertForMLM
+    from ..models.bert import BertForMLM
 
     meta = torch.device("meta")
     with torch.device("meta"):
@@ -182,7 +183,7 @@ def _measure_step(kind: str, spec: dict, batch: int, data) -> float:
     dev = torch.device("cpu")
     engine, _ = _engine_and_batch(kind, spec, batch, data)
     if kind == "neumf":
-        batches = ncf.make_batches(data, _ncf_cfg(batch))
+        batches = ncf.make_batches(data, ncf_config(batch))
         it = iter(batches)
 
         def step():
@@ -423,13 +424,6 @@ def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: s
 
 
 # --------------------------------------------------------------------------- the traps, with the model
-
-
-def steps_to_target(batch: float, min_steps: float, critical_batch: float) -> float:
-    """Steps to a target at ``batch`` by the empirical model of McCandlish et al. (2018), "An Empirical
-    Model of Large-Batch Training": ``S = S_min (1 + B_crit / B)``. Far below ``B_crit`` the steps halve
-    when the batch doubles (perfect scaling); far above, they stop falling (the batch stops paying)."""
-    return min_steps * (1 + critical_batch / batch)
 
 
 def fit_steps_to_target(rows: list[dict]) -> tuple[float, float] | None:

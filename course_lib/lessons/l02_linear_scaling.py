@@ -1,0 +1,94 @@
+"""Lesson 02, the linear scaling rule: what a batch sweep shows (Shallue's regimes from the
+steps-to-target slope, the generalization gap against its sampling error).
+"""
+
+from __future__ import annotations
+import math
+from ..metrics import hr_standard_error
+
+
+REGIMES = ("perfect scaling", "diminishing returns", "maximal data parallelism")
+
+
+def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[dict]:
+    """Shallue et al.'s (2018) regimes, read from a sweep's steps to target (lesson 02).
+
+    Per batch size the best run that reached the target (fewest steps; their regimes assume an lr
+    tuned per batch, the nearest here is the better of the two rules), then for each step up in batch
+    the log-log slope of steps to target from the last batch that reached it: at most ``perfect`` (-1
+    halves the steps per doubling): perfect scaling; at least ``flat``: maximal data parallelism (the
+    steps stopped falling); between: diminishing returns. A batch where no run reached the target is
+    "not reached (the rules broke)". ``resolved`` says whether the slope is further from the nearest
+    threshold than one evaluation interval (:func:`target_resolution`) at either end could move it."""
+    by_batch: dict[int, list[dict]] = {}
+    for r in rows:
+        by_batch.setdefault(r["batch size"], []).append(r)
+    out, prev = [], None
+    for b in sorted(by_batch):
+        reached = [r for r in by_batch[b] if r.get("steps to target") is not None]
+        row = {"batch size": b, "from batch": prev["batch size"] if prev else None, "rule": "—",
+               "steps to target": None, "slope": None, "regime": None, "resolved": None}
+        if not reached:
+            row["regime"] = "not reached (the rules broke)"
+            out.append(row)
+            continue
+        best = min(reached, key=lambda r: r["steps to target"])
+        row.update({"rule": best.get("rule", ""), "steps to target": best["steps to target"]})
+        if prev is not None:
+            ratio = math.log(b / prev["batch size"])
+            slope = math.log(best["steps to target"] / prev["steps to target"]) / ratio
+            uncertainty = sum((x.get("resolution (steps)") or 0) / x["steps to target"] for x in (best, prev)) / ratio
+            row.update({"slope": slope, "resolved": min(abs(slope - perfect), abs(slope - flat)) > uncertainty,
+                        "regime": REGIMES[0] if slope <= perfect else REGIMES[2] if slope >= flat else REGIMES[1]})
+        out.append(row)
+        prev = best
+    return out
+
+
+def regime_reading(regimes: list[dict]) -> str:
+    """The regimes as sentences: each step up in batch, its slope and regime, and where perfect scaling ended."""
+    lines, boundary, last = [], None, None  # last: the latest batch that reached the target
+    for r in regimes:
+        if r["steps to target"] is None:
+            lines.append(f"batch {r['batch size']}: {r['regime']}")
+            boundary = boundary or last
+            continue
+        if r["slope"] is not None:
+            coarse = "" if r["resolved"] else " (within one evaluation interval of the next regime: a tendency)"
+            lines.append(f"batch {r['from batch']} -> {r['batch size']}: slope {r['slope']:.2f}, {r['regime']}{coarse}")
+            if r["regime"] != REGIMES[0]:
+                boundary = boundary or r["from batch"]
+        last = r["batch size"]
+    if not any(r["slope"] is not None for r in regimes):
+        return "\n".join(lines + ["fewer than two batch sizes reached the target: no slope to read"])
+    lines.append(f"perfect scaling ended after batch {boundary}" if boundary else
+                 "perfect scaling held over every batch measured")
+    return "\n".join(lines)
+
+
+def gap_reading(results, labels, *, users: int) -> str:
+    """The generalization gap (train-side minus test HR@10 at the end) against the batch, per rule, read
+    from the runs (lesson 02): at the smallest and the largest batch, whether it grew or shrank by more
+    than twice its sampling error (each HR@10 is a fraction of ``users`` users: a binomial standard
+    error), and the epochs each had run — a run that trained longer has seen its training items more often."""
+    by_rule: dict[str, list] = {}
+    for r, label in zip(results, labels):
+        if r.generalization_gap is not None:
+            by_rule.setdefault(label, []).append(r)
+    lines = []
+    for rule, runs in by_rule.items():
+        runs = sorted(runs, key=lambda r: r.config["global_batch_size"])
+        if len(runs) < 2:
+            continue
+        a, b = runs[0], runs[-1]
+        se = lambda r: math.hypot(hr_standard_error(r.final_hr, users), hr_standard_error(r.final_train_hr, users))  # noqa: E731
+        noise = 2 * math.hypot(se(a), se(b))
+        change = b.generalization_gap - a.generalization_gap
+        trend = (f"it grew by {change:.4f}" if change > noise else f"it shrank by {-change:.4f}" if change < -noise
+                 else f"no measurable change (within twice the sampling error, {noise:.4f})")
+        lines.append(f"{rule}: gap {a.generalization_gap:+.4f} at batch {a.config['global_batch_size']} "
+                     f"({a.epochs:.2f} epochs) -> {b.generalization_gap:+.4f} at batch {b.config['global_batch_size']} "
+                     f"({b.epochs:.2f} epochs): {trend}")
+    if not lines:
+        return "fewer than two runs per rule were evaluated on the train side: no gap to compare"
+    return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""The Optuna search of lesson 12: random search, successive halving and Hyperband at a budget,
+in a journal file several processes share; the NeuMF and BERT objectives and the search worker.
+
+- ``successive_halving``: the bracket rule on recorded curves (the exercise's reference);
+- ``open_study`` / ``run_search`` / ``neumf_objective`` / ``mlm_objective`` / ``search_worker``: a study
+  in a journal file, its trials run by one or several processes (a cell, ``launch`` or SLURM array tasks).
+"""
+
+from __future__ import annotations
+import math
+import os
+import socket
+import time
+from typing import Callable
+from .data.movielens import ImplicitData
+from .fileio import pid_alive
+from .train.engine import RunHooks
+from .train.ncf import TrainConfig, train_to_target
+
+
+def successive_halving(curves, min_resource: int = 1, reduction_factor: int = 3) -> tuple[int, int]:
+    """Synchronous successive halving on recorded learning curves (lesson 12, exercise 12):
+    ``curves[i][r - 1]`` is configuration ``i``'s metric (higher is better) after ``r`` units of
+    resource, every curve ``R`` long. At each rung ``min_resource * reduction_factor**k < R`` the
+    surviving configurations are compared at that resource and the best
+    ``max(1, n_alive // reduction_factor)`` go on (ties: the lower index); the last survivors train
+    to ``R``. Returns (the index of the best survivor at ``R``, the resource spent by all configurations)."""
+    R = len(curves[0])
+    alive, spent, rung = list(range(len(curves))), 0, min_resource
+    while rung < R and len(alive) > 1:
+        keep = max(1, len(alive) // reduction_factor)
+        ranked = sorted(alive, key=lambda i: (-curves[i][rung - 1], i))
+        spent += rung * (len(alive) - keep)  # the ones cut here trained to this rung
+        alive = sorted(ranked[:keep])
+        rung *= reduction_factor
+    spent += R * len(alive)
+    return min(alive, key=lambda i: (-curves[i][R - 1], i)), spent
+
+
+STRATEGIES = ("random", "successive_halving", "hyperband", "tpe_hyperband")
+
+
+# TPE's first trials are random (it needs scored trials to model): Optuna's default is 10, more than
+# a lesson-sized Hyperband search runs before its budget is half spent.
+TPE_STARTUP_TRIALS = 4
+
+
+class Diverged(RuntimeError):
+    """A trial whose weights went inf/nan: recorded as FAIL (``catch``), the study goes on."""
+
+
+def journal_storage(path):
+    """The study's storage: Optuna's journal file at ``path`` (shared by every process that opens it)."""
+    import optuna
+
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+
+
+def make_sampler(strategy: str, *, seed: int):
+    """The sampler of a strategy: random for the first three (so they draw the same configurations),
+    TPE for "tpe_hyperband" (Bergstra et al. 2011: it models which values scored well, pruned trials'
+    last reports included, and draws where that model is best; its first trials are random)."""
+    import optuna
+
+    if strategy == "tpe_hyperband":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP_TRIALS)
+    if strategy in STRATEGIES:
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"strategy={strategy!r}; choose one of {STRATEGIES}")
+
+
+def make_pruner(strategy: str, *, max_resource: int, min_resource: int = 1, reduction_factor: int = 3):
+    """The pruner of a strategy: "random" none (every trial runs ``max_resource``), "successive_halving"
+    (Optuna's asynchronous SHA) or "hyperband" and "tpe_hyperband" (several SHA brackets, Li et al. 2018)."""
+    import optuna
+
+    if strategy == "random":
+        return optuna.pruners.NopPruner()
+    if strategy == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=reduction_factor)
+    if strategy in ("hyperband", "tpe_hyperband"):
+        return optuna.pruners.HyperbandPruner(min_resource=min_resource, max_resource=max_resource,
+                                              reduction_factor=reduction_factor)
+    raise ValueError(f"strategy={strategy!r}; choose one of {STRATEGIES}")
+
+
+def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, min_resource: int = 1,
+               reduction_factor: int = 3, direction: str = "maximize"):
+    """Create the study ``name`` in the journal at ``path``, or load it when it exists (a resumed or
+    shared search): the strategy's sampler seeded by ``seed`` and its pruner."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=name, storage=journal_storage(path), direction=direction, load_if_exists=True,
+        sampler=make_sampler(strategy, seed=seed),
+        pruner=make_pruner(strategy, max_resource=max_resource, min_resource=min_resource,
+                           reduction_factor=reduction_factor))
+
+
+def trial_budget(t) -> float:
+    """The resource a finished trial spent: what it recorded as ``budget``, else its last reported step."""
+    if "budget" in t.user_attrs:
+        return float(t.user_attrs["budget"])
+    return float(max(t.intermediate_values, default=0))
+
+
+def budget_spent(study) -> float:
+    """The resource spent by the study's finished trials (complete, pruned or failed), all processes together."""
+    from optuna.trial import TrialState
+
+    return sum(trial_budget(t) for t in study.get_trials(deepcopy=False)
+               if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+
+
+def fail_orphaned_trials(study) -> list[int]:
+    """FAIL the RUNNING trials whose process (on this host) is gone; returns their numbers.
+
+    A journal storage has no heartbeat (see the note above), so a trial whose process was
+    killed would stay RUNNING and be counted nowhere. Trials of other hosts are left alone."""
+    from optuna.trial import TrialState
+
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        host, pid = t.user_attrs.get("host"), t.user_attrs.get("pid")
+        if host == socket.gethostname() and pid is not None and not pid_alive(int(pid)):
+            study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+            failed.append(t.number)
+    return failed
+
+
+def run_search(study, objective: Callable, *, budget: float, max_trials: int | None = 1000,
+               catch: tuple = (Diverged,)) -> dict:
+    """Run trials of ``objective(trial)`` on ``study`` until ``budget`` (in the objective's resource)
+    is spent by all the processes sharing the study, or ``max_trials`` were started here.
+
+    Orphaned trials of killed processes are failed first (a resumed search); finished trials are
+    never repeated: the budget counts them. Each trial records this process's host and pid. A trial
+    raising one of ``catch`` is recorded FAIL and the search goes on. Returns what this process did."""
+    orphans = fail_orphaned_trials(study)
+    start, mine = time.perf_counter(), []
+
+    def tagged(trial):
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("pid", os.getpid())
+        mine.append(trial.number)
+        return objective(trial)
+
+    def stop_when_spent(study, _trial):
+        if budget_spent(study) >= budget or (max_trials is not None and len(mine) >= max_trials):
+            study.stop()
+
+    if budget_spent(study) < budget:
+        study.optimize(tagged, catch=catch, callbacks=[stop_when_spent], gc_after_trial=False)
+    return {"trials": mine, "orphans_failed": orphans, "seconds": time.perf_counter() - start, "pid": os.getpid()}
+
+
+def quadratic_objective(trial, *, steps: int = 9, optimum: float = 2.0, sleep_s: float = 0.0, fail_above: float | None = None):
+    """A cheap objective with a known optimum (tests, the brackets figure): ``x`` in [-10, 10], the value
+    ``-(x - optimum)^2`` approached over ``steps`` reports as ``-(x - optimum)^2 - 1/step``; raises
+    ``RuntimeError`` when ``x > fail_above`` (a crashing trial)."""
+    import optuna
+
+    x = trial.suggest_float("x", -10.0, 10.0)
+    if fail_above is not None and x > fail_above:
+        raise RuntimeError(f"trial {trial.number}: x={x:.2f} crashes (fail_above={fail_above})")
+    for step in range(1, steps + 1):
+        if sleep_s:
+            time.sleep(sleep_s)
+        value = -(x - optimum) ** 2 - 1.0 / step
+        trial.report(value, step)
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+    return -(x - optimum) ** 2
+
+
+NEUMF_SPACE = {  # the search space of lesson 12 (NeuMF at a large batch), ranges of the base lr at batch 256
+    "base_lr": (1e-4, 3e-2),  # log scale
+    "warmup_fraction": (0.0, 0.3),  # of the planned run
+    "lr_scaling": ("linear", "sqrt"),
+    "weight_decay": (1e-8, 1e-3),  # log scale
+    "optimizer": ("adam", "lamb"),
+}
+
+
+def suggest_neumf(trial, base_cfg: TrainConfig, steps_per_epoch: int, space: dict = NEUMF_SPACE) -> TrainConfig:
+    """``base_cfg`` with the trial's choice of every hyperparameter of ``space``."""
+    lr = trial.suggest_float("base_lr", *space["base_lr"], log=True)
+    warm = trial.suggest_float("warmup_fraction", *space["warmup_fraction"])
+    rule = trial.suggest_categorical("lr_scaling", list(space["lr_scaling"]))
+    wd = trial.suggest_float("weight_decay", *space["weight_decay"], log=True)
+    opt = trial.suggest_categorical("optimizer", list(space["optimizer"]))
+    planned = math.ceil(base_cfg.max_epochs * steps_per_epoch)
+    return base_cfg.replace(base_lr=lr, warmup_steps=round(warm * planned), lr_scaling=rule, weight_decay=wd,
+                            optimizer=opt, base_batch_size=base_cfg.base_batch_size or 256)
+
+
+def neumf_objective(data: ImplicitData, base_cfg: TrainConfig, *, device=None, space: dict = NEUMF_SPACE,
+                    predicted_seconds: Callable[[TrainConfig], float] | None = None,
+                    time_limit_s: float | None = None) -> Callable:
+    """The objective of lesson 12: one NeuMF run through the engine (``train_to_target``) per trial,
+    its best HR@10. The resource is the epoch: HR@10 is reported to the trial at every evaluation
+    point (``base_cfg.eval_every_epochs``, counted in evaluation points) so its pruner can cut the run.
+
+    ``base_cfg.max_epochs`` is the most a trial trains (the ``max_resource``). A run that diverges
+    raises :class:`Diverged` (FAIL). With ``predicted_seconds`` and ``time_limit_s`` (lesson 09's
+    model), a setting predicted slower than the limit is pruned before it trains at all."""
+    import optuna
+
+    from .train.ncf import steps_per_epoch as _spe
+
+    spe = _spe(data, base_cfg)
+    per_point = base_cfg.eval_every_epochs
+
+    def objective(trial):
+        cfg = suggest_neumf(trial, base_cfg.replace(stop_at_target=False), spe, space)
+        if predicted_seconds is not None and time_limit_s is not None:
+            predicted = predicted_seconds(cfg)
+            trial.set_user_attr("predicted_s", predicted)
+            if predicted > time_limit_s:
+                trial.set_user_attr("budget", 0.0)
+                raise optuna.TrialPruned(f"predicted {predicted:.1f} s > limit {time_limit_s:.1f} s")
+
+        last = round(cfg.max_epochs / per_point)
+
+        def report(point):
+            step = round(point["epoch"] / per_point)
+            trial.report(point["hr"], step=step)
+            # Optuna's successive halving also has a rung AT the last step (1, 2, 4, 8 for 8 points):
+            # asked there, it "prunes" a run that has already trained its whole budget, which then
+            # counts as PRUNED with no value. A finished run is kept: its epochs are spent anyway.
+            return step < last and trial.should_prune()
+
+        r = train_to_target(data, cfg, device=device, progress="none", hooks=RunHooks(stop_early=report))
+        trial.set_user_attr("budget", len(r.curve["hr"]) - 1)  # evaluation points trained (step 0 excluded)
+        trial.set_user_attr("samples_per_s", r.samples_per_s)
+        trial.set_user_attr("curve_hr", [h for h in r.curve["hr"]])
+        if r.diverged:
+            raise Diverged(f"trial {trial.number} diverged at epoch {r.epochs:.2f} (peak lr {cfg.peak_lr:.3g})")
+        if r.stopped_early:
+            raise optuna.TrialPruned()
+        return max(h for h in r.curve["hr"] if h is not None)
+
+    return objective
+
+
+MLM_SPACE = {  # lesson 12's BERT search: what lesson 07 tuned by hand, the lr (at this batch) and the warmup
+    "base_lr": (1e-4, 1e-1),  # log scale
+    "warmup_fraction": (0.0, 0.3),  # of the run's steps
+}
+
+
+def suggest_mlm(trial, base_cfg, space: dict = MLM_SPACE):
+    """``base_cfg`` (an :class:`~course_lib.train.mlm.MLMTrainConfig`) with the trial's lr and warmup."""
+    lr = trial.suggest_float("base_lr", *space["base_lr"], log=True)
+    warm = trial.suggest_float("warmup_fraction", *space["warmup_fraction"])
+    return base_cfg.replace(base_lr=lr, base_batch_size=base_cfg.global_batch_size, warmup_steps=round(warm * base_cfg.max_steps))
+
+
+def mlm_objective(data, base_cfg, *, device=None, space: dict = MLM_SPACE) -> Callable:
+    """The BERT objective of lesson 12: one ``train_mlm`` run per trial, its best held-out MLM loss
+    (a study with ``direction="minimize"``). The resource is the evaluation (``base_cfg.eval_every_steps``
+    optimizer steps): the loss is reported to the trial at each, so its pruner can end the run inside
+    the engine (``stop_early``). ``base_cfg.max_steps`` is the most a trial trains; a run whose loss
+    becomes inf or nan raises :class:`Diverged` (FAIL)."""
+    import optuna
+
+    from .train.mlm import train_mlm
+
+    every = base_cfg.eval_every_steps
+    last = math.ceil(base_cfg.max_steps / every)
+
+    def objective(trial):
+        cfg = suggest_mlm(trial, base_cfg.replace(stop_at_target=False, target_loss=None), space)
+
+        def report(point):
+            step = math.ceil(point["step"] / every)
+            trial.report(point["eval_loss"], step=step)
+            return step < last and trial.should_prune()  # a finished run is kept (see neumf_objective)
+
+        r = train_mlm(cfg, data, device=device, progress="none", hooks=RunHooks(stop_early=report))
+        trial.set_user_attr("budget", len(r["curves"]["eval_step"]) - 1)  # evaluations trained (step 0 excluded)
+        trial.set_user_attr("curve_loss", list(r["curves"]["eval_loss"]))
+        if r["diverged"]:
+            raise Diverged(f"trial {trial.number} diverged by step {r['steps']} (peak lr {cfg.peak_lr:.3g})")
+        if r["stopped_early"]:
+            raise optuna.TrialPruned()
+        return r["best_eval_loss"]
+
+    return objective
+
+
+def search_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """One process of a parallel search, one trial at a time: from a cell (``course_lib.dist.launch``)
+    or as one task of a SLURM array (``python -m course_lib.run course_lib.optuna_search:search_worker SPEC``).
+
+    Trials are independent runs, so a process group the launcher made is dropped first (each
+    trial trains on one process); the processes meet only in the study's journal. ``spec``:
+    ``name``, ``path`` (the journal), ``strategy``, ``seed``, ``max_resource``, ``budget``, the data
+    (``data``, or ``dataset`` and optional ``synthetic_size`` to load it here) and the base setting
+    (``base_cfg``: a TrainConfig or its ``to_dict()``); ``task`` (a SLURM array index) and ``rank``
+    give every process its own sampler seed."""
+    from . import dist as cdist
+    from .data import load_implicit
+
+    cdist.cleanup()
+    data = spec["data"] if "data" in spec else load_implicit(spec["dataset"], synthetic_size=spec.get("synthetic_size"))
+    base = spec["base_cfg"]
+    base = TrainConfig.from_dict(base) if isinstance(base, dict) else base
+    seed = spec["seed"] + 1000 * int(spec.get("task", 0)) + rank
+    study = open_study(spec["name"], spec["path"], strategy=spec["strategy"], seed=seed,
+                       max_resource=spec["max_resource"], reduction_factor=spec.get("reduction_factor", 3))
+    return run_search(study, neumf_objective(data, base), budget=spec["budget"])
