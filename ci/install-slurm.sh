@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # System packages for tests/test_slurm.py: Debian's SLURM controller, node daemon and client
-# commands, and MUNGE (slurmctld slurmd slurm-client munge, ~13 s to install).
+# commands, and MUNGE (slurmctld slurmd slurm-client munge, ~13 s to install); and for the virtual
+# cluster (course_lib/cluster.py: tests/test_cluster.py, test_multinode.py, test_slurm_multinode.py)
+# ip, tc and ss (iproute2), unshare and nsenter (util-linux).
 #
 # Idempotent and quiet: nothing happens when the programs are there. It installs with apt-get only
 # when run as root on a Debian-like system; otherwise it says what is missing and exits 0, and the
@@ -12,15 +14,15 @@ set -euo pipefail
 
 export PATH="$PATH:/usr/sbin:/sbin"
 missing=()
-for c in munged munge slurmctld slurmd sbatch sinfo squeue scontrol scancel; do
+for c in munged munge slurmctld slurmd sbatch sinfo squeue scontrol scancel ip tc ss unshare nsenter; do
   command -v "$c" >/dev/null || missing+=("$c")
 done
 [ "${#missing[@]}" -eq 0 ] && exit 0
 
-packages=(slurmctld slurmd slurm-client munge)
+packages=(slurmctld slurmd slurm-client munge iproute2 util-linux)
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
   echo "ci/install-slurm.sh: ${missing[*]} not found; to run tests/test_slurm.py, install as root:" \
-       "apt-get install ${packages[*]} (the SLURM tests skip meanwhile)" >&2
+       "apt-get install ${packages[*]} (the SLURM and virtual-cluster tests skip meanwhile)" >&2
   exit 0
 fi
 

@@ -4,7 +4,9 @@
 #     solutions/) executed with papermill in the smoke profile; executed copies go to
 #     ci/executed/.
 #     tests/test_slurm.py submits notebooks/beyond/ncf_ddp.sbatch to a one-node SLURM it starts
-#     (packages from ci/install-slurm.sh).
+#     (packages from ci/install-slurm.sh); tests/test_slurm_multinode.py the same on two nodes of the
+#     virtual cluster (course_lib/cluster.py: network namespaces on shaped links, as root), and
+#     tests/test_multinode.py torchrun across those nodes without SLURM.
 #  2. nbval re-executes the executed lessons and compares the outputs of the cells marked
 #     `# NBVAL_CHECK_OUTPUT` with the papermill run's: deterministic outputs must agree.
 set -euo pipefail

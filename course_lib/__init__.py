@@ -18,12 +18,15 @@ MAP = (
     ("The machine", (
         ("_cgroup", "the CPU quota of this process's cgroup (v1 and v2), for hardware.usable_cpu_cores"),
         ("hardware", "what this machine has (cores, GPUs, backends, 16-bit support)"),
+        ("cluster", "a virtual cluster on this host: nodes as network namespaces on shaped links "
+                    "(python -m course_lib.cluster up|run|down; lesson 13 and the multi-node tests)"),
     )),
     ("Processes and numbers", (
         ("precision", "Precision: autocast, fp16 loss scaling (static, dynamic or none), unscale before the step"),
         ("dist/", "groups.py (process groups, rank helpers, backends, init_from_env: what a learner "
                  "reads) and launcher.py (launch() from a notebook cell and its supervisor: watchdog, "
                  "interrupt shield, log pump, fork server)"),
+        ("node_loss", "which node a lost peer was: a multi-node job's error names the node and its ranks"),
     )),
     ("Decisions and records", (
         ("tiers", "the tier plan: every per-tier decision, a pure function of a hardware description"),

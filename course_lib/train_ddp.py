@@ -25,7 +25,7 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from . import dist
+from . import dist, node_loss
 from .train.workers import RunSpec, ncf_worker
 from .results import save_result
 
@@ -71,7 +71,14 @@ def main(argv=None) -> int:
     cfg, spec, out, backend = parse(argv)
     # torchrun's RANK/WORLD_SIZE/MASTER_ADDR; a plain process stays alone
     with dist.process_group_from_env(backend):
-        record = ncf_worker(dist.rank(), dist.world_size(), cfg, spec)
+        ranks = node_loss.rank_table()  # who runs where: a lost node's error names it and its ranks
+        try:
+            record = ncf_worker(dist.rank(), dist.world_size(), cfg, spec)
+        except RuntimeError as exc:
+            lost = node_loss.explain(exc, ranks, dist.rank())
+            if lost:
+                raise RuntimeError(lost) from exc
+            raise
         print(f"rank {dist.rank()} of {dist.world_size()} stopped after {record['steps']} steps", flush=True)
         if dist.is_main_process():
             ttt = record["time_to_target_s"]

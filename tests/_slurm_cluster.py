@@ -301,6 +301,115 @@ class Cluster:
         return leftovers
 
 
+# Several nodes (issue 33): the nodes of a virtual cluster (course_lib/cluster.py), each a network, UTS and
+# mount namespace with its own hostname and address. slurmctld runs on the first node (the head node, also
+# the "login node" SLURM's commands run on: the host's own namespace has no route to the nodes), and one
+# slurmd on every node, inside that node's namespaces, so that what it starts (slurmstepd, the job's tasks)
+# runs there too. Every slurmd reads the same slurm.conf; its spool, pid and log files are per node through
+# slurm.conf's %n (the node's name), and every daemon listens on the standard ports of its own node's
+# address: no port can clash across namespaces. Debian's SLURM is not built with --enable-multiple-slurmd,
+# and needs not be: each slurmd is alone on its "host".
+MULTI_NODE_CONF = """\
+# A {count}-node cluster on a virtual cluster's nodes for the course's tests (tests/_slurm_cluster.py); all in {root}
+ClusterName=course-test
+SlurmctldHost={head}({head_addr})
+SlurmctldPort=6817
+SlurmdPort=6818
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket={root}/munge/munge.socket
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool/%n
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd-%n.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+ReturnToService=2
+SlurmctldTimeout=60
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=5
+MinJobAge=600
+{node_lines}
+PartitionName=course Nodes={node_list} Default=YES MaxTime=30 State=UP
+"""
+
+
+class MultiNodeCluster(Cluster):
+    """``with MultiNodeCluster(virtual) as c:`` munged (the host's, its socket on the shared file system),
+    slurmctld on the virtual cluster's first node and one slurmd on each of its nodes."""
+
+    def __init__(self, virtual, cpus: int = 2, memory_mb: int = 1000, key_bytes: int = 1024):
+        super().__init__(cpus=cpus, memory_mb=memory_mb, key_bytes=key_bytes, private_hosts=False)
+        self.virtual = virtual
+        self.node = self.ctld_host = virtual.nodes[0].name  # the head node; SLURM's commands run there
+        self.nodes = [n.name for n in virtual.nodes]
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        self.root = Path(tempfile.mkdtemp(prefix="course-slurm-"))
+        self._watchdog = subprocess.Popen([sys.executable, __file__, "--watch", str(self.root)],
+                                          stdin=subprocess.PIPE, start_new_session=True)
+        self.root.chmod(0o755)
+        for d in ("munge", "state", "spool", "log", "jobs"):
+            (self.root / d).mkdir()
+        for n in self.nodes:
+            (self.root / "spool" / n).mkdir()
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(self.key_bytes))
+        key.chmod(0o400)
+        head = self.virtual.nodes[0]
+        (self.root / "slurm.conf").write_text(MULTI_NODE_CONF.format(
+            root=self.root, count=len(self.nodes), head=head.name, head_addr=head.address,
+            node_list=",".join(self.nodes),
+            node_lines="\n".join(f"NodeName={n.name} NodeAddr={n.address} CPUs={self.cpus} "
+                                 f"RealMemory={self.memory_mb} State=UNKNOWN" for n in self.virtual.nodes)))
+        m = self.root / "munge"
+        self._daemon("munged", ["munged", "--foreground", f"--socket={m}/munge.socket", f"--key-file={key}",
+                                f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
+                                f"--seed-file={m}/munged.seed"],
+                     ready=lambda: (m / "munge.socket").exists())
+        conf = str(self.root / "slurm.conf")
+        self._daemon("slurmctld", self.virtual.command(head.name, ["slurmctld", "-D", "-f", conf], cwd=str(self.root)),
+                     ready=self._controller_answers)
+        for n in self.nodes:
+            self._daemon(f"slurmd-{n}", self.virtual.command(n, ["slurmd", "-D", "-f", conf, "-N", n],
+                                                             cwd=str(self.root)),
+                         ready=lambda n=n: self._state_of(n) in ("idle", "mixed", "allocated"))
+        self.start_s = time.monotonic() - t0
+        self.listening = self.listening_sockets()
+
+    def listening_sockets(self) -> list[str]:
+        """``"node address:port"`` for every TCP socket listening in the nodes (psutil looks only in the
+        host's network namespace, so ``ss`` runs in each node)."""
+        found = []
+        for n in self.nodes:
+            out = subprocess.run(self.virtual.command(n, ["ss", "-Hltn"], cwd="/"), capture_output=True, text=True)
+            found += [f"{n} {line.split()[3]}" for line in out.stdout.splitlines() if line.strip()]
+        return found
+
+    def _state_of(self, node: str) -> str:
+        return self.run("sinfo", "-h", "-n", node, "-o", "%T", check=False).stdout.strip()
+
+    def run(self, *cmd: str, check: bool = True, timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
+        """A SLURM command on the head node (the host's namespace has no route to the controller)."""
+        cwd = kw.pop("cwd", None)
+        line = self.virtual.command(self.node, list(cmd), cwd=str(cwd) if cwd else str(self.root))
+        return super().run(*line, check=check, timeout=timeout, **kw)
+
+
 def cluster_processes(root: Path) -> list[psutil.Process]:
     """Every process of the cluster in ``root``: its SLURM_CONF in the environment, its directory on
     the command line, or (slurmstepd, which gets a clean environment) slurmd's log file open."""

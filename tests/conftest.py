@@ -71,7 +71,14 @@ def pytest_xdist_make_scheduler(config, log):
                 return "lessons in the browser"
             # one test SLURM per worker would collide: each numbers its jobs from 1, and the sbatch
             # script derives the rendezvous port from the job id (measured: two job 1s on port 20001)
-            return "slurm" if nodeid.startswith("tests/test_slurm.py::") else nodeid
+            if nodeid.startswith("tests/test_slurm.py::"):
+                return "slurm"
+            # a module's virtual cluster and its uninterrupted reference job (tests/test_multinode.py: ~20 s
+            # of torchrun) are module fixtures: spread over workers, each worker would make them again
+            for module in ("tests/test_multinode.py::", "tests/test_slurm_multinode.py::"):
+                if nodeid.startswith(module):
+                    return module
+            return nodeid
 
     return LessonChainScheduling(config, log)
 

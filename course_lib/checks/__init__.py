@@ -18,7 +18,7 @@ The checks for lessons 06, 08 and 10 run the learner's function on several proce
 ``course_lib.dist.launch``. Spawned workers import it by module and name, so it must
 live in a ``.py`` file (the exercise writes one with ``%%writefile``), not in the notebook.
 
-One module per exercise (``l01_metrics`` ... ``l10_tensor_parallel``, ``l11_noise_scale``, ``l12_successive_halving``) over a shared :mod:`.harness`;
+One module per exercise (``l01_metrics`` ... ``l10_tensor_parallel``, ``l11_noise_scale``, ``l12_successive_halving``, ``l13_multi_node``) over a shared :mod:`.harness`;
 a new lesson's checks go in a module of their own and are listed here.
 """
 
@@ -35,6 +35,7 @@ from .l09_perf import check_bucket_overlap
 from .l10_tensor_parallel import check_copy_to_parallel
 from .l11_noise_scale import check_noise_scale
 from .l12_successive_halving import check_successive_halving
+from .l13_multi_node import check_accumulation_to_hide
 
 __all__ = [
     "CheckResult",
@@ -56,4 +57,5 @@ __all__ = [
     "check_copy_to_parallel",
     "check_noise_scale",
     "check_successive_halving",
+    "check_accumulation_to_hide",
 ]

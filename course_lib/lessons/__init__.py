@@ -19,4 +19,6 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l10_model_parallelism.py     equality with one process, the bubble, bytes per rank, the decision table
     l11_batch_size_science.py    B_simple against the bend, sharpness against the gap, BatchNorm per rank
     l12_hyperparameter_search.py searches at equal budget, epochs to the target, brackets, the verdict
+    l13_multi_node.py            the path (SLURM, virtual cluster, model), a link's alpha-beta, 1 node x W
+                                 vs W nodes x 1 with accumulation, the two-level all-reduce
 """

@@ -1,0 +1,501 @@
+"""What lesson 13 measures on many nodes, and what it reads from the results.
+
+Three paths, chosen by :func:`choose_path` from what the machine has:
+
+* ``slurm``: the learner's own SLURM cluster with at least two nodes -- each run is one
+  ``srun --nodes N --ntasks-per-node 1 torchrun ...`` started from a cell (:class:`SlurmNodes`);
+* ``virtual``: the virtual cluster of course_lib/cluster.py (network namespaces on links of a set
+  bandwidth, as root) -- one ``torchrun`` per node through ``cluster.popen`` (:class:`VirtualNodes`);
+* ``model``: neither; lesson 09's view of a data-parallel step (k micro-batches of compute, then one
+  ring all-reduce of the gradients that nothing hides) predicts the same tables, labelled as predictions.
+
+Every run is ``torchrun -m course_lib.run WORKER ARGS --out FILE`` on each node, rendezvous (c10d) on the
+first node: the worker is the one a notebook cell would launch, rank 0's return value comes back through
+the file (a folder every node sees). What is measured:
+
+1. the all-reduce over one link (2 nodes x 1 process): lesson 08's alpha-beta fit of the sweep, turned into
+   one link's rate (:func:`link_rate`), against the rate the link was set to (:func:`link_verdict`);
+2. the seed talk's comparison: 1 node x 4 processes against 4 nodes x 1 process on a slow link, at gradient
+   accumulation k = 1, 2, 4, 8 with the micro-batch fixed (so the global batch grows with k and each
+   all-reduce is paid once per k micro-batches): samples per second per layout (:func:`layout_rows`), and
+   where the slow link stops mattering (:func:`layout_verdict`);
+3. hierarchy: lesson 08's ring over all ranks against a two-level all-reduce from lesson 08's pieces, on
+   2 nodes x 2 ranks (:func:`hierarchy_worker`, :func:`hierarchy_verdict`).
+
+(Issue 33 also asks for time to target per layout and k, and data placement per node; not here yet. Node
+loss and resume are tested in tests/test_multinode.py, and the lesson says what those tests show.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .. import cluster as vc
+from ..comm import cost
+
+PATHS = ("slurm", "virtual", "model")
+K_VALUES = (1, 2, 4, 8)
+LINK_TOLERANCE = 0.35  # the fitted rate within 35 % of the set rate (TCP/IP headers take ~4 %, the rest is noise)
+HIDDEN_AT = 0.8  # the slow link "stops mattering" once 4 nodes x 1 run at >= 80 % of 1 node x 4's throughput
+
+
+def one_node(world_size: int) -> str:
+    return f"1 node x {world_size}"
+
+
+def many_nodes(world_size: int) -> str:
+    return f"{world_size} nodes x 1"
+
+
+# --------------------------------------------------------------------------- which path
+
+
+def slurm_nodes() -> int:
+    """How many nodes this machine's SLURM offers (0: no SLURM commands, or no controller answers)."""
+    if shutil.which("sinfo") is None or shutil.which("srun") is None:
+        return 0
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%D"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(int(x) for x in r.stdout.split() if x.isdigit()) if r.returncode == 0 else 0
+
+
+def choose_path(slurm_node_count: int, virtual_reason: str | None, want: str = "auto") -> dict:
+    """``{"path", "why"}``: SLURM with >= 2 nodes, else the virtual cluster where it can be made, else the model.
+    ``want`` forces one (``"slurm"``, ``"virtual"``, ``"model"``); a forced path that cannot run is an error."""
+    if want not in ("auto", *PATHS):
+        raise ValueError(f"RUN_ON={want!r}: choose 'auto', 'slurm', 'virtual' or 'model'")
+    can = {"slurm": slurm_node_count >= 2, "virtual": virtual_reason is None, "model": True}
+    why = {"slurm": f"SLURM offers {slurm_node_count} node(s); this lesson needs at least 2",
+           "virtual": f"the virtual cluster cannot be made here: {virtual_reason}", "model": ""}
+    if want != "auto":
+        if not can[want]:
+            raise ValueError(f"RUN_ON={want!r} cannot run here: {why[want]}")
+        return {"path": want, "why": f"RUN_ON={want!r} was asked for"}
+    if can["slurm"]:
+        return {"path": "slurm", "why": f"SLURM offers {slurm_node_count} nodes: the runs go to your cluster"}
+    if can["virtual"]:
+        return {"path": "virtual", "why": f"{why['slurm']}; the virtual cluster (network namespaces) can be made"}
+    return {"path": "model", "why": f"{why['slurm']}, and {why['virtual']}. This lesson needs one of the two to "
+                                    "measure; meanwhile it shows lesson 09's model's PREDICTIONS"}
+
+
+# --------------------------------------------------------------------------- running on nodes
+
+
+def _torchrun(nnodes: int, nproc: int, head: str, port: int, worker: str, args: list, out: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "torchrun"), "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{head}:{port}", "--rdzv-id", f"l13-{port}",
+            "-m", "course_lib.run", worker, *[json.dumps(a) for a in args], "--out", out]
+
+
+def _load(out: str):
+    import torch
+
+    return torch.load(out, weights_only=False)
+
+
+class VirtualNodes:
+    """Runs on the nodes of a virtual cluster (course_lib/cluster.py); ``workdir`` on the shared file system."""
+
+    path = "virtual"
+
+    def __init__(self, cluster: vc.Cluster, workdir: str | os.PathLike):
+        self.cluster, self.workdir = cluster, Path(workdir)
+        self._port = 29600
+
+    def run(self, worker: str, args: list, *, nnodes: int, nproc: int, timeout_s: float = 600.0):
+        """``worker(rank, world_size, *args)`` on ``nnodes`` nodes x ``nproc`` processes; rank 0's result."""
+        self._port += 1
+        out = str(self.workdir / f"result-{self._port}.pt")
+        nodes = self.cluster.nodes[:nnodes]
+        if len(nodes) < nnodes:
+            raise ValueError(f"the virtual cluster {self.cluster.name!r} has {len(self.cluster.nodes)} nodes, "
+                             f"{nnodes} asked for")
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        for var in ("GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+            env.pop(var, None)
+        cmd = _torchrun(nnodes, nproc, nodes[0].name, self._port, worker, args, out)
+        logs = [open(self.workdir / f"run-{self._port}-{n.name}.log", "wb") for n in nodes]
+        procs = [self.cluster.popen(n.name, cmd, env=env, cwd=str(self.workdir), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL) for n, log in zip(nodes, logs)]
+        deadline = time.monotonic() + timeout_s
+        try:
+            codes = [p.wait(max(0.1, deadline - time.monotonic())) for p in procs]
+        except subprocess.TimeoutExpired:
+            codes = None
+        finally:
+            for n in nodes:
+                self.cluster.kill_node(n.name)
+            for p in procs:
+                p.wait()
+            for log in logs:
+                log.close()
+        if codes is None or any(codes):
+            tail = "\n".join((self.workdir / f"run-{self._port}-{n.name}.log").read_text(errors="replace")[-2000:]
+                             for n in nodes)
+            raise RuntimeError(f"{worker} on {nnodes} node(s) x {nproc} "
+                               f"{'timed out' if codes is None else f'failed (exit statuses {codes})'}:\n{tail}")
+        return _load(out)
+
+
+class SlurmNodes:
+    """Runs on the learner's SLURM cluster: one ``srun`` per run, one torchrun task per node; ``workdir`` must be
+    on a file system every node sees (the result file comes back through it). ``srun_options``: the site's
+    (``--partition``, ``--account``, ``--time``)."""
+
+    path = "slurm"
+
+    def __init__(self, workdir: str | os.PathLike, srun_options: list[str] = (), *, wrap=None, env: dict | None = None):
+        """``wrap(cmd) -> cmd`` and ``env``: how to reach SLURM from here (the tests run ``srun`` on a virtual
+        cluster's head node); a login node needs neither."""
+        self.workdir, self.srun_options = Path(workdir), list(srun_options)
+        self.wrap, self.env = wrap or (lambda cmd: cmd), env
+
+    def run(self, worker: str, args: list, *, nnodes: int, nproc: int, timeout_s: float = 1800.0):
+        port = 20000 + os.getpid() % 20000
+        out = str(self.workdir / f"result-{time.time_ns()}.pt")
+        inner = _torchrun(nnodes, nproc, "HEAD", port, worker, args, out)
+        # the rendezvous host is the allocation's first node, known only inside the step
+        script = ('head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1); exec '
+                  + " ".join(shlex.quote(a) for a in inner).replace("HEAD:", '"$head":'))
+        cmd = ["srun", f"--nodes={nnodes}", "--ntasks-per-node=1", f"--cpus-per-task={nproc}", "--kill-on-bad-exit=1",
+               *self.srun_options, "bash", "-c", script]
+        r = subprocess.run(self.wrap(cmd), capture_output=True, text=True, timeout=timeout_s, cwd=str(self.workdir),
+                           env=self.env)
+        if r.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd[:6])} ...` failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+        return _load(out)
+
+
+# --------------------------------------------------------------------------- 1. one link's alpha-beta
+
+
+def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int, cfgs: list[dict],
+                 spec: dict) -> dict:
+    """One launch, both measurements (a launch costs seconds of start-up on every node): the all-reduce sweep
+    over the ranks' links, then NeuMF at each config. A worker for ``torchrun -m course_lib.run``."""
+    from ..comm.bench import allreduce_benchmark
+    from ..train.workers import ncf_runs
+
+    return {"sweep": allreduce_benchmark(rank, world_size, sizes, iters, warmup), "runs": ncf_runs(rank, world_size,
+                                                                                                    cfgs, spec)}
+
+
+def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
+            ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4) -> dict:
+    """1 node x 4 and 4 nodes x 1, each one launch of :func:`nodes_worker`: ``{"near", "far"}`` (the sweep within
+    a node, over loopback, and between nodes, over the links) and ``"layouts"`` (rows of :func:`layout_rows`)."""
+    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
+    out = {"layouts": []}
+    for key, layout, nnodes, nproc in (("near", one_node(world_size), 1, world_size),
+                                       ("far", many_nodes(world_size), world_size, 1)):
+        got = runner.run("course_lib.lessons.l13_multi_node:nodes_worker", [list(sizes), iters, warmup, cfgs, spec],
+                         nnodes=nnodes, nproc=nproc)
+        out[key] = got["sweep"]
+        out["layouts"] += layout_rows(layout, got["runs"], ks, source=runner.path)
+    return out
+
+
+def compute_per_sample(layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int,
+                       world_size: int = 4) -> float:
+    """Seconds of compute per sample on one rank, from 1 node x 4's steps minus their all-reduce (the model's input)."""
+    t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
+    per = sorted(max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"]) for r in layouts if r["layout"] == one_node(world_size))
+    if not per:
+        raise ValueError(f"no '{one_node(world_size)}' rows to take the compute from")
+    return per[len(per) // 2]
+
+
+def measure_link(runner, sizes: list[int], iters: int = 5, warmup: int = 1) -> list[dict]:
+    """The all-reduce sweep (course_lib.comm.bench) on 2 nodes x 1 process: every byte crosses the link."""
+    return runner.run("course_lib.comm.bench:allreduce_benchmark", [list(sizes), iters, warmup], nnodes=2, nproc=1)
+
+
+def link_rate(rows: list[dict], ranks: int = 2) -> dict:
+    """Lesson 08's fit of the sweep, read as one link: ``{"alpha_s", "beta_s_per_byte", "rate_bits_per_s"}``.
+    A bandwidth-optimal all-reduce of n bytes (the ring, or halving-doubling) sends ``2 (p-1)/p n`` bytes out of
+    every rank, one rank per node here: with 2 ranks n bytes each way over the link (n/2 to reduce, n/2 to gather).
+    :func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit` undoes that factor."""
+    alpha, beta = cost.fit_alpha_beta([r["size_bytes"] for r in rows], [r["time_s"] for r in rows])
+    a_link, b_link = cost.link_alpha_beta_from_ring_fit(alpha, beta, ranks)
+    return {"alpha_s": a_link, "beta_s_per_byte": b_link, "rate_bits_per_s": 8 / b_link if b_link > 0 else None,
+            "fit": cost.fit_text(alpha, beta)}
+
+
+def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolerance: float = LINK_TOLERANCE) -> str:
+    """What the fit says about the link, on each path (a set rate exists only on the virtual cluster)."""
+    rate = fit["rate_bits_per_s"]
+    if path == "model":
+        return ("PREDICTION, not a measurement: no cluster here, so no link was measured; lesson 09's model assumes "
+                f"the link's rate you set ({_bits(set_rate_bits_per_s)}) and the alpha of lesson 08's fit.")
+    if rate is None:
+        return ("the fit found no bandwidth term: every message took about the latency. Measure larger messages "
+                "(the sweep's largest should take many times the smallest).")
+    if path == "slurm" or set_rate_bits_per_s is None:
+        return (f"your interconnect, measured: {_bits(rate)} per link direction and {fit['alpha_s'] * 1e6:.0f} us per "
+                "message, as gloo's TCP sees it (NCCL over InfiniBand would see more).")
+    ratio = rate / set_rate_bits_per_s
+    if abs(ratio - 1) <= tolerance:
+        return (f"the fit recovers the link: {_bits(rate)} against the {_bits(set_rate_bits_per_s)} it was set to "
+                f"({ratio:.0%}, within the {tolerance:.0%} tolerance); on loopback there is no link to find.")
+    return (f"the fit does NOT recover the link: {_bits(rate)} against {_bits(set_rate_bits_per_s)} set ({ratio:.0%}, "
+            f"outside {tolerance:.0%}). " + ("Something slower than the link set the pace (a busy CPU, too few "
+                                             "iterations)." if ratio < 1 else "The shaping did not hold."))
+
+
+def _bits(rate: float | None) -> str:
+    if rate is None:
+        return "no rate"
+    return f"{rate / 1e9:.2f} Gbit/s" if rate >= 1e9 else f"{rate / 1e6:.0f} Mbit/s"
+
+
+# --------------------------------------------------------------------------- 2. 1 node x 4 vs 4 nodes x 1
+
+
+def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict | None = None,
+                   ks=K_VALUES) -> list[dict]:
+    """One TrainConfig dict per k: the micro-batch fixed, the global batch ``world_size * micro_batch * k``."""
+    return [{**(base_cfg or {}), "global_batch_size": world_size * micro_batch * k, "micro_batch_size": micro_batch,
+             "max_steps": steps, "stop_at_target": False, "target_hr": None} for k in ks]
+
+
+def measure_layouts(runner, micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
+                    ks=K_VALUES, world_size: int = 4) -> list[dict]:
+    """NeuMF at each k on ``1 x world_size`` and ``world_size x 1``; the rows of :func:`layout_rows`."""
+    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
+    rows = []
+    for layout, nnodes, nproc in ((one_node(world_size), 1, world_size), (many_nodes(world_size), world_size, 1)):
+        records = runner.run("course_lib.train.workers:ncf_runs", [cfgs, spec], nnodes=nnodes, nproc=nproc)
+        rows += layout_rows(layout, records, ks, source=runner.path)
+    return rows
+
+
+def layout_rows(layout: str, records: list[dict], ks=K_VALUES, source: str = "virtual") -> list[dict]:
+    """One row per k from a run's records: samples per second and time per optimizer step."""
+    return [{"layout": layout, "k": k, "global_batch": r["config"]["global_batch_size"],
+             "samples_per_s": r["samples_per_s"], "step_s": r["train_time_s"] / max(1, r["steps"]),
+             "source": source} for k, r in zip(ks, records)]
+
+
+def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple[float, float],
+                      far: tuple[float, float], ks=K_VALUES, world_size: int = 4) -> list[dict]:
+    """Lesson 09's view of a data-parallel step: ``k * b * t_sample`` of compute, then one ring all-reduce of the
+    gradients over the node's own links (``near``: alpha, beta per byte) or between nodes (``far``)."""
+    rows = []
+    for layout, (alpha, beta) in ((one_node(world_size), near), (many_nodes(world_size), far)):
+        for k in ks:
+            step = k * micro_batch * compute_s_per_sample + cost.ring_allreduce_time(grad_bytes, world_size, alpha, beta)
+            rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
+                         "samples_per_s": world_size * micro_batch * k / step, "step_s": step, "source": "model"})
+    return rows
+
+
+def layout_ratios(rows: list[dict]) -> dict[int, float]:
+    """k -> throughput of W nodes x 1 over 1 node x W."""
+    near = {r["k"]: r["samples_per_s"] for r in rows if r["layout"].startswith("1 node x ")}
+    far = {r["k"]: r["samples_per_s"] for r in rows if r["layout"].endswith(" nodes x 1")}
+    return {k: far[k] / near[k] for k in near if k in far}
+
+
+def layout_verdict(rows: list[dict], hidden_at: float = HIDDEN_AT) -> str:
+    """Where accumulation stops the slow link from mattering, read from the rows (measured or predicted)."""
+    ratios = layout_ratios(rows)
+    if not ratios:
+        raise ValueError("no k has rows for both layouts ('1 node x W' and 'W nodes x 1')")
+    sources = {r["source"] for r in rows}
+    label = "PREDICTED by lesson 09's model" if sources == {"model"} else "measured"
+    ks = sorted(ratios)
+    text = ", ".join(f"k={k}: {ratios[k]:.0%}" for k in ks)
+    hidden = [k for k in ks if ratios[k] >= hidden_at]
+    suffix = bool(hidden) and all(ratios[k] >= hidden_at for k in ks if k >= hidden[0])
+    if len(hidden) == len(ks):
+        reading = (f"the slow link never mattered: already at k={ks[0]} the nodes ran at {ratios[ks[0]]:.0%} of one "
+                   "node's throughput (the all-reduce is small next to the compute of a step)")
+    elif suffix:
+        reading = (f"accumulation hides the slow link from k={hidden[0]} on: each all-reduce is then paid once per "
+                   f"{hidden[0]} micro-batches, and the nodes run at >= {hidden_at:.0%} of one node's throughput")
+    elif hidden:
+        reading = (f"no clear point: k={', '.join(map(str, hidden))} reached {hidden_at:.0%} but a larger k did not "
+                   "(noise on a busy machine? measure more steps)")
+    else:
+        reading = (f"even at k={ks[-1]} the slow link costs more than {1 - hidden_at:.0%} of the throughput: "
+                   "accumulate more, or compress the gradients (lesson 06)")
+    names = sorted({r["layout"] for r in rows})
+    far = next(n for n in names if n.endswith(" nodes x 1"))
+    near = next(n for n in names if n.startswith("1 node x "))
+    return f"{far} against {near} ({label}): {text}. {reading}."
+
+
+def private_workdir() -> str:
+    """A private folder (0700) for the lesson's run files (on the virtual cluster the nodes share the host's
+    file system; on SLURM use a folder on the shared file system instead)."""
+    return tempfile.mkdtemp(prefix="l13-")
+
+
+def hiding_k(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple[float, float],
+             far: tuple[float, float], hidden_at: float = HIDDEN_AT, ks=(1, 2, 4, 8, 16, 32, 64),
+             world_size: int = 4) -> int | None:
+    """The smallest k at which lesson 09's model has 4 nodes x 1 at ``hidden_at`` of 1 node x 4's throughput
+    (None: no k of ``ks`` gets there). Exercise 13's reference."""
+    ratios = layout_ratios(predicted_layouts(compute_s_per_sample, grad_bytes, micro_batch, near, far, ks, world_size))
+    return next((k for k in ks if ratios[k] >= hidden_at), None)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def plot_sweeps(near_rows: list[dict], far_rows: list[dict], near_fit: dict, far_fit: dict, ranks: int = 4, ax=None):
+    """All-reduce time against message size within a node and between nodes, with lesson 08's fits."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4))
+    for rows, fit, label, color in ((near_rows, near_fit, f"{one_node(ranks)} (loopback)", "tab:blue"),
+                                    (far_rows, far_fit, f"{many_nodes(ranks)} (the links)", "tab:red")):
+        n = np.array([r["size_bytes"] for r in rows], dtype=float)
+        ax.loglog(n, [r["time_s"] for r in rows], "o", color=color, label=f"{label}, measured")
+        grid = np.geomspace(n.min(), n.max(), 50)
+        model = [cost.ring_allreduce_time(x, ranks, fit["alpha_s"], fit["beta_s_per_byte"]) for x in grid]
+        ax.loglog(grid, model, "-", color=color, alpha=0.6, label=f"{label}, fit: {_bits(fit['rate_bits_per_s'])}")
+    ax.set_xlabel("message (bytes)")
+    ax.set_ylabel("all-reduce time (s)")
+    ax.legend(fontsize=8)
+    ax.set_title("all-reduce within a node and across nodes")
+    return ax
+
+
+def plot_layouts(rows: list[dict], predicted: list[dict], hidden_at: float = HIDDEN_AT, ax=None):
+    """4 nodes x 1 over 1 node x 4 against k: measured (if any) and lesson 09's prediction."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4))
+    for data, label, style in ((rows, "measured", "o-"), (predicted, "lesson 09's model (prediction)", "s--")):
+        ratios = layout_ratios(data) if data else {}
+        if ratios:
+            ax.semilogx(list(ratios), list(ratios.values()), style, base=2, label=label)
+    ax.axhline(hidden_at, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("gradient accumulation k (micro-batch fixed)")
+    ax.set_ylabel("throughput, W nodes x 1 / 1 node x W")
+    ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
+    ax.legend(fontsize=8)
+    ax.set_title("where accumulation hides the slow link")
+    return ax
+
+
+def grad_bytes(spec: dict, cfg: dict | None = None) -> int:
+    """Bytes of NeuMF's fp32 gradients for ``spec``'s data (what each step's all-reduce sums)."""
+    from ..models.ncf import NeuMF
+    from ..train.ncf import TrainConfig
+    from ..train.workers import RunSpec, load_data
+
+    data = load_data(RunSpec(**spec))
+    c = TrainConfig(**{"global_batch_size": 256, **(cfg or {})})
+    model = NeuMF(data.num_users, data.num_items, factors=c.factors, layers=c.layers)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
+def one_process_compute(micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None) -> float:
+    """Seconds of compute per sample in this process (the model path's input: no cluster to measure on)."""
+    from ..train.workers import ncf_worker
+
+    (cfg,) = layout_configs(micro_batch, 1, steps, base_cfg, ks=(1,))
+    record = ncf_worker(0, 1, cfg, spec)
+    return record["train_time_s"] / max(1, record["steps"]) / micro_batch
+
+
+def assumed_link(rate: str, alpha_s: float = 50e-6) -> dict:
+    """A link the model path assumes (no measurement): ``rate`` in tc's units and a per-message latency."""
+    bits = vc.parse_rate(rate)
+    return {"alpha_s": alpha_s, "beta_s_per_byte": 8 / bits, "rate_bits_per_s": bits, "fit": "assumed"}
+
+
+# --------------------------------------------------------------------------- 3. hierarchy: a two-level all-reduce
+
+
+def hierarchy_worker(rank: int, world_size: int, sizes: list[int], iters: int = 3) -> list[dict]:
+    """Lesson 08's ring over all ranks against a two-level all-reduce built from lesson 08's pieces: a binomial
+    reduce inside each node (to its first rank), the ring among the nodes' first ranks, a binomial broadcast
+    back inside each node. Ranks are numbered node by node (torchrun does); ``$LOCAL_WORLD_SIZE`` per node.
+    Rows ``{"size_bytes", "algorithm", "time_s"}`` (the slowest rank's median), checked against the sum."""
+    import torch
+    import torch.distributed as dist
+
+    from .. import dist as cdist
+    from ..comm.collectives import (binomial_tree_broadcast, binomial_tree_reduce_schedule, ring_allreduce,
+                                    run_schedule)
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    if world_size % local:
+        raise ValueError(f"world_size={world_size} is not a whole number of nodes of {local} ranks")
+    nnodes = world_size // local
+    node_groups = [dist.new_group(list(range(i * local, (i + 1) * local))) for i in range(nnodes)]  # every rank
+    leaders = dist.new_group([i * local for i in range(nnodes)])
+    mine, leader = node_groups[rank // local], rank % local == 0
+
+    def two_level(t):
+        run_schedule(binomial_tree_reduce_schedule(local, t.numel(), 0), t, mine)
+        if leader:
+            ring_allreduce(t, leaders)
+        binomial_tree_broadcast(t, 0, mine)
+
+    algorithms = {"flat ring": lambda t: ring_allreduce(t), "two-level": two_level}
+    expected = world_size * (world_size + 1) / 2
+    rows = []
+    for size in sizes:
+        count = max(1, int(size) // 4)
+        for name, fn in algorithms.items():
+            t = torch.full((count,), float(rank + 1))
+            fn(t)
+            if not bool((t == expected).all()):
+                raise AssertionError(f"{name} of {count * 4} B: rank {rank} got {t[0].item()} instead of {expected}")
+            times = []
+            for _ in range(iters):
+                t.zero_()
+                cdist.barrier()
+                t0 = time.perf_counter()
+                fn(t)
+                times.append(time.perf_counter() - t0)
+            slowest = torch.tensor([sorted(times)[len(times) // 2]], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            rows.append({"size_bytes": count * 4, "algorithm": name, "time_s": float(slowest.item()),
+                         "nodes": nnodes, "ranks_per_node": local})
+    return rows
+
+
+def hierarchy_bytes_ratio(nodes: int, ranks_per_node: int) -> float:
+    """Bytes a node sends over its link, flat ring over two-level: the ring's ``2 (p-1)/p n`` leave a node through
+    its one rank whose successor is on the next node; the two-level's leaders send ``2 (m-1)/m n`` (m nodes)."""
+    p, m = nodes * ranks_per_node, nodes
+    return ((p - 1) / p) / ((m - 1) / m) if m > 1 else float("inf")
+
+
+def hierarchy_verdict(rows: list[dict], margin: float = 1.15) -> str:
+    """Which all-reduce the slow link favoured at the largest message, against what the bytes predict."""
+    if not rows:
+        raise ValueError("no hierarchy rows")
+    top = max(r["size_bytes"] for r in rows)
+    at = {r["algorithm"]: r for r in rows if r["size_bytes"] == top}
+    if set(at) != {"flat ring", "two-level"}:
+        raise ValueError(f"the largest message ({top} B) lacks one of the two algorithms: {sorted(at)}")
+    flat, two = at["flat ring"]["time_s"], at["two-level"]["time_s"]
+    expect = hierarchy_bytes_ratio(at["flat ring"]["nodes"], at["flat ring"]["ranks_per_node"])
+    head = (f"at {top:,} B the flat ring took {flat * 1e3:.1f} ms and the two-level all-reduce {two * 1e3:.1f} ms "
+            f"({flat / two:.2f}x); the bytes over each node's link predict {expect:.2f}x where the link sets the pace")
+    if flat / two >= margin:
+        return head + ": the two-level all-reduce wins by sending fewer bytes over the slow link."
+    if two / flat >= margin:
+        return head + (": the flat ring won -- the extra steps inside the node cost more than the link saved "
+                       "(a fast link, or small messages).")
+    return head + ": no clear winner (within 15 %)."

@@ -1,0 +1,141 @@
+"""Lesson 13's readings (course_lib/lessons/l13_multi_node.py), fed recorded results from each path.
+
+The recordings are real runs of this module's functions on this machine (2026-12-01, a loaded 2-core box):
+``virtual``: 4 nodes of course_lib/cluster.py on 100 Mbit/s links; ``slurm``: the same functions through
+``srun`` on tests/_slurm_cluster.py's MultiNodeCluster (4 slurmd on 1 Gbit/s virtual nodes); ``model``:
+:func:`predicted_layouts`. Each verdict is also fed the opposite result.
+"""
+
+import pytest
+
+from course_lib.comm import cost
+from course_lib.lessons import l13_multi_node as L
+
+# measure_link on 2 virtual nodes, links set to 100 Mbit/s: (size in bytes, median time in s)
+VIRTUAL_LINK = [(1024, 0.0038254), (4096, 0.00044585), (16384, 0.00052246), (65536, 0.0053121),
+                (262144, 0.030970), (1048576, 0.095385)]
+# the same through srun on the 2-node SLURM of the virtual cluster (links at 1 Gbit/s, tbf's bucket 500 kB:
+# messages of up to 1 MB mostly fit in the bucket, so the "rate" comes out above the link's)
+SLURM_LINK = [(1024, 0.00036504), (4096, 0.0034626), (16384, 0.00041009), (65536, 0.00037030),
+              (262144, 0.0010190), (1048576, 0.0077558)]
+# measure_layouts(micro_batch=64, steps=4, smoke NeuMF): samples/s per (layout, k)
+VIRTUAL_LAYOUTS = {("1 node x 4", 1): 4148, ("1 node x 4", 2): 7523, ("1 node x 4", 4): 16616, ("1 node x 4", 8): 27642,
+                   ("4 nodes x 1", 1): 1802, ("4 nodes x 1", 2): 3119, ("4 nodes x 1", 4): 5078, ("4 nodes x 1", 8): 9544}
+SLURM_LAYOUTS = {("1 node x 4", 1): 2343, ("1 node x 4", 2): 7408, ("1 node x 4", 4): 15343, ("1 node x 4", 8): 22812,
+                 ("4 nodes x 1", 1): 3465, ("4 nodes x 1", 2): 6232, ("4 nodes x 1", 4): 8860, ("4 nodes x 1", 8): 14721}
+
+
+def rows_of(link):
+    return [{"size_bytes": n, "time_s": t} for n, t in link]
+
+
+def layout_rows(samples, source):
+    return [{"layout": layout, "k": k, "global_batch": 256 * k, "samples_per_s": sps, "step_s": 256 * k / sps,
+             "source": source} for (layout, k), sps in samples.items()]
+
+
+def test_the_path_is_slurm_then_the_virtual_cluster_then_the_model():
+    assert L.choose_path(4, None)["path"] == "slurm"
+    assert L.choose_path(1, None)["path"] == "virtual"
+    model = L.choose_path(0, "the virtual cluster needs root")
+    assert model["path"] == "model" and "PREDICTIONS" in model["why"] and "needs root" in model["why"]
+    assert L.choose_path(0, None, want="model")["path"] == "model"
+    with pytest.raises(ValueError, match="RUN_ON='slurm' cannot run here: SLURM offers 1 node"):
+        L.choose_path(1, None, want="slurm")
+    with pytest.raises(ValueError, match="RUN_ON='cloud'"):
+        L.choose_path(1, None, want="cloud")
+
+
+def test_the_fit_recovers_a_set_link_and_says_so_only_when_it_does():
+    fit = L.link_rate(rows_of(VIRTUAL_LINK))
+    assert 0.9e8 < fit["rate_bits_per_s"] < 1.1e8  # 101 Mbit/s recorded on a 100 Mbit/s link
+    assert "recovers the link: 101 Mbit/s against the 100 Mbit/s" in L.link_verdict(fit, 100e6, "virtual")
+    # the opposite: the same measurement against a link said to be 1 Gbit/s
+    wrong = L.link_verdict(fit, 1e9, "virtual")
+    assert "does NOT recover" in wrong and "Something slower than the link" in wrong
+    assert "The shaping did not hold" in L.link_verdict(fit, 20e6, "virtual")
+
+
+def test_on_slurm_the_fit_is_the_interconnect_and_on_the_model_path_a_prediction():
+    fit = L.link_rate(rows_of(SLURM_LINK))
+    assert L.link_verdict(fit, None, "slurm").startswith("your interconnect, measured: 3.19 Gbit/s")
+    assert L.link_verdict(fit, None, "model").startswith("PREDICTION, not a measurement")
+    flat = L.link_rate([{"size_bytes": n, "time_s": t} for n, t in ((4, 1e-4), (1024, 0.9e-4), (65536, 0.8e-4))])
+    assert flat["rate_bits_per_s"] is None and "no bandwidth term" in L.link_verdict(flat, 100e6, "virtual")
+
+
+def test_layout_readings_from_each_path():
+    virtual = L.layout_verdict(layout_rows(VIRTUAL_LAYOUTS, "virtual"))
+    assert "(measured): k=1: 43%, k=2: 41%, k=4: 31%, k=8: 35%" in virtual and "even at k=8" in virtual
+    slurm = L.layout_verdict(layout_rows(SLURM_LAYOUTS, "slurm"))
+    assert "k=1: 148%" in slurm and "no clear point: k=1, 2 reached 80%" in slurm
+    # lesson 09's model: 10 us of compute per sample, NeuMF's 617,604 gradient bytes, 64 per micro-batch;
+    # within the node a 1 GB/s loopback, between nodes 100 Mbit/s
+    model = L.predicted_layouts(10e-6, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6))
+    reading = L.layout_verdict(model)
+    assert "PREDICTED by lesson 09's model" in reading and "even at k=8" in reading
+    # the opposite: 150 times the compute per sample, and accumulation hides the same link from k=4 on
+    heavy = L.predicted_layouts(1.5e-3, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6))
+    assert "accumulation hides the slow link from k=4 on" in L.layout_verdict(heavy)
+    light_link = L.predicted_layouts(10e-3, 617_604, 64, near=(20e-6, 1e-9), far=(20e-6, 1e-9))
+    assert "never mattered" in L.layout_verdict(light_link)
+    with pytest.raises(ValueError, match="no k has rows for both layouts"):
+        L.layout_verdict([r for r in model if r["layout"] == "1 node x 4"])
+
+
+def test_the_model_ratio_grows_with_k_when_the_far_link_is_slower():
+    rows = L.predicted_layouts(50e-6, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 1e9))
+    ratios = L.layout_ratios(rows)
+    assert list(ratios) == [1, 2, 4, 8] and all(a < b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))
+    step = {(r["layout"], r["k"]): r["step_s"] for r in rows}
+    assert step[("4 nodes x 1", 1)] == pytest.approx(64 * 50e-6 + cost.ring_allreduce_time(617_604, 4, 100e-6, 8e-9))
+
+
+def test_configs_fix_the_micro_batch_and_grow_the_global_batch():
+    cfgs = L.layout_configs(64, 4, steps=3, base_cfg={"base_lr": 0.004})
+    assert [(c["global_batch_size"], c["micro_batch_size"], c["max_steps"]) for c in cfgs] == [
+        (256, 64, 3), (512, 64, 3), (1024, 64, 3), (2048, 64, 3)]
+    assert all(c["base_lr"] == 0.004 and c["stop_at_target"] is False for c in cfgs)
+
+
+# hierarchy_worker on 2 virtual nodes x 2 ranks, links at 100 Mbit/s: (size, algorithm, median time of the slowest rank)
+HIERARCHY = [(262144, "flat ring", 0.032660), (262144, "two-level", 0.031025), (1048576, "flat ring", 0.13392),
+             (1048576, "two-level", 0.16840), (4194304, "flat ring", 0.55552), (4194304, "two-level", 0.37040)]
+
+
+def hierarchy_rows(recorded):
+    return [{"size_bytes": n, "algorithm": a, "time_s": t, "nodes": 2, "ranks_per_node": 2} for n, a, t in recorded]
+
+
+def test_the_two_level_all_reduce_wins_on_a_slow_link_by_the_bytes_it_saves():
+    assert L.hierarchy_bytes_ratio(2, 2) == pytest.approx(1.5)  # 3/4 of n out of a node against 1/2 of n
+    reading = L.hierarchy_verdict(hierarchy_rows(HIERARCHY))
+    assert "(1.50x); the bytes over each node's link predict 1.50x" in reading and "two-level all-reduce wins" in reading
+    # the opposite: a fast link, where the extra steps inside the node cost more than the link saves
+    fast = [(n, a, t * (2.0 if a == "two-level" else 1.0)) for n, a, t in HIERARCHY]
+    assert "the flat ring won" in L.hierarchy_verdict(hierarchy_rows(fast))
+    even = [(n, a, 0.1) for n, a, _ in HIERARCHY]
+    assert "no clear winner" in L.hierarchy_verdict(hierarchy_rows(even))
+    with pytest.raises(ValueError, match="lacks one of the two algorithms"):
+        L.hierarchy_verdict(hierarchy_rows(HIERARCHY[:-1]))
+
+
+def test_the_model_path_measures_this_process_and_assumes_the_link(tmp_path, monkeypatch):
+    """What lesson 13 runs where neither SLURM nor the virtual cluster can: one process's compute, an assumed link."""
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    spec = {"dataset": "synthetic", "profile": "smoke", "progress": "none", "evaluate_points": False}
+    compute = L.one_process_compute(64, 2, spec)
+    assert 0 < compute < 1.0
+    link = L.assumed_link("100mbit", alpha_s=50e-6)
+    assert link["rate_bits_per_s"] == 1e8 and link["beta_s_per_byte"] == pytest.approx(8e-8)
+    assert L.grad_bytes(spec) == 4 * 154_401  # NeuMF on the smoke set: 1000 users, 500 items, factors 32
+    rows = L.predicted_layouts(compute, L.grad_bytes(spec), 64, (20e-6, 1e-9), (link["alpha_s"], link["beta_s_per_byte"]))
+    assert "PREDICTED by lesson 09's model" in L.layout_verdict(rows)
+
+
+def test_exercise_13s_reference_is_the_lessons_model():
+    from course_lib.checks import l13_multi_node as check
+
+    for _, *args in check.CASES:
+        assert check.reference(*args, check.KS) == L.hiding_k(*args, check.KS)
+    assert check.check_accumulation_to_hide(lambda c, s, b, near, far, h, ks: L.hiding_k(c, s, b, near, far, h, ks)).passed
