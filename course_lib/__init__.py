@@ -1,6 +1,7 @@
 """course_lib: the tested helpers every lesson of the large-batch course imports."""
 
-# The module map: the one list of what lives where (a name ending in / is a package), lowest layer first. A module imports only from
+# The module map: the one list of what lives where (a name ending in / is a package), lowest layer first. A module
+# imports only from
 # its own layer or the layers before it, never from a later one (tests/test_layers.py reads this
 # list, fails on a module missing from it or listed but absent, and checks every import against it).
 # Importing the package does no work beyond definitions: no seeding, no rcParams, no device touched.

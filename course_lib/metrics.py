@@ -98,8 +98,15 @@ def line_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | 
     return my - slope * mx, slope
 
 
-def noise_verdict(a: Sequence[float], b: Sequence[float], *, names: tuple[str, str] = ("a", "b"),
-                  quantity: str = "time to target", unit: str = " s", resolution: float = 0.0) -> tuple[int | None, str]:
+def noise_verdict(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    names: tuple[str, str] = ("a", "b"),
+    quantity: str = "time to target",
+    unit: str = " s",
+    resolution: float = 0.0,
+) -> tuple[int | None, str]:
     """Which of two settings measured lower ``quantity`` (a time, a step count), read against the
     measured noise: ``(0 | 1 | None, sentence)``.
 

@@ -166,7 +166,9 @@ def run_search(study, objective: Callable, *, budget: float, max_trials: int | N
             "already_spent": spent}
 
 
-def quadratic_objective(trial, *, steps: int = 9, optimum: float = 2.0, sleep_s: float = 0.0, fail_above: float | None = None):
+def quadratic_objective(
+    trial, *, steps: int = 9, optimum: float = 2.0, sleep_s: float = 0.0, fail_above: float | None = None
+):
     """A cheap objective with a known optimum (tests, the brackets figure): ``x`` in [-10, 10], the value
     ``-(x - optimum)^2`` approached over ``steps`` reports as ``-(x - optimum)^2 - 1/step``; raises
     ``RuntimeError`` when ``x > fail_above`` (a crashing trial)."""

@@ -64,9 +64,17 @@ def scaling_table(base_lr: float, base_batch_size: int, batch_sizes) -> Table:
 
 def run_sweep(data, cfgs, *, device=None, labels=None, progress: str = "auto", **kwargs) -> list:
     """``train_to_target`` for each setting (each carries its own budget and target)."""
-    return [train_to_target(data, cfg, device=device, progress=progress, **kwargs,
-                            label=labels[i] if labels else f"b{cfg.global_batch_size} {cfg.optimizer} lr {cfg.peak_lr:.3g}")
-            for i, cfg in enumerate(cfgs)]
+    return [
+        train_to_target(
+            data,
+            cfg,
+            device=device,
+            progress=progress,
+            **kwargs,
+            label=labels[i] if labels else f"b{cfg.global_batch_size} {cfg.optimizer} lr {cfg.peak_lr:.3g}",
+        )
+        for i, cfg in enumerate(cfgs)
+    ]
 
 
 def sweep_rows(results, labels=None) -> list[dict]:
@@ -74,14 +82,26 @@ def sweep_rows(results, labels=None) -> list[dict]:
     rows = []
     for i, r in enumerate(results):
         c = r.config
-        rows.append({
-            "rule": labels[i] if labels else "", "batch size": c["global_batch_size"], "optimizer": c["optimizer"],
-            "lr": c["peak_lr"], "warmup steps": c.get("warmup_steps", 0), "precision": r.precision.get("mode", c["precision"]),
-            "time to target (s)": r.time_to_target_s, "steps to target": r.steps_to_target,
-            "epochs to target": r.epochs_to_target, "final HR@10": r.final_hr, "best HR@10": r.best_hr,
-            "train HR@10": r.final_train_hr, "epochs run": r.epochs, "samples/s": r.samples_per_s,
-            "diverged": r.diverged, "resolution (steps)": target_resolution(r),
-        })
+        rows.append(
+            {
+                "rule": labels[i] if labels else "",
+                "batch size": c["global_batch_size"],
+                "optimizer": c["optimizer"],
+                "lr": c["peak_lr"],
+                "warmup steps": c.get("warmup_steps", 0),
+                "precision": r.precision.get("mode", c["precision"]),
+                "time to target (s)": r.time_to_target_s,
+                "steps to target": r.steps_to_target,
+                "epochs to target": r.epochs_to_target,
+                "final HR@10": r.final_hr,
+                "best HR@10": r.best_hr,
+                "train HR@10": r.final_train_hr,
+                "epochs run": r.epochs,
+                "samples/s": r.samples_per_s,
+                "diverged": r.diverged,
+                "resolution (steps)": target_resolution(r),
+            }
+        )
     return rows
 
 

@@ -268,9 +268,14 @@ def allreduce_batchnorm_unequal_shards(rank, world_size, sizes, seed=0):
     def diff(a, b):
         return float((a - b).abs().max())
 
-    return {"output": diff(y.detach(), y_ref[rows].detach()), "input_grad": diff(mine.grad, whole.grad[rows]),
-            "weight_grad": diff(bn.weight.grad, ref.weight.grad), "bias_grad": diff(bn.bias.grad, ref.bias.grad),
-            "running_mean": diff(bn.running_mean, ref.running_mean), "running_var": diff(bn.running_var, ref.running_var)}
+    return {
+        "output": diff(y.detach(), y_ref[rows].detach()),
+        "input_grad": diff(mine.grad, whole.grad[rows]),
+        "weight_grad": diff(bn.weight.grad, ref.weight.grad),
+        "bias_grad": diff(bn.bias.grad, ref.bias.grad),
+        "running_mean": diff(bn.running_mean, ref.running_mean),
+        "running_var": diff(bn.running_var, ref.running_var),
+    }
 
 
 # --------------------------------------------------------------------------- lesson 10

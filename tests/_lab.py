@@ -305,25 +305,43 @@ class Hub(_Server):
                                JUPYTER_DATA_DIR=str(tmp / "user-jupyter-data"),
                                JUPYTER_RUNTIME_DIR=str(tmp / "user-jupyter-runtime"))
         config = {
-            "JupyterHub": {"ip": "127.0.0.1", "port": self.port, "hub_ip": "127.0.0.1", "hub_port": hub_port,
-                           "authenticator_class": "shared-password", "spawner_class": "simple",
-                           "db_url": f"sqlite:///{tmp / 'hub.sqlite'}", "cookie_secret_file": str(tmp / "cookie_secret"),
-                           "pid_file": str(tmp / "hub.pid")},
+            "JupyterHub": {
+                "ip": "127.0.0.1",
+                "port": self.port,
+                "hub_ip": "127.0.0.1",
+                "hub_port": hub_port,
+                "authenticator_class": "shared-password",
+                "spawner_class": "simple",
+                "db_url": f"sqlite:///{tmp / 'hub.sqlite'}",
+                "cookie_secret_file": str(tmp / "cookie_secret"),
+                "pid_file": str(tmp / "hub.pid"),
+            },
             "Authenticator": {"allowed_users": [HUB_USER]},
             "SharedPasswordAuthenticator": {"user_password": self.password},
-            "ConfigurableHTTPProxy": {"api_url": f"http://127.0.0.1:{api_port}", "should_start": True,
-                                      # the Python proxy buffers each response, and gives up on a
-                                      # backend after 20 s by default: the spawn page's progress
-                                      # stream lasts as long as the spawn, so allow that
-                                      "command": [str(bindir / "configurable-http-proxy"), "--proxy-timeout",
-                                                  str(int(scaled(600) * 1000)), "--timeout",
-                                                  str(int(scaled(600) * 1000))],
-                                      "pid_file": str(tmp / "proxy.pid")},
+            "ConfigurableHTTPProxy": {
+                "api_url": f"http://127.0.0.1:{api_port}",
+                "should_start": True,
+                # the Python proxy buffers each response, and gives up on a
+                # backend after 20 s by default: the spawn page's progress
+                # stream lasts as long as the spawn, so allow that
+                "command": [
+                    str(bindir / "configurable-http-proxy"),
+                    "--proxy-timeout",
+                    str(int(scaled(600) * 1000)),
+                    "--timeout",
+                    str(int(scaled(600) * 1000)),
+                ],
+                "pid_file": str(tmp / "proxy.pid"),
+            },
             "SimpleLocalProcessSpawner": {"home_dir_template": str(tmp / "home" / "{username}")},
-            "Spawner": {"cmd": [str(bindir / "jupyterhub-singleuser")], "default_url": "/lab",
-                        "args": ["--allow-root"] if os.geteuid() == 0 else [],
-                        "environment": single_user_env, "start_timeout": int(scaled(180)),
-                        "http_timeout": int(scaled(120))},
+            "Spawner": {
+                "cmd": [str(bindir / "jupyterhub-singleuser")],
+                "default_url": "/lab",
+                "args": ["--allow-root"] if os.geteuid() == 0 else [],
+                "environment": single_user_env,
+                "start_timeout": int(scaled(180)),
+                "http_timeout": int(scaled(120)),
+            },
         }
         config_file = tmp / "jupyterhub_config.json"
         config_file.touch(mode=0o600)  # it holds the password

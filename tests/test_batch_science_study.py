@@ -211,11 +211,18 @@ def test_bert_noise_verdict_every_outcome():
 
 def test_bert_setting_repeats_lesson07s_small_adam_run_and_reads_its_steps():
     plan = SimpleNamespace(bert_model="mini", bert_seq_len=64, bert_vocab_size=4096, bert_large_batch_factor=8)
-    saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 5.1,
-             "runs": [{"label": "adam b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 228},
-                      {"label": "lamb b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 216},
-                      {"label": "adam b=256, sqrt rule x0.5", "global_batch_size": 256, "steps": 120, "steps_to_loss": 48},
-                      {"label": "adam b=256 (best lr, seed 1)", "global_batch_size": 256, "steps": 120, "steps_to_loss": 36}]}
+    saved = {
+        "profile": "full",
+        "model": "mini",
+        "seq_len": 64,
+        "target_loss": 5.1,
+        "runs": [
+            {"label": "adam b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 228},
+            {"label": "lamb b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 216},
+            {"label": "adam b=256, sqrt rule x0.5", "global_batch_size": 256, "steps": 120, "steps_to_loss": 48},
+            {"label": "adam b=256 (best lr, seed 1)", "global_batch_size": 256, "steps": 120, "steps_to_loss": 36},
+        ],
+    }
     got = study.bert_setting(saved, "full", plan)
     cfg = got["config"]
     assert (cfg.optimizer, cfg.global_batch_size, cfg.max_steps, cfg.peak_lr, cfg.dropout) == ("adam", 32, 240, 1e-3, 0.0)

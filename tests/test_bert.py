@@ -109,9 +109,19 @@ def test_peak_lr_scaling_rules():
 
 @pytest.mark.parametrize("optimizer", ["adam", "lamb"])
 def test_train_mlm_lowers_loss_and_times_the_target(small_data, optimizer):
-    cfg = MLMTrainConfig(model="tiny", global_batch_size=16, micro_batch_size=8, optimizer=optimizer,
-                         base_lr=5e-3 if optimizer == "adam" else 2e-2, base_batch_size=16, max_steps=16, warmup_steps=2,
-                         eval_every_steps=8, dropout=0.0, target_loss=100.0)
+    cfg = MLMTrainConfig(
+        model="tiny",
+        global_batch_size=16,
+        micro_batch_size=8,
+        optimizer=optimizer,
+        base_lr=5e-3 if optimizer == "adam" else 2e-2,
+        base_batch_size=16,
+        max_steps=16,
+        warmup_steps=2,
+        eval_every_steps=8,
+        dropout=0.0,
+        target_loss=100.0,
+    )
     r = train_mlm(cfg, small_data, device="cpu", progress="none")
     ev = r["curves"]["eval_loss"]
     assert r["grad_accum_steps"] == 2 and r["steps"] == 16

@@ -57,8 +57,10 @@ NOTEBOOKS = [f"{p.parent.name}/{p.name}" for p in LESSONS + EXERCISES]
 SHOTS = REPO / "ci" / "executed" / "browser"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 # The text a widget leaves when no widget manager renders it: its repr.
-FALLBACK = re.compile(r"\b[A-Z][A-Za-z]*(Box|Slider|Dropdown|Button|Output|Checkbox|Text|Tab|Accordion)\((children|value|"
-                      r"layout|description|options|outputs)=")
+FALLBACK = re.compile(
+    r"\b[A-Z][A-Za-z]*(Box|Slider|Dropdown|Button|Output|Checkbox|Text|Tab|Accordion)\((children|value|"
+    r"layout|description|options|outputs)="
+)
 # The cells of the notebook in the current tab.
 CELLS = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell"
 TIMINGS: dict[str, float] = {}

@@ -182,8 +182,9 @@ def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_r
     # immediate (the margin covers a busy machine's slow start-up and training)
     assert time.time() - t0 < scaled(900) / 2 and not _procs.stray_children()
     assert _model(ckpt)[0] == 4, "the last checkpoint before the failure"
-    assert sorted(set(os.listdir(ckpt)) - {LOCK_NAME}) == sorted([CHECKPOINT_NAME, PREVIOUS_NAME]), \
+    assert sorted(set(os.listdir(ckpt)) - {LOCK_NAME}) == sorted([CHECKPOINT_NAME, PREVIOUS_NAME]), (
         "the latest and the previous checkpoint, no half-written one (temp file) left behind (the killed run's lock may stay)"
+    )
 
     resumed = cdist.launch(ncf_worker, 2, CFG, _spec(ckpt), quiet=True, timeout_s=scaled(600))
     uninterrupted = _model(full)

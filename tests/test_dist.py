@@ -27,7 +27,8 @@ from _timing import scaled
 # every test: the orphan checks count only the processes their own test started
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("children_before_test")]
 
-# Margins (times the suite's scale, COURSE_TEST_TIMEOUT_SCALE: see _timing.py). A shared login node or a loaded CI box can be many times slower than an idle one
+# Margins (times the suite's scale, COURSE_TEST_TIMEOUT_SCALE: see _timing.py). A shared login node or a loaded CI box
+# can be many times slower than an idle one
 # (spawning a worker imports torch: 2-3 s idle, 20 s and more under load; a 60 s wait racing a
 # 60 s launch timeout failed that way). So every wait below is generous -- a wait that is met
 # returns at once, it costs nothing on a fast machine -- and a launch's own timeout is always

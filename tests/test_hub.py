@@ -162,6 +162,8 @@ def _change_kernel(page, server: _UserServer) -> None:
                                                    has_text=re.compile(r"^Change Kernel"))).click()
     page.select_option(".jp-Dialog select", label=KERNEL_DISPLAY)
     page.locator(".jp-Dialog .jp-mod-accept").click()
-    _wait(f"{LESSON}: the course kernel did not start and go idle",
-          lambda: (lambda s: s and s["kernel"]["name"] == KERNEL and s["kernel"]["execution_state"] == "idle")(session()),
-          scaled(180))
+    _wait(
+        f"{LESSON}: the course kernel did not start and go idle",
+        lambda: (lambda s: s and s["kernel"]["name"] == KERNEL and s["kernel"]["execution_state"] == "idle")(session()),
+        scaled(180),
+    )

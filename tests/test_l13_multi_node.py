@@ -19,10 +19,26 @@ VIRTUAL_LINK = [(1024, 0.0038254), (4096, 0.00044585), (16384, 0.00052246), (655
 SLURM_LINK = [(1024, 0.00036504), (4096, 0.0034626), (16384, 0.00041009), (65536, 0.00037030),
               (262144, 0.0010190), (1048576, 0.0077558)]
 # measure_layouts(micro_batch=64, steps=4, smoke NeuMF): samples/s per (layout, k)
-VIRTUAL_LAYOUTS = {("1 node x 4", 1): 4148, ("1 node x 4", 2): 7523, ("1 node x 4", 4): 16616, ("1 node x 4", 8): 27642,
-                   ("4 nodes x 1", 1): 1802, ("4 nodes x 1", 2): 3119, ("4 nodes x 1", 4): 5078, ("4 nodes x 1", 8): 9544}
-SLURM_LAYOUTS = {("1 node x 4", 1): 2343, ("1 node x 4", 2): 7408, ("1 node x 4", 4): 15343, ("1 node x 4", 8): 22812,
-                 ("4 nodes x 1", 1): 3465, ("4 nodes x 1", 2): 6232, ("4 nodes x 1", 4): 8860, ("4 nodes x 1", 8): 14721}
+VIRTUAL_LAYOUTS = {
+    ("1 node x 4", 1): 4148,
+    ("1 node x 4", 2): 7523,
+    ("1 node x 4", 4): 16616,
+    ("1 node x 4", 8): 27642,
+    ("4 nodes x 1", 1): 1802,
+    ("4 nodes x 1", 2): 3119,
+    ("4 nodes x 1", 4): 5078,
+    ("4 nodes x 1", 8): 9544,
+}
+SLURM_LAYOUTS = {
+    ("1 node x 4", 1): 2343,
+    ("1 node x 4", 2): 7408,
+    ("1 node x 4", 4): 15343,
+    ("1 node x 4", 8): 22812,
+    ("4 nodes x 1", 1): 3465,
+    ("4 nodes x 1", 2): 6232,
+    ("4 nodes x 1", 4): 8860,
+    ("4 nodes x 1", 8): 14721,
+}
 
 
 def rows_of(link):

@@ -233,9 +233,13 @@ def test_at_batch_keeps_a_rule_or_scales_an_lr_given_as_is():
 def test_race_reading_states_each_optimizers_best_from_the_records():
     from course_lib.lessons.l04_lars import race_reading
 
-    runs = [fake_result(16384, 1e-2, 12.0), fake_result(16384, 2e-2, None, hr=0.70),
-            fake_result(16384, 8.0, None, hr=0.10, optimizer="sgd"), fake_result(16384, 32.0, None, hr=0.05, optimizer="sgd"),
-            fake_result(16384, 5.0, 30.0, optimizer="lars")]
+    runs = [
+        fake_result(16384, 1e-2, 12.0),
+        fake_result(16384, 2e-2, None, hr=0.70),
+        fake_result(16384, 8.0, None, hr=0.10, optimizer="sgd"),
+        fake_result(16384, 32.0, None, hr=0.05, optimizer="sgd"),
+        fake_result(16384, 5.0, 30.0, optimizer="lars"),
+    ]
     text = race_reading(runs, target_hr=0.75, floor_hr=0.39)
     assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
     assert "sgd (lr 8, 32): best at lr 8 (the edge" in text and "best HR@10 0.100, below the popularity ranking's 0.390" in text

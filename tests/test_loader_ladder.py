@@ -114,10 +114,20 @@ def constructed_comparison(cores=2, second=None):
         rows.append({"rung": name, "measured": True, "passes": [one, two], "first_batch_s": two["first_batch_s"],
                      "load_sps": two["load_sps"], "train_sps": two["train_sps"]})
     first, last = rows[0], rows[-1]
-    return {"batch_size": 256, "device": "cpu", "workers": 1, "cpu_cores": cores, "epoch_samples": 5_000_000,
-            "rows": rows, "device_load_sps": last["load_sps"], "dataloader_load_sps": first["load_sps"],
-            "device_train_sps": last["train_sps"], "dataloader_train_sps": first["train_sps"],
-            "ratio_loading": last["load_sps"] / first["load_sps"], "ratio_training": last["train_sps"] / first["train_sps"]}
+    return {
+        "batch_size": 256,
+        "device": "cpu",
+        "workers": 1,
+        "cpu_cores": cores,
+        "epoch_samples": 5_000_000,
+        "rows": rows,
+        "device_load_sps": last["load_sps"],
+        "dataloader_load_sps": first["load_sps"],
+        "device_train_sps": last["train_sps"],
+        "dataloader_train_sps": first["train_sps"],
+        "ratio_loading": last["load_sps"] / first["load_sps"],
+        "ratio_training": last["train_sps"] / first["train_sps"],
+    }
 
 
 def test_loader_reading_is_read_from_the_rungs():

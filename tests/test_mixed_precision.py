@@ -35,9 +35,16 @@ def _cpu(flags=()):
 
 def _gpu(name, cc):
     major = int(cc.split(".")[0])
-    return Hardware(cpu_cores=8, cpu_model="test CPU", gpus=(GPU(0, name, 32.0, cc),), cuda_available=True,
-                    gloo_available=True, nccl_available=True, bf16_autocast="native" if major >= 8 else "emulated (slow)",
-                    fp16_autocast="native" if major >= 7 else "yes")
+    return Hardware(
+        cpu_cores=8,
+        cpu_model="test CPU",
+        gpus=(GPU(0, name, 32.0, cc),),
+        cuda_available=True,
+        gloo_available=True,
+        nccl_available=True,
+        bf16_autocast="native" if major >= 8 else "emulated (slow)",
+        fp16_autocast="native" if major >= 7 else "yes",
+    )
 
 
 AVX2_LAPTOP = _cpu(())
@@ -83,8 +90,13 @@ def test_speedup_reading_on_a_cpu_without_bf16_says_emulated():
 
 
 def test_speedup_reading_on_an_amx_cpu_finds_the_cause_in_the_step():
-    speed = _speed({"fp32": 4.1e5, "bf16": 3.6e5}, {"fp32": {"sampling": 1e-4, "forward_backward": 4e-3, "optimizer": 6e-3},
-                                                     "bf16": {"sampling": 1e-4, "forward_backward": 5e-3, "optimizer": 6e-3}})
+    speed = _speed(
+        {"fp32": 4.1e5, "bf16": 3.6e5},
+        {
+            "fp32": {"sampling": 1e-4, "forward_backward": 4e-3, "optimizer": 6e-3},
+            "bf16": {"sampling": 1e-4, "forward_backward": 5e-3, "optimizer": 6e-3},
+        },
+    )
     text = MP.speedup_reading(speed, AMX_SERVER, "cpu", neumf_share=0.011, bert=("mini", 0.99))
     assert "bf16 ran 0.88x fp32 here (slower" in text and "not emulated" in text
     assert "forward+backward is 40% of fp32's step" in text and "at most 1.66x faster" in text
@@ -177,8 +189,12 @@ def _rows(none_hr=0.770, static_hr=0.769, dyn_hr=0.769, ref_hr=0.770, none_flush
                 "activation grads underflow": flushed, "parameter grads zero": zero, "train loss": 0.32, "HR@10": hr,
                 "diverged": diverged and scaling == "none"}
 
-    return [row("fp32", "fp32", "none", ref_hr, None, None), row("no", "fp16", "none", none_hr, none_flushed, 1.0),
-            row("static", "fp16", "static", static_hr, 0.0, 2.0 ** 16, 2), row("dyn", "fp16", "dynamic", dyn_hr, 0.0, 2.0 ** 16)]
+    return [
+        row("fp32", "fp32", "none", ref_hr, None, None),
+        row("no", "fp16", "none", none_hr, none_flushed, 1.0),
+        row("static", "fp16", "static", static_hr, 0.0, 2.0**16, 2),
+        row("dyn", "fp16", "dynamic", dyn_hr, 0.0, 2.0**16),
+    ]
 
 
 def test_loss_scaling_reading_within_noise():
@@ -214,10 +230,16 @@ def test_a_static_scale_is_chosen_in_the_middle_of_the_lossless_range():
 
 def test_activation_reading_names_the_proxy():
     mags = {"log2": np.full(10, -17.0), "zero_in_fp16": 0.003}
-    grads = {"scales": (1.0, 2.0 ** 16), "batches": 2, "batch_size": 4096, "dtypes": {"mlp.0": "float16", "out": "float16"},
-             "count": {"activation": 10, "parameter": 20}, "log2": np.full(10, -30.0),
-             "zero": {1.0: {"activation": 1.0, "parameter": 0.5}, 2.0 ** 16: {"activation": 0.1, "parameter": 0.0}},
-             "underflow": {1.0: {"activation": 0.9, "parameter": 0.5}, 2.0 ** 16: {"activation": 0.0, "parameter": 0.0}}}
+    grads = {
+        "scales": (1.0, 2.0**16),
+        "batches": 2,
+        "batch_size": 4096,
+        "dtypes": {"mlp.0": "float16", "out": "float16"},
+        "count": {"activation": 10, "parameter": 20},
+        "log2": np.full(10, -30.0),
+        "zero": {1.0: {"activation": 1.0, "parameter": 0.5}, 2.0**16: {"activation": 0.1, "parameter": 0.0}},
+        "underflow": {1.0: {"activation": 0.9, "parameter": 0.5}, 2.0**16: {"activation": 0.0, "parameter": 0.0}},
+    }
     text = MP.activation_reading(mags, grads)
     assert "float16 tensors" in text and "100.000% of them exactly zero with no loss scaling" in text
     assert "10.000% with the loss scaled by 2^16: the difference, 90.000%, is underflow" in text

@@ -38,8 +38,11 @@ def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
         assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", [])), \
             f"{nb.relative_to(REPO)} drew no figure"
     problems = expected_outputs.compare(Path(run.output))
-    assert not problems, f"{nb.relative_to(REPO)}: checked outputs differ from tests/expected_outputs.json " \
-        "(if the change is meant, run `python ci/expected_outputs.py --update` and commit the diff):\n" + "\n".join(problems)
+    assert not problems, (
+        f"{nb.relative_to(REPO)}: checked outputs differ from tests/expected_outputs.json "
+        "(if the change is meant, run `python ci/expected_outputs.py --update` and commit the diff):\n"
+        + "\n".join(problems)
+    )
 
 
 def test_there_are_lessons():

@@ -12,10 +12,20 @@ def record(evals, *, best=None, diverged=False, label="run", batch=256, steps=No
     """A train_mlm-shaped record with held-out losses ``evals`` at steps 10, 20, ... (1 s apart)."""
     steps_ = [10 * (i + 1) for i in range(len(evals))]
     finite = [x for x in evals if math.isfinite(x)]
-    return {"label": label, "config": {"global_batch_size": batch, "peak_lr": 1e-3}, "diverged": diverged,
-            "best_eval_loss": best if best is not None else (min(finite) if finite else None),
-            "final_eval_loss": evals[-1], "steps": steps or steps_[-1], "seqs_per_s": 100.0,
-            "curves": {"eval_step": steps_, "eval_loss": list(evals), "eval_time_s": [float(i + 1) for i in range(len(evals))]}}
+    return {
+        "label": label,
+        "config": {"global_batch_size": batch, "peak_lr": 1e-3},
+        "diverged": diverged,
+        "best_eval_loss": best if best is not None else (min(finite) if finite else None),
+        "final_eval_loss": evals[-1],
+        "steps": steps or steps_[-1],
+        "seqs_per_s": 100.0,
+        "curves": {
+            "eval_step": steps_,
+            "eval_loss": list(evals),
+            "eval_time_s": [float(i + 1) for i in range(len(evals))],
+        },
+    }
 
 
 def test_time_to_loss_is_the_first_evaluation_at_or_below_the_target():

@@ -236,8 +236,30 @@ def test_im2col_equals_conv_and_costs_more_bytes():
 
 
 def test_cli_json_shape(capsys):
-    assert S.cli(["--net", "alexnet", "--device", "K80", "--network", "ethernet20", "--batch", "2048",
-                  "--ppp-comp", "0.62", "--ppp-comm", "1.0", "--scaling", "strong", "--workers", "1,2,4", "--json"]) == 0
+    assert (
+        S.cli(
+            [
+                "--net",
+                "alexnet",
+                "--device",
+                "K80",
+                "--network",
+                "ethernet20",
+                "--batch",
+                "2048",
+                "--ppp-comp",
+                "0.62",
+                "--ppp-comm",
+                "1.0",
+                "--scaling",
+                "strong",
+                "--workers",
+                "1,2,4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert list(out) == ["rows"] and len(out["rows"]) == 3
     for r in out["rows"]:

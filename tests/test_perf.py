@@ -187,10 +187,19 @@ def test_every_reference_has_a_source_and_dense_figures_in_order():
     assert peaks.REFERENCE_PEAKS["H100 SXM"].flops["bf16"] == pytest.approx(989.5e12)  # dense, not 1979 (sparse)
 
 
-@pytest.mark.parametrize("name,entry", [("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
-                                        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"), ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
-                                        ("Tesla V100-SXM2-32GB", "V100 SXM2"), ("NVIDIA H200", "H200"),
-                                        ("NVIDIA L40S", "L40S"), ("AMD Instinct MI250X", "MI250X")])
+@pytest.mark.parametrize(
+    "name,entry",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB SXM"),
+        ("NVIDIA A100-SXM4-40GB", "A100 40GB SXM"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA L40S", "L40S"),
+        ("AMD Instinct MI250X", "MI250X"),
+    ],
+)
 def test_driver_names_find_their_reference(name, entry):
     assert peaks.find_reference(name).name == entry
 
@@ -307,7 +316,8 @@ def test_lesson06_scaling_line_reads_the_saved_rows():
     rows = [{"mode": "strong", "world_size": 1, "efficiency": 1.0}, {"mode": "strong", "world_size": 2, "efficiency": 0.61},
             {"mode": "weak", "world_size": 2, "efficiency": 0.8}, {"mode": "weak", "world_size": 4, "efficiency": None}]
     assert lesson06_scaling_line({"scaling_rows": rows}) == (
-        "lesson 06, measured here: strong scaling on 2 ranks: efficiency 0.61; weak scaling on 2 ranks: efficiency 0.80")
+        "lesson 06, measured here: strong scaling on 2 ranks: efficiency 0.61; weak scaling on 2 ranks: efficiency 0.80"
+    )
     assert "has not saved" in lesson06_scaling_line(None) and "has not saved" in lesson06_scaling_line({"scaling_rows": []})
 
 

@@ -117,7 +117,8 @@ def test_fp16_fates_are_what_the_cast_does():
     assert fp16_fates(v[:0]) == {"zero": 0.0, "subnormal": 0.0, "normal": 0.0, "inf": 0.0}
 
 
-# --------------------------------------------------------------------------- static loss scaling and no scaling (lesson 05)
+# --------------------------------------------------------------------------- static loss scaling and no scaling (lesson
+# 05)
 
 
 def _grads(model):

@@ -2,8 +2,13 @@
 
 import pytest
 
-from course_lib.lessons.l06_data_parallel import (NVIDIA_NCF_SAMPLES_PER_GPU, scaling_reading, scaling_rows, scaling_table,
-                                         step_time_fit)
+from course_lib.lessons.l06_data_parallel import (
+    NVIDIA_NCF_SAMPLES_PER_GPU,
+    scaling_reading,
+    scaling_rows,
+    scaling_table,
+    step_time_fit,
+)
 
 
 def record(world, global_batch, step_s, ttt=10.0):

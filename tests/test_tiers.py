@@ -49,7 +49,9 @@ def test_gpu_nodes_use_nccl_on_a_power_of_two_ranks(hw, ranks):
     assert p.scaling_world_sizes == tuple(w for w in (1, 2, 4, 8) if w <= ranks)
 
 
-@pytest.mark.parametrize("hw", [LAPTOP, ONE, TWO, THREE, FOUR, EIGHT], ids=["cpu", "1gpu", "2gpu", "3gpu", "4gpu", "8gpu"])
+@pytest.mark.parametrize(
+    "hw", [LAPTOP, ONE, TWO, THREE, FOUR, EIGHT], ids=["cpu", "1gpu", "2gpu", "3gpu", "4gpu", "8gpu"]
+)
 @pytest.mark.parametrize("profile", ["full", "smoke"])
 def test_every_world_size_the_plan_launches_divides_the_lessons_batches(hw, profile):
     """Lesson 06's global batches (4096 and its micro batch 512; smoke 1024 / 128) and lesson 07's

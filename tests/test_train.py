@@ -14,7 +14,9 @@ from course_lib.train import RunHooks, TrainConfig, evaluate_popularity, train_t
 
 
 
-CFG = TrainConfig(global_batch_size=512, base_lr=5e-3, optimizer="adam", factors=16, layers=(32, 16), eval_every_epochs=0.5)
+CFG = TrainConfig(
+    global_batch_size=512, base_lr=5e-3, optimizer="adam", factors=16, layers=(32, 16), eval_every_epochs=0.5
+)
 
 
 def test_reaches_target_and_beats_popularity(data):
@@ -70,7 +72,9 @@ def test_phase_clock_on_cuda_never_synchronizes_a_step_and_always_marks_nvtx(mon
     assert calls["sync"] == 30
 
 
-@pytest.mark.parametrize("layers,dropout,items", [((128, 64, 32), 0.0, 7), ((64, 32, 16), 0.2, 7), ((32, 16), 0.0, 500)])
+@pytest.mark.parametrize(
+    "layers,dropout,items", [((128, 64, 32), 0.0, 7), ((64, 32, 16), 0.2, 7), ((32, 16), 0.0, 500)]
+)
 def test_neumf_scores_candidates_as_its_forward_does(layers, dropout, items):
     """Evaluation ranks each user's candidates with NeuMF.score (first layer split per user and per
     item): the numbers must be forward's, with the item table (few items) and per pair (many)."""

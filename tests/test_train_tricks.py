@@ -6,11 +6,21 @@ import pytest
 
 import course_lib.train.ncf as train
 from course_lib.optim import lr_at
-from course_lib.train import RunHooks, TrainConfig, evaluate, evaluate_train, last_train_items, make_optimizer, train_to_target
+from course_lib.train import (
+    RunHooks,
+    TrainConfig,
+    evaluate,
+    evaluate_train,
+    last_train_items,
+    make_optimizer,
+    train_to_target,
+)
 
 
 
-TINY = TrainConfig(global_batch_size=512, base_lr=5e-3, optimizer="adam", factors=8, layers=(16, 8), eval_every_epochs=1.0)
+TINY = TrainConfig(
+    global_batch_size=512, base_lr=5e-3, optimizer="adam", factors=8, layers=(16, 8), eval_every_epochs=1.0
+)
 
 
 def run(data, cfg, **kw):

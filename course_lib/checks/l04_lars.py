@@ -107,8 +107,10 @@ def check_lars_step(fn: Callable) -> CheckResult:
                     raise Mismatch(f"{diff}\nhint: your zero-initialized weight did not move: its trust ratio "
                                     "must be 1 when ||w|| == 0 (the zero-norm guard).") from None
                 if zero_grad is not None:
-                    raise Mismatch(f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
-                                    "ratio must be 1 (the zero-norm guard), not trust_coefficient / weight_decay.") from None
+                    raise Mismatch(
+                        f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
+                        "ratio must be 1 (the zero-norm guard), not trust_coefficient / weight_decay."
+                    ) from None
                 raise
         return run
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Callable
 
 from ..perf.model import bucket_overlap
-from .harness import CheckResult, as_float_value, call_learner, is_close, finish_result, learner_label, Mismatch, run_cases
+from .harness import (
+    CheckResult,
+    as_float_value,
+    call_learner,
+    is_close,
+    finish_result,
+    learner_label,
+    Mismatch,
+    run_cases,
+)
 
 # (ready times of the buckets, their all-reduce times), seconds
 _OVERLAP_CASES = [

@@ -49,9 +49,11 @@ def _column_worker(rank: int, world_size: int, fns: list, cases) -> list[list[st
             (y_tp * coeff[rows]).sum().backward()
             where = f"rank {rank} of {world_size}, input {tuple(shape)}, out_features={out_features}"
             if not torch.allclose(y_tp, y_full[..., rows], rtol=1e-5, atol=1e-6):
-                problems.append(f"{where}: the output differs from the full layer's rows {rows.tolist()}: expected "
-                                f"{fmt_value(y_full[..., rows])}, got {fmt_value(y_tp)}\nhint: forward is the identity; the "
-                                "all-reduce belongs in backward.")
+                problems.append(
+                    f"{where}: the output differs from the full layer's rows {rows.tolist()}: expected "
+                    f"{fmt_value(y_full[..., rows])}, got {fmt_value(y_tp)}\nhint: forward is the identity; the "
+                    "all-reduce belongs in backward."
+                )
             elif x_tp.grad is None:
                 problems.append(f"{where}: the input got no gradient: backward must return one (the all-reduced grad)")
             elif not torch.allclose(x_tp.grad, x_full.grad, rtol=1e-5, atol=1e-6):

@@ -13,7 +13,16 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import batch_science as bs
-from .harness import CheckResult, as_float_value, call_learner, is_close, finish_result, learner_label, Mismatch, run_cases
+from .harness import (
+    CheckResult,
+    as_float_value,
+    call_learner,
+    is_close,
+    finish_result,
+    learner_label,
+    Mismatch,
+    run_cases,
+)
 
 
 def reference(sq_small, sq_big, b_small: int, b_big: int) -> tuple[float, float, float]:
@@ -61,8 +70,10 @@ def check_noise_scale(fn: Callable) -> CheckResult:
                 means = [bs.two_batch_estimates(s, b, b_small, b_big) for s, b in zip(sq_small, sq_big)]
                 mean_of_ratios = sum(t / g2 for g2, t in means) / len(means)
                 if name == "b_simple" and is_close(g, mean_of_ratios, rtol=1e-6) and len(means) > 1:
-                    hint = ("\nhint: you averaged the ratio over the repeats. Average |G|^2 and tr(Sigma) over the "
-                            "repeats first, then divide: the ratio of two noisy numbers is biased, their means are not.")
+                    hint = (
+                        "\nhint: you averaged the ratio over the repeats. Average |G|^2 and tr(Sigma) over the "
+                        "repeats first, then divide: the ratio of two noisy numbers is biased, their means are not."
+                    )
                 elif name == "trace_cov" and is_close(g, sum(s - b for s, b in zip(sq_small, sq_big)) / len(means)):
                     hint = "\nhint: the difference of the squared norms must be divided by (1/b_small - 1/b_big)."
                 elif swapped is not None and is_close(g, swapped[names.index(name)]):

@@ -29,7 +29,12 @@ CASES = [
     ("10 configurations (not a power of eta), 9 units, eta 3", _curves(10, 9, 2), 1, 3),
     ("27 configurations, 27 units, eta 3", _curves(27, 27, 3), 1, 3),
     ("8 configurations, 8 units, eta 2", _curves(8, 8, 4), 1, 2),
-    ("a late bloomer: best at the end, worst at the first rung", [[0.1, 0.2, 0.9], [0.5, 0.5, 0.5], [0.4, 0.4, 0.4]], 1, 3),
+    (
+        "a late bloomer: best at the end, worst at the first rung",
+        [[0.1, 0.2, 0.9], [0.5, 0.5, 0.5], [0.4, 0.4, 0.4]],
+        1,
+        3,
+    ),
     ("ties at the rung: the lower index goes on", [[0.5, 0.5, 0.5], [0.5, 0.6, 0.7], [0.2, 0.2, 0.2]], 1, 3),
     ("min_resource 2: the first rung is at 2 units", _curves(6, 8, 5), 2, 2),
     ("one configuration: nothing to cut", _curves(1, 4, 6), 1, 2),

@@ -552,7 +552,8 @@ def run_ddp_bucket_benchmark(world_size: int, bucket_caps_mb: list[float], steps
     return BucketResult(rows=results[0], world_size=world_size, backend=chosen, model_spec=spec)
 
 
-# --------------------------------------------------------------------------- lesson 08: point-to-point and the course's collectives
+# --------------------------------------------------------------------------- lesson 08: point-to-point and the course's
+# collectives
 
 
 def pingpong_benchmark(rank: int, world_size: int, sizes_bytes: list[int], iters: int = 20,

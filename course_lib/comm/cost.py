@@ -360,7 +360,8 @@ def crossover_size(cost_a, cost_b, p: int, alpha: float, beta: float, gamma: flo
 # ConnectX-7 user manual (InfiniBand NDR: 400 Gb/s per port = 50 GB/s each way). Latencies: NCCL's
 # own tuning model, github.com/NVIDIA/nccl src/graph/tuning.cc (hwLat, ring algorithm, Simple
 # protocol -- the bandwidth-optimal one -- per hop: NVLink 5.7 us, network 6.6 us, in one NCCL 2.x
-# release; the table changes between releases); real latencies depend on the protocol (NCCL's LL protocol: under 1 us per hop
+# release; the table changes between releases); real latencies depend on the protocol (NCCL's LL protocol: under 1 us
+# per hop
 # at half the bandwidth), the message size and the topology.
 QUOTED_INTERCONNECTS = {
     "NVLink 4 via NVSwitch (H100 node)": {"alpha_s": 5.7e-6, "bandwidth_Bps": 450e9,

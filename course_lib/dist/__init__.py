@@ -10,7 +10,21 @@
 Everything a lesson, a script or a test calls is importable from here: ``from course_lib.dist import launch``.
 """
 
-from .groups import (DEFAULT_COLLECTIVE_TIMEOUT_S, LOOPBACK, MAX_RANKS_PER_CORE, allreduce_demo, barrier, choose_backend, cleanup, device,
-                     init_from_env, is_initialized, is_main_process, local_rank, process_group_from_env, rank,
-                     world_size)
+from .groups import (
+    DEFAULT_COLLECTIVE_TIMEOUT_S,
+    LOOPBACK,
+    MAX_RANKS_PER_CORE,
+    allreduce_demo,
+    barrier,
+    choose_backend,
+    cleanup,
+    device,
+    init_from_env,
+    is_initialized,
+    is_main_process,
+    local_rank,
+    process_group_from_env,
+    rank,
+    world_size,
+)
 from .launcher import LaunchTimeout, WorkerError, launch, loopback_interface

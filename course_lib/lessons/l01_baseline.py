@@ -313,8 +313,18 @@ def accuracy_table(rows: list[dict]) -> Table:
     t = Table(["optimizer", "seed", "steps", "epochs", "HR@10", "NDCG@10", "training (s, as run)", "run"],
               title="Lazy Adam (SparseAdam tables) against dense Adam: the same budget, two seeds")
     for r in rows:
-        t.add(optimizer=r["optimizer"], seed=r["seed"], steps=r["steps"], epochs=round(r["epochs"], 3), run=r["from"],
-              **{"HR@10": round(r["hr"], 4), "NDCG@10": round(r["ndcg"], 4), "training (s, as run)": round(r["train_s"], 2)})
+        t.add(
+            optimizer=r["optimizer"],
+            seed=r["seed"],
+            steps=r["steps"],
+            epochs=round(r["epochs"], 3),
+            run=r["from"],
+            **{
+                "HR@10": round(r["hr"], 4),
+                "NDCG@10": round(r["ndcg"], 4),
+                "training (s, as run)": round(r["train_s"], 2),
+            },
+        )
     return t
 
 
@@ -344,10 +354,12 @@ def accuracy_reading(rows: list[dict], step_ms: dict[str, float] | None = None) 
     seed_range = max(max(hr(dense)) - min(hr(dense)), max(hr(lazy)) - min(hr(lazy)))
     noise = max(seed_range, binomial)
     diff = l_mean - d_mean
-    text = (f"after {rows[0]['steps']} steps ({rows[0]['epochs']:.2f} epochs), HR@10 {d_mean:.4f} with {dense_name} and "
-            f"{l_mean:.4f} with {lazy_name} (means of {len(dense)} seeds): a difference of {diff:+.4f} against a noise of "
-            f"{noise:.4f} (the larger of the seeds' range, {seed_range:.4f}, and twice the evaluation's sampling error "
-            f"over {users} users, {binomial:.4f})")
+    text = (
+        f"after {rows[0]['steps']} steps ({rows[0]['epochs']:.2f} epochs), HR@10 {d_mean:.4f} with {dense_name} and "
+        f"{l_mean:.4f} with {lazy_name} (means of {len(dense)} seeds): a difference of {diff:+.4f} against a noise of "
+        f"{noise:.4f} (the larger of the seeds' range, {seed_range:.4f}, and twice the evaluation's sampling error "
+        f"over {users} users, {binomial:.4f})"
+    )
     if abs(diff) <= noise:
         text += ": no measurable difference at this budget"
     elif diff > 0:

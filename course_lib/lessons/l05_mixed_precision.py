@@ -410,11 +410,26 @@ def lars_unscale_rows(model: torch.nn.Module, data, cfg, *, scale: float = 2.0 *
             continue  # biases: LARS leaves them out of the trust ratio
         w_norm, g_norm = norms[name]
         true = float(ref_opt.state[p_ref]["trust_ratio"])
-        on_scaled = lars_trust_ratio(w_norm, scale * g_norm, trust_coefficient=g["trust_coefficient"],
-                                     weight_decay=g["weight_decay"], eps=g["eps"], lr=g["lr"], trust_clip=g["trust_clip"])
-        rows.append({"layer": name, "||w||": w_norm, "||g||": g_norm,
-                     "trust ratio, fp32": true, "trust ratio, Precision.step": float(run_opt.state[p_run]["trust_ratio"]),
-                     "trust ratio on S x g": on_scaled, "on S x g / true": on_scaled / true})
+        on_scaled = lars_trust_ratio(
+            w_norm,
+            scale * g_norm,
+            trust_coefficient=g["trust_coefficient"],
+            weight_decay=g["weight_decay"],
+            eps=g["eps"],
+            lr=g["lr"],
+            trust_clip=g["trust_clip"],
+        )
+        rows.append(
+            {
+                "layer": name,
+                "||w||": w_norm,
+                "||g||": g_norm,
+                "trust ratio, fp32": true,
+                "trust ratio, Precision.step": float(run_opt.state[p_run]["trust_ratio"]),
+                "trust ratio on S x g": on_scaled,
+                "on S x g / true": on_scaled / true,
+            }
+        )
     return rows
 
 
@@ -609,10 +624,12 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
         op32, opm = f32.get("optimizer", math.nan), speed[m].phase_s.get("optimizer", math.nan)
         if fb32 == fb32 and fbm == fbm:
             share = fb32 / total32
-            line += (f" Its forward+backward took {1e3 * fbm:.3g} ms per step against fp32's {1e3 * fb32:.3g} "
-                     f"({fb32 / fbm:.2f}x), its optimizer {1e3 * opm:.3g} against {1e3 * op32:.3g} ms; forward+backward "
-                     f"is {share:.0%} of fp32's step, so even free 16-bit math could make the step at most "
-                     f"{1 / max(1 - share, 1e-9):.2f}x faster (the rest stays fp32).")
+            line += (
+                f" Its forward+backward took {1e3 * fbm:.3g} ms per step against fp32's {1e3 * fb32:.3g} "
+                f"({fb32 / fbm:.2f}x), its optimizer {1e3 * opm:.3g} against {1e3 * op32:.3g} ms; forward+backward "
+                f"is {share:.0%} of fp32's step, so even free 16-bit math could make the step at most "
+                f"{1 / max(1 - share, 1e-9):.2f}x faster (the rest stays fp32)."
+            )
             if units.get(m) is not None and fbm > fb32 * (1 + tol):
                 line += (" On native units the forward+backward still got slower: at these matrix sizes the "
                          "conversions autocast adds around each matmul cost more than the 16-bit arithmetic saves.")
@@ -678,9 +695,12 @@ def loss_scale_reading(precision_state: dict, steps: int, init_scale: float) -> 
     interval = precision_state.get("growth_interval") or 2000
     growths = round(math.log2(final / init_scale)) + skipped
     if skipped == 0 and growths == 0:
-        return (f"Nothing dynamic happened in these {steps} steps: no gradient overflowed at 2^{math.log2(init_scale):.0f} "
-                f"(0 skipped steps), and {steps} steps " + ("are fewer than" if steps < interval else "did not reach")
-                + f" the {interval} overflow-free steps it takes to double the scale, so the line is flat at its start.")
+        return (
+            f"Nothing dynamic happened in these {steps} steps: no gradient overflowed at 2^{math.log2(init_scale):.0f} "
+            f"(0 skipped steps), and {steps} steps "
+            + ("are fewer than" if steps < interval else "did not reach")
+            + f" the {interval} overflow-free steps it takes to double the scale, so the line is flat at its start."
+        )
     went = f"The scale went from 2^{math.log2(init_scale):.0f} to 2^{math.log2(final):.0f} in {steps} steps: "
     halved = (f"{skipped} overflow(s) halved it and skipped those steps" if skipped else "no gradient overflowed")
     grew = (f"{growths} run(s) of {interval} overflow-free steps doubled it" if growths else

@@ -115,10 +115,12 @@ def allreduce_reading(bench) -> str:
                      "by more than the blocks' spread")
         else:
             names = ", ".join(f"{human_bytes(r['size_bytes'])} ({t:.3g} us)" for r, t in zip(small, times) if r in off)
-            shape = (f"not a flat line: {names} lie off the median {level:.3g} us by more than their blocks' spread, "
-                     f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
-                     "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
-                     "not the bytes")
+            shape = (
+                f"not a flat line: {names} lie off the median {level:.3g} us by more than their blocks' spread, "
+                f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
+                "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
+                "not the bytes"
+            )
         where = (f"up to the largest size measured ({human_bytes(small[-1]['size_bytes'])})" if not large else
                  f"up to about {human_bytes(n_half)}, where the fit's bandwidth term n x beta reaches its latency "
                  f"alpha = {alpha * 1e6:.3g} us")
@@ -127,9 +129,11 @@ def allreduce_reading(bench) -> str:
     if large:
         best = max(large, key=lambda r: r["busbw_GBps"])
         asymptote = allreduce_busbw_factor(bench.world_size) / beta / 1e9
-        parts.append(f"Bandwidth regime above it: the time grows with the size, and the largest busbw measured is "
-                     f"{best['busbw_GBps']:.3g} GB/s at {human_bytes(best['size_bytes'])}, {best['busbw_GBps'] / asymptote:.0%} "
-                     f"of the fit's asymptote ({asymptote:.3g} GB/s = 2(p-1)/p / beta).")
+        parts.append(
+            f"Bandwidth regime above it: the time grows with the size, and the largest busbw measured is "
+            f"{best['busbw_GBps']:.3g} GB/s at {human_bytes(best['size_bytes'])}, {best['busbw_GBps'] / asymptote:.0%} "
+            f"of the fit's asymptote ({asymptote:.3g} GB/s = 2(p-1)/p / beta)."
+        )
     else:
         parts.append("No size measured here is large enough for the bandwidth term to dominate"
                      + (" (the fit found no bandwidth term at all)" if beta <= 0 else "")
@@ -174,11 +178,13 @@ def overlap_reading(result) -> str:
                          "either the all-reduces hid behind backward, or the machine's noise is larger than what "
                          "they cost (rerun on a quieter machine to tell).")
         else:
-            parts.append(f"Communication share: with the fastest setting, {cap}, a step took {best['step_ms']:.3g} ms "
-                         f"against {floor['step_ms']:.3g} ms with no communication, so {max(exposed, 0) / best['step_ms']:.0%} "
-                         f"of the step is communication that did not hide behind backward (all-reduces were pending "
-                         f"{best.get('comm_ms') or 0:.3g} ms per step)"
-                         + ("." if same else "; one repeat only, so no noise estimate."))
+            parts.append(
+                f"Communication share: with the fastest setting, {cap}, a step took {best['step_ms']:.3g} ms "
+                f"against {floor['step_ms']:.3g} ms with no communication, so {max(exposed, 0) / best['step_ms']:.0%} "
+                f"of the step is communication that did not hide behind backward (all-reduces were pending "
+                f"{best.get('comm_ms') or 0:.3g} ms per step)"
+                + ("." if same else "; one repeat only, so no noise estimate.")
+            )
     if serial is not None:
         verdict = measurably_different(best, serial)
         if verdict is False:
@@ -228,9 +234,13 @@ def timeline_reading(result) -> str:
         pending = sum(b - a for a, b in spans)
         compute_end = max(a for a, _, _ in tl["allreduces_ms"]) if r["overlap"] else tl["backward_end_ms"]
         under = sum(max(0.0, min(b, compute_end) - max(a, tl["backward_start_ms"])) for a, b in spans)
-        name = ("one all-reduce after backward" if r["overlap"] is False else
-                f"{r['compression']}-compressed {r['bucket_cap_mb']:g} MiB" if r.get("compression") not in (None, "none")
-                else f"{r['bucket_cap_mb']:g} MiB buckets")
+        name = (
+            "one all-reduce after backward"
+            if r["overlap"] is False
+            else f"{r['compression']}-compressed {r['bucket_cap_mb']:g} MiB"
+            if r.get("compression") not in (None, "none")
+            else f"{r['bucket_cap_mb']:g} MiB buckets"
+        )
         n = len(tl["allreduces_ms"])
         share = f" ({under / pending:.0%})" if pending > 0 else ""
         parts.append(f"{name}: {n} all-reduce{'s' if n != 1 else ''} pending {pending:.3g} ms of a {tl['step_ms']:.3g} ms "
@@ -282,12 +292,14 @@ def compression_reading(result, tolerance: float = 0.01) -> str:
         flow = ("" if flushed is None else
                 f"; of the nonzero gradients, {flushed:.2%} became zero in {c} and {sub:.2%} were subnormal there "
                 "(fewer bits kept)")
-        parts.append(f"{c}: {human_bytes(r['bytes_per_step'])} all-reduced per step instead of "
-                     f"{human_bytes(ref['bytes_per_step'])} ({ratio:.2g}x, counted on the tensors handed to all_reduce); "
-                     f"{time_part}; all-reduces pending {r['comm_ms']:.3g} ms per step against {ref['comm_ms']:.3g}; "
-                     f"{train}; the parameters ended {r['update_rel_diff']:.2g} away from the uncompressed run's "
-                     f"(relative to how far training moved them){units}, most in {r['worst_tensor']} "
-                     f"({r['worst_tensor_rel_diff']:.2g}){flow}.")
+        parts.append(
+            f"{c}: {human_bytes(r['bytes_per_step'])} all-reduced per step instead of "
+            f"{human_bytes(ref['bytes_per_step'])} ({ratio:.2g}x, counted on the tensors handed to all_reduce); "
+            f"{time_part}; all-reduces pending {r['comm_ms']:.3g} ms per step against {ref['comm_ms']:.3g}; "
+            f"{train}; the parameters ended {r['update_rel_diff']:.2g} away from the uncompressed run's "
+            f"(relative to how far training moved them){units}, most in {r['worst_tensor']} "
+            f"({r['worst_tensor_rel_diff']:.2g}){flow}."
+        )
     return " ".join(parts)
 
 
@@ -440,8 +452,10 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
                 what = (f"no measurable change in epochs to target between {sizes}: {lo['epochs_to_target']:.3g} and "
                         f"{hi['epochs_to_target']:.3g}, within one evaluation interval ({res:g} epochs)")
             else:
-                what = (f"epochs to target {'grew' if d > 0 else 'shrank'} from {lo['epochs_to_target']:.3g} to "
-                        f"{hi['epochs_to_target']:.3g} between {sizes}, more than one evaluation interval ({res:g} epochs)")
+                what = (
+                    f"epochs to target {'grew' if d > 0 else 'shrank'} from {lo['epochs_to_target']:.3g} to "
+                    f"{hi['epochs_to_target']:.3g} between {sizes}, more than one evaluation interval ({res:g} epochs)"
+                )
         else:
             status = "unreached"
             reached = [r["world_size"] for r in (lo, hi) if r["epochs_to_target"] is not None]

@@ -72,9 +72,11 @@ def budget(large_batch: int, num_train: int, *, large_batches: int, large_factor
     if small <= cap:
         return small, small * large_factor, ""
     small = max(large_batch, cap)
-    note = (f"NOTE: the budget is capped at {max_epochs:g} passes over this corpus' {num_train} training sequences "
-            f"({small * large_factor} sequences for the large batch instead of {large_batch * large_batches * large_factor}); "
-            "a larger corpus (TEXT_DIR, or CORPUS='wikitext-103') gives the study its full length.")
+    note = (
+        f"NOTE: the budget is capped at {max_epochs:g} passes over this corpus' {num_train} training sequences "
+        f"({small * large_factor} sequences for the large batch instead of {large_batch * large_batches * large_factor}); "
+        "a larger corpus (TEXT_DIR, or CORPUS='wikitext-103') gives the study its full length."
+    )
     return small, small * large_factor, note
 
 

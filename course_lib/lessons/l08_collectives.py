@@ -172,8 +172,10 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
                      f"from there on (measured); the alpha-beta-gamma model with your ping-pong's alpha and beta "
                      f"puts the crossover at {_size(model)}.")
     elif len(n) and (t_ring <= t_rd).all():
-        lines.append(f"At p = {p} on this machine the ring was at least as fast as recursive doubling at every size "
-                     f"measured ({_size(n.min())} to {_size(n.max())}); the model puts the crossover at {_size(model)}.")
+        lines.append(
+            f"At p = {p} on this machine the ring was at least as fast as recursive doubling at every size "
+            f"measured ({_size(n.min())} to {_size(n.max())}); the model puts the crossover at {_size(model)}."
+        )
     elif len(n):
         lines.append(f"At p = {p} on this machine recursive doubling was still ahead of the ring at the largest size "
                      f"measured ({_size(n.max())}), so the crossover lies beyond it; the model puts it at "

@@ -425,9 +425,16 @@ def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: s
     per = global_batch / p
     pred = M.predict_step(M.interpolate(counts_a, counts_b, per), curves, world_size=p, link=link)
     peak = REFERENCE_PEAKS[device].flops.get(dtype) or REFERENCE_PEAKS[device].flops["fp32"]
-    return {"device": device, "p": p, "global_batch": global_batch, "step_s": pred.step_s,
-            "samples_per_s": global_batch / pred.step_s, "efficiency": rows[-1]["efficiency"] if len(rows) > 1 else None,
-            "mfu": pred.mfu(peak), "overhead_share": len(counts_a.ops) * op_overhead_s / pred.step_s}
+    return {
+        "device": device,
+        "p": p,
+        "global_batch": global_batch,
+        "step_s": pred.step_s,
+        "samples_per_s": global_batch / pred.step_s,
+        "efficiency": rows[-1]["efficiency"] if len(rows) > 1 else None,
+        "mfu": pred.mfu(peak),
+        "overhead_share": len(counts_a.ops) * op_overhead_s / pred.step_s,
+    }
 
 
 # --------------------------------------------------------------------------- the traps, with the model
@@ -861,11 +868,18 @@ def paleo_comparison_table(compared: list[dict]) -> Table:
                "butterfly ms (course)", "butterfly ms (Paleo)", "tree ms (course)", "tree ms (Paleo)"],
               title="the course's model beside Paleo's own estimates (Paleo run with --use_only_gemm)")
     for r in compared:
-        t.add(**{"workers": r["workers"], "compute ms (course)": r["compute ms (course)"],
-                 "compute ms (Paleo)": r["compute ms (Paleo)"], "compute diff": f"{r['compute diff']:+.0%}",
-                 "butterfly ms (course)": r["butterfly_all_reduce ms (course)"],
-                 "butterfly ms (Paleo)": r["butterfly_all_reduce ms (Paleo)"],
-                 "tree ms (course)": r["tree_all_reduce ms (course)"], "tree ms (Paleo)": r["tree_all_reduce ms (Paleo)"]})
+        t.add(
+            **{
+                "workers": r["workers"],
+                "compute ms (course)": r["compute ms (course)"],
+                "compute ms (Paleo)": r["compute ms (Paleo)"],
+                "compute diff": f"{r['compute diff']:+.0%}",
+                "butterfly ms (course)": r["butterfly_all_reduce ms (course)"],
+                "butterfly ms (Paleo)": r["butterfly_all_reduce ms (Paleo)"],
+                "tree ms (course)": r["tree_all_reduce ms (course)"],
+                "tree ms (Paleo)": r["tree_all_reduce ms (Paleo)"],
+            }
+        )
     return t
 
 

@@ -65,13 +65,15 @@ def lesson_spec(profile: str, mesh_dp: int | None = None) -> dict:
 
 def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
     """Lesson 10's measurements in one launch (each launch costs seconds of start-up)."""
-    out = {"tensor": tensor.compare_with_full(rank, world_size, **spec["tensor"]),
-           "dtensor": tensor.compare_dtensor(rank, world_size),
-           "pipeline": pipeline.pipeline_worker(rank, world_size, spec["pipeline"]),
-           "bert_pipeline": pipeline.bert_pipeline_worker(rank, world_size, spec["bert_pipeline"]),
-           "sharded": sharded.sharded_worker(rank, world_size, spec["sharded"]),
-           "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"]),
-           "allreduce": allreduce_benchmark(rank, world_size, spec["allreduce"]["sizes"], spec["allreduce"]["iters"], 2)}
+    out = {
+        "tensor": tensor.compare_with_full(rank, world_size, **spec["tensor"]),
+        "dtensor": tensor.compare_dtensor(rank, world_size),
+        "pipeline": pipeline.pipeline_worker(rank, world_size, spec["pipeline"]),
+        "bert_pipeline": pipeline.bert_pipeline_worker(rank, world_size, spec["bert_pipeline"]),
+        "sharded": sharded.sharded_worker(rank, world_size, spec["sharded"]),
+        "halo": spatial.compare_halo_conv(rank, world_size, **spec["halo"]),
+        "allreduce": allreduce_benchmark(rank, world_size, spec["allreduce"]["sizes"], spec["allreduce"]["iters"], 2),
+    }
     if spec.get("mesh_dp"):
         out["mesh"] = hybrid.mesh_worker(rank, world_size, spec["mesh_dp"])
     return out
@@ -113,12 +115,24 @@ def collectives_table(outs: list[dict]) -> Table:
     t = Table(["implementation", "collectives counted (forward + backward)", "weight shard on rank 0"],
               title="what one tensor-parallel MLP step communicates")
     o = outs[0]
-    t.add(**{"implementation": "ours (ColumnParallelLinear -> RowParallelLinear)",
-             "collectives counted (forward + backward)": ", ".join(f"{k}: {v}" for k, v in o["tensor"]["mlp_collectives"].items()),
-             "weight shard on rank 0": f"fc: {o['tensor']['mlp_local_features']} of {o['tensor']['intermediate']} rows"})
-    t.add(**{"implementation": "DTensor (parallelize_module)",
-             "collectives counted (forward + backward)": ", ".join(f"{k}: {v}" for k, v in o["dtensor"]["dtensor_collectives"].items()),
-             "weight shard on rank 0": f"fc: {o['dtensor']['dtensor_local_shape']}"})
+    t.add(
+        **{
+            "implementation": "ours (ColumnParallelLinear -> RowParallelLinear)",
+            "collectives counted (forward + backward)": ", ".join(
+                f"{k}: {v}" for k, v in o["tensor"]["mlp_collectives"].items()
+            ),
+            "weight shard on rank 0": f"fc: {o['tensor']['mlp_local_features']} of {o['tensor']['intermediate']} rows",
+        }
+    )
+    t.add(
+        **{
+            "implementation": "DTensor (parallelize_module)",
+            "collectives counted (forward + backward)": ", ".join(
+                f"{k}: {v}" for k, v in o["dtensor"]["dtensor_collectives"].items()
+            ),
+            "weight shard on rank 0": f"fc: {o['dtensor']['dtensor_local_shape']}",
+        }
+    )
     return t
 
 
@@ -128,20 +142,42 @@ def collectives_table(outs: list[dict]) -> Table:
 def bubble_table(rows: list[dict]) -> Table:
     """Predicted vs measured bubble per schedule and m, the measured excess split into what unequal op
     times explain and what went between the ops, and whether the gradients equal one process's."""
-    t = Table(["schedule", "p", "m", "predicted (p-1)/(m+p-1)", "measured", "difference (points)",
-               "from unequal ops", "from between ops", "forward per micro-batch (ms)", "CPU share",
-               "gradients = one process", "torch.distributed.pipelining = one process"],
-              title=f"the pipeline bubble: formula vs this machine (median over {rows[0]['runs']} runs)" if rows else "")
+    t = Table(
+        [
+            "schedule",
+            "p",
+            "m",
+            "predicted (p-1)/(m+p-1)",
+            "measured",
+            "difference (points)",
+            "from unequal ops",
+            "from between ops",
+            "forward per micro-batch (ms)",
+            "CPU share",
+            "gradients = one process",
+            "torch.distributed.pipelining = one process",
+        ],
+        title=f"the pipeline bubble: formula vs this machine (median over {rows[0]['runs']} runs)" if rows else "",
+    )
     for r in rows:
-        t.add(**{"schedule": r["schedule"], "p": r["p"], "m": r["m"], "predicted (p-1)/(m+p-1)": f"{r['predicted']:.3f}",
-                 "measured": f"{r['measured']:.3f}", "difference (points)": f"{100 * (r['measured'] - r['predicted']):+.1f}",
-                 "from unequal ops": f"{100 * (r['replayed'] - r['predicted']):+.1f}",
-                 "from between ops": f"{100 * (r['measured'] - r['replayed']):+.1f}",
-                 "forward per micro-batch (ms)": f"{r['forward_ms']:.2f}",
-                 "CPU share": "n/a (GPU)" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}",
-                 "gradients = one process": _ok(r["grad_diff"]),
-                 "torch.distributed.pipelining = one process": _ok(r["native_grad_diff"]) if r["native_grad_diff"] is not None
-                 else "n/a (1F1B needs m >= p)"})
+        t.add(
+            **{
+                "schedule": r["schedule"],
+                "p": r["p"],
+                "m": r["m"],
+                "predicted (p-1)/(m+p-1)": f"{r['predicted']:.3f}",
+                "measured": f"{r['measured']:.3f}",
+                "difference (points)": f"{100 * (r['measured'] - r['predicted']):+.1f}",
+                "from unequal ops": f"{100 * (r['replayed'] - r['predicted']):+.1f}",
+                "from between ops": f"{100 * (r['measured'] - r['replayed']):+.1f}",
+                "forward per micro-batch (ms)": f"{r['forward_ms']:.2f}",
+                "CPU share": "n/a (GPU)" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}",
+                "gradients = one process": _ok(r["grad_diff"]),
+                "torch.distributed.pipelining = one process": _ok(r["native_grad_diff"])
+                if r["native_grad_diff"] is not None
+                else "n/a (1F1B needs m >= p)",
+            }
+        )
     return t
 
 
@@ -262,15 +298,22 @@ def memory_table(outs: list[dict], predicted: dict | None = None) -> Table:
         r = o[name]
         total = r["parameters"] + r["gradients"] + r["optimizer_state"]
         pred = predicted[name] if predicted else None
-        t.add(**{"scheme": name, "parameters": cost.human_bytes(r["parameters"]),
-                 "gradients": cost.human_bytes(r["gradients"]), "optimizer state": cost.human_bytes(r["optimizer_state"]),
-                 "total": cost.human_bytes(total), "vs DDP": f"{total / ddp_total:.2f}x",
-                 "predicted total": cost.human_bytes(pred.state_bytes) if pred else "-",
-                 "sent per step (vs DDP)": f"{cost.human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
-                 "predicted sent": cost.human_bytes(pred.sent_bytes) if pred else "-",
-                 "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
-                 "predicted step (ms)": f"{1e3 * pred.step_s:.0f}" if pred else "-",
-                 "max |w - w_DDP| after the steps": f"{max(x[name]['max_diff_from_ddp'] for x in outs):.1e}"})
+        t.add(
+            **{
+                "scheme": name,
+                "parameters": cost.human_bytes(r["parameters"]),
+                "gradients": cost.human_bytes(r["gradients"]),
+                "optimizer state": cost.human_bytes(r["optimizer_state"]),
+                "total": cost.human_bytes(total),
+                "vs DDP": f"{total / ddp_total:.2f}x",
+                "predicted total": cost.human_bytes(pred.state_bytes) if pred else "-",
+                "sent per step (vs DDP)": f"{cost.human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
+                "predicted sent": cost.human_bytes(pred.sent_bytes) if pred else "-",
+                "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
+                "predicted step (ms)": f"{1e3 * pred.step_s:.0f}" if pred else "-",
+                "max |w - w_DDP| after the steps": f"{max(x[name]['max_diff_from_ddp'] for x in outs):.1e}",
+            }
+        )
     return t
 
 
@@ -340,7 +383,8 @@ def comm_table(param_bytes: float, world_size: int) -> Table:
     return t
 
 
-# --------------------------------------------------------------------------- BERT-base and -large on 8 GPUs: lesson 09's model
+# --------------------------------------------------------------------------- BERT-base and -large on 8 GPUs: lesson
+# 09's model
 
 
 def bert_parameters(name: str) -> dict:
@@ -405,8 +449,13 @@ def node_table(by_link: dict[str, dict[str, list]], title: str = "") -> Table:
               + [f"sequences/s, {k}" for k in links[:1]], title=title)
     for name, preds in first.items():
         for i, p in enumerate(preds):
-            row = {"model": name, "scheme": _scheme_label(p), "memory per rank": _gib(p.memory_bytes),
-                   "of which activations": _gib(p.activations), "sent per rank per step": cost.human_bytes(p.sent_bytes)}
+            row = {
+                "model": name,
+                "scheme": _scheme_label(p),
+                "memory per rank": _gib(p.memory_bytes),
+                "of which activations": _gib(p.activations),
+                "sent per rank per step": cost.human_bytes(p.sent_bytes),
+            }
             for k in links:
                 row[f"step (ms), {k}"] = f"{by_link[k][name][i].step_s * 1e3:.1f}"
             row[f"exposed comm. (ms), {links[0]}"] = f"{p.exposed_comm_s * 1e3:.2f}"
@@ -608,18 +657,22 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
     o = sharded_outs[0]
     ddp = sum(o["DDP"][k] for k in ("parameters", "gradients", "optimizer_state"))
     z1 = sum(o["ZeRO-1"][k] for k in ("parameters", "gradients", "optimizer_state"))
-    lines.append(f"Sharding on {len(sharded_outs)} ranks: stage 1 keeps {z1 / ddp:.2f}x DDP's bytes per rank, FSDP2 "
-                 f"{measured / ddp:.2f}x ({'within' if ok else 'ABOVE'} 1/W of DDP's plus the largest layer, "
-                 f"{bound / ddp:.2f}x); both end {'equal to' if sharded_equal(sharded_outs) else 'AWAY from'} DDP's "
-                 f"weights; in one step FSDP2 sent {o['FSDP2']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x DDP's bytes "
-                 f"and stage 1 {o['ZeRO-1']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x; FSDP2's step took "
-                 f"{float(steps['FSDP2']) / float(steps['DDP']):.1f}x DDP's here (the memory table's slowest ranks).")
+    lines.append(
+        f"Sharding on {len(sharded_outs)} ranks: stage 1 keeps {z1 / ddp:.2f}x DDP's bytes per rank, FSDP2 "
+        f"{measured / ddp:.2f}x ({'within' if ok else 'ABOVE'} 1/W of DDP's plus the largest layer, "
+        f"{bound / ddp:.2f}x); both end {'equal to' if sharded_equal(sharded_outs) else 'AWAY from'} DDP's "
+        f"weights; in one step FSDP2 sent {o['FSDP2']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x DDP's bytes "
+        f"and stage 1 {o['ZeRO-1']['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x; FSDP2's step took "
+        f"{float(steps['FSDP2']) / float(steps['DDP']):.1f}x DDP's here (the memory table's slowest ranks)."
+    )
     if predicted:
         lines.append(model_reading(sharded_outs, predicted))
     halo_ok = all(max(h["out"], h["input_grad"]) <= TOLERANCE for h in halo_outs)
-    lines.append(f"Halo exchange: the split convolution {'equals' if halo_ok else 'does NOT equal'} the whole one; "
-                 f"each rank sent {max(h['halo_bytes_per_exchange'] for h in halo_outs)} bytes per exchange for a strip "
-                 f"of {max(h['strip_bytes'] for h in halo_outs)} bytes.")
+    lines.append(
+        f"Halo exchange: the split convolution {'equals' if halo_ok else 'does NOT equal'} the whole one; "
+        f"each rank sent {max(h['halo_bytes_per_exchange'] for h in halo_outs)} bytes per exchange for a strip "
+        f"of {max(h['strip_bytes'] for h in halo_outs)} bytes."
+    )
     if mesh_outs:
         m0 = mesh_outs[0]
         lines.append(f"Mesh {len(mesh_outs) // len(m0['tp_group'])} x {len(m0['tp_group'])}: tensor-parallel groups "

@@ -126,7 +126,8 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
                          eval_every_steps=max(1, n // 20), model=lesson07["model"],
                          precision="fp32", dropout=0.0, seed=0, label=f"adam b={small} (noise probe)")
     rows = None
-    # the large batch's Adam run at its best lr, seed 0: saved first (its label is the sweep's, "adam b=L, sqrt rule xF")
+    # the large batch's Adam run at its best lr, seed 0: saved first (its label is the sweep's, "adam b=L, sqrt rule
+    # xF")
     top = next((r for r in saved07["runs"] if r["label"].startswith("adam") and r["global_batch_size"] == large), None) \
         if ok else None
     if base and top and base.get("steps_to_loss") and top.get("steps_to_loss"):

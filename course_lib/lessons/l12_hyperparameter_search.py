@@ -177,16 +177,23 @@ def strategy_rows(records: list[dict], target_hr: float, per_point: float) -> li
     for strategy in dict.fromkeys(r["strategy"] for r in records):
         mine = [r for r in records if r["strategy"] == strategy]
         reach = [epochs_to_target(r, target_hr, per_point) for r in mine]
-        rows.append({
-            "strategy": strategy, "seeds": len(mine), "epochs to target (per seed)": reach,
-            "median epochs to target": _median(reach),
-            "trials (median)": statistics.median(len(r["trials"]) for r in mine),
-            "pruned (median)": statistics.median(sum(t["state"] == "PRUNED" for t in r["trials"]) for r in mine),
-            "best HR@10 (median)": statistics.median(progress(r, per_point)[-1][1] if r["trials"] else 0.0 for r in mine),
-            "epochs spent (median)": statistics.median(progress(r, per_point)[-1][0] if r["trials"] else 0.0
-                                                       for r in mine),
-            "seconds (median)": statistics.median(r["seconds"] for r in mine),
-        })
+        rows.append(
+            {
+                "strategy": strategy,
+                "seeds": len(mine),
+                "epochs to target (per seed)": reach,
+                "median epochs to target": _median(reach),
+                "trials (median)": statistics.median(len(r["trials"]) for r in mine),
+                "pruned (median)": statistics.median(sum(t["state"] == "PRUNED" for t in r["trials"]) for r in mine),
+                "best HR@10 (median)": statistics.median(
+                    progress(r, per_point)[-1][1] if r["trials"] else 0.0 for r in mine
+                ),
+                "epochs spent (median)": statistics.median(
+                    progress(r, per_point)[-1][0] if r["trials"] else 0.0 for r in mine
+                ),
+                "seconds (median)": statistics.median(r["seconds"] for r in mine),
+            }
+        )
     return rows
 
 
@@ -326,8 +333,17 @@ def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_pe
     throughput gives, and whether the model prunes it (over ``time_limit_s``) before it trains."""
     measured = {r["optimizer"]: r["predicted s per full trial"]
                 for r in too_slow_table(records, samples_per_epoch, max_epochs, time_limit_s).rows}
-    tab = Table(["optimizer", "lesson 09's model (s per full trial)", "the trials' throughput (s)", "model / trials",
-                 "limit (s)", "pruned before training"], title="Pruning before training: a full trial's time, predicted")
+    tab = Table(
+        [
+            "optimizer",
+            "lesson 09's model (s per full trial)",
+            "the trials' throughput (s)",
+            "model / trials",
+            "limit (s)",
+            "pruned before training",
+        ],
+        title="Pruning before training: a full trial's time, predicted",
+    )
     for opt, s in sorted(predicted_s.items()):
         m = measured.get(opt)
         tab.add(**{"optimizer": opt, "lesson 09's model (s per full trial)": s,

@@ -145,9 +145,15 @@ def _compare_halo_conv(rank, world_size, height, width, channels, kernel, layers
     def rel(a, b):  # largest |a - b| relative to the reference's largest value (at least 1)
         return float((a - b).abs().max() / b.abs().max().clamp(min=1.0))
 
-    return {"rank": rank, "rows": (lo, hi), "device": str(device),
-            "out": rel(y, strip(y_full, rank, world_size)),
-            "input_grad": rel(x_local.grad, strip(x_full.grad, rank, world_size)),
-            "weight_grad": max(rel(a, b) for a, b in zip(w_grads, full_w)),
-            "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2) * ((rank > 0) + (rank < world_size - 1)) // 2,
-            "strip_bytes": x_local.numel() * 4}
+    return {
+        "rank": rank,
+        "rows": (lo, hi),
+        "device": str(device),
+        "out": rel(y, strip(y_full, rank, world_size)),
+        "input_grad": rel(x_local.grad, strip(x_full.grad, rank, world_size)),
+        "weight_grad": max(rel(a, b) for a, b in zip(w_grads, full_w)),
+        "halo_bytes_per_exchange": halo_bytes(kernel // 2, width, channels, 2)
+        * ((rank > 0) + (rank < world_size - 1))
+        // 2,
+        "strip_bytes": x_local.numel() * 4,
+    }

@@ -385,8 +385,11 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
     q = block_tp.attn.qkv
     out["block_weight_grads"] = max(
         _max_diff(q.weight.grad, full.attn.qkv.weight.grad[q.rows]),
-        _max_diff(block_tp.attn.out.weight.grad, full.attn.out.weight.grad[:, block_tp.attn.out.lo:block_tp.attn.out.hi]),
-        _max_diff(block_tp.ln1.weight.grad, full.ln1.weight.grad))
+        _max_diff(
+            block_tp.attn.out.weight.grad, full.attn.out.weight.grad[:, block_tp.attn.out.lo : block_tp.attn.out.hi]
+        ),
+        _max_diff(block_tp.ln1.weight.grad, full.ln1.weight.grad),
+    )
     out["local_heads"] = block_tp.attn.local_heads
 
     # gather_output / a row layer fed the full input

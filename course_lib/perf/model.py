@@ -35,7 +35,9 @@ from torch.utils.module_tracker import ModuleTracker
 from ..comm import cost
 from ..tables import Table
 
-DDP_FIRST_BUCKET_BYTES = 1 * 2**20  # DDP's first bucket is capped at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
+DDP_FIRST_BUCKET_BYTES = (
+    1 * 2**20
+)  # DDP's first bucket is capped at 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 DDP_BUCKET_BYTES = 25 * 2**20  # bucket_cap_mb=25, DDP's default
 
 
@@ -348,9 +350,17 @@ class StepPrediction:
         return t
 
 
-def predict_step(counts: StepCounts, curves, *, world_size: int = 1, link: tuple[float, float] | None = None,
-                 data_s: float = 0.0, step_overhead_s: float | None = None,
-                 bucket_cap_bytes: int = DDP_BUCKET_BYTES, bucket_collective=cost.ring_allreduce_time) -> StepPrediction:
+def predict_step(
+    counts: StepCounts,
+    curves,
+    *,
+    world_size: int = 1,
+    link: tuple[float, float] | None = None,
+    data_s: float = 0.0,
+    step_overhead_s: float | None = None,
+    bucket_cap_bytes: int = DDP_BUCKET_BYTES,
+    bucket_collective=cost.ring_allreduce_time,
+) -> StepPrediction:
     """Predicted step of one rank at ``counts.batch`` samples, on ``world_size`` ranks.
 
     ``link``: per-message ``(alpha, beta)`` of one link (``comm.link_alpha_beta_from_ring_fit``
