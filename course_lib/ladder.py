@@ -272,7 +272,8 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
             flags.append(f"the pace moved {_percent(p['after'] / p['before'] - 1)} during the lesson")
         r["flags"] = flags
         r["speedup"] = speedup(base_t, r["paced_time_s"])
-        r["speedup_uncertainty"] = (_pace_moved(r) + _pace_moved(base)) if r["paced"] else None
+        # the baseline is the reference (1.0x by definition); every other rung carries both lessons' movement
+        r["speedup_uncertainty"] = (_pace_moved(r) + _pace_moved(base)) if r["paced"] and step != "baseline" else None
         r["name"] = rung_name(r)
         r["vs_previous"] = speedup(before["paced_time_s"], r["paced_time_s"]) if before else None
         r["previous_step"] = before["step"] if before else None

@@ -16,15 +16,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from course_lib.lessons import l01_baseline as L01  # noqa: E402
 from course_lib.train.ncf import TrainResult  # noqa: E402
 
-NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?%?")
 
 
 def _numbers(text: str) -> list[tuple[float, int]]:
-    """Each number in ``text`` with its count of decimals (thousands separators dropped)."""
+    """Each number in ``text`` with its count of decimals (thousands separators dropped; "95%" is 0.95 at two
+    decimals, as a table's "95%" cell parses)."""
     out = []
     for m in NUMBER.finditer(text):
         s = m.group().replace(",", "")
-        out.append((float(s), len(s.split(".")[1]) if "." in s else 0))
+        pct = s.endswith("%")
+        s = s.rstrip("%")
+        d = len(s.split(".")[1]) if "." in s else 0
+        out.append((float(s) / 100, d + 2) if pct else (float(s), d))
     return out
 
 
@@ -169,3 +173,51 @@ def test_a_loader_pass_that_measured_nothing_is_not_the_best_rung():
     both["rows"][4]["train_sps"] = float("nan")
     assert "not measured" in str(L01.comparison_table(both)) and "persistent" not in \
         L01.loader_reading(both).split("the device sampler")[0]
+
+
+def test_the_accuracy_reading_quotes_the_accuracy_table():
+    from test_step_study import _acc_rows
+
+    rows = _acc_rows((0.62, 0.63), (0.57, 0.58))
+    text = L01.accuracy_reading(rows, {"dense Adam": 2.0, "SparseAdam tables + Adam": 1.0})
+    # derived, by the rules the docstring states: means and differences of the HR@10 column, the noise
+    # (twice the binomial standard error over the users), the budget's seconds (steps x the paired ms)
+    from course_lib.metrics import hr_standard_error
+
+    hr = [r["hr"] for r in rows]
+    dense, lazy = (0.62 + 0.63) / 2, (0.57 + 0.58) / 2
+    extra = [dense, lazy, lazy - dense, 2 * hr_standard_error((dense + lazy) / 2, 6040), max(hr) - min(hr), 0.01,
+             2.0, 1.0, 4834 * 2.0 / 1000, 4834 * 1.0 / 1000, 10, 2, 6040]
+    assert disagreements(text, L01.accuracy_table(rows), extra=extra) == []
+
+
+# --------------------------------------------------------------------------- lessons 02 and 06
+
+
+def test_lesson_02s_regime_reading_quotes_the_regime_rows():
+    from course_lib.lessons import l02_linear_scaling as L02
+    from course_lib.tables import Table
+
+    rows = [{"batch size": 256, "rule": "baseline", "steps to target": 19200, "resolution (steps)": 100},
+            {"batch size": 1024, "rule": "sqrt", "steps to target": 4800, "resolution (steps)": 30},
+            {"batch size": 4096, "rule": "sqrt", "steps to target": 2400, "resolution (steps)": 10},
+            {"batch size": 16384, "rule": "sqrt", "steps to target": None}]
+    regimes = L02.scaling_regimes(rows)
+    table = Table(["batch size", "from batch", "steps to target", "slope"])
+    for r in regimes:
+        table.add(**{k: r[k] for k in table.columns})
+    assert disagreements(L02.regime_reading(regimes), table) == []
+
+
+def test_lesson_06s_scaling_reading_quotes_the_scaling_table():
+    from test_scaling import rows_for
+
+    from course_lib.lessons import l06_data_parallel as L06
+
+    rows = rows_for(4e-3, 1e-7)
+    fixed, per_sample = L06.step_time_fit(rows)
+    # the fit (ms fixed, us per sample), the share of the top run's step it is, the suggested batch (a power of
+    # two, and x the ranks), the compute share asked for, the quoted reference and its ratio to the suggestion
+    step = rows[3]["global_batch"] / rows[3]["samples_per_s"]
+    extra = [1e3 * fixed, 1e6 * per_sample, fixed / step, 262_144, 262_144 * 8, 0.8, 131_072, 8, 2, 20, 4]
+    assert disagreements(L06.scaling_reading(rows), L06.scaling_table(rows), extra=extra) == []
