@@ -110,20 +110,31 @@ def test_powersgd_sends_10x_fewer_bytes_than_fp32_on_bert_mini_at_rank_4():
 # --------------------------------------------------------------------------- the readings, fed opposite results
 
 
-def _run(method, seed, losses, bytes_per_step, metric=0.5, messages=None, step_s=0.01):
+def _run(method, seed, losses, bytes_per_step, metric=0.5, messages=None, step_s=0.01, curve=None):
     return {"model": "M", "method": method, "seed": seed, "losses": losses, "bytes_per_step": bytes_per_step,
-            "metric": metric, "metric_name": "HR@10", "steady_steps": len(losses), "step_s": step_s,
+            "metric": metric, "metric_name": "HR@10", "higher_is_better": True, "steady_steps": len(losses),
+            "step_s": step_s, "curve": curve if curve is not None else [(len(losses), metric)],
             "messages": messages if messages is not None else [("all_reduce", bytes_per_step)] * len(losses)}
+
+
+CURVE = [(2, 0.1), (4, 0.3), (6, 0.4), (8, 0.5)]  # a reference's held-out HR every 2 of its 8 steps
 
 
 def test_final_loss_and_steps_lost():
     ref = [10.0 - i for i in range(8)]  # 10 .. 3; trailing mean over 2 steps
     assert study.final_loss(ref) == pytest.approx(3.5)
-    assert study.steps_lost(ref, 3.5) == 0  # as good as the end
-    assert study.steps_lost(ref, 6.5) == 3  # the reference got there 3 steps before its end
-    assert study.steps_lost(ref, 1.0) == 0  # better than the reference ever was
     with pytest.raises(ValueError, match="no steps"):
         study.final_loss([])
+    assert study.steps_lost(CURVE, 0.5, higher_is_better=True) == 0  # as good as the end
+    assert study.steps_lost(CURVE, 0.3, higher_is_better=True) == 4  # the reference got there at step 4 of 8
+    assert study.steps_lost(CURVE, 0.45, higher_is_better=True, tolerance=0.1) == 0  # within the seed noise
+    assert study.steps_lost(CURVE, 0.05, higher_is_better=True) == 6  # worse than its first point: at most N - 2
+    assert study.steps_lost(CURVE, 0.9, higher_is_better=True) == 0  # better than the reference ever was
+    losses = [(2, 5.0), (4, 4.0), (8, 3.0)]  # a held-out loss: lower is better
+    assert study.steps_lost(losses, 4.0, higher_is_better=False) == 4
+    assert study.steps_lost(losses, 2.5, higher_is_better=False) == 0
+    with pytest.raises(ValueError, match="no evaluated steps"):
+        study.steps_lost([], 1.0, higher_is_better=True)
 
 
 def test_measurably_worse_pairs_seeds():
@@ -162,26 +173,25 @@ def test_powersgd_reading_meets_or_misses_the_goal():
 
 
 def test_staleness_reading_compares_with_the_simulated_study():
-    ref = [2.0 - 0.1 * i for i in range(8)]
-    summary = study.compression_summary([_run("fp32 all-reduce", 0, ref, 1000),
-                                         _run("delayed averaging", 0, [x + 0.25 for x in ref], 1000)])
+    ref = [1.0] * 8
+    summary = study.compression_summary([_run("fp32 all-reduce", 0, ref, 1000, metric=0.5, curve=CURVE),
+                                         _run("delayed averaging", 0, ref, 1000, metric=0.4)])
     text = study.staleness_reading(summary, "M", [{"tau": "0", "steps to target": 100},
                                                   {"tau": "1", "steps to target": 120}])
     assert "2 of 8 steps lost" in text and "+20%" in text
     assert "did not reach" in study.staleness_reading(summary, "M", [{"tau": "0", "steps to target": 100},
                                                                      {"tau": "1", "steps to target": None}])
     assert "0 of 8" in study.staleness_reading(study.compression_summary(
-        [_run("fp32 all-reduce", 0, ref, 1000), _run("delayed averaging", 0, ref, 1000)]), "M")
+        [_run("fp32 all-reduce", 0, ref, 1000, curve=CURVE), _run("delayed averaging", 0, ref, 1000)]), "M")
 
 
 def _verdict_summary(lost_steps):
-    ref = [2.0 - 0.1 * i for i in range(16)]
-    worse = study.smoothed(ref)[15 - lost_steps]  # a final loss the reference reached lost_steps before its end
+    curve = [(s, s / 16) for s in range(1, 17)]  # HR rises by 1/16 a step
     n = 100e6
     return study.compression_summary([
-        _run("fp32 all-reduce", 0, ref, n, step_s=0.02),
-        _run("PowerSGD rank 4", 0, [worse] * 16, n / 100, step_s=0.02),
-        _run("local SGD H=16", 0, ref, n / 16, step_s=0.01, messages=[("all_reduce", n)])])
+        _run("fp32 all-reduce", 0, [1.0] * 16, n, step_s=0.02, metric=1.0, curve=curve),
+        _run("PowerSGD rank 4", 0, [1.0] * 16, n / 100, step_s=0.02, metric=(16 - lost_steps) / 16),
+        _run("local SGD H=16", 0, [1.0] * 16, n / 16, step_s=0.01, metric=1.0, messages=[("all_reduce", n)])])
 
 
 def test_the_verdict_says_compression_pays_on_a_slow_link_and_not_on_a_fast_one():

@@ -227,27 +227,34 @@ def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
     }
 
 
-def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate) -> dict:
+def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_every: int = 0) -> dict:
     """``steps`` steps of the course's engine; bytes (steady state: from the method's warm-up on), step times,
-    the training loss of every step (this rank's slice) and the final metric (rank 0)."""
+    the training loss of every step (the global batch's mean), the final held-out metric (rank 0) and, with
+    ``curve_every``, the metric every that many steps (the reference's curve that steps lost are read on)."""
     import statistics
     import time
 
     from ..train.engine import sync
 
-    losses, times = [], []
-    for _ in range(steps):
+    import torch.distributed as dist
+
+    losses, times, curve = [], [], []
+    for step in range(1, steps + 1):
         batch, count = next_batch()
         t0 = time.perf_counter()
         loss, _ = engine.step(batch, count)
         sync(engine.device)
         times.append(time.perf_counter() - t0)
+        dist.all_reduce(loss)  # the ranks' shares add up to the global batch's mean (not counted: not training)
         losses.append(float(loss))
+        if curve_every and step % curve_every == 0 and step < steps and engine.parallel.rank == 0:
+            curve.append((step, evaluate(engine)))
     rec = engine.parallel.recorder
+    metric = evaluate(engine) if engine.parallel.rank == 0 else None
     since = method.warmup_steps
     return {"bytes_per_step": rec.bytes_per_step(since), "messages": rec.messages(since),
             "steady_steps": steps - since, "step_s": statistics.median(times[since:]), "losses": losses,
-            "metric": evaluate(engine) if engine.parallel.rank == 0 else None}
+            "metric": metric, "curve": curve + [(steps, metric)]}
 
 
 def _neumf_runs(spec: dict, methods) -> list[dict]:
@@ -279,9 +286,10 @@ def _neumf_runs(spec: dict, methods) -> list[dict]:
                     b = next(it)
                 return b, None
 
-            out = _run_fixed_steps(engine, next_batch, s["steps"], method,
-                                   lambda e: ncf.evaluate(e.model, data)[0])
-            rows.append({"model": "NeuMF", "method": label, "seed": seed, "metric_name": "HR@10", **out})
+            out = _run_fixed_steps(engine, next_batch, s["steps"], method, lambda e: ncf.evaluate(e.model, data)[0],
+                                   s["steps"] // 8 if name == "fp32" else 0)
+            rows.append({"model": "NeuMF", "method": label, "seed": seed, "metric_name": "HR@10",
+                         "higher_is_better": True, **out})
     return rows
 
 
@@ -315,9 +323,10 @@ def _bert_runs(spec: dict, methods) -> list[dict]:
                             loss_sum=mlm._mlm_loss_sum)
             gen = torch.Generator().manual_seed(seed)
             out = _run_fixed_steps(engine, lambda: mlm._global_batch(data, cfg, gen, dev), s["steps"], method,
-                                   lambda e: mlm.evaluate(e.model, data, prec))
+                                   lambda e: mlm.evaluate(e.model, data, prec),
+                                   s["steps"] // 8 if name == "fp32" else 0)
             rows.append({"model": f"BERT-{s['preset']}", "method": label, "seed": seed,
-                         "metric_name": "held-out MLM loss", **out})
+                         "metric_name": "held-out MLM loss", "higher_is_better": False, **out})
     return rows
 
 
@@ -343,20 +352,29 @@ def smoothed(losses: list[float]) -> list[float]:
     return [sum(losses[max(0, i + 1 - w):i + 1]) / (i + 1 - max(0, i + 1 - w)) for i in range(len(losses))]
 
 
-def steps_lost(reference_losses: list[float], loss: float) -> int:
-    """How many of its steps the reference run could have skipped and still reach ``loss``: ``N`` minus the
-    first step (1-based) at which its smoothed loss is at or below ``loss``; 0 when it never is (the run
-    ended below every point of the reference: nothing lost)."""
-    curve = smoothed(reference_losses)
-    for i, value in enumerate(curve):
-        if value <= loss:
-            return len(curve) - (i + 1)
+def steps_lost(reference_curve, metric: float, *, higher_is_better: bool, tolerance: float = 0.0) -> int:
+    """How many of its steps the reference run could have skipped and still reach ``metric``: ``N`` (its last
+    evaluated step) minus the first evaluated step at which it was as good. 0 when ``metric`` is within
+    ``tolerance`` of the reference's end (the seed spread: noise) or better than every point of its curve.
+
+    ``reference_curve``: ``[(step, metric), ...]`` in step order, the last at ``N``.
+    """
+    if not reference_curve:
+        raise ValueError("steps_lost: the reference run has no evaluated steps")
+    sign = 1.0 if higher_is_better else -1.0
+    n, end = reference_curve[-1]
+    if sign * (metric - end) >= -tolerance:
+        return 0
+    for step, value in reference_curve:
+        if sign * (value - metric) >= 0:
+            return int(n - step)
     return 0
 
 
 def compression_summary(rows: list[dict], reference: str = "fp32 all-reduce") -> list[dict]:
     """One row per (model, method): bytes per step and the ratio to the reference's, step time, final loss
-    per seed, the final metric per seed, and the steps lost against the reference run of the same seed."""
+    per seed, the final held-out metric per seed, and the steps lost: read on the held-out curve of the
+    reference run of the same seed, differences within the reference's seed spread counted as none."""
     ref = {(r["model"], r["seed"]): r for r in rows if r["method"] == reference}
     out, keys = [], []
     for r in rows:
@@ -367,8 +385,10 @@ def compression_summary(rows: list[dict], reference: str = "fp32 all-reduce") ->
         ref_bytes = [ref[(model, r["seed"])]["bytes_per_step"] for r in runs if (model, r["seed"]) in ref]
         if not ref_bytes:
             raise ValueError(f"compression_summary: no {reference!r} run of {model} to compare {method!r} with")
-        lost = [steps_lost(ref[(model, r["seed"])]["losses"], final_loss(r["losses"])) for r in runs
-                if (model, r["seed"]) in ref]
+        ref_metrics = [x["metric"] for (m, _), x in ref.items() if m == model]
+        tolerance = max(ref_metrics) - min(ref_metrics)  # the reference's seed spread: differences below are noise
+        lost = [steps_lost(ref[(model, r["seed"])]["curve"], r["metric"], higher_is_better=r["higher_is_better"],
+                           tolerance=tolerance) for r in runs if (model, r["seed"]) in ref]
         out.append({"model": model, "method": method, "seeds": [r["seed"] for r in runs],
                     "bytes_per_step": runs[0]["bytes_per_step"],
                     "bytes_ratio": ref_bytes[0] / runs[0]["bytes_per_step"] if runs[0]["bytes_per_step"] else math.inf,
@@ -455,8 +475,8 @@ def staleness_reading(summary: list[dict], model: str, stale_rows: list[dict] | 
     r, ref = _row(summary, model, method), _row(summary, model, reference)
     if r is None or ref is None:
         return f"{model}: no delayed-averaging run"
-    text = (f"{model}: applying the average one step late ended at training loss {_span(r['final_losses'])} "
-            f"against {_span(ref['final_losses'])} synchronous: {r['steps_lost']} of {r['steps']} steps lost")
+    text = (f"{model}: applying the average one step late ended at {r['metric_name']} {_span(r['metrics'])} "
+            f"against {_span(ref['metrics'])} synchronous: {r['steps_lost']} of {r['steps']} steps lost")
     if stale_rows:
         by_tau = {str(row["tau"]): row.get("steps to target") for row in stale_rows}
         t0, t1 = by_tau.get("0"), by_tau.get("1")
