@@ -245,8 +245,10 @@ def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_eve
         loss, _ = engine.step(batch, count)
         sync(engine.device)
         times.append(time.perf_counter() - t0)
-        dist.all_reduce(loss)  # the ranks' shares add up to the global batch's mean (not counted: not training)
-        losses.append(float(loss))
+        # each rank's share is W x its part of the global mean (DDP then averages over the W ranks), so the
+        # mean of the shares is the global batch's mean loss (an all-reduce outside the recorder: not training)
+        dist.all_reduce(loss)
+        losses.append(float(loss) / dist.get_world_size())
         if curve_every and step % curve_every == 0 and step < steps and engine.parallel.rank == 0:
             curve.append((step, evaluate(engine)))
     rec = engine.parallel.recorder
