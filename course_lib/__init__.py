@@ -53,7 +53,8 @@ MAP = (
                      "(ZeRO, FSDP2), spatial.py (halo exchange), hybrid.py (2-D mesh)"),
         ("comm/", "cost.py (alpha-beta(-gamma) model of collectives), bench.py (measured), plots.py, "
                  "collectives.py (broadcasts and all-reduces from isend/irecv, as schedules), hooks.py "
-                 "(DDP comm hooks that count and time every bucket's all-reduce, fp16/bf16 compression)"),
+                 "(DDP comm hooks that count and time every bucket's all-reduce, fp16/bf16 compression), "
+                 "compression.py (PowerSGD, top-k with error feedback, local SGD, delayed averaging; lesson 08)"),
         ("perf/", "peaks.py (reference peaks, each with its source), probe.py (this machine "
                  "measured), model.py (the Paleo-style step model), schemes.py (the same counts per "
                  "scheme: DDP, ZeRO, FSDP, tensor, pipeline), paleo.py (Paleo's devices, networks, PPP "

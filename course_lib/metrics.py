@@ -68,7 +68,8 @@ def time_to_target(times: Sequence[float], values: Sequence[float], target: floa
     """Clock time of the first evaluation point whose value reaches ``target``.
 
     Returns ``None`` when the target is never reached — never the total run time
-    (the seed notebook's threshold of 1.0 made "time to target" the run length).
+    (in github.com/swethmandava/scaleDL_ghc19, the NCF notebook by the seed talk's speaker, ``utils.py``'s
+    ``threshold = 1.0`` is an HR@10 no run reaches, so its "Time to Target" is the run length).
     """
     if len(times) != len(values):
         raise ValueError(f"{len(times)} times but {len(values)} values")

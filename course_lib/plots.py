@@ -205,7 +205,7 @@ def plot_time_to_target(rows, *, ax=None, x: str = "batch size", y: str = "time 
 
 
 def plot_generalization_gap(results, *, ax=None, title: str = ""):
-    """Train-side vs test HR@10 at the end of each run, against batch size (lesson 02, Keskar et al. 2016)."""
+    """Train-side vs test HR@10 at the end of each run, against batch size (lesson 02, Keskar et al. 2017)."""
     fig, ax = _axes(ax)
     if title:
         ax.set_title(title, fontsize=10)

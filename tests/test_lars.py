@@ -213,7 +213,7 @@ def test_norm_layer_parameters_stay_out_even_when_not_1d():
 
 
 def test_excluded_zero_bias_moves_like_sgd_but_an_adapted_one_freezes():
-    # The seed notebook's bug: LARS on a zero-initialized bias.
+    # scaleDL_ghc19's lars.py bug (the seed talk's speaker's NCF notebook): LARS on a zero-initialized bias.
     excluded = tiny_model(zero_bias=True)
     opt = LARS(param_groups(excluded, WD), lr=LR, momentum=0.0, trust_coefficient=TC)
     _, grads = backward(excluded, opt)

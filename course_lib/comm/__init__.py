@@ -9,6 +9,8 @@
   when (host clock on CPU ranks, CUDA events on GPU ranks), compressed or not.
 - :mod:`.collectives` — broadcast and all-reduce algorithms built from isend/irecv, each a
   pure schedule (who sends what to whom, round by round) and one executor (lesson 08).
+- :mod:`.compression` — sending less: PowerSGD (torch's hook), top-k with and without error
+  feedback, local SGD, delayed averaging, each a ``comm=`` of ``DataParallel``, counted (lesson 08).
 - :mod:`.plots` — their figures.
 
 The names of :mod:`.cost`, :mod:`.bench` and :mod:`.collectives` are re-exported:

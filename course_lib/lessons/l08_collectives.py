@@ -193,3 +193,400 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
                  f"({max(t_ring, t_rd) / min(t_ring, t_rd):.3g}x). Small messages want the tree/butterfly, "
                  "large ones the ring: why NCCL picks its algorithm per size and scale.")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- communication-efficient data parallelism
+# (issue 35: PowerSGD, top-k with and without error feedback, local SGD, delayed averaging;
+# the mechanics are course_lib.comm.compression, the step is the course's Engine)
+
+COMPRESSION_METHODS = (  # (label, method name, its settings); "seeds": runs repeated with other seeds
+    ("fp32 all-reduce", "fp32", {}),
+    ("PowerSGD rank 1", "powersgd", {"rank": 1}),
+    ("PowerSGD rank 4", "powersgd", {"rank": 4}),
+    ("top-0.1% + error feedback", "topk", {"density": 0.001, "error_feedback": True}),
+    ("top-0.1%, no error feedback", "topk", {"density": 0.001, "error_feedback": False}),
+    ("local SGD H=1", "local_sgd", {"period": 1}),
+    ("local SGD H=4", "local_sgd", {"period": 4}),
+    ("local SGD H=16", "local_sgd", {"period": 16}),
+    ("delayed averaging", "delayed", {}),
+)
+SEEDED = ("fp32 all-reduce", "top-0.1% + error feedback", "top-0.1%, no error feedback")  # run at every seed
+
+
+def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
+    """What the section measures at 2 ranks, per model: a fixed number of steps (a multiple of 16, so
+    local SGD's H = 16 averages a whole number of times), every method, the seeded ones at 2 seeds."""
+    return {
+        "profile": profile, "dataset": dataset,
+        "neumf": {"batch": pick(profile, full=1024, smoke=256), "steps": pick(profile, full=128, smoke=16),
+                  "lr": 2e-3, "seeds": pick(profile, full=[0, 1, 2], smoke=[0, 1])},
+        # smoke: BERT-tiny, one seed (a BERT-mini step costs ~0.4 s on a loaded 2-core box)
+        "bert": {"preset": pick(profile, full="mini", smoke="tiny"), "seq_len": 32,
+                 "vocab_size": pick(profile, full=4096, smoke=1024), "batch": pick(profile, full=8, smoke=4),
+                 "steps": pick(profile, full=32, smoke=16), "lr": 1e-2, "seeds": pick(profile, full=[0, 1], smoke=[0]),
+                 "max_tokens": pick(profile, full=None, smoke=200_000)},
+        "methods": [list(m) for m in COMPRESSION_METHODS], "seeded": list(SEEDED), "models": ["neumf", "bert"],
+    }
+
+
+def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_every: int = 0) -> dict:
+    """``steps`` steps of the course's engine; bytes (steady state: from the method's warm-up on), step times,
+    the training loss of every step (the global batch's mean), the final held-out metric (rank 0) and, with
+    ``curve_every``, the metric every that many steps (the reference's curve that steps lost are read on)."""
+    import statistics
+    import time
+
+    from ..train.engine import sync
+
+    import torch.distributed as dist
+
+    losses, times, curve = [], [], []
+    for step in range(1, steps + 1):
+        batch, count = next_batch()
+        t0 = time.perf_counter()
+        loss, _ = engine.step(batch, count)
+        sync(engine.device)
+        times.append(time.perf_counter() - t0)
+        # each rank's share is W x its part of the global mean (DDP then averages over the W ranks), so the
+        # mean of the shares is the global batch's mean loss (an all-reduce outside the recorder: not training)
+        dist.all_reduce(loss)
+        losses.append(float(loss) / dist.get_world_size())
+        if curve_every and step % curve_every == 0 and step < steps and engine.parallel.rank == 0:
+            curve.append((step, evaluate(engine)))
+    rec = engine.parallel.recorder
+    metric = evaluate(engine) if engine.parallel.rank == 0 else None
+    since = method.warmup_steps
+    return {"bytes_per_step": rec.bytes_per_step(since), "messages": rec.messages(since),
+            "steady_steps": steps - since, "step_s": statistics.median(times[since:]), "losses": losses,
+            "metric": metric, "curve": curve + [(steps, metric)]}
+
+
+def _neumf_runs(spec: dict, methods) -> list[dict]:
+    import torch
+
+    from ..comm.compression import make_method
+    from ..data import load_implicit
+    from ..parallel.data_parallel import DataParallel
+    from ..train import ncf
+
+    s = spec["neumf"]
+    seeds = s["seeds"]
+    data = load_implicit(spec["dataset"], profile=spec["profile"])
+    dev = torch.device("cpu")
+    rows = []
+    for label, name, kw in methods:
+        for seed in (seeds if label in spec["seeded"] else seeds[:1]):
+            cfg = ncf.TrainConfig(global_batch_size=s["batch"], optimizer="adam", base_lr=s["lr"], seed=seed)
+            method = make_method(name, **kw)
+            engine = ncf.build_engine(data, cfg, dev, parallel=DataParallel(cfg.global_batch_size, None, dev,
+                                                                            comm=method))
+            batches, it = ncf.make_batches(data, cfg), None
+
+            def next_batch():
+                nonlocal it
+                b = next(it, None) if it is not None else None
+                if b is None:
+                    it = iter(batches)
+                    b = next(it)
+                return b, None
+
+            out = _run_fixed_steps(engine, next_batch, s["steps"], method, lambda e: ncf.evaluate(e.model, data)[0],
+                                   s["steps"] // 8 if name == "fp32" else 0)
+            rows.append({"model": "NeuMF", "method": label, "seed": seed, "metric_name": "HR@10",
+                         "higher_is_better": True, **out})
+    return rows
+
+
+def _bert_runs(spec: dict, methods) -> list[dict]:
+    import torch
+
+    from ..comm.compression import make_method
+    from ..data.text import build_mlm_data, load_corpus
+    from ..parallel.data_parallel import DataParallel
+    from ..precision import Precision
+    from ..train import mlm
+    from ..train.engine import Engine
+
+    s = spec["bert"]
+    seeds = s["seeds"]
+    dev = torch.device("cpu")
+    data = build_mlm_data(load_corpus("pydoc"), vocab_size=s["vocab_size"], seq_len=s["seq_len"], device=dev,
+                          max_tokens=s["max_tokens"])
+    rows = []
+    for label, name, kw in methods:
+        for seed in (seeds if label in spec["seeded"] else seeds[:1]):
+            cfg = mlm.MLMTrainConfig(model=s["preset"], global_batch_size=s["batch"], micro_batch_size=None,
+                                     optimizer="lamb", base_lr=s["lr"], base_batch_size=s["batch"], seed=seed,
+                                     warmup_steps=0, max_steps=s["steps"], dropout=0.0)
+            torch.manual_seed(seed)
+            model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
+            method = make_method(name, **kw)
+            prec = Precision("fp32", dev)
+            engine = Engine(model, mlm.make_optimizer(model, cfg), precision=prec,
+                            parallel=DataParallel(cfg.global_batch_size, None, dev, comm=method),
+                            loss_sum=mlm._mlm_loss_sum)
+            gen = torch.Generator().manual_seed(seed)
+            out = _run_fixed_steps(engine, lambda: mlm._global_batch(data, cfg, gen, dev), s["steps"], method,
+                                   lambda e: mlm.evaluate(e.model, data, prec),
+                                   s["steps"] // 8 if name == "fp32" else 0)
+            rows.append({"model": f"BERT-{s['preset']}", "method": label, "seed": seed,
+                         "metric_name": "held-out MLM loss", "higher_is_better": False, **out})
+    return rows
+
+
+def compression_worker(rank: int, world_size: int, spec: dict) -> list[dict]:
+    """Every method of ``spec`` on NeuMF and BERT-mini at ``world_size`` ranks (a worker for ``launch``):
+    one row per (model, method, seed) with bytes per step, step time, losses and the final metric."""
+    methods = [tuple(m) for m in spec["methods"]]
+    runs = {"neumf": _neumf_runs, "bert": _bert_runs}
+    return [row for model in spec["models"] for row in runs[model](spec, methods)]
+
+
+def final_loss(losses: list[float]) -> float:
+    """The training loss a run ended at: the mean over its last quarter of steps (one step is noisy)."""
+    if not losses:
+        raise ValueError("final_loss: the run has no steps")
+    tail = losses[-max(1, len(losses) // 4):]
+    return sum(tail) / len(tail)
+
+
+def smoothed(losses: list[float]) -> list[float]:
+    """Trailing mean over a quarter of the run, step by step (what :func:`final_loss` reads at each step)."""
+    w = max(1, len(losses) // 4)
+    return [sum(losses[max(0, i + 1 - w):i + 1]) / (i + 1 - max(0, i + 1 - w)) for i in range(len(losses))]
+
+
+def steps_lost(reference_curve, metric: float, *, higher_is_better: bool, tolerance: float = 0.0) -> int:
+    """How many of its steps the reference run could have skipped and still reach ``metric``: ``N`` (its last
+    evaluated step) minus the first evaluated step at which it was as good. 0 when ``metric`` is within
+    ``tolerance`` of the reference's end (the seed spread: noise) or better than every point of its curve.
+
+    ``reference_curve``: ``[(step, metric), ...]`` in step order, the last at ``N``.
+    """
+    if not reference_curve:
+        raise ValueError("steps_lost: the reference run has no evaluated steps")
+    sign = 1.0 if higher_is_better else -1.0
+    n, end = reference_curve[-1]
+    if sign * (metric - end) >= -tolerance:
+        return 0
+    for step, value in reference_curve:
+        if sign * (value - metric) >= 0:
+            return int(n - step)
+    return 0
+
+
+def compression_summary(rows: list[dict], reference: str = "fp32 all-reduce") -> list[dict]:
+    """One row per (model, method): bytes per step and the ratio to the reference's, step time, final loss
+    per seed, the final held-out metric per seed, and the steps lost: read on the held-out curve of the
+    reference run of the same seed, differences within the reference's seed spread counted as none."""
+    ref = {(r["model"], r["seed"]): r for r in rows if r["method"] == reference}
+    out, keys = [], []
+    for r in rows:
+        if (r["model"], r["method"]) not in keys:
+            keys.append((r["model"], r["method"]))
+    for model, method in keys:
+        runs = [r for r in rows if r["model"] == model and r["method"] == method]
+        ref_bytes = [ref[(model, r["seed"])]["bytes_per_step"] for r in runs if (model, r["seed"]) in ref]
+        if not ref_bytes:
+            raise ValueError(f"compression_summary: no {reference!r} run of {model} to compare {method!r} with")
+        ref_metrics = [x["metric"] for (m, _), x in ref.items() if m == model]
+        tolerance = max(ref_metrics) - min(ref_metrics)  # the reference's seed spread: differences below are noise
+        lost = [steps_lost(ref[(model, r["seed"])]["curve"], r["metric"], higher_is_better=r["higher_is_better"],
+                           tolerance=tolerance) for r in runs if (model, r["seed"]) in ref]
+        out.append({"model": model, "method": method, "seeds": [r["seed"] for r in runs],
+                    "bytes_per_step": runs[0]["bytes_per_step"],
+                    "bytes_ratio": ref_bytes[0] / runs[0]["bytes_per_step"] if runs[0]["bytes_per_step"] else math.inf,
+                    "step_s": float(np.median([r["step_s"] for r in runs])),
+                    "final_losses": [final_loss(r["losses"]) for r in runs],
+                    "metric_name": runs[0]["metric_name"], "metrics": [r["metric"] for r in runs],
+                    "steps": len(runs[0]["losses"]), "steps_lost": max(lost),
+                    "messages": runs[0]["messages"], "steady_steps": runs[0]["steady_steps"]})
+    return out
+
+
+def _span(values) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "-"
+    return f"{min(vals):.4g}" if len(vals) == 1 or min(vals) == max(vals) else f"{min(vals):.4g}..{max(vals):.4g}"
+
+
+def compression_table(summary: list[dict]) -> Table:
+    """The measured methods side by side (ranges are over the seeds run)."""
+    t = Table(["model", "method", "bytes/step", "fp32/this", "step (ms)", "final train loss", "held-out",
+               "steps lost"], title="communication-efficient data parallelism, 2 ranks, a fixed number of steps")
+    for r in summary:
+        t.add(**{"model": r["model"], "method": r["method"], "bytes/step": f"{r['bytes_per_step']:,.0f}",
+                 "fp32/this": f"{r['bytes_ratio']:.1f}x", "step (ms)": r["step_s"] * 1e3,
+                 "final train loss": _span(r["final_losses"]),
+                 "held-out": f"{r['metric_name']} {_span(r['metrics'])}",
+                 "steps lost": f"{r['steps_lost']} of {r['steps']}"})
+    return t
+
+
+def _row(summary: list[dict], model: str, method: str) -> dict | None:
+    return next((r for r in summary if r["model"] == model and r["method"] == method), None)
+
+
+def measurably_worse(worse: list[float], better: list[float]) -> bool | None:
+    """Whether losses ``worse`` end above ``better`` beyond seed noise, seed by seed (the same seed: the same
+    initial weights and batches, so the runs differ only by the method): every paired difference positive,
+    and their mean larger than their spread (max - min). None with fewer than 2 seeds (one seed cannot tell
+    noise from effect)."""
+    if len(worse) != len(better):
+        raise ValueError(f"measurably_worse: {len(worse)} losses against {len(better)}: pair them by seed")
+    if len(worse) < 2:
+        return None
+    d = [w - b for w, b in zip(worse, better)]
+    return min(d) > 0 and sum(d) / len(d) > max(d) - min(d)
+
+
+def topk_reading(summary: list[dict], model: str, ef: str = "top-0.1% + error feedback",
+                 no_ef: str = "top-0.1%, no error feedback", reference: str = "fp32 all-reduce") -> str:
+    """Does top-k without error feedback end measurably worse than with it, against seed noise?"""
+    a, b, ref = _row(summary, model, no_ef), _row(summary, model, ef), _row(summary, model, reference)
+    if a is None or b is None or ref is None:
+        return f"{model}: the top-k runs (with and without error feedback) are missing"
+    verdict = measurably_worse(a["final_losses"], b["final_losses"])
+    d = [x - y for x, y in zip(a["final_losses"], b["final_losses"])]
+    spread = max(ref["final_losses"]) - min(ref["final_losses"])
+    nums = (f"final training loss without error feedback {_span(a['final_losses'])}, with {_span(b['final_losses'])}"
+            f", {_span(d)} apart seed by seed (fp32's seeds span {spread:.3g}; fp32 ended at "
+            f"{_span(ref['final_losses'])})")
+    if verdict is None:
+        return f"{model}: {nums}; one seed only, so noise cannot be told from effect (the full profile runs more)"
+    if verdict:
+        return (f"{model}: without error feedback top-k ends measurably worse: {nums}. The entries it never sends "
+                f"are lost for good; with error feedback they accumulate until they are among the largest.")
+    return (f"{model}: no measurable difference here: {nums}. In this many steps the dropped entries did not "
+            f"matter more than seed noise (with more steps, or a smaller density, they do).")
+
+
+def powersgd_reading(summary: list[dict], model: str, method: str = "PowerSGD rank 4", goal: float = 10.0) -> str:
+    """PowerSGD's bytes against the fp32 all-reduce's, and the goal of sending ``goal`` x fewer."""
+    r = _row(summary, model, method)
+    if r is None:
+        return f"{model}: no {method} run"
+    met = "meets" if r["bytes_ratio"] >= goal else "misses"
+    return (f"{model}: {method} sent {r['bytes_per_step']:,.0f} bytes per step, {r['bytes_ratio']:.1f}x fewer than "
+            f"the fp32 all-reduce ({met} the goal of {goal:g}x), and lost {r['steps_lost']} of {r['steps']} steps")
+
+
+def staleness_reading(summary: list[dict], model: str, stale_rows: list[dict] | None = None,
+                      method: str = "delayed averaging", reference: str = "fp32 all-reduce") -> str:
+    """Delayed averaging (every update one step stale) against the synchronous run, and against the
+    simulated study above (``staleness_table(...).rows``: tau = 1 against tau = 0)."""
+    r, ref = _row(summary, model, method), _row(summary, model, reference)
+    if r is None or ref is None:
+        return f"{model}: no delayed-averaging run"
+    text = (f"{model}: applying the average one step late ended at {r['metric_name']} {_span(r['metrics'])} "
+            f"against {_span(ref['metrics'])} synchronous: {r['steps_lost']} of {r['steps']} steps lost")
+    if stale_rows:
+        by_tau = {str(row["tau"]): row.get("steps to target") for row in stale_rows}
+        t0, t1 = by_tau.get("0"), by_tau.get("1")
+        if t0 and t1:
+            text += (f"; the simulated study's tau = 1 needed {t1} steps to its target against {t0} for tau = 0 "
+                     f"({(t1 - t0) / t0:+.0%})")
+        elif t0:
+            text += "; in the simulated study tau = 1 did not reach the target tau = 0 reached"
+    return text
+
+
+NO_COMM_METHOD = "local SGD H=16"  # its median step sends nothing (one step in 16 averages)
+
+
+def predicted_step_s(row: dict, compute_s: float, link: tuple[float, float], p: int) -> float:
+    """A method's step on ``p`` ranks over ``link``: ``compute_s`` plus its counted messages priced on the
+    link (ring algorithms, :func:`course_lib.comm.compression.message_time`). Delayed averaging overlaps
+    its all-reduce with the next step (the larger of the two counts); the others add."""
+    from ..comm.compression import comm_time_per_step
+
+    comm = comm_time_per_step(row["messages"], row["steady_steps"], p, *link)
+    return max(compute_s, comm) if row["method"].startswith("delayed") else compute_s + comm
+
+
+def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64), reference: str = "fp32 all-reduce",
+                             no_comm: str = NO_COMM_METHOD) -> list[dict]:
+    """Per model, link and ``p``: each method's predicted time to the quality it reached, against the
+    reference's time to the same quality (its steps less the steps the method lost); speedup > 1 pays.
+
+    The compute of a step is the same for every method: the fastest measured (median) step of any method
+    of the model -- on a quiet machine that of ``no_comm``, whose steps send nothing; on a shared one the
+    smallest is the least disturbed. A method's own compute (top-k's selection, PowerSGD's products) is
+    left out of the prediction; the measured step times show it on this machine.
+    """
+    out = []
+    for model in dict.fromkeys(r["model"] for r in summary):
+        ref, quiet = _row(summary, model, reference), _row(summary, model, no_comm)
+        if ref is None or quiet is None:
+            raise ValueError(f"compression verdict: {model} needs a {reference!r} and a {no_comm!r} run")
+        compute = min(r["step_s"] for r in summary if r["model"] == model)
+        for name, link in link_params.items():
+            for p in ps:
+                t_ref = predicted_step_s(ref, compute, link, p)
+                for r in summary:
+                    if r["model"] != model or r["method"] == reference:
+                        continue
+                    ref_steps = r["steps"] - r["steps_lost"]
+                    t = predicted_step_s(r, compute, link, p)
+                    out.append({"model": model, "link": name, "p": p, "method": r["method"],
+                                "bytes_ratio": r["bytes_ratio"], "steps_lost": r["steps_lost"], "steps": r["steps"],
+                                "step_s": t, "reference_step_s": t_ref, "compute_s": compute,
+                                "speedup": (ref_steps * t_ref) / (r["steps"] * t) if t > 0 else math.inf})
+    return out
+
+
+def compression_verdict(rows: list[dict], margin: float = 1.05) -> str:
+    """The reading of :func:`compression_verdict_rows`: per model, link and p, the method that pays most, or
+    none (a predicted speedup under ``margin`` is within what the model can tell)."""
+    lines = []
+    for key in dict.fromkeys((r["model"], r["link"], r["p"]) for r in rows):
+        group = [r for r in rows if (r["model"], r["link"], r["p"]) == key]
+        best = max(group, key=lambda r: r["speedup"])
+        where = f"{key[0]} on {key[1]}, p = {key[2]}"
+        if best["speedup"] > margin:
+            lines.append(f"{where}: {best['method']} pays most ({best['bytes_ratio']:.1f}x fewer bytes, "
+                         f"{best['steps_lost']} of {best['steps']} steps lost): {best['speedup']:.2f}x faster to "
+                         f"the quality it reached")
+        else:
+            comm_ms = (best["reference_step_s"] - best["compute_s"]) * 1e3
+            lines.append(f"{where}: nothing pays: an fp32 step is predicted at {best['reference_step_s'] * 1e3:.3g} ms,"
+                         f" {comm_ms:.3g} ms of it communication, and the bytes saved do not buy back the steps lost "
+                         f"(best: {best['method']}, {best['speedup']:.2f}x)")
+    return "\n".join(lines)
+
+
+def compression_verdict_table(rows: list[dict], p: int) -> Table:
+    t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "step (ms)", "fp32 step (ms)",
+               "speedup to same quality"], title=f"predicted at p = {p} (this machine's compute; links as above)")
+    for r in rows:
+        if r["p"] == p:
+            t.add(**{"model": r["model"], "link": r["link"], "method": r["method"],
+                     "fp32/this bytes": f"{r['bytes_ratio']:.1f}x", "steps lost": f"{r['steps_lost']}/{r['steps']}",
+                     "step (ms)": r["step_s"] * 1e3, "fp32 step (ms)": r["reference_step_s"] * 1e3,
+                     "speedup to same quality": r["speedup"]})
+    return t
+
+
+def plot_compression(summary: list[dict], rows: list[dict]):
+    """Bytes per step (log) per method, and each method's smoothed training loss over the steps, per model."""
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in summary))
+    fig, axes = plt.subplots(2, len(models), figsize=(6 * len(models), 7), squeeze=False)
+    for j, model in enumerate(models):
+        mine = [r for r in summary if r["model"] == model]
+        ax = axes[0][j]
+        ax.barh([r["method"] for r in mine], [r["bytes_per_step"] for r in mine], color="tab:blue")
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        ax.set_xlabel("bytes sent per step per rank (counted)")
+        ax.set_title(model)
+        ax = axes[1][j]
+        for r in [r for r in rows if r["model"] == model and r["seed"] == rows[0]["seed"]]:
+            ax.plot(range(1, len(r["losses"]) + 1), smoothed(r["losses"]), label=r["method"])
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (trailing mean)")
+    axes[1][-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig, axes

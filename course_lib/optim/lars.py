@@ -203,7 +203,8 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     A group with ``weight_decay=0`` is also how LARS and LAMB exclude parameters from
     the trust ratio. Biases and normalization parameters must be excluded: a bias
     initialized to zero has ``||w|| = 0``, so its trust ratio is 0 and it never moves
-    (the bug in the seed notebook); with a zero-norm guard it moves once and then gets
+    (the bug in ``lars.py`` of github.com/swethmandava/scaleDL_ghc19, the NCF notebook by the seed
+    talk's speaker: it adapts every parameter); with a zero-norm guard it moves once and then gets
     a ratio of about ``trust_coefficient * lr``, which is frozen all the same. Decaying
     them toward 0 does not help generalization either (Goyal et al. 2017 and the
     LAMB/BERT recipe exclude them too).

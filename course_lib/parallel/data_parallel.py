@@ -60,12 +60,13 @@ class DataParallel:
     """Data parallelism for one run of ``train_to_target``; on one process it only accumulates."""
 
     def __init__(self, global_batch_size: int, micro_batch_size: int | None, device: torch.device,
-                 bucket_cap_mb: float | None = None):
+                 bucket_cap_mb: float | None = None, comm=None):
         self.distributed = cdist.is_initialized() and dist.get_world_size() > 1
         self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if self.distributed else (0, 1)
         self.batch = batch_config(global_batch_size, micro_batch_size, self.world_size)
         self.device = device
         self.bucket_cap_mb = bucket_cap_mb
+        self.comm = comm  # None: DDP's all-reduce; else a method of course_lib.comm.compression (lesson 08)
         self.ddp = None
         self.recorder: AllReduceRecorder | None = None  # DDP's all-reduce, timed bucket by bucket
         self.sync_steps = 0
@@ -84,11 +85,20 @@ class DataParallel:
         kwargs = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
         self.ddp = DistributedDataParallel(
             model, device_ids=[self.device.index] if self.device.type == "cuda" else None, **kwargs)
+        if self.comm is not None:  # PowerSGD, top-k, local SGD, ...: registers its own recording hook
+            self.recorder = self.comm.attach(self.ddp, self.device)
+            return self.ddp
         # DDP's own average (divide, then sum), timed per bucket on every backend: host clock on
         # CPU ranks, CUDA events on GPU ranks (course_lib.comm.hooks)
         self.recorder = AllReduceRecorder(device=self.device)
         self.ddp.register_comm_hook(None, self.recorder.hook)
         return self.ddp
+
+    def after_step(self, model: torch.nn.Module) -> None:
+        """After each optimizer step: the communication method's own work (local SGD averages the weights)."""
+        if self.comm is not None and self.ddp is not None:
+            self.recorder.step += 1
+            self.comm.after_step(model, self.recorder)
 
     def micro_batches(self, train_model: torch.nn.Module, batch, count=None):
         """Yield ``(micro_batch, denominator, sync_context)`` for the ``k`` micro steps of one step.

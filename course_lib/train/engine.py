@@ -14,7 +14,9 @@ One step, in order:
 4. precision (:class:`course_lib.precision.Precision`): autocast, fp16 loss scaling, and the
    gradients unscaled *before* clipping and before LARS/LAMB read their norms (apex#1030);
 5. optional global-norm clipping, the optimizer step (skipped by the fp16 scaler on
-   inf/nan), the scaler's update, and the gradients cleared.
+   inf/nan), the scaler's update, and the gradients cleared;
+6. the data-parallel seam's ``after_step`` (a no-op unless its communication method works
+   between steps: lesson 08's local SGD averages the weights every H steps).
 
 ``compile`` (lesson 01) runs the loss function — the model's forward and the loss, and through
 AOTAutograd their backward — under ``torch.compile`` with those arguments; the optimizer step
@@ -202,6 +204,7 @@ class Engine:
             taken = prec.step(self.optimizer)  # skips inf/nan gradients (fp16)
             prec.update()
             self.optimizer.zero_grad(set_to_none=True)
+            self.parallel.after_step(self.model)  # a no-op but for lesson 08's local SGD (course_lib.comm.compression)
         return loss_total, taken
 
 

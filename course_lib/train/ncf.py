@@ -574,7 +574,7 @@ class TrainResult:
 
     @property
     def generalization_gap(self) -> float | None:
-        """Train-side minus test HR@10 at the end (Keskar et al. 2016); None when not evaluated."""
+        """Train-side minus test HR@10 at the end (Keskar et al. 2017); None when not evaluated."""
         if self.final_train_hr is None or self.final_hr is None:
             return None
         return self.final_train_hr - self.final_hr
