@@ -218,6 +218,37 @@ def _tag(kind: str, mb: int) -> int:
     return 2 * mb + (kind == "B")
 
 
+def _post_receive(shape: tuple[int, ...], device, src: int, group, tag: int) -> tuple[torch.Tensor, object]:
+    """A buffer and the receive into it from global rank ``src``, posted now."""
+    buf = torch.empty(shape, device=device)
+    return buf, dist.irecv(buf, src, group, tag=tag)
+
+
+def _compute_op(op: Op, s: int, p: int, buf, held: dict, module: nn.Module, weights, inputs, targets, loss_sum,
+                count: int):
+    """Stage ``s`` of ``p`` computes ``op`` (its input ``buf`` received): a forward keeps its input and output
+    in ``held`` for the backward; returns ``(what to send, to which stage, the output)`` (nothing to send at
+    the ends of the pipeline)."""
+    i = op.mb
+    if op.kind == "F":
+        x = inputs[i] if s == 0 else buf.requires_grad_()  # stage 0's inputs need no gradient
+        y = module(x) if weights is None else weights.forward(i, x)
+        if s == p - 1:
+            y = loss_sum(y, targets[i]) / count
+        out, dst = (y.detach().contiguous(), s + 1) if s < p - 1 else (None, None)
+        held[i] = (x, y)
+        return out, dst, y
+    x, y = held.pop(i)
+    if s == p - 1:
+        y.backward()
+    else:
+        y.backward(buf)
+    out, dst = (x.grad.contiguous(), s - 1) if s > 0 else (None, None)
+    if weights is not None:
+        weights.after_backward(i)
+    return out, dst, y
+
+
 def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Tensor] | None,
               targets: list[torch.Tensor] | None, count: int, shape: tuple[int, ...],
               device: torch.device | None = None, loss_sum=None, weights=None,
@@ -274,14 +305,11 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
         return s + 1 if s < p - 1 else None
 
     held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    posted: dict[tuple[str, int], tuple[torch.Tensor, object]] = {}
     works, outbox, events, loss_total = [], [], [], 0.0
     dist.barrier(group)
-    if early:
-        for op in ops:
-            if source(op) is not None:
-                buf = torch.empty(shape, device=device)
-                posted[(op.kind, op.mb)] = (buf, dist.irecv(buf, peer(source(op)), group, tag=_tag(op.kind, op.mb)))
+    # gloo: every receive this stage will need, posted before it starts (tagged by micro-batch and direction)
+    posted = {(op.kind, op.mb): _post_receive(shape, device, peer(source(op)), group, _tag(op.kind, op.mb))
+              for op in ops if early and source(op) is not None}
     for op in ops:
         i, src = op.mb, source(op)
         if src is not None:
@@ -298,22 +326,8 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
             works += dist.batch_isend_irecv(outbox)
             outbox = []
         start, cpu0 = time.monotonic(), time.thread_time()
-        if op.kind == "F":
-            x = inputs[i] if s == 0 else buf.requires_grad_()  # stage 0's inputs need no gradient
-            y = module(x) if weights is None else weights.forward(i, x)
-            if s == p - 1:
-                y = loss_sum(y, targets[i]) / count
-            out, dst = (y.detach().contiguous(), s + 1) if s < p - 1 else (None, None)
-            held[i] = (x, y)
-        else:
-            x, y = held.pop(i)
-            if s == p - 1:
-                y.backward()
-            else:
-                y.backward(buf)
-            out, dst = (x.grad.contiguous(), s - 1) if s > 0 else (None, None)
-            if weights is not None:
-                weights.after_backward(i)
+        out, dst, y = _compute_op(op, s, p, buf if src is not None else None, held, module, weights,
+                                  inputs, targets, loss_sum, count)
         _sync(device)
         end, cpu1 = time.monotonic(), time.thread_time()
         if op.kind == "F" and s == p - 1:
