@@ -183,8 +183,10 @@ class Engine:
 
         ``count``: how many terms the global batch's mean has (default: ``batch[0].numel()``).
         Returns ``(loss, taken)``: this rank's share of the global-mean loss (a detached
-        0-d tensor: summed over the ranks it is the mean) and whether the optimizer step
-        was taken (False when the fp16 scaler skipped it).
+        0-d tensor; each rank's micro batches are divided by the rank's share of ``count``, as DDP
+        averages the gradients over the ranks, so the mean over the ranks, not their sum, is the global
+        batch's mean loss: ``train_mlm`` all-reduces and divides by the world size) and whether the
+        optimizer step was taken (False when the fp16 scaler skipped it).
         """
         prec = self.precision
         if self.mark_cudagraph_steps:  # CUDA graphs (compile mode "reduce-overhead"): a new iteration
