@@ -59,7 +59,8 @@ def load(path: Path = EXPECTED) -> dict:
     except FileNotFoundError:
         return {}
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"{path}: not valid JSON ({exc}); restore it from git or run `python ci/expected_outputs.py --update`")
+        raise SystemExit(f"{path}: not valid JSON ({exc}); restore it from git or run "
+                         "`python ci/expected_outputs.py --update`")
 
 
 def _numbers_close(got: str, want: str, rtol: float) -> str | None:

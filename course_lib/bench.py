@@ -61,7 +61,8 @@ def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int 
     """Training sequences/s of a BERT shape per precision mode: ``{mode: throughput() record}``."""
     device = torch.device(device) if device is not None else default_device()
     if precisions is None:
-        precisions = ["fp32", "bf16"] + (["fp16"] if device.type == "cuda" else [])  # CPU bf16 may be emulated: measured
+        # CPU bf16 may be emulated: measured
+        precisions = ["fp32", "bf16"] + (["fp16"] if device.type == "cuda" else [])
     data = shape_only_mlm_data(vocab_size, seq_len, max(batch_size, 8), device=device)
     cfg = MLMTrainConfig(model=model, global_batch_size=batch_size, micro_batch_size=batch_size, optimizer="lamb",
                          dropout=0.1)
@@ -85,7 +86,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=None, help="default: 256 (ncf), 64 (bert)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dataset", default="ml-1m", help="ncf: ml-1m, ml-20m or synthetic")
-    parser.add_argument("--profile", default="full", help="ncf, model: full or smoke ($COURSE_PROFILE overrides for ncf)")
+    parser.add_argument("--profile", default="full",
+                        help="ncf, model: full or smoke ($COURSE_PROFILE overrides for ncf)")
     parser.add_argument("--model", default="base", help="bert: a preset of course_lib.models.bert (default base)")
     parser.add_argument("--seq-len", type=int, default=128, help="bert: tokens per sequence")
     parser.add_argument("--steps", type=int, default=10, help="bert: timed steps per precision mode")

@@ -277,14 +277,16 @@ def kinds_of_parallelism(p: int = 4, layers: int = 4):
                 if kind == "pipeline" and layer * p // layers != d:
                     continue  # another stage's layer
                 full = kind in ("data", "pipeline")  # the whole layer is kept on this device
-                ax.add_patch(plt.Rectangle((layer + 0.05, d + 0.1), 0.9, 0.8, color=colors(d), alpha=0.85 if full else 0.2))
+                ax.add_patch(plt.Rectangle((layer + 0.05, d + 0.1), 0.9, 0.8, color=colors(d),
+                                           alpha=0.85 if full else 0.2))
                 if kind == "tensor":  # kept: this device's column slice of the layer
                     ax.add_patch(plt.Rectangle((layer + 0.05 + 0.9 * d / p, d + 0.1), 0.9 / p, 0.8, color=colors(d)))
                 elif kind == "sharded data":  # kept: 1/P of the layer, gathered whole for its turn only
                     ax.add_patch(plt.Rectangle((layer + 0.05, d + 0.1 + 0.8 * d / p), 0.9, 0.8 / p, color=colors(d)))
         holds, comm = KINDS[kind]
         ax.set_title(f"{kind} parallel", fontsize=9)
-        ax.set_xlabel(textwrap.fill(holds.removeprefix("every device: "), 34) + "\n" + textwrap.fill("comm: " + comm, 34),
+        ax.set_xlabel(textwrap.fill(holds.removeprefix("every device: "), 34) + "\n"
+                      + textwrap.fill("comm: " + comm, 34),
                       fontsize=7)
         for spine in ax.spines.values():
             spine.set_visible(False)

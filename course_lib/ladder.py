@@ -110,7 +110,8 @@ def yardstick_pace(data, cfg: TrainConfig, *, device=None, steps: int | None = N
     if steps is None:
         samples = min(100_000, samples_per_epoch(data, cfg) // 10)
         steps = max(10, samples // cfg.global_batch_size)
-    return statistics.median(throughput(data, cfg, device=device, steps=steps, warmup_steps=min(10, steps))["samples_per_s"]
+    return statistics.median(throughput(data, cfg, device=device, steps=steps,
+                                        warmup_steps=min(10, steps))["samples_per_s"]
                              for _ in range(repeats))
 
 
@@ -366,7 +367,8 @@ def ladder_reading(directory: Path | None = None) -> str:
                      + (f": {r['reason']}" if r.get("reason") else ""))
     for r in rows:
         if not r.get("time_to_target_s"):
-            lines.append(f"{r['step']}: " + (f"not run ({r['not_run']})" if r.get("not_run") else "did not reach the target")
+            lines.append(f"{r['step']}: "
+                         + (f"not run ({r['not_run']})" if r.get("not_run") else "did not reach the target")
                          + (f" — {r['reason']}" if r.get("reason") else ""))
     flagged = [r["step"] for r in rows if r["flags"]]
     if flagged:

@@ -124,7 +124,8 @@ def noise_verdict(
     lower = 0 if ma <= mb else 1
     means = f"{quantity}: {names[0]} {ma:.3g}{unit} vs {names[1]} {mb:.3g}{unit}"
     if abs(ma - mb) <= resolution:
-        return None, f"no measurable difference ({means}, within the measurement's resolution of {resolution:.3g}{unit})"
+        return None, (f"no measurable difference ({means}, "
+                      f"within the measurement's resolution of {resolution:.3g}{unit})")
     if len(a) < 2 or len(b) < 2:
         return lower, f"{names[lower]} lower on one seed ({means}); noise not measured"
     spread = max(max(a) - min(a), max(b) - min(b))

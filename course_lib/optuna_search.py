@@ -267,7 +267,8 @@ def suggest_mlm(trial, base_cfg, space: dict = MLM_SPACE):
     """``base_cfg`` (an :class:`~course_lib.train.mlm.MLMTrainConfig`) with the trial's lr and warmup."""
     lr = trial.suggest_float("base_lr", *space["base_lr"], log=True)
     warm = trial.suggest_float("warmup_fraction", *space["warmup_fraction"])
-    return base_cfg.replace(base_lr=lr, base_batch_size=base_cfg.global_batch_size, warmup_steps=round(warm * base_cfg.max_steps))
+    return base_cfg.replace(base_lr=lr, base_batch_size=base_cfg.global_batch_size,
+                            warmup_steps=round(warm * base_cfg.max_steps))
 
 
 def mlm_objective(data, base_cfg, *, device=None, space: dict = MLM_SPACE) -> Callable:

@@ -292,9 +292,11 @@ def plot_lamb_trust_ratios(ratios: dict, *, title: str = ""):
     import matplotlib.pyplot as plt
 
     fig, ax = _axes(None, figsize=(11, 3.8))
-    colors = plt.cm.viridis([i / max(1, len(ratios) - 1) for i in range(len(ratios))])  # one color per layer, in depth order
+    # one color per layer, in depth order
+    colors = plt.cm.viridis([i / max(1, len(ratios) - 1) for i in range(len(ratios))])
     for (name, row), color in zip(ratios.items(), colors):
-        ax.plot(range(1, len(row) + 1), row, lw=1, color=color, label=name.replace("encoder.", "").replace(".weight", ""))
+        ax.plot(range(1, len(row) + 1), row, lw=1, color=color,
+                label=name.replace("encoder.", "").replace(".weight", ""))
     ax.set(xlabel="optimizer step", ylabel="trust ratio ||w|| / ||u||", yscale="log", title=title)
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

@@ -1,4 +1,5 @@
-"""Mixed precision in one small object: autocast, static or dynamic loss scaling, unscale-before-step (lessons 05 and 07).
+"""Mixed precision in one small object: autocast, static or dynamic loss scaling, unscale-before-step
+(lessons 05 and 07).
 
 ``Precision(mode, device)`` gives the training loop four calls::
 
@@ -124,7 +125,8 @@ class StaticLossScaler:
 
 
 class Precision:
-    """Autocast + (for fp16) static, dynamic or no loss scaling, with gradients unscaled before every step (lessons 05, 07).
+    """Autocast + (for fp16) static, dynamic or no loss scaling, with gradients unscaled before every step
+    (lessons 05, 07).
 
     ``.mode`` is the resolved mode (never ``"auto"``), ``.dtype`` the autocast dtype
     (``torch.float32`` for fp32), ``.loss_scaling`` what fp16 does ("dynamic", "static",

@@ -37,7 +37,8 @@ def parse(argv=None) -> tuple[dict, RunSpec, str | None, str]:
     p.add_argument("--lr", type=float, default=0.004, help="the lr as given (TrainConfig.base_lr, no scaling rule)")
     p.add_argument("--optimizer", default="adam", choices=["sgd", "adam", "lars"])
     p.add_argument("--config", default="{}", help="more TrainConfig fields as JSON, e.g. '{\"warmup_steps\": 50}'")
-    p.add_argument("--dataset", default="ml-1m", help="ml-1m, ml-20m or synthetic ($COURSE_MOVIELENS_DIR: offline copies)")
+    p.add_argument("--dataset", default="ml-1m",
+                   help="ml-1m, ml-20m or synthetic ($COURSE_MOVIELENS_DIR: offline copies)")
     p.add_argument("--synthetic-size", default=None)
     p.add_argument("--profile", default="full", choices=["full", "smoke"])
     p.add_argument("--target-hr", type=float, default=None,

@@ -94,8 +94,10 @@ def children_before_test():
 def pytest_report_header(config):
     scale = f"time bounds x{SCALE:g} (COURSE_TEST_TIMEOUT_SCALE)"
     if GPU_RUN:
-        return [f"course tier under test: GPUs visible (COURSE_TEST_GPU=1, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})", scale]
-    return ["course tier under test: cpu (GPUs hidden; COURSE_TEST_GPU=1 pytest tests/test_gpu.py tests the GPU tier)", scale]
+        return [f"course tier under test: GPUs visible (COURSE_TEST_GPU=1, "
+                f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})", scale]
+    return ["course tier under test: cpu (GPUs hidden; COURSE_TEST_GPU=1 pytest tests/test_gpu.py tests the GPU tier)",
+            scale]
 
 
 @pytest.fixture(scope="module")

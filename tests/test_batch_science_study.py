@@ -189,12 +189,14 @@ def test_two_points_give_the_critical_batch_of_the_model_through_them():
 
 
 def test_bert_noise_verdict_every_outcome():
-    rows = [{"batch size": 32, "steps to target": 100 * (1 + 200 / 32)}, {"batch size": 256, "steps to target": 100 * (1 + 200 / 256)}]
+    rows = [{"batch size": 32, "steps to target": 100 * (1 + 200 / 32)},
+            {"batch size": 256, "steps to target": 100 * (1 + 200 / 256)}]
     agree = study.bert_noise_verdict(300.0, rows)
     assert "B_crit = 200" in agree and "within the factor 3" in agree and "x8" in agree
     assert "outside the factor 3" in study.bert_noise_verdict(5000.0, rows)
     perfect = [{"batch size": 32, "steps to target": 800}, {"batch size": 256, "steps to target": 100}]
-    assert "no bend" in study.bert_noise_verdict(1000.0, perfect) and "B_simple agrees" in study.bert_noise_verdict(1000.0, perfect)
+    assert ("no bend" in study.bert_noise_verdict(1000.0, perfect)
+            and "B_simple agrees" in study.bert_noise_verdict(1000.0, perfect))
     assert "predicted a bend the runs did not show" in study.bert_noise_verdict(10.0, perfect)
     flat = [{"batch size": 32, "steps to target": 100}, {"batch size": 256, "steps to target": 100}]
     assert "B_simple agrees" in study.bert_noise_verdict(20.0, flat)
@@ -203,7 +205,8 @@ def test_bert_noise_verdict_every_outcome():
     # a smoke copy read B_simple 201 +/- 2,405 as "outside the factor 3" right after saying it predicts nothing
     assert "not decided" in study.bert_noise_verdict(5000.0, rows, stderr=6000.0)
     noisy = study.bert_noise_verdict(300.0, rows, stderr=400.0)
-    assert noisy.startswith("BERT's B_simple = 300 +/- 400 sequences") and "predicts nothing yet" in noisy and "B_crit = 200" in noisy
+    assert (noisy.startswith("BERT's B_simple = 300 +/- 400 sequences") and "predicts nothing yet" in noisy
+            and "B_crit = 200" in noisy)
     assert study.bert_noise_verdict(300.0, rows, stderr=30.0).startswith(agree.split(" The two points")[0])
     assert "within two standard errors), within the factor" in study.bert_noise_verdict(300.0, rows, stderr=30.0)
     assert "all noise" in study.bert_noise_verdict(math.inf, rows)
@@ -225,7 +228,8 @@ def test_bert_setting_repeats_lesson07s_small_adam_run_and_reads_its_steps():
     }
     got = study.bert_setting(saved, "full", plan)
     cfg = got["config"]
-    assert (cfg.optimizer, cfg.global_batch_size, cfg.max_steps, cfg.peak_lr, cfg.dropout) == ("adam", 32, 240, 1e-3, 0.0)
+    assert ((cfg.optimizer, cfg.global_batch_size, cfg.max_steps, cfg.peak_lr, cfg.dropout)
+            == ("adam", 32, 240, 1e-3, 0.0))
     assert got["rows"] == [{"batch size": 32, "steps to target": 228}, {"batch size": 256, "steps to target": 48}]
     assert (got["small_batch"], got["large_batch"], got["target_loss"]) == (32, 256, 5.1)
     other = study.bert_setting(saved, "smoke", plan)  # another profile's result is not compared

@@ -64,6 +64,7 @@ def test_phase_reading_and_a_table_without_timed_phases():
                     target_hr=None, time_to_target_s=None, steps_to_target=None, epochs_to_target=None, epochs=1.0,
                     steps=10, samples=100, train_time_s=8.0, eval_time_s=2.0, samples_per_s=12.5,
                     phase_time_s={"sampling": 1.0, "forward_backward": 2.0, "optimizer": 5.0, "evaluation": 2.0})
-    assert r.phase_reading() == "the largest phase of the training clock is optimizer (62%); it is the next thing to make faster"
+    assert r.phase_reading() == ("the largest phase of the training clock is optimizer (62%); "
+                                 "it is the next thing to make faster")
     r.phase_time_s = {"evaluation": 2.0}
     assert "not timed" in r.phase_reading() and "phases not timed" in str(r.table())

@@ -138,8 +138,8 @@ def test_train_mlm_lowers_loss_and_times_the_target(small_data, optimizer):
 
 
 def test_unreached_target_has_no_time(small_data):
-    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=2, warmup_steps=0, eval_every_steps=1,
-                         target_loss=0.01, dropout=0.0)
+    cfg = MLMTrainConfig(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=2, warmup_steps=0,
+                         eval_every_steps=1, target_loss=0.01, dropout=0.0)
     r = train_mlm(cfg, small_data, device="cpu", progress="none")
     assert r["reached"] is False and r["time_to_target_s"] is None and r["steps_to_target"] is None
 
@@ -174,8 +174,8 @@ def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small
 
 def test_grad_accumulation_matches_one_big_batch(small_data):
     """k micro steps of b give the same update as one step of k*b (the invariant the lesson relies on)."""
-    common = dict(model="tiny", global_batch_size=16, optimizer="lamb", max_steps=2, warmup_steps=0, eval_every_steps=2, dropout=0.0,
-                  base_lr=1e-2, base_batch_size=16)
+    common = dict(model="tiny", global_batch_size=16, optimizer="lamb", max_steps=2, warmup_steps=0, eval_every_steps=2,
+                  dropout=0.0, base_lr=1e-2, base_batch_size=16)
     one = train_mlm(MLMTrainConfig(micro_batch_size=16, **common), small_data, device="cpu", progress="none")
     four = train_mlm(MLMTrainConfig(micro_batch_size=4, **common), small_data, device="cpu", progress="none")
     assert one["curves"]["train_loss"] == pytest.approx(four["curves"]["train_loss"], rel=1e-4)
@@ -235,8 +235,8 @@ def test_ranks_with_different_data_get_a_clear_error(tmp_path, monkeypatch):
 def test_lamb_runs_record_each_adapted_layers_trust_ratio(small_data):
     """At step 1 Adam's update is sign(g) per element (m/sqrt(v) = g/|g|; eps and decay made tiny here),
     so LAMB's first trust ratio for a weight is ||w0|| / sqrt(numel)."""
-    common = dict(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=3, warmup_steps=0, eval_every_steps=3, dropout=0.0,
-                  base_batch_size=8, weight_decay=1e-6, eps=1e-12)
+    common = dict(model="tiny", global_batch_size=8, micro_batch_size=8, max_steps=3, warmup_steps=0,
+                  eval_every_steps=3, dropout=0.0, base_batch_size=8, weight_decay=1e-6, eps=1e-12)
     model = build_bert("tiny", vocab_size=small_data.vocab_size, max_position=small_data.seq_len, dropout=0.0,
                        attention_dropout=0.0)
     expected = {n: float(p.detach().norm()) / p.numel() ** 0.5 for n, p in model.named_parameters()

@@ -186,7 +186,8 @@ def tab(lab, browser):
 
 # In the page: how many code cells still wait or run ("[*]"), and how many have a number.
 PROMPTS_JS = """() => {
-  const ps = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
+  const ps = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook \
+.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent);
   return {busy: ps.filter(t => t.includes('*')).length, done: ps.filter(t => /\\[\\d+\\]/.test(t)).length,
           total: ps.length};
 }"""
@@ -197,8 +198,8 @@ def _run_all(page, lab: Lab, rel: str, timeout: float) -> None:
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator(".lm-Menu-item", has=page.locator(".lm-Menu-itemLabel",
                                                    has_text=re.compile(r"^Run All Cells$"))).click()
-    _wait(f"{rel}: Run All Cells started nothing", lambda: (lambda s: s["busy"] or s["done"])(page.evaluate(PROMPTS_JS)),
-          scaled(60))
+    _wait(f"{rel}: Run All Cells started nothing",
+          lambda: (lambda s: s["busy"] or s["done"])(page.evaluate(PROMPTS_JS)), scaled(60))
 
     def finished():
         state = page.evaluate(PROMPTS_JS)
@@ -210,7 +211,8 @@ def _run_all(page, lab: Lab, rel: str, timeout: float) -> None:
         _wait(f"{rel}: the run did not finish", finished, timeout, every=0.25)
     except AssertionError as e:
         state = page.evaluate(PROMPTS_JS)
-        raise AssertionError(f"{e} ({state['done']} of {state['total']} code cells done, {state['busy']} waiting)") from None
+        raise AssertionError(f"{e} ({state['done']} of {state['total']} code cells done, "
+                             f"{state['busy']} waiting)") from None
 
 
 def _save(page, lab: Lab, rel: str) -> dict:

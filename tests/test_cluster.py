@@ -178,7 +178,8 @@ def test_a_1gbit_link_carries_between_half_the_rate_and_the_rate(capsys):
     sent = after["node0"]["tx"] - before["node0"]["tx"]
     received = after["node1"]["rx"] - before["node1"]["rx"]
     with capsys.disabled():
-        print(f"\n1gbit link: {bits_per_s / 1e6:.0f} Mbit/s of payload (tries: {[round(t / 1e6) for t in tries]}); node0 sent {sent:,} bytes on its link, "
+        print(f"\n1gbit link: {bits_per_s / 1e6:.0f} Mbit/s of payload (tries: {[round(t / 1e6) for t in tries]}); "
+              f"node0 sent {sent:,} bytes on its link, "
               f"node1 received {received:,} (payload {nbytes:,})")
     assert 0.5e9 <= bits_per_s <= 1e9, f"{bits_per_s / 1e6:.0f} Mbit/s on a link set to 1 Gbit/s"
     # the counters count frames (payload + TCP/IP/Ethernet headers): a few % more than the payload

@@ -110,7 +110,8 @@ def test_pipeline_segments_and_crossovers():
     assert comm.pipelined_broadcast_time(n, p, ALPHA, BETA) < comm.binomial_tree_broadcast_time(n, p, ALPHA, BETA)
     # butterfly below the crossover, ring above: where the two formulas are equal
     x = comm.crossover_size(comm.butterfly_allreduce_time, comm.ring_allreduce_time, p, ALPHA, BETA)
-    assert comm.butterfly_allreduce_time(x, p, ALPHA, BETA) == pytest.approx(comm.ring_allreduce_time(x, p, ALPHA, BETA))
+    assert (comm.butterfly_allreduce_time(x, p, ALPHA, BETA)
+            == pytest.approx(comm.ring_allreduce_time(x, p, ALPHA, BETA)))
     # by hand for p = 16: 4(a + n b) = 30 a + 30/16 n b  ->  n = 26 a / (4 - 30/16) / b
     assert x == pytest.approx(26 * ALPHA / (4 - 30 / 16) / BETA, rel=1e-6)
     assert comm.crossover_size(comm.ring_allreduce_time, comm.butterfly_allreduce_time, p, ALPHA, BETA) is None

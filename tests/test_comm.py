@@ -266,7 +266,8 @@ def test_plot_ddp_buckets():
 
     from course_lib.comm import plots as comm_plots
 
-    rows = [{"bucket_cap_mb": 1.0, "step_ms": 10.0, "overlap": True, "compression": "none", "step_ms_repeats": [9, 10, 12]},
+    rows = [{"bucket_cap_mb": 1.0, "step_ms": 10.0, "overlap": True, "compression": "none",
+             "step_ms_repeats": [9, 10, 12]},
             {"bucket_cap_mb": 4.5, "step_ms": 12.0, "overlap": False, "compression": "none"},
             {"bucket_cap_mb": 0.0, "step_ms": 8.0, "overlap": None, "compression": None},
             {"bucket_cap_mb": 25.0, "step_ms": 9.0, "overlap": True, "compression": "fp16"}]  # its own table

@@ -99,7 +99,8 @@ def test_timeline_reading_splits_pending_time_into_overlapped_and_waited():
     text = study.timeline_reading(_result(2, "gloo", rows))
     assert "1 MiB buckets: 2 all-reduces pending 3.5 ms of a 6 ms step, 1 ms of it (29%) while backward" in text
     assert "one all-reduce after backward: 1 all-reduce pending 1.8 ms of a 8 ms step, 0 ms of it (0%)" in text
-    assert study.timeline_reading(_result(2, "gloo", [rows[0] | {"timeline": None}])) == "no recorded all-reduces to read."
+    assert (study.timeline_reading(_result(2, "gloo", [rows[0] | {"timeline": None}]))
+            == "no recorded all-reduces to read.")
 
 
 def test_cpu_tier_overlap_reading():
@@ -133,7 +134,8 @@ def test_overlap_that_costs_time_is_said_so():
 
 
 def test_one_repeat_says_there_is_no_noise_estimate():
-    rows = [_row("DDP buckets", 1.0, True, "none", [12.0]), _row("one all-reduce after backward", 4.0, False, "none", [9.0])]
+    rows = [_row("DDP buckets", 1.0, True, "none", [12.0]),
+            _row("one all-reduce after backward", 4.0, False, "none", [9.0])]
     assert "no noise estimate" in study.overlap_reading(_result(2, "gloo", rows))
 
 

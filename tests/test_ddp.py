@@ -1,4 +1,5 @@
-"""Data parallel training (course_lib.parallel, course_lib.train.workers): the invariants that make lesson 06 true, on CPU/gloo.
+"""Data parallel training (course_lib.parallel, course_lib.train.workers): the invariants that make lesson 06 true,
+on CPU/gloo.
 
 Launches cost seconds each (process start, torch import, the first DDP construction), so
 one module-scoped launch serves several tests, with two runs: Adam, 2 ranks x micro batch 64
@@ -162,7 +163,8 @@ def test_accumulation_on_one_process_equals_the_full_batch(env):
 
 def test_global_batch_that_does_not_divide_is_a_clear_error(env):
     with pytest.raises(ValueError, match=r"global_batch_size=1000 is not divisible by .* 64 \* 1 = 64"):
-        train_to_target(env["data"], CFG.replace(global_batch_size=1000, micro_batch_size=64, max_steps=1), device="cpu")
+        train_to_target(env["data"], CFG.replace(global_batch_size=1000, micro_batch_size=64, max_steps=1),
+                        device="cpu")
     with pytest.raises(ValueError, match="global batch 1000 does not split evenly over world_size=3"):
         batch_config(1000, None, 3)
     assert batch_config(4096, 256, 2) == BatchConfig(4096, 256, 2) and BatchConfig(4096, 256, 2).grad_accum_steps == 8
@@ -183,7 +185,8 @@ def test_failed_rank_stops_all_and_resume_reaches_the_same_parameters(env, ddp_r
     assert time.time() - t0 < scaled(900) / 2 and not _procs.stray_children()
     assert _model(ckpt)[0] == 4, "the last checkpoint before the failure"
     assert sorted(set(os.listdir(ckpt)) - {LOCK_NAME}) == sorted([CHECKPOINT_NAME, PREVIOUS_NAME]), (
-        "the latest and the previous checkpoint, no half-written one (temp file) left behind (the killed run's lock may stay)"
+        "the latest and the previous checkpoint, no half-written one (temp file) left behind "
+        "(the killed run's lock may stay)"
     )
 
     resumed = cdist.launch(ncf_worker, 2, CFG, _spec(ckpt), quiet=True, timeout_s=scaled(600))

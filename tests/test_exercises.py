@@ -119,7 +119,8 @@ def test_exercise_matches_its_solution_cell_for_cell(solution):
     assert ex["metadata"]["kernelspec"] == make_exercises.KERNELSPEC
     assert sol["metadata"]["kernelspec"] == make_exercises.KERNELSPEC
     ex_text = "\n".join("".join(c["source"]) for c in ex["cells"])
-    markers = [line for line in ex_text.split("\n") if make_exercises.BEGIN.match(line) or make_exercises.END.match(line)]
+    markers = [line for line in ex_text.split("\n")
+               if make_exercises.BEGIN.match(line) or make_exercises.END.match(line)]
     assert not markers, "solution markers left in the exercise"
     assert "raise NotImplementedError()" in ex_text
     assert not any(c.get("outputs") or c.get("execution_count") for c in ex["cells"])

@@ -126,7 +126,8 @@ def hierarchy_rows(recorded):
 def test_the_two_level_all_reduce_wins_on_a_slow_link_by_the_bytes_it_saves():
     assert L.hierarchy_bytes_ratio(2, 2) == pytest.approx(1.5)  # 3/4 of n out of a node against 1/2 of n
     reading = L.hierarchy_verdict(hierarchy_rows(HIERARCHY))
-    assert "(1.50x); the bytes over each node's link predict 1.50x" in reading and "two-level all-reduce wins" in reading
+    assert ("(1.50x); the bytes over each node's link predict 1.50x" in reading
+            and "two-level all-reduce wins" in reading)
     # the opposite: a fast link, where the extra steps inside the node cost more than the link saves
     fast = [(n, a, t * (2.0 if a == "two-level" else 1.0)) for n, a, t in HIERARCHY]
     assert "the flat ring won" in L.hierarchy_verdict(hierarchy_rows(fast))
@@ -145,7 +146,8 @@ def test_the_model_path_measures_this_process_and_assumes_the_link(tmp_path, mon
     link = L.assumed_link("100mbit", alpha_s=50e-6)
     assert link["rate_bits_per_s"] == 1e8 and link["beta_s_per_byte"] == pytest.approx(8e-8)
     assert L.grad_bytes(spec) == 4 * 154_401  # NeuMF on the smoke set: 1000 users, 500 items, factors 32
-    rows = L.predicted_layouts(compute, L.grad_bytes(spec), 64, (20e-6, 1e-9), (link["alpha_s"], link["beta_s_per_byte"]))
+    rows = L.predicted_layouts(compute, L.grad_bytes(spec), 64, (20e-6, 1e-9),
+                               (link["alpha_s"], link["beta_s_per_byte"]))
     assert "PREDICTED by lesson 09's model" in L.layout_verdict(rows)
 
 
@@ -154,4 +156,5 @@ def test_exercise_13s_reference_is_the_lessons_model():
 
     for _, *args in check.CASES:
         assert check.reference(*args, check.KS) == L.hiding_k(*args, check.KS)
-    assert check.check_accumulation_to_hide(lambda c, s, b, near, far, h, ks: L.hiding_k(c, s, b, near, far, h, ks)).passed
+    assert check.check_accumulation_to_hide(
+        lambda c, s, b, near, far, h, ks: L.hiding_k(c, s, b, near, far, h, ks)).passed

@@ -114,8 +114,9 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
                            "fp32")
     # a rung that carries another setting up
     bf16 = fake_result(4096, 4e-3, 8.0, precision="bf16")
-    ladder.save_ladder_result("+mixed precision", bf16, carry=TrainConfig.from_dict(bf16.config).replace(precision="fp32"),
-                               directory=tmp_path)
+    ladder.save_ladder_result("+mixed precision", bf16,
+                              carry=TrainConfig.from_dict(bf16.config).replace(precision="fp32"),
+                              directory=tmp_path)
     cfg, rung, note = ladder.start_from("+data parallel", default, directory=tmp_path)
     assert rung["step"] == "+mixed precision" and cfg.precision == "fp32" and "(the setting it carries up)" in note
     assert ladder.start_from("+data parallel", default, dataset="ml-20m", directory=tmp_path)[1] is None
@@ -168,7 +169,8 @@ def test_each_rung_says_what_actually_ran(tmp_path):
     lamb.config["warmup_steps"] = 40
     ladder.save_ladder_result("+LARS", lamb, setting="layer-wise adaptive", directory=tmp_path)
     row = ladder.ladder_rows(tmp_path)[0]
-    assert row["ran"] == "batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16" and row["dataset"] == "synthetic-tiny"
+    assert (row["ran"] == "batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16"
+            and row["dataset"] == "synthetic-tiny")
     assert row["tier"] == detect().tier and row["world_size"] == 1 and row["seed"] == 0
     assert "| batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16 |" in ladder.ladder_table(tmp_path).to_markdown()
     assert ladder.what_ran({"global_batch_size": 4096, "optimizer": "adam", "peak_lr": 0.004, "lr_scaling": "sqrt",
@@ -242,7 +244,8 @@ def test_race_reading_states_each_optimizers_best_from_the_records():
     ]
     text = race_reading(runs, target_hr=0.75, floor_hr=0.39)
     assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
-    assert "sgd (lr 8, 32): best at lr 8 (the edge" in text and "best HR@10 0.100, below the popularity ranking's 0.390" in text
+    assert ("sgd (lr 8, 32): best at lr 8 (the edge" in text
+            and "best HR@10 0.100, below the popularity ranking's 0.390" in text)
     assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")
     # #37 (review 04 #12): every SGD lr blew up (lr 8: loss 2.93, then chance; lr 32: NaN): no "best at lr 16"
     blown = [fake_result(131072, lr, None, hr=hr, optimizer="sgd") for lr, hr in ((8.0, 0.1073), (16.0, 0.1068))]
@@ -266,7 +269,8 @@ def test_a_race_whose_every_lr_blew_up_extends_its_grid_downward():
 
     score = lambda r: (2, r.config["peak_lr"]) if blew_up(r) else (1, -(r.final_hr or 0.0))  # noqa: E731
     done = sweep_with_edge_extension(run, (0.5, 1.0, 2.0), score, max_extensions=3)
-    assert sorted(done) == [0.0625, 0.125, 0.25, 0.5, 1.0, 2.0]  # down to the first lr that did not blow up, and one more
+    # down to the first lr that did not blow up, and one more
+    assert sorted(done) == [0.0625, 0.125, 0.25, 0.5, 1.0, 2.0]
 
 
 @pytest.mark.parametrize("tier", ["cpu", "one-gpu", "multi-gpu"])

@@ -110,7 +110,8 @@ def constructed_comparison(cores=2, second=None):
             continue
         one = dict(zip(("first_batch_s", "load_sps", "train_sps"), values[i]))
         f = (second or {}).get(i, 1.02)  # the second pass 2 % faster everywhere, unless told
-        two = {"first_batch_s": one["first_batch_s"] / f, "load_sps": one["load_sps"] * f, "train_sps": one["train_sps"] * f}
+        two = {"first_batch_s": one["first_batch_s"] / f, "load_sps": one["load_sps"] * f,
+               "train_sps": one["train_sps"] * f}
         rows.append({"rung": name, "measured": True, "passes": [one, two], "first_batch_s": two["first_batch_s"],
                      "load_sps": two["load_sps"], "train_sps": two["train_sps"]})
     first, last = rows[0], rows[-1]

@@ -122,7 +122,8 @@ def test_speedup_reading_on_ampere_and_hopper(gpu, ratio, verdict):
 
 def test_the_tolerance_is_how_reproducible_the_fastest_repeat_is():
     # one repeat slowed by other work (0.3e6) does not count; the fastest two are 10% apart
-    speed = _speed({"fp32": 1e6, "bf16": 1.08e6}, repeats={"fp32": [1e6, 0.3e6, 0.9e6], "bf16": [1.08e6, 1.05e6, 0.5e6]})
+    speed = _speed({"fp32": 1e6, "bf16": 1.08e6},
+                   repeats={"fp32": [1e6, 0.3e6, 0.9e6], "bf16": [1.08e6, 1.05e6, 0.5e6]})
     assert speed.spread == pytest.approx(0.1)
     text = MP.speedup_reading(speed, H100, "cuda")
     assert "(no measurable difference; tolerance 10%, the fastest two repeats 10% apart)" in text
@@ -144,13 +145,15 @@ def test_the_two_throughput_measurements_are_compared_with_the_noise():
     busier = MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=differ, load_now=3.0)
     assert "beyond the tolerance" in busier and "They disagree by more than the noise" in busier
     assert "load average was 1.9 when the short runs ended and is 3.0 now" in busier
-    assert "hardly changed (1.9 then, 2.0 now)" in MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=differ, load_now=2.0)
+    assert "hardly changed (1.9 then, 2.0 now)" in MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=differ,
+                                                                       load_now=2.0)
     speed.load = None
     assert "does not report its load" in MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=differ, load_now=2.0)
 
 
 def test_lesson_07s_ratio_is_quoted_only_from_a_result_of_this_profile_and_device():
-    rec = {"profile": "full", "device": "cpu", "throughput": {"fp32": {"seqs_per_s": 10.0}, "bf16": {"seqs_per_s": 17.1}}}
+    rec = {"profile": "full", "device": "cpu",
+           "throughput": {"fp32": {"seqs_per_s": 10.0}, "bf16": {"seqs_per_s": 17.1}}}
     assert MP.saved_bert_ratio(rec, "full", "cpu") == pytest.approx(1.71)
     assert MP.saved_bert_ratio(rec, "smoke", "cpu") is None
     assert MP.saved_bert_ratio(rec, "full", torch.device("cuda")) is None
@@ -243,7 +246,8 @@ def test_activation_reading_names_the_proxy():
     text = MP.activation_reading(mags, grads)
     assert "float16 tensors" in text and "100.000% of them exactly zero with no loss scaling" in text
     assert "10.000% with the loss scaled by 2^16: the difference, 90.000%, is underflow" in text
-    assert "Loss scaling protects the activation gradients" in text and text.endswith("understates what fp16 would lose.")
+    assert ("Loss scaling protects the activation gradients" in text
+            and text.endswith("understates what fp16 would lose."))
     grads["log2"] = np.full(10, -10.0)
     assert MP.activation_reading(mags, grads).endswith("overstates what fp16 would lose.")
 

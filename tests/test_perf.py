@@ -313,12 +313,15 @@ def test_gpu_timing_reads_cuda_events_not_the_host_clock(monkeypatch):
 def test_lesson06_scaling_line_reads_the_saved_rows():
     from course_lib.lessons.l09_performance_model import lesson06_scaling_line
 
-    rows = [{"mode": "strong", "world_size": 1, "efficiency": 1.0}, {"mode": "strong", "world_size": 2, "efficiency": 0.61},
-            {"mode": "weak", "world_size": 2, "efficiency": 0.8}, {"mode": "weak", "world_size": 4, "efficiency": None}]
+    rows = [{"mode": "strong", "world_size": 1, "efficiency": 1.0},
+            {"mode": "strong", "world_size": 2, "efficiency": 0.61},
+            {"mode": "weak", "world_size": 2, "efficiency": 0.8},
+            {"mode": "weak", "world_size": 4, "efficiency": None}]
     assert lesson06_scaling_line({"scaling_rows": rows}) == (
         "lesson 06, measured here: strong scaling on 2 ranks: efficiency 0.61; weak scaling on 2 ranks: efficiency 0.80"
     )
-    assert "has not saved" in lesson06_scaling_line(None) and "has not saved" in lesson06_scaling_line({"scaling_rows": []})
+    assert ("has not saved" in lesson06_scaling_line(None)
+            and "has not saved" in lesson06_scaling_line({"scaling_rows": []}))
 
 
 def test_fit_takes_the_best_run_at_each_batch():

@@ -71,7 +71,8 @@ def test_a_replay_of_a_simulated_run_is_that_run(name):
 
 
 def _row(measured, replayed, *, m=8, cpu=1.0, forward_ms=10.0, predicted=None):
-    return {"schedule": "GPipe", "p": 2, "m": m, "predicted": P.bubble_fraction(2, m) if predicted is None else predicted,
+    return {"schedule": "GPipe", "p": 2, "m": m,
+            "predicted": P.bubble_fraction(2, m) if predicted is None else predicted,
             "measured": measured, "replayed": replayed, "cpu_share": cpu, "forward_ms": forward_ms, "runs": 5,
             "grad_diff": 0.0, "native_grad_diff": 0.0}
 

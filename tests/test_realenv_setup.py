@@ -19,7 +19,8 @@ def test_browser_setup_is_quiet_when_chromium_is_there(tmp_path):
     fake = tmp_path / "chromium"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    run = subprocess.run(["bash", str(REPO / "ci" / "browser-deps.sh")], env={**os.environ, "COURSE_CHROMIUM": str(fake)},
+    run = subprocess.run(["bash", str(REPO / "ci" / "browser-deps.sh")],
+                         env={**os.environ, "COURSE_CHROMIUM": str(fake)},
                          capture_output=True, text=True, timeout=scaled(30))
     assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
 

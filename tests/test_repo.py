@@ -145,20 +145,23 @@ def test_gpu_check_dry_run_installs_with_no_index_and_ends_with_its_budget(tmp_p
 def test_every_lesson_links_its_exercise_and_every_exercise_has_a_lesson():
     links = {}
     for nb in sorted((REPO / "notebooks").glob("*.ipynb")):
-        text = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown")
+        text = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"]
+                       if c["cell_type"] == "markdown")
         links[nb.name] = set(re.findall(r"\(\.\./exercises/([\w.]+\.ipynb)\)", text))
     exercises = {p.name for p in (REPO / "exercises").glob("*.ipynb")}
     for lesson, linked in links.items():
         assert linked <= exercises, f"{lesson} links a missing exercise: {linked - exercises}"
         if not lesson.startswith("00_"):
             assert linked, f"{lesson} links no exercise (end it with a link to exercises/NN_*.ipynb)"
-    assert exercises <= set().union(*links.values()), f"exercises no lesson links: {exercises - set().union(*links.values())}"
+    assert exercises <= set().union(*links.values()), (
+        f"exercises no lesson links: {exercises - set().union(*links.values())}")
 
 
 def test_every_lesson_asks_for_a_prediction_before_its_main_experiment():
     for nb in sorted((REPO / "notebooks").glob("0[1-7]_*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
-        asks = [i for i, c in enumerate(cells) if c["cell_type"] == "markdown" and "**Predict first.**" in "".join(c["source"])]
+        asks = [i for i, c in enumerate(cells)
+                if c["cell_type"] == "markdown" and "**Predict first.**" in "".join(c["source"])]
         assert asks, f"{nb.name} never asks the learner to predict before an experiment"
         assert all(i + 1 < len(cells) and cells[i + 1]["cell_type"] == "code" for i in asks), \
             f"{nb.name}: a prediction prompt must come right before the cell that answers it"

@@ -1,4 +1,5 @@
-"""Lesson 06's reading of its own scaling rows (course_lib.lessons.l06_data_parallel): the numbers it states come from the rows."""
+"""Lesson 06's reading of its own scaling rows (course_lib.lessons.l06_data_parallel): the numbers it states come
+from the rows."""
 
 import pytest
 

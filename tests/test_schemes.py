@@ -54,7 +54,8 @@ def test_counts_at_two_batches_interpolate_and_the_gpu_optimizer_is_a_few_operat
     assert m.flops == pytest.approx(a.flops + 3 * (b.flops - a.flops))
     gpu = ps.bert_step_counts(TINY, (2, 4), 16, gpu=True)[0]
     n_opt = lambda c: sum(o.phase == "optimizer" for o in c.ops)  # noqa: E731
-    assert n_opt(gpu) < n_opt(a) / 2  # Adam's foreach: one operation per step, not one per tensor (clipping stays per tensor)
+    # Adam's foreach: one operation per step, not one per tensor (clipping stays per tensor)
+    assert n_opt(gpu) < n_opt(a) / 2
 
 
 def test_meta_nonzero_gives_the_rows_asked_for():

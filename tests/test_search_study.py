@@ -165,7 +165,8 @@ def test_bert_verdict_reads_both_outcomes():
     assert "bought better settings" in said and "Hyperband 6 steps, random search not reached" in said
     # the gap, budget x eval_every and the target are the reading's stated derivations
     assert unquoted(said, study.bert_table(rows, BSPEC), allowed={1.3, 12 * 2, 5.0}) == set()
-    swapped = study.bert_verdict(study.bert_rows([dict(rand, strategy="hyperband"), dict(hb, strategy="random")], BSPEC),
+    swapped = study.bert_verdict(study.bert_rows([dict(rand, strategy="hyperband"), dict(hb, strategy="random")],
+                                                 BSPEC),
                                  {**BSPEC, "target_loss": None})
     assert "Random search better" in swapped and "target" not in swapped
     assert "nothing to compare" in study.bert_verdict(rows[:1], BSPEC)

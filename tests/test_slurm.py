@@ -156,7 +156,8 @@ def test_scancel_during_training_leaves_no_process(cluster, job_dir, data_cache)
         assert cluster.job_state(job)["JobState"] in ("PENDING", "RUNNING"), job_log(job_dir, job)
         time.sleep(0.25)
     procs = cluster.job_processes(job)
-    ranks = [p for p in procs if "course_lib.train_ddp" in p.cmdline() and not any(a.endswith("torchrun") for a in p.cmdline())]
+    ranks = [p for p in procs
+             if "course_lib.train_ddp" in p.cmdline() and not any(a.endswith("torchrun") for a in p.cmdline())]
     assert len(ranks) >= 2, f"expected the 2 ranks among the job's processes: {[p.cmdline() for p in procs]}"
     t_cancel = time.monotonic()
     cluster.run("scancel", str(job))

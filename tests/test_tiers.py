@@ -156,8 +156,8 @@ def test_settings_check_their_types_by_name_and_describe_their_arithmetic():
     m = MLMTrainConfig(global_batch_size=256, micro_batch_size=64, base_lr=1e-2, base_batch_size=64, max_steps=100,
                        warmup_steps=20)
     assert m.describe().startswith("global batch 256 = 1 rank x micro batch 64 x 4 accumulation steps; ")
-    assert "lamb peak lr 0.02 = 0.01 at batch 64 x sqrt(256 / 64) (sqrt rule), linear warmup 20 steps, polynomial decay" \
-        in m.describe()
+    assert "lamb peak lr 0.02 = 0.01 at batch 64 x sqrt(256 / 64) (sqrt rule), linear warmup 20 steps, " \
+        "polynomial decay" in m.describe()
     # a saved setting comes back with the lr it ran at, and says where that lr came from
     saved = ncf.to_dict()
     assert saved["peak_lr"] == pytest.approx(4e-3) and TrainConfig.from_dict(saved) == ncf

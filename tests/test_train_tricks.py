@@ -122,7 +122,8 @@ def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_t
     assert [r.config["seed"] for r in c.runs[0]] == [0, 1] and c.runs[0][0] is fastest(results)
     assert c.best_label == c.labels[0] and "lr 1e-5 on 0 of 2" in c.verdict
     assert c.winner(c.labels[0], "lr 1e-5") == c.labels[0] and c.best_of(["lr 1e-5"]) == "lr 1e-5"
-    again = train_to_target(data, TrainConfig.from_dict(c.runs[0][0].config).replace(seed=1), device="cpu", progress="none")
+    again = train_to_target(data, TrainConfig.from_dict(c.runs[0][0].config).replace(seed=1), device="cpu",
+                            progress="none")
     assert again.curve["hr"] == c.runs[0][1].curve["hr"]  # nothing but the seed changed
     table = c.table().to_markdown()
     assert "(chosen)" in table and "not reached" in table
@@ -149,7 +150,8 @@ def test_regimes_are_read_from_the_steps_to_target_slope():
     assert regimes[2]["slope"] == pytest.approx(-0.5) and regimes[2]["resolved"]
     text = regime_reading(regimes)
     assert "batch 256 -> 1024: slope -1.00, perfect scaling" in text
-    assert "batch 65536: not reached (the rules broke)" in text and text.endswith("perfect scaling ended after batch 1024")
+    assert ("batch 65536: not reached (the rules broke)" in text
+            and text.endswith("perfect scaling ended after batch 1024"))
     # one evaluation interval could move the slope across a threshold: said, not hidden
     coarse = scaling_regimes([{"batch size": 256, "steps to target": 200, "resolution (steps)": 100},
                               {"batch size": 1024, "steps to target": 60, "resolution (steps)": 30}])
@@ -167,7 +169,8 @@ def test_gap_reading_compares_the_change_with_twice_the_sampling_error():
                                  eval_time_s=0.0, samples_per_s=1.0, phase_time_s={}, final_hr=test_hr,
                                  final_train_hr=train_hr)
 
-    text = gap_reading([run(256, 0.77, 0.81), run(65536, 0.76, 0.90, 3.0), run(256, 0.77, 0.81), run(65536, 0.77, 0.815)],
+    text = gap_reading([run(256, 0.77, 0.81), run(65536, 0.76, 0.90, 3.0),
+                        run(256, 0.77, 0.81), run(65536, 0.77, 0.815)],
                        ["linear", "linear", "sqrt", "sqrt"], users=6040)
     linear, sqrt = text.splitlines()
     assert linear.startswith("linear: gap +0.0400 at batch 256 (1.00 epochs) -> +0.1400 at batch 65536 (3.00 epochs)")

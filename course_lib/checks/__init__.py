@@ -18,7 +18,8 @@ The checks for lessons 06, 08 and 10 run the learner's function on several proce
 ``course_lib.dist.launch``. Spawned workers import it by module and name, so it must
 live in a ``.py`` file (the exercise writes one with ``%%writefile``), not in the notebook.
 
-One module per exercise (``l01_metrics`` ... ``l10_tensor_parallel``, ``l11_noise_scale``, ``l12_successive_halving``, ``l13_multi_node``) over a shared :mod:`.harness`;
+One module per exercise (``l01_metrics`` ... ``l10_tensor_parallel``, ``l11_noise_scale``,
+``l12_successive_halving``, ``l13_multi_node``) over a shared :mod:`.harness`;
 a new lesson's checks go in a module of their own and are listed here.
 """
 

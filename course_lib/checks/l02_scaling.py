@@ -42,7 +42,8 @@ def _check_scaling_rule(name: str, fn, reference, other_rule: str) -> CheckResul
                 k = batch / base_batch
                 hint = ""
                 if other_rule == "sqrt" and is_close(got, base_lr * math.sqrt(k)):
-                    hint = "\nhint: that is the square-root rule; the linear rule multiplies the lr by k = batch / base."
+                    hint = ("\nhint: that is the square-root rule; the linear rule multiplies the lr by "
+                            "k = batch / base.")
                 elif other_rule == "linear" and is_close(got, base_lr * k):
                     hint = "\nhint: that is the linear rule (lr x k); the square-root rule multiplies by sqrt(k)."
                 elif is_close(got, base_lr / k) or is_close(got, base_lr / math.sqrt(k)):

@@ -27,7 +27,8 @@ from .harness import (
 
 
 def check_warmup_factor(fn: Callable) -> CheckResult:
-    """``fn(step, warmup_steps, total_steps, decay) -> factor``: linear warmup from 0, then constant or cosine (lesson 03).
+    """``fn(step, warmup_steps, total_steps, decay) -> factor``: linear warmup from 0, then constant or cosine
+    (lesson 03).
 
     Reference: ``course_lib.optim.lr_at(step, peak_lr=1, ..., warmup="linear", end_lr=0)``.
     The last case uses ``fn`` as ``LambdaLR``'s ``lr_lambda`` (through ``functools.partial``).
@@ -39,7 +40,8 @@ def check_warmup_factor(fn: Callable) -> CheckResult:
         def run():
             steps = range(total_steps + 4)  # a few steps past the end: the factor stays at its end value
             expected = [ref(s, warmup_steps, total_steps, decay) for s in steps]
-            got = [as_float_value(call_learner(fn, s, warmup_steps, total_steps, decay), f"{learner_label(fn)} at step {s}")
+            got = [as_float_value(call_learner(fn, s, warmup_steps, total_steps, decay),
+                                  f"{learner_label(fn)} at step {s}")
                    for s in steps]
             bad = [s for s in steps if not is_close(got[s], expected[s], atol=1e-12)]
             if bad:

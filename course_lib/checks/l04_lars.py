@@ -30,7 +30,8 @@ from .harness import (
 
 
 def check_lars_trust_ratio(fn: Callable) -> CheckResult:
-    """``fn(w_norm, g_norm, trust_coefficient, weight_decay, eps) -> float`` against ``lars_trust_ratio`` (lesson 04)."""
+    """``fn(w_norm, g_norm, trust_coefficient, weight_decay, eps) -> float`` against ``lars_trust_ratio``
+    (lesson 04)."""
     def case(w_norm, g_norm, tc, wd, eps):
         def run():
             expected = lars_trust_ratio(w_norm, g_norm, trust_coefficient=tc, weight_decay=wd, eps=eps)

@@ -175,7 +175,8 @@ def _tree_problems(world_size: int, src: int, case: str, per_rank_logs: list[lis
         depth[r] = d
     deepest = max(depth, key=depth.get)
     if depth[deepest] > limit:
-        return [f"{case}: rank {deepest} got the data after {depth[deepest]} hops; a binomial tree on {world_size} ranks "
+        return [f"{case}: rank {deepest} got the data after {depth[deepest]} hops; "
+                f"a binomial tree on {world_size} ranks "
                 f"reaches everyone in ceil(log2 {world_size}) = {limit} rounds (a chain is {world_size - 1} deep)"]
     return []
 

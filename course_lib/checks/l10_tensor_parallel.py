@@ -59,7 +59,8 @@ def _column_worker(rank: int, world_size: int, fns: list, cases) -> list[list[st
             elif not torch.allclose(x_tp.grad, x_full.grad, rtol=1e-5, atol=1e-6):
                 hint = ""
                 if world_size > 1 and torch.allclose(x_tp.grad * world_size, x_full.grad, rtol=1e-4, atol=1e-5):
-                    hint = "\nhint: your gradient is 1/W of the right one: sum over the ranks (ReduceOp.SUM), don't average."
+                    hint = ("\nhint: your gradient is 1/W of the right one: sum over the ranks (ReduceOp.SUM), "
+                            "don't average.")
                 else:
                     hint = ("\nhint: this rank's rows give only part of dL/dx; the other ranks hold the rest. "
                             "Backward must add them up over every rank (dist.all_reduce).")

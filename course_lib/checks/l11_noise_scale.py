@@ -55,7 +55,8 @@ def check_noise_scale(fn: Callable) -> CheckResult:
     def answer(sq_small, sq_big, b_small, b_big):
         got = call_learner(fn, list(sq_small), list(sq_big), b_small, b_big)
         if not (isinstance(got, (tuple, list)) and len(got) == 3):
-            raise Mismatch(f"{learner_label(fn)} returned {got!r}; expected three numbers (b_simple, grad_sq_norm, trace_cov)")
+            raise Mismatch(f"{learner_label(fn)} returned {got!r}; "
+                           "expected three numbers (b_simple, grad_sq_norm, trace_cov)")
         return tuple(as_float_value(v, f"{learner_label(fn)}") for v in got)
 
     def compare(sq_small, sq_big, b_small, b_big, rtol=1e-6):

@@ -52,9 +52,9 @@ def check_accumulation_to_hide(fn: Callable) -> CheckResult:
                 hint = (" hint: the step of 4 nodes x 1 and of 1 node x 4 both grow with k; compare their throughputs "
                         "(samples per second), and return the FIRST k whose ratio is at least hidden_at")
             else:
-                hint = (" hint: a step is k * micro_batch * compute_s_per_sample plus one ring all-reduce of grad_bytes "
-                        "over 4 ranks: 2 (p-1) alpha + 2 (p-1)/p n beta, with near's (alpha, beta) in one node and "
-                        "far's between nodes")
+                hint = (" hint: a step is k * micro_batch * compute_s_per_sample plus one ring all-reduce of "
+                        "grad_bytes over 4 ranks: 2 (p-1) alpha + 2 (p-1)/p n beta, with near's (alpha, beta) in "
+                        "one node and far's between nodes")
             raise Mismatch(f"expected {want!r}, got {got!r}.{hint}")
         return run
 

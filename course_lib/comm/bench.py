@@ -497,7 +497,8 @@ class BucketResult:
         if not comp:
             return []
         cap = comp[0]["bucket_cap_mb"]
-        ref = [r for r in self.rows if r["overlap"] is True and r["compression"] == "none" and r["bucket_cap_mb"] == cap]
+        ref = [r for r in self.rows
+               if r["overlap"] is True and r["compression"] == "none" and r["bucket_cap_mb"] == cap]
         return ref[:1] + comp
 
     def table(self) -> Table:

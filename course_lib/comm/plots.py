@@ -276,7 +276,8 @@ def plot_schedule(schedule, ax=None):
     ax.set_xlabel("round", fontsize=8)
     ax.set_title(f"{schedule.name}: p = {p}, {len(rounds)} rounds, {schedule.messages} messages", fontsize=9)
     kinds = {t.reduce for rnd in rounds for t in rnd}
-    ax.text(1.0, -0.02, "  ".join(k for k, on in (("red: added", True in kinds), ("blue: copied", False in kinds)) if on),
+    ax.text(1.0, -0.02,
+            "  ".join(k for k, on in (("red: added", True in kinds), ("blue: copied", False in kinds)) if on),
             transform=ax.transAxes, fontsize=7, ha="right", va="top")
     return ax.figure, ax
 

@@ -169,7 +169,8 @@ def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, s
     baseline_name = f"dense Adam, {baseline_impl}"
     if baseline_name not in [name for name, _ in variants]:
         raise ValueError(f"the variants must include the baseline's implementation, {baseline_name!r}")
-    points = [(b, name, base.replace(global_batch_size=b, **changes)) for b in batch_sizes for name, changes in variants]
+    points = [(b, name, base.replace(global_batch_size=b, **changes))
+              for b in batch_sizes for name, changes in variants]
     steps = {b: max(min_steps, samples_per_point // b) for b in batch_sizes}
     for b, _, c in points:
         _timed_run(data, c, device, 2)
@@ -298,7 +299,8 @@ def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epo
             curve = reference.curve
             if c == ref_cfg.replace(stop_at_target=False, max_steps=steps) and steps in curve["step"]:
                 i = curve["step"].index(steps)  # the reference run, cut at the budget
-                row = {"hr": curve["hr"][i], "ndcg": curve["ndcg"][i], "train_s": curve["time_s"][i], "from": "the baseline run",
+                row = {"hr": curve["hr"][i], "ndcg": curve["ndcg"][i], "train_s": curve["time_s"][i],
+                       "from": "the baseline run",
                        "curve": {k: curve[k][:i + 1] for k in ("step", "time_s", "hr")}}
             else:
                 r = train_to_target(data, c, device=device, progress="none")
@@ -425,7 +427,8 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
                                     hooks=RunHooks(evaluate_points=False))
                 times[name].append(r.train_time_s / r.steps)
         eager_s, compiled_s = (statistics.median(times[k]) for k in ("eager", "compiled"))
-        out["rows"].append({"batch size": b, "steps": steps, "eager_ms": 1000 * eager_s, "compiled_ms": 1000 * compiled_s,
+        out["rows"].append({"batch size": b, "steps": steps, "eager_ms": 1000 * eager_s,
+                            "compiled_ms": 1000 * compiled_s,
                             "compile_s": max(0.0, first.train_time_s - compiled_s),
                             "ratios": [a / x for a, x in zip(times["eager"], times["compiled"])],
                             "cache_hits": after["hit"] - before["hit"], "cache_misses": after["miss"] - before["miss"]})
@@ -620,9 +623,11 @@ def loader_reading(comp: dict) -> str:
              f"{_paired(best_load, first, 'load_sps')}) and {device['load_sps']:,.0f} with the device-resident "
              f"sampler ({_paired(device, first, 'load_sps')})"]
     if best_train is first:
-        trained = f"training ran at {first['train_sps']:,.0f} samples/s with it, and no later DataLoader rung trained faster"
+        trained = (f"training ran at {first['train_sps']:,.0f} samples/s with it, "
+                   "and no later DataLoader rung trained faster")
     else:
-        trained = (f"training went from {first['train_sps']:,.0f} samples/s to {best_train['train_sps']:,.0f} at the best "
+        trained = (f"training went from {first['train_sps']:,.0f} samples/s to {best_train['train_sps']:,.0f} "
+                   f"at the best "
                    f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {_paired(best_train, first, 'train_sps')})")
     parts.append(f"{trained}; the device sampler trained at {device['train_sps']:,.0f}: against the best DataLoader, "
                  f"{_paired(device, best_train, 'train_sps')}")

@@ -596,15 +596,16 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
     16-bit math here: :func:`course_lib.hardware.sixteen_bit_units`); ``runs``: the time-to-target runs
     (a second measurement of the same ratios, findings 05.4); ``neumf_share``, ``bert``: the matmul share
     of the parameters (:func:`linear_share`, :func:`bert_linear_share`); ``bert_ratio``: lesson 07's saved
-    bf16/fp32 (:func:`saved_bert_ratio`). A ratio within the repeats' noise (``speed.spread``, at least ``min_tolerance``)
-    of 1 is "no measurable difference". When the two measurements disagree, the load average now
+    bf16/fp32 (:func:`saved_bert_ratio`). A ratio within the repeats' noise (``speed.spread``, at least
+    ``min_tolerance``) of 1 is "no measurable difference". When the two measurements disagree, the load average now
     (``load_now``, default: read now, after the time-to-target runs) is set beside ``speed.load``."""
     device = str(device)
     on_gpu = device.startswith("cuda")
     units = sixteen_bit_units(hw, device)
     spread = speed.spread
     tol = max(min_tolerance, 0.0 if math.isnan(spread) else spread)
-    noise = (f"the fastest two repeats {spread:.0%} apart" if not math.isnan(spread) else "one repeat, no spread measured")
+    noise = (f"the fastest two repeats {spread:.0%} apart" if not math.isnan(spread)
+             else "one repeat, no spread measured")
     where = "GPU" if on_gpu else "CPU"
     f32 = speed["fp32"].phase_s
     total32 = sum(f32.values()) or math.nan

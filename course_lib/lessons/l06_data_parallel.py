@@ -188,11 +188,14 @@ def overlap_reading(result) -> str:
     if serial is not None:
         verdict = measurably_different(best, serial)
         if verdict is False:
-            parts.append(f"What overlap saved: nothing measurable — {_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
+            parts.append(f"What overlap saved: nothing measurable — "
+                         f"{_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
         elif best["step_ms"] < serial["step_ms"]:
-            parts.append(f"What overlap saved: {_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
+            parts.append(f"What overlap saved: "
+                         f"{_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
         else:
-            parts.append(f"What overlap saved: nothing — {_vs(serial, best, 'one all-reduce after backward', 'the best bucket setting')}: "
+            parts.append(f"What overlap saved: nothing — "
+                         f"{_vs(serial, best, 'one all-reduce after backward', 'the best bucket setting')}: "
                          "overlapping bought nothing here (backward and the all-reduce compete for the same "
                          "cores, or each extra message costs more than the overlap hides).")
     if len(buckets) > 1 and worst is not best:
@@ -243,7 +246,8 @@ def timeline_reading(result) -> str:
         )
         n = len(tl["allreduces_ms"])
         share = f" ({under / pending:.0%})" if pending > 0 else ""
-        parts.append(f"{name}: {n} all-reduce{'s' if n != 1 else ''} pending {pending:.3g} ms of a {tl['step_ms']:.3g} ms "
+        parts.append(f"{name}: {n} all-reduce{'s' if n != 1 else ''} pending {pending:.3g} ms "
+                     f"of a {tl['step_ms']:.3g} ms "
                      f"step, {under:.3g} ms of it{share} while backward was still computing")
     if not parts:
         return "no recorded all-reduces to read."
@@ -281,7 +285,8 @@ def compression_reading(result, tolerance: float = 0.01) -> str:
         units = f" ({r['update_rel_diff'] / u:.2g} units of {c}'s rounding, 2^{int(math.log2(u))})" if u else ""
         if decrease > 0:
             same = loss_diff <= tolerance * decrease
-            train = (f"training {'unchanged' if same else 'changed'} within {tolerance:.0%}: after {r['steps']} timed steps "
+            train = (f"training {'unchanged' if same else 'changed'} within {tolerance:.0%}: "
+                     f"after {r['steps']} timed steps "
                      f"(plus warm-up) the loss is {r['final_loss']:.5g} against {ref['final_loss']:.5g}, a difference "
                      f"{loss_diff / decrease:.2%} of the {decrease:.3g} the uncompressed run gained")
         else:
@@ -444,7 +449,8 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
         if len(rs) < 2:
             continue
         lo, hi = rs[0], rs[-1]
-        sizes = f"{lo['world_size']} and {hi['world_size']} ranks (global batch {lo['global_batch']} and {hi['global_batch']})"
+        sizes = (f"{lo['world_size']} and {hi['world_size']} ranks "
+                 f"(global batch {lo['global_batch']} and {hi['global_batch']})")
         if lo["epochs_to_target"] is not None and hi["epochs_to_target"] is not None:
             d = hi["epochs_to_target"] - lo["epochs_to_target"]
             status = "same" if abs(d) <= res + 1e-9 else "changed"
@@ -459,7 +465,8 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
         else:
             status = "unreached"
             reached = [r["world_size"] for r in (lo, hi) if r["epochs_to_target"] is not None]
-            what = (f"{'only ' + str(reached[0]) + ' rank(s)' if reached else 'neither run'} reached the target between "
+            what = (f"{'only ' + str(reached[0]) + ' rank(s)' if reached else 'neither run'} "
+                    f"reached the target between "
                     f"{sizes}; final HR@10 {lo['final_hr']:.4f} and {hi['final_hr']:.4f}")
         if mode == "strong":
             lead = "Strong scaling (the same global batch)"

@@ -74,7 +74,8 @@ def budget(large_batch: int, num_train: int, *, large_batches: int, large_factor
     small = max(large_batch, cap)
     note = (
         f"NOTE: the budget is capped at {max_epochs:g} passes over this corpus' {num_train} training sequences "
-        f"({small * large_factor} sequences for the large batch instead of {large_batch * large_batches * large_factor}); "
+        f"({small * large_factor} sequences for the large batch instead of "
+        f"{large_batch * large_batches * large_factor}); "
         "a larger corpus (TEXT_DIR, or CORPUS='wikitext-103') gives the study its full length."
     )
     return small, small * large_factor, note
@@ -322,7 +323,8 @@ def precision_reading(bert: float, neumf: float | None, margin: float = 1.1) -> 
         return line + (": the transformer's step is mostly matmuls, which 16-bit units speed up; NeuMF's is mostly "
                        "embedding lookups and the optimizer's pass over its tables, which they do not")
     if neumf >= bert * margin:
-        return line + ": here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save in memory traffic shows more)"
+        return line + (": here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save "
+                       "in memory traffic shows more)")
     return line + f": within {margin - 1:.0%} of each other, no difference between the models worth reading into"
 
 

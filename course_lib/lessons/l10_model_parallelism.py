@@ -257,7 +257,8 @@ def bert_pipeline_equal(outs: list[dict]) -> bool:
 
 def in_flight_table(p: int, m: int) -> Table:
     """Micro-batches whose activations each stage holds at most, per schedule (the memory side)."""
-    t = Table(["schedule"] + [f"stage {s}" for s in range(p)], title=f"activations held at once (micro-batches), p = {p}, m = {m}")
+    t = Table(["schedule"] + [f"stage {s}" for s in range(p)],
+              title=f"activations held at once (micro-batches), p = {p}, m = {m}")
     for name, make in pipeline.SCHEDULES.items():
         t.add(schedule=name, **{f"stage {s}": v for s, v in enumerate(pipeline.peak_in_flight(make(p, m)))})
     return t
@@ -307,7 +308,8 @@ def memory_table(outs: list[dict], predicted: dict | None = None) -> Table:
                 "total": cost.human_bytes(total),
                 "vs DDP": f"{total / ddp_total:.2f}x",
                 "predicted total": cost.human_bytes(pred.state_bytes) if pred else "-",
-                "sent per step (vs DDP)": f"{cost.human_bytes(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
+                "sent per step (vs DDP)": (f"{cost.human_bytes(r['sent_bytes'])} "
+                                           f"({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)"),
                 "predicted sent": cost.human_bytes(pred.sent_bytes) if pred else "-",
                 "step (ms)": f"{1e3 * max(x[name]['step_s'] for x in outs):.0f}",
                 "predicted step (ms)": f"{1e3 * pred.step_s:.0f}" if pred else "-",
@@ -551,7 +553,8 @@ def decision_why(preds: list, best, device_bytes: float, world_size: int, smalle
                 f"({_gib(least.activations)} of it activations) against {_gib(device_bytes)}")
         if smaller:
             m, p = smaller
-            return text + (f"; with {m} sequence{'s' if m > 1 else ''} per device, {_scheme_label(p)} fits ({_gib(p.memory_bytes)}, "
+            return text + (f"; with {m} sequence{'s' if m > 1 else ''} per device, "
+                           f"{_scheme_label(p)} fits ({_gib(p.memory_bytes)}, "
                            f"{_duration(p.step_s)} per step)")
         return text + ": more devices, or recomputing activations in backward"
     if world_size == 1:
@@ -648,7 +651,8 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
         bert = (" (over BERT's encoder too, the tied embedding's gradient added up)" if bert_pipeline_equal(tensor_outs)
                 else " (but NOT over BERT's encoder)")
     gap = max((100 * (r["measured"] - r["predicted"]) for r in bubble_rows), key=abs)
-    lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's for every schedule and m{bert}; "
+    lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's "
+                 f"for every schedule and m{bert}; "
                  f"the bubble's largest gap from the formula is {gap:+.1f} points, "
                  f"{'within' if abs(gap) <= BUBBLE_GOAL_POINTS else 'outside'} the goal of {BUBBLE_GOAL_POINTS:g} "
                  "(its split and cause: the reading under the bubble table).")

@@ -80,7 +80,8 @@ def probe_steps(cfg, points: int) -> set[int]:
     evals = sorted({*range(cfg.eval_every_steps, cfg.max_steps + 1, cfg.eval_every_steps), cfg.max_steps})
     if points >= len(evals):
         return set(evals)
-    return {evals[round(i * (len(evals) - 1) / max(points - 1, 1))] for i in range(points)} if points > 1 else {evals[-1]}
+    return ({evals[round(i * (len(evals) - 1) / max(points - 1, 1))] for i in range(points)} if points > 1
+            else {evals[-1]})
 
 
 def mlm_noise_probe(data, b_small: int, b_big: int, repeats: int, at_steps=None, seed: int = 0):
@@ -128,7 +129,8 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
     rows = None
     # the large batch's Adam run at its best lr, seed 0: saved first (its label is the sweep's, "adam b=L, sqrt rule
     # xF")
-    top = next((r for r in saved07["runs"] if r["label"].startswith("adam") and r["global_batch_size"] == large), None) \
+    top = next((r for r in saved07["runs"]
+                if r["label"].startswith("adam") and r["global_batch_size"] == large), None) \
         if ok else None
     if base and top and base.get("steps_to_loss") and top.get("steps_to_loss"):
         rows = [{"batch size": small, "steps to target": base["steps_to_loss"]},
@@ -623,7 +625,8 @@ def bn_table(rows: list[dict]) -> Table:
     """Test accuracy and time per step, per variant (rows) and per-rank batch (columns)."""
     batches = sorted({r["per_rank_batch"] for r in rows})
     cols = ["variant"] + [f"b={b}/rank: acc" for b in batches] + [f"b={b}/rank: ms/step" for b in batches]
-    t = Table(cols, title=f"BatchNorm with few samples per rank ({_ranks(rows)} ranks): test accuracy and time per step")
+    t = Table(cols, title=f"BatchNorm with few samples per rank ({_ranks(rows)} ranks): "
+                          "test accuracy and time per step")
     for v in [v for v in BN_VARIANTS if any(r["variant"] == v for r in rows)]:
         row = {"variant": v}
         for r in rows:

@@ -210,7 +210,8 @@ def compute_per_sample(layouts: list[dict], near: dict, grad_bytes: int, micro_b
                        world_size: int = 4) -> float:
     """Seconds of compute per sample on one rank, from 1 node x 4's steps minus their all-reduce (the model's input)."""
     t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
-    per = sorted(max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"]) for r in layouts if r["layout"] == one_node(world_size))
+    per = sorted(max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"])
+                 for r in layouts if r["layout"] == one_node(world_size))
     if not per:
         raise ValueError(f"no '{one_node(world_size)}' rows to take the compute from")
     return per[len(per) // 2]
@@ -294,7 +295,8 @@ def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch:
     rows = []
     for layout, (alpha, beta) in ((one_node(world_size), near), (many_nodes(world_size), far)):
         for k in ks:
-            step = k * micro_batch * compute_s_per_sample + cost.ring_allreduce_time(grad_bytes, world_size, alpha, beta)
+            step = (k * micro_batch * compute_s_per_sample
+                    + cost.ring_allreduce_time(grad_bytes, world_size, alpha, beta))
             rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
                          "samples_per_s": world_size * micro_batch * k / step, "step_s": step, "source": "model"})
     return rows

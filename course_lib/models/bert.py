@@ -189,7 +189,8 @@ class BertForMLM(nn.Module):
 
     def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Hidden states ``(B, T, C)``. ``attention_mask`` ``(B, T)``: True/1 for real tokens (packed data needs none)."""
+        """Hidden states ``(B, T, C)``. ``attention_mask`` ``(B, T)``: True/1 for real tokens
+        (packed data needs none)."""
         x = self.embed(input_ids, token_type_ids)
         attn_mask = None
         if attention_mask is not None:

@@ -1,6 +1,7 @@
 """Large-batch optimization: lr scaling rules and schedules, LARS, LAMB (lessons 02, 03, 04, 07).
 
-- ``schedules``: ``linear_scaled_lr``, ``sqrt_scaled_lr``, ``scaled_lr`` (by rule name), ``warmup_lr``, ``lr_at``, ``lr_factor``
+- ``schedules``: ``linear_scaled_lr``, ``sqrt_scaled_lr``, ``scaled_lr`` (by rule name), ``warmup_lr``, ``lr_at``,
+  ``lr_factor``
 - ``lars``: ``LARS``, ``lars_trust_ratio``, ``param_groups`` (biases and norm parameters out)
 - ``adam``: Adam's implementations (``adam_kwargs``: for-loop, foreach, fused; ``fused_on_gpu``) and
   ``SparseEmbeddingAdam`` (SparseAdam for sparse embedding tables, Adam for the rest; lesson 01)

@@ -53,7 +53,8 @@ def linear_scaled_lr(base_lr: float, batch_size: int, base_batch_size: int) -> f
 
 
 def sqrt_scaled_lr(base_lr: float, batch_size: int, base_batch_size: int) -> float:
-    """Krizhevsky 2014 / Hoffer et al. 2017 square-root rule: k x the batch, sqrt(k) x the lr (lesson 02_linear_scaling)."""
+    """Krizhevsky 2014 / Hoffer et al. 2017 square-root rule: k x the batch, sqrt(k) x the lr
+    (lesson 02_linear_scaling)."""
     _check_nonnegative("base_lr", base_lr)
     _check_batch("batch_size", batch_size)
     _check_batch("base_batch_size", base_batch_size)
@@ -142,7 +143,8 @@ def lr_at(
     end_lr: float = 0.0,
     start_factor: float | None = None,
 ) -> float:
-    """The lr at ``step``: ``warmup_lr`` to ``warmup_steps``, then decay to ``end_lr`` at ``total_steps`` (lesson 03_warmup).
+    """The lr at ``step``: ``warmup_lr`` to ``warmup_steps``, then decay to ``end_lr`` at ``total_steps``
+    (lesson 03_warmup).
 
     ``decay`` is ``"constant"`` (stay at the peak; ``power`` and ``end_lr`` unused),
     ``"polynomial"`` (``end_lr + (peak_lr - end_lr) * (1 - progress) ** power``) or
@@ -192,7 +194,8 @@ def lr_factor(
     end_lr: float = 0.0,
     start_factor: float | None = None,
 ) -> Callable[[int], float]:
-    """``step -> lr_at(step, ...) / peak_lr``: the factor for ``LambdaLR`` when the optimizer's lr is peak_lr (lesson 03_warmup).
+    """``step -> lr_at(step, ...) / peak_lr``: the factor for ``LambdaLR`` when the optimizer's lr is peak_lr
+    (lesson 03_warmup).
 
     Use: ``LambdaLR(torch.optim.SGD(params, lr=peak_lr), lr_factor(peak_lr=peak_lr, ...))``.
 

@@ -22,10 +22,10 @@ draws them, and one executor (:func:`run_stage`) carries any of them out with ``
 recording when each op computed. The formula assumes equal stages and free messages; a measured
 run says how far each assumption held: replayed with its own op durations and no gaps
 (:func:`replay`), it idles by what unequal ops explain, and the rest of its idle time went
-between the ops (messages, a stage woken late, another process on the core). Gradients over the ``m`` micro-batches add up to the full batch's (each
-micro-batch's loss is its sum divided by the whole batch's count), so the result equals one
-process. PyTorch's own: ``torch.distributed.pipelining`` (``PipelineStage`` with
-``ScheduleGPipe`` / ``Schedule1F1B``; :func:`native_stage_gradients`). Measured with torch 2.13:
+between the ops (messages, a stage woken late, another process on the core). Gradients over the ``m``
+micro-batches add up to the full batch's (each micro-batch's loss is its sum divided by the whole
+batch's count), so the result equals one process. PyTorch's own: ``torch.distributed.pipelining``
+(``PipelineStage`` with ``ScheduleGPipe`` / ``Schedule1F1B``; :func:`native_stage_gradients`). Measured with torch 2.13:
 both run on gloo; ``Schedule1F1B`` refuses ``m < p`` ("must be greater than or equal to the
 number of stages"); by default (``scale_grads=True``) it divides the summed gradients by ``m``.
 """

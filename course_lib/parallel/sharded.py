@@ -135,7 +135,8 @@ class ZeroStage1:
 
 
 def _nbytes(t) -> int:
-    return t.numel() * t.element_size() if torch.is_tensor(t) else sum(_nbytes(x) for x in t) if isinstance(t, (list, tuple)) else 0
+    return (t.numel() * t.element_size() if torch.is_tensor(t)
+            else sum(_nbytes(x) for x in t) if isinstance(t, (list, tuple)) else 0)
 
 
 class CommCounter:
@@ -198,7 +199,8 @@ def _tensor_bytes(tensors) -> int:
 def held_bytes(model: nn.Module, optimizer_state_bytes: int) -> dict:
     """Bytes this rank holds in parameters, gradients (local shards for DTensors) and optimizer state."""
     params = list(model.parameters())
-    return {"parameters": _tensor_bytes(params), "gradients": _tensor_bytes(p.grad for p in params if p.grad is not None),
+    return {"parameters": _tensor_bytes(params),
+            "gradients": _tensor_bytes(p.grad for p in params if p.grad is not None),
             "optimizer_state": optimizer_state_bytes}
 
 

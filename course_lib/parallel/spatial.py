@@ -130,7 +130,8 @@ def _compare_halo_conv(rank, world_size, height, width, channels, kernel, layers
     y_full = x_full
     for conv in convs:
         y_full = torch.relu(conv(y_full))
-    (y_full * torch.linspace(-1, 1, height, device=device).view(1, 1, -1, 1)).sum().backward()  # rows weighted unequally
+    # rows weighted unequally
+    (y_full * torch.linspace(-1, 1, height, device=device).view(1, 1, -1, 1)).sum().backward()
     full_w = [c.weight.grad.clone() for c in convs]
     convs.zero_grad()
     x_local = strip(x, rank, world_size).clone().requires_grad_()

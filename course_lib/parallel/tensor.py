@@ -340,8 +340,8 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
                       heads: int = 3, seq: int = 4, seed: int = 0) -> dict:
     """Worker: tensor-parallel layers against the same full layers on one process (fp32, eval mode).
 
-    Returns the largest differences (relative to the reference, see ``_max_diff``) of outputs, input gradients and every shard's
-    weight gradient, and the collectives counted in one MLP forward and backward. Sizes that
+    Returns the largest differences (relative to the reference, see ``_max_diff``) of outputs, input gradients
+    and every shard's weight gradient, and the collectives counted in one MLP forward and backward. Sizes that
     do not divide by ``world_size`` work (the defaults: 30 MLP features, 3 heads)."""
     from .. import dist as cdist
     from ..models.bert import Block, bert_config
@@ -352,7 +352,8 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
                       attention_dropout=0.0)
     full = Block(cfg).eval().to(device)  # the same weights on every rank (same seed)
     x = torch.randn(batch, seq, hidden).to(device)
-    coeff = torch.randn(batch, seq, hidden).to(device)  # loss = sum(y * coeff): gradients of order 1, every output counts
+    # loss = sum(y * coeff): gradients of order 1, every output counts
+    coeff = torch.randn(batch, seq, hidden).to(device)
     out = {"rank": rank, "world_size": world_size, "device": str(device)}
 
     # MLP: column then row

@@ -440,7 +440,8 @@ def scaling_curve(a: StepCounts, b: StepCounts, curves, link: tuple[float, float
 
 
 def scale_curves(curves, *, flops_factor: float = 1.0, bandwidth_factor: float = 1.0, overhead_factor: float = 1.0):
-    """The same device, ``flops_factor`` times faster at compute (and so on): for "what if the device were 10x faster"."""
+    """The same device, ``flops_factor`` times faster at compute (and so on): for "what if the device were
+    10x faster"."""
     from .probe import DeviceCurves  # noqa: PLC0415
 
     return DeviceCurves(curves.device, [(x, f * flops_factor) for x, f in curves.matmul],

@@ -10,8 +10,9 @@ code github.com/TalwalkarLab/paleo) prices a data-parallel step as compute + com
   times as the scheme needs (:data:`SCHEMES`); nothing of it overlaps the compute.
 
 Here the compute is the course's own (:mod:`.model`): every operation of a real training step of a
-``torch.nn.Module`` counted on PyTorch's ``meta`` device (:func:`course_lib.lessons.l09_performance_model.count_module_step`: shapes, no
-values, so AlexNet at batch 2048 counts in a second and no memory), priced by the roofline
+``torch.nn.Module`` counted on PyTorch's ``meta`` device
+(:func:`course_lib.lessons.l09_performance_model.count_module_step`: shapes, no values, so AlexNet
+at batch 2048 counts in a second and no memory), priced by the roofline
 ``max(flops / F, bytes / B)`` on a device given by its specification sheet (:class:`SpecDevice`).
 Paleo *adds* the two terms of each layer (``combine="sum"`` reproduces that); the roofline takes
 the larger (the default). The communication is priced by Paleo's formulas, beside the course's ring.
@@ -226,7 +227,8 @@ def scaling_rows(a: M.StepCounts, b: M.StepCounts, device: SpecDevice, network: 
     speedup over one worker: ``T(1) / T(p)`` strong, ``p T(1) / T(p)`` weak (throughput), where
     ``T = compute + communication`` (Paleo overlaps nothing)."""
     if scaling not in ("strong", "weak"):
-        raise ValueError(f"scaling={scaling!r}; choose 'strong' (fixed global batch) or 'weak' (fixed batch per worker)")
+        raise ValueError(f"scaling={scaling!r}; "
+                         "choose 'strong' (fixed global batch) or 'weak' (fixed batch per worker)")
     for s in schemes:
         if s not in SCHEMES:
             raise ValueError(f"scheme {s!r}; choose from {tuple(SCHEMES)}")

@@ -34,7 +34,8 @@ class Reference:
     name: str
     flops: dict  # dtype -> dense peak FLOP/s (None: no such mode)
     memory_bandwidth: float  # bytes/s
-    pcie_bandwidth: float  # bytes/s per direction, raw, of the x16 PCIe generation the datasheet names (3: 16, 4: 32, 5: 64 GB/s)
+    # bytes/s per direction, raw, of the x16 PCIe generation the datasheet names (3: 16, 4: 32, 5: 64 GB/s)
+    pcie_bandwidth: float
     source: str
 
 
@@ -109,6 +110,7 @@ def reference_table() -> Table:
     t = Table(["device", "fp32", "tf32", "bf16", "fp16", "memory (GB/s)", "source"],
               title="reference peaks (quoted, dense; TFLOP/s)")
     for r in REFERENCE_PEAKS.values():
-        t.add(device=r.name, **{d: "-" if r.flops[d] is None else r.flops[d] / T for d in ("fp32", "tf32", "bf16", "fp16")},
+        t.add(device=r.name,
+              **{d: "-" if r.flops[d] is None else r.flops[d] / T for d in ("fp32", "tf32", "bf16", "fp16")},
               **{"memory (GB/s)": r.memory_bandwidth / G, "source": r.source})
     return t

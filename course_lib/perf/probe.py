@@ -168,7 +168,8 @@ class HardwareProbe:
                         "peak": peak and peak / 1e12, "fraction": frac, "verdict": verdict})
         frac, verdict = band_verdict("memory", self.curves.memory_bandwidth, ref and ref.memory_bandwidth)
         largest = max(self.curves.copy)[0] / 2
-        out.append({"measurement": f"memory copy ({largest / 2**20:.0f} MiB)", "measured": self.curves.memory_bandwidth / 1e9,
+        out.append({"measurement": f"memory copy ({largest / 2**20:.0f} MiB)",
+                    "measured": self.curves.memory_bandwidth / 1e9,
                     "unit": "GB/s", "peak": ref and ref.memory_bandwidth / 1e9, "fraction": frac, "verdict": verdict})
         if self.h2d_Bps is not None:
             frac, verdict = band_verdict("h2d", self.h2d_Bps, ref and ref.pcie_bandwidth)

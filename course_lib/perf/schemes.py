@@ -175,7 +175,8 @@ def predict(a: M.StepCounts, b: M.StepCounts, curves, link: tuple[float, float],
             comm, exposed = pred.comm_s, pred.exposed_comm_s + pred.ddp_copy_s
             sent = 2 * (w - 1) / w * grad_bytes
         elif scheme in ("ZeRO-1", "ZeRO-2"):
-            pred = M.predict_step(micro, curves, world_size=w, link=link, bucket_collective=cost.ring_reduce_scatter_time)
+            pred = M.predict_step(micro, curves, world_size=w, link=link,
+                                  bucket_collective=cost.ring_reduce_scatter_time)
             gather = cost.ring_all_gather_time(n * param_b, w, alpha, beta)
             comm, exposed = pred.comm_s + gather, pred.exposed_comm_s + gather
             sent = (w - 1) / w * n * (grad_b + param_b)
@@ -183,7 +184,8 @@ def predict(a: M.StepCounts, b: M.StepCounts, curves, link: tuple[float, float],
             comm, exposed, sent = _fsdp(micro, curves, link, w, precision, steps)
         gathered = 0.0
         if scheme == "FSDP":  # two blocks whole at once (one computing, one prefetched) and the root, gathered
-            gathered = (2 * _largest_block(micro) / 4 + n - _n_params(micro, lambda k: block_of(k) is not None)) * param_b
+            gathered = (2 * _largest_block(micro) / 4 + n
+                        - _n_params(micro, lambda k: block_of(k) is not None)) * param_b
         return SchemePrediction(**common, compute_s=compute, comm_s=comm, exposed_comm_s=exposed, idle_s=0.0,
                                 parameters=mem.parameters, gradients=mem.gradients, optimizer_state=mem.optimizer_state,
                                 activations=acts, sent_bytes=sent, gathered=gathered)
@@ -220,8 +222,9 @@ def _fsdp(micro: M.StepCounts, curves, link, w: int, precision: str, steps: int)
     One stream of all-gathers and one of reduce-scatters beside the compute. Forward: block ``i``'s
     gather starts when block ``i - 1``'s gather is done and its compute has started (one unit ahead,
     FSDP2's default prefetch); block ``i``'s compute when its gather and the previous compute are done.
-    Backward, blocks in reverse: gathered again, computed, their gradients reduce-scattered. The root (embeddings, head) is gathered once per step
-    and reduce-scattered once. With accumulation (``steps`` micro-batches) every micro-batch gathers again."""
+    Backward, blocks in reverse: gathered again, computed, their gradients reduce-scattered. The root
+    (embeddings, head) is gathered once per step and reduce-scattered once. With accumulation
+    (``steps`` micro-batches) every micro-batch gathers again."""
     alpha, beta = link
     param_b, grad_b, _ = PRECISIONS[precision]
     blocks = _n_blocks(micro)

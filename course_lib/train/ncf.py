@@ -290,7 +290,8 @@ def make_batches(data: ImplicitData, cfg: TrainConfig):
         return DeviceSampler(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
                              neg_per_pos=cfg.neg_per_pos, seed=cfg.seed)
     if cdist.world_size() > 1:
-        raise NotImplementedError(f"loader={cfg.loader!r} is the single-process comparison; use loader='device' with DDP")
+        raise NotImplementedError(f"loader={cfg.loader!r} is the single-process comparison; "
+                                  "use loader='device' with DDP")
     # pinned host memory speeds up copies to a GPU only; on a CPU device torch would warn and ignore it
     pin = cfg.pin_memory and data.train_users.device.type == "cuda"
     return make_dataloader(data.train_users, data.train_items, data.num_items, batch_size=cfg.global_batch_size,
@@ -604,7 +605,8 @@ class TrainResult:
         hr = "n/a" if self.final_hr is None else f"{self.final_hr:.4f}"
         ndcg = "n/a" if self.final_ndcg is None else f"{self.final_ndcg:.4f}"
         warm = f", {c.get('warmup', 'linear')} warmup {c['warmup_steps']} steps" if c.get("warmup_steps") else ""
-        return (f"batch {c['global_batch_size']}, {c['optimizer']} lr {c['peak_lr']:g}{warm}, {c['precision']} on {self.device}"
+        return (f"batch {c['global_batch_size']}, {c['optimizer']} lr {c['peak_lr']:g}{warm}, "
+                f"{c['precision']} on {self.device}"
                 f" (x{self.world_size}): {ttt}; final HR@10 {hr}, "
                 f"NDCG@10 {ndcg} after {self.epochs:.2f} epochs; "
                 f"{self.samples_per_s:,.0f} samples/s; eval {self.eval_time_s:.1f} s (not on the clock)")
