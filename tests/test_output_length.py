@@ -41,13 +41,22 @@ def cell_lines(notebook: dict) -> list[tuple[int, int]]:
             if c["cell_type"] == "code"]
 
 
-def test_a_run_under_papermill_prints_one_line(data, capsys):
+def test_a_run_under_papermill_prints_one_line(data, capsys, monkeypatch):
+    from course_lib.train import ncf
+
     cfg = TrainConfig(global_batch_size=1024, max_epochs=1.0, eval_every_epochs=0.25, target_hr=0.01)
+    monkeypatch.setattr(ncf, "in_notebook", lambda: True)  # a kernel, as under papermill
     train_to_target(data, cfg, progress="log", label="one")
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 1 and out[0].startswith("[one] global batch 1024") and "first at epoch" in out[0]
     train_to_target(data, cfg, progress="none")
     assert capsys.readouterr().out == ""
+    # a script (a SLURM job's log): the settings as the run begins, then the same one line as it ends
+    monkeypatch.setattr(ncf, "in_notebook", lambda: False)
+    train_to_target(data, cfg, progress="log", label="one")
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].startswith("[one] global batch 1024") and "->" not in out[0], out
+    assert "first at epoch" in out[1], out
 
 
 def test_a_long_run_says_it_is_alive_at_most_once_a_period():

@@ -150,8 +150,9 @@ def test_scancel_during_training_leaves_no_process(cluster, job_dir, data_cache)
     t0 = time.monotonic()
     job = submit(cluster, job_dir, data_cache, "--max-epochs", "100", "--no-target")
     deadline = time.monotonic() + scaled(JOB_TIMEOUT_S)
-    # training has begun once rank 0 printed its first evaluation (both ranks are in the group)
-    while "step 0 " not in job_log(job_dir, job):
+    # training has begun once rank 0 printed the run's settings (both ranks are in the group then: the model is
+    # wrapped in DDP before; a script's log prints them as the run begins, course_lib.train.ncf._Progress)
+    while "] global batch 1024 = 2 ranks" not in job_log(job_dir, job):
         assert time.monotonic() < deadline, f"job {job} did not start training:\n{job_log(job_dir, job)}"
         assert cluster.job_state(job)["JobState"] in ("PENDING", "RUNNING"), job_log(job_dir, job)
         time.sleep(0.25)

@@ -403,14 +403,17 @@ def evaluate_popularity(data: ImplicitData, k: int = 10) -> tuple[float, float]:
 class _Progress:
     """A run's progress. ``"bar"``: a tqdm bar (and a live figure) in a notebook a person watches.
     ``"log"`` (papermill, CI, scripts): one line per run when it ends, with its settings and where it got
+    (a script, outside a notebook, also prints the settings as the run begins)
     (:func:`course_lib.progress.run_line`), plus a line at most every :data:`course_lib.progress.LOG_EVERY_S`
     seconds of a long run, so a cell of many runs prints a few lines each rather than one per evaluation."""
 
     def __init__(self, mode: str, total_steps: int, target_hr: float | None, label: str, settings: str = ""):
         self.mode, self.target_hr, self.label, self.settings = mode, target_hr, label, settings
         self.total_steps = total_steps
-        if mode == "bar" and settings:
-            print(f"[{label}] {settings}", flush=True)  # the batch arithmetic and lr, before the first step
+        # the batch arithmetic and lr, before the first step: above a bar, and in a script's log (a SLURM job's:
+        # a person following it sees the run begin); a notebook's log lines (papermill) keep to one per run
+        if settings and (mode == "bar" or (mode == "log" and not in_notebook())):
+            print(f"[{label}] {settings}", flush=True)
         self.bar = self.fig = self.handle = None
         self.curve = None
         self.throttle = LogThrottle()
