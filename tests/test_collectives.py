@@ -327,3 +327,143 @@ def test_bench_collectives_prints_the_ratio(capsys):
     out = capsys.readouterr().out
     last = out.strip().splitlines()[-1]
     assert last.startswith("ratio ring/backend: ") and float(last.split(": ")[1]) > 0
+
+
+# ------------------------------------------------------------------------- lesson 08 on independent links (#37 item 7)
+# Recorded on this machine (2 cores) on 2026-12-01, microseconds per all-reduce, the slowest rank's median:
+# one host (lesson 08's full profile, 4 gloo ranks over loopback: sizes 4 B .. 16 MiB, the last two kept here) and
+# 4 virtual nodes on 1 Gbit/s links (course_lib.cluster; sizes 1 KiB .. 2 MiB).
+HOST_SIZES = [4194304, 16777216]
+HOST_US = {2: {"ring": [4785, 12630], "recursive doubling": [3326, 10930], "tree": [4441, 11110]},
+           3: {"ring": [5201, 17770], "recursive doubling": [6503, 22370], "tree": [5770, 22290]},
+           4: {"ring": [13240, 30520], "recursive doubling": [13810, 37010], "tree": [9275, 26850]}}
+LINK_SIZES = [1024, 8192, 65536, 524288, 2097152]
+LINK_US = {2: {"ring": [1095, 445.3, 539.9, 4034, 17170], "recursive doubling": [519.7, 237.1, 251.6, 3771, 16960],
+               "tree": [262.2, 292.2, 337.1, 4071, 28210]},
+           3: {"ring": [11190, 2694, 7157, 5300, 22600], "recursive doubling": [3939, 2270, 1311, 8288, 46240],
+               "tree": [1344, 3170, 3540, 10720, 63640]},
+           4: {"ring": [8939, 7152, 7936, 6208, 26060], "recursive doubling": [4347, 2941, 6624, 7945, 37200],
+               "tree": [4087, 1466, 5282, 10610, 64030]}}
+LINK_PINGPONG_US = {1: 70.58, 1024: 59.86, 16384: 70.42, 262144: 844.8, 1048576: 4945, 4194304: 31351}  # one way
+
+
+def _rows(sizes, us):
+    return [{"p": p, "algorithm": a, "kind": "allreduce", "size_bytes": n, "time_s": t * 1e-6,
+             "algbw_GBps": 0.0, "busbw_GBps": 0.0}
+            for p, algos in us.items() for a, ts in algos.items() for n, t in zip(sizes, ts)]
+
+
+def _links(sizes=LINK_SIZES, us=LINK_US):
+    return {"ran": True, "rate": "1gbit", "rate_bits_per_s": 1e9, "nodes": 4, "allreduce": _rows(sizes, us),
+            "pingpong": [{"repeat": 0, "size_bytes": n, "one_way_s": t * 1e-6} for n, t in LINK_PINGPONG_US.items()]}
+
+
+def test_a_shaped_links_rate_comes_from_its_largest_message():
+    from course_lib.lessons import l08_collectives as study
+
+    alpha, beta = study.link_alpha_beta(_links()["pingpong"])
+    assert 50e-6 < alpha < 100e-6 and 1.0e9 < 8 / beta < 1.15e9  # the 1 Gbit/s link, not the burst's 2.5
+
+
+def test_bytes_counted_on_the_schedules():
+    from course_lib.lessons import l08_collectives as study
+
+    n = 4 * 2**20
+    for p in (2, 3, 4):  # ring and tree send the same bytes in all; on one shared bandwidth they tie
+        assert study.total_bytes("ring", p, n) == study.total_bytes("tree", p, n) == 2 * (p - 1) * n
+    # the bytes each waits for where every rank has its own link: the closed forms' bandwidth terms
+    assert study.critical_path_bytes("ring", 4, n) == pytest.approx(2 * 3 / 4 * n)
+    assert study.critical_path_bytes("tree", 4, n) == pytest.approx(2 * 2 * n)
+    assert study.critical_path_bytes("tree", 2, n) == pytest.approx(2 * n)
+
+
+def test_ring_tree_reading_tells_the_host_from_the_links_recorded_and_swapped():
+    from course_lib.comm.bench import CollectivesResult
+    from course_lib.lessons import l08_collectives as study
+
+    host = study.ring_tree_rows(CollectivesResult(_rows(HOST_SIZES, HOST_US)))
+    links = study.ring_tree_rows(study.links_collectives(_links()))
+    assert [round(r["measured"], 2) for r in host] == [1.14, 0.80, 1.14]
+    assert [round(r["measured"], 2) for r in links] == [0.61, 0.36, 0.41]
+    assert [round(r["links_model"], 3) for r in links] == [0.5, 0.333, 0.375]
+    assert not any(study.follows_links(r) for r in host) and all(study.follows_links(r) for r in links)
+    on_host = study.ring_tree_reading(host, "On one host")
+    assert "nearer the shared bandwidth" in on_host and "within 25% of a tie except at p = 3" in on_host
+    assert "1.14/0.80/1.14x" in on_host
+    # the full run's host times (ring 0.75/0.70/0.67x the tree's): nearer the shared view, yet not a tie
+    faster = [{**r, "measured": m} for r, m in zip(host, (0.75, 0.70, 0.67))]
+    assert "not a tie within 25% at any p: the ring's fewer, larger messages were faster" in study.ring_tree_reading(
+        faster, "On one host")
+    tied = [{**r, "measured": m} for r, m in zip(host, (1.1, 0.9, 1.0))]
+    assert "and they tie (within 25%)" in study.ring_tree_reading(tied, "On one host")
+    on_links = study.ring_tree_reading(links, "On the links")
+    assert "follow the independent links" in on_links and "0.61/0.36/0.41x" in on_links
+    # opposite results: the same reading, the labels swapped, says the opposite
+    assert "follow the independent links" in study.ring_tree_reading(links, "On one host")
+    assert "no single view fits" in study.ring_tree_reading([host[0], links[1]], "x")
+
+
+def test_links_reading_on_both_paths():
+    from course_lib.comm.bench import CollectivesResult
+    from course_lib.lessons import l08_collectives as study
+
+    host = CollectivesResult(_rows(HOST_SIZES, HOST_US))
+    text = study.links_reading(_links(), host, gamma=0.0)
+    assert text.splitlines()[0].startswith("On 4 virtual nodes with a 1gbit link each")
+    assert "follow the independent links" in text and "nearer the shared bandwidth" in text
+    assert "agree within one step of the sweep" in text and "the same number of rounds" in text
+    assert "with that alpha the model agrees at" in text
+    table = study.links_table(study.links_crossover_rows(_links()), study.ring_tree_rows(study.links_collectives(
+        _links())), _links())
+    assert [r["p"] for r in table.rows] == [2, 3, 4] and table.rows[0]["model (tree)"] == "every size"
+    # where the cluster could not run: the refusal, then the host's own reason for the tie
+    off = study.links_reading({"ran": False, "why": "the virtual cluster needs root"}, host)
+    assert off.startswith("Independent links were not measured: the virtual cluster needs root")
+    assert "nearer the shared bandwidth" in off and "virtual nodes" not in off
+    # opposite: host-like times on the "links" read as a tie there too
+    fake = _links(HOST_SIZES, HOST_US)
+    assert "nearer the shared bandwidth" in study.links_reading(fake, host).splitlines()[0]
+
+
+def test_verdict_says_what_ran():
+    from course_lib.comm.bench import CollectivesResult
+    from course_lib.lessons import l08_collectives as study
+
+    host = CollectivesResult(_rows(HOST_SIZES, HOST_US))
+    on_links = study.verdict(host, 43e-6, 1 / 2.8e9, links=_links())
+    assert on_links.splitlines()[-1].startswith("Measured on the independent links at p = 4: the tree/butterfly won "
+                                                "the smallest message and the ring the largest")
+    alone = study.verdict(host, 43e-6, 1 / 2.8e9, links={"ran": False, "why": "not root"})
+    assert "Measured on this host at p = 4 this did not show" in alone.splitlines()[-1]
+    assert "model's prediction" in alone and alone.splitlines()[:-1] == on_links.splitlines()[:-1]
+
+
+def test_crossover_agreement_rule():
+    from course_lib.lessons import l08_collectives as study
+
+    sizes = [1024, 8192, 65536]
+    assert study.crossover_agrees(10_000, 30_000, sizes) and not study.crossover_agrees(1_000, 30_000, sizes)
+    assert study.crossover_agrees(0.0, 500, sizes) and not study.crossover_agrees(0.0, 60_000, sizes)
+    assert study.crossover_agrees(None, 10**7, sizes) and not study.crossover_agrees(None, 2000, sizes)
+    assert study.crossover_agrees(None, None, sizes) and study.crossover_agrees(0.0, 0.0, sizes)
+    assert not study.crossover_agrees(0.0, None, sizes)
+
+
+def test_links_spec():
+    from course_lib.lessons import l08_collectives as study
+
+    spec = study.links_spec("smoke", 2)
+    assert spec["groups"] == [[0, 1]] and len(spec["sizes"]) == 2
+    full = study.links_spec("full", 4)
+    assert [len(g) for g in full["groups"]] == [2, 3, 4] and max(full["pingpong_sizes"]) == 4 * 2**20
+    with pytest.raises(ValueError, match="at least 2 nodes"):
+        study.links_spec("full", 1)
+
+
+def test_measure_on_links_says_why_not(monkeypatch):
+    from course_lib import cluster as vc
+    from course_lib.lessons import l08_collectives as study
+
+    monkeypatch.setattr(vc, "unavailable_reason", lambda: "the virtual cluster needs root (test)")
+    assert study.measure_on_links(study.links_spec("smoke", 2), 2) == {
+        "ran": False, "why": "the virtual cluster needs root (test)"}

@@ -10,12 +10,13 @@ crossover sizes measured and predicted, bus vs algorithm bandwidth, the extrapol
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from ..comm import cost
-from ..comm.bench import (ALLREDUCE_BENCH, BROADCAST_BENCH, CollectivesResult, collectives_benchmark, measure_gamma,
-                         pingpong_benchmark)
+from ..comm.bench import (ALLREDUCE_BENCH, BROADCAST_BENCH, CollectivesResult, PingPong, collectives_benchmark,
+                         measure_gamma, pingpong_benchmark)
 from ..comm.collectives import compare_with_backend
 from ..config import pick
 from ..parallel.staleness import ServerConfig, parameter_server_worker
@@ -159,8 +160,10 @@ def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20),
 
 
 def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0, p_far: int = 1024,
-            gradient_bytes: float = 100 * 2**20) -> str:
-    """What the learner's numbers say: crossovers here, and what they predict for ``p_far`` ranks."""
+            gradient_bytes: float = 100 * 2**20, links: dict | None = None) -> str:
+    """What the learner's numbers say: crossovers here, and what they predict for ``p_far`` ranks; with ``links``
+    (:func:`measure_on_links`), whether small messages wanting the tree and large ones the ring showed there
+    (:func:`links_reading`, printed under the links' table, says the rest)."""
     p = max(result.world_sizes)
     lines = []
     measured = measured_crossover(result, p)
@@ -190,9 +193,282 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
                  f"log2(p) alpha = {rd_lat * 1e3:.3g} ms.")
     lines.append(f"A {_size(gradient_bytes)} gradient at p = {p_far}: ring {t_ring * 1e3:.4g} ms, recursive doubling "
                  f"{t_rd * 1e3:.4g} ms -> {'ring' if t_ring < t_rd else 'recursive doubling'} "
-                 f"({max(t_ring, t_rd) / min(t_ring, t_rd):.3g}x). Small messages want the tree/butterfly, "
-                 "large ones the ring: why NCCL picks its algorithm per size and scale.")
+                 f"({max(t_ring, t_rd) / min(t_ring, t_rd):.3g}x).")
+    lines.append(links_small_large(links, result))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the same algorithms on independent links
+# (issue 37 item 7, issue 33: on one host every rank's "link" is a memory copy through the same cores and caches, so
+# the ring's advantage -- fewer bytes through the busiest link -- cannot show; on the virtual cluster of
+# course_lib/cluster.py every node has its own link at a set rate, and it can)
+
+LINK_RATE = "1gbit"  # the virtual links (tc's units): slow enough that the link, not the 2 cores, sets the pace
+TIE_WITHIN = 0.25  # ring and tree "tie" where their times are within 25 % of each other
+ALGORITHM_SCHEDULES = {"ring": "ring all-reduce", "recursive doubling": "recursive doubling all-reduce",
+                       "tree": "tree all-reduce"}
+
+
+def links_spec(profile: str, nodes: int) -> dict:
+    """What lesson 08 measures on ``nodes`` virtual nodes (one rank each): groups of 2..nodes ranks, a few sizes
+    around the crossovers the model puts on a link of :data:`LINK_RATE` (kilobytes to a megabyte), short repeats
+    (a 2 MiB tree all-reduce on 4 ranks moves 8 MiB through its busiest link: 70 ms at 1 Gbit/s)."""
+    if nodes < 2:
+        raise ValueError(f"lesson 08 on the virtual cluster needs at least 2 nodes, got {nodes}")
+    return {"groups": [list(range(p)) for p in range(2, nodes + 1)],
+            "sizes": [2**k for k in pick(profile, full=(10, 13, 16, 19, 21), smoke=(10, 16))],
+            # up to 4 MiB: the links' token buckets let ~4 ms of the rate through unshaped (cluster._burst_bytes),
+            # so only messages many times that show the set rate
+            "pingpong_sizes": [2**k for k in pick(profile, full=(0, 10, 14, 18, 20, 22), smoke=(0, 14, 17))],
+            "pingpong_iters": pick(profile, full=4, smoke=3), "repeats": pick(profile, full=3, smoke=1),
+            "iters": pick(profile, full=5, smoke=2), "warmup": 1}
+
+
+def links_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """On the virtual nodes (one rank per node): a ping-pong over one link (alpha, beta of the link), then the
+    all-reduce sweep on every group of ``spec["groups"]``. A worker for ``torchrun -m course_lib.run``."""
+    return {"pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
+                                           spec["repeats"], warmup=1),
+            "allreduce": collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec["iters"],
+                                               spec["warmup"], spec["groups"])}
+
+
+def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: float = 300.0) -> dict:
+    """:func:`links_worker` on a virtual cluster of ``nodes`` nodes on links of ``rate`` (brought up and down here:
+    course_lib/cluster.py, launched as lesson 13 launches, :class:`course_lib.lessons.l13_multi_node.VirtualNodes`).
+    ``{"ran": False, "why": ...}`` where the cluster cannot be made (not root, programs missing)."""
+    import shutil
+    import tempfile
+
+    from .. import cluster as vc
+    from .l13_multi_node import VirtualNodes
+
+    why = vc.unavailable_reason()
+    if why is not None:
+        return {"ran": False, "why": why}
+    workdir = tempfile.mkdtemp(prefix="l08-")
+    try:
+        with vc.up(f"l08-{os.getpid()}", nodes=nodes, rate=rate) as cluster:
+            out = VirtualNodes(cluster, workdir).run("course_lib.lessons.l08_collectives:links_worker", [spec],
+                                                    nnodes=nodes, nproc=1, timeout_s=timeout_s)
+    except vc.ClusterError as err:  # a step refused (e.g. root without CAP_NET_ADMIN in a container): said so
+        return {"ran": False, "why": str(err)}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"ran": True, "rate": rate, "rate_bits_per_s": vc.parse_rate(rate), "nodes": nodes, **out}
+
+
+def links_collectives(links: dict) -> CollectivesResult:
+    """The links' all-reduce sweep as lesson 08's :class:`CollectivesResult` (gloo: one rank per node)."""
+    return CollectivesResult(links["allreduce"], "gloo")
+
+
+def critical_path_bytes(algorithm: str, p: int, n_bytes: int) -> float:
+    """Bytes an all-reduce of ``n_bytes`` on ``p`` ranks waits for where every rank has a link of its own: per round
+    the busiest rank's, rounds one after the other (:func:`course_lib.comm.cost.schedule_time` with beta = 1),
+    counted on the very schedule the code runs."""
+    from ..comm.collectives import SCHEDULES
+
+    return cost.schedule_time(SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, max(1, n_bytes // 4)), 0.0, 1.0)
+
+
+def total_bytes(algorithm: str, p: int, n_bytes: int) -> int:
+    """Bytes all ranks send together in that all-reduce (what one shared memory-copy bandwidth carries)."""
+    from ..comm.collectives import SCHEDULES
+
+    return sum(4 * t.count for rnd in SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, max(1, n_bytes // 4)).rounds
+               for t in rnd)
+
+
+def ring_tree_rows(result: CollectivesResult) -> list[dict]:
+    """Per ``p``, at the largest size measured: the ring's time over the tree's, measured, against the two views:
+    independent links (the ratio of their critical-path bytes) and one shared bandwidth (their total bytes: the
+    same 2(p-1) n, so 1); and the total bytes sent per second (GB/s) by each."""
+    rows = []
+    for p in result.world_sizes:
+        n, t_ring = result.times(p, "ring")
+        n2, t_tree = result.times(p, "tree")
+        if not len(n) or not np.array_equal(n, n2):
+            continue
+        size = int(n[-1])
+        rows.append({"p": p, "size_bytes": size, "measured": float(t_ring[-1] / t_tree[-1]),
+                     "links_model": critical_path_bytes("ring", p, size) / critical_path_bytes("tree", p, size),
+                     "shared_model": total_bytes("ring", p, size) / total_bytes("tree", p, size),
+                     "ring_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9,
+                     "tree_GBps": total_bytes("tree", p, size) / float(t_tree[-1]) / 1e9})
+    return rows
+
+
+def follows_links(row: dict) -> bool:
+    """Whether the measured ring/tree ratio is nearer (on a log scale) the independent links' prediction than
+    the shared bandwidth's."""
+    m = row["measured"]
+    return abs(math.log(m / row["links_model"])) < abs(math.log(m / row["shared_model"]))
+
+
+def _ratios(rows: list[dict], key: str) -> str:
+    return "/".join(f"{r[key]:.2f}" for r in rows)
+
+
+def ring_tree_reading(rows: list[dict], where: str) -> str:
+    """Which view the ring-against-tree times followed ``where`` (on one host, on the links), from ``rows``."""
+    if not rows:
+        return f"{where}: no ring and tree times to compare."
+    ps = "/".join(str(r["p"]) for r in rows)
+    top = rows[-1]
+    head = (f"{where}, at {_size(top['size_bytes'])} the ring took {_ratios(rows, 'measured')}x the tree's time at "
+            f"p = {ps}; independent links predict {_ratios(rows, 'links_model')}x (the busiest link per round), one "
+            f"shared bandwidth {_ratios(rows, 'shared_model')}x (both send 2(p-1) n bytes in all)")
+    links = [follows_links(r) for r in rows]
+    if all(links):
+        return head + ": the times follow the independent links, so the ring's fewer bytes per link win."
+    if not any(links):
+        off = [r for r in rows if abs(math.log(r["measured"])) > math.log(1 + TIE_WITHIN) + 1e-9]
+        return head + (f": the times are nearer the shared bandwidth (ring {_ratios(rows, 'ring_GBps')}, tree "
+                       f"{_ratios(rows, 'tree_GBps')} GB/s sent in all): every rank's copies go through the same "
+                       "memory, so the bytes per link that tell ring and tree apart cost little extra"
+                       + (f", and they tie (within {TIE_WITHIN:.0%})." if not off else
+                          (f"; not a tie within {TIE_WITHIN:.0%} at any p: the ring's fewer, larger messages "
+                           if len(off) == len(rows) else f"; within {TIE_WITHIN:.0%} of a tie except at p = "
+                           f"{', '.join(str(r['p']) for r in off)}, where the ring's fewer, larger messages ") + (
+                              "were faster" if all(r["measured"] < 1 for r in off) else "made a difference either way")
+                          + " (lesson 08's p > cores caveat applies)."))
+    mixed = ", ".join(f"p = {r['p']}: {'links' if f else 'shared'}" for r, f in zip(rows, links))
+    return head + f": no single view fits ({mixed}); noise on a busy machine? (more repeats)."
+
+
+def link_alpha_beta(pingpong_rows: list[dict]) -> tuple[float, float]:
+    """A shaped link's alpha and beta from its ping-pong: alpha from lesson 08's fit (:class:`PingPong`), beta from
+    the largest message alone (its median time less alpha, per byte). The links' token buckets let ~4 ms of the
+    rate through at once (course_lib/cluster.py), so messages of a few hundred KiB cross faster than the rate and
+    pull a fit over all sizes above it (measured: 2.5 Gbit/s on a 1 Gbit/s link; the 4 MiB message alone: 1.07)."""
+    alpha, _ = PingPong(pingpong_rows).alpha_beta()
+    n = max(r["size_bytes"] for r in pingpong_rows)
+    t = float(np.median([r["one_way_s"] for r in pingpong_rows if r["size_bytes"] == n]))
+    return alpha, max(t - alpha, 0.01 * t) / n
+
+
+def links_crossover_rows(links: dict, gamma: float = 0.0) -> list[dict]:
+    """Per ``p`` on the independent links: from which size the ring beats recursive doubling and the tree,
+    measured (:func:`measured_crossover`) and modelled with the link's ping-pong alpha and beta."""
+    result = links_collectives(links)
+    alpha, beta = link_alpha_beta(links["pingpong"])
+    rows = []
+    for p in result.world_sizes:
+        seen = alpha_seen(result, p)
+        rows.append({"p": p, "alpha_s": alpha, "beta_s_per_byte": beta, "alpha_seen_s": seen,
+                     **{small: {"measured": measured_crossover(result, p, small),
+                                "model": model_crossover(p, alpha, beta, gamma, small),
+                                "model_seen": model_crossover(p, seen, beta, gamma, small) if seen else None}
+                        for small in ("recursive doubling", "tree")}})
+    return rows
+
+
+def alpha_seen(result: CollectivesResult, p: int) -> float | None:
+    """The latency per round the all-reduces saw at ``p``: the ring's time at the smallest size over its rounds
+    (on oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
+    n, t = result.times(p, "ring")
+    return float(t[0]) / _rounds("ring", p) if len(n) else None
+
+
+def links_table(rows: list[dict], ratios: list[dict], links: dict) -> Table:
+    """The crossovers on the virtual nodes' links, measured against the model, and the ring/tree ratio."""
+    t = Table(["p", "ring < rec. doubling from: measured", "model", "model, alpha seen", "ring < tree from: measured",
+               "model (tree)", "model (tree), alpha seen", "alpha seen (us)", "ring/tree at largest",
+               "predicted: links", "predicted: shared"],
+              title=f"on independent links ({links['nodes']} virtual nodes, {links['rate']} each; model: the link's "
+                    "ping-pong: alpha, and beta from its largest message)")
+    by_p = {r["p"]: r for r in ratios}
+    for r in rows:
+        q = by_p.get(r["p"], {})
+        t.add(**{"p": r["p"], "ring < rec. doubling from: measured": _size(r["recursive doubling"]["measured"]),
+                 "model": _size(r["recursive doubling"]["model"]),
+                 "model, alpha seen": _size(r["recursive doubling"]["model_seen"]),
+                 "ring < tree from: measured": _size(r["tree"]["measured"]), "model (tree)": _size(r["tree"]["model"]),
+                 "model (tree), alpha seen": _size(r["tree"]["model_seen"]),
+                 "alpha seen (us)": r["alpha_seen_s"] * 1e6 if r["alpha_seen_s"] else None,
+                 "ring/tree at largest": q.get("measured"), "predicted: links": q.get("links_model"),
+                 "predicted: shared": q.get("shared_model")})
+    return t
+
+
+def crossover_agrees(measured: float | None, model: float | None, sizes: list[int]) -> bool:
+    """A measured crossover agrees with the model's within one step of the sweep (it is interpolated between two
+    sizes); "every size" (0) and "never" (None) agree with a modelled size below the smallest / above the largest."""
+    lo, hi = min(sizes), max(sizes)
+    step = max([b / a for a, b in zip(sizes, sizes[1:])] or [2.0])
+    m = lo if measured == 0 else hi * step if measured is None else measured
+    x = lo if model == 0 else hi * step if model is None else model
+    if measured in (0, None) or model in (0, None):
+        return (m <= lo and x <= lo) or (m >= hi * step and x >= hi) or (m == x) or (
+            measured not in (0, None) and 1 / step <= m / x <= step)
+    return 1 / step <= m / x <= step
+
+
+def _rounds(algorithm: str, p: int) -> int:
+    from ..comm.collectives import SCHEDULES
+
+    return len(SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, 64).rounds)
+
+
+def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> str:
+    """What the independent links showed about ring and tree, against the model and against the host -- or,
+    where the virtual cluster could not run, why they tie on one host (computed from the host's sweep)."""
+    host_line = ring_tree_reading(ring_tree_rows(host), "On one host")
+    if not links.get("ran"):
+        return f"Independent links were not measured: {links.get('why', 'not run')}\n{host_line}"
+    result = links_collectives(links)
+    rows = links_crossover_rows(links, gamma)
+    sizes = sorted({r["size_bytes"] for r in links["allreduce"]})
+    alpha, beta = rows[0]["alpha_s"], rows[0]["beta_s_per_byte"]
+    lines = [ring_tree_reading(ring_tree_rows(result), f"On {links['nodes']} virtual nodes with a {links['rate']} "
+                                                       "link each"), host_line]
+    ok, bad, seen_ok = [], [], []
+    for r in rows:
+        for small in ("tree", "recursive doubling"):
+            c = r[small]
+            (ok if crossover_agrees(c["measured"], c["model"], sizes) else bad).append((r["p"], small, c))
+            if crossover_agrees(c["measured"], c["model_seen"], sizes):
+                seen_ok.append((r["p"], small))
+    text = (f"Crossovers on the links against the model (the link's ping-pong: alpha = {alpha * 1e6:.0f} us, "
+            f"{8 / beta / 1e6:.0f} Mbit/s from its largest message): {len(ok)} of {len(ok) + len(bad)} agree within "
+            "one step of the sweep "
+            f"({_size(sizes[0])} to {_size(sizes[-1])})")
+    if bad:
+        ties = [f"p = {p} ring/{small}" for p, small, c in bad
+                if c["model"] == 0 and _rounds("ring", p) == _rounds(small, p)]
+        text += "; off: " + ", ".join(f"p = {p} ring < {small} measured from {_size(c['measured'])}, modelled "
+                                      f"{_size(c['model'])}" for p, small, c in bad)
+        if ties:
+            text += (f" ({', '.join(ties)}: the same number of rounds, so the model ties them on latency and noise "
+                     "picks the small-message winner)")
+        top = rows[-1]
+        if top["alpha_seen_s"]:
+            text += (f". At the smallest size each of the ring's {_rounds('ring', top['p'])} rounds at p = "
+                     f"{top['p']} took {top['alpha_seen_s'] * 1e6:.0f} us, {top['alpha_seen_s'] / alpha:.1f}x the "
+                     f"ping-pong's alpha (a round waits for every one of its ranks to be scheduled: "
+                     f"{links['nodes']} nodes' processes on {os.cpu_count()} core(s)); with that alpha the model "
+                     f"agrees at {len(seen_ok)} of {len(ok) + len(bad)}")
+    lines.append(text + ".")
+    return "\n".join(lines)
+
+
+def links_small_large(links: dict | None, result: CollectivesResult) -> str:
+    """The closing clause of the verdict: whether small messages wanting the tree/butterfly and large ones the
+    ring was seen here (on the links if they ran, else on the host), or only predicted."""
+    ran = bool(links and links.get("ran"))
+    res = links_collectives(links) if ran else result
+    p = max(res.world_sizes)
+    n, t_ring = res.times(p, "ring")
+    fast = [min(res.times(p, a)[1][i] for a in ("tree", "recursive doubling")) for i in range(len(n))] if len(n) else []
+    where = "on the independent links" if ran else "on this host"
+    if len(n) and fast[0] < t_ring[0] and t_ring[-1] <= fast[-1]:
+        return (f"Measured {where} at p = {p}: the tree/butterfly won the smallest message and the ring the largest: "
+                "why NCCL picks its algorithm per size and scale.")
+    return (f"Measured {where} at p = {p} this did not show (ring/fastest other at {_size(n[0]) if len(n) else '-'}: "
+            f"{t_ring[0] / fast[0]:.2f}x, at {_size(n[-1]) if len(n) else '-'}: {t_ring[-1] / fast[-1]:.2f}x); the "
+            "model's prediction, that small messages want the tree/butterfly and large ones the ring, is why NCCL "
+            "picks its algorithm per size and scale." if len(n) else "No all-reduce times to read.")
 
 
 # --------------------------------------------------------------------------- communication-efficient data parallelism
