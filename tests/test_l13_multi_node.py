@@ -158,3 +158,46 @@ def test_exercise_13s_reference_is_the_lessons_model():
         assert check.reference(*args, check.KS) == L.hiding_k(*args, check.KS)
     assert check.check_accumulation_to_hide(
         lambda c, s, b, near, far, h, ks: L.hiding_k(c, s, b, near, far, h, ks)).passed
+
+
+# measure_placement on 4 virtual nodes at 100 Mbit/s, the smoke set (460,440 bytes in 4 shards): (bytes, seconds)
+PLACED = {"a shard per node": [(115112, 0.0357), (115112, 0.0705), (115112, 0.0825), (115104, 0.0816)],
+          "the whole set on every node": [(460440, 0.0222), (460440, 0.1402), (460440, 0.1421), (460440, 0.1630)]}
+
+
+def placement_result(placed=PLACED, source="virtual"):
+    return {"rows": [{"placement": p, "node": f"node{k}", "bytes": b, "seconds": s}
+                     for p, reads in placed.items() for k, (b, s) in enumerate(reads)],
+            "total_bytes": 460440, "nodes": 4, "source": source}
+
+
+def test_placement_reading_recorded_and_opposite():
+    result = placement_result()
+    summary = {r["placement"]: r for r in L.placement_summary(result)}
+    assert summary["a shard per node"]["bytes_per_node"] == 115112
+    assert summary["the whole set on every node"]["startup_s"] == 0.1630
+    text = L.placement_verdict(result)
+    assert text.startswith("measured: with a shard per node each node read 115,112 bytes")
+    assert "(4.0x) and 0.16 s (1.98x): sharding the input shortened the start-up" in text
+    table = L.placement_table(result)
+    assert [r["of the whole set"] for r in table.rows] == ["25%", "100%"]
+    # opposite: the whole set as fast as a shard (a local file system, a tiny set)
+    same = {p: [(b, 0.05) for b, _ in reads] for p, reads in PLACED.items()}
+    assert "no start-up difference beyond 25% here" in L.placement_verdict(placement_result(same))
+    with pytest.raises(ValueError, match="need rows for both placements"):
+        L.placement_verdict({**result, "rows": result["rows"][:4]})
+
+
+def test_placement_prediction_is_the_serving_links_bytes():
+    pred = L.predicted_placement(460440, 4, 100e6)
+    summary = {r["placement"]: r for r in L.placement_summary(pred)}
+    assert summary["a shard per node"]["startup_s"] == pytest.approx(3 * 460440 / 4 * 8 / 100e6)
+    assert summary["the whole set on every node"]["startup_s"] == pytest.approx(3 * 460440 * 8 / 100e6)
+    assert L.placement_verdict(pred).startswith("PREDICTED by the link's rate: with a shard per node each node would "
+                                                "read 115,110 bytes")
+    assert "sharding the input would shorten the start-up" in L.placement_verdict(pred)
+    assert "PREDICTED (no cluster)" in L.placement_table(pred).title
+    assert L.placement_files("a shard per node", ["a", "b"], 1) == ["b"]
+    assert L.placement_files("the whole set on every node", ["a", "b"], 1) == ["a", "b"]
+    with pytest.raises(ValueError, match="placement 'half'"):
+        L.placement_files("half", ["a"], 0)
