@@ -201,3 +201,26 @@ def test_placement_prediction_is_the_serving_links_bytes():
     assert L.placement_files("the whole set on every node", ["a", "b"], 1) == ["a", "b"]
     with pytest.raises(ValueError, match="placement 'half'"):
         L.placement_files("half", ["a"], 0)
+
+
+# stage_node_loss on 2 virtual nodes x 1 rank, 40 steps, checkpoints every 10, node1 killed at 200 Mbit/s (loaded box)
+STAGED = {"nodes": 2, "ranks_per_node": 1, "steps": 40, "checkpoint_every": 10, "lost_node": "node1",
+          "killed_processes": 2, "step_at_loss": 10, "survivor_exit": 1, "noticed_s": 11.42,
+          "message": "rank 0 on node0 lost its connection to node node1 (198.18.0.2), where rank 1 ran",
+          "left_after": 0, "reference_s": 36.5, "resumed_s": 48.6, "resumed_steps": 40, "reference_steps": 40,
+          "max_relative_difference": 0.0, "final_hr": {"uninterrupted": 0.2890, "resumed": 0.2890},
+          "collective_timeout_s": 300}
+
+
+def test_node_loss_reading_recorded_and_opposite():
+    text = L.node_loss_verdict(STAGED)
+    assert text.startswith("node1 was killed (2 processes) after the checkpoint of step 10 of 40; node0's torchrun "
+                           "ended with status 1 11.4 s later (within the 300 s collective timeout")
+    assert 'where rank 1 ran"' in text and "0 processes were left" in text
+    assert text.endswith("the same result (up to float rounding), as a checkpoint promises.")
+    drifted = {**STAGED, "max_relative_difference": 3e-3, "final_hr": {"uninterrupted": 0.289, "resumed": 0.25}}
+    assert "NOT the same result" in L.node_loss_verdict(drifted)
+    unnoticed = {**STAGED, "survivor_exit": 0, "message": None}
+    assert "did NOT fail" in L.node_loss_verdict(unnoticed)
+    late = {**STAGED, "noticed_s": 301.0}
+    assert "NOT within the 300 s collective timeout" in L.node_loss_verdict(late)

@@ -26,8 +26,11 @@ the file (a folder every node sees). What is measured:
    over its link, against every node reading the whole set (:func:`measure_placement`, :func:`placement_verdict`;
    on SLURM and without a cluster, :func:`predicted_placement` from the link's rate, labelled as a prediction).
 
-(Issue 33 also asks for time to target per layout and k; not here yet. Node loss and resume are tested in
-tests/test_multinode.py, and the lesson says what those tests show.)
+5. a node lost (full profile, virtual cluster): :func:`stage_node_loss` kills a node after the first
+   checkpoint, times how long the other node takes to notice, resubmits, and :func:`node_loss_verdict` compares
+   the resumed run with an uninterrupted one (tests/test_multinode.py checks the same in every ``make test``).
+
+(Issue 33 also asks for time to target per layout and k; not here yet.)
 """
 
 from __future__ import annotations
@@ -646,3 +649,139 @@ def placement_verdict(result: dict, margin: float = 1.25) -> str:
     return head + (f": no start-up difference beyond {margin - 1:.0%} here (the set is small next to what the link "
                    "carries in a second, or the file system is local): sharding pays when the input is large next "
                    "to the link.")
+
+
+# --------------------------------------------------------------------------- 5. a node lost, staged
+
+
+def _train_ddp(c: vc.Cluster, port: int, nproc: int, args: list[str]) -> list[str]:
+    return [str(Path(sys.executable).parent / "torchrun"), "--nnodes", str(len(c.nodes)), "--nproc-per-node",
+            str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{c.nodes[0].name}:{port}", "--rdzv-id",
+            f"loss-{port}", "-m", "course_lib.train_ddp", *args]
+
+
+def _start_job(c: vc.Cluster, workdir: Path, tag: str, port: int, nproc: int, args: list[str]) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for var in ("GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        env.pop(var, None)
+    procs, logs = {}, {}
+    for n in c.nodes:
+        logs[n.name] = workdir / f"{tag}-{n.name}.log"
+        with open(logs[n.name], "wb") as log:
+            procs[n.name] = c.popen(n.name, _train_ddp(c, port, nproc, args), env=env, cwd=str(workdir), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return {"procs": procs, "logs": logs}
+
+
+def _wait_job(c: vc.Cluster, job: dict, timeout_s: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    try:
+        return {n: p.wait(max(0.1, deadline - time.monotonic())) for n, p in job["procs"].items()}
+    except subprocess.TimeoutExpired:
+        for n in job["procs"]:
+            c.kill_node(n)
+        raise RuntimeError("the job did not end within the time allowed:\n" + "\n".join(
+            p.read_text(errors="replace")[-1500:] for p in job["logs"].values()))
+
+
+def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int = 60, every: int = 10, nproc: int = 1,
+                    slow_rate: str | None = None, timeout_s: float = 300.0, nodes: int = 2) -> dict:
+    """notebooks/beyond/ncf_ddp.sbatch's worker (``course_lib.train_ddp``, smoke data) on every node of ``c``: once
+    uninterrupted, once with the last node SIGKILLed right after the first checkpoint, then resubmitted with the same
+    checkpoint folder. What the other nodes did, how long they took to notice, and whether the resumed run ended
+    with the uninterrupted run's model. ``slow_rate``: the links during the killed run (time to kill between two
+    checkpoints); ``nodes``: the first that many nodes of ``cluster`` take part."""
+    from dataclasses import replace
+
+    from ..parallel.checkpoint import CHECKPOINT_NAME, checkpoint_params, max_relative_difference
+
+    if not 2 <= nodes <= len(cluster.nodes):
+        raise ValueError(f"nodes={nodes}: a node loss needs 2 to {len(cluster.nodes)} nodes of {cluster.name!r}")
+    c = replace(cluster, nodes=cluster.nodes[:nodes])
+
+    workdir = Path(workdir)
+    base = ["--dataset", "synthetic", "--profile", "smoke", "--global-batch", "1024", "--max-steps", str(steps),
+            "--checkpoint-every", str(every), "--no-target"]
+    ref_dir, lost_dir = workdir / "uninterrupted", workdir / "interrupted"
+    port = 29700 + os.getpid() % 200
+    t0 = time.monotonic()
+    ref = _start_job(c, workdir, "uninterrupted", port, nproc, base + ["--checkpoint-dir", str(ref_dir), "--out",
+                                                                       str(workdir / "uninterrupted.json")])
+    codes = _wait_job(c, ref, timeout_s)
+    reference_s = time.monotonic() - t0
+    if any(codes.values()):
+        raise RuntimeError(f"the uninterrupted job failed ({codes}):\n" + ref["logs"][c.nodes[0].name].read_text())
+    lost = c.nodes[-1].name
+    if slow_rate:
+        c.set_rate(slow_rate)
+    try:
+        job = _start_job(c, workdir, "interrupted", port + 1, nproc, base + ["--checkpoint-dir", str(lost_dir)])
+        deadline = time.monotonic() + timeout_s
+        while not (lost_dir / CHECKPOINT_NAME).exists():
+            if time.monotonic() > deadline or any(p.poll() is not None for p in job["procs"].values()):
+                for n in job["procs"]:
+                    c.kill_node(n)
+                raise RuntimeError("the job ended or stalled before its first checkpoint")
+            time.sleep(0.02)
+        t_kill = time.monotonic()
+        killed = c.kill_node(lost)
+        survivor = c.nodes[0].name
+        code = job["procs"][survivor].wait(timeout_s)
+        noticed_s = time.monotonic() - t_kill
+        for n, p in job["procs"].items():
+            if n != survivor:
+                p.wait(30)
+    finally:
+        if slow_rate:
+            c.set_rate(c.rate)
+    for n in job["procs"]:
+        c.kill_node(n)  # nothing of the failed job is left in any node
+    left = c.processes()
+    step_at_loss, _ = checkpoint_params(lost_dir)
+    log = job["logs"][survivor].read_text(errors="replace")
+    said = next((line.strip() for line in log.splitlines() if "lost its connection to node" in line), None)
+    if said:  # the sentence that names the node and its ranks (the transport's own words follow in brackets)
+        said = said[said.find("rank "):].split(": that node", 1)[0]
+    t1 = time.monotonic()
+    resumed = _start_job(c, workdir, "resumed", port + 2, nproc, base + ["--checkpoint-dir", str(lost_dir), "--out",
+                                                                         str(workdir / "resumed.json")])
+    codes = _wait_job(c, resumed, timeout_s)
+    resumed_s = time.monotonic() - t1
+    if any(codes.values()):
+        raise RuntimeError(f"the resumed job failed ({codes}):\n" + resumed["logs"][survivor].read_text())
+    (s_res, m_res), (s_ref, m_ref) = checkpoint_params(lost_dir), checkpoint_params(ref_dir)
+    rec_ref = json.loads((workdir / "uninterrupted.json").read_text())
+    rec_res = json.loads((workdir / "resumed.json").read_text())
+    return {"nodes": len(c.nodes), "ranks_per_node": nproc, "steps": steps, "checkpoint_every": every,
+            "lost_node": lost, "killed_processes": len(killed), "step_at_loss": step_at_loss,
+            "survivor_exit": code, "noticed_s": noticed_s, "message": said, "left_after": len(left),
+            "reference_s": reference_s, "resumed_s": resumed_s, "resumed_steps": s_res, "reference_steps": s_ref,
+            "max_relative_difference": max_relative_difference(m_res, m_ref),
+            "final_hr": {"uninterrupted": rec_ref["final_hr"], "resumed": rec_res["final_hr"]},
+            "collective_timeout_s": 300}
+
+
+def node_loss_verdict(r: dict, tolerance: float = 1e-6, hr_tolerance: float = 2e-3) -> str:
+    """What the staged loss showed: the job's end, the time to notice, and the resume against the uninterrupted."""
+    ended = r["survivor_exit"] != 0
+    head = (f"{r['lost_node']} was killed ({r['killed_processes']} processes) after the checkpoint of step "
+            f"{r['step_at_loss']} of {r['steps']}; ")
+    if not ended:
+        head += "the other node's torchrun did NOT fail (the job had finished before the kill?); "
+    else:
+        head += (f"node0's torchrun ended with status {r['survivor_exit']} {r['noticed_s']:.1f} s later "
+                 f"({'within' if r['noticed_s'] < r['collective_timeout_s'] else 'NOT within'} the "
+                 f"{r['collective_timeout_s']} s collective timeout: gloo's connection was reset at the next "
+                 "all-reduce), ")
+        head += (f"saying: \"{r['message']}\"; " if r["message"] else "without naming the lost node; ")
+    head += f"{r['left_after']} processes were left in the nodes. "
+    same = r["max_relative_difference"] <= tolerance and r["resumed_steps"] == r["reference_steps"]
+    hr = r["final_hr"]
+    d_hr = abs(hr["resumed"] - hr["uninterrupted"])
+    tail = (f"Resubmitted with the same checkpoint folder it resumed at step {r['step_at_loss']} and ended at step "
+            f"{r['resumed_steps']} with parameters within {r['max_relative_difference']:.1e} of the uninterrupted "
+            f"run's and HR@10 {hr['resumed']:.4f} against {hr['uninterrupted']:.4f}: ")
+    if same and d_hr <= hr_tolerance:
+        return head + tail + "the same result (up to float rounding), as a checkpoint promises."
+    return head + tail + (f"NOT the same result (tolerance {tolerance:g} on the parameters, {hr_tolerance:g} on "
+                          "HR@10): something the checkpoint does not hold (the data order? the optimizer state?).")
