@@ -467,3 +467,16 @@ def test_measure_on_links_says_why_not(monkeypatch):
     monkeypatch.setattr(vc, "unavailable_reason", lambda: "the virtual cluster needs root (test)")
     assert study.measure_on_links(study.links_spec("smoke", 2), 2) == {
         "ran": False, "why": "the virtual cluster needs root (test)"}
+
+
+def test_measure_on_links_says_which_step_was_refused(monkeypatch):
+    from course_lib import cluster as vc
+    from course_lib.lessons import l08_collectives as study
+
+    def refused(*a, **k):
+        raise vc.ClusterError("step 'create the bridge's network namespace' was refused: Operation not permitted")
+
+    monkeypatch.setattr(vc, "unavailable_reason", lambda: None)  # root, programs there, yet a step refused
+    monkeypatch.setattr(vc, "up", refused)
+    got = study.measure_on_links(study.links_spec("smoke", 2), 2)
+    assert got["ran"] is False and "was refused: Operation not permitted" in got["why"]

@@ -224,3 +224,12 @@ def test_node_loss_reading_recorded_and_opposite():
     assert "did NOT fail" in L.node_loss_verdict(unnoticed)
     late = {**STAGED, "noticed_s": 301.0}
     assert "NOT within the 300 s collective timeout" in L.node_loss_verdict(late)
+
+
+def test_a_staged_node_loss_needs_two_nodes():
+    from course_lib import cluster as vc
+
+    one = vc.Cluster("x", (vc.Node("node0", "198.18.0.1", "eth0", "course-x-node0", "p0"),), "1gbit", 1e9,
+                     "course-x-br", "/nonexistent")
+    with pytest.raises(ValueError, match="nodes=2: a node loss needs 2 to 1 nodes of 'x'"):
+        L.stage_node_loss(one, "/nonexistent")
