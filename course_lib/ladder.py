@@ -80,6 +80,12 @@ def rung_name(r: dict) -> str:
     return step
 
 
+def speedup_figures(uncertainty: float) -> int:
+    """The significant figures a paced speedup keeps at a relative ``uncertainty`` (:func:`speedup_cell`'s rule):
+    ±10 % or more: one, ±1 % or more: two, else three."""
+    return 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
+
+
 def speedup_cell(x: float | None, uncertainty: float | None) -> str:
     """A paced speedup with the significant figures its pace drift allows (#37): ``uncertainty`` is the
     relative uncertainty of the pacing (:func:`ladder_rows`' ``speedup_uncertainty``: how far the yardstick
@@ -89,7 +95,7 @@ def speedup_cell(x: float | None, uncertainty: float | None) -> str:
         return "—"
     if uncertainty is None:
         return f"{x:.1f}x"
-    figures = 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
+    figures = speedup_figures(uncertainty)
     text = f"{x:.{figures}g}"
     if "e" in text:  # 3e+01: a speedup of 30 at one figure
         text = f"{x:.0f}"
