@@ -494,8 +494,9 @@ def steps_fit(rows: list[dict] | None) -> tuple[tuple[float, float] | None, str]
     if any(s1 >= s0 for (_, s0), (_, s1) in zip(pts, pts[1:])):
         why = "the steps did not fall at every larger batch"
     else:
-        why = ("the steps fell about as fast as 1/B or faster at every batch, so a line in 1/B has no positive "
-               "S_min: no bend, and so no critical batch, within the batches measured (lesson 02's regimes)")
+        why = ("the steps fell about as fast as 1/B or faster over the batches measured, so a line in 1/B has no "
+               "positive S_min: they bent too little for the fit to place a critical batch (lesson 02's regimes "
+               "say where they bent)")
     return None, f"lesson 02's steps to target ({listing}) do not fit S = S_min (1 + B_crit / B): {why}" + made_up
 
 
