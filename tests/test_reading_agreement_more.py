@@ -57,3 +57,36 @@ def test_lesson_06s_compression_reading_quotes_the_compression_table():
              + [ref["steps"]] + [r["update_rel_diff"] * 2 ** 11 for r in result.compression_rows
                                  if r.get("update_rel_diff") is not None] + [11, 2.10])
     assert disagreements(L06.compression_reading(result), table, extra=extra) == []
+
+
+# --------------------------------------------------------------------------- lesson 02
+
+
+def _run(batch, test_hr, train_hr, epochs=1.0):
+    from course_lib import train
+
+    return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,
+                             device="cpu", world_size=1, target_hr=0.7, time_to_target_s=1.0, steps_to_target=1,
+                             epochs_to_target=1.0, epochs=epochs, steps=1, samples=1, train_time_s=1.0,
+                             eval_time_s=0.0, samples_per_s=1.0, phase_time_s={}, final_hr=test_hr,
+                             final_train_hr=train_hr)
+
+
+def test_lesson_02s_gap_reading_quotes_the_gap_table():
+    """The gap reading and the table under it come from the same runs (``gap_table``); the reading's change is
+    the difference of two gap cells, its noise twice the combined binomial error of the four HR@10 cells.
+    Opposite results: a gap that grows beyond the noise, and one that does not."""
+    import math
+
+    from course_lib.lessons import l02_linear_scaling as L02
+    from course_lib.metrics import hr_standard_error
+
+    base = _run(256, 0.7563, 0.7997, 0.90)
+    for big in (_run(65536, 0.757, 0.8046, 1.32), _run(65536, 0.70, 0.86, 3.0)):
+        results, labels = [base, base, big], ["linear", "sqrt", "sqrt"]
+        table = L02.gap_table(results[1:], labels[1:], baseline=base)
+        text = L02.gap_reading(results, labels, users=6040)
+        se = lambda r: math.hypot(hr_standard_error(r.final_hr, 6040), hr_standard_error(r.final_train_hr, 6040))  # noqa: E731
+        extra = _differences(table) + [2 * math.hypot(se(base), se(big))]
+        assert disagreements(text, table, extra=extra) == [], text
+    assert "it grew by 0.1166" in text  # the second: 0.16 - 0.0434

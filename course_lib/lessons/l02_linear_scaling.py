@@ -5,6 +5,7 @@ steps-to-target slope, the generalization gap against its sampling error).
 from __future__ import annotations
 import math
 from ..metrics import hr_standard_error
+from ..tables import Table
 
 
 REGIMES = ("perfect scaling", "diminishing returns", "maximal data parallelism")
@@ -64,6 +65,18 @@ def regime_reading(regimes: list[dict]) -> str:
     lines.append(f"perfect scaling ended after batch {boundary}" if boundary else
                  "perfect scaling held over every batch measured")
     return "\n".join(lines)
+
+
+def gap_table(results, labels, *, baseline=None):
+    """The table :func:`gap_reading` reads (lesson 02, #37 item 1: one source for a table and its reading):
+    train-side vs test HR@10 at the end of each run, a ``baseline`` run (lesson 01's) labelled "baseline"."""
+    gap = Table(["rule", "batch size", "epochs run", "train-side HR@10", "test HR@10", "gap"],
+                title="Train-side vs test HR@10 at the end of each run")
+    for label, r in zip(labels, results):
+        gap.add(**{"rule": "baseline" if r is baseline else label, "batch size": r.config["global_batch_size"],
+                   "epochs run": round(r.epochs, 2), "train-side HR@10": r.final_train_hr,
+                   "test HR@10": r.final_hr, "gap": r.generalization_gap})
+    return gap
 
 
 def gap_reading(results, labels, *, users: int) -> str:
