@@ -90,3 +90,43 @@ def test_lesson_02s_gap_reading_quotes_the_gap_table():
         extra = _differences(table) + [2 * math.hypot(se(base), se(big))]
         assert disagreements(text, table, extra=extra) == [], text
     assert "it grew by 0.1166" in text  # the second: 0.16 - 0.0434
+
+
+# --------------------------------------------------------------------------- lesson 03
+
+
+def _warm_run(ttt, steps, warmup_steps, kind="linear", hr=0.752, diverged=False):
+    from course_lib.train import TrainConfig
+    from course_lib.train.ncf import TrainResult
+
+    cfg = TrainConfig(global_batch_size=65536, base_lr=1e-3, warmup_steps=warmup_steps, warmup=kind)
+    return TrainResult(config=cfg.to_dict(), dataset="d", data_source="", synthetic=True, device="cpu", world_size=1,
+                       target_hr=0.75, time_to_target_s=ttt, steps_to_target=steps,
+                       epochs_to_target=None if steps is None else steps / 76, epochs=1.5, steps=steps or 228,
+                       samples=1, train_time_s=ttt or 20.0, eval_time_s=1.0, samples_per_s=9e5, phase_time_s={},
+                       final_hr=hr, best_hr=hr, diverged=diverged, precision={"mode": "fp32"})
+
+
+def test_lesson_03s_warmup_reading_quotes_the_sweep_table():
+    """The warmup reading quotes the sweep table's time and steps cells (the time at one decimal), and the
+    ratios of two cells of one column ("1.04x the steps and 1.14x the time"). Opposite results: the full run's
+    (no difference in steps), a warmup that saved steps, a no-warmup run that missed the target."""
+    from course_lib.lessons import l03_warmup as L03
+    from course_lib.sweeps import sweep_table
+
+    labels = ["no warmup", "linear warmup, 19 steps", "linear warmup, 38 steps", "linear warmup, 76 steps",
+              "exponential warmup, 38 steps"]
+    cols = ("rule", "time to target (s)", "steps to target", "epochs to target", "final HR@10", "best HR@10",
+            "epochs run")
+    full_run = [_warm_run(7.754, 100, 0, hr=0.757), _warm_run(7.58, 95, 19), _warm_run(6.778, 96, 38, hr=0.75),
+                _warm_run(7.544, 108, 76), _warm_run(7.152, 108, 38, "exponential")]
+    saved = [_warm_run(12.0, 160, 0)] + full_run[1:]
+    missed = [_warm_run(None, None, 0, hr=0.70)] + full_run[1:]
+    texts = []
+    for results in (full_run, saved, missed):
+        text = L03.warmup_reading(results, labels)
+        texts.append(text)
+        # 19, 38, 76: the warmup lengths in the labels (the "rule" column); 10: HR@10's name
+        assert disagreements(text, sweep_table(results, labels, columns=cols), extra=(19, 38, 76, 10)) == [], text
+    assert "no difference in steps to target" in texts[0] and "warmup took fewer steps" in texts[1]
+    assert "Warmup is what made this batch reach the target at all" in texts[2]
