@@ -130,3 +130,29 @@ def test_lesson_03s_warmup_reading_quotes_the_sweep_table():
         assert disagreements(text, sweep_table(results, labels, columns=cols), extra=(19, 38, 76, 10)) == [], text
     assert "no difference in steps to target" in texts[0] and "warmup took fewer steps" in texts[1]
     assert "Warmup is what made this batch reach the target at all" in texts[2]
+
+
+# --------------------------------------------------------------------------- lesson 05
+
+
+def test_lesson_05s_speedup_reading_quotes_the_speed_table():
+    """The speed reading quotes the throughput table's ratios and ms-per-step phases; derived by stated rules: the
+    tolerance (the repeats' spread), the forward+backward share of fp32's step and the bound it sets (1 / (1 -
+    share)), the optimizer's share, the matmul share of the parameters given to it. Opposite results: bf16
+    faster (the full run's numbers) and slower."""
+    from test_mixed_precision import AMX_SERVER, _speed
+
+    from course_lib.lessons import l05_mixed_precision as L05
+
+    phases = {"fp32": {"sampling": 3.12e-4, "forward_backward": 14.19e-3, "optimizer": 1.496e-3},
+              "bf16": {"sampling": 3.19e-4, "forward_backward": 9.3e-3, "optimizer": 1.542e-3}}
+    for bf16 in (1.456e6, 0.9e6):
+        speed = _speed({"fp32": 1.019e6, "bf16": bf16}, phases, repeats={"fp32": [1.019e6, 0.995e6],
+                                                                       "bf16": [bf16, 0.97 * bf16]})
+        text = L05.speedup_reading(speed, AMX_SERVER, "cpu", neumf_share=0.011, bert=("mini", 0.99))
+        f32 = phases["fp32"]
+        total = sum(f32.values())
+        share, op_share = f32["forward_backward"] / total, f32["optimizer"] / total
+        fb = [f32["forward_backward"] / p["forward_backward"] for p in phases.values()]
+        extra = [speed.spread, 1 / (1 - share), share, op_share, 0.011, 0.99, 16, 7] + fb  # 7: lesson 07
+        assert disagreements(text, L05.speed_table(speed, 16384, "cpu"), extra=extra) == [], text
