@@ -43,7 +43,7 @@ def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
         ladder.ladder_table(tmp_path).to_markdown()
     reading = ladder.ladder_reading(tmp_path)
     assert "the fastest rung is '+linear scaling': 4.0x" in reading
-    assert "+LARS was slower than '+linear scaling' (0.50x): LAMB needed 2x" in reading
+    assert "+LAMB was slower than '+linear scaling' (0.50x): LAMB needed 2x" in reading  # #37: named by what ran
     assert "+warmup: did not reach the target" in reading
     with pytest.raises(ValueError):
         ladder.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
@@ -110,8 +110,8 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
     assert rung["step"] == "+linear scaling" and (cfg.global_batch_size, cfg.lr_scaling) == (4096, "sqrt")
     assert cfg.peak_lr == pytest.approx(4e-3) and (cfg.max_epochs, cfg.seed, cfg.target_hr) == (3, 0, 0.75)
     assert note.startswith("the '+warmup' rung did not reach the target, so this lesson starts from the "
-                           "'+linear scaling' rung's setting, the best so far: batch 4096, adam lr 0.004 (sqrt rule), "
-                           "fp32")
+                           "'+linear scaling' rung's setting (shown as '+sqrt scaling': what ran), the best so far: "
+                           "batch 4096, adam lr 0.004 (sqrt rule), fp32")
     # a rung that carries another setting up
     bf16 = fake_result(4096, 4e-3, 8.0, precision="bf16")
     ladder.save_ladder_result("+mixed precision", bf16,
@@ -299,9 +299,10 @@ def test_the_ladder_reading_is_true_for_what_each_tier_records(tier, tmp_path):
                                            precision=carry.precision))
     reading = ladder.ladder_reading(tmp_path)
     if slower:
-        assert "+mixed precision was slower than '+LARS' (0.71x): bf16 ran at 0.70x fp32's throughput here" in reading
+        assert ("+bf16 (the mixed-precision rung) was slower than '+LAMB' (0.714x): bf16 ran at 0.70x fp32's "
+                "throughput here") in reading  # three figures: the pace did not move
     else:
-        assert "+mixed precision" in reading.split("faster than the rung below: ")[1].splitlines()[0]
+        assert "+bf16 (the mixed-precision rung)" in reading.split("faster than the rung below: ")[1].splitlines()[0]
         assert "slower" not in reading
     assert ("+data parallel" in reading) == p.dp_on_ladder  # one GPU: CPU ranks are not put on the GPU's ladder
     cfg, rung, _ = ladder.start_from("+data parallel", TrainConfig(), directory=tmp_path)
@@ -328,7 +329,8 @@ def test_a_rung_that_did_not_help_beyond_the_noise_is_not_built_on(tmp_path):
     cfg, rung, note = ladder.start_from("+LARS", default, directory=tmp_path)
     assert rung["step"] == "+linear scaling" and cfg.global_batch_size == 16384
     assert "the '+warmup' rung did not help beyond the noise (no measurable difference" in note
-    assert "starts from the '+linear scaling' rung's setting, the best so far" in note
+    assert "starts from the '+linear scaling' rung's setting (shown as '+sqrt scaling': what ran), the best so far" \
+        in note
     # ... and once it helps beyond the noise, it is the best so far
     ladder.save_ladder_result("+warmup", seeded(65536, 1.6e-2, 3.0, 0), seeds=[seeded(65536, 1.6e-2, 3.2, 1)],
                               pace=pace, directory=tmp_path)
