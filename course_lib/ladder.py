@@ -465,7 +465,9 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
         else:
             vs = r.get("vs_previous")
             below_name = r.get("previous_name") or r["previous_step"]
-            how = r.get("vs_noise") or (f"{vs:.2f}x the {below_name!r} rung" if vs is not None else "")
+            cell = (speedup_cell(vs, r["vs_previous_uncertainty"]) if r.get("vs_previous_uncertainty") is not None
+                    else f"{vs:.2f}x") if vs is not None else ""
+            how = r.get("vs_noise") or (f"{cell} the {below_name!r} rung" if vs is not None else "")
             passed.append(f"the {r['step']!r} rung did not help beyond the noise ({how})")
     saved = {r["step"] for r in rows}
     missing = [f"no {s!r} rung is saved" for s in below if s not in saved]
