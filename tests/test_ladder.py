@@ -371,3 +371,22 @@ def test_a_run_at_the_popularity_floor_is_not_read_as_below_it():
     assert "best HR@10 0.3929, at the popularity ranking's 0.3929" in text(0.39286)
     above = text(0.697)
     assert "best HR@10 0.697" in above and "popularity" not in above
+
+
+def test_the_rung_below_is_named_as_the_table_shows_it_at_the_figures_pacing_allows(tmp_path):
+    """#37 (full run 2026-12-01): "0.67x: slower than '+linear scaling'" under a row printed "+sqrt scaling", and
+    "6.27x" beside "6x (±18%)". Opposite results: a pace that moved (one figure), one that held (three), none."""
+    def sqrt_run(batch, ttt):
+        r = fake_result(batch, 8e-3, ttt)
+        r.config.update(lr_scaling="sqrt", base_batch_size=256)
+        return r
+
+    for pace, cell in (({"before": 100.0, "after": 85.0, "rate": 92.5}, "0.7x (±30%)"),
+                       ({"before": 100.0, "after": 100.0, "rate": 100.0}, "0.667x"), (None, "0.67x")):
+        d = tmp_path / str(cell)
+        ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 30.0), pace=pace, directory=d)
+        ladder.save_ladder_result("+linear scaling", sqrt_run(16384, 4.0), pace=pace, directory=d)
+        ladder.save_ladder_result("+warmup", sqrt_run(65536, 6.0), pace=pace, directory=d)
+        below = ladder.ladder_table(d).rows[2]["vs the rung below"]
+        assert below.startswith(f"{cell}: slower than '+sqrt scaling'"), below
+        assert f"+warmup was slower than '+sqrt scaling' ({cell})" in ladder.ladder_reading(d)
