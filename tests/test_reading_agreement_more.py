@@ -156,3 +156,49 @@ def test_lesson_05s_speedup_reading_quotes_the_speed_table():
         fb = [f32["forward_backward"] / p["forward_backward"] for p in phases.values()]
         extra = [speed.spread, 1 / (1 - share), share, op_share, 0.011, 0.99, 16, 7] + fb  # 7: lesson 07
         assert disagreements(text, L05.speed_table(speed, 16384, "cpu"), extra=extra) == [], text
+
+
+def test_lesson_06s_allreduce_reading_quotes_the_sweep_table():
+    """The latency/bandwidth reading quotes the sweep table's sizes and times (at three figures) and its busbw;
+    derived by stated rules: the fit (alpha in us, its asymptote 2(p-1)/p / beta in GB/s, the size where
+    n x beta = alpha in KiB), the median and the fastest-to-slowest ratio of the latency sizes, the largest busbw's
+    share of the asymptote. Opposite results: a crooked small-message line (the review's) and a flat one that
+    reaches bandwidth."""
+    import statistics
+
+    from test_data_parallel_study import _sweep
+
+    sizes = [4**k for k in range(1, 14)]
+    alpha, beta = 50e-6, 1 / 2e9
+    flat = _sweep([(alpha + beta * n) * 1e6 for n in sizes], [1.0] * len(sizes), p=4, sizes=sizes)
+    crooked = _sweep([554.7, 314.2, 875.0, 219.2], [30, 30, 30, 30], sizes=[4, 16, 256, 65536])
+    for bench in (flat, crooked):
+        a, b = bench.fit()
+        p = bench.world_size
+        rows = bench.rows
+        lat = [r["time_s"] * 1e6 for r in rows if r["size_bytes"] * b <= a] or [r["time_s"] * 1e6 for r in rows]
+        extra = [a * 1e6, statistics.median(lat), max(lat) / min(lat), len(lat), 2]
+        if b > 0:  # a fit with a bandwidth term: its asymptote, the crossover size, the busbw's share of it
+            asymptote = 2 * (p - 1) / p / b / 1e9
+            extra += [asymptote, a / b / 1024, max(r["busbw_GBps"] for r in rows) / asymptote]
+        extra += [r["time_s"] * 1e6 for r in rows] + [r["size_bytes"] for r in rows]
+        assert disagreements(L06.allreduce_reading(bench), bench.table(), extra=extra) == [], \
+            L06.allreduce_reading(bench)
+
+
+def test_lesson_05s_lars_unscale_reading_quotes_its_table():
+    """Numbers: the layers counted, the scale's exponent, the "on S x g / true" column and 1/S. Opposite results:
+    ratios that match exactly and ratios that differ (a relative difference quoted)."""
+    from course_lib.lessons import l05_mixed_precision as L05
+
+    def rows(off):
+        return [{"layer": f"l{i}", "||w||": 2.0 + i, "||g||": 1e-3 * (i + 1), "trust ratio, fp32": 1.0 + i,
+                 "trust ratio, Precision.step": (1.0 + i) * (1 + off), "trust ratio on S x g": (1.0 + i) / 65536,
+                 "on S x g / true": 1 / 65536} for i in range(3)]
+
+    for off in (0.0, 1e-6):
+        text = L05.lars_unscale_reading(rows(off), 2.0 ** 16)
+        assert ("equal the fp32" in text) == (off == 0.0) and ("match to 1.0e-06" in text) == (off > 0)
+        # 1.53 and 5, 1.0 and 6: "1.53e-05", "1.0e-06" as the checker splits them (it reads no exponents); 1030: apex#
+        assert disagreements(text, L05.lars_unscale_table(rows(off), 2.0 ** 16),
+                             extra=[3, 2, 16, 1e-6, 1030, 65536 / 2 ** 32 * 1e5, 5, 6]) == []
