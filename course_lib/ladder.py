@@ -80,6 +80,12 @@ def rung_name(r: dict) -> str:
     return step
 
 
+def speedup_figures(uncertainty: float) -> int:
+    """The significant figures a paced speedup keeps at a relative ``uncertainty`` (:func:`speedup_cell`'s rule):
+    ±10 % or more: one, ±1 % or more: two, else three."""
+    return 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
+
+
 def speedup_cell(x: float | None, uncertainty: float | None) -> str:
     """A paced speedup with the significant figures its pace drift allows (#37): ``uncertainty`` is the
     relative uncertainty of the pacing (:func:`ladder_rows`' ``speedup_uncertainty``: how far the yardstick
@@ -89,7 +95,7 @@ def speedup_cell(x: float | None, uncertainty: float | None) -> str:
         return "—"
     if uncertainty is None:
         return f"{x:.1f}x"
-    figures = 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
+    figures = speedup_figures(uncertainty)
     text = f"{x:.{figures}g}"
     if "e" in text:  # 3e+01: a speedup of 30 at one figure
         text = f"{x:.0f}"
@@ -278,6 +284,11 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         r["name"] = rung_name(r)
         r["vs_previous"] = speedup(before["paced_time_s"], r["paced_time_s"]) if before else None
         r["previous_step"] = before["step"] if before else None
+        # #37 (full run 2026-12-01): "0.67x: slower than '+linear scaling'" under a row printed "+sqrt scaling",
+        # and "6.27x" beside "6x (±18%)": the rung below by the name the table shows, at the figures pacing allows
+        r["previous_name"] = (before.get("name") or before["step"]) if before else None
+        r["vs_previous_uncertainty"] = ((_pace_moved(r) + _pace_moved(before))
+                                        if before and r["paced"] and before.get("paced") else None)
         r["vs_noise"] = None
         if r["vs_previous"] is not None:
             # the yardstick's own movement within each lesson bounds how well pacing can line the two up
@@ -310,12 +321,15 @@ def _below_cell(r: dict) -> str:
     vs = r.get("vs_previous")
     if vs is None:
         return "—"
+    below = r.get("previous_name") or r.get("previous_step")
+    cell = speedup_cell(vs, r.get("vs_previous_uncertainty")) if r.get("vs_previous_uncertainty") is not None \
+        else f"{vs:.2f}x"
     if r.get("vs_noise"):
-        return f"{vs:.2f}x: {r['vs_noise']}"
+        return f"{cell}: {r['vs_noise']}"
     if vs >= 1:
-        return f"{vs:.2f}x" + (f" (vs {r['previous_step']!r}, the best rung below)" if r.get("previous_step") else "")
+        return cell + (f" (vs {below!r}, the best rung below)" if below else "")
     why = f" ({r['reason']})" if r.get("reason") else ""
-    return f"{vs:.2f}x: slower than {r['previous_step']!r}, this trick did not help here{why}"
+    return f"{cell}: slower than {below!r}, this trick did not help here{why}"
 
 
 def ladder_table(directory: Path | None = None) -> Table:
@@ -351,11 +365,12 @@ def ladder_reading(directory: Path | None = None) -> str:
     lines = []
     if reached:
         top = max(reached, key=lambda r: r["speedup"])
-        lines.append(f"the fastest rung is {top['step']!r}: "
+        lines.append(f"the fastest rung is {top.get('name') or top['step']!r}: "
                      f"{speedup_cell(top['speedup'], top.get('speedup_uncertainty'))} the baseline at lesson 01's pace "
                      f"({top.get('ran', '')})")
-    helped = [r["step"] for r in rows if r.get("vs_previous") and r["vs_previous"] >= 1 and not r.get("vs_noise")]
-    level = [r["step"] for r in rows if r.get("vs_noise")]
+    helped = [r.get("name") or r["step"] for r in rows
+              if r.get("vs_previous") and r["vs_previous"] >= 1 and not r.get("vs_noise")]
+    level = [r.get("name") or r["step"] for r in rows if r.get("vs_noise")]
     renamed = [f"{r['step']!r} ran as {r['name']!r}" for r in rows if r.get("name") and r["name"] != r["step"]]
     hurt = [r for r in rows if r.get("vs_previous") and r["vs_previous"] < 1 and not r.get("vs_noise")]
     if helped:
@@ -363,7 +378,11 @@ def ladder_reading(directory: Path | None = None) -> str:
     if level:
         lines.append("no measurable difference from the rung below: " + ", ".join(level))
     for r in hurt:
-        lines.append(f"{r['step']} was slower than {r['previous_step']!r} ({r['vs_previous']:.2f}x)"
+        vs = r["vs_previous"]
+        cell = speedup_cell(vs, r["vs_previous_uncertainty"]) if r.get("vs_previous_uncertainty") is not None \
+            else f"{vs:.2f}x"
+        lines.append(f"{r.get('name') or r['step']} was slower than {r.get('previous_name') or r['previous_step']!r} "
+                     f"({cell})"
                      + (f": {r['reason']}" if r.get("reason") else ""))
     for r in rows:
         if not r.get("time_to_target_s"):
@@ -445,7 +464,10 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
             best = r
         else:
             vs = r.get("vs_previous")
-            how = r.get("vs_noise") or (f"{vs:.2f}x the {r['previous_step']!r} rung" if vs is not None else "")
+            below_name = r.get("previous_name") or r["previous_step"]
+            cell = (speedup_cell(vs, r["vs_previous_uncertainty"]) if r.get("vs_previous_uncertainty") is not None
+                    else f"{vs:.2f}x") if vs is not None else ""
+            how = r.get("vs_noise") or (f"{cell} the {below_name!r} rung" if vs is not None else "")
             passed.append(f"the {r['step']!r} rung did not help beyond the noise ({how})")
     saved = {r["step"] for r in rows}
     missing = [f"no {s!r} rung is saved" for s in below if s not in saved]
@@ -458,7 +480,9 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
     skipped = [p for p in passed if below.index(p.split("'")[1]) > below.index(best["step"])] if passed else []
     skipped += [m for m in missing if below.index(m.split("'")[1]) > below.index(best["step"])]
     note = (("; ".join(skipped) + ", so this lesson starts from " if skipped else "starting from ")
-            + f"the {best['step']!r} rung's setting, the best so far{carried}: {what_ran(recipe)}")
+            + f"the {best['step']!r} rung's setting"
+            + (f" (shown as {best['name']!r}: what ran)" if best.get("name") and best["name"] != best["step"] else "")
+            + f", the best so far{carried}: {what_ran(recipe)}")
     return cfg, best, note
 
 

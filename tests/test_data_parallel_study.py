@@ -290,3 +290,17 @@ def test_runs_that_did_not_reach_the_target_compare_final_hr():
 def test_one_size_only():
     strong = {2: _record(2, 1024, 5.0, 1.0, 1e5)}
     assert optimization_reading(scaling_rows(strong, strong), 0.5) == "one data-parallel size only: nothing to compare."
+
+
+def test_a_time_to_target_ratio_within_one_runs_resolution_gets_no_verdict():
+    """#37 (full run 2026-12-01, lesson 06 cell 29): "1.1x faster (...; one run each, so rerun before trusting a few
+    tens of percent): the ranks scaled". Within ONE_RUN_RESOLUTION no verdict; beyond it, either way, one."""
+    def text(t2):
+        strong = {1: _record(1, 16384, 5.573, 0.9406, 8.4e5), 2: _record(2, 16384, t2, 0.9406, 9.6e5)}
+        return optimization_reading(scaling_rows(strong, dict(strong)), eval_every_epochs=0.05)
+
+    full = text(4.886)  # 1.14x
+    assert "1.1x faster" in full and "do not say whether the ranks scaled" in full and "the ranks scaled" not in \
+        full.replace("whether the ranks scaled", "")
+    assert "the ranks scaled" in text(2.5) and "do not say" not in text(2.5)  # 2.2x
+    assert "adding ranks lengthened the run" in text(9.0)  # 1.6x slower

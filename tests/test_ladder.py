@@ -43,7 +43,7 @@ def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
         ladder.ladder_table(tmp_path).to_markdown()
     reading = ladder.ladder_reading(tmp_path)
     assert "the fastest rung is '+linear scaling': 4.0x" in reading
-    assert "+LARS was slower than '+linear scaling' (0.50x): LAMB needed 2x" in reading
+    assert "+LAMB was slower than '+linear scaling' (0.50x): LAMB needed 2x" in reading  # #37: named by what ran
     assert "+warmup: did not reach the target" in reading
     with pytest.raises(ValueError):
         ladder.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
@@ -110,8 +110,8 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
     assert rung["step"] == "+linear scaling" and (cfg.global_batch_size, cfg.lr_scaling) == (4096, "sqrt")
     assert cfg.peak_lr == pytest.approx(4e-3) and (cfg.max_epochs, cfg.seed, cfg.target_hr) == (3, 0, 0.75)
     assert note.startswith("the '+warmup' rung did not reach the target, so this lesson starts from the "
-                           "'+linear scaling' rung's setting, the best so far: batch 4096, adam lr 0.004 (sqrt rule), "
-                           "fp32")
+                           "'+linear scaling' rung's setting (shown as '+sqrt scaling': what ran), the best so far: "
+                           "batch 4096, adam lr 0.004 (sqrt rule), fp32")
     # a rung that carries another setting up
     bf16 = fake_result(4096, 4e-3, 8.0, precision="bf16")
     ladder.save_ladder_result("+mixed precision", bf16,
@@ -245,7 +245,7 @@ def test_race_reading_states_each_optimizers_best_from_the_records():
     text = race_reading(runs, target_hr=0.75, floor_hr=0.39)
     assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
     assert ("sgd (lr 8, 32): best at lr 8 (the edge" in text
-            and "best HR@10 0.100, below the popularity ranking's 0.390" in text)
+            and "best HR@10 0.1000, below the popularity ranking's 0.3900" in text)
     assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")
     # #37 (review 04 #12): every SGD lr blew up (lr 8: loss 2.93, then chance; lr 32: NaN): no "best at lr 16"
     blown = [fake_result(131072, lr, None, hr=hr, optimizer="sgd") for lr, hr in ((8.0, 0.1073), (16.0, 0.1068))]
@@ -299,9 +299,10 @@ def test_the_ladder_reading_is_true_for_what_each_tier_records(tier, tmp_path):
                                            precision=carry.precision))
     reading = ladder.ladder_reading(tmp_path)
     if slower:
-        assert "+mixed precision was slower than '+LARS' (0.71x): bf16 ran at 0.70x fp32's throughput here" in reading
+        assert ("+bf16 (the mixed-precision rung) was slower than '+LAMB' (0.714x): bf16 ran at 0.70x fp32's "
+                "throughput here") in reading  # three figures: the pace did not move
     else:
-        assert "+mixed precision" in reading.split("faster than the rung below: ")[1].splitlines()[0]
+        assert "+bf16 (the mixed-precision rung)" in reading.split("faster than the rung below: ")[1].splitlines()[0]
         assert "slower" not in reading
     assert ("+data parallel" in reading) == p.dp_on_ladder  # one GPU: CPU ranks are not put on the GPU's ladder
     cfg, rung, _ = ladder.start_from("+data parallel", TrainConfig(), directory=tmp_path)
@@ -328,7 +329,8 @@ def test_a_rung_that_did_not_help_beyond_the_noise_is_not_built_on(tmp_path):
     cfg, rung, note = ladder.start_from("+LARS", default, directory=tmp_path)
     assert rung["step"] == "+linear scaling" and cfg.global_batch_size == 16384
     assert "the '+warmup' rung did not help beyond the noise (no measurable difference" in note
-    assert "starts from the '+linear scaling' rung's setting, the best so far" in note
+    assert "starts from the '+linear scaling' rung's setting (shown as '+sqrt scaling': what ran), the best so far" \
+        in note
     # ... and once it helps beyond the noise, it is the best so far
     ladder.save_ladder_result("+warmup", seeded(65536, 1.6e-2, 3.0, 0), seeds=[seeded(65536, 1.6e-2, 3.2, 1)],
                               pace=pace, directory=tmp_path)
@@ -355,3 +357,36 @@ def test_speedups_carry_the_figures_their_pace_drift_allows(tmp_path):
     lin = ladder.ladder_rows(tmp_path)[1]
     assert lin["speedup_uncertainty"] == pytest.approx(0.39)
     assert "| 8x (±39%) |" in ladder.ladder_table(tmp_path).to_markdown()
+
+
+def test_a_run_at_the_popularity_floor_is_not_read_as_below_it():
+    """#37 (full run 2026-12-01, lesson 04 cell 10): "best HR@10 0.393, below the popularity ranking's 0.393". Near the
+    floor both are quoted at four decimals; equal ones are "at" it. Opposite results: below it, above it."""
+    from course_lib.lessons.l04_lars import race_reading
+
+    def text(hr):
+        return race_reading([fake_result(32768, 1.0, None, hr=hr, optimizer="sgd")], target_hr=0.75, floor_hr=0.3929)
+
+    assert "best HR@10 0.3925, below the popularity ranking's 0.3929" in text(0.3925)
+    assert "best HR@10 0.3929, at the popularity ranking's 0.3929" in text(0.39286)
+    above = text(0.697)
+    assert "best HR@10 0.697" in above and "popularity" not in above
+
+
+def test_the_rung_below_is_named_as_the_table_shows_it_at_the_figures_pacing_allows(tmp_path):
+    """#37 (full run 2026-12-01): "0.67x: slower than '+linear scaling'" under a row printed "+sqrt scaling", and
+    "6.27x" beside "6x (±18%)". Opposite results: a pace that moved (one figure), one that held (three), none."""
+    def sqrt_run(batch, ttt):
+        r = fake_result(batch, 8e-3, ttt)
+        r.config.update(lr_scaling="sqrt", base_batch_size=256)
+        return r
+
+    for pace, cell in (({"before": 100.0, "after": 85.0, "rate": 92.5}, "0.7x (±30%)"),
+                       ({"before": 100.0, "after": 100.0, "rate": 100.0}, "0.667x"), (None, "0.67x")):
+        d = tmp_path / str(cell)
+        ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 30.0), pace=pace, directory=d)
+        ladder.save_ladder_result("+linear scaling", sqrt_run(16384, 4.0), pace=pace, directory=d)
+        ladder.save_ladder_result("+warmup", sqrt_run(65536, 6.0), pace=pace, directory=d)
+        below = ladder.ladder_table(d).rows[2]["vs the rung below"]
+        assert below.startswith(f"{cell}: slower than '+sqrt scaling'"), below
+        assert f"+warmup was slower than '+sqrt scaling' ({cell})" in ladder.ladder_reading(d)

@@ -343,3 +343,62 @@ def test_the_number_lines_of_parameter_and_activation_gradients_render():
     _close(fig)
     with pytest.raises(ValueError, match="at least one"):
         diagrams.fp16_number_lines({})
+
+
+def test_the_neumf_clause_follows_the_measured_speedup():
+    """#37 (full run 2026-12-01, lesson 05 cell 15): "NeuMF's embedding- and optimizer-bound step cannot" be sped
+    up, next to bf16 measured 1.43x faster with the optimizer at 9 % of the step. The clause is chosen by the ratio."""
+    phases = {"fp32": {"sampling": 3e-4, "forward_backward": 14.2e-3, "optimizer": 1.5e-3},
+              "bf16": {"sampling": 3e-4, "forward_backward": 9.3e-3, "optimizer": 1.5e-3}}
+    fast = MP.speedup_reading(_speed({"fp32": 1.0e6, "bf16": 1.43e6}, phases), AMX_SERVER, "cpu",
+                              neumf_share=0.011, bert=("mini", 0.99))
+    assert "cannot" not in fast and "bf16 made this step measurably faster here" in fast
+    assert "forward+backward is 89% of fp32's step, the optimizer 9%" in fast
+    slow = MP.speedup_reading(_speed({"fp32": 1.0e6, "bf16": 0.88e6}, phases), AMX_SERVER, "cpu",
+                              neumf_share=0.011, bert=("mini", 0.99))
+    assert "measurably faster here" not in slow and "did not speed up here" in slow
+
+
+def test_a_static_scale_that_skipped_every_step_is_read_as_overflow():
+    """#37 (full run 2026-12-01, lesson 05 cell 19): 303 of 303 steps skipped at the static 2^20, HR@10 0.095, read
+    as "the rounding of 16-bit arithmetic taking another path". Opposite results: a few skips read as before."""
+    rows = _rows(static_hr=0.095)
+    rows[2]["skipped steps"] = 1209
+    text = MP.loss_scaling_reading(rows, 6040)
+    assert "The static scale overflowed on 1209 of 1209 steps" in text and "never updated its weights" in text
+    assert "rounding of 16-bit arithmetic" not in text
+    rows[2]["skipped steps"] = 700
+    assert "barely trained" in MP.loss_scaling_reading(rows, 6040)
+    rows[2]["skipped steps"] = 2  # the opposite: a few skipped steps, a gap read as before
+    few = MP.loss_scaling_reading(rows, 6040)
+    assert "overflowed on" not in few and "(static scaling)" in few
+
+
+def test_the_loss_scaling_reading_quotes_its_table():
+    """#37 item 1: every number of the reading is a cell of loss_scaling_table, a difference of two HR@10 cells,
+    or a stated constant (the scales' exponents, HR@10's 10, the users, the noise: twice the binomial standard
+    error)."""
+    from test_reading_agreement import disagreements
+
+    from course_lib.metrics import hr_standard_error
+
+    for rows in (_rows(), _rows(none_hr=0.70), _rows(static_hr=0.095)):
+        if rows[2]["HR@10"] < 0.5:
+            rows[2]["skipped steps"] = 1209
+        hr = [r["HR@10"] for r in rows]
+        extra = [a - b for a in hr for b in hr] + [2, 16, 10, 6040, 2 * hr_standard_error(rows[0]["HR@10"], 6040)]
+        assert disagreements(MP.loss_scaling_reading(rows, 6040), MP.loss_scaling_table(rows), extra=extra) == []
+
+
+def test_the_static_scale_fits_the_gradients_the_runs_start_with(data):
+    """#37: the static scale also sees the initial model's gradients (the largest a run meets): a scale chosen
+    from the others alone overflows the start; with them, the chosen scale moves the largest start gradient
+    into fp16 without overflow."""
+    cfg = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam")
+    start = MP.start_gradient_log2(data, cfg, batches=2, device="cpu")
+    assert start.size and np.isfinite(start).all()
+    trained = start - 6.0  # a trained model's gradients, 2^6 smaller: alone they allow a scale 2^6 larger
+    alone, both = MP.static_loss_scale(trained), MP.static_loss_scale(trained, start)
+    assert both < alone
+    assert math.isfinite(float(torch.tensor(2.0 ** float(start.max()) * both).half()))
+    assert not math.isfinite(float(torch.tensor(2.0 ** float(start.max()) * alone).half()))

@@ -332,3 +332,28 @@ def test_fit_takes_the_best_run_at_each_batch():
     worse = [{"batch size": b, "steps to target": 3 * r["steps to target"]} for b, r in zip((1024, 4096, 16384), rows)]
     s_min, b_crit = study.fit_steps_to_target(worse + rows + [{"batch size": 65536, "steps to target": None}])
     assert s_min == pytest.approx(1000, rel=1e-3) and b_crit == pytest.approx(4096, rel=1e-3)
+
+
+def test_the_steps_fit_says_where_s_min_and_b_crit_come_from():
+    """#37 (full run 2026-12-01, lesson 09 cell 25): "fewer than two batches reached the target, or steps that do
+    not fall" over lesson 02's five batches whose steps fell at every one; the table was titled "this machine"
+    over made-up S_min and B_crit. Opposite results: a fit, perfect scaling, one batch, steps that rise, none."""
+    from course_lib.lessons import l09_performance_model as study
+
+    curved = [{"batch size": b, "steps to target": study.steps_to_target(b, 500, 2048)} for b in (256, 1024, 4096)]
+    fitted, line = study.steps_fit(curved)
+    assert fitted and "from lesson 02's runs here: S_min = 500 steps, B_crit = 2048 samples" == line
+    assert "illustrative" not in study.time_to_target_title(fitted) + study.knee_line(512, fitted)
+    # the full run: steps that fell as fast as 1/B at every batch (and a rule that missed the target: None)
+    perfect = [{"batch size": b, "steps to target": s} for b, s in
+               ((256, 17406), (1024, 4356), (4096, 1020), (16384, 285), (65536, 100), (65536, None))]
+    fitted, line = study.steps_fit(perfect)
+    assert fitted is None and "17406 at 256" in line and "100 at 65536" in line
+    assert "no positive S_min" in line and "fewer than two" not in line and "illustrative S_min = 2000" in line
+    assert "illustrative" in study.time_to_target_title(None)
+    assert "not what this run found" in study.knee_line(4096, None)
+    assert "only 1 batch size(s)" in study.steps_fit(perfect[:1])[1]
+    assert "did not fall" in study.steps_fit([{"batch size": 256, "steps to target": 100},
+                                              {"batch size": 1024, "steps to target": 150}])[1]
+    assert study.steps_fit(None) == (None, "lesson 02's steps to target are not here: illustrative S_min = 2000, "
+                                           "B_crit = 4096 (not measured)")

@@ -364,3 +364,20 @@ def test_pace_reading_says_when_equal_steps_took_unequal_time():
     assert "a steady pace" in text and "6.13" not in text
     assert [n for _, n, _ in S.pace_intervals(result(times, steps=steps))] == [4834, 4834, 4834, 967]
     assert "no pace" in S.pace_reading(result([0.0, 1.0], steps=(0, 100)))
+
+
+def test_pace_drift_reading_states_the_drift_and_what_it_means_for_the_speedups():
+    """#37 (lesson 01's pace drift): the yardstick moved -11 % (and 39 % in another run) between its two
+    measurements and lesson 01 did not say it; the reading quotes both ends, their mean (the ladder's reference)
+    and the figures the ladder then keeps. Opposite results: a steady pace, a small drift, a single measurement."""
+    from course_lib.ladder import speedup_cell
+
+    big = S.pace_drift_reading({"before": 152_264.0, "after": 135_505.0, "rate": 143_884.6})
+    assert "moved -11% during this lesson (152,264 samples/s before its runs, 135,505 after)" in big
+    assert "the mean, 143,885 samples/s" in big and "at least ±11%" in big and "to 1 significant figure," in big
+    assert speedup_cell(6.27, 0.11) == "6x (±11%)"  # the ladder's own rule, the one the line quotes
+    small = S.pace_drift_reading({"before": 100_000.0, "after": 103_000.0})
+    assert "moved +3%" in small and "to 2 significant figures" in small and "±3%" in small
+    steady = S.pace_drift_reading({"before": 100_000.0, "after": 100_200.0})
+    assert "held its pace" in steady and "±" not in steady
+    assert "timed once only" in S.pace_drift_reading({"before": 100_000.0, "after": None})

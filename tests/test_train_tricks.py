@@ -203,3 +203,22 @@ def test_lesson_03s_takeaway_follows_its_verdict():
     slower = takeaway(decide("no warmup", [run(9.0)], [run(12.0)]), "linear 38")
     assert "warmup cost time" in slower
     assert len({level, blown, faster, slower}) == 4
+
+
+def test_an_end_of_perfect_scaling_known_only_as_a_tendency_is_said_as_one():
+    """#37 (full run 2026-12-01, lesson 02 cell 12): "slope -0.76, diminishing returns (... a tendency)" then the
+    unhedged "perfect scaling ended after batch 16384". Opposite results: the same end resolved."""
+    from course_lib.lessons.l02_linear_scaling import regime_reading, scaling_regimes
+
+    def rows(resolution):
+        return [{"batch size": 256, "rule": "baseline", "steps to target": 17406, "resolution (steps)": 967},
+                {"batch size": 1024, "rule": "sqrt", "steps to target": 4356, "resolution (steps)": 242},
+                {"batch size": 4096, "rule": "sqrt", "steps to target": 1020, "resolution (steps)": 60},
+                {"batch size": 16384, "rule": "sqrt", "steps to target": 285, "resolution (steps)": resolution},
+                {"batch size": 65536, "rule": "sqrt", "steps to target": 100, "resolution (steps)": resolution}]
+
+    coarse = regime_reading(scaling_regimes(rows(15)))
+    assert "slope -0.76, diminishing returns (within one evaluation interval" in coarse
+    assert coarse.endswith("it is a tendency, not a measured end") and "perfect scaling ended" not in coarse
+    fine = regime_reading(scaling_regimes(rows(1)))
+    assert fine.endswith("perfect scaling ended after batch 16384") and "tendency" not in fine

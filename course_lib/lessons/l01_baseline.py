@@ -124,6 +124,33 @@ def pace_intervals(result: TrainResult, *, min_share: float = 0.1) -> list[tuple
     return [(s0, n, 1000 * t / n) for s0, n, t in spans if n >= min_share * longest]
 
 
+def pace_drift_reading(pace: dict) -> str:
+    """What the yardstick's own movement during lesson 01 means for every speedup quoted over the baseline
+    (#37: the baseline's pace moved 11-39 % between its two measurements in the full runs of 2026-12-01, and
+    lesson 01 did not say so). ``pace``: :meth:`course_lib.ladder.Pace.finish`'s record. Pacing puts later
+    rungs at the mean of the two measurements; the movement within the lesson is what it cannot correct, so
+    it is the least uncertainty of every paced speedup (each rung adds its own lesson's movement), and it sets
+    the significant figures the ladder shows (:func:`course_lib.ladder.speedup_figures`)."""
+    from ..ladder import speedup_figures
+
+    before, after = pace.get("before"), pace.get("after")
+    if not before or not after:
+        return "the yardstick's pace was timed once only: the ladder cannot say how far it moved during this lesson"
+    moved = after / before - 1
+    mean = pace.get("rate") or (before + after) / 2  # the ladder's reference: Pace.rate, the mean
+    text = (f"the yardstick's pace moved {moved:+.0%} during this lesson ({before:,.0f} samples/s before its runs, "
+            f"{after:,.0f} after); later lessons put their times at the mean, {mean:,.0f} samples/s")
+    if abs(moved) < 0.005:
+        return text + (": the machine held its pace, so pacing adds no uncertainty of this lesson's to the speedups "
+                       "over this baseline (each later rung still adds its own lesson's movement)")
+    figures = speedup_figures(abs(moved))
+    return text + (f". Pacing cannot correct a movement within a lesson, so every speedup over this baseline is "
+                   f"uncertain by at least ±{abs(moved):.0%} from this lesson alone (each rung adds its own lesson's "
+                   f"movement): the ladder shows such speedups to {figures} significant figure"
+                   f"{'s' if figures > 1 else ''}, and two rungs closer than their lessons' movements added count as "
+                   "no measurable difference")
+
+
 def pace_reading(result: TrainResult) -> str:
     """How steady the run's training pace was: ms of training clock per step in each evaluation interval
     (:func:`pace_intervals`: intervals of comparable length, each labelled with its own). On a shared

@@ -5,6 +5,7 @@ steps-to-target slope, the generalization gap against its sampling error).
 from __future__ import annotations
 import math
 from ..metrics import hr_standard_error
+from ..tables import Table
 
 
 REGIMES = ("perfect scaling", "diminishing returns", "maximal data parallelism")
@@ -48,6 +49,7 @@ def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[
 def regime_reading(regimes: list[dict]) -> str:
     """The regimes as sentences: each step up in batch, its slope and regime, and where perfect scaling ended."""
     lines, boundary, last = [], None, None  # last: the latest batch that reached the target
+    tendency = False  # #37 (full run 2026-12-01): the end of perfect scaling rests on a step known only as a tendency
     for r in regimes:
         if r["steps to target"] is None:
             lines.append(f"batch {r['batch size']}: {r['regime']}")
@@ -56,14 +58,30 @@ def regime_reading(regimes: list[dict]) -> str:
         if r["slope"] is not None:
             coarse = "" if r["resolved"] else " (within one evaluation interval of the next regime: a tendency)"
             lines.append(f"batch {r['from batch']} -> {r['batch size']}: slope {r['slope']:.2f}, {r['regime']}{coarse}")
-            if r["regime"] != REGIMES[0]:
-                boundary = boundary or r["from batch"]
+            if r["regime"] != REGIMES[0] and boundary is None:
+                boundary, tendency = r["from batch"], not r["resolved"]
         last = r["batch size"]
     if not any(r["slope"] is not None for r in regimes):
         return "\n".join(lines + ["fewer than two batch sizes reached the target: no slope to read"])
-    lines.append(f"perfect scaling ended after batch {boundary}" if boundary else
-                 "perfect scaling held over every batch measured")
+    if boundary and tendency:
+        lines.append(f"perfect scaling tended to end after batch {boundary}: the step that says so is within one "
+                     "evaluation interval of perfect scaling, so it is a tendency, not a measured end")
+    else:
+        lines.append(f"perfect scaling ended after batch {boundary}" if boundary else
+                     "perfect scaling held over every batch measured")
     return "\n".join(lines)
+
+
+def gap_table(results, labels, *, baseline=None):
+    """The table :func:`gap_reading` reads (lesson 02, #37 item 1: one source for a table and its reading):
+    train-side vs test HR@10 at the end of each run, a ``baseline`` run (lesson 01's) labelled "baseline"."""
+    gap = Table(["rule", "batch size", "epochs run", "train-side HR@10", "test HR@10", "gap"],
+                title="Train-side vs test HR@10 at the end of each run")
+    for label, r in zip(labels, results):
+        gap.add(**{"rule": "baseline" if r is baseline else label, "batch size": r.config["global_batch_size"],
+                   "epochs run": round(r.epochs, 2), "train-side HR@10": r.final_train_hr,
+                   "test HR@10": r.final_hr, "gap": r.generalization_gap})
+    return gap
 
 
 def gap_reading(results, labels, *, users: int) -> str:

@@ -245,10 +245,15 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
         if reached:
             what = f"reached HR@10 {target_hr} in {best.time_to_target_s:.1f} s ({best.steps_to_target} steps)"
         else:
-            near = ""
-            if floor_hr is not None and best_hr(best) < floor_hr:
-                near = f", below the popularity ranking's {floor_hr:.3f}"
-            what = f"did not reach {target_hr}: best HR@10 {best_hr(best):.3f}{near}"
+            hr = best_hr(best)
+            if floor_hr is not None and hr < floor_hr:
+                # #37 (full run 2026-12-01): "best HR@10 0.393, below the popularity ranking's 0.393": near the
+                # floor both are quoted at the table's four decimals, and equal ones are said to be equal
+                where = "at" if f"{hr:.4f}" == f"{floor_hr:.4f}" else "below"
+                what = (f"did not reach {target_hr}: best HR@10 {hr:.4f}, {where} the popularity ranking's "
+                        f"{floor_hr:.4f}")
+            else:
+                what = f"did not reach {target_hr}: best HR@10 {hr:.3f}"
         blown = [f"{r.config['peak_lr']:.3g}" for r in runs if blew_up(r)]
         what += f"; lr {', '.join(blown)} blew up" if blown else ""
         lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): best at lr {lr:.3g}{edge}, {what}")

@@ -224,6 +224,21 @@ def activation_reading(mags: dict, grads: dict) -> str:
     return text + ("overstates" if gap > 0 else "understates") + " what fp16 would lose."
 
 
+def start_gradient_log2(data, cfg, *, batches: int = 4, device=None) -> np.ndarray:
+    """log2 |g| of the parameter gradients of a freshly initialized NeuMF (seeded with ``cfg.seed``), the
+    weights the loss-scaling runs start from (lesson 05). #37 (full run 2026-12-01): a static scale chosen
+    only from a model trained a quarter epoch (2^19-2^22 lossless) overflowed on 303 of 303 steps, because
+    the gradients at initialization are the largest a run meets (2^-1.7 here against 2^-4 after training);
+    with every step skipped the weights never leave initialization. A few batches: about a second on a CPU."""
+    from ..train.ncf import build_model
+
+    device = torch.device(device) if device is not None else default_device()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = build_model(data, cfg).to(device)
+    return gradient_log2_magnitudes(model, data, cfg, batches=batches)["log2"]
+
+
 def lossless_scale_exponents(*log2_arrays) -> tuple[int, int] | None:
     """The powers of two ``(lo, hi)`` such that every scale 2^lo..2^hi moves all the given magnitudes
     (log2 |g|) into fp16 with none flushed to zero and none overflowing (subnormals allowed); None when
@@ -331,8 +346,18 @@ def loss_scaling_reading(rows: list[dict], users: int) -> str:
             f"{ref['HR@10']:.3f} in fp32. ")
     if none["diverged"]:
         return text + "fp16 without loss scaling diverged here: loss scaling is what makes fp16 train this setting."
-    gaps = {k: by[k]["HR@10"] - ref["HR@10"] for k in ("none", "static", "dynamic")}
     noise = (f"twice the evaluation's standard error over its {users:,} users ({tol:.3f})")
+    # #37 (full run 2026-12-01): a scale that overflowed at most steps skipped most updates; its HR@10 is then
+    # a model that barely trained, whatever rounding does: say so before any gap is read as rounding or underflow
+    skipped = {k: by[k]["skipped steps"] for k in ("static", "dynamic") if (by[k]["skipped steps"] or 0) > steps / 2}
+    if skipped:
+        k = next(iter(skipped))
+        gap = by[k]["HR@10"] - ref["HR@10"]
+        return text + (f"The {k} scale overflowed on {skipped[k]} of {steps} steps and each of them was skipped, so "
+                       f"that run {'never updated its weights' if skipped[k] == steps else 'barely trained'}: its "
+                       f"HR@10 ({by[k]['HR@10']:.3f}, {gap:+.3f} against fp32) is an overflow, not rounding and not "
+                       "underflow. A static scale must fit the gradients the run starts with, the largest ones.")
+    gaps = {k: by[k]["HR@10"] - ref["HR@10"] for k in ("none", "static", "dynamic")}
     if all(abs(g) <= tol for g in gaps.values()):
         verdict = f"Every run is within {noise} of fp32: no measurable difference in training. "
         if none["activation grads underflow"] < 0.01:
@@ -641,10 +666,17 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
         text = (f"Autocast runs only the matmuls (nn.Linear) in 16 bits, and they use {neumf_share:.1%} of this "
                 "NeuMF's parameters: the embedding lookups, the loss and the optimizer's update of every parameter "
                 "stay fp32.")
+        faster = [m for m in speed if m != "fp32" and _compare(speed.ratio(m), tol) == "faster"]
+        if faster:  # #37: measured faster here, so the step is not one 16-bit units cannot speed up
+            op_share = f32.get("optimizer", math.nan) / total32
+            text += (f" Yet {' and '.join(faster)} made this step measurably faster here: a share of the parameters "
+                     "is not a share of the time, and at this batch the MLP's matmuls run over every sample"
+                     + (f" (forward+backward is {f32['forward_backward'] / total32:.0%} of fp32's step, the "
+                        f"optimizer {op_share:.0%})." if op_share == op_share else "."))
         if bert is not None:
             text += (f" In lesson 07's BERT ({bert[0]}) they use {bert[1]:.0%} of its parameters, each for every token "
-                     "of every sequence: a step made of matmuls, which 16-bit units can speed up where NeuMF's "
-                     "embedding- and optimizer-bound step cannot.")
+                     "of every sequence: a step made of matmuls, which 16-bit units can speed up"
+                     + (" further." if faster else " where NeuMF's embedding-heavy step did not speed up here."))
         if bert_ratio is not None:
             text += f" Lesson 07 measured BERT's bf16 at {bert_ratio:.2f}x fp32 on this machine (its saved result)."
         elif bert is not None:

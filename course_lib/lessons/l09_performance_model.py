@@ -462,6 +462,59 @@ def fit_steps_to_target(rows: list[dict]) -> tuple[float, float] | None:
     return intercept, slope / intercept
 
 
+ILLUSTRATIVE_STEPS = (2000.0, 4096.0)  # S_min, B_crit when lesson 02's runs give no fit: made up, said so
+
+
+def _best_steps(rows) -> list[tuple[int, int]]:
+    best: dict[int, int] = {}
+    for r in rows or ():
+        if r.get("steps to target"):
+            b = r["batch size"]
+            best[b] = min(best.get(b, r["steps to target"]), r["steps to target"])
+    return sorted(best.items())
+
+
+def steps_fit(rows: list[dict] | None) -> tuple[tuple[float, float] | None, str]:
+    """``(fit, line)``: :func:`fit_steps_to_target` of lesson 02's saved rows, and the line that says where
+    ``S_min`` and ``B_crit`` come from; when there is no fit, the measured reason (#37, full run 2026-12-01:
+    "fewer than two batches reached the target, or steps that do not fall" printed over five batches whose
+    steps fell at every one: the fit had failed because they fell as fast as 1/B) and the illustrative values."""
+    s_min, b_crit = ILLUSTRATIVE_STEPS
+    made_up = f": illustrative S_min = {s_min:.0f}, B_crit = {b_crit:.0f} (not measured)"
+    if rows is None:
+        return None, "lesson 02's steps to target are not here" + made_up
+    fitted = fit_steps_to_target(rows)
+    if fitted:
+        return fitted, f"from lesson 02's runs here: S_min = {fitted[0]:.0f} steps, B_crit = {fitted[1]:.0f} samples"
+    pts = _best_steps(rows)
+    if len(pts) < 2:
+        return None, (f"only {len(pts)} batch size(s) of lesson 02 reached the target: S = S_min (1 + B_crit / B) "
+                      "needs two" + made_up)
+    listing = ", ".join(f"{s} at {b}" for b, s in pts)
+    if any(s1 >= s0 for (_, s0), (_, s1) in zip(pts, pts[1:])):
+        why = "the steps did not fall at every larger batch"
+    else:
+        why = ("the steps fell about as fast as 1/B or faster over the batches measured, so a line in 1/B has no "
+               "positive S_min: they bent too little for the fit to place a critical batch (lesson 02's regimes "
+               "say where they bent)")
+    return None, f"lesson 02's steps to target ({listing}) do not fit S = S_min (1 + B_crit / B): {why}" + made_up
+
+
+def time_to_target_title(fitted) -> str:
+    """The title of lesson 09's time-to-target table: "predicted" from lesson 02's fit, or "illustrative"."""
+    where = ("steps from lesson 02's fit" if fitted else
+             "steps from the illustrative S_min and B_crit above, not from this machine's runs")
+    return f"NeuMF on one rank of this machine: time to target, predicted (step times measured here; {where})"
+
+
+def knee_line(knee: int | None, fitted) -> str:
+    """Where doubling the batch stops paying, said as a finding only when the steps came from lesson 02."""
+    tail = "" if fitted else " (with the illustrative S_min and B_crit: what the model does, not what this run found)"
+    if knee:
+        return f"doubling the batch stops cutting the time to target by 10 % from batch {knee}" + tail
+    return "every doubling measured still cut the time to target by more than 10 %" + tail
+
+
 def time_to_target_rows(a: M.StepCounts, b: M.StepCounts, curves, link, *, step_overhead_s: float,
                         min_steps: float, critical_batch: float, batches, p: int = 1) -> list[dict]:
     """Predicted time to target per global batch on ``p`` devices: steps (McCandlish) x predicted step."""
