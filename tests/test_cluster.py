@@ -10,8 +10,10 @@ not run as root.
 import ipaddress
 import json
 import os
+import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -294,16 +296,25 @@ def unix_user():
     userdel = shutil.which("userdel") or "/usr/sbin/userdel"
     subprocess.run([useradd, "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/bin/sh", "--user-group",
                     user], check=True, capture_output=True)
+    pw = pwd.getpwnam(user)
     own = Path(tempfile.mkdtemp(prefix="cluster-user-"))
     try:
-        import pwd
-
-        pw = pwd.getpwnam(user)
         os.chown(own, pw.pw_uid, pw.pw_gid)
         yield {"name": user, "uid": pw.pw_uid, "gid": pw.pw_gid, "dir": own}
     finally:
         shutil.rmtree(own, ignore_errors=True)
-        subprocess.run([userdel, user], capture_output=True)
+        for _ in range(100):  # what a failed test left of this user's (userdel refuses while it has processes)
+            left = _processes_of(pw.pw_uid)
+            if not left:
+                break
+            for line in left:
+                try:
+                    os.kill(int(line.split()[0]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        gone = subprocess.run([userdel, user], capture_output=True, text=True)
+        assert gone.returncode == 0, f"userdel {user}: {gone.stderr}"
 
 
 def _as(user: dict, *args: str) -> list[str]:
@@ -376,10 +387,29 @@ def test_an_unprivileged_user_makes_uses_and_removes_a_cluster(unix_user, capsys
     finally:
         down = cli_as("down", "--name", name)
     assert down.returncode == 0, down.stderr
-    deadline = time.monotonic() + scaled(10)
-    while left := _processes_of(user["uid"]) + ([f"folder {state}"] if state.exists() else []):
-        assert time.monotonic() < deadline, f"left of the user's cluster: {left}"
-        time.sleep(0.1)
+
+    def assert_nothing_left():
+        deadline = time.monotonic() + scaled(10)
+        while left := _processes_of(user["uid"]) + ([f"folder {state}"] if state.exists() else []):
+            assert time.monotonic() < deadline, f"left of the user's cluster: {left}"
+            time.sleep(0.1)
+
+    assert_nothing_left()
+    # its creator killed (here the --owner it names), with a job running on a node: the watchdog removes it all
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        assert cli_as("up", "--name", name, "--nodes", "2", "--owner", str(owner.pid)).returncode == 0
+        job = subprocess.Popen(_as(user, SYSTEM_PYTHON, "-m", "course_lib.cluster", "run", "--name", name, "node1",
+                                   "--", "sleep", "600"), cwd=user["dir"], env=env)
+        deadline = time.monotonic() + scaled(10)
+        while not [p for p in _processes_of(user["uid"]) if p.split(" ", 1)[1] == "sleep 600"]:  # inside node1
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        owner.kill()
+        owner.wait()
+    assert job.wait(scaled(30)) == -9
+    assert_nothing_left()
 
 
 REFUSE_USERNS = """
