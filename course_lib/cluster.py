@@ -291,8 +291,20 @@ def _run(cmd: list[str], step: str, check: bool = True) -> subprocess.CompletedP
     return r
 
 
+def cluster_mode() -> str:
+    """``"root"`` (named namespaces) as root, else ``"userns"``; ``COURSE_CLUSTER_MODE=userns`` asks for the
+    unprivileged path as root too (the suite checks lesson 13's runs on it so)."""
+    mode = os.environ.get("COURSE_CLUSTER_MODE", "").strip()
+    if mode not in ("", "root", "userns"):
+        raise ClusterError(f"COURSE_CLUSTER_MODE={mode!r}: choose 'root' (needs root) or 'userns' (a user "
+                           "namespace of your own), or leave it unset")
+    if mode == "root" and os.geteuid() != 0:
+        raise ClusterError("COURSE_CLUSTER_MODE='root' needs root; unset it to build the cluster in a user namespace")
+    return mode or ("root" if os.geteuid() == 0 else "userns")
+
+
 def _privilege_hint() -> str:
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and os.environ.get("COURSE_CLUSTER_MODE", "").strip() != "userns":
         return ""
     return (f"\nThis step ran inside the cluster's own user namespace (as its root, which is your uid {os.geteuid()} "
             "outside), and the kernel refused it there: some kernels or security policies allow fewer operations "
@@ -364,7 +376,11 @@ def unavailable_reason() -> str | None:
         pkgs = sorted({PROGRAMS[p] for p in missing})
         return (f"programs not found: {', '.join(missing)}; install Debian's {' '.join(pkgs)} "
                 f"(apt-get install {' '.join(pkgs)}; ci/install-slurm.sh does it for make test)")
-    if os.geteuid() != 0:
+    try:
+        mode = cluster_mode()
+    except ClusterError as exc:
+        return str(exc)
+    if mode == "userns":
         refused = userns_refusal()
         if refused:
             return "without root, the virtual cluster is built inside a user namespace, and " + refused
@@ -443,7 +459,7 @@ def up(name: str, nodes: int = 2, rate: str = "1gbit", owner_pid: int | None = N
     if missing:
         raise ClusterError(unavailable_reason())
     bridge_ns, node_prefix = _netns_names(name)
-    mode = "root" if os.geteuid() == 0 else "userns"
+    mode = cluster_mode()
     if (mode == "root" and os.path.exists(f"/run/netns/{bridge_ns}")) or (state_root() / name).exists():
         raise ClusterError(f"a cluster named {name!r} exists already (namespace {bridge_ns} or its state folder "
                            f"{state_root() / name}): `python -m course_lib.cluster down --name {name}` first")
