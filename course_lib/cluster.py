@@ -616,7 +616,10 @@ def down(name: str) -> list[str]:
     left: list[str] = []
     for attempt in range(50):
         if userns:  # every process in the cluster's user namespace: its namespaces go with the last one
-            pids = [pid for pid, ino in _all_netns_inodes("user").items() if ino == userns and pid != os.getpid()]
+            # (a zombie keeps its user namespace -- it is in the credentials, unlike the network namespace, which
+            # goes at exit -- so zombies, already dead, are not waited for)
+            pids = [pid for pid, ino in _all_netns_inodes("user").items()
+                    if ino == userns and pid != os.getpid() and _state_of(pid) != "Z"]
         else:
             pids = [pid for pid, ino in _all_netns_inodes().items() if ino in inodes]
         if not pids:

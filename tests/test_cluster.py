@@ -38,6 +38,18 @@ def private_state(tmp_path, monkeypatch):
     return root
 
 
+@pytest.fixture(params=["root", "userns"])
+def mode(request, monkeypatch):
+    """Both ways of building the cluster: named namespaces as root, and inside a user namespace (what a user
+    without root gets; asked for here with COURSE_CLUSTER_MODE)."""
+    if request.param == "root" and os.geteuid() != 0:
+        pytest.skip("named namespaces need root")
+    if request.param == "userns" and vc.userns_refusal():
+        pytest.skip(vc.userns_refusal())
+    monkeypatch.setenv("COURSE_CLUSTER_MODE", request.param)
+    return request.param
+
+
 def unique_name() -> str:
     return f"t{secrets.token_hex(4)}"
 
@@ -141,7 +153,7 @@ def test_up_run_down_from_the_command_line():
 
 
 @needs_root
-def test_nodes_reach_each_other_and_the_host_has_no_address_or_route_to_them():
+def test_nodes_reach_each_other_and_the_host_has_no_address_or_route_to_them(mode):
     host_links = {e["ifname"] for e in json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True,
                                                                   text=True, check=True).stdout)}
     with vc.up(unique_name(), nodes=2, rate="1gbit") as c:
@@ -163,7 +175,7 @@ def test_nodes_reach_each_other_and_the_host_has_no_address_or_route_to_them():
 
 
 @needs_root
-def test_a_1gbit_link_carries_between_half_the_rate_and_the_rate(capsys):
+def test_a_1gbit_link_carries_between_half_the_rate_and_the_rate(capsys, mode):
     with vc.up(unique_name(), nodes=2, rate="1gbit") as c:
         before = c.link_bytes()
         nbytes = 40_000_000  # 0.32 s at 1 Gbit/s
@@ -179,7 +191,8 @@ def test_a_1gbit_link_carries_between_half_the_rate_and_the_rate(capsys):
     sent = after["node0"]["tx"] - before["node0"]["tx"]
     received = after["node1"]["rx"] - before["node1"]["rx"]
     with capsys.disabled():
-        print(f"\n1gbit link: {bits_per_s / 1e6:.0f} Mbit/s of payload (tries: {[round(t / 1e6) for t in tries]}); "
+        print(f"\n1gbit link ({mode}): {bits_per_s / 1e6:.0f} Mbit/s of payload "
+              f"(tries: {[round(t / 1e6) for t in tries]}); "
               f"node0 sent {sent:,} bytes on its link, "
               f"node1 received {received:,} (payload {nbytes:,})")
     assert 0.5e9 <= bits_per_s <= 1e9, f"{bits_per_s / 1e6:.0f} Mbit/s on a link set to 1 Gbit/s"
@@ -188,7 +201,7 @@ def test_a_1gbit_link_carries_between_half_the_rate_and_the_rate(capsys):
 
 
 @needs_root
-def test_kill_node_kills_its_processes_and_keeps_the_node():
+def test_kill_node_kills_its_processes_and_keeps_the_node(mode):
     with vc.up(unique_name(), nodes=2, rate="100mbit") as c:
         sleeper = c.popen("node1", ["sleep", "600"])
         deadline = time.monotonic() + scaled(10)
@@ -202,7 +215,7 @@ def test_kill_node_kills_its_processes_and_keeps_the_node():
 
 
 @needs_root
-def test_an_exception_inside_the_cluster_leaves_nothing():
+def test_an_exception_inside_the_cluster_leaves_nothing(mode):
     name = unique_name()
     with pytest.raises(RuntimeError, match="the test failed"):
         with vc.up(name, nodes=2, rate="1gbit") as c:
@@ -217,14 +230,14 @@ import json, sys, time
 from course_lib import cluster as vc
 c = vc.up(sys.argv[1], nodes=2, rate="1gbit")
 c.popen("node1", ["sleep", "600"])
-inodes = [vc._netns_inode(n.netns) for n in c.nodes] + [vc._netns_inode(c.bridge_netns)]
-print(json.dumps({"inodes": inodes, "pids": [n.holder_pid for n in c.nodes] + [c.watchdog_pid]}), flush=True)
+print(json.dumps({"inodes": sorted(c.netns_inodes()), "pids": [n.holder_pid for n in c.nodes] + [c.watchdog_pid]
+                  + [c.anchor_pid] * (c.mode == "userns")}), flush=True)
 time.sleep(600)
 """
 
 
 @needs_root
-def test_a_killed_creator_leaves_nothing():
+def test_a_killed_creator_leaves_nothing(mode):
     """SIGKILL the process that made the cluster (with a job running in it): the watchdog removes it all."""
     name = unique_name()
     holder = subprocess.Popen([sys.executable, "-c", HOLD, name], stdout=subprocess.PIPE, text=True)
