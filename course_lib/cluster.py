@@ -33,7 +33,10 @@ notebook's kernel -- or ``--owner PID``; the calling process for :func:`up` in P
 
 As root, the namespaces are named ones (``ip netns add``, under /run/netns). As any other user, where the
 kernel allows unprivileged user namespaces, ``up`` builds the same cluster inside a user namespace of that
-user's own (see "Without root" below); where it does not, ``up`` says which step was refused and what to do.
+user's own (see "Without root" below the imports; ``COURSE_CLUSTER_MODE=userns`` asks for it as root too):
+the same nodes, links, JSON line and ``run``/``down``, with commands in the nodes running as the namespace's
+root (uid 0 inside, the invoking user outside: files they write belong to that user). Where the kernel
+refuses user namespaces, ``up`` says which step was refused, which sysctl (if any) forbids them, and what to do.
 Programs: ``ip`` and ``tc`` (Debian's iproute2), ``unshare`` and ``nsenter`` (util-linux).
 """
 

@@ -3,8 +3,9 @@
 Every test makes its own cluster with a unique name and checks that nothing of it is left afterwards:
 no namespace, no process in its namespaces (noted while it was up), no watchdog, no state folder.
 Traffic only between the namespaces the test made (198.18.0.0/15); the host's namespace sends nothing.
-Skipped, with the reason, where ``ip``/``tc``/``unshare``/``nsenter`` are missing or the suite does
-not run as root.
+The tests that build clusters run on both paths (``mode``: named namespaces as root, a user namespace as
+anyone), one as a fresh unprivileged Unix user; skipped, with the reason, where ``ip``/``tc``/``unshare``/
+``nsenter`` are missing, or a path is not available (not root; user namespaces refused).
 """
 
 import ipaddress
@@ -122,7 +123,7 @@ def transfer(c: vc.Cluster, sender: str, receiver: str, nbytes: int, bound_s: fl
 
 
 @needs_root
-def test_up_run_down_from_the_command_line():
+def test_up_run_down_from_the_command_line(mode):
     name = unique_name()
     r = cli("up", "--name", name, "--nodes", "3", "--rate", "1gbit")
     assert r.returncode == 0, r.stderr
@@ -270,6 +271,17 @@ def test_bad_settings_are_named():
     with pytest.raises(vc.ClusterError, match=r"--nodes 0"):
         vc.up("ok", nodes=0)
     assert vc.parse_rate("1gbit") == 1e9 and vc.parse_rate("2.5mbit") == 2.5e6
+
+
+def test_a_bad_cluster_mode_is_named(monkeypatch):
+    monkeypatch.setenv("COURSE_CLUSTER_MODE", "rootless")
+    with pytest.raises(vc.ClusterError, match=r"COURSE_CLUSTER_MODE='rootless': choose 'root'.*'userns'"):
+        vc.up("ok")
+    assert "COURSE_CLUSTER_MODE='rootless'" in vc.unavailable_reason()
+    monkeypatch.setenv("COURSE_CLUSTER_MODE", "root")
+    monkeypatch.setattr(vc.os, "geteuid", lambda: 1000)
+    with pytest.raises(vc.ClusterError, match=r"COURSE_CLUSTER_MODE='root' needs root"):
+        vc.up("ok")
 
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's: every user can run it (the venv's python3 lives under /root here)
