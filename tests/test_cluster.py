@@ -483,6 +483,36 @@ def test_without_user_namespaces_it_names_the_refused_step(tmp_path, monkeypatch
     assert "user.max_user_namespaces is 0" in r.stderr and "sysctl -w" in r.stderr and "as root" in r.stderr, r.stderr
 
 
+def test_a_step_refused_inside_the_user_namespace_is_named_and_nothing_is_left(tmp_path, monkeypatch):
+    """``tc`` refused inside the user namespace (some kernels allow less there): ``up`` names the step, says what
+    to do, and removes what it had made."""
+    if vc.userns_refusal() or vc.missing_programs():
+        pytest.skip(vc.userns_refusal() or "needs ip/tc/unshare/nsenter")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "tc").write_text("#!/bin/sh\necho 'RTNETLINK answers: Operation not permitted' >&2\nexit 2\n")
+    (shim / "tc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("COURSE_CLUSTER_MODE", "userns")
+    name = unique_name()
+
+    def holders_in_new_user_namespaces():  # the anchor and node holders are `sleep infinity` (zombies are gone)
+        return [f"process {pid} {vc._cmdline(pid)} in user namespace {ino}"
+                for pid, ino in vc._all_netns_inodes("user").items()
+                if ino not in before and vc._state_of(pid) != "Z" and vc._cmdline(pid) == "sleep infinity"]
+
+    before = set(vc._all_netns_inodes("user").values())
+    with pytest.raises(vc.ClusterError) as err:
+        vc.up(name, nodes=2, rate="1gbit")
+    msg = str(err.value)
+    assert "step 'shape what node0 sends (tbf)' was refused" in msg and "Operation not permitted" in msg, msg
+    assert "inside the cluster's own user namespace" in msg and "as root" in msg, msg
+    deadline = time.monotonic() + scaled(10)
+    while left := vc.leftovers(name) + holders_in_new_user_namespaces():
+        assert time.monotonic() < deadline, left
+        time.sleep(0.1)
+
+
 def test_without_root_the_reason_names_the_refused_step(monkeypatch):
     monkeypatch.setattr(vc.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(vc, "USERNS_PROBE", ["sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2;"
