@@ -31,9 +31,12 @@ starts a watchdog in its own session that removes everything when the cluster's 
 ``down`` (the owner: the process that ran ``python -m course_lib.cluster up`` -- a shell, a test, a
 notebook's kernel -- or ``--owner PID``; the calling process for :func:`up` in Python).
 
-Needs root (``ip netns add`` mounts under /run/netns; creating veths and qdiscs needs CAP_NET_ADMIN).
-Without it, ``up`` says which step was refused; where the kernel allows unprivileged user
-namespaces, it says so too (this module does not build the cluster inside one yet).
+As root, the namespaces are named ones (``ip netns add``, under /run/netns). As any other user, where the
+kernel allows unprivileged user namespaces, ``up`` builds the same cluster inside a user namespace of that
+user's own (see "Without root" below the imports; ``COURSE_CLUSTER_MODE=userns`` asks for it as root too):
+the same nodes, links, JSON line and ``run``/``down``, with commands in the nodes running as the namespace's
+root (uid 0 inside, the invoking user outside: files they write belong to that user). Where the kernel
+refuses user namespaces, ``up`` says which step was refused, which sysctl (if any) forbids them, and what to do.
 Programs: ``ip`` and ``tc`` (Debian's iproute2), ``unshare`` and ``nsenter`` (util-linux).
 """
 
@@ -51,6 +54,26 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+# Without root (``Cluster.mode == "userns"``). A process whose uid owns a user namespace may join it
+# (setns(2) needs CAP_SYS_ADMIN in the target user namespace, which its owner has), and on joining "gains a
+# full set of capabilities in that namespace" (user_namespaces(7)): enough to create network, UTS and mount
+# namespaces owned by it, veths, a bridge and tbf qdiscs in them (checked on this kernel as an ordinary user).
+# Joining a network namespace also needs CAP_SYS_ADMIN in one's *own* user namespace, so every command enters
+# the user namespace first (``nsenter --user``). ``nsenter --user`` alone fails with "setgroups failed:
+# Operation not permitted" when the namespace was made by ``unshare --map-root-user``, which writes "deny" to
+# /proc/PID/setgroups as the kernel requires of an unprivileged gid_map; ``--preserve-credentials`` skips the
+# setgroups/setuid calls (util-linux issues #1006 and #3553, slirp4netns #263), and the caller's uid is 0
+# inside anyway, the one uid mapped (to the invoking user).
+# Why holder processes (/proc/PID/ns/*) and not ``ip netns``: ``ip netns add`` keeps its namespaces as bind
+# mounts under /run/netns, hard-wired in iproute2; an unprivileged user cannot create that folder, and a tmpfs
+# over /run in a private mount namespace would hide the host's /run (XDG_RUNTIME_DIR, munge's socket) from the
+# nodes' jobs. A holder -- ``sleep`` in the namespaces -- needs no file at all, ``ip link ... netns PID``
+# moves a veth end into a holder's network namespace, and the kernel frees the namespaces with their last
+# process, so ``down`` only has to kill every process of the cluster's user namespace.
+# The anchor: ``unshare --user --map-root-user --net sleep``, the user namespace and the bridge's network
+# namespace; each node's holder: ``nsenter`` into the anchor's user namespace, then ``unshare --net --uts
+# --mount``.
 
 PROGRAMS = {"ip": "iproute2", "tc": "iproute2", "unshare": "util-linux", "nsenter": "util-linux"}
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
@@ -86,6 +109,9 @@ class Cluster:
     state_dir: str
     watchdog_pid: int = 0
     owner_pid: int = 0
+    mode: str = "root"  # "root": named namespaces (ip netns); "userns": inside a user namespace of the caller's
+    anchor_pid: int = 0  # userns: the process holding the user namespace and the bridge's network namespace
+    userns_inode: int = 0  # userns: that user namespace's inode (down kills every process in it)
 
     # ---------------------------------------------------------------- lookup
     def node(self, name: str) -> Node:
@@ -106,7 +132,7 @@ class Cluster:
     def command(self, node: str, cmd: list[str], cwd: str | None = None) -> list[str]:
         """``cmd`` as a command line that runs it inside ``node`` (in ``cwd``, default the current one)."""
         n = self.node(node)
-        return ["nsenter", f"--target={n.holder_pid}", "--net", "--uts", "--mount",
+        return ["nsenter", f"--target={n.holder_pid}", *_USER[self.mode], "--net", "--uts", "--mount",
                 f"--wd={cwd or os.getcwd()}", "--", *cmd]
 
     def env(self, node: str, base: dict | None = None) -> dict:
@@ -130,16 +156,15 @@ class Cluster:
         bits = parse_rate(rate)
         shape = _shape(rate, bits)
         for n in self.nodes:
-            _run(["tc", "-n", n.netns, "qdisc", "replace", "dev", n.interface, *shape], f"reshape {n.name}'s link")
-            _run(["tc", "-n", self.bridge_netns, "qdisc", "replace", "dev", n.port, *shape],
-                 f"reshape {n.name}'s link")
+            _run(_in(self, n, "tc", "qdisc", "replace", "dev", n.interface, *shape), f"reshape {n.name}'s link")
+            _run(_in(self, None, "tc", "qdisc", "replace", "dev", n.port, *shape), f"reshape {n.name}'s link")
         c = replace(self, rate=rate, rate_bits_per_s=bits)
         _save(c)
         return c
 
     def link_bytes(self) -> dict[str, dict[str, int]]:
         """Bytes each node sent (``tx``) and received (``rx``) over its link, from its bridge port's counters."""
-        out = _run(["ip", "-n", self.bridge_netns, "-s", "-j", "link", "show"], "read the links' counters").stdout
+        out = _run(_in(self, None, "ip", "-s", "-j", "link", "show"), "read the links' counters").stdout
         ports = {entry["ifname"]: entry["stats64"] for entry in json.loads(out)}
         # the port's rx is what the node sent, its tx what the node received
         return {n.name: {"tx": ports[n.port]["rx"]["bytes"], "rx": ports[n.port]["tx"]["bytes"]}
@@ -150,11 +175,24 @@ class Cluster:
         nodes = self.nodes if node is None else (self.node(node),)
         inodes = {}
         for n in nodes:
-            ino = _netns_inode(n.netns)
+            ino = self.netns_inode(n)
             if ino is not None:
                 inodes[ino] = n
         skip = set() if holders else {n.holder_pid for n in self.nodes}
         return [pid for pid, ino in _all_netns_inodes().items() if ino in inodes and pid not in skip]
+
+    def netns_inode(self, node: Node | None) -> int | None:
+        """The inode of ``node``'s network namespace (the bridge's for None); None when it is gone."""
+        if self.mode == "root":
+            return _netns_inode(self.bridge_netns if node is None else node.netns)
+        pid = self.anchor_pid if node is None else node.holder_pid
+        if _ns_inode(pid, "user") != self.userns_inode:  # gone, or the pid reused by another process
+            return None
+        return _ns_inode(pid, "net")
+
+    def netns_inodes(self) -> set[int]:
+        """The inodes of every network namespace of the cluster (nodes and bridge) that still exists."""
+        return {i for i in (self.netns_inode(n) for n in (*self.nodes, None)) if i is not None}
 
     def kill_node(self, node: str) -> list[int]:
         """SIGKILL every process on ``node`` (what a node that loses power does); the pids killed.
@@ -256,26 +294,77 @@ def _run(cmd: list[str], step: str, check: bool = True) -> subprocess.CompletedP
     return r
 
 
+def cluster_mode() -> str:
+    """``"root"`` (named namespaces) as root, else ``"userns"``; ``COURSE_CLUSTER_MODE=userns`` asks for the
+    unprivileged path as root too (the suite checks lesson 13's runs on it so)."""
+    mode = os.environ.get("COURSE_CLUSTER_MODE", "").strip()
+    if mode not in ("", "root", "userns"):
+        raise ClusterError(f"COURSE_CLUSTER_MODE={mode!r}: choose 'root' (needs root) or 'userns' (a user "
+                           "namespace of your own), or leave it unset")
+    if mode == "root" and os.geteuid() != 0:
+        raise ClusterError("COURSE_CLUSTER_MODE='root' needs root; unset it to build the cluster in a user namespace")
+    return mode or ("root" if os.geteuid() == 0 else "userns")
+
+
 def _privilege_hint() -> str:
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and os.environ.get("COURSE_CLUSTER_MODE", "").strip() != "userns":
         return ""
-    return ("\n" + unprivileged_status() + " Run `python -m course_lib.cluster up` as root (a container of your "
-            "own, a VM), or use a real cluster (lesson 13 then runs on SLURM).")
+    return (f"\nThis step ran inside the cluster's own user namespace (as its root, which is your uid {os.geteuid()} "
+            "outside), and the kernel refused it there: some kernels or security policies allow fewer operations "
+            "in a user namespace than as root. Run `python -m course_lib.cluster up` as root (a VM or container of "
+            "your own), or use a real cluster (lesson 13 then runs on SLURM).")
+
+
+USERNS_PROBE = ["unshare", "--user", "--map-root-user", "--net", "--uts", "--mount", "true"]
+
+
+def _read_sysctl(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def userns_advice() -> str:
+    """What stops unprivileged user namespaces here, read from the sysctls that can, and what to do about it."""
+    found = []
+    if _read_sysctl("/proc/sys/user/max_user_namespaces") == "0":
+        found.append("sysctl user.max_user_namespaces is 0 (an administrator can allow them: "
+                     "`sysctl -w user.max_user_namespaces=10000`)")
+    if _read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        found.append("sysctl kernel.unprivileged_userns_clone is 0 (Debian's switch; an administrator can allow "
+                     "them: `sysctl -w kernel.unprivileged_userns_clone=1`)")
+    if _read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        found.append("sysctl kernel.apparmor_restrict_unprivileged_userns is 1 (Ubuntu's AppArmor restriction; an "
+                     "administrator can allow them with an AppArmor profile for unshare, or "
+                     "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`)")
+    if not found:
+        found.append("no sysctl here forbids them, so a seccomp filter (a container's default profile) or a "
+                     "security module does: run in a container or VM that allows them")
+    return ("Unprivileged user namespaces are not available: " + "; ".join(found)
+            + ". Otherwise run `python -m course_lib.cluster up` as root, or use a real cluster (lesson 13 then "
+              "runs on SLURM).")
+
+
+def userns_refusal() -> str | None:
+    """None where this user may create user + network + UTS + mount namespaces (the one step tried), else why."""
+    try:
+        r = subprocess.run(USERNS_PROBE, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"step 'create a user namespace' failed: `{' '.join(USERNS_PROBE)}` could not run ({exc})."
+    if r.returncode != 0:
+        return (f"step 'create a user namespace' was refused: `{' '.join(USERNS_PROBE)}` exited with status "
+                f"{r.returncode}: {r.stderr.strip()}. {userns_advice()}")
+    return None
 
 
 def unprivileged_status() -> str:
     """Whether this kernel lets an unprivileged user create user + network namespaces (the one step tried)."""
-    cmd = ["unshare", "--user", "--map-root-user", "--net", "true"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"Unprivileged user namespaces: `{' '.join(cmd)}` could not run ({exc})."
-    if r.returncode != 0:
-        return (f"Unprivileged user namespaces are not available here: `{' '.join(cmd)}` was refused: "
-                f"{r.stderr.strip()} (kernel.unprivileged_userns_clone / user.max_user_namespaces, or an "
-                "AppArmor/seccomp policy).")
-    return ("This kernel allows unprivileged user namespaces (`unshare --user --map-root-user --net` works), but "
-            "this module builds the cluster with `ip netns`, which needs root.")
+    refused = userns_refusal()
+    if refused:
+        return refused
+    return ("This kernel allows unprivileged user namespaces (`unshare --user --map-root-user --net` works): "
+            "without root, the cluster is built inside one of your own.")
 
 
 def missing_programs() -> list[str]:
@@ -290,9 +379,34 @@ def unavailable_reason() -> str | None:
         pkgs = sorted({PROGRAMS[p] for p in missing})
         return (f"programs not found: {', '.join(missing)}; install Debian's {' '.join(pkgs)} "
                 f"(apt-get install {' '.join(pkgs)}; ci/install-slurm.sh does it for make test)")
-    if os.geteuid() != 0:
-        return "the virtual cluster needs root (ip netns add, veth and qdiscs). " + unprivileged_status()
+    try:
+        mode = cluster_mode()
+    except ClusterError as exc:
+        return str(exc)
+    if mode == "userns":
+        refused = userns_refusal()
+        if refused:
+            return "without root, the virtual cluster is built inside a user namespace, and " + refused
     return None
+
+
+_USER = {"root": [], "userns": ["--user", "--preserve-credentials"]}  # see "Without root" at the top
+
+
+def _in(c: Cluster, node: Node | None, prog: str, *args: str) -> list[str]:
+    """``prog args`` (``ip`` or ``tc``) as a command line that runs in ``node``'s network namespace (the bridge's
+    for None)."""
+    if c.mode == "root":
+        return [prog, "-n", c.bridge_netns if node is None else node.netns, *args]
+    pid = c.anchor_pid if node is None else node.holder_pid
+    return ["nsenter", f"--target={pid}", *_USER[c.mode], "--net", "--", prog, *args]
+
+
+def _ns_inode(pid: int, kind: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:
+        return None
 
 
 def _netns_inode(netns: str) -> int | None:
@@ -302,13 +416,13 @@ def _netns_inode(netns: str) -> int | None:
         return None
 
 
-def _all_netns_inodes() -> dict[int, int]:
-    """pid -> inode of its network namespace, for every process we can see."""
+def _all_netns_inodes(kind: str = "net") -> dict[int, int]:
+    """pid -> inode of its network namespace (or its ``kind`` of namespace), for every process we can see."""
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                out[int(entry)] = os.stat(f"/proc/{entry}/ns/net").st_ino
+                out[int(entry)] = os.stat(f"/proc/{entry}/ns/{kind}").st_ino
             except OSError:
                 pass
     return out
@@ -348,26 +462,36 @@ def up(name: str, nodes: int = 2, rate: str = "1gbit", owner_pid: int | None = N
     if missing:
         raise ClusterError(unavailable_reason())
     bridge_ns, node_prefix = _netns_names(name)
-    if os.path.exists(f"/run/netns/{bridge_ns}") or (state_root() / name).exists():
+    mode = cluster_mode()
+    if (mode == "root" and os.path.exists(f"/run/netns/{bridge_ns}")) or (state_root() / name).exists():
         raise ClusterError(f"a cluster named {name!r} exists already (namespace {bridge_ns} or its state folder "
                            f"{state_root() / name}): `python -m course_lib.cluster down --name {name}` first")
     state = state_root() / name
     state.mkdir(mode=0o700)
     owner_pid = os.getpid() if owner_pid is None else owner_pid
     members = [Node(f"node{k}", f"{SUBNET}.{k + 1}", INTERFACE, f"{node_prefix}{k}", f"p{k}") for k in range(nodes)]
-    c = Cluster(name, tuple(members), rate, bits, bridge_ns, str(state), 0, owner_pid)
+    c = Cluster(name, tuple(members), rate, bits, bridge_ns, str(state), 0, owner_pid, mode)
     _save(c)  # before anything exists: down() reads it to know what to remove
     try:
         # the first step that needs privileges, before the watchdog: refused, it is the one named
-        _run(["ip", "netns", "add", c.bridge_netns], "create the bridge's network namespace")
+        if mode == "root":
+            _run(["ip", "netns", "add", c.bridge_netns], "create the bridge's network namespace")
+        else:
+            c = _start_anchor(c)
+            _save(c)
         c = _start_watchdog(c)
         _save(c)
-        _build(c)
         hosts = state / "hosts"
         hosts.write_text(_hosts_file(members))
         hosts.chmod(0o644)
-        c = replace(c, nodes=tuple(_start_holder(c, n, hosts) for n in members))
-        _save(c)
+        if mode == "root":  # the holders enter the named namespaces _build makes
+            _build(c)
+            c = replace(c, nodes=tuple(_start_holder(c, n, hosts) for n in members))
+            _save(c)
+        else:  # the holders make the namespaces, and _build moves a veth end into each by its pid
+            c = replace(c, nodes=tuple(_start_holder(c, n, hosts) for n in members))
+            _save(c)
+            _build(c)
     except BaseException:
         down(name)
         raise
@@ -380,23 +504,22 @@ def _shape(rate: str, bits_per_s: float) -> list[str]:
 
 def _build(c: Cluster) -> None:
     shape = _shape(c.rate, c.rate_bits_per_s)
-    _run(["ip", "-n", c.bridge_netns, "link", "add", "br0", "type", "bridge"], "create the bridge")
-    _run(["ip", "-n", c.bridge_netns, "link", "set", "br0", "up"], "bring the bridge up")
+    _run(_in(c, None, "ip", "link", "add", "br0", "type", "bridge"), "create the bridge")
+    _run(_in(c, None, "ip", "link", "set", "br0", "up"), "bring the bridge up")
     for n in c.nodes:
-        _run(["ip", "netns", "add", n.netns], f"create {n.name}'s network namespace")
-        _run(["ip", "-n", c.bridge_netns, "link", "add", n.port, "type", "veth", "peer", "name", n.interface,
-              "netns", n.netns], f"create {n.name}'s link (a veth pair)")
-        _run(["ip", "-n", c.bridge_netns, "link", "set", n.port, "master", "br0", "up"],
-             f"attach {n.name}'s link to the bridge")
+        if c.mode == "root":
+            _run(["ip", "netns", "add", n.netns], f"create {n.name}'s network namespace")
+        # `netns PID`: into the network namespace of that process (ip-link(8)), here the node's holder
+        _run(_in(c, None, "ip", "link", "add", n.port, "type", "veth", "peer", "name", n.interface,
+                 "netns", n.netns if c.mode == "root" else str(n.holder_pid)), f"create {n.name}'s link (a veth pair)")
+        _run(_in(c, None, "ip", "link", "set", n.port, "master", "br0", "up"), f"attach {n.name}'s link to the bridge")
         # no IPv6 link-local address: the links then carry only what the cluster's commands send
-        _run(["ip", "-n", n.netns, "link", "set", n.interface, "addrgenmode", "none"], f"quiet {n.name}'s IPv6")
-        _run(["ip", "-n", n.netns, "addr", "add", f"{n.address}/24", "dev", n.interface],
-             f"give {n.name} its address")
-        _run(["ip", "-n", n.netns, "link", "set", n.interface, "up"], f"bring {n.name}'s link up")
-        _run(["ip", "-n", n.netns, "link", "set", "lo", "up"], f"bring {n.name}'s loopback up")
-        _run(["tc", "-n", n.netns, "qdisc", "add", "dev", n.interface, *shape], f"shape what {n.name} sends (tbf)")
-        _run(["tc", "-n", c.bridge_netns, "qdisc", "add", "dev", n.port, *shape],
-             f"shape what {n.name} receives (tbf)")
+        _run(_in(c, n, "ip", "link", "set", n.interface, "addrgenmode", "none"), f"quiet {n.name}'s IPv6")
+        _run(_in(c, n, "ip", "addr", "add", f"{n.address}/24", "dev", n.interface), f"give {n.name} its address")
+        _run(_in(c, n, "ip", "link", "set", n.interface, "up"), f"bring {n.name}'s link up")
+        _run(_in(c, n, "ip", "link", "set", "lo", "up"), f"bring {n.name}'s loopback up")
+        _run(_in(c, n, "tc", "qdisc", "add", "dev", n.interface, *shape), f"shape what {n.name} sends (tbf)")
+        _run(_in(c, None, "tc", "qdisc", "add", "dev", n.port, *shape), f"shape what {n.name} receives (tbf)")
 
 
 def _start_holder(c: Cluster, n: Node, hosts: Path) -> Node:
@@ -406,11 +529,20 @@ def _start_holder(c: Cluster, n: Node, hosts: Path) -> Node:
     # mounted on /sys/fs/cgroup", SLURM 22.05, measured), and `ip netns exec` would leave it empty.
     cgroups = Path(c.state_dir) / f"cgroup-{n.name}"
     cgroups.mkdir(mode=0o700)
+    # In a user namespace `mount --move` of that bind is refused ("filesystem was mounted, but any subsequent
+    # operation failed: Permission denied", measured as an ordinary user): a second rbind and a lazy unmount
+    # of the first do the same there.
+    move = ('mount --move "$3" /sys/fs/cgroup' if c.mode == "root"
+            else 'mount --rbind "$3" /sys/fs/cgroup && umount -l "$3"')
     script = ('hostname "$1" && mount --bind "$2" /etc/hosts && '
               'if [ -d /sys/fs/cgroup ]; then mount --rbind /sys/fs/cgroup "$3" && mount -t sysfs none /sys && '
-              'mount --move "$3" /sys/fs/cgroup; else mount -t sysfs none /sys; fi && '
+              f'{move}; else mount -t sysfs none /sys; fi && '
               'echo ready && exec sleep infinity')
-    cmd = ["nsenter", f"--net=/run/netns/{n.netns}", "--", "unshare", "--uts", "--mount", "--propagation", "private",
+    if c.mode == "root":
+        enter = ["nsenter", f"--net=/run/netns/{n.netns}", "--", "unshare"]
+    else:  # into the cluster's user namespace, then a network namespace of the node's own, owned by it
+        enter = ["nsenter", f"--target={c.anchor_pid}", *_USER[c.mode], "--", "unshare", "--net"]
+    cmd = [*enter, "--uts", "--mount", "--propagation", "private",
            "--", "sh", "-c", script, "holder", n.name, str(hosts), str(cgroups)]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -424,6 +556,24 @@ def _start_holder(c: Cluster, n: Node, hosts: Path) -> Node:
     proc.stdout.close()
     proc.stderr.close()
     return replace(n, holder_pid=proc.pid)
+
+
+def _start_anchor(c: Cluster) -> Cluster:
+    """Without root: the process holding the cluster's user namespace and the bridge's network namespace."""
+    cmd = ["unshare", "--user", "--map-root-user", "--net", "--", "sh", "-c", "echo ready && exec sleep infinity"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else b""
+    if line.strip() != b"ready":
+        proc.kill()
+        err = proc.communicate(timeout=10)[1].decode(errors="replace").strip()
+        raise ClusterError(f"step 'create the cluster's user namespace' was refused: `{' '.join(cmd)}`"
+                           f"{f' exited with status {proc.returncode}' if proc.returncode else ''}: "
+                           f"{err or 'no answer within 30 s'}. {userns_advice()}")
+    proc.stdout.close()
+    proc.stderr.close()
+    return replace(c, anchor_pid=proc.pid, userns_inode=_ns_inode(proc.pid, "user") or 0)
 
 
 def _start_watchdog(c: Cluster) -> Cluster:
@@ -453,20 +603,28 @@ def down(name: str) -> list[str]:
     try:
         c = load(name)
         netns = [n.netns for n in c.nodes]
-        holders = {n.holder_pid for n in c.nodes}
+        holders = {n.holder_pid for n in c.nodes} | {c.anchor_pid}
         watchdog = c.watchdog_pid
     except (ClusterError, ValueError, TypeError, KeyError):
         c, holders, watchdog = None, set(), 0
         netns = []
+    userns = c.userns_inode if c is not None and c.mode == "userns" else 0
     # namespaces of this name found on the system, also ones the state does not list (a crash mid-up)
     try:
-        netns += [e for e in os.listdir("/run/netns") if e.startswith(node_prefix) and e not in netns]
+        if os.geteuid() == 0:  # without root, there are no named ones (see "Without root" at the top)
+            netns += [e for e in os.listdir("/run/netns") if e.startswith(node_prefix) and e not in netns]
     except FileNotFoundError:
         pass
     inodes = {ino for ino in (_netns_inode(ns) for ns in netns) if ino is not None}
     left: list[str] = []
     for attempt in range(50):
-        pids = [pid for pid, ino in _all_netns_inodes().items() if ino in inodes]
+        if userns:  # every process in the cluster's user namespace: its namespaces go with the last one
+            # (a zombie keeps its user namespace -- it is in the credentials, unlike the network namespace, which
+            # goes at exit -- so zombies, already dead, are not waited for)
+            pids = [pid for pid, ino in _all_netns_inodes("user").items()
+                    if ino == userns and pid != os.getpid() and _state_of(pid) != "Z"]
+        else:
+            pids = [pid for pid, ino in _all_netns_inodes().items() if ino in inodes]
         if not pids:
             break
         for pid in pids:
@@ -477,7 +635,7 @@ def down(name: str) -> list[str]:
             except ProcessLookupError:
                 pass
         time.sleep(0.05)
-    for ns in [*netns, bridge_ns]:
+    for ns in [*netns, bridge_ns] if os.geteuid() == 0 else []:
         if os.path.exists(f"/run/netns/{ns}"):
             _run(["ip", "netns", "del", ns], f"delete the network namespace {ns}", check=False)
     if watchdog and watchdog != os.getpid():

@@ -5,7 +5,8 @@ Three paths, chosen by :func:`choose_path` from what the machine has:
 * ``slurm``: the learner's own SLURM cluster with at least two nodes -- each run is one
   ``srun --nodes N --ntasks-per-node 1 torchrun ...`` started from a cell (:class:`SlurmNodes`);
 * ``virtual``: the virtual cluster of course_lib/cluster.py (network namespaces on links of a set
-  bandwidth, as root) -- one ``torchrun`` per node through ``cluster.popen`` (:class:`VirtualNodes`);
+  bandwidth; as root, or in a user namespace of the learner's own) -- one ``torchrun`` per node through
+  ``cluster.popen`` (:class:`VirtualNodes`);
 * ``model``: neither; lesson 09's view of a data-parallel step (k micro-batches of compute, then one
   ring all-reduce of the gradients that nothing hides) predicts the same tables, labelled as predictions.
 
