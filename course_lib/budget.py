@@ -124,7 +124,8 @@ def size_plan(runs: list[Runs], budget: float, *, floor_scale: float, other_s: f
     if budget <= 0 or not runs or any(r.step_s <= 0 or r.steps < 1 or r.count < 0 for r in runs):
         raise ValueError(f"size_plan needs a positive budget ({budget}) and runs with positive steps and paces "
                          f"({runs})")
-    pace = ", ".join(f"{r.name} {r.step_s:.3g} s/step" for r in runs)
+    pace = (f"{runs[0].step_s:.3g} s/step" if len({r.step_s for r in runs}) == 1 else
+            ", ".join(f"{r.name} {r.step_s:.3g} s/step" for r in runs))
     full_ext = max(r.extensions for r in runs)
     avail = budget - other_s
 
@@ -149,6 +150,6 @@ def size_plan(runs: list[Runs], budget: float, *, floor_scale: float, other_s: f
         scale = max(floor_scale, min(1.0, (avail - fixed) / per_scale if per_scale else 1.0))
         scale = math.floor(scale * 100) / 100 if scale > floor_scale else floor_scale
         full_steps = ", ".join(f"{r.name} {r.steps} -> {max(1, round(r.steps * scale))}" for r in runs)
-        cuts.append(f"{step_unit} per run x{scale:.2f} ({full_steps}; floor x{floor_scale:g})")
+        cuts.append(f"{step_unit} per run x{scale:.2f} ({full_steps}; floor x{floor_scale:.2f})")
     planned = total(scale, ext)
     return replace(plan, planned_s=planned, scale=scale, extensions=ext, cuts=cuts, over_budget=planned > budget)
