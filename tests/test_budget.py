@@ -76,3 +76,16 @@ def test_bad_input_is_refused():
         size_plan([Runs("x", 1, 10, 0.1)], 10, floor_scale=0)
     with pytest.raises(ValueError, match="positive"):
         size_plan([Runs("x", 1, 10, 0.0)], 10, floor_scale=0.5)
+
+
+def test_make_course_states_the_budgets_up_front():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "ci"))
+    import run_notebooks
+
+    nbs = [Path("notebooks/04_lars.ipynb"), Path("notebooks/07_bert_lamb.ipynb")]
+    each, line = run_notebooks.budgets(nbs, "full")
+    assert each == {"04_lars.ipynb": 300, "07_bert_lamb.ipynb": 700} and "1000 s" in line and "07 700" in line
+    assert run_notebooks.budgets(nbs, "smoke") == ({}, "")
