@@ -292,3 +292,11 @@ def test_tuning_reading_compares_each_batchs_tuned_lr_with_the_sqrt_rule():
     large = swept(256, [(2.8e-3, 4.3), (5.6e-3, 4.2), (1.12e-2, 4.1)])
     assert "above the sqrt rule" in st.tuning_reading(small, large, "adam", 32, 256)
     assert "no tuned lr" in st.tuning_reading({}, large, "adam", 32, 256)
+
+
+def test_the_tuned_small_batch_run_is_saved_under_the_name_later_lessons_read():
+    # lessons 11 and 12 look up lesson 07's small-batch Adam run as "adam b=32", whichever lr its sweep chose
+    r = record([5.0, 4.4], label="adam b=32, base lr x2", batch=32)
+    saved = st.summary(r, 4.5, label="adam b=32")
+    assert saved["label"] == "adam b=32" and saved["run"] == "adam b=32, base lr x2"
+    assert st.summary(r, 4.5)["label"] == "adam b=32, base lr x2"

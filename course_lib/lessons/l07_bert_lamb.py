@@ -419,11 +419,12 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
             "target_batch": None if base is None else base.get("global_batch_size")}
 
 
-def summary(record: dict, target: float) -> dict:
-    """The scalars of one run that the lesson saves (and gpu-check prints)."""
+def summary(record: dict, target: float, label: str | None = None) -> dict:
+    """The scalars of one run that the lesson saves (and gpu-check prints); ``label``: the name the lesson gives
+    the run (``"adam b=32"``: the small batch's tuned run, whatever lr the sweep chose), else the run's own."""
     secs, steps = time_to_loss(record, target)
     c = record["curves"]
-    return {"label": record["label"], "steps": record["steps"],
+    return {"label": label or record["label"], "run": record["label"], "steps": record["steps"],
             "global_batch_size": record["config"]["global_batch_size"], "peak_lr": record["config"]["peak_lr"],
             "final_eval_loss": record["final_eval_loss"], "diverged": record["diverged"], "time_to_loss_s": secs,
             "steps_to_loss": steps, "seqs_per_s": record["seqs_per_s"],
