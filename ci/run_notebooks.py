@@ -183,6 +183,21 @@ def previous_seconds(out_dir: Path, profile: str) -> dict[str, float]:
     return {}
 
 
+def budgets(notebooks: list[Path], profile: str) -> tuple[dict[str, int], str]:
+    """Each lesson's time budget (course_lib.budget, the full profile's: lessons size their runs to it) and the
+    line ``make course`` prints up front; nothing for the smoke profile or notebooks without a budget."""
+    if profile != "full":
+        return {}, ""
+    try:
+        sys.path.insert(0, str(REPO))
+        from course_lib.budget import BUDGETS_S, budget_line
+
+        lessons = [nb.stem for nb in notebooks if nb.stem in BUDGETS_S]
+        return {f"{n}.ipynb": BUDGETS_S[n] for n in lessons}, (budget_line(lessons) if lessons else "")
+    except Exception as exc:  # the course runs even if course_lib itself is what broke
+        return {}, f"(no time budgets: {exc})"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", default=["notebooks"], help="notebooks or directories of notebooks")
@@ -202,13 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     run = CourseRun(opts.profile, str(out_dir))
     t0 = time.perf_counter()
     before = previous_seconds(out_dir, opts.profile)
+    budget, line = budgets(notebooks, opts.profile)
+    if line:
+        print(line, flush=True)
     for i, nb in enumerate(notebooks, 1):
         # executed copies keep their folder name so notebooks/ and solutions/ don't collide
         target = out_dir / nb.parent.name / nb.name
         known = [before[n.name] for n in notebooks[i - 1:] if n.name in before]
         estimate = (f"; {before[nb.name]:.0f} s in the previous {opts.profile} run here, the rest of the course "
                     f"~{sum(known) / 60:.0f} min" if nb.name in before else "")
-        print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}{estimate}) ...", flush=True)
+        limit = f"; budget {budget[nb.name]} s" if nb.name in budget else ""
+        print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}{limit}{estimate}) ...", flush=True)
         started = time.time()
         r = execute(nb, target, profile=opts.profile, kernel=opts.kernel, results_dir=out_dir / "results",
                     log_output=not opts.quiet, cell_timeout=opts.cell_timeout)

@@ -31,6 +31,8 @@ MAP = (
     )),
     ("Decisions and records", (
         ("tiers", "the tier plan: every per-tier decision, a pure function of a hardware description"),
+        ("budget", "each lesson's time budget, and its runs sized to it from the measured pace (fewer sweep "
+                   "points or steps, down to a floor)"),
         ("results", "each lesson's measurements saved as JSON"),
         ("plots", "the lessons' figures, one function per figure, each naming its lesson (pyplot imported "
                   "inside each function)"),

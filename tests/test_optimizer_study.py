@@ -270,3 +270,33 @@ def test_equal_sequences_reading_compares_at_the_small_batchs_budget():
     large["curves"]["eval_loss"][2] = 3.5
     assert equal_sequences_reading({"adam b=32": small, "adam b=256 (best lr)": large}, 32, 256, "adam").endswith(
         "learned more")
+
+
+def test_tuning_reading_compares_each_batchs_tuned_lr_with_the_sqrt_rule():
+    def swept(batch, lrs_losses):
+        out = {}
+        for lr, loss in lrs_losses:
+            r = record([loss + 1, loss], label=f"adam b={batch}, x{lr:g}", batch=batch)
+            r["config"]["peak_lr"] = lr
+            out[r["label"]] = r
+        return out
+
+    small = swept(32, [(5e-4, 4.2), (1e-3, 4.0), (2e-3, 4.1)])  # tuned at 1e-3, inside the grid
+    large = swept(256, [(1.4e-3, 4.3), (2.8e-3, 4.1), (5.6e-3, 4.2)])  # tuned at 2.8e-3: 2.8x, the sqrt rule's 2.83x
+    said = st.tuning_reading(small, large, "adam", 32, 256)
+    assert "tuned peak lr 1.00e-03 at batch 32, 2.80e-03 at batch 256: 2.80x, close to the sqrt rule's 2.83x" in said
+    assert "edge" not in said
+    large = swept(256, [(1.4e-3, 4.0), (2.8e-3, 4.1), (5.6e-3, 4.2)])  # the opposite: best at the small edge
+    said = st.tuning_reading(small, large, "adam", 32, 256)
+    assert "1.40x, below the sqrt rule's 2.83x" in said and "edge of its grid at batch 256" in said
+    large = swept(256, [(2.8e-3, 4.3), (5.6e-3, 4.2), (1.12e-2, 4.1)])
+    assert "above the sqrt rule" in st.tuning_reading(small, large, "adam", 32, 256)
+    assert "no tuned lr" in st.tuning_reading({}, large, "adam", 32, 256)
+
+
+def test_the_tuned_small_batch_run_is_saved_under_the_name_later_lessons_read():
+    # lessons 11 and 12 look up lesson 07's small-batch Adam run as "adam b=32", whichever lr its sweep chose
+    r = record([5.0, 4.4], label="adam b=32, base lr x2", batch=32)
+    saved = st.summary(r, 4.5, label="adam b=32")
+    assert saved["label"] == "adam b=32" and saved["run"] == "adam b=32, base lr x2"
+    assert st.summary(r, 4.5)["label"] == "adam b=32, base lr x2"

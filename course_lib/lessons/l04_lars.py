@@ -27,10 +27,11 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
+from ..budget import Runs, SizedPlan, size_plan
 from ..metrics import line_fit
 from ..tables import Table
 from ..sweeps import BLOW_UP_LOSS, blew_up, fastest
-from ..train.ncf import TrainConfig, bce_sum, build_model, make_batches
+from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, throughput
 
 
 def layer_gradient_norms(data, cfg: TrainConfig, batch_sizes, *, device="cpu") -> dict:
@@ -261,3 +262,27 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
     lines.append(f"fastest to the target: {win.config['optimizer']} at lr {win.config['peak_lr']:.3g}" if win
                  else "no run reached the target")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the lesson's time budget
+
+FLOOR_SCALE = 0.9  # the shortest race: 2.7 of its 3 epochs. LAMB first reached HR@10 0.75 at 2.50-2.58 epochs on the
+# 2-core machine (2026-12-01, quiet), Adam at 1.2; at a floor of 2.5 epochs (tried on the busy machine, 18:05 UTC) LAMB
+# ended at HR@10 0.749 on one seed: the cut, not the optimizer, decided. Shorter would measure the budget.
+OVERHEAD_S = 4.0  # per run besides its steps: its evaluations (measured 2026-12-01: 306 s for 16 runs, 247 s training)
+
+
+def size(data, cfg: TrainConfig, budget: float, *, device=None, optimizers: int, factors, max_extensions: int,
+         confirm_runs: int, max_epochs: float, other_s: float = 20.0, steps: int = 10) -> SizedPlan:
+    """The race sized to ``budget`` seconds: ``steps`` steps of NeuMF at the race's batch (``cfg``) timed now, then
+    :func:`course_lib.budget.size_plan` over its worst case (every lr run for all its ``max_epochs``: a run stops
+    at the target, but the plan must hold when none does; every sweep extended). The sweeps' edge extensions are
+    kept (a best lr at the edge is unfound: issue 37 sweeps SGD down until it stops blowing up); every run's
+    epochs are cut alike, down to :data:`FLOOR_SCALE`. ``other_s``: the lesson's other cells."""
+    rate = throughput(data, cfg, device=device, steps=steps, warmup_steps=2)["samples_per_s"]
+    step_s = cfg.global_batch_size / rate
+    run_steps = epochs_to_steps(max_epochs, data, cfg)
+    runs = [Runs("race", optimizers * len(factors), run_steps, step_s, sweeps=optimizers, extensions=max_extensions,
+                 overhead_s=OVERHEAD_S),
+            Runs("seeds", confirm_runs, run_steps, step_s, overhead_s=OVERHEAD_S)]
+    return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=max_extensions)

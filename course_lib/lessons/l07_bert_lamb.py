@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..budget import Runs, SizedPlan, size_plan
 from ..metrics import noise_verdict
 from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
@@ -122,16 +123,80 @@ def train(cfg, data, *, device, progress: str = "auto") -> dict:
     return record
 
 
-def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensions: int = 2) -> dict[str, dict]:
-    """Runs at the large batch for each lr factor (x the sqrt rule), extended while the best sits at
-    the grid's edge; ``{label: record}`` in order of factor."""
+def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensions: int = 2,
+             batch: int | None = None) -> dict[str, dict]:
+    """Runs at ``batch`` (default: the large one) for each lr factor (x the sqrt rule; at the small batch,
+    x the optimizer's base lr), extended while the best sits at the grid's edge; ``{label: record}``."""
+    batch = batch or study.large_batch
+
     def run(f: float) -> dict:
-        cfg = study.config(optimizer, study.large_batch, lr_factor=f,
-                           label=f"{optimizer} b={study.large_batch}, sqrt rule x{f:g}")
+        rule = "sqrt rule" if batch > study.small_batch else "base lr"
+        cfg = study.config(optimizer, batch, lr_factor=f, label=f"{optimizer} b={batch}, {rule} x{f:g}")
         return train(cfg, data, device=device)
 
     done = sweep_with_edge_extension(run, factors, best_loss_key, max_extensions=max_extensions)
     return {r["label"]: r for r in done.values()}
+
+
+LARGE_BATCHES = 30  # the full plan: the small-batch runs see 30 large batches' worth of sequences (CPU)
+FLOOR_SCALE = 1 / 3  # the shortest plan: a third of the steps (10 large batches' worth: 40 steps at the large
+# batch, 80 at the small one); shorter, the runs barely leave the early plateau and no target is reached
+OVERHEAD_S = 3.0  # per run: 20 evaluations of the held-out set and the model's build (measured 2026-12-01: ~2 s)
+
+
+def measure_step_s(study: Study, data, *, device, steps: int = 3) -> dict[int, float]:
+    """Seconds per training step of this lesson's own model at each of its two batches, now, on this machine
+    (``throughput``: ``steps`` timed steps after one untimed one)."""
+    from ..train.mlm import throughput
+
+    return {b: throughput(study.config("lamb", b), data, device=device, steps=steps, warmup_steps=1)["step_s"]
+            for b in (study.small_batch, study.large_batch)}
+
+
+def plan_runs(study: Study, step_s: dict[int, float], *, small_factors, large_factors, small_extensions: int,
+              large_extensions: int) -> list[Runs]:
+    """The lesson's runs, planned at their worst case (every sweep extended as far as allowed): at the small
+    batch an lr sweep per optimizer; at the large batch an lr sweep per optimizer, a second seed of each
+    optimizer's best, and the two LAMB ablations."""
+    small, large = study.config("adam", study.small_batch), study.config("adam", study.large_batch)
+    return [Runs(f"batch {study.small_batch}", 2 * len(small_factors), small.max_steps, step_s[study.small_batch],
+                 sweeps=2, extensions=small_extensions, overhead_s=OVERHEAD_S),
+            Runs(f"batch {study.large_batch}", 2 * len(large_factors) + 2 + 2, large.max_steps,
+                 step_s[study.large_batch], sweeps=2, extensions=large_extensions, overhead_s=OVERHEAD_S)]
+
+
+def size(study: Study, step_s: dict[int, float], budget: float, *, small_factors, large_factors,
+         small_extensions: int, large_extensions: int, other_s: float = 30.0) -> SizedPlan:
+    """:func:`course_lib.budget.size_plan` for this lesson: edge extensions cut first (down to one: a best lr at
+    the grid's edge has not been found), then every run's steps alike, down to :data:`FLOOR_SCALE`.
+    ``other_s``: the lesson's other cells (corpus, tokenizer, this measurement, the throughput table)."""
+    runs = plan_runs(study, step_s, small_factors=small_factors, large_factors=large_factors,
+                     small_extensions=small_extensions, large_extensions=large_extensions)
+    return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=1)
+
+
+def tuning_reading(small_sweep: dict, large_sweep: dict, optimizer: str, small_batch: int, large_batch: int) -> str:
+    """Each batch at its own tuned lr: the best peak lr of the sweep at each batch (lowest held-out loss), their
+    ratio against the sqrt rule's sqrt(large / small), and whether either best sits at its grid's edge."""
+    def best(sweep):
+        mine = [r for name, r in sweep.items() if name.startswith(f"{optimizer} b=")]
+        if not mine:
+            return None, False
+        lrs = sorted(r["config"]["peak_lr"] for r in mine)
+        top = min(mine, key=best_loss_key)
+        return top, top["config"]["peak_lr"] in (lrs[0], lrs[-1]) and len(lrs) > 1
+
+    (s, s_edge), (l, l_edge) = best(small_sweep), best(large_sweep)
+    if s is None or l is None or math.isinf(best_loss_key(s)) or math.isinf(best_loss_key(l)):
+        return f"{optimizer}: no tuned lr at both batches (a sweep missing or every run diverged)"
+    ls, ll = s["config"]["peak_lr"], l["config"]["peak_lr"]
+    ratio, rule = ll / ls, math.sqrt(large_batch / small_batch)
+    how = ("close to" if abs(math.log(ratio / rule)) < math.log(1.5) else "above" if ratio > rule else "below")
+    edges = [f"batch {b}" for b, e in ((small_batch, s_edge), (large_batch, l_edge)) if e]
+    line = (f"{optimizer}: tuned peak lr {ls:.2e} at batch {small_batch}, {ll:.2e} at batch {large_batch}: "
+            f"{ratio:.2f}x, {how} the sqrt rule's {rule:.2f}x")
+    return line + (f" (best at the edge of its grid at {' and '.join(edges)}: the tuned lr may lie beyond)"
+                   if edges else "")
 
 
 def best_of(records: dict[str, dict], prefix: str) -> dict:
@@ -354,11 +419,12 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
             "target_batch": None if base is None else base.get("global_batch_size")}
 
 
-def summary(record: dict, target: float) -> dict:
-    """The scalars of one run that the lesson saves (and gpu-check prints)."""
+def summary(record: dict, target: float, label: str | None = None) -> dict:
+    """The scalars of one run that the lesson saves (and gpu-check prints); ``label``: the name the lesson gives
+    the run (``"adam b=32"``: the small batch's tuned run, whatever lr the sweep chose), else the run's own."""
     secs, steps = time_to_loss(record, target)
     c = record["curves"]
-    return {"label": record["label"], "steps": record["steps"],
+    return {"label": label or record["label"], "run": record["label"], "steps": record["steps"],
             "global_batch_size": record["config"]["global_batch_size"], "peak_lr": record["config"]["peak_lr"],
             "final_eval_loss": record["final_eval_loss"], "diverged": record["diverged"], "time_to_loss_s": secs,
             "steps_to_loss": steps, "seqs_per_s": record["seqs_per_s"],
