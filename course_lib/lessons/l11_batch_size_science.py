@@ -509,7 +509,8 @@ def fit_table(fit: dict) -> Table:
     the relative error of a point the ranges rest on (and where it came from)."""
     k = fit.get("k", 2.0)
     t = Table(["quantity", "fitted", f"low ({k:g} s.e.)", f"high ({k:g} s.e.)", "from"],
-              title="S = S_min (1 + B_crit / B), fitted weighted by relative error")
+              title=f"S = S_min (1 + B_crit / B), fitted weighted by relative error; ranges within {k:g} "
+                    "standard errors")
     if fit["range"] is None:
         t.add(quantity="B_crit (samples)", fitted=fit["status"], **{f"low ({k:g} s.e.)": "-", f"high ({k:g} s.e.)": "-",
                                                                     "from": f"{len(fit['points'])} batches reached"})
