@@ -180,6 +180,26 @@ def test_the_tuned_sweep_picks_the_fewest_steps_and_stops_what_cannot_win(monkey
         study.tuned_sweep(None, base, (1024,), (0, 1), max_epochs=2.0, eval_every_epochs=0.25)
 
 
+def test_the_tuned_sweep_takes_lesson02s_run_at_the_rules_lr_instead_of_running_it_again(monkeypatch):
+    from course_lib.train.ncf import TrainConfig
+
+    base = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=1e-3, max_epochs=1.0)
+    calls = _fake_runs(lambda b, lr: 500, monkeypatch)
+    saved = {"profile": "full", "rows": [
+        {"rule": "sqrt", "batch size": 1024, "lr": 2e-3, "steps to target": 400, "resolution (steps)": 20},
+        {"rule": "linear", "batch size": 4096, "lr": 1.6e-2, "steps to target": 90},  # another rule: not taken
+        {"rule": "sqrt", "batch size": 4096, "lr": 5e-3, "steps to target": 100}]}  # another lr: run again
+    known = study.rule_runs_from_lesson02(saved, "full")
+    assert set(known) == {1024, 4096} and study.rule_runs_from_lesson02(saved, "smoke") == {}
+    sweep = study.tuned_sweep(None, base, (1024, 4096), (0.5, 1.0, 2.0), max_epochs=2.0, eval_every_epochs=0.25,
+                              max_extensions=0, known=known)
+    assert len(calls) == 5 and [c.max_steps for c in calls[:2]] == [400, 400]  # capped by lesson 02's steps
+    reused = [r for r in sweep if r["from"] == "lesson 02"]
+    assert [(r["batch size"], r["steps to target"], r["chosen"]) for r in reused] == [(1024, 400, True)]
+    assert "(lesson 02's run)" in str(study.tuned_table(sweep))
+    assert "1 rule-lr points are lesson 02's runs" in study.sweep_cost_sentence(sweep)
+
+
 def _disagree(reading, first, *more, extra=()):
     """:func:`test_reading_agreement.disagreements` over several tables: cells (and the ratios of a column) of
     the first, cells of the others, and the stated ``extra``."""

@@ -323,14 +323,28 @@ def best_steps_rows(rows: list[dict]) -> list[dict]:
 SWEEP_LR_FACTORS = (0.5, 1.0, 2.0)
 
 
+def rule_runs_from_lesson02(saved: dict | None, profile: str | None = None, rule: str = "sqrt") -> dict[int, dict]:
+    """Lesson 02's runs at ``rule``'s lr that reached the target, by batch (``{}`` when its result is missing or
+    from another profile): :func:`tuned_sweep`'s rule-lr points, measured already. Lesson 02 trains the same
+    setting (lesson 01's optimizer and lr, scaled by the rule; evaluation dense near the target; seed 0) on the
+    same data, and a point is taken only where its lr equals the sweep's to 1e-9 relative; on this machine the
+    two gave the same steps at every batch (1,020, 285, 100 at 4,096, 16,384, 65,536)."""
+    if not saved or not saved.get("rows") or (profile and saved.get("profile") != profile):
+        return {}
+    return {r["batch size"]: r for r in saved["rows"]
+            if r.get("rule") == rule and r.get("steps to target") is not None and r.get("lr")}
+
+
 def tuned_sweep(data, base_cfg, batches, factors=SWEEP_LR_FACTORS, *, rule: str = "sqrt", max_epochs: float,
-                eval_every_epochs: float, max_extensions: int = 1, device=None) -> list[dict]:
+                eval_every_epochs: float, max_extensions: int = 1, device=None,
+                known: dict[int, dict] | None = None) -> list[dict]:
     """Steps to the target at each batch of ``batches``, each at its own best lr: ``base_cfg`` scaled to the
     batch by ``rule`` (lesson 02), then its lr times each of ``factors`` (the rule's own lr first), the
     grid extended while the best sits on an edge. Evaluation grows dense near the target (lesson 02's
     ``ladder.NEAR_TARGET``), so the steps are resolved to 0.05 epoch. One row per run (``chosen``: the
     fewest steps at its batch, ties to the lr nearest the rule's); ``capped at``: the best steps so far,
-    where a run that had not reached the target was stopped."""
+    where a run that had not reached the target was stopped. ``known``: runs at the rule's lr measured
+    already (:func:`rule_runs_from_lesson02`), used instead of running them again (``from``: "lesson 02")."""
     import time
 
     from ..ladder import NEAR_TARGET
@@ -358,9 +372,20 @@ def tuned_sweep(data, base_cfg, batches, factors=SWEEP_LR_FACTORS, *, rule: str 
             return {"batch size": cfg.global_batch_size, "lr": cfg.peak_lr, "x rule lr": f,
                     "steps to target": r.steps_to_target, "resolution (steps)": target_resolution(r),
                     "epochs to target": r.epochs_to_target, "samples to target": samples_to_target(r),
-                    "capped at": cap, "best HR@10": r.best_hr, "wall_s": time.perf_counter() - t0}
+                    "capped at": cap, "best HR@10": r.best_hr, "wall_s": time.perf_counter() - t0,
+                    "from": "run here"}
 
-        first = {f: run(f) for f in factors if f == 1.0}  # the rule's lr first: the others are capped by it
+        seen = (known or {}).get(b)
+        if seen is not None and 1.0 in factors and math.isclose(seen["lr"], start.peak_lr, rel_tol=1e-9):
+            best[0] = seen["steps to target"]
+            first = {1.0: {"batch size": b, "lr": start.peak_lr, "x rule lr": 1.0,
+                           "steps to target": seen["steps to target"],
+                           "resolution (steps)": seen.get("resolution (steps)"),
+                           "epochs to target": seen.get("epochs to target"),
+                           "samples to target": seen["steps to target"] * b, "capped at": None,
+                           "best HR@10": seen.get("best HR@10"), "wall_s": 0.0, "from": "lesson 02"}}
+        else:  # the rule's lr first: the others are capped by it
+            first = {f: run(f) for f in factors if f == 1.0}
         done = sweep_with_edge_extension(lambda f: first.pop(f) if f in first else run(f), factors,
                                          _fewest_steps, max_extensions=max_extensions)
         chosen = min(done, key=lambda f: _fewest_steps(done[f]))
@@ -396,7 +421,8 @@ def tuned_table(sweep: list[dict], rule_rows: list[dict] | None = None, rule: st
                  "resolution (steps)": r["resolution (steps)"] if r["resolution (steps)"] is not None else "-",
                  "epochs to target": round(r["epochs to target"], 2) if r["epochs to target"] is not None else "-",
                  "samples to target": f"{r['samples to target']:,}" if r["samples to target"] is not None else "-",
-                 "chosen": "<-" if r["chosen"] else "",
+                 "chosen": ("<-" if r["chosen"] else "") + (" (lesson 02's run)" if r.get("from") == "lesson 02"
+                                                            else ""),
                  **({"lesson 02 (best rule)": rule_steps.get(r["batch size"], "-") if r["chosen"] else ""}
                     if rule_rows else {})})
     return t
@@ -406,8 +432,10 @@ def sweep_cost_sentence(sweep: list[dict]) -> str:
     """What the tuned sweep cost, from its runs' own clocks."""
     batches = sorted({r["batch size"] for r in sweep})
     capped = sum(r["capped at"] is not None and r["steps to target"] is None for r in sweep)
-    return (f"{len(sweep)} runs at {len(batches)} batches took {sum(r['wall_s'] for r in sweep):.1f} s "
-            f"(training and evaluation); {capped} stopped at their batch's best steps so far")
+    reused = sum(r.get("from") == "lesson 02" for r in sweep)
+    return (f"{len(sweep) - reused} runs at {len(batches)} batches took {sum(r['wall_s'] for r in sweep):.1f} s "
+            f"(training and evaluation); {capped} stopped at their batch's best steps so far"
+            + (f"; {reused} rule-lr points are lesson 02's runs of the same setting, not run again" if reused else ""))
 
 
 def _fieller(a: float, b: float, vaa: float, vbb: float, vab: float, k: float = 2.0) -> tuple[float, float]:
