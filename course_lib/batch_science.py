@@ -106,7 +106,7 @@ def _ratio_stderr(g2s: list[float], traces: list[float]) -> float:
 
 
 def noise_scale(model: torch.nn.Module, loss_fn: LossFn, sample: Callable[[int], object], b_small: int, b_big: int,
-                repeats: int = 8) -> NoiseScale:
+                repeats: int = 8, *, rel_error: float | None = None, max_repeats: int | None = None) -> NoiseScale:
     """The simple noise scale of ``model`` at its current weights.
 
     ``sample(b)`` returns a fresh batch of ``b`` examples. Each repeat measures ``|G_B|^2`` on
@@ -115,20 +115,45 @@ def noise_scale(model: torch.nn.Module, loss_fn: LossFn, sample: Callable[[int],
     *before* their ratio is taken (the ratio of two noisy numbers is biased; the average of
     each is not). ``stderr`` is the jackknife standard error of that ratio over the repeats.
     Cost: ``repeats`` backward passes at each batch size; the weights are not changed.
-    """
+
+    ``rel_error`` (lesson 11, #37): the repeats are *chosen for a stated standard error*: after
+    ``repeats`` pairs, while ``stderr`` is above ``rel_error`` times ``b_simple`` (or ``|G|^2`` is not
+    yet positive), the pairs are doubled, up to ``max_repeats`` in all (default ``16 * repeats``).
+    Doubling, not one pair at a time, so the stopping rule looks at the jackknife error a few times
+    only (each look at a noisy error estimate that stops when it dips favours optimistic errors).
+    The result's ``repeats`` says how many it took; its ``stderr`` may still exceed the goal when
+    ``max_repeats`` was reached, and the caller says so."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if rel_error is not None and not rel_error > 0:
+        raise ValueError(f"rel_error={rel_error}: the stated standard error must be a positive fraction of B_simple "
+                         "(0.15: 15 %), or None for a fixed number of repeats")
+    cap = repeats if rel_error is None else (max_repeats or 16 * repeats)
+    if cap < repeats:
+        raise ValueError(f"max_repeats={max_repeats} is below repeats={repeats}: raise it or lower repeats")
     g2s, traces = [], []
-    for _ in range(repeats):
-        s_small = grad_sq_norm(model, loss_fn, sample(b_small))
-        s_big = grad_sq_norm(model, loss_fn, sample(b_big))
-        g2, trace = two_batch_estimates(s_small, s_big, b_small, b_big)
-        g2s.append(g2)
-        traces.append(trace)
-    g2, trace = sum(g2s) / repeats, sum(traces) / repeats
+    want = repeats
+    while True:
+        while len(g2s) < want:
+            s_small = grad_sq_norm(model, loss_fn, sample(b_small))
+            s_big = grad_sq_norm(model, loss_fn, sample(b_big))
+            g2, trace = two_batch_estimates(s_small, s_big, b_small, b_big)
+            g2s.append(g2)
+            traces.append(trace)
+        est = _estimate(g2s, traces, b_small, b_big)
+        met = rel_error is None or (math.isfinite(est.b_simple) and est.stderr <= rel_error * est.b_simple)
+        if met or want >= cap:
+            return est
+        want = min(2 * want, cap)
+
+
+def _estimate(g2s: list[float], traces: list[float], b_small: int, b_big: int) -> NoiseScale:
+    """:class:`NoiseScale` from the repeats' unbiased estimates (averaged, then divided)."""
+    n = len(g2s)
+    g2, trace = sum(g2s) / n, sum(traces) / n
     b_simple = trace / g2 if g2 > 0 else math.inf  # |G|^2 <= 0: the noise swamps the signal at these batches
     return NoiseScale(b_simple=b_simple, trace_cov=trace, grad_sq_norm=g2, stderr=_ratio_stderr(g2s, traces),
-                      b_small=b_small, b_big=b_big, repeats=repeats)
+                      b_small=b_small, b_big=b_big, repeats=n)
 
 
 def least_squares_noise_scale(delta_sq_norm: float, dim: int, noise_var: float) -> dict:

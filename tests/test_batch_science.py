@@ -39,6 +39,23 @@ def test_noise_scale_grows_as_the_loss_falls():
     assert near.b_simple > 3 * far.b_simple
 
 
+def test_noise_scale_takes_the_repeats_a_stated_error_needs():
+    """#37: the repeats are chosen for a stated standard error: doubled from ``repeats`` until the jackknife
+    error is at most ``rel_error`` of B_simple, never past ``max_repeats``; without it, exactly ``repeats``."""
+    model, loss_fn, sample, exact = _least_squares()
+    fixed = bs.noise_scale(model, loss_fn, sample, b_small=4, b_big=64, repeats=8)
+    assert fixed.repeats == 8
+    est = bs.noise_scale(model, loss_fn, sample, b_small=4, b_big=64, repeats=8, rel_error=0.1, max_repeats=1024)
+    assert est.stderr <= 0.1 * est.b_simple and est.repeats in (8, 16, 32, 64, 128, 256, 512, 1024)
+    assert est.repeats > 8  # 8 pairs do not give 10 % here: it took more
+    capped = bs.noise_scale(model, loss_fn, sample, b_small=4, b_big=64, repeats=8, rel_error=1e-4, max_repeats=20)
+    assert capped.repeats == 20 and capped.stderr > 1e-4 * capped.b_simple  # the cap holds; the error says so
+    with pytest.raises(ValueError, match="rel_error"):
+        bs.noise_scale(model, loss_fn, sample, 4, 64, repeats=8, rel_error=0.0)
+    with pytest.raises(ValueError, match="max_repeats"):
+        bs.noise_scale(model, loss_fn, sample, 4, 64, repeats=8, rel_error=0.1, max_repeats=4)
+
+
 def test_noise_scale_rejects_a_loss_that_is_not_a_mean():
     model, _, sample, _ = _least_squares()
     with pytest.raises(ValueError, match="0-d tensor"):

@@ -25,25 +25,64 @@ def test_critical_batch_recovers_the_model_it_fits():
     assert beyond["status"] == "beyond range" and beyond["b_crit"] > 16384
 
 
+def _noisy(b_crit, s_min=100, batches=(256, 1024, 4096, 16384), rel=0.0, resolution=0.0):
+    """The model's steps at each batch, off by +rel, -rel, +rel, ... (a seed's scatter), each known to within
+    ``resolution`` of itself (the evaluation spacing)."""
+    out = []
+    for i, b in enumerate(batches):
+        s = round(s_min * (1 + b_crit / b) * (1 + rel * (-1) ** i))
+        out.append({"batch size": b, "steps to target": s, "resolution (steps)": max(1, round(resolution * s))})
+    return out
+
+
+def test_the_fits_range_widens_with_the_points_error_and_decides_the_bend_both_ways():
+    exact = study.critical_batch(_curve(2000))
+    lo, hi = exact["range"]
+    assert lo <= exact["b_crit"] <= hi and hi / lo < 1.05  # exact points: a narrow range around the model's
+    noisy = study.critical_batch(_noisy(2000, rel=0.1))
+    assert noisy["rel_error"] > 0.05 and noisy["rel_error_from"] == "the scatter about the fit"
+    assert noisy["range"][1] / noisy["range"][0] > hi / lo  # more scatter, a wider range
+    spaced = study.critical_batch(_noisy(2000, resolution=0.2))
+    assert spaced["rel_error_from"] == "the evaluation spacing"
+    assert spaced["rel_error"] == pytest.approx(0.2 / math.sqrt(12), rel=0.05)
+    # opposite results: a bend inside the range, none up to the largest batch, and a range that holds both
+    assert exact["bend"] == "bend" and study.bend_reading(exact).startswith("A bend, decided")
+    far = study.critical_batch(_noisy(1e6, batches=(4096, 16384, 65536), rel=0.02))
+    assert far["bend"] == "no bend" and study.bend_reading(far).startswith("No bend up to batch 65,536, decided")
+    edge = study.critical_batch(_noisy(65536, batches=(4096, 16384, 65536), rel=0.15))
+    assert edge["bend"] == "not decided" and "is not decided" in study.bend_reading(edge)
+    perfect = study.critical_batch([{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)])
+    assert perfect["status"] == "no bend" and math.isinf(perfect["range"][1]) and perfect["bend"] == "no bend"
+    few = study.critical_batch(_curve(2000)[:2])
+    assert few["bend"] == "not decided" and "fewer than the 3" in study.bend_reading(few)
+
+
+def test_fieller_range_is_bounded_only_when_the_denominator_is_resolved():
+    assert study._fieller(10.0, 1000.0, 0.0, 0.0, 0.0) == pytest.approx((100.0, 100.0))
+    lo, hi = study._fieller(10.0, 1000.0, 4.0, 100.0, 0.0)  # a = 10 +/- 2: resolved at 2 s.e.
+    assert lo < 100 < hi < math.inf
+    lo, hi = study._fieller(10.0, 1000.0, 36.0, 100.0, 0.0)  # a = 10 +/- 6: 0 lies within 2 s.e.
+    assert math.isinf(hi) and 0 < lo < 100
+
+
 def test_noise_verdict_both_ways():
     fit = study.critical_batch(_curve(2000))
     assert study.noise_verdict(2500, fit).endswith("within the factor 3 McCandlish et al. report.")
     no = study.noise_verdict(40000, fit)
-    assert "Outside the factor 3" in no and "does not predict" in no
+    assert "Outside the factor 3" in no and "does not predict" in no and "lr tuned at every batch" in no
     assert "Outside" in study.noise_verdict(100, fit)
-    perfect = study.critical_batch([{"batch size": b, "steps to target": 1_000_000 // b} for b in (256, 1024, 4096)])
-    assert "consistent" in study.noise_verdict(5000, perfect)
-    assert "predicted a bend below 4,096" in study.noise_verdict(50, perfect)
-    beyond = study.noise_verdict(12_000, study.critical_batch(_curve(400_000, batches=(4096, 16384, 65536))))
-    assert "above the largest batch measured, an extrapolation" in beyond and "Outside" in beyond
-    assert "no bend yet" not in beyond
+    # an unbounded B_crit (no S_min within the errors): only "far below it" decides
+    open_ended = study.critical_batch(_noisy(1e6, batches=(4096, 16384, 65536), rel=0.1))
+    assert math.isinf(open_ended["range"][1])
+    assert "Outside" in study.noise_verdict(50, open_ended)
+    assert "Not decided" in study.noise_verdict(open_ended["range"][0], open_ended, stderr=1.0)
     assert "fewer than 3" in study.noise_verdict(10, study.critical_batch([]))
     assert "not positive" in study.noise_verdict(math.inf, fit)
 
 
 def test_noise_verdict_reads_the_curve_it_fits_and_the_stated_error():
     # review 2026-12-01 #18-#20: lesson 02's 285 -> 100 steps for 4x the batch is not "no bend yet"; an
-    # unweighted fit gave a negative intercept; the stated error decides whether the factor 3 is crossed
+    # unweighted fit gave a negative intercept; the stated errors (B_simple's and the fit's) decide
     rows = [{"batch size": b, "steps to target": s} for b, s in ((256, 17406), (1024, 4400), (4096, 1150),
                                                                  (16384, 285), (65536, 100))]
     fit = study.critical_batch(rows)
@@ -51,26 +90,150 @@ def test_noise_verdict_reads_the_curve_it_fits_and_the_stated_error():
     said = study.noise_verdict(6613, fit, stderr=1800)
     assert "from batch 16,384 to 65,536 (x4) the steps to target fell 285 -> 100 (x2.85; perfect scaling: x4)" in said
     assert "B_simple = 6,613 +/- 1,800" in said
-    near = {**fit, "b_crit": 6613 * 3.3}
+    near = {**fit, "b_crit": 6613 * 3.3, "range": (6613 * 3.1, 6613 * 3.6)}
     assert "Not decided" in study.noise_verdict(6613, near, stderr=1800)
     assert "Outside" in study.noise_verdict(6613, near, stderr=10)
-    assert "within the factor" in study.noise_verdict(6613, {**fit, "b_crit": 6613.0}, stderr=100)
+    assert "Not decided" in study.noise_verdict(6613, {**near, "range": (6613 * 0.5, 6613 * 3.6)}, stderr=10)
+    assert "within the factor" in study.noise_verdict(6613, {**fit, "b_crit": 6613.0, "range": (6000, 7000)},
+                                                      stderr=100)
+
+
+def _noise_tab(values, errors, repeats=None):
+    probes = [{"epoch": 0.25 * (i + 1), "step": i, "hr": 0.5, "b_simple": v, "stderr": e, "trace_cov": 1.0,
+               "grad_sq_norm": 1.0, **({"repeats": repeats[i]} if repeats else {})}
+              for i, (v, e) in enumerate(zip(values, errors))]
+    return study.noise_table(SimpleNamespace(probes=probes))
 
 
 def test_noise_trend_reads_growth_only_beyond_the_errors():
-    from _quoted import unquoted
-
-    def table(values, errors):
-        probes = [{"epoch": 0.25 * (i + 1), "step": i, "hr": 0.5, "b_simple": v, "stderr": e, "trace_cov": 1.0,
-                   "grad_sq_norm": 1.0} for i, (v, e) in enumerate(zip(values, errors))]
-        return study.noise_table(SimpleNamespace(probes=probes))
-
-    noisy = table([4906, 29838, 39227, 6613], [1600, 29000, 32000, 1800])  # review 2026-12-01 #19
+    noisy = _noise_tab([4906, 29838, 39227, 6613], [1600, 29000, 32000, 1800])  # review 2026-12-01 #19
     said = study.noise_trend(noisy)
-    assert "did not change beyond its errors: 4,906 -> 6,613" in said and "standard errors up to 32,000" in said
-    assert unquoted(said, noisy, allowed={4817}) == set()  # 2 x hypot(1600, 1800), the stated rule
-    assert "grew" in study.noise_trend(table([1000, 9000], [100, 100]))
-    assert "fell" in study.noise_trend(table([9000, 1000], [100, 100]))
+    assert "did not change beyond its errors" in said and "4,906, 29,838, 39,227, 6,613" in said
+    fit = study.trend_fit(noisy)
+    assert abs(fit["slope"]) < 2 * fit["stderr"]
+    assert "grew" in study.noise_trend(_noise_tab([1000, 5000, 9000], [100, 100, 100]))
+    assert "fell" in study.noise_trend(_noise_tab([9000, 5000, 1000], [100, 100, 100]))
+    # the same two ends, but the middle far off the line: the scatter widens the slope's error, undecided
+    assert "did not change" in study.noise_trend(_noise_tab([1000, 40000, 9000], [100, 100, 100]))
+    assert "no trend" in study.noise_trend(_noise_tab([1000], [100]))
+
+
+def test_the_repeats_sentence_says_where_the_stated_error_was_met():
+    tab = _noise_tab([1000, 2000, 3000], [100, 250, 900], repeats=[24, 48, 384])
+    assert "stderr / B_simple" in tab.columns and "repeats" in tab.columns
+    said = study.repeats_sentence(tab, 0.15, 384)
+    assert "met at 2 of 3 measurements, with 24-384 gradient pairs" in said and "NOISE_MAX_REPEATS = 384" in said
+    every = study.repeats_sentence(_noise_tab([1000, 2000], [100, 200], repeats=[24, 24]), 0.15, 384)
+    assert "met at 2 of 2 measurements, with 24 gradient pairs each." in every and "MAX" not in every
+    assert "no repeats" in study.repeats_sentence(_noise_tab([1000], [100]), 0.15, 384)
+
+
+def _fake_runs(steps_at, monkeypatch):
+    """``train_to_target`` replaced by a table: ``steps_at(batch, lr) -> steps to target`` (None: never), each run
+    stopping at its ``max_steps``; returns the settings it was called with."""
+    from course_lib import train
+
+    calls = []
+
+    def fake(data, cfg, **kw):
+        calls.append(cfg)
+        need = steps_at(cfg.global_batch_size, cfg.peak_lr)
+        cap = cfg.max_steps or 10 ** 6
+        hit = need is not None and need <= cap
+        steps = need if hit else cap
+        return SimpleNamespace(steps_to_target=need if hit else None, epochs_to_target=steps / 100 if hit else None,
+                               reached=hit, epochs=steps / 100, samples=steps * cfg.global_batch_size,
+                               best_hr=0.8 if hit else 0.5, curve={"step": [0, steps - 10, steps]})
+
+    monkeypatch.setattr(train, "train_to_target", fake)
+    return calls
+
+
+def test_the_tuned_sweep_picks_the_fewest_steps_and_stops_what_cannot_win(monkeypatch):
+    from course_lib.train.ncf import TrainConfig
+
+    base = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=1e-3, max_epochs=1.0)
+    # at 1024 the rule's lr is best; at 4096 twice it, and four times it (the edge extension) better still
+    table = {(1024, 1): 400, (1024, 0.5): 900, (1024, 2): 500, (4096, 1): 200, (4096, 2): 150, (4096, 4): 120}
+
+    def steps_at(b, lr):
+        f = round(lr / (1e-3 * math.sqrt(b / 256)), 3)
+        return table.get((b, f))
+
+    calls = _fake_runs(steps_at, monkeypatch)
+    sweep = study.tuned_sweep(None, base, (1024, 4096), max_epochs=2.0, eval_every_epochs=0.25)
+    assert [c.max_steps for c in calls[:3]] == [None, 400, 400]  # the rule's lr first, the others capped by it
+    chosen = {r["batch size"]: r["x rule lr"] for r in sweep if r["chosen"]}
+    assert chosen == {1024: 1.0, 4096: 4.0}  # 4x came from the edge extension
+    assert sorted(r["x rule lr"] for r in sweep if r["batch size"] == 4096) == [0.5, 1.0, 2.0, 4.0]
+    missed = [r for r in sweep if r["batch size"] == 1024 and r["x rule lr"] == 0.5][0]
+    assert missed["steps to target"] is None and missed["capped at"] == 400
+    assert calls[0].dense_eval_margin > 0  # evaluation grows dense near the target, as in lesson 02
+    tab = study.tuned_table(sweep, [{"batch size": 1024, "steps to target": 450}])
+    assert "not by step 400" in str(tab) and "450" in str(tab)
+    assert study.tuned_rows(sweep) == [{"batch size": 1024, "lr": sweep[1]["lr"], "steps to target": 400,
+                                        "resolution (steps)": 10},
+                                       {"batch size": 4096, "lr": sweep[-1]["lr"], "steps to target": 120,
+                                        "resolution (steps)": 10}]
+    assert "runs at 2 batches" in study.sweep_cost_sentence(sweep)
+    with pytest.raises(ValueError, match="SWEEP_LR_FACTORS"):
+        study.tuned_sweep(None, base, (1024,), (0, 1), max_epochs=2.0, eval_every_epochs=0.25)
+
+
+def test_the_tuned_sweep_takes_lesson02s_run_at_the_rules_lr_instead_of_running_it_again(monkeypatch):
+    from course_lib.train.ncf import TrainConfig
+
+    base = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=1e-3, max_epochs=1.0)
+    calls = _fake_runs(lambda b, lr: 500, monkeypatch)
+    saved = {"profile": "full", "rows": [
+        {"rule": "sqrt", "batch size": 1024, "lr": 2e-3, "steps to target": 400, "resolution (steps)": 20},
+        {"rule": "linear", "batch size": 4096, "lr": 1.6e-2, "steps to target": 90},  # another rule: not taken
+        {"rule": "sqrt", "batch size": 4096, "lr": 5e-3, "steps to target": 100}]}  # another lr: run again
+    known = study.rule_runs_from_lesson02(saved, "full")
+    assert set(known) == {1024, 4096} and study.rule_runs_from_lesson02(saved, "smoke") == {}
+    sweep = study.tuned_sweep(None, base, (1024, 4096), (0.5, 1.0, 2.0), max_epochs=2.0, eval_every_epochs=0.25,
+                              max_extensions=0, known=known)
+    assert len(calls) == 5 and [c.max_steps for c in calls[:2]] == [400, 400]  # capped by lesson 02's steps
+    reused = [r for r in sweep if r["from"] == "lesson 02"]
+    assert [(r["batch size"], r["steps to target"], r["chosen"]) for r in reused] == [(1024, 400, True)]
+    assert "(lesson 02's run)" in str(study.tuned_table(sweep))
+    assert "1 rule-lr points are lesson 02's runs" in study.sweep_cost_sentence(sweep)
+
+
+def _disagree(reading, first, *more, extra=()):
+    """:func:`test_reading_agreement.disagreements` over several tables: cells (and the ratios of a column) of
+    the first, cells of the others, and the stated ``extra``."""
+    from test_reading_agreement import _columns, disagreements
+
+    cells = [v for t in more for col in _columns(t) for v in col]
+    return disagreements(reading, first, extra=[*cells, *extra])
+
+
+def test_lesson11s_readings_quote_their_tables():
+    """#37 item 1 for lesson 11's fit: the bend, the noise verdict, the trend and the repeats quote the tables
+    printed above them (the tuned sweep's, the fit's, the noise table) or numbers derived from them by a stated
+    rule (named here)."""
+    sweep = [{"batch size": b, "lr": 1e-3 * f, "x rule lr": f, "steps to target": s, "resolution (steps)": r,
+              "epochs to target": 1.0, "samples to target": s * b, "capped at": None, "best HR@10": 0.8,
+              "chosen": True, "wall_s": 1.0}
+             for b, f, s, r in ((4096, 1.0, 1020, 60), (16384, 2.0, 285, 15), (65536, 1.0, 100, 4),
+                                (262144, 2.0, 32, 1))]
+    tab = study.tuned_table(sweep)
+    for rows in (study.tuned_rows(sweep), study.tuned_rows(sweep)[:3]):
+        fit = study.critical_batch(rows)
+        ftab = study.fit_table(fit)
+        said = study.bend_reading(fit)
+        assert _disagree(said, tab, ftab) == [], said
+        noise = _noise_tab([4906, 29838, 6613], [1574, 29029, 1796], repeats=[24, 384, 96])
+        verdict = study.noise_verdict(6613, fit, stderr=1796)
+        lo, hi = study._ratio_range(6613, 1796, fit)
+        derived = [6613 / fit["b_crit"], lo, hi, 3]  # B_simple / B_crit, its range with both errors; the factor
+        assert _disagree(verdict, tab, ftab, noise, extra=derived) == [], verdict
+    trend = study.noise_trend(noise)
+    tf = study.trend_fit(noise)
+    assert _disagree(trend, noise, extra=[tf["slope"], 2 * tf["stderr"], 2]) == [], trend
+    said = study.repeats_sentence(noise, 0.15, 384)
+    assert _disagree(said, noise, extra=[0.15, 384]) == [], said
 
 
 def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():

@@ -196,18 +196,22 @@ def test_lesson07_reads_lesson05s_speeds(history, lesson, tmp_path):
 
 
 @pytest.mark.parametrize("lesson02", list(H.LESSON02))
-def test_lesson11_reads_lesson02s_curve_or_measures_its_own(lesson02, lesson, data, tmp_path):
+def test_lesson11_tunes_its_own_curve_and_shows_lesson02s_beside_it(lesson02, lesson, data, tmp_path, monkeypatch):
+    from course_lib import train
+
     H.write_record("02_linear_scaling", H.LESSON02[lesson02], tmp_path)
     swept = []
 
-    def one_step_sweep(data, cfgs, **kw):  # the lesson's fallback sweep, each run a step long
-        swept.extend(cfgs)
-        return [couple_of_steps(data, c, steps=1) for c in cfgs]
+    def one_step(data, cfg, **kw):  # the lesson's tuned sweep, each run a step long
+        swept.append(cfg)
+        return couple_of_steps(data, cfg, steps=1)
 
     ns = lesson("11_batch_size_science.ipynb", lesson_lines("11_batch_size_science.ipynb", "s = setup("))
-    ns["run_sweep"] = one_step_sweep
-    exec(lesson_lines("11_batch_size_science.ipynb", "study.steps_rows_from_lesson02(", until="at_target ="), ns)
-    assert bool(swept) == (lesson02 != "02 with three batches that reached")
+    monkeypatch.setattr(train, "train_to_target", one_step)
+    exec(lesson_lines("11_batch_size_science.ipynb", "study.tuned_sweep(", until="at_target ="), ns)
+    # every batch at every lr of the grid (runs that miss the target: no edge to extend past)
+    assert len(swept) >= len(ns["SWEEP_BATCHES"]) * len(ns["SWEEP_LR_FACTORS"])
+    assert (ns["rule_rows"] is not None) == (lesson02 == "02 with three batches that reached")
     assert ns["fit"]["status"] in ("fit", "beyond range", "no bend", "too few points")
 
 

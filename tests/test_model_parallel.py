@@ -32,6 +32,17 @@ def four():
                         timeout_s=scaled(900))
 
 
+def test_the_pipeline_at_three_and_four_stages_equals_one_process(four):
+    from course_lib.parallel import pipeline
+
+    rows = pipeline.depth_bubbles([o["deep"] for o in four])
+    assert {(r["p"], r["schedule"], r["m"]) for r in rows} == {(p, s, m) for p in (3, 4) for s in ("GPipe", "1F1B")
+                                                               for m in (1, 4)}
+    assert all(r["grad_diff"] <= TOL for r in rows)
+    assert all(r["predicted"] == pipeline.bubble_fraction(r["p"], r["m"]) for r in rows)
+    assert not [r for pr in four[3:] for r in pr["deep"]["rows"] if r["p"] == 3]  # rank 3 waits at p = 3
+
+
 def _tensor_diffs(o):
     return {k: v for k, v in o["tensor"].items() if k.endswith(("_out", "_grad", "_grads"))}
 

@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "ci"))
 import expected_outputs  # noqa: E402
+import output_length  # noqa: E402
 import run_notebooks  # noqa: E402
 from _timing import scaled  # noqa: E402
 
@@ -37,6 +38,10 @@ def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
         executed = json.loads(Path(run.output).read_text())
         assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", [])), \
             f"{nb.relative_to(REPO)} drew no figure"
+        # #37 item 8: checked here, on the copy just written (under xdist a separate test could run first)
+        long = output_length.long_cells(Path(run.output))
+        assert not long, (f"{nb.relative_to(REPO)}: cells printing more than {output_length.MAX_LINES} non-blank "
+                          f"lines (cell index, id, lines): {long}")
     problems = expected_outputs.compare(Path(run.output))
     assert not problems, (
         f"{nb.relative_to(REPO)}: checked outputs differ from tests/expected_outputs.json "

@@ -1,10 +1,12 @@
 """#37 item 8: output a learner can read. Training progress under papermill is one line per run (plus a
 line a minute for a long one), and no lesson cell prints more than ~40 lines.
 
-The second test reads the smoke copies tests/test_notebooks.py executes into ci/executed/ (skipped
-when they are not there: it runs after that test in ``make test``)."""
+The last test reads the smoke copies tests/test_notebooks.py executes into ci/executed/ (skipped
+when they are not there: it runs after that test in ``make test``); ``ci/output_length.py`` is the
+same count, for a full run's folder (``python ci/output_length.py runs/latest/notebooks``)."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,32 +15,12 @@ from course_lib.progress import LogThrottle, run_line
 from course_lib.train.ncf import TrainConfig, train_to_target
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "ci"))
+import output_length  # noqa: E402
+
 EXECUTED = REPO / "ci" / "executed" / "notebooks"
-MAX_LINES = 40
-LESSONS = tuple(f"{n:02d}" for n in range(7))  # lessons 00-06 (#37); 07-12 join when their cells are trimmed
-
-
-def _lines(output: dict) -> int:
-    """Lines of text a cell output shows: streams, plain-text results (a figure or an HTML table is not text)."""
-    kind = output.get("output_type")
-    if kind == "stream":
-        text = output.get("text", "")
-        return len(("".join(text) if isinstance(text, list) else text).splitlines())
-    if kind in ("execute_result", "display_data"):
-        data = output.get("data", {})
-        if "image/png" in data or "text/html" in data:
-            return 0
-        text = data.get("text/plain", "")
-        return len(("".join(text) if isinstance(text, list) else text).splitlines())
-    if kind == "error":
-        return len(output.get("traceback", []))
-    return 0
-
-
-def cell_lines(notebook: dict) -> list[tuple[int, int]]:
-    """``(cell index, lines printed)`` for every code cell of an executed notebook."""
-    return [(i, sum(_lines(o) for o in c.get("outputs", []))) for i, c in enumerate(notebook["cells"])
-            if c["cell_type"] == "code"]
+MAX_LINES = output_length.MAX_LINES
+LESSONS = tuple(sorted(p.name[:2] for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")))  # every lesson
 
 
 def test_a_run_under_papermill_prints_one_line(data, capsys, monkeypatch):
@@ -74,12 +56,29 @@ def test_a_long_run_says_it_is_alive_at_most_once_a_period():
 
 
 def test_the_counter_counts_text_not_figures():
-    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "text": ["a\n", "b\n"]},
-                                                      {"output_type": "display_data", "data": {"image/png": "x"}},
-                                                      {"output_type": "execute_result",
-                                                       "data": {"text/plain": "t\nu", "text/html": "<table>"}}]},
-                    {"cell_type": "markdown", "source": "x"}]}
-    assert cell_lines(nb) == [(0, 2)]
+    nb = {"cells": [{"cell_type": "code", "id": "a", "outputs": [
+        {"output_type": "stream", "text": ["a\n", "\n", "b\n"]},
+        {"output_type": "display_data", "data": {"image/png": "x"}},
+        {"output_type": "execute_result", "data": {"text/plain": "t\nu", "text/html": "<table>"}}]},
+        {"cell_type": "markdown", "source": "x"},
+        {"cell_type": "code", "id": "b", "outputs": [
+            # a tqdm bar under papermill: each update rewrites its line after a carriage return
+            {"output_type": "stream", "name": "stderr", "text": "\r 10%|#  |\r 50%|###|\r100%|####|\n"},
+            {"output_type": "execute_result", "data": {"text/plain": "x\r\ny\r\n"}}]}]}
+    assert output_length.cell_lines(nb) == [(0, "a", 2), (2, "b", 3)]  # blank lines do not count
+
+
+def test_the_script_names_the_lesson_and_cell_over_the_limit(tmp_path, capsys):
+    cells = [{"cell_type": "code", "id": cid, "outputs": [{"output_type": "stream", "text": "x\n" * n}]}
+             for cid, n in (("short", 40), ("long", 41))]
+    (tmp_path / "11_x.ipynb").write_text(json.dumps({"cells": cells}))
+    (tmp_path / "12_y.ipynb").write_text(json.dumps({"cells": cells[:1]}))
+    assert output_length.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "11_x.ipynb: cell 1 (long) prints 41 lines" in out and "12_y" not in out and "1 cell(s) over 40" in out
+    assert output_length.main([str(tmp_path / "12_y.ipynb")]) == 0
+    with pytest.raises(SystemExit, match="neither"):
+        output_length.main([str(tmp_path / "missing.ipynb")])
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -87,5 +86,6 @@ def test_no_lesson_cell_prints_more_than_forty_lines(lesson):
     paths = sorted(EXECUTED.glob(f"{lesson}_*.ipynb"))
     if not paths:
         pytest.skip(f"no executed copy of lesson {lesson} in {EXECUTED} (tests/test_notebooks.py writes them)")
-    long = [(i, n) for i, n in cell_lines(json.loads(paths[0].read_text())) if n > MAX_LINES]
-    assert not long, f"{paths[0].name}: cells printing more than {MAX_LINES} lines (cell index, lines): {long}"
+    long = output_length.long_cells(paths[0], MAX_LINES)
+    assert not long, (f"{paths[0].name}: cells printing more than {MAX_LINES} non-blank lines "
+                      f"(cell index, id, lines): {long}")

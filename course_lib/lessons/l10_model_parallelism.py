@@ -695,14 +695,14 @@ ASYNC_TOLERANCE = 1e-6  # the pipeline against its one-process replay (the same 
 
 
 def async_spec(profile: str) -> dict:
-    """Lesson 10's asynchronous pipeline, by profile. ``run``: the pipeline itself on 4 gloo ranks (depths 2
-    and 4, both modes; a wider stack in full so each op is long beside a message); ``convergence``: the same
+    """Lesson 10's asynchronous pipeline, by profile. ``run``: the pipeline itself on 4 gloo ranks (depths 2,
+    3 and 4, both modes; a wider stack in full so each op is long beside a message); ``convergence``: the same
     stale updates over a longer run, replayed in one process (the replay equals the pipeline: checked on
     ``run``), at depths 1 (synchronous SGD), 2 and 4. lr 1.0: the largest of 0.5 / 1 / 2 / 3 at which, on
     our runs, the synchronous model kept improving with depth-independent steps."""
     return {"run": {"width": pick(profile, full=256, smoke=32), "depth": 8,
                     "micro_batch": pick(profile, full=64, smoke=16), "n": pick(profile, full=48, smoke=12), "lr": 0.5,
-                    "depths": [2, 4]},
+                    "depths": [2, 3, 4]},
             "convergence": {"width": 32, "depth": 8, "micro_batch": 16, "n": pick(profile, full=400, smoke=40),
                             "lr": 1.0, "depths": [1, 2, 4]}}
 
@@ -853,3 +853,71 @@ def plot_staleness(conv: list[dict], window: int = 10):
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig, ax
+
+
+# --------------------------------------------------------------------------- deeper pipelines: p = 3 and 4 (#37)
+
+DEEP_PIPELINE_PS = (3, 4)  # the synchronous pipeline's depths beyond the main launch's ranks
+
+
+def deep_pipeline_spec(profile: str) -> dict:
+    """GPipe and 1F1B at ``DEEP_PIPELINE_PS`` stages (``pipeline.pipeline_depths_worker``), in the 4-rank launch
+    of the asynchronous pipeline: 12 layers (4 per stage at p = 3, 3 at p = 4), sized so one micro-batch's
+    forward is about a millisecond at m = 8 in the full profile and the whole set runs in seconds."""
+    return {"width": pick(profile, full=512, smoke=64), "depth": 12, "batch": pick(profile, full=256, smoke=32),
+            "ms": pick(profile, full=[1, 4, 8], smoke=[1, 4]), "schedules": ["GPipe", "1F1B"],
+            "repeats": pick(profile, full=3, smoke=1), "ps": list(DEEP_PIPELINE_PS)}
+
+
+def four_rank_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Lesson 10's second launch: the asynchronous pipeline (``spec["async"]``) and the synchronous one at
+    3 and 4 stages (``spec["deep"]``), in the same processes (a launch costs seconds of start-up)."""
+    from ..parallel import async_pipeline as ap
+
+    return {"async": ap.async_worker(rank, world_size, spec["async"]),
+            "deep": pipeline.pipeline_depths_worker(rank, world_size, spec["deep"])}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a SLURM job's or a container's share, not the host's)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def depth_reading(rows: list[dict], cores: int, goal: float = BUBBLE_GOAL_POINTS) -> str:
+    """How the bubble grows with the stages, from :func:`bubble_table`'s rows at every depth measured (the
+    main launch's p and ``DEEP_PIPELINE_PS``), with the table's rounding: GPipe at the largest m every depth
+    ran, formula and measured, whether the measured bubble grew with depth as the formula's does, each
+    depth's largest gap against ``goal``; where the stages outnumber ``cores`` (CPU processes sharing
+    them), their CPU share while computing and what the timing then means."""
+    ps = sorted({r["p"] for r in rows})
+    common = set.intersection(*({r["m"] for r in rows if r["p"] == p} for p in ps))
+    m = max(common)
+    at = {p: next(r for r in rows if r["p"] == p and r["m"] == m and r["schedule"] == "GPipe") for p in ps}
+    fmt = ", ".join(f"p = {p}: {at[p]['predicted']:.3f}" for p in ps)
+    meas = ", ".join(f"{at[p]['measured']:.3f}" for p in ps)
+    grew = all(round(at[a]["measured"], 3) < round(at[b]["measured"], 3) for a, b in zip(ps, ps[1:]))
+    text = (f"GPipe at m = {m}: the formula's bubble grows with the stages ({fmt}); measured {meas}: "
+            + ("it grew with depth as the formula's does. " if grew else "it did NOT grow with depth in order. "))
+    worst = {p: max((r for r in rows if r["p"] == p), key=lambda r: abs(r["measured"] - r["predicted"])) for p in ps}
+    gaps = {p: 100 * (worst[p]["measured"] - worst[p]["predicted"]) for p in ps}
+    outside = [p for p in ps if abs(round(gaps[p], 1)) > goal]
+    text += ("The largest gap from the formula at each depth: "
+             + ", ".join(f"p = {p} {gaps[p]:+.1f} points ({worst[p]['schedule']}, m = {worst[p]['m']})" for p in ps)
+             + (f"; all within the goal of {goal:g} points. " if not outside else
+                f"; outside the goal of {goal:g} points at p = {', '.join(map(str, outside))}. "))
+    crowded = [p for p in ps if p > cores and at[p]["cpu_share"] is not None]
+    if crowded:
+        shares = ", ".join(f"{at[p]['cpu_share']:.0%} at p = {p}" for p in crowded)
+        between = ", ".join(f"{100 * (at[p]['measured'] - at[p]['replayed']):+.1f}" for p in crowded)
+        text += (f"At p = {', '.join(map(str, crowded))} the stages outnumber this machine's {cores} cores: while "
+                 f"computing they had {shares} of a core (CPU share), so an op's time there includes waiting for a "
+                 f"core and the time between ops ({between} points at m = {m}) includes a stage not yet scheduled. "
+                 "There the measured bubble is this machine's, not the schedule's; the schedule's own is the formula "
+                 "plus the 'from unequal ops' column (the measured op times replayed with nothing between them). "
+                 "The gradients are the check that does not depend on cores.")
+    return text

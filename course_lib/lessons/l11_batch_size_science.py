@@ -44,17 +44,22 @@ def ncf_sampler(data, neg_per_pos: int = 4, seed: int = 0):
     return sample
 
 
-def noise_probe(data, b_small: int, b_big: int, repeats: int, seed: int = 0):
+def noise_probe(data, b_small: int, b_big: int, repeats: int, seed: int = 0, *, rel_error: float | None = None,
+                max_repeats: int | None = None):
     """An ``on_eval`` probe for the training loop: the noise scale at each evaluation point after
-    the first (at step 0 the untrained model's noise scale says nothing about training)."""
+    the first (at step 0 the untrained model's noise scale says nothing about training). With
+    ``rel_error``, each measurement takes as many gradient pairs as its standard error needs to fall
+    to that fraction of B_simple (from ``repeats``, doubling, at most ``max_repeats``:
+    :func:`course_lib.batch_science.noise_scale`); its ``repeats`` are recorded."""
     sample = ncf_sampler(data, seed=seed)
 
     def probe(model, point):
         if point["step"] == 0:
             return None
-        est = bs.noise_scale(model, ncf_loss, sample, b_small, b_big, repeats=repeats)
+        est = bs.noise_scale(model, ncf_loss, sample, b_small, b_big, repeats=repeats, rel_error=rel_error,
+                             max_repeats=max_repeats)
         return {"b_simple": est.b_simple, "stderr": est.stderr, "trace_cov": est.trace_cov,
-                "grad_sq_norm": est.grad_sq_norm}
+                "grad_sq_norm": est.grad_sq_norm, "repeats": est.repeats}
 
     return probe
 
@@ -249,11 +254,16 @@ def _count(x: float) -> str | int:
 
 def noise_table(result) -> Table:
     """B_simple at each evaluation point of a run, with HR@10 there."""
-    t = Table(["epoch", "step", "HR@10", "B_simple", "+/- (stderr)", "tr(Sigma)", "|G|^2"],
+    repeats = any("repeats" in p for p in result.probes)
+    t = Table(["epoch", "step", "HR@10", "B_simple", "+/- (stderr)", "stderr / B_simple"]
+              + (["repeats"] if repeats else []) + ["tr(Sigma)", "|G|^2"],
               title="the simple noise scale during training (McCandlish et al. 2018)")
     for p in result.probes:
+        rel = p["stderr"] / p["b_simple"] if math.isfinite(p["b_simple"]) and p["b_simple"] > 0 else math.nan
         t.add(**{"epoch": round(p["epoch"], 2), "step": p["step"], "HR@10": p["hr"], "B_simple": _count(p["b_simple"]),
                  "+/- (stderr)": _count(p["stderr"]),
+                 "stderr / B_simple": f"{rel:.0%}" if math.isfinite(rel) else "n/a",
+                 **({"repeats": p.get("repeats", "n/a")} if repeats else {}),
                  "tr(Sigma)": f"{p['trace_cov']:.3g}", "|G|^2": f"{p['grad_sq_norm']:.3g}"})
     return t
 
@@ -304,18 +314,173 @@ def best_steps_rows(rows: list[dict]) -> list[dict]:
         if r.get("steps to target") is not None]
 
 
-def critical_batch(rows: list[dict]) -> dict:
+# Shallue et al. (2018, "Measuring the Effects of Data Parallelism on Neural Network Training") tune the
+# metaparameters at every batch size before reading steps against the batch: with one lr rule for every batch,
+# a bend can be the rule failing rather than the data's noise running out. Here each batch gets a short lr
+# sweep around the rule's lr (a factor grid, extended at its edge by sweeps.sweep_with_edge_extension), and a
+# run that has not reached the target by the batch's best steps so far is stopped there: it cannot be the
+# fewest, and the sweep costs about one run per lr at most.
+SWEEP_LR_FACTORS = (0.5, 1.0, 2.0)
+
+
+def rule_runs_from_lesson02(saved: dict | None, profile: str | None = None, rule: str = "sqrt") -> dict[int, dict]:
+    """Lesson 02's runs at ``rule``'s lr that reached the target, by batch (``{}`` when its result is missing or
+    from another profile): :func:`tuned_sweep`'s rule-lr points, measured already. Lesson 02 trains the same
+    setting (lesson 01's optimizer and lr, scaled by the rule; evaluation dense near the target; seed 0) on the
+    same data, and a point is taken only where its lr equals the sweep's to 1e-9 relative; on this machine the
+    two gave the same steps at every batch (1,020, 285, 100 at 4,096, 16,384, 65,536)."""
+    if not saved or not saved.get("rows") or (profile and saved.get("profile") != profile):
+        return {}
+    return {r["batch size"]: r for r in saved["rows"]
+            if r.get("rule") == rule and r.get("steps to target") is not None and r.get("lr")}
+
+
+def tuned_sweep(data, base_cfg, batches, factors=SWEEP_LR_FACTORS, *, rule: str = "sqrt", max_epochs: float,
+                eval_every_epochs: float, max_extensions: int = 1, device=None,
+                known: dict[int, dict] | None = None) -> list[dict]:
+    """Steps to the target at each batch of ``batches``, each at its own best lr: ``base_cfg`` scaled to the
+    batch by ``rule`` (lesson 02), then its lr times each of ``factors`` (the rule's own lr first), the
+    grid extended while the best sits on an edge. Evaluation grows dense near the target (lesson 02's
+    ``ladder.NEAR_TARGET``), so the steps are resolved to 0.05 epoch. One row per run (``chosen``: the
+    fewest steps at its batch, ties to the lr nearest the rule's); ``capped at``: the best steps so far,
+    where a run that had not reached the target was stopped. ``known``: runs at the rule's lr measured
+    already (:func:`rule_runs_from_lesson02`), used instead of running them again (``from``: "lesson 02")."""
+    import time
+
+    from ..ladder import NEAR_TARGET
+    from ..sweeps import scaled_config, sweep_with_edge_extension, target_resolution
+    from ..train import train_to_target
+
+    if not factors or any(not f > 0 for f in factors):
+        raise ValueError(f"SWEEP_LR_FACTORS={tuple(factors)}: give positive multiples of the rule's lr, "
+                         "e.g. (0.5, 1, 2)")
+    near = {**NEAR_TARGET, "dense_eval_every_epochs": min(NEAR_TARGET["dense_eval_every_epochs"], eval_every_epochs)}
+    rows = []
+    for b in batches:
+        start = scaled_config(base_cfg, b, rule, base_batch_size=base_cfg.global_batch_size).replace(
+            max_epochs=float(max_epochs), eval_every_epochs=float(eval_every_epochs), **near)
+        best: list = [None]  # the fewest steps to target at this batch so far
+
+        def run(f, start=start, best=best):
+            cap = best[0]
+            cfg = start.replace(base_lr=start.base_lr * f, max_steps=cap)
+            t0 = time.perf_counter()
+            r = train_to_target(data, cfg, device=device, progress="none",
+                                label=f"b{cfg.global_batch_size} lr {cfg.peak_lr:.3g}")
+            if r.steps_to_target is not None and (cap is None or r.steps_to_target < cap):
+                best[0] = r.steps_to_target
+            return {"batch size": cfg.global_batch_size, "lr": cfg.peak_lr, "x rule lr": f,
+                    "steps to target": r.steps_to_target, "resolution (steps)": target_resolution(r),
+                    "epochs to target": r.epochs_to_target, "samples to target": samples_to_target(r),
+                    "capped at": cap, "best HR@10": r.best_hr, "wall_s": time.perf_counter() - t0,
+                    "from": "run here"}
+
+        seen = (known or {}).get(b)
+        if seen is not None and 1.0 in factors and math.isclose(seen["lr"], start.peak_lr, rel_tol=1e-9):
+            best[0] = seen["steps to target"]
+            first = {1.0: {"batch size": b, "lr": start.peak_lr, "x rule lr": 1.0,
+                           "steps to target": seen["steps to target"],
+                           "resolution (steps)": seen.get("resolution (steps)"),
+                           "epochs to target": seen.get("epochs to target"),
+                           "samples to target": seen["steps to target"] * b, "capped at": None,
+                           "best HR@10": seen.get("best HR@10"), "wall_s": 0.0, "from": "lesson 02"}}
+        else:  # the rule's lr first: the others are capped by it
+            first = {f: run(f) for f in factors if f == 1.0}
+        done = sweep_with_edge_extension(lambda f: first.pop(f) if f in first else run(f), factors,
+                                         _fewest_steps, max_extensions=max_extensions)
+        chosen = min(done, key=lambda f: _fewest_steps(done[f]))
+        for f, row in done.items():
+            rows.append({**row, "chosen": f == chosen and row["steps to target"] is not None})
+    return rows
+
+
+def _fewest_steps(row: dict) -> tuple:
+    """Lower is better: reached, by steps to target (ties: the lr nearest the rule's), then best HR@10."""
+    if row["steps to target"] is not None:
+        return (0, row["steps to target"], abs(math.log(row["x rule lr"])))
+    return (1, -(row["best HR@10"] or 0.0), 0.0)
+
+
+def tuned_rows(sweep: list[dict]) -> list[dict]:
+    """The chosen run at each batch that reached the target: the points the critical batch is fitted to."""
+    return [{k: r[k] for k in ("batch size", "lr", "steps to target", "resolution (steps)")}
+            for r in sweep if r["chosen"]]
+
+
+def tuned_table(sweep: list[dict], rule_rows: list[dict] | None = None, rule: str = "sqrt") -> Table:
+    """Every run of :func:`tuned_sweep`, the chosen one at each batch marked; with lesson 02's rows, its
+    steps at the rule's lr beside them."""
+    rule_steps = {r["batch size"]: r["steps to target"] for r in rule_rows or []}
+    cols = ["batch size", "lr", "x rule lr", "steps to target", "resolution (steps)", "epochs to target",
+            "samples to target", "chosen"] + (["lesson 02 (best rule)"] if rule_rows else [])
+    t = Table(cols, title=f"steps to the target at each batch, each at its own best lr (x the {rule} rule's)")
+    for r in sweep:
+        missed = "not reached" if r["capped at"] is None else f"not by step {r['capped at']:,}"
+        t.add(**{"batch size": r["batch size"], "lr": f"{r['lr']:.3g}", "x rule lr": f"{r['x rule lr']:g}",
+                 "steps to target": r["steps to target"] if r["steps to target"] is not None else missed,
+                 "resolution (steps)": r["resolution (steps)"] if r["resolution (steps)"] is not None else "-",
+                 "epochs to target": round(r["epochs to target"], 2) if r["epochs to target"] is not None else "-",
+                 "samples to target": f"{r['samples to target']:,}" if r["samples to target"] is not None else "-",
+                 "chosen": ("<-" if r["chosen"] else "") + (" (lesson 02's run)" if r.get("from") == "lesson 02"
+                                                            else ""),
+                 **({"lesson 02 (best rule)": rule_steps.get(r["batch size"], "-") if r["chosen"] else ""}
+                    if rule_rows else {})})
+    return t
+
+
+def sweep_cost_sentence(sweep: list[dict]) -> str:
+    """What the tuned sweep cost, from its runs' own clocks."""
+    batches = sorted({r["batch size"] for r in sweep})
+    capped = sum(r["capped at"] is not None and r["steps to target"] is None for r in sweep)
+    reused = sum(r.get("from") == "lesson 02" for r in sweep)
+    return (f"{len(sweep) - reused} runs at {len(batches)} batches took {sum(r['wall_s'] for r in sweep):.1f} s "
+            f"(training and evaluation); {capped} stopped at their batch's best steps so far"
+            + (f"; {reused} rule-lr points are lesson 02's runs of the same setting, not run again" if reused else ""))
+
+
+def _fieller(a: float, b: float, vaa: float, vbb: float, vab: float, k: float = 2.0) -> tuple[float, float]:
+    """The range of ``beta = b / a`` within ``k`` standard errors, by Fieller's theorem (Fieller 1954): every
+    ``beta >= 0`` for which ``b - beta a = 0`` is within ``k`` standard errors of zero, i.e.
+    ``(b - beta a)^2 <= k^2 (vbb - 2 beta vab + beta^2 vaa)``. Returned as ``(low, high)``, the hull of
+    that set over ``beta >= 0``; ``high`` is ``inf`` when ``a`` itself is within ``k`` errors of zero (then
+    ``b / a`` has no upper bound: here, no S_min, perfect scaling, cannot be ruled out)."""
+    qa, qb, qc = a * a - k * k * vaa, a * b - k * k * vab, b * b - k * k * vbb  # qa beta^2 - 2 qb beta + qc <= 0
+    disc = qb * qb - qa * qc
+    if qa > 0:
+        root = math.sqrt(max(disc, 0.0))
+        lo, hi = (qb - root) / qa, (qb + root) / qa
+        return (max(lo, 0.0), max(hi, 0.0))
+    if qa == 0:  # linear: -2 qb beta + qc <= 0
+        return (max(qc / (2 * qb), 0.0), math.inf) if qb > 0 else (0.0, math.inf)
+    if disc <= 0:
+        return (0.0, math.inf)  # every beta: the data cannot place the ratio at all
+    r1, r2 = sorted(((qb - math.sqrt(disc)) / qa, (qb + math.sqrt(disc)) / qa))  # the set: beta <= r1 or >= r2
+    return (0.0, math.inf) if r1 >= 0 else (max(r2, 0.0), math.inf)
+
+
+def critical_batch(rows: list[dict], k: float = 2.0) -> dict:
     """McCandlish et al. (2018, eq. 2.11): ``S = S_min (1 + B_crit / B)`` — steps fall like 1/B
     below ``B_crit`` and level off at ``S_min`` above it. Linear in ``1 / B``, so a least-squares
     line through ``(1/B, S)``, weighted by relative error, gives ``S_min`` (intercept) and
     ``B_crit = slope / intercept``.
-    ``status``: "fit", "beyond range" (a fit whose ``B_crit`` lies above the largest batch
-    measured: an extrapolation, the bend itself was not seen), "no bend" (the intercept is not
-    positive: perfect scaling over the whole range) or "too few points"."""
+
+    Its uncertainty: each point's relative error is the larger of (i) its evaluation spacing's (the
+    target was crossed somewhere in the last ``resolution (steps)``: a uniform error, ``res / sqrt(12)``,
+    over the steps; the rows' root mean square) and (ii) the scatter of the points about the fitted curve
+    (the relative residuals' root mean square over ``n - 2`` degrees of freedom: it holds the seed-to-seed
+    noise a single run per batch cannot show otherwise). With it, the covariance of the two parameters
+    and ``range``, B_crit within ``k`` standard errors by Fieller's theorem (:func:`_fieller`; its high end
+    is ``inf`` when S_min is within ``k`` errors of 0).
+    ``status``, from the point estimate: "fit", "beyond range" (``B_crit`` above the largest batch
+    measured: an extrapolation), "no bend" (the intercept is not positive) or "too few points";
+    ``bend``, from the range: :func:`bend_reading`'s decision."""
     pts = [(r["batch size"], r["steps to target"]) for r in rows if r.get("steps to target")]
-    out = {"points": pts, "b_crit": None, "s_min": None, "largest_batch": max((b for b, _ in pts), default=None)}
+    res = [r.get("resolution (steps)") for r in rows if r.get("steps to target")]
+    out = {"points": pts, "b_crit": None, "s_min": None, "largest_batch": max((b for b, _ in pts), default=None),
+           "smallest_batch": min((b for b, _ in pts), default=None), "range": None, "rel_error": None,
+           "rel_error_from": None, "k": k}
     if len(pts) < 3:
-        return {**out, "status": "too few points"}
+        return {**out, "status": "too few points", "bend": "not decided"}
     xs, ys = [1.0 / b for b, _ in pts], [float(s) for _, s in pts]
     # weighted by relative error (w = 1 / S^2): steps span orders of magnitude (17406 to 100 in lesson 02),
     # and an unweighted line is set by the smallest batch alone (review 2026-12-01 #18: a negative intercept)
@@ -325,11 +490,94 @@ def critical_batch(rows: list[dict]) -> dict:
     sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
     slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx
     intercept = my - slope * mx
+    scatter = math.sqrt(sum(((y - intercept - slope * x) / y) ** 2 for x, y in zip(xs, ys)) / (len(pts) - 2))
+    spacing = [r / math.sqrt(12) / s for r, s in zip(res, ys) if r]
+    spacing_rms = math.sqrt(sum(e * e for e in spacing) / len(spacing)) if spacing else 0.0
+    rel = max(scatter, spacing_rms)
+    # covariance of (intercept, slope) with sigma_i = rel * S_i: rel^2 (X^T W X)^-1, W = diag(1 / S_i^2)
+    v_slope = rel ** 2 / sxx
+    v_int = rel ** 2 * (1.0 / sw + mx * mx / sxx)
+    cov = -rel ** 2 * mx / sxx
+    out.update(rel_error=rel, rel_error_from="the scatter about the fit" if scatter >= spacing_rms
+               else "the evaluation spacing", s_min_se=math.sqrt(v_int))
+    # B_crit = slope / intercept: Fieller's range for the ratio (beta = slope / intercept)
+    lo, hi = _fieller(intercept, slope, v_int, v_slope, cov, k)
+    out["range"] = (lo, hi)
     if intercept <= 0 or slope <= 0:
-        return {**out, "status": "no bend"}
-    b_crit = slope / intercept
-    return {**out, "status": "fit" if b_crit <= out["largest_batch"] else "beyond range", "b_crit": b_crit,
-            "s_min": intercept}
+        out.update(status="no bend" if intercept <= 0 else "fit", b_crit=0.0 if intercept > 0 else None,
+                   s_min=intercept if intercept > 0 else None)
+    else:
+        b_crit = slope / intercept
+        out.update(status="fit" if b_crit <= out["largest_batch"] else "beyond range", b_crit=b_crit,
+                   s_min=intercept)
+    out["bend"] = _bend(out)
+    return out
+
+
+def _bend(fit: dict) -> str:
+    """"bend" (B_crit at or below the largest batch, at ``k`` standard errors), "no bend" (above it), or
+    "not decided" (the range holds both)."""
+    if fit["range"] is None:
+        return "not decided"
+    lo, hi = fit["range"]
+    if hi <= fit["largest_batch"]:
+        return "bend"
+    if lo > fit["largest_batch"]:
+        return "no bend"
+    return "not decided"
+
+
+def _fmt_range(rng: tuple[float, float]) -> str:
+    lo, hi = rng
+    return f"above {lo:,.0f}" if math.isinf(hi) else f"{lo:,.0f}-{hi:,.0f}"
+
+
+def fit_table(fit: dict) -> Table:
+    """The fitted ``S = S_min (1 + B_crit / B)``: each parameter, its range within ``k`` standard errors, and
+    the relative error of a point the ranges rest on (and where it came from)."""
+    k = fit.get("k", 2.0)
+    t = Table(["quantity", "fitted", f"low ({k:g} s.e.)", f"high ({k:g} s.e.)", "from"],
+              title=f"S = S_min (1 + B_crit / B), fitted weighted by relative error; ranges within {k:g} "
+                    "standard errors")
+    if fit["range"] is None:
+        t.add(quantity="B_crit (samples)", fitted=fit["status"], **{f"low ({k:g} s.e.)": "-", f"high ({k:g} s.e.)": "-",
+                                                                    "from": f"{len(fit['points'])} batches reached"})
+        return t
+    lo, hi = fit["range"]
+    se = fit.get("s_min_se")
+    s_min = fit["s_min"]
+    t.add(quantity="S_min (steps)", fitted=round(s_min, 1) if s_min is not None else "<= 0",
+          **{f"low ({k:g} s.e.)": round(s_min - k * se, 1) if s_min is not None else "-",
+             f"high ({k:g} s.e.)": round(s_min + k * se, 1) if s_min is not None else "-", "from": "the intercept"})
+    t.add(quantity="B_crit (samples)", fitted=round(fit["b_crit"]) if fit["b_crit"] is not None else "none (no S_min)",
+          **{f"low ({k:g} s.e.)": round(lo), f"high ({k:g} s.e.)": "unbounded" if math.isinf(hi) else round(hi),
+             "from": "Fieller's range of slope / intercept"})
+    t.add(quantity="relative error of a point", fitted=f"{fit['rel_error']:.1%}", **{f"low ({k:g} s.e.)": "",
+          f"high ({k:g} s.e.)": "", "from": fit["rel_error_from"]})
+    return t
+
+
+def bend_reading(fit: dict) -> str:
+    """Is there a bend in the measured range? Decided from B_crit's range at ``k`` standard errors (the fit
+    table's), never from the point estimate alone: a range that holds the largest batch says so."""
+    if fit["range"] is None:
+        return (f"{len(fit['points'])} batch sizes reached the target, fewer than the 3 a two-parameter fit with an "
+                "error needs: no bend can be read (give the sweep a longer budget or more batches).")
+    lo, hi = fit["range"]
+    k, largest, smallest = fit.get("k", 2.0), fit["largest_batch"], fit["smallest_batch"]
+    rng = _fmt_range(fit["range"])
+    at = (f"B_crit = {fit['b_crit']:,.0f} ({rng} within {k:g} standard errors)" if fit["b_crit"] is not None
+          else f"no positive S_min (B_crit {rng} within {k:g} standard errors)")
+    err = f"each point's relative error {fit['rel_error']:.1%}, from {fit['rel_error_from']}"
+    if fit["bend"] == "bend":
+        where = ("below the smallest batch measured: every batch here is past the bend" if hi < smallest
+                 else f"at or below the largest batch measured, {largest:,}")
+        return f"A bend, decided: {at}, {where}; {last_doubling(fit)} ({err})."
+    if fit["bend"] == "no bend":
+        return (f"No bend up to batch {largest:,}, decided: {at}, above every batch measured; "
+                f"{last_doubling(fit)} ({err}).")
+    return (f"Bend or no bend is not decided: {at} holds batch {largest:,}, the largest measured; "
+            f"{last_doubling(fit)} ({err}). More batches above {largest:,}, or repeats at each, would decide it.")
 
 
 def last_doubling(fit: dict) -> str:
@@ -347,37 +595,55 @@ def _ratio_band(b_simple: float, stderr: float, b_crit: float) -> tuple[float, f
     return max(b_simple - 2 * stderr, 0.0) / b_crit, (b_simple + 2 * stderr) / b_crit
 
 
+def _ratio_range(b_simple: float, stderr: float, fit: dict) -> tuple[float, float]:
+    """B_simple / B_crit at its widest: B_simple within two standard errors over B_crit's range (the fit's)."""
+    lo_b, hi_b = _ratio_band(b_simple, stderr, 1.0)
+    lo_c, hi_c = fit["range"] if fit.get("range") else (fit["b_crit"], fit["b_crit"])
+    return (lo_b / hi_c if hi_c > 0 else 0.0), (hi_b / lo_c if lo_c > 0 else math.inf)
+
+
 def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0, stderr: float = math.nan) -> str:
     """Does the noise scale predict the bend? McCandlish et al. find ``B_crit ~ B_noise`` within
     a small factor (B_simple equals B_noise when the Hessian is a multiple of the identity). Decided
-    only when B_simple's two-standard-error range lies wholly inside (or wholly outside) the factor."""
-    largest = fit.get("largest_batch")
+    only when B_simple / B_crit, with B_simple within its two standard errors and B_crit within the fit's
+    range (:func:`critical_batch`), lies wholly inside (or wholly outside) the factor."""
     if not math.isfinite(b_simple):
         return ("The estimate of |G|^2 was not positive at this point: at these two batch sizes the gradient "
-                "is all noise as far as the repeats can tell. Raise NOISE_REPEATS or b_big and measure again.")
+                "is all noise as far as the repeats can tell. Raise NOISE_REL_ERROR's cap (NOISE_MAX_REPEATS) or "
+                "b_big and measure again.")
     said = f"B_simple = {b_simple:,.0f}" + (f" +/- {stderr:,.0f}" if math.isfinite(stderr) else "")
     if fit["status"] == "too few points":
         return (f"{said}, but fewer than 3 batch sizes reached the target, so there is no "
-                "measured bend to compare it with: run lesson 02 (or more batch sizes here) first.")
-    if fit["status"] == "no bend":
-        high = b_simple + 2 * (stderr if math.isfinite(stderr) else 0.0)
-        return (f"The fit finds no bend ({last_doubling(fit)}): the critical batch is above {largest:,}. {said} "
-                + ("is consistent with that." if high >= largest / factor
-                   else f"predicted a bend below {largest:,}, which the curve does not show."))
-    b_crit = fit["b_crit"]
-    where = ("above the largest batch measured, an extrapolation" if fit["status"] == "beyond range"
-             else "inside the range measured")
-    lo, hi = _ratio_band(b_simple, stderr, b_crit)
-    head = (f"The fit (weighted by relative error) puts the critical batch at B_crit = {b_crit:,.0f}, {where}; "
-            f"{last_doubling(fit)}. {said} is {b_simple / b_crit:.2g}x B_crit"
-            + (f" ({lo:.2g}-{hi:.2g}x within two standard errors). " if math.isfinite(stderr) else ". "))
+                "measured bend to compare it with: give the sweep more batches or a longer budget.")
+    lo, hi = _ratio_range(b_simple, stderr, fit)
+    rng = _fmt_range(fit["range"]) if fit.get("range") else f"{fit['b_crit']:,.0f}"
+    if fit["b_crit"] is None:
+        head = (f"The fit finds no positive S_min ({last_doubling(fit)}): B_crit is {rng} within "
+                f"{fit.get('k', 2.0):g} standard errors. {said}")
+    elif fit["b_crit"] == 0:
+        head = (f"The fit's slope is not positive ({last_doubling(fit)}): the steps did not fall with the batch, "
+                f"every batch measured is past the bend (B_crit {rng} within {fit.get('k', 2.0):g} standard errors). "
+                f"{said}")
+    else:
+        where = ("above the largest batch measured, an extrapolation" if fit["status"] == "beyond range"
+                 else "inside the range measured")
+        head = (f"The fit (weighted by relative error) puts the critical batch at B_crit = {fit['b_crit']:,.0f}, "
+                f"{where} ({rng} within {fit.get('k', 2.0):g} standard errors); {last_doubling(fit)}. {said} is "
+                f"{b_simple / fit['b_crit']:.2g}x B_crit")
+    if lo <= 0 and math.isinf(hi):
+        band = "B_simple / B_crit is not bounded either way by the errors"
+    elif math.isinf(hi):
+        band = f"B_simple / B_crit at least {lo:.2g} within both errors"
+    else:
+        band = f"B_simple / B_crit {lo:.2g}-{hi:.2g} within both errors"
+    body = f"{head} ({band}). "
     if 1 / factor <= lo and hi <= factor:
-        return head + f"The noise scale predicts the bend here, within the factor {factor:g} McCandlish et al. report."
+        return body + f"The noise scale predicts the bend here, within the factor {factor:g} McCandlish et al. report."
     if hi < 1 / factor or lo > factor:
-        return head + (f"Outside the factor {factor:g} McCandlish et al. report: here B_simple does not predict the "
-                       "bend (it ignores the curvature, was measured at one point of training, and lesson 02's lr "
-                       "came from a rule, not a tuning per batch).")
-    return head + f"Not decided: the factor {factor:g} boundary lies inside B_simple's error."
+        return body + (f"Outside the factor {factor:g} McCandlish et al. report: here B_simple does not predict the "
+                       "bend, with the lr tuned at every batch (it ignores the curvature, and was measured at one "
+                       "point of training while the bend is the whole run's).")
+    return body + f"Not decided: the factor {factor:g} boundary lies inside the errors of B_simple and B_crit."
 
 
 def repeats_for_error(b_simple: float, stderr: float, repeats: int, goal: float = 0.2) -> str:
@@ -393,25 +659,66 @@ def repeats_for_error(b_simple: float, stderr: float, repeats: int, goal: float 
             "(NOISE_REPEATS; the probe's cost grows in proportion)")
 
 
-def noise_trend(table: Table) -> str:
-    """Did B_simple grow during training beyond its standard errors? From the noise table's rows."""
-    rows = [r for r in table.rows if isinstance(r["B_simple"], int) and isinstance(r["+/- (stderr)"], int)]
+def repeats_sentence(table: Table, goal: float, max_repeats: int) -> str:
+    """How the stated standard error was met, from the noise table's rows (its ``repeats`` and
+    ``stderr / B_simple`` columns): at how many measurements, with how many gradient pairs."""
+    rows = [r for r in table.rows if isinstance(r.get("repeats"), int)]
+    if not rows:
+        return "the probe recorded no repeats: pass rel_error to noise_probe to choose them for a standard error"
+    rel = [float(r["stderr / B_simple"].rstrip("%")) / 100 if r["stderr / B_simple"] != "n/a" else math.inf
+           for r in rows]
+    met = sum(x <= goal for x in rel)
+    used = sorted({r["repeats"] for r in rows})
+    span = f"{used[0]:,}" if len(used) == 1 else f"{used[0]:,}-{used[-1]:,}"
+    out = (f"Repeats chosen for a standard error of B_simple at most {goal:.0%} of it (NOISE_REL_ERROR): met at {met} "
+           f"of {len(rows)} measurements, with {span} gradient pairs each")
+    if met < len(rows):
+        out += (f"; the others stopped at NOISE_MAX_REPEATS = {max_repeats:,}, their errors as the table gives them "
+                "(the verdicts below read each with its own error)")
+    return out + "."
+
+
+def trend_fit(table: Table) -> dict | None:
+    """A line through B_simple against the epoch, weighted by each measurement's standard error (1 / stderr^2),
+    from the noise table's rows: its slope per epoch and that slope's standard error (scaled up by the
+    scatter about the line when it exceeds the stated errors: sqrt(chi^2 / (n - 2)) when above 1)."""
+    rows = [r for r in table.rows if isinstance(r["B_simple"], int) and isinstance(r["+/- (stderr)"], int)
+            and r["+/- (stderr)"] > 0]
     if len(rows) < 2:
-        return "fewer than two finite B_simple measurements: no trend to read"
-    first, last = rows[0], rows[-1]
-    worst = max(r["+/- (stderr)"] for r in rows)
-    values = ", ".join(f"{r['B_simple']:,}" for r in rows)
-    diff = last["B_simple"] - first["B_simple"]
-    err = math.hypot(first["+/- (stderr)"], last["+/- (stderr)"])
-    move = ("grew" if diff > 0 else "fell") if abs(diff) > 2 * err else "did not change beyond its errors"
-    return (f"B_simple over the run: {values} (standard errors up to {worst:,}). From epoch {first['epoch']:g} "
-            f"to {last['epoch']:g} it {move}: {first['B_simple']:,} -> {last['B_simple']:,}, "
-            f"against two combined standard errors of {2 * err:,.0f}.")
+        return None
+    xs, ys = [float(r["epoch"]) for r in rows], [float(r["B_simple"]) for r in rows]
+    ws = [1.0 / float(r["+/- (stderr)"]) ** 2 for r in rows]
+    sw = sum(ws)
+    mx, my = sum(w * x for w, x in zip(ws, xs)) / sw, sum(w * y for w, y in zip(ws, ys)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+    if sxx <= 0:
+        return None
+    slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx
+    chi2 = sum(w * (y - my - slope * (x - mx)) ** 2 for w, x, y in zip(ws, xs, ys))
+    scale = max(1.0, math.sqrt(chi2 / (len(rows) - 2))) if len(rows) > 2 else 1.0
+    return {"slope": slope, "stderr": scale / math.sqrt(sxx), "first": rows[0], "last": rows[-1], "n": len(rows)}
 
 
-def plot_noise_and_bend(result, fit: dict, ax_pair=None):
+def noise_trend(table: Table) -> str:
+    """Did B_simple grow during training beyond its standard errors? From a line through the noise table's
+    rows weighted by their errors (:func:`trend_fit`): "grew" or "fell" when the slope is two standard
+    errors from zero, else not decided."""
+    fit = trend_fit(table)
+    if fit is None:
+        return "fewer than two finite B_simple measurements with an error: no trend to read"
+    first, last = fit["first"], fit["last"]
+    values = ", ".join(f"{r['B_simple']:,}" for r in table.rows if isinstance(r["B_simple"], int))
+    slope, err = fit["slope"], fit["stderr"]
+    move = ("grew" if slope > 0 else "fell") if abs(slope) > 2 * err else "did not change beyond its errors"
+    return (f"B_simple over the run: {values}. A line weighted by each measurement's standard error gives "
+            f"{slope:+,.0f} per epoch, +/- {2 * err:,.0f} at two standard errors: from epoch {first['epoch']:g} to "
+            f"{last['epoch']:g} it {move}.")
+
+
+def plot_noise_and_bend(result, fit: dict, rule_rows: list[dict] | None = None, ax_pair=None):
     """Left: B_simple during training with its error bars. Right: steps to target against the
-    batch, the perfect-scaling line, the fitted ``S_min (1 + B_crit / B)`` and B_simple marked."""
+    batch (each at its tuned lr; lesson 02's rule-lr points beside them when given), the perfect-scaling
+    line, the fitted ``S_min (1 + B_crit / B)``, B_crit's range and B_simple marked."""
     import matplotlib.pyplot as plt
 
     if ax_pair is None:
@@ -424,25 +731,31 @@ def plot_noise_and_bend(result, fit: dict, ax_pair=None):
                  yerr=[p["stderr"] if math.isfinite(p["stderr"]) else 0 for p in ps], marker="o", capsize=3)
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("B_simple (examples)")
-    ax1.set_title("the noise scale grows as the loss falls", fontsize=10)
+    ax1.set_title("the noise scale during training", fontsize=10)
     pts = fit["points"]
     at = b_simple_at_target(result)["b_simple"]
+    if rule_rows:
+        ax2.loglog([r["batch size"] for r in rule_rows], [r["steps to target"] for r in rule_rows], "x", color="gray",
+                   label="lesson 02 (lr from a rule)")
     if pts:
         bsz, steps = zip(*pts)
-        ax2.loglog(bsz, steps, "o", label="measured")
+        ax2.loglog(bsz, steps, "o", label="measured, lr tuned per batch")
         b0, s0 = pts[0]
         grid = [bsz[0] * (bsz[-1] / bsz[0]) ** (i / 40) for i in range(41)]
         ax2.loglog(grid, [s0 * b0 / b for b in grid], "--", color="gray", label="perfect scaling")
-        if fit["status"] in ("fit", "beyond range"):
+        if fit["status"] in ("fit", "beyond range") and fit["b_crit"]:
             ax2.loglog(grid, [fit["s_min"] * (1 + fit["b_crit"] / b) for b in grid], "-", label="S_min (1 + B_crit/B)")
-            if fit["status"] == "fit":
-                ax2.axvline(fit["b_crit"], color="C1", ls=":", label=f"B_crit {fit['b_crit']:,.0f}")
+        if fit.get("range"):
+            lo, hi = fit["range"]
+            ax2.axvspan(max(lo, bsz[0] / 2), min(hi, bsz[-1] * 2), color="C1", alpha=0.12,
+                        label=f"B_crit within {fit.get('k', 2):g} s.e.")
     if math.isfinite(at):
         ax2.axvline(at, color="C3", ls="-.", label=f"B_simple {at:,.0f}")
     ax2.set_xlabel("global batch (samples)")
     ax2.set_ylabel("steps to target")
     ax2.set_title("where the steps stop halving", fontsize=10)
-    ax2.legend(fontsize=8)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

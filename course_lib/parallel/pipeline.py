@@ -430,6 +430,57 @@ def pipeline_worker(rank: int, world_size: int, spec: dict) -> dict:
     return {"rank": rank, "rows": rows, "stage_layers": (lo, hi), "device": str(device)}
 
 
+def pipeline_depths_worker(rank: int, world_size: int, spec: dict) -> dict:
+    """Worker: :func:`pipeline_worker`'s runs (our executor; no ``torch.distributed.pipelining``) at each
+    depth ``p`` in ``spec["ps"]``, on ranks ``0 .. p - 1`` of the launch (the others wait): lesson 10's
+    pipeline at more stages than its main launch has ranks. Every stage holds its share of the same stack
+    (``spec["depth"]`` layers, divisible enough for every ``p``), on the CPU over gloo.
+
+    ``spec``: ``width``, ``depth``, ``batch``, ``ms``, ``schedules``, ``repeats``, ``ps``. Returns this rank's
+    rows, one per depth, schedule and ``m`` (with ``p``); :func:`depth_bubbles` reads them."""
+    if max(spec["ps"]) > world_size:
+        raise ValueError(f"depths {spec['ps']} need {max(spec['ps'])} ranks; the launch has {world_size}")
+    device = torch.device("cpu")
+    model = mlp_stack(spec["width"], spec["depth"], seed=0)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(spec["batch"], spec["width"], generator=g)
+    target = torch.randn(spec["batch"], spec["width"], generator=g)
+    full = full_gradients(model, x, target)
+    rows = []
+    for p in spec["ps"]:
+        group = dist.new_group(list(range(p)))  # every rank takes part in creating it
+        if rank >= p:
+            continue
+        stage = stage_of(model, rank, p)
+        lo, hi = stage_bounds(len(model), p)[rank]
+        n_before = sum(1 for layer in model[:lo] for _ in layer.parameters())
+        reference = full[n_before:n_before + len(list(stage.parameters()))]
+        for name in spec["schedules"]:
+            for m in spec["ms"]:
+                sched = SCHEDULES[name](p, m)
+                xs, ts = micro_batches(x, m), micro_batches(target, m)
+                runs = []
+                for rep in range(spec["repeats"] + 1):  # the first run warms up
+                    stage.zero_grad()
+                    events, loss = run_stage(stage, sched, xs, ts, target.numel(), xs[0].shape, device, group=group)
+                    if rep:
+                        runs.append(events)
+                grad_diff = max(float((q.grad - r).abs().max()) for q, r in zip(stage.parameters(), reference))
+                rows.append({"schedule": name, "m": m, "p": p, "rank": rank, "runs": runs, "grad_diff": grad_diff,
+                             "loss": loss})
+    dist.barrier()
+    return {"rank": rank, "rows": rows}
+
+
+def depth_bubbles(per_rank: list[dict]) -> list[dict]:
+    """:func:`measured_bubbles` of :func:`pipeline_depths_worker`'s runs, depth by depth (each depth's
+    rows come from its own ranks only)."""
+    out = []
+    for p in sorted({r["p"] for pr in per_rank for r in pr["rows"]}):
+        out += measured_bubbles([{"rows": [r for r in pr["rows"] if r["p"] == p]} for pr in per_rank[:p]])
+    return out
+
+
 # --------------------------------------------------------------------------- the same pipeline over BERT's encoder
 
 
