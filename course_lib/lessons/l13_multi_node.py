@@ -367,6 +367,7 @@ def hiding_k(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, nea
 # --------------------------------------------------------------------------- 2b. time to target per layout and k
 
 TTT_MARGIN = 0.25  # the slow link is hidden once 4 nodes x 1 reach the target within 25 % of 1 node x 4's time
+# (the same line as HIDDEN_AT read as time: 1 / 0.8 = 1.25)
 TTT_NOISE = 0.10  # a ratio within 10 % of that threshold either way: too close to call from a few timed steps
 # without lesson 02's curve: the linear-scaling ideal through this (batch, steps) point -- an ASSUMPTION, not a
 # measurement (about what lesson 02's smallest batch takes on the full profile's data; its shape is all that matters
