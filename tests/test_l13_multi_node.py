@@ -233,3 +233,104 @@ def test_a_staged_node_loss_needs_two_nodes():
                      "course-x-br", "/nonexistent")
     with pytest.raises(ValueError, match="nodes=2: a node loss needs 2 to 1 nodes of 'x'"):
         L.stage_node_loss(one, "/nonexistent")
+
+
+# --------------------------------------------------------------------------- time to target per layout and k
+
+# lesson 02's saved rows (full profile, this machine, 2026-12-01, /tmp/fresh2): steps to target per batch and rule
+LESSON02 = {"profile": "full", "rows": [
+    {"batch size": b, "steps to target": s} for b, s in ((256, 17406), (1024, 4356), (4096, 1500), (16384, None),
+                                                         (65536, None), (256, 17406), (1024, 4356), (4096, 1020),
+                                                         (16384, 285), (65536, 100))]}
+POINTS = [(256, 17406), (1024, 4356), (4096, 1020), (16384, 285), (65536, 100)]
+ALLOWED = (25, 10, 6)  # the stated margin and noise band (TTT_MARGIN, TTT_NOISE); "lesson 06"
+
+
+def _model(compute=10e-6):
+    return L.predicted_layouts(compute, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6))
+
+
+def _quotes_only_the_table(verdict, measured, model, points):
+    from _quoted import unquoted
+
+    assert not unquoted(verdict, L.ttt_table(measured, model, points), ALLOWED), verdict
+
+
+def test_lesson02s_curve_is_read_interpolated_and_refused_outside():
+    points, line = L.lesson02_steps(LESSON02, "full")
+    assert points == POINTS and line.startswith("steps to target from lesson 02's runs here")
+    assert L.steps_at(points, 1024) == (4356.0, "measured")
+    s, how = L.steps_at(points, 2048)
+    assert how == "interpolated" and s == pytest.approx((4356 * 1020) ** 0.5)  # halfway in log-log
+    s, how = L.steps_at(points, 128)
+    assert s is None and how == "refused: batch 128 is outside lesson 02's 256-65,536"
+    assert L.steps_at(points, 131072)[0] is None
+    # missing, another profile, too few points: the assumed ideal, said so in one line
+    for saved, says in ((None, "lesson 02's steps to target are not here"),
+                        ({**LESSON02, "profile": "smoke"}, "of the 'smoke' profile, this run is 'full'"),
+                        ({"profile": "full", "rows": [{"batch size": 256, "steps to target": 9}]}, "only 1 batch")):
+        points, line = L.lesson02_steps(saved, "full")
+        assert points is None and says in line and "ASSUMED instead (not a measurement)" in line
+    assert L.steps_at(None, 512) == (8000.0, "assumed")
+
+
+def test_time_to_target_is_the_steps_times_the_step():
+    rows = L.ttt_rows(layout_rows(VIRTUAL_LAYOUTS, "virtual"), POINTS)
+    r = next(r for r in rows if (r["layout"], r["k"]) == ("4 nodes x 1", 4))
+    assert r["steps_how"] == "measured" and r["time_to_target_s"] == pytest.approx(4356 * 1024 / 5078)
+    refused = L.ttt_rows([{**r, "global_batch": 128} for r in layout_rows(VIRTUAL_LAYOUTS, "virtual")], POINTS)
+    assert all(r["time_to_target_s"] is None for r in refused)
+    assert "cannot decide: no k has a time to target" in L.ttt_verdict(refused, L.ttt_rows(_model(), POINTS))
+
+
+def test_time_to_target_readings_from_each_path_with_lesson_02():
+    model = L.ttt_rows(_model(), POINTS)
+    virtual = L.ttt_rows(layout_rows(VIRTUAL_LAYOUTS, "virtual"), POINTS)
+    v = L.ttt_verdict(virtual, model)
+    assert "measured (virtual): k=1: 2.30x, k=2: 2.41x, k=4: 3.27x, k=8: 2.90x; never within 25%" in v
+    assert "The model agrees" in v and "Fastest measured: 1 node x 4 at k=8" in v
+    _quotes_only_the_table(v, virtual, model, POINTS)
+    slurm = L.ttt_rows(layout_rows(SLURM_LAYOUTS, "slurm"), POINTS)
+    s = L.ttt_verdict(slurm, model)  # k=1 within, k=2 at 1.19x: 5 % under the 1.25 threshold, too close to call
+    assert "measured (slurm)" in s and "cannot decide: k=2 within 10% of the 25% threshold" in s
+    assert "Whether the model agrees cannot be decided" in s
+    _quotes_only_the_table(s, slurm, model, POINTS)
+
+
+def test_time_to_target_on_the_model_path_and_without_lesson_02():
+    points, line = L.lesson02_steps(None)
+    heavy = L.ttt_rows(L.predicted_layouts(1.5e-3, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6)),
+                       points)
+    table = L.ttt_table([], heavy, points)
+    assert "ASSUMED linear-scaling steps" in table.title and "no cluster" in str(table)
+    v = L.ttt_verdict([], heavy)
+    assert v.startswith("time to target, 4 nodes x 1 over 1 node x 4, PREDICTED by lesson 09's model only")
+    assert "within 25% from k=" in v and "agree" not in v
+    _quotes_only_the_table(v, [], heavy, points)
+
+
+def test_time_to_target_reading_opposite_results():
+    """Measured rows where accumulation hides the link from k=4, against a model that says it never does (and
+    the other way round); a k within the margin then one outside it cannot be decided."""
+    def measured(ratios):
+        rows = []
+        for k, x in ratios.items():
+            rows += [{"layout": "1 node x 4", "k": k, "global_batch": 256 * k, "step_s": 0.1, "source": "virtual"},
+                     {"layout": "4 nodes x 1", "k": k, "global_batch": 256 * k, "step_s": 0.1 * x,
+                      "source": "virtual"}]
+        return L.ttt_rows(rows, POINTS)
+
+    never = L.ttt_rows(_model(), POINTS)
+    hides = measured({1: 3.0, 2: 2.0, 4: 1.05, 8: 1.01})
+    v = L.ttt_verdict(hides, never)
+    assert "k=4: 1.05x" in v and "within 25% from k=4 on: accumulation hides the slow link" in v
+    assert "The model does NOT agree" in v
+    _quotes_only_the_table(v, hides, never, POINTS)
+    opposite = L.ttt_verdict(measured({1: 3.0, 2: 2.8, 4: 2.5, 8: 2.2}), L.ttt_rows(
+        L.predicted_layouts(1.5e-3, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6)), POINTS))
+    assert "never within 25% up to k=8" in opposite and "The model does NOT agree" in opposite
+    assert "within 25% already at k=1" in L.ttt_verdict(measured({1: 1.0, 2: 1.0, 4: 0.9, 8: 1.0}), never)
+    flip = L.ttt_verdict(measured({1: 1.0, 2: 2.0, 4: 2.0, 8: 2.0}), never)
+    assert "cannot decide: a k within the margin, then a larger k outside it" in flip
+    with pytest.raises(ValueError, match="no rows"):
+        L.ttt_verdict([], [])

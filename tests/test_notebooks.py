@@ -126,6 +126,7 @@ ALONE = {
     "11_batch_size_science.ipynb": ["lesson 01 has not saved an lr", "lesson 02's result is missing",
                                     "lesson 07's defaults"],
     "12_hyperparameter_search.ipynb": ["lesson 07 has not saved a smoke-profile run here"],
+    "13_multi_node.ipynb": ["lesson 02's steps to target are not here"],
 }
 READS_RESULTS = ("load_results(", "start_from(", "load_baseline(", "baseline_lr(")
 

@@ -31,7 +31,9 @@ the file (a folder every node sees). What is measured:
    checkpoint, times how long the other node takes to notice, resubmits, and :func:`node_loss_verdict` compares
    the resumed run with an uninterrupted one (tests/test_multinode.py checks the same in every ``make test``).
 
-(Issue 33 also asks for time to target per layout and k; not here yet.)
+Time to target per layout and k (item 2 read as the seed talk reads it): lesson 02's measured steps to target at
+each layout's global batch x that layout's time per step (:func:`ttt_rows`, :func:`ttt_table`, :func:`ttt_verdict`);
+no run here trains to the target.
 """
 
 from __future__ import annotations
@@ -360,6 +362,194 @@ def hiding_k(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, nea
     (None: no k of ``ks`` gets there). Exercise 13's reference."""
     ratios = layout_ratios(predicted_layouts(compute_s_per_sample, grad_bytes, micro_batch, near, far, ks, world_size))
     return next((k for k in ks if ratios[k] >= hidden_at), None)
+
+
+# --------------------------------------------------------------------------- 2b. time to target per layout and k
+
+TTT_MARGIN = 0.25  # the slow link is hidden once 4 nodes x 1 reach the target within 25 % of 1 node x 4's time
+# (the same line as HIDDEN_AT read as time: 1 / 0.8 = 1.25)
+TTT_NOISE = 0.10  # a ratio within 10 % of that threshold either way: too close to call from a few timed steps
+# without lesson 02's curve: the linear-scaling ideal through this (batch, steps) point -- an ASSUMPTION, not a
+# measurement (about what lesson 02's smallest batch takes on the full profile's data; its shape is all that matters
+# here: it gives both layouts the same steps at each k)
+ASSUMED_STEPS = (256, 16000)
+
+
+def lesson02_steps(saved: dict | None, profile: str | None = None) -> tuple[list[tuple[int, int]] | None, str]:
+    """``(points, line)``: lesson 02's fewest steps to target at each batch it measured (``[(batch, steps)]``,
+    sorted; its best rule at each batch), and the line that says where the steps come from. ``points`` is None
+    when the result is missing, of another profile (other data) or has fewer than two batches that reached the
+    target: then :func:`steps_at` takes the :data:`ASSUMED_STEPS` ideal, and the line says so."""
+    b0, s0 = ASSUMED_STEPS
+    assumed = (f"; ASSUMED instead (not a measurement): the linear-scaling ideal, {s0:,} steps at batch {b0:,} and "
+               "half the steps at every doubling")
+    if not saved or not saved.get("rows"):
+        return None, "lesson 02's steps to target are not here (run lesson 02 first to use its curve)" + assumed
+    if profile and saved.get("profile") != profile:
+        return None, (f"lesson 02's steps to target are of the {saved.get('profile')!r} profile, this run is "
+                      f"{profile!r} (other data)" + assumed)
+    best: dict[int, int] = {}
+    for r in saved["rows"]:
+        if r.get("steps to target"):
+            b = int(r["batch size"])
+            best[b] = min(best.get(b, r["steps to target"]), r["steps to target"])
+    pts = sorted(best.items())
+    if len(pts) < 2:
+        return None, (f"only {len(pts)} batch size(s) of lesson 02 reached the target; interpolating needs two"
+                      + assumed)
+    listing = ", ".join(f"{s:,} at {b:,}" for b, s in pts)
+    return pts, f"steps to target from lesson 02's runs here (the fewest at each batch): {listing}"
+
+
+def steps_at(points: list[tuple[int, int]] | None, batch: int) -> tuple[float | None, str]:
+    """Steps to target at ``batch`` from lesson 02's points: ``"measured"`` at one of its batches, ``"interpolated"``
+    (a straight line in log steps against log batch between the two neighbours) between them, None with the
+    reason outside them (no extrapolation: lesson 02's curve bends where it leaves perfect scaling). Without
+    points, the :data:`ASSUMED_STEPS` ideal (``"assumed"``)."""
+    if points is None:
+        b0, s0 = ASSUMED_STEPS
+        return s0 * b0 / batch, "assumed"
+    at = dict(points)
+    if batch in at:
+        return float(at[batch]), "measured"
+    lo, hi = points[0][0], points[-1][0]
+    if not lo < batch < hi:
+        return None, f"refused: batch {batch:,} is outside lesson 02's {lo:,}-{hi:,}"
+    (b0, s0), (b1, s1) = next((p, q) for p, q in zip(points, points[1:]) if p[0] < batch < q[0])
+    w = math.log(batch / b0) / math.log(b1 / b0)
+    return math.exp(math.log(s0) + w * math.log(s1 / s0)), "interpolated"
+
+
+def ttt_rows(layouts: list[dict], points: list[tuple[int, int]] | None) -> list[dict]:
+    """Time to target per row of :func:`layout_rows` or :func:`predicted_layouts`: the steps to target at that
+    row's global batch (:func:`steps_at`) x the row's time per step. No new training: the steps are lesson 02's."""
+    out = []
+    for r in layouts:
+        steps, how = steps_at(points, r["global_batch"])
+        out.append({"layout": r["layout"], "k": r["k"], "global_batch": r["global_batch"], "step_s": r["step_s"],
+                    "steps": steps, "steps_how": how, "source": r["source"],
+                    "time_to_target_s": steps * r["step_s"] if steps is not None else None})
+    return out
+
+
+def ttt_ratios(rows: list[dict]) -> dict[int, float]:
+    """k -> time to target of W nodes x 1 over 1 node x W (the ks where both have one)."""
+    near = {r["k"]: r["time_to_target_s"] for r in rows if r["layout"].startswith("1 node x ") and
+            r["time_to_target_s"]}
+    far = {r["k"]: r["time_to_target_s"] for r in rows if r["layout"].endswith(" nodes x 1") and
+           r["time_to_target_s"]}
+    return {k: far[k] / near[k] for k in sorted(near) if k in far}
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def ttt_title(points) -> str:
+    where = ("lesson 02's measured steps to target (log-log interpolated between its batches, refused outside them)"
+             if points else "the ASSUMED linear-scaling steps (lesson 02's curve is not here)")
+    return ("NeuMF, time to target = steps to target at the global batch (world x micro-batch x k), from "
+            f"{where}, x the layout's time per step at that k: measured, and lesson 09's model")
+
+
+def ttt_table(measured: list[dict], model: list[dict], points):
+    """Measured and lesson 09's model side by side, one row per layout and k (the model's rows give the keys: it
+    has every layout and k; the measured columns are empty without a cluster)."""
+    from ..tables import Table
+
+    cols = ["layout", "k", "global batch", "steps to target", "steps", "step (ms), measured",
+            "to target (s), measured", "nodes / 1 node, measured", "step (ms), model", "to target (s), model",
+            "nodes / 1 node, model"]
+    t = Table(cols, title=ttt_title(points))
+    got = {(r["layout"], r["k"]): r for r in measured}
+    ratios = {"measured": ttt_ratios(measured), "model": ttt_ratios(model)}
+    for p in model:
+        m = got.get((p["layout"], p["k"]))
+        far = p["layout"].endswith(" nodes x 1")
+        row = {"layout": p["layout"], "k": p["k"], "global batch": f"{p['global_batch']:,}",
+               "steps to target": f"{p['steps']:,.0f}" if p["steps"] is not None else "—",
+               "steps": p["steps_how"]}
+        for src, r in (("measured", m), ("model", p)):
+            row[f"step (ms), {src}"] = f"{r['step_s'] * 1e3:.2f}" if r else "no cluster"
+            row[f"to target (s), {src}"] = (f"{r['time_to_target_s']:.2f}" if r and r["time_to_target_s"] is not None
+                                           else "—")
+            row[f"nodes / 1 node, {src}"] = (_ratio(ratios[src][p["k"]]) if far and p["k"] in ratios[src] else "")
+        t.add(**row)
+    return t
+
+
+def ttt_hidden(ratios: dict[int, float], margin: float = TTT_MARGIN, noise: float = TTT_NOISE) -> dict:
+    """Where the W nodes' time to target comes within ``margin`` of one node's: ``{"status", "k", "states"}``,
+    status ``"always"`` (already at the smallest k), ``"from"`` (from ``k`` on, every larger k too), ``"never"``,
+    or ``"cannot decide"``: a ratio within ``noise`` of the threshold, or a k within the margin followed by a
+    larger one that is not."""
+    limit = 1 + margin
+    states = {k: ("within" if x <= limit * (1 - noise) else "outside" if x >= limit * (1 + noise) else "too close")
+              for k, x in sorted(ratios.items())}
+    ks = list(states)
+    if not ks:
+        return {"status": "cannot decide", "k": None, "states": states}
+    if any(s == "too close" for s in states.values()):
+        return {"status": "cannot decide", "k": None, "states": states}
+    first = next((k for k in ks if states[k] == "within"), None)
+    if first is None:
+        return {"status": "never", "k": None, "states": states}
+    if any(states[k] == "outside" for k in ks if k > first):
+        return {"status": "cannot decide", "k": None, "states": states}
+    return {"status": "always" if first == ks[0] else "from", "k": first, "states": states}
+
+
+def _ttt_reading(rows: list[dict], margin: float, noise: float) -> tuple[str, dict]:
+    ratios = ttt_ratios(rows)
+    h = ttt_hidden(ratios, margin, noise)
+    refused = sorted({r["k"] for r in rows if r["time_to_target_s"] is None})
+    text = ", ".join(f"k={k}: {_ratio(x)}" for k, x in ratios.items()) or "no k"
+    if refused:
+        text += f" (k={', '.join(map(str, refused))}: no steps to target at that batch)"
+    if h["status"] == "always":
+        say = f"within {margin:.0%} already at k={h['k']}: the slow link never mattered to the time to target"
+    elif h["status"] == "from":
+        say = f"within {margin:.0%} from k={h['k']} on: accumulation hides the slow link there"
+    elif h["status"] == "never":
+        say = (f"never within {margin:.0%} up to k={max(ratios)}: the slow link still sets the time to target "
+               "(accumulate more, or compress the gradients: lesson 06)")
+    elif not ratios:
+        say = "cannot decide: no k has a time to target for both layouts"
+    else:
+        close = [k for k, s in h["states"].items() if s == "too close"]
+        say = ("cannot decide: " + (f"k={', '.join(map(str, close))} within {noise:.0%} of the {margin:.0%} "
+                                    "threshold (measure more steps)" if close else
+                                    "a k within the margin, then a larger k outside it (noise? measure more steps)"))
+    return f"{text}; {say}", h
+
+
+def ttt_verdict(measured: list[dict], model: list[dict], margin: float = TTT_MARGIN, noise: float = TTT_NOISE) -> str:
+    """At which k the W nodes' time to target comes within ``margin`` of one node's, measured and by lesson 09's
+    model, and whether they agree; read from the rows of :func:`ttt_rows` (the same steps for both layouts at one
+    k, so the ratio there is the ratio of the step times; across k the steps are what accumulation costs)."""
+    names = sorted({r["layout"] for r in model or measured})
+    if not names:
+        raise ValueError("time-to-target verdict: no rows (measured or model)")
+    far = next((n for n in names if n.endswith(" nodes x 1")), "W nodes x 1")
+    near = next((n for n in names if n.startswith("1 node x ")), "1 node x W")
+    pred, hp = _ttt_reading(model, margin, 0.0)  # a prediction has no timing noise to allow for
+    if not measured:
+        return (f"time to target, {far} over {near}, PREDICTED by lesson 09's model only (no cluster measured "
+                f"here): {pred}.")
+    meas, hm = _ttt_reading(measured, margin, noise)
+    if "cannot decide" in (hm["status"], hp["status"]):
+        agree = "Whether the model agrees cannot be decided from these rows"
+    elif (hm["status"], hm["k"]) == (hp["status"], hp["k"]) or {hm["status"], hp["status"]} == {"never"}:
+        agree = "The model agrees"
+    else:
+        agree = "The model does NOT agree (it leaves out what the measurement saw: the machine's load, gloo's copies)"
+    src = sorted({r["source"] for r in measured})
+    best_m = min((r for r in measured if r["time_to_target_s"]), key=lambda r: r["time_to_target_s"], default=None)
+    best = ""
+    if best_m:
+        best = (f" Fastest measured: {best_m['layout']} at k={best_m['k']} ({best_m['time_to_target_s']:.2f} s).")
+    return (f"time to target, {far} over {near}, measured ({', '.join(src)}): {meas}. Lesson 09's model: {pred}. "
+            f"{agree}.{best}")
 
 
 # --------------------------------------------------------------------------- figures
