@@ -147,7 +147,10 @@ def test_lesson_09s_model_predicts_the_bytes_sent_and_kept_by_each_measured_sche
     from course_lib.perf.probe import DeviceCurves
 
     _, _, link = performance_study.link_from({"allreduce": two[0]["allreduce"]})
-    assert link[0] > 0 and link[1] > 0
+    # The bytes are the claim here, whatever the link: the smoke all-reduces are so small that on a loaded machine
+    # the fit may resolve no bandwidth term (beta = 0, seen in a make test beside other jobs), which is a fit's
+    # right answer for latency-bound timings, not a failure. A fit's terms are never negative.
+    assert link[0] >= 0 and link[1] >= 0
     curves = DeviceCurves("test", [(1.0, 1e10), (1e15, 1e10)], [(1.0, 1e10), (1e15, 1e10)], 1e-6)
     predicted = study.sharded_predictions(study.lesson_spec("smoke")["sharded"], 2, curves, link)
     err = study.prediction_error([o["sharded"] for o in two], predicted)
