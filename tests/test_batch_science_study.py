@@ -433,3 +433,39 @@ def test_repeats_for_error_scales_with_the_square_of_the_error():
     assert "27% of it at 24 repeats; 20% needs about 45" in study.repeats_for_error(6613, 1800, 24)
     assert "within 20%" in study.repeats_for_error(1000, 100, 24)
     assert "no finite" in study.repeats_for_error(math.inf, 1.0, 24)
+
+
+def _scaling_paces(neumf_step_s: float, bert_step_s: float):
+    """A NeuMF run (100 steps), a plain one with 10 evaluations of 0.5 s, and a BERT run (240 steps, 20
+    evaluations of 0.1 s) at the given paces: what lesson 11's earlier cells hand :func:`study.size_scaling`."""
+    neumf = SimpleNamespace(train_time_s=100 * neumf_step_s, steps=100, eval_time_s=99.0, curve={"step": [0]})
+    plain = SimpleNamespace(train_time_s=1.0, steps=10, eval_time_s=5.0, curve={"step": list(range(10))})
+    bert = {"train_time_s": 240 * bert_step_s, "steps": 240, "eval_time_s": 2.0,
+            "curves": {"eval_step": list(range(20))}}
+    return dict(neumf_run=neumf, neumf_eval_run=plain, neumf_runs=6, neumf_steps=1800, neumf_evals=12, bert_run=bert,
+                bert_runs=4, bert_steps=240)
+
+
+def test_the_scaling_sections_take_what_the_lessons_budget_has_left():
+    # full plan: 6 x (1800 x 0.01 + 12 x 0.5) + 4 x (240 x 0.1 + 20 x 0.1) = 144 + 104 = 248 s
+    fast = study.size_scaling(1000, 100, **_scaling_paces(0.01, 0.1))
+    assert not fast.cut and fast.steps(1800) == 1800 and round(fast.planned_full_s) == 248
+    # 400 s budget, 200 s gone, 40 s for the cells after: 160 s left, the runs' steps cut alike
+    cut = study.size_scaling(400, 200, **_scaling_paces(0.01, 0.1))
+    assert cut.cut and not cut.over_budget and cut.planned_s <= 160 + 1e-9
+    assert 1800 * study.SCALING_FLOOR <= cut.steps(1800) < 1800 and cut.steps(240) < 240
+    assert "budget 160 s" in cut.line() and "x0." in cut.line()
+    # a slow machine (or a lesson already over its budget): the floor, said so
+    slow = study.size_scaling(400, 390, **_scaling_paces(0.05, 0.5))
+    assert slow.over_budget and slow.steps(1800) == round(1800 * study.SCALING_FLOOR)
+    assert "Even this floor is over the budget" in slow.line()
+
+
+def test_the_sized_bert_setting_keeps_its_rules():
+    from course_lib.train.mlm import MLMTrainConfig
+
+    cfg = MLMTrainConfig(optimizer="adam", global_batch_size=32, micro_batch_size=32, base_lr=1e-3, base_batch_size=32,
+                         max_steps=240, warmup_steps=24, eval_every_steps=12, model="mini")
+    short = study.sized_bert_config(cfg, 80)
+    assert (short.max_steps, short.warmup_steps, short.eval_every_steps) == (80, 8, 4)
+    assert short.peak_lr == cfg.peak_lr and short.global_batch_size == 32

@@ -127,7 +127,9 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
     runs = {r["label"]: r for r in saved07["runs"]} if ok else {}
     base = runs.get(f"adam b={small}")
     n = steps or (base["steps"] if base else (8 if smoke else 240))
-    cfg = MLMTrainConfig(optimizer="adam", global_batch_size=small, micro_batch_size=small, base_lr=1e-3,
+    # lesson 07 tunes its small-batch lr (a sweep): its chosen peak lr, else Adam's default
+    lr = base["peak_lr"] if base and base.get("peak_lr") else 1e-3
+    cfg = MLMTrainConfig(optimizer="adam", global_batch_size=small, micro_batch_size=small, base_lr=lr,
                          base_batch_size=small, max_steps=n, warmup_steps=round(0.1 * n),
                          eval_every_steps=max(1, n // 20), model=lesson07["model"],
                          precision="fp32", dropout=0.0, seed=0, label=f"adam b={small} (noise probe)")
@@ -1307,3 +1309,41 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
     side = "better" if pred["relative_error"] < 0 else "worse"
     return (head + f" Off by more than {goal:.0%} ({side} than predicted): with this few points, or with sizes still "
             "in the small-data region, the fit does not extrapolate." + size_text)
+
+
+# --------------------------------------------------------------------------- the lesson's time budget
+
+SCALING_FLOOR = 1 / 3  # the shortest scaling runs: a third of the full plan's steps (0.5 epoch of the whole NeuMF
+# training set, a third of lesson 07's BERT run); shorter, the larger sizes stop before their best and the fit reads
+# the budget instead of the data
+SCALING_REST_S = 40.0  # the lesson's cells after the scaling sections (the BatchNorm launch, the figures, the save)
+
+
+def size_scaling(budget: float, elapsed_s: float, *, neumf_run, neumf_eval_run, neumf_runs: int, neumf_steps: int,
+                 neumf_evals: int, bert_run: dict, bert_runs: int, bert_steps: int, rest_s: float = SCALING_REST_S):
+    """The two scaling sections (NeuMF's and BERT's runs at several data sizes, the last and costliest of the
+    lesson) sized to what the lesson's ``budget`` has left after ``elapsed_s`` seconds and ``rest_s`` for the cells
+    after them: :func:`course_lib.budget.size_plan` over their runs, at the paces this lesson's own runs measured
+    (``neumf_run``: a NeuMF run at the scaling batch; ``neumf_eval_run``: one without probes, for the cost of an
+    evaluation; ``bert_run``: the BERT run at lesson 07's setting). Every run's steps are cut alike (the same sizes,
+    the same fit), down to :data:`SCALING_FLOOR`."""
+    from ..budget import Runs, size_plan
+
+    def per(total, n):
+        return total / max(1, n)
+
+    neumf_step = per(neumf_run.train_time_s, neumf_run.steps)
+    neumf_eval = per(neumf_eval_run.eval_time_s, len(neumf_eval_run.curve.get("step", [])))
+    bert_step = per(bert_run["train_time_s"], bert_run["steps"])
+    bert_eval = per(bert_run["eval_time_s"], len(bert_run["curves"]["eval_step"]))
+    runs = [Runs("NeuMF sizes", neumf_runs, neumf_steps, neumf_step, overhead_s=neumf_evals * neumf_eval),
+            Runs("BERT sizes", bert_runs, bert_steps, bert_step,
+                 overhead_s=len(bert_run["curves"]["eval_step"]) * bert_eval)]
+    left = budget - elapsed_s - rest_s
+    return size_plan(runs, max(left, 1.0), floor_scale=SCALING_FLOOR)
+
+
+def sized_bert_config(cfg, steps: int):
+    """Lesson 07's BERT setting (``cfg``, as :func:`bert_setting` builds it) at ``steps`` steps, with the same
+    rules for its warmup (a tenth) and evaluations (twenty)."""
+    return cfg.replace(max_steps=steps, warmup_steps=round(0.1 * steps), eval_every_steps=max(1, steps // 20))
