@@ -62,7 +62,8 @@ export TMPDIR="$SUITE_TMP"
 rm -rf ci/executed
 # --dist loadgroup: the lessons, which read each other's saved results, run in order on one worker
 # (tests/conftest.py schedules them); everything else goes to whichever worker is free.
-"$PY" -m pytest tests -p no:cacheprovider -n "$WORKERS" --dist loadgroup
+# --durations: the slowest tests and their times, the first place to look when the suite grows.
+"$PY" -m pytest tests -p no:cacheprovider -n "$WORKERS" --dist loadgroup --durations=20
 unit_end=$(date +%s)
 
 # The lessons only: the solutions have no `# NBVAL_CHECK_OUTPUT` cell (tests/test_repo.py keeps it
