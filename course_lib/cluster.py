@@ -544,6 +544,16 @@ def _start_holder(c: Cluster, n: Node, hosts: Path) -> Node:
         enter = ["nsenter", f"--target={c.anchor_pid}", *_USER[c.mode], "--", "unshare", "--net"]
     cmd = [*enter, "--uts", "--mount", "--propagation", "private",
            "--", "sh", "-c", script, "holder", n.name, str(hosts), str(cgroups)]
+    proc, err = _start_ready(cmd)
+    if proc is None:
+        raise ClusterError(f"step 'give {n.name} its hostname and /etc/hosts' was refused: `{' '.join(cmd)}`: "
+                           f"{err}{_privilege_hint()}")
+    return replace(n, holder_pid=proc.pid)
+
+
+def _start_ready(cmd: list[str]) -> tuple[subprocess.Popen | None, str]:
+    """Start a holder: a process that prints "ready" once its namespaces exist, then sleeps holding them.
+    ``(process, "")``, or ``(None, why)`` when it did not say so within 30 s (it is killed then)."""
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
@@ -551,28 +561,20 @@ def _start_holder(c: Cluster, n: Node, hosts: Path) -> Node:
     if line.strip() != b"ready":
         proc.kill()
         err = proc.communicate(timeout=10)[1].decode(errors="replace").strip()
-        raise ClusterError(f"step 'give {n.name} its hostname and /etc/hosts' was refused: `{' '.join(cmd)}`: "
-                           f"{err or 'no answer within 30 s'}{_privilege_hint()}")
+        status = f"exited with status {proc.returncode}: " if proc.returncode and proc.returncode > 0 else ""
+        return None, status + (err or "no answer within 30 s")
     proc.stdout.close()
     proc.stderr.close()
-    return replace(n, holder_pid=proc.pid)
+    return proc, ""
 
 
 def _start_anchor(c: Cluster) -> Cluster:
     """Without root: the process holding the cluster's user namespace and the bridge's network namespace."""
     cmd = ["unshare", "--user", "--map-root-user", "--net", "--", "sh", "-c", "echo ready && exec sleep infinity"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    ready, _, _ = select.select([proc.stdout], [], [], 30)
-    line = proc.stdout.readline() if ready else b""
-    if line.strip() != b"ready":
-        proc.kill()
-        err = proc.communicate(timeout=10)[1].decode(errors="replace").strip()
-        raise ClusterError(f"step 'create the cluster's user namespace' was refused: `{' '.join(cmd)}`"
-                           f"{f' exited with status {proc.returncode}' if proc.returncode else ''}: "
-                           f"{err or 'no answer within 30 s'}. {userns_advice()}")
-    proc.stdout.close()
-    proc.stderr.close()
+    proc, err = _start_ready(cmd)
+    if proc is None:
+        raise ClusterError(f"step 'create the cluster's user namespace' was refused: `{' '.join(cmd)}`: "
+                           f"{err}. {userns_advice()}")
     return replace(c, anchor_pid=proc.pid, userns_inode=_ns_inode(proc.pid, "user") or 0)
 
 
