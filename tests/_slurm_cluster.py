@@ -82,12 +82,9 @@ def _tail(path: Path, lines: int = 15) -> str:
         return f"({path.name} was not written)"
 
 
-SLURM_CONF = """\
-# A one-node cluster for the course's tests (tests/_slurm_cluster.py); everything in {root}
-ClusterName=course-test
-SlurmctldHost={ctld_host}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
+# The lines both clusters' slurm.conf share: how the daemons authenticate (MUNGE, the test's own socket), and a
+# scheduler with nothing to account, track or bind (the tests want placement and signals, not policy)
+_AUTH_CONF = """\
 CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 SlurmUser=root
 SlurmdUser=root
@@ -95,11 +92,8 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={root}/munge/munge.socket
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
-SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/log/slurmd.log
+"""
+_SCHEDULER_CONF = """\
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -115,7 +109,20 @@ SlurmdTimeout=60
 InactiveLimit=0
 KillWait=5
 MinJobAge=600
-NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
+"""
+
+SLURM_CONF = """\
+# A one-node cluster for the course's tests (tests/_slurm_cluster.py); everything in {root}
+ClusterName=course-test
+SlurmctldHost={ctld_host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+""" + _AUTH_CONF + """SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+""" + _SCHEDULER_CONF + """NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
 PartitionName=course Nodes={node} Default=YES MaxTime=30 State=UP
 """
 
@@ -315,34 +322,12 @@ ClusterName=course-test
 SlurmctldHost={head}({head_addr})
 SlurmctldPort=6817
 SlurmdPort=6818
-CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket={root}/munge/munge.socket
-StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool/%n
+""" + _AUTH_CONF + """SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/slurmctld.pid
 SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
 SlurmdLogFile={root}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SchedulerType=sched/builtin
-ReturnToService=2
-SlurmctldTimeout=60
-SlurmdTimeout=60
-InactiveLimit=0
-KillWait=5
-MinJobAge=600
-{node_lines}
+""" + _SCHEDULER_CONF + """{node_lines}
 PartitionName=course Nodes={node_list} Default=YES MaxTime=30 State=UP
 """
 
