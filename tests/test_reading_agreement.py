@@ -117,6 +117,8 @@ def test_the_throughput_reading_quotes_its_table():
     for b, sps in ((256, 40_000), (1024, 120_000), (4096, 130_000)):
         t.add(**{"batch size": b, "steps": 10, "samples/s": sps, "ms/step": 1.0})
     assert disagreements(L01.throughput_reading(t), t, extra=(20,)) == []  # 20 %: the flattening threshold
+    t.add(**{"batch size": 16384, "steps": 10, "samples/s": 110_000, "ms/step": 1.0})  # past the peak
+    assert disagreements(L01.throughput_reading(t), t, extra=(20,)) == []
 
 
 def test_the_checker_catches_a_reading_that_recomputes():
