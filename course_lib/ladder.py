@@ -291,11 +291,12 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
                                         if before and r["paced"] and before.get("paced") else None)
         r["vs_noise"] = None
         if r["vs_previous"] is not None:
-            # the yardstick's own movement within each lesson bounds how well pacing can line the two up
+            # the yardstick's own movement within each lesson bounds how well pacing can line the two up; the
+            # two by the names the table shows (#37 full run: "vs +linear scaling 4.36 s" under "+sqrt scaling")
             resolution = (_pace_moved(r) + _pace_moved(before)) * max(r["paced_time_s"], before["paced_time_s"])
             winner, text = noise_verdict(r["paced_seed_times_s"] or [r["paced_time_s"]],
                                          before["paced_seed_times_s"] or [before["paced_time_s"]],
-                                         names=(step, before["step"]), quantity="paced time to target",
+                                         names=(r["name"], r["previous_name"]), quantity="paced time to target",
                                          resolution=resolution)
             r["vs_noise"] = text if winner is None else None
         r["helped"] = bool(r["vs_previous"] is not None and r["vs_previous"] > 1 and r["vs_noise"] is None)
