@@ -387,10 +387,10 @@ def ladder_reading(directory: Path | None = None) -> str:
                      + (f": {r['reason']}" if r.get("reason") else ""))
     for r in rows:
         if not r.get("time_to_target_s"):
-            lines.append(f"{r['step']}: "
+            lines.append(f"{r.get('name') or r['step']}: "
                          + (f"not run ({r['not_run']})" if r.get("not_run") else "did not reach the target")
                          + (f" — {r['reason']}" if r.get("reason") else ""))
-    flagged = [r["step"] for r in rows if r["flags"]]
+    flagged = [r.get("name") or r["step"] for r in rows if r["flags"]]  # as the table names them (#37)
     if flagged:
         lines.append(f"paced seconds are unreliable for {', '.join(flagged)} (the machine's pace drifted more than "
                      f"{PACE_DRIFT_LIMIT:.0%}): their speedups are shown with the figures that drift allows (±), and "

@@ -392,6 +392,12 @@ def test_a_rung_within_the_noise_of_the_one_below_names_it_as_the_table_shows_it
         assert "no measurable difference" in below and f"vs {shown} " in below, below
         if shown != "+linear scaling":
             assert "+linear scaling" not in below, below
+        # a pace that drifted: the reading's list of unreliable rungs names them as the table does too
+        drifted = {"before": 100.0, "after": 70.0, "rate": 85.0}
+        ladder.save_ladder_result("+linear scaling", runs[0], seeds=[runs[1]], pace=drifted, directory=d)
+        ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 30.0), pace={"before": 85.0, "after": 85.0,
+                                                                                   "rate": 85.0}, directory=d)
+        assert f"paced seconds are unreliable for {shown} (" in ladder.ladder_reading(d)
 
 
 def test_the_rung_below_is_named_as_the_table_shows_it_at_the_figures_pacing_allows(tmp_path):
