@@ -227,8 +227,9 @@ def test_lead_by_batch_says_whether_lambs_lead_grew_or_shrank():
     # review 2026-12-01 #2: 120/168 = 0.71 at batch 32, 63/75 = 0.84 at batch 256
     runs = {"adam b=32": _mlm(168, 4.0), "lamb b=32": _mlm(120, 4.0, every=1),
             "adam b=256 (best lr)": _mlm(75, 4.0, every=1), "lamb b=256 (best lr)": _mlm(63, 4.0, every=1)}
-    runs["adam b=32"] = {**_mlm(None, 4.0), "curves": {"eval_step": [0, 168], "eval_loss": [9.0, 4.0],
-                                                       "eval_time_s": [0.0, 1.0]}}
+    runs["adam b=32"] = {**_mlm(None, 4.0), "curves": {"eval_step": list(range(169)),
+                                                       "eval_loss": [9.0] * 168 + [4.0],
+                                                       "eval_time_s": [0.01 * s for s in range(169)]}}
     said = lead_by_batch(runs, 4.1, 32, 256)
     assert "0.71 at batch 32 (120/168), 0.84 at batch 256 (63/75): LAMB's lead shrank as the batch grew" in said
     runs["lamb b=256 (best lr)"] = _mlm(30, 4.0, every=1)
@@ -237,6 +238,20 @@ def test_lead_by_batch_says_whether_lambs_lead_grew_or_shrank():
     assert "LAMB ahead at batch 32 only" in lead_by_batch(runs, 4.1, 32, 256)
     runs["lamb b=256 (best lr)"] = _mlm(None, 9.5, every=1)
     assert "cannot be followed" in lead_by_batch(runs, 4.1, 32, 256)
+    # #37, the full run of 2026-12-01: 56/36 at batch 32, 22/22 at 256 (evaluations every 2 and 4 steps): the
+    # ratios are read with the resolution of their steps, so 1.00 is level, not "Adam fewer at both"
+    full = {"adam b=32": _mlm(36, 4.0, every=4), "lamb b=32": _mlm(56, 4.0, every=4),
+            "adam b=256 (best lr)": _mlm(22, 4.0, every=2), "lamb b=256 (best lr)": _mlm(22, 4.0, every=2)}
+    said = lead_by_batch(full, 4.1, 32, 256)
+    assert "1.56 at batch 32 (56/36), 1.00 at batch 256 (22/22)" in said and "at both batches" not in said
+    assert "Adam needed fewer steps at batch 32; at batch 256 the two are level" in said
+    # an earlier run: 0.71 (120/168) and 0.78 (63/81) with steps known to 12: not a measured shrink
+    coarse = {"adam b=32": _mlm(168, 4.0, every=12), "lamb b=32": _mlm(120, 4.0, every=12),
+              "adam b=256 (best lr)": _mlm(81, 4.0, every=3), "lamb b=256 (best lr)": _mlm(63, 4.0, every=3)}
+    coarse["adam b=32"]["curves"] = {"eval_step": list(range(0, 169, 12)), "eval_loss": [9.0] * 14 + [4.0],
+                                     "eval_time_s": [0.0] * 15}
+    said = lead_by_batch(coarse, 4.1, 32, 256)
+    assert "shrank" not in said and "LAMB ahead at both batches" in said, said
 
 
 def test_run_line_is_one_line_per_run():

@@ -359,20 +359,42 @@ def lead_by_batch(runs: dict, target: float, small_batch: int, large_batch: int,
         got = [time_to_loss(runs[k], target)[1] for k in keys if k in runs]
         return None if not got or any(g is None for g in got) else sum(got) / len(got)
 
-    ratios = {}
+    def resolution(batch):  # steps between evaluations of the runs read at this batch
+        keys = ([f"{o} b={small_batch}" for o in ("adam", "lamb")] if batch == small_batch
+                else [f"{o} b={large_batch} ({t})" for o in ("adam", "lamb") for t in seed_tags])
+        return max((eval_interval(runs[k]) for k in keys if k in runs), default=1)
+
+    ratios, bounds, side = {}, {}, {}
     for b in (small_batch, large_batch):
         a, l = steps("adam", b), steps("lamb", b)
         ratios[b] = None if a is None or l is None else (l, a, l / a)
+        if ratios[b] is not None:
+            # #37 (full run of 2026-12-01): "1.00 at batch 256 (22/22): Adam needed fewer steps at both batches",
+            # and earlier a "shrank" from 0.71 to 0.78 with steps known to 12: each ratio is read with the
+            # resolution of its steps (one evaluation interval either way)
+            res = resolution(b)
+            lo, hi = max(l - res, 0) / (a + res), (l + res) / max(a - res, 1e-9)
+            bounds[b] = (lo, hi)
+            side[b] = "lamb" if hi < 1 else "adam" if lo > 1 else "level"
     if any(v is None for v in ratios.values()):
         return "LAMB/Adam steps to the target: not every run reached it, so the lead cannot be followed over the batch"
     (ls, as_, rs), (ll, al, rl) = ratios[small_batch], ratios[large_batch]
-    if rs < 1 and rl < 1:
-        trend = "LAMB's lead " + ("shrank" if rl > rs else "grew") + " as the batch grew"
-    elif rs >= 1 and rl >= 1:
+    ss, sl = side[small_batch], side[large_batch]
+    apart = bounds[large_batch][0] > bounds[small_batch][1] or bounds[small_batch][0] > bounds[large_batch][1]
+    if ss == sl == "lamb":
+        trend = ("LAMB's lead " + ("shrank" if rl > rs else "grew") + " as the batch grew" if apart else
+                 "LAMB ahead at both batches; whether its lead changed with the batch is within the evaluation "
+                 "intervals")
+    elif ss == sl == "adam":
         trend = "Adam needed fewer steps at both batches"
+    elif ss == sl == "level":
+        trend = "neither needed measurably fewer steps at either batch (within the evaluation intervals)"
+    elif "lamb" in (ss, sl):
+        trend = "LAMB ahead at batch " + (f"{large_batch} only" if sl == "lamb" else f"{small_batch} only")
     else:
-        trend = "LAMB ahead at batch " + (f"{large_batch} only" if rl < 1 else f"{small_batch} only")
-    res = max(eval_interval(r) for r in runs.values())
+        trend = (f"Adam needed fewer steps at batch {small_batch if ss == 'adam' else large_batch}; at batch "
+                 f"{large_batch if ss == 'adam' else small_batch} the two are level within the evaluation interval")
+    res = max(resolution(small_batch), resolution(large_batch))
     return (f"LAMB/Adam steps to the target: {rs:.2f} at batch {small_batch} ({ls:g}/{as_:g}), {rl:.2f} at batch "
             f"{large_batch} ({ll:g}/{al:g}): {trend} (steps known to within {res} at most).")
 
