@@ -272,8 +272,17 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     head = (f"{optimizer}: the large batch reached the target {'sooner' if tl < ts else 'later'} ({tl:.3g} s vs "
             f"{ts:.3g} s at batch {small_batch}); it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs "
             f"{ss} x {small_batch}) and ran at {rate:.2f}x the sequences/s")
+    # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
+    # named only where the large batch ran faster (at the figures printed)
+    gain = round(rate, 2) > 1
     if tl < ts:
-        return head + ": the throughput gain paid for the extra sequences"
+        if gain or seqs >= 1:
+            return head + (": the throughput gain paid for the extra sequences" if gain else
+                           ": sooner with no throughput gain and more sequences: within the noise of single timings")
+        return head + ": with no throughput gain, it got there sooner by needing fewer sequences"
+    if not gain:
+        return head + (": there was no throughput gain to pay for the extra sequences it needed (the large batch "
+                       "ran no faster per sequence here), so both went against it")
     return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
 
 
@@ -332,8 +341,10 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
             continue
         _, steps = time_to_loss(r, target)
         gap = best_loss_key(r) - best_loss_key(ref)
+        # #37 (full run): "later by more than an evaluation interval; ...: no measurable effect": the loss's verdict
         effect = (f"best loss {gap:+.3f} vs the full LAMB, within the seed-to-seed noise ({noise:.3f}): no measurable "
-                  "effect" if abs(gap) <= noise else f"best loss {gap:+.3f} vs the full LAMB (seeds {noise:.3f} apart)")
+                  "effect on the best loss" if abs(gap) <= noise
+                  else f"best loss {gap:+.3f} vs the full LAMB (seeds {noise:.3f} apart)")
         if steps is None:
             reach = "did not reach the target"
         elif not seen:
