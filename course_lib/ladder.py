@@ -291,11 +291,12 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
                                         if before and r["paced"] and before.get("paced") else None)
         r["vs_noise"] = None
         if r["vs_previous"] is not None:
-            # the yardstick's own movement within each lesson bounds how well pacing can line the two up
+            # the yardstick's own movement within each lesson bounds how well pacing can line the two up; the
+            # two by the names the table shows (#37 full run: "vs +linear scaling 4.36 s" under "+sqrt scaling")
             resolution = (_pace_moved(r) + _pace_moved(before)) * max(r["paced_time_s"], before["paced_time_s"])
             winner, text = noise_verdict(r["paced_seed_times_s"] or [r["paced_time_s"]],
                                          before["paced_seed_times_s"] or [before["paced_time_s"]],
-                                         names=(step, before["step"]), quantity="paced time to target",
+                                         names=(r["name"], r["previous_name"]), quantity="paced time to target",
                                          resolution=resolution)
             r["vs_noise"] = text if winner is None else None
         r["helped"] = bool(r["vs_previous"] is not None and r["vs_previous"] > 1 and r["vs_noise"] is None)
@@ -386,10 +387,10 @@ def ladder_reading(directory: Path | None = None) -> str:
                      + (f": {r['reason']}" if r.get("reason") else ""))
     for r in rows:
         if not r.get("time_to_target_s"):
-            lines.append(f"{r['step']}: "
+            lines.append(f"{r.get('name') or r['step']}: "
                          + (f"not run ({r['not_run']})" if r.get("not_run") else "did not reach the target")
                          + (f" — {r['reason']}" if r.get("reason") else ""))
-    flagged = [r["step"] for r in rows if r["flags"]]
+    flagged = [r.get("name") or r["step"] for r in rows if r["flags"]]  # as the table names them (#37)
     if flagged:
         lines.append(f"paced seconds are unreliable for {', '.join(flagged)} (the machine's pace drifted more than "
                      f"{PACE_DRIFT_LIMIT:.0%}): their speedups are shown with the figures that drift allows (±), and "

@@ -90,6 +90,10 @@ def test_readings_follow_the_numbers():
     assert "not in order of depth" in study.staleness_reading(_conv(1.0, 1.2, 1.05), {}, True)
     assert "does NOT equal" in study.staleness_reading(_conv(1.0, 1.0, 1.0), {}, False)
     assert "NOT growing" in study.staleness_reading(_conv(1.0, 1.0, 1.0), {2: 1e-3, 4: 1e-4}, True)
+    # #37, the full run: 6.6e-07, 3.1e-06, 3.1e-06 at p = 2, 3, 4: equal at the figures printed between 3 and 4
+    run = study.staleness_reading(_conv(1.0, 1.0, 1.0), {2: 6.6e-7, 3: 3.12e-6, 4: 3.14e-6}, True)
+    assert "more the deeper" not in run and "more at p = 4 than at p = 2, but not at every step in depth" in run
+    assert "more the deeper" in study.staleness_reading(_conv(1.0, 1.0, 1.0), {2: 6.6e-7, 3: 2e-6, 4: 3.1e-6}, True)
     assert not study.async_equal([{"replay_diff": 1e-3}]) and not study.async_equal([])
     assert study.async_equal([{"replay_diff": 0.0}])
 

@@ -191,6 +191,25 @@ def test_parameter_server_sync_async_and_a_straggler(five_ranks):
     assert len(S.server_table(S.with_target(records, 10.0)).rows) == 4
 
 
+def test_the_server_reading_weighs_the_final_loss_against_the_time_to_target():
+    """#37 (full run of 2026-12-01): "The price: ... the asynchronous loss was 1.727 against 0.930 synchronous"
+    beside a table where the asynchronous run reached the target 16x sooner. Opposite: sync reached it first."""
+    def rec(mode, straggler, ups, loss, ttt):
+        return {"mode": mode, "straggler_rank": 2 if straggler else 0, "delay_s": 0.02, "updates_per_s": ups,
+                "max_staleness": 37 if mode == "async" else 0, "mean_staleness": 2.0 if mode == "async" else 0,
+                "final_loss": loss, "time_to_target_s": ttt}
+    records = [rec("sync", False, 524.7, 1.225, 0.1081), rec("async", False, 1127, 1.709, 0.0631),
+               rec("sync", True, 43.88, 0.930, 1.136), rec("async", True, 1122, 1.727, 0.07198)]
+    text = S.server_reading(records)
+    assert "yet the asynchronous run reached the target loss 15.8x sooner (0.072 s against 1.14 s)" in text
+    assert "only its final loss is worse: after the same wall-clock budget the asynchronous loss was 1.727" in text
+    records[3]["time_to_target_s"] = 2.0  # async later: the plain price
+    plain = S.server_reading(records)
+    assert "yet" not in plain and "updates old (mean over all updates 2.0), and after the same wall-clock" in plain
+    records[2]["time_to_target_s"] = None  # only async reached it
+    assert "yet only the asynchronous run reached the target loss (2 s)" in S.server_reading(records)
+
+
 @pytest.mark.slow
 def test_every_collective_equals_torch_distributed(backend_comparison):
     for rank, rows in enumerate(backend_comparison):
@@ -247,7 +266,14 @@ def test_measured_crossover_finds_the_model_crossover_on_model_data():
     table = study.crossover_table(result, ALPHA, BETA, GAMMA)
     assert [r["p"] for r in table.rows] == [2, 4]
     text = study.verdict(result, ALPHA, BETA, GAMMA, p_far=1024)
-    assert "recursive doubling wins below about" in text and "1024 ranks" in text
+    assert "the ring was faster than recursive doubling from about" in text and "1024 ranks" in text
+    assert "wins below" not in text  # #37: a crossover of two algorithms, not the fastest of all (the tree ran too)
+    # #37, the full run: at 100 MiB on 1024 ranks Rabenseifner's algorithm is the cheapest; the verdict says so
+    rab = comm.cost.rabenseifner_allreduce_time(100 * 2**20, 1024, ALPHA, BETA, GAMMA)
+    ring = comm.cost.ring_allreduce_time(100 * 2**20, 1024, ALPHA, BETA, GAMMA)
+    assert rab < ring and f"Rabenseifner's reduce-scatter + all-gather, {rab * 1e3:.4g} ms, is cheaper" in text
+    small = study.verdict(result, ALPHA, BETA, GAMMA, p_far=1024, gradient_bytes=8 * 2**10)  # latency-bound
+    assert "Rabenseifner" not in small  # there recursive doubling is the cheapest: no clause
     bw = study.bandwidth_table(result, 4)
     assert all(r["ring / backend"] == pytest.approx(1.0) for r in bw.rows)
     ext = study.extrapolation_table(study.links(ALPHA, BETA), ps=(8, 1024))

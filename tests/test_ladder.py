@@ -373,6 +373,33 @@ def test_a_run_at_the_popularity_floor_is_not_read_as_below_it():
     assert "best HR@10 0.697" in above and "popularity" not in above
 
 
+def test_a_rung_within_the_noise_of_the_one_below_names_it_as_the_table_shows_it(tmp_path):
+    """#37 (full run of 2026-12-01, lesson 03 cell 16): "no measurable difference (paced time to target: +warmup
+    5.87 s vs +linear scaling 4.36 s ...)" under a row printed "+sqrt scaling". Opposite: a linear-rule rung."""
+    for rule, shown in (("sqrt", "+sqrt scaling"), ("linear", "+linear scaling")):
+        d = tmp_path / rule
+        runs = []
+        for batch, ttt in ((16384, 4.0), (16384, 4.4), (65536, 4.2), (65536, 3.9)):
+            r = fake_result(batch, 8e-3, ttt)
+            r.config.update(lr_scaling=rule, base_batch_size=256)
+            runs.append(r)
+        ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 30.0), directory=d)
+        ladder.save_ladder_result("+linear scaling", runs[0], seeds=[runs[1]], directory=d)
+        ladder.save_ladder_result("+warmup", runs[2], seeds=[runs[3]], directory=d)
+        table = ladder.ladder_table(d)
+        assert table.rows[1]["step"] == shown
+        below = table.rows[2]["vs the rung below"]
+        assert "no measurable difference" in below and f"vs {shown} " in below, below
+        if shown != "+linear scaling":
+            assert "+linear scaling" not in below, below
+        # a pace that drifted: the reading's list of unreliable rungs names them as the table does too
+        drifted = {"before": 100.0, "after": 70.0, "rate": 85.0}
+        ladder.save_ladder_result("+linear scaling", runs[0], seeds=[runs[1]], pace=drifted, directory=d)
+        ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 30.0), pace={"before": 85.0, "after": 85.0,
+                                                                                   "rate": 85.0}, directory=d)
+        assert f"paced seconds are unreliable for {shown} (" in ladder.ladder_reading(d)
+
+
 def test_the_rung_below_is_named_as_the_table_shows_it_at_the_figures_pacing_allows(tmp_path):
     """#37 (full run 2026-12-01): "0.67x: slower than '+linear scaling'" under a row printed "+sqrt scaling", and
     "6.27x" beside "6x (±18%)". Opposite results: a pace that moved (one figure), one that held (three), none."""

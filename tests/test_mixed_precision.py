@@ -227,8 +227,16 @@ def test_a_static_scale_is_chosen_in_the_middle_of_the_lossless_range():
     wide = np.linspace(-45.0, 10.0, 200)  # wider than fp16: no lossless scale, the least lossy one
     assert MP.lossless_scale_exponents(wide) is None
     best = math.log2(MP.static_loss_scale(wide))
-    lost = lambda k: sum(diagrams.fp16_fractions(wide, 2.0 ** k)[x] for x in ("zero", "inf"))
-    assert all(lost(best) <= lost(k) for k in range(-16, 48))
+    fates = lambda k: diagrams.fp16_fractions(wide, 2.0 ** k)
+    ok = [k for k in range(-16, 48) if fates(k)["inf"] == 0]  # one inf skips the step: never traded for zeros
+    assert best in ok and all(fates(best)["zero"] <= fates(k)["zero"] for k in ok)
+    # #37, the full run: many tiny gradients and one large one (the start's); counting elements alike picked a
+    # scale that overflowed the large one and skipped every step; the chosen scale must keep it finite
+    skewed = np.concatenate([np.linspace(-43.0, -30.0, 1000), [-1.7]])  # 41 octaves: more than fp16 holds
+    assert MP.lossless_scale_exponents(skewed) is None
+    k = math.log2(MP.static_loss_scale(skewed))
+    assert diagrams.fp16_fractions(skewed, 2.0 ** k)["inf"] == 0 and k == 17  # 2^-1.7 x 2^17 < 65504 < x 2^18
+    assert diagrams.fp16_fractions(skewed, 2.0 ** 18)["inf"] > 0
 
 
 def test_activation_reading_names_the_proxy():

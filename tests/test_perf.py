@@ -263,6 +263,15 @@ def test_stops_paying_and_verdict_read_the_rows():
     assert study.median_error(rows) == pytest.approx(0.25)
     text = study.verdict(rows, goal=0.25)
     assert "Median prediction error over 3 steps: 25% (within" in text and "by ranks" in text
+    # #37, the full run: the tiny-batch steps the overhead was measured on are calibration, not predictions
+    tiny = study.TINY_BATCH
+    calib = [{"model": "bert-mini", "batch": tiny * p, "ranks": p, "predicted (ms)": 10.0, "measured (ms)": 10.0,
+              "error": 0.0} for p in (1, 2)]
+    text = study.verdict(rows + calib, goal=0.25)
+    assert text.startswith(f"Median prediction error over 3 steps (2 calibration step(s) left out: bert-mini at "
+                           f"{tiny} on 1 rank(s), bert-mini at {2 * tiny} on 2 rank(s), where the per-step overhead "
+                           "was measured): 25% (within")
+    assert "nothing to test the model on" in study.verdict(calib)
 
 
 def test_the_exercise_check_passes_the_reference_and_explains_a_missing_overlap():

@@ -117,6 +117,8 @@ def test_the_throughput_reading_quotes_its_table():
     for b, sps in ((256, 40_000), (1024, 120_000), (4096, 130_000)):
         t.add(**{"batch size": b, "steps": 10, "samples/s": sps, "ms/step": 1.0})
     assert disagreements(L01.throughput_reading(t), t, extra=(20,)) == []  # 20 %: the flattening threshold
+    t.add(**{"batch size": 16384, "steps": 10, "samples/s": 110_000, "ms/step": 1.0})  # past the peak
+    assert disagreements(L01.throughput_reading(t), t, extra=(20,)) == []
 
 
 def test_the_checker_catches_a_reading_that_recomputes():
@@ -219,5 +221,6 @@ def test_lesson_06s_scaling_reading_quotes_the_scaling_table():
     # the fit (ms fixed, us per sample), the share of the top run's step it is, the suggested batch (a power of
     # two, and x the ranks), the compute share asked for, the quoted reference and its ratio to the suggestion
     step = rows[3]["global_batch"] / rows[3]["samples_per_s"]
-    extra = [1e3 * fixed, 1e6 * per_sample, fixed / step, 262_144, 262_144 * 8, 0.8, 131_072, 8, 2, 20, 4]
+    extra = [1e3 * fixed, 1e6 * per_sample, fixed / step, 160_000, 262_144, 262_144 * 8, 0.8, 131_072, 8, 2, 20, 4,
+             160_000 / 131_072]  # the fit's batch (2 figures) and its ratio to the reference
     assert disagreements(L06.scaling_reading(rows), L06.scaling_table(rows), extra=extra) == []

@@ -713,8 +713,14 @@ def throughput_reading(table: Table) -> str:
     (b0, s0), (b1, s1) = rows[0], rows[-1]
     (bp, sp) = rows[-2]
     last = s1 / sp
-    trend = ("samples/s is flattening: the last step up gained less than 20 %" if last < 1.2 else
-             "samples/s was still growing at the largest batch measured")
+    bm, sm = max(rows, key=lambda r: r[1])
+    if sm > s1:  # a peak below the largest batch: the curve turned down, it did not merely flatten
+        trend = (f"samples/s stopped growing: it peaked at batch {bm} ({sm:,}) and the largest batch ran at "
+                 f"{s1 / sm:.2f}x of that peak")
+    elif last < 1.2:
+        trend = "samples/s is flattening: the last step up gained less than 20 %"
+    else:
+        trend = "samples/s was still growing at the largest batch measured"
     return (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
             f"batch {bp} -> {b1}: {last:.2f}x; {trend}")
 

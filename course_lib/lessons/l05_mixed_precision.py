@@ -260,16 +260,21 @@ def lossless_scale_exponents(*log2_arrays) -> tuple[int, int] | None:
 def static_loss_scale(*log2_arrays) -> float:
     """A static loss scale chosen from measured gradients (lesson 05): the power of two in the middle of
     :func:`lossless_scale_exponents` (as far from flushing the smallest as from overflowing the largest);
-    when no scale loses nothing, the one that loses the fewest elements."""
+    when no scale loses nothing, of the scales that overflow none, the one that flushes the fewest elements.
+    One overflowing element makes the step inf and skips it, so overflow is never traded for underflow: the
+    full run of 2026-12-01 (#37) picked 2^20 by counting elements alike, and it skipped 303 of 303 steps."""
     span = lossless_scale_exponents(*log2_arrays)
     if span is not None:
         return 2.0 ** ((span[0] + span[1]) // 2)
     v = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in log2_arrays])
-    lost = {}
+    flushed = {}
     for k in range(-16, 48):
         fates = fp16_fractions(v, 2.0 ** k)
-        lost[k] = fates["zero"] + fates["inf"]
-    return 2.0 ** min(lost, key=lambda k: (lost[k], abs(k - 16)))  # ties: nearest GradScaler's 2^16
+        if fates["inf"] == 0:
+            flushed[k] = fates["zero"]
+    if not flushed:  # every scale from 2^-16 overflows something: the smallest tried
+        return 2.0 ** -16
+    return 2.0 ** min(flushed, key=lambda k: (flushed[k], abs(k - 16)))  # ties: nearest GradScaler's 2^16
 
 
 # --------------------------------------------------------------------------- fp16 with no, static, dynamic scaling

@@ -171,9 +171,12 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
     n, t_rd = result.times(p, "recursive doubling")
     _, t_ring = result.times(p, "ring")
     if measured:  # a size > 0: recursive doubling first, then the ring
-        lines.append(f"At p = {p} on this machine recursive doubling wins below about {_size(measured)} and the ring "
-                     f"from there on (measured); the alpha-beta-gamma model with your ping-pong's alpha and beta "
-                     f"puts the crossover at {_size(model)}.")
+        # #37 (full run of 2026-12-01): "recursive doubling wins below ... and the ring from there on" over a table
+        # where the tree was fastest at most small sizes and beat the ring at 1 MiB: a crossover of these two only
+        lines.append(f"At p = {p} on this machine the ring was faster than recursive doubling from about "
+                     f"{_size(measured)} on, recursive doubling below it (measured; of these two: the table above "
+                     f"says which algorithm was fastest at each size); the alpha-beta-gamma model with your "
+                     f"ping-pong's alpha and beta puts their crossover at {_size(model)}.")
     elif len(n) and (t_ring <= t_rd).all():
         lines.append(
             f"At p = {p} on this machine the ring was at least as fast as recursive doubling at every size "
@@ -191,9 +194,15 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
     lines.append(f"With the same links and {p_far} ranks the model puts the crossover at {_size(far)}: the ring's "
                  f"latency term is 2(p-1) alpha = {ring_lat * 1e3:.3g} ms per all-reduce, recursive doubling's "
                  f"log2(p) alpha = {rd_lat * 1e3:.3g} ms.")
-    lines.append(f"A {_size(gradient_bytes)} gradient at p = {p_far}: ring {t_ring * 1e3:.4g} ms, recursive doubling "
-                 f"{t_rd * 1e3:.4g} ms -> {'ring' if t_ring < t_rd else 'recursive doubling'} "
-                 f"({max(t_ring, t_rd) / min(t_ring, t_rd):.3g}x).")
+    gradient_line = (f"A {_size(gradient_bytes)} gradient at p = {p_far}: ring {t_ring * 1e3:.4g} ms, recursive "
+                     f"doubling {t_rd * 1e3:.4g} ms -> {'ring' if t_ring < t_rd else 'recursive doubling'} "
+                     f"({max(t_ring, t_rd) / min(t_ring, t_rd):.3g}x)")
+    # #37 (full run): "-> ring" under an explorer and a table whose cheapest at 100 MiB is Rabenseifner's
+    t_rab = cost.rabenseifner_allreduce_time(gradient_bytes, p_far, alpha, beta, gamma)
+    if t_rab < min(t_ring, t_rd):
+        gradient_line += (f"; Rabenseifner's reduce-scatter + all-gather, {t_rab * 1e3:.4g} ms, is cheaper than "
+                          f"both ({min(t_ring, t_rd) / t_rab:.3g}x the faster of them)")
+    lines.append(gradient_line + ".")
     lines.append(links_small_large(links, result))
     return "\n".join(lines)
 

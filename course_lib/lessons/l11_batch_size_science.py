@@ -576,7 +576,10 @@ def bend_reading(fit: dict) -> str:
                  else f"at or below the largest batch measured, {largest:,}")
         return f"A bend, decided: {at}, {where}; {last_doubling(fit)} ({err})."
     if fit["bend"] == "no bend":
-        return (f"No bend up to batch {largest:,}, decided: {at}, above every batch measured; "
+        # #37 (full run of 2026-12-01): "No bend up to batch 65,536" beside "fell 285 -> 100 (x2.85; perfect
+        # scaling: x4)", lesson 02's "diminishing returns" for the same runs: B_crit is beyond them, the curve bends
+        return (f"The critical batch lies above every batch measured (up to {largest:,}), decided: {at}; below "
+                f"B_crit the curve already bends gradually, as S = S_min (1 + B_crit / B) does: "
                 f"{last_doubling(fit)} ({err}).")
     return (f"Bend or no bend is not decided: {at} holds batch {largest:,}, the largest measured; "
             f"{last_doubling(fit)} ({err}). More batches above {largest:,}, or repeats at each, would decide it.")

@@ -641,11 +641,20 @@ def replay_verdict(table: Table) -> str:
     head = (f"{best['strategy']} reached the target in {best['median epochs to target']} epochs (median), random "
             f"search in {rows['random']['median epochs to target']}: ratio {best['vs random (median ratio)']}, "
             f"90% interval {best['90% interval']} over {best['seeds']} replay seeds.")
+    # #37 (full run of 2026-12-01): "Decided: cutting runs early found ..." from Hyperband's row alone, beside a
+    # successive-halving row at 1.07 (0.80-1.15): the verdict names the strategy, and says how the others fared
+    def decided(r):
+        a, b = (float(x) for x in r["90% interval"].split("-"))
+        return "fewer epochs too" if b < 1 else "more epochs" if a > 1 else "not decided"
+
+    others = "".join(f" {r['strategy']}: ratio {r['vs random (median ratio)']} ({r['90% interval']}), {decided(r)}."
+                     for s, r in rows.items() if s not in ("random", best["strategy"]))
+    name = best["strategy"]
     if hi < 1:
-        return head + " Decided: cutting runs early found a top configuration with fewer epochs."
+        return head + f" Decided: {name}'s early cuts found a top configuration with fewer epochs." + others
     if lo > 1:
-        return head + " Decided: cutting runs early needed more epochs (it cut the eventual winners)."
-    return head + " Not decided: the interval contains 1, the difference is within the seeds' spread."
+        return head + f" Decided: {name}'s early cuts needed more epochs (they cut the eventual winners)." + others
+    return head + " Not decided: the interval contains 1, the difference is within the seeds' spread." + others
 
 
 def winner_params(pool: dict) -> dict:
