@@ -202,6 +202,24 @@ def test_milestones_grow_the_batch_or_divide_the_lr(data):
     with pytest.raises(ValueError, match="replaces the lr schedule"):
         CFG.replace(milestones=(1,), at_milestone="grow_batch", decay="cosine")
 
+def test_a_growing_run_keeps_the_evaluation_due_at_its_milestone(data):
+    """Until the milestone a growing run is the fixed-batch run, so it evaluates at the same steps, the first one
+    past the milestone included (an epoch that is no whole number of intervals puts that one just after it)."""
+    spe = train.steps_per_epoch(data, CFG)
+    every = (spe // 4 + 1) / spe  # an interval that does not divide the epoch: the 4th point falls past its end
+    interval = max(1, round(every * spe))
+    assert spe % interval != 0, "the data must give an epoch that is no whole number of intervals"
+    base = CFG.replace(max_epochs=2.0, milestones=(1,), milestone_factor=2.0, stop_at_target=False,
+                       eval_every_epochs=every)
+    grow = train_to_target(data, base.replace(at_milestone="grow_batch"), device="cpu", progress="none")
+    fixed = train_to_target(data, base, device="cpu", progress="none")
+
+    def up_to_first_past(r):
+        steps = r.curve["step"]
+        return steps[:next(i for i, s in enumerate(steps) if s >= spe) + 1]
+
+    assert up_to_first_past(grow) == up_to_first_past(fixed)
+
 
 def test_on_eval_probes_run_off_the_clock_at_every_point(data):
     seen = []

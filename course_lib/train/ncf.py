@@ -775,7 +775,11 @@ class _NeuMFRun:
         if self.growing and hasattr(self.batches, "batch_size"):
             self.batches.batch_size = cfg.batch_at_epoch(self.epoch_index)
             self.epoch_start_step, self.epoch_len = self.step, len(self.batches)
-            self.next_eval_step = self.step + max(1, round(cfg.eval_every_epochs * self.epoch_len))
+            # the new epoch's cadence, but not past an evaluation already due: the one the last epoch's cadence set
+            # just past its end (a 303-step epoch's 1.0-epoch point at step 304) was skipped, and the growing run's
+            # first evaluation after the milestone came 18 steps later than the fixed batch's (issue 37's read)
+            self.next_eval_step = min(self.next_eval_step,
+                                      self.step + max(1, round(cfg.eval_every_epochs * self.epoch_len)))
         if not cfg.uses_schedule:
             self.engine.set_lr(cfg.peak_lr * cfg.lr_factor_at_epoch(self.epoch_index))
 
