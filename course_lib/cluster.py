@@ -132,8 +132,13 @@ class Cluster:
     def command(self, node: str, cmd: list[str], cwd: str | None = None) -> list[str]:
         """``cmd`` as a command line that runs it inside ``node`` (in ``cwd``, default the current one)."""
         n = self.node(node)
-        return ["nsenter", f"--target={n.holder_pid}", *_USER[self.mode], "--net", "--uts", "--mount",
-                f"--wd={cwd or os.getcwd()}", "--", *cmd]
+        # Not nsenter's --wd: nsenter opens that folder *before* it enters the mount namespace, so the command's
+        # working folder is a dentry of the host's namespace, which the node's root cannot reach; getcwd() then
+        # falls back to walking up with readdir, and in a user namespace that fails on any folder above it that
+        # others may traverse but not read (Python's `-c` died with PermissionError under make test's 0711
+        # TMPDIR). env --chdir changes folder by its path once inside, where it resolves in the node's own mounts.
+        return ["nsenter", f"--target={n.holder_pid}", *_USER[self.mode], "--net", "--uts", "--mount", "--",
+                "env", f"--chdir={cwd or os.getcwd()}", *cmd]
 
     def env(self, node: str, base: dict | None = None) -> dict:
         """The environment of a command on ``node``: ``base`` (this one's) with its hostname and cluster."""

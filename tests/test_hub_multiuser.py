@@ -46,7 +46,7 @@ import _multiuser as mu
 from _lab import KERNEL, REPO, _settings, browser_missing, copy_notebooks
 from _procs import free_port
 from _timing import scaled
-from test_browser import PROMPTS_JS, _errors, _wait
+from test_browser import PROMPTS_JS, _errors, _read, _wait
 from test_hub import readme_kernel_install
 
 MISSING = browser_missing() or mu.why_not()
@@ -189,7 +189,9 @@ class _Learner:
         self.page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^File$")).click()
         self.page.locator(".lm-Menu-item[data-command='docmanager:save']").click()
         _wait(f"{rel}: File > Save did not write the notebook", lambda: path.stat().st_mtime_ns != before, scaled(60))
-        return json.loads(path.read_text())
+        # the new mtime comes with the server's first write: an empty file was read under load (test_browser's
+        # _save waits the same way for a notebook that parses)
+        return _wait(f"{rel}: the saved notebook cannot be read", lambda: _read(path), scaled(30))
 
 
 def _journals_as(learners: list[mu.Learner], env_python: Path, user_tmp: Path) -> dict[str, str]:
