@@ -326,3 +326,16 @@ def test_the_tuned_small_batch_run_is_saved_under_the_name_later_lessons_read():
     saved = st.summary(r, 4.5, label="adam b=32")
     assert saved["label"] == "adam b=32" and saved["run"] == "adam b=32, base lr x2"
     assert st.summary(r, 4.5)["label"] == "adam b=32, base lr x2"
+
+
+def test_the_lessons_study_shares_one_budget_and_splits_the_large_batch_over_the_ranks():
+    kw = dict(small_batch=32, large_batch=256, num_train=100_000, large_factor=4, max_micro_batch=64,
+              common=dict(model="mini", seed=0))
+    note, one = st.make_study(30, world_size=1, **kw)
+    assert note == "" and (one.small_seqs, one.large_seqs) == st.budget(256, 100_000, large_batches=30,
+                                                                          large_factor=4)[:2]
+    assert one.micro_batch == 64 and one.base_lrs == {"adam": 1e-3, "lamb": 1e-2}
+    _, four = st.make_study(30, world_size=8, **kw)
+    assert four.micro_batch == 32  # 256 over 8 ranks
+    capped, small = st.make_study(30, world_size=1, **{**kw, "num_train": 1000})
+    assert "capped" in capped and small.large_seqs < one.large_seqs

@@ -82,6 +82,21 @@ def budget(large_batch: int, num_train: int, *, large_batches: int, large_factor
     return small, small * large_factor, note
 
 
+def make_study(large_batches: int, *, small_batch: int, large_batch: int, num_train: int, large_factor: int,
+               world_size: int, max_micro_batch: int, common: dict, base_lrs: dict | None = None) -> tuple[str, Study]:
+    """``(note, study)``: the lesson's :class:`Study` at ``large_batches`` large batches' worth of sequences
+    (:func:`budget`; ``note`` says what capped it, empty otherwise), the same budget for both optimizers. The
+    data-parallel run (section 3) splits the large batch over ``world_size`` ranks, so a rank's micro batch is at
+    most ``large_batch // world_size`` (and ``max_micro_batch``). ``base_lrs``: each optimizer's lr at the small
+    batch (default Adam 1e-3, LAMB 1e-2), scaled by sqrt(batch / small batch)."""
+    small_seqs, large_seqs, note = budget(large_batch, num_train, large_batches=large_batches,
+                                          large_factor=large_factor)
+    return note, Study(small_batch=small_batch, large_batch=large_batch,
+                       micro_batch=min(large_batch // world_size, max_micro_batch),
+                       small_seqs=small_seqs, large_seqs=large_seqs,
+                       base_lrs=dict(base_lrs or {"adam": 1e-3, "lamb": 1e-2}), common=common)
+
+
 def best_loss_key(record: dict) -> float:
     """Best first: the lowest held-out loss; a diverged run last. (Evaluations are too sparse,
     and the clock too noisy on a shared machine, to rank runs by time.)"""
