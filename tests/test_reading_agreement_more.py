@@ -63,13 +63,9 @@ def test_lesson_06s_compression_reading_quotes_the_compression_table():
 
 
 def _run(batch, test_hr, train_hr, epochs=1.0):
-    from course_lib import train
+    from test_train_tricks import gap_run
 
-    return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,
-                             device="cpu", world_size=1, target_hr=0.7, time_to_target_s=1.0, steps_to_target=1,
-                             epochs_to_target=1.0, epochs=epochs, steps=1, samples=1, train_time_s=1.0,
-                             eval_time_s=0.0, samples_per_s=1.0, phase_time_s={}, final_hr=test_hr,
-                             final_train_hr=train_hr)
+    return gap_run(batch, test_hr, train_hr, epochs)
 
 
 def test_lesson_02s_gap_reading_quotes_the_gap_table():

@@ -159,15 +159,19 @@ def test_regimes_are_read_from_the_steps_to_target_slope():
     assert "no slope to read" in regime_reading(scaling_regimes(rows[-1:]))
 
 
+def gap_run(batch, test_hr, train_hr, epochs=1.0):
+    """A lesson-02 run with only what its generalization-gap readings read (also tests/test_reading_agreement_more)."""
+    return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,
+                             device="cpu", world_size=1, target_hr=0.7, time_to_target_s=1.0, steps_to_target=1,
+                             epochs_to_target=1.0, epochs=epochs, steps=1, samples=1, train_time_s=1.0,
+                             eval_time_s=0.0, samples_per_s=1.0, phase_time_s={}, final_hr=test_hr,
+                             final_train_hr=train_hr)
+
+
 def test_gap_reading_compares_the_change_with_twice_the_sampling_error():
     from course_lib.lessons.l02_linear_scaling import gap_reading
 
-    def run(batch, test_hr, train_hr, epochs=1.0):
-        return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,
-                                 device="cpu", world_size=1, target_hr=0.7, time_to_target_s=1.0, steps_to_target=1,
-                                 epochs_to_target=1.0, epochs=epochs, steps=1, samples=1, train_time_s=1.0,
-                                 eval_time_s=0.0, samples_per_s=1.0, phase_time_s={}, final_hr=test_hr,
-                                 final_train_hr=train_hr)
+    run = gap_run
 
     text = gap_reading([run(256, 0.77, 0.81), run(65536, 0.76, 0.90, 3.0),
                         run(256, 0.77, 0.81), run(65536, 0.77, 0.815)],
