@@ -451,6 +451,21 @@ def test_links_reading_on_both_paths():
     assert "nearer the shared bandwidth" in study.links_reading(fake, host).splitlines()[0]
 
 
+def test_links_reading_where_the_ping_pong_resolved_no_latency():
+    """On a busy machine the link's fit can put alpha at 0 (CI, stop 39: a ZeroDivisionError in lesson 08's
+    reading). The reading then says so instead of dividing by it."""
+    from course_lib.comm.bench import CollectivesResult
+    from course_lib.lessons import l08_collectives as study
+
+    links = _links()
+    links["pingpong"] = [{"repeat": 0, "size_bytes": n, "one_way_s": n * 8e-9} for n in LINK_PINGPONG_US]
+    assert study.link_alpha_beta(links["pingpong"])[0] == pytest.approx(0, abs=1e-9)
+    text = study.links_reading(links, CollectivesResult(_rows(HOST_SIZES, HOST_US)), gamma=0.0)
+    assert "alpha = 0 us" in text
+    # the model (alpha 0: the ring from every size) disagrees, so the round's latency is told, without a ratio
+    assert "the ping-pong resolved no latency at all" in text and "x the ping-pong's alpha" not in text
+
+
 def test_verdict_says_what_ran():
     from course_lib.comm.bench import CollectivesResult
     from course_lib.lessons import l08_collectives as study

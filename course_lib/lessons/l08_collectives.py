@@ -455,8 +455,11 @@ def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> s
         top = rows[-1]
         if top["alpha_seen_s"]:
             text += (f". At the smallest size each of the ring's {_rounds('ring', top['p'])} rounds at p = "
-                     f"{top['p']} took {top['alpha_seen_s'] * 1e6:.0f} us, {top['alpha_seen_s'] / alpha:.1f}x the "
-                     f"ping-pong's alpha (a round waits for every one of its ranks to be scheduled: "
+                     f"{top['p']} took {top['alpha_seen_s'] * 1e6:.0f} us, "
+                     + (f"{top['alpha_seen_s'] / alpha:.1f}x the ping-pong's alpha" if alpha > 0 else
+                        "where the ping-pong resolved no latency at all (its fit's alpha is 0: on a busy machine "
+                        "the noise is larger than the link's latency)")
+                     + f" (a round waits for every one of its ranks to be scheduled: "
                      f"{links['nodes']} nodes' processes on {os.cpu_count()} core(s)); with that alpha the model "
                      f"agrees at {len(seen_ok)} of {len(ok) + len(bad)}")
     lines.append(text + ".")
