@@ -142,8 +142,14 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     n_w = w.FloatLogSlider(value=n_bytes, base=2, min=2, max=32, step=1, description="bytes")
     a_w = w.FloatLogSlider(value=alpha, base=10, min=-7, max=-3, step=0.1, description="alpha (s)",
                            readout_format=".1e")
-    bw_w = w.FloatLogSlider(value=1 / beta, base=10, min=8, max=12, step=0.1, description="bytes/s",
-                            readout_format=".1e")
+    # a measured fit may resolve no bandwidth term (beta = 0, comm.fit_text) or no latency (alpha = 0): a log slider
+    # cannot sit at an infinite bandwidth or a zero alpha, so it starts at its end and the note says so
+    bw_w = w.FloatLogSlider(value=1 / beta if beta > 0 else 1e12, base=10, min=8, max=12, step=0.1,
+                            description="bytes/s", readout_format=".1e")
+    unresolved = [what for what, v in (("no bandwidth term (beta = 0): bytes/s starts at its fastest, 1e12", beta),
+                                       ("no latency (alpha = 0): alpha starts at its smallest, 1e-7 s", alpha))
+                  if v <= 0]
+    note = [w.Label(value="the fit resolved " + "; and ".join(unresolved))] if unresolved else []
     out = w.Output()
 
     def update(*_):
@@ -156,7 +162,7 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
 
     for s in (p_w, n_w, a_w, bw_w):
         s.observe(update, names="value")
-    display(w.VBox([w.HBox([p_w, n_w]), w.HBox([a_w, bw_w]), out]))
+    display(w.VBox([w.HBox([p_w, n_w]), w.HBox([a_w, bw_w])] + note + [out]))
     update()
     return None, None
 

@@ -320,6 +320,26 @@ def test_pingpong_fit_and_spread():
     assert b > 0 and a + b * 4096 == pytest.approx(1e-4, rel=0.02)
 
 
+def test_pingpong_spread_where_a_repeat_resolved_no_bandwidth_term():
+    """The smoke profile's ping-pong (up to 4 KiB) is latency-bound, so a repeat's fit can put beta at 0, and the
+    spread's bandwidth was then inf: lesson 08 printed "1/beta = 0.05 GB/s (min 0.03, max inf)". Such a repeat
+    counts at the bound alpha_beta() gives the link (its largest message), so the spread holds the beta printed."""
+    import math
+
+    from course_lib.comm.bench import PingPong
+
+    rows = ([{"repeat": 0, "size_bytes": n, "one_way_s": 1e-4} for n in (8, 64, 4096)]  # flat: beta 0
+            + [{"repeat": 1, "size_bytes": n, "one_way_s": 1e-4 + 2e-9 * n} for n in (8, 64, 4096)])  # resolved
+    pp = PingPong(rows)
+    assert pp.fits()[0][1] == 0.0
+    lo, mid, hi = pp.spread()["bandwidth_GBps"]
+    assert all(math.isfinite(x) for x in (lo, mid, hi))
+    assert hi == pytest.approx(4096 / (0.01 * 1e-4) / 1e9)  # the flat repeat: 1 % of its largest message's time
+    assert lo == pytest.approx(0.5, rel=1e-3)  # 1 / 2e-9 s per byte, the resolved repeat's own
+    alpha, beta = pp.alpha_beta()
+    assert lo <= 1 / beta / 1e9 <= hi
+
+
 def test_figures_and_the_static_widget():
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")

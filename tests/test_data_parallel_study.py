@@ -227,6 +227,19 @@ def test_a_sweep_that_reaches_bandwidth_reports_the_busbw_against_the_fit():
     assert "of the fit's asymptote (3 GB/s" in text  # 2(p-1)/p / beta = 1.5 x 2 GB/s
 
 
+def test_a_sweep_whose_fit_resolved_no_latency_says_so():
+    """On a busy machine the all-reduce fit can put alpha at 0 (the same class as lesson 08's ping-pong, CI stop
+    39): the reading began "Bandwidth regime above it" with no latency regime for "it" to point to. It says the
+    fit resolved no latency, and reads every size as the bandwidth regime."""
+    sizes = [4 * 16**k for k in range(7)]
+    times = [1e-3 * n**1.1 for n in sizes]  # us; faster than linear in the size: the line's intercept is below 0
+    bench = _sweep(times, [0.0] * len(sizes), sizes=sizes)
+    assert bench.fit()[0] == 0.0
+    text = study.allreduce_reading(bench)
+    assert text.startswith("The fit resolved no latency at all") and "above it" not in text
+    assert "Bandwidth regime at every size measured" in text
+
+
 def test_a_sweep_on_one_rank_reads_no_link():
     assert study.allreduce_reading(_sweep([5, 5], [1, 1], p=1)).startswith("one rank")
 

@@ -152,6 +152,25 @@ def test_loader_reading_is_read_from_the_rungs():
     assert "no later DataLoader rung trained faster" in bench.loader_reading(slow)
 
 
+def test_a_rung_whose_training_rate_was_not_measured_is_said_so_not_printed_as_nan():
+    """Both passes of a rung can hit a load spike (its 1-step run outlasting its many-step run: train_sps nan, see
+    test_every_rung_of_the_ladder_trains_through_the_same_loop); the table printed "nanx" in its ratio column
+    and the reading "training went from nan samples/s". They say the rate was not measured."""
+    import math
+
+    for i in (0, 6, 7):  # the first rung (every ratio's reference), a DataLoader rung, the device sampler
+        comp = constructed_comparison()
+        row = comp["rows"][i]
+        row["train_sps"] = math.nan
+        for p in row["passes"]:
+            p["train_sps"] = None
+        table, text = str(bench.comparison_table(comp)), bench.loader_reading(comp)
+        assert "nan" not in table and "nan" not in text, (i, table, text)
+        assert "not measured" in table
+        if i in (0, 7):
+            assert "not measured (both passes hit a load spike)" in text
+
+
 def test_the_ladder_figure_renders():
     import matplotlib
 

@@ -25,3 +25,15 @@ def test_a_wrong_widgets_setting_says_what_to_choose(monkeypatch):
     monkeypatch.setenv("COURSE_WIDGETS", "yes")
     with pytest.raises(ValueError, match=r"COURSE_WIDGETS='yes'.*'auto', 'live', 'static'"):
         widgets.widgets_available()
+
+
+def test_the_live_allreduce_explorer_takes_a_fit_without_a_bandwidth_term(capsys):
+    """Lesson 06 hands the explorer its all-reduce fit, and a fit of latency-bound sizes resolves no bandwidth
+    term (beta = 0, comm.fit_text): the live explorer's bandwidth slider started at 1 / beta (ZeroDivisionError
+    in a learner's JupyterLab; CI draws the static figure and never saw it). It starts at its fastest link."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    assert widgets.allreduce_explorer(p=8, n_bytes=2**20, alpha=5e-5, beta=0.0, interactive=True) == (None, None)
+    out = capsys.readouterr().out
+    assert "VBox" in out and "no bandwidth term" in out

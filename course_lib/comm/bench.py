@@ -620,17 +620,26 @@ class PingPong:
         """
         fits = np.array(self.fits())
         alpha, beta = float(np.median(fits[:, 0])), float(np.median(fits[:, 1]))
-        if beta <= 0:
-            n = max(r["size_bytes"] for r in self.rows)
-            t = float(np.median([r["one_way_s"] for r in self.rows if r["size_bytes"] == n]))
-            beta = max(t - alpha, 0.01 * t) / max(n, 1)
-        return alpha, beta
+        return alpha, self._bounded_beta(alpha, beta, self.rows)
+
+    @staticmethod
+    def _bounded_beta(alpha: float, beta: float, rows: list[dict]) -> float:
+        """``beta``, or where a fit resolved none (0) the bound :meth:`alpha_beta` describes, from ``rows``."""
+        if beta > 0:
+            return beta
+        n = max(r["size_bytes"] for r in rows)
+        t = float(np.median([r["one_way_s"] for r in rows if r["size_bytes"] == n]))
+        return max(t - alpha, 0.01 * t) / max(n, 1)
 
     def spread(self) -> dict:
-        """Min, median and max over repeats of alpha (us) and of the bandwidth 1/beta (GB/s)."""
+        """Min, median and max over repeats of alpha (us) and of the bandwidth 1/beta (GB/s). A repeat whose fit
+        resolved no bandwidth term counts at the bound :meth:`alpha_beta` gives (its own largest message), not as
+        an infinite bandwidth (lesson 08 printed "max inf" GB/s on the smoke profile's latency-bound sizes)."""
+        reps = sorted({r["repeat"] for r in self.rows})
         fits = np.array(self.fits())
         alpha_us = fits[:, 0] * 1e6
-        bw = np.array([1 / b / GB if b > 0 else float("inf") for b in fits[:, 1]])
+        bw = np.array([1 / self._bounded_beta(a, b, [r for r in self.rows if r["repeat"] == rep]) / GB
+                       for rep, (a, b) in zip(reps, fits)])
         return {"alpha_us": (float(alpha_us.min()), float(np.median(alpha_us)), float(alpha_us.max())),
                 "bandwidth_GBps": (float(bw.min()), float(np.median(bw)), float(bw.max())),
                 "repeats": len(fits)}

@@ -615,12 +615,20 @@ def comparison_table(comp: dict) -> Table:
                                      "loading vs first": "—", "training (samples/s)": "—", "training vs first": "—"})
             continue
         sps = lambda x: round(x) if x == x else "not measured"  # noqa: E731 (both passes hit a load spike)
+        # a ratio to or from a rate not measured (nan) is not measured either, not "nanx"
+        vs = lambda x, ref: f"{x / ref:.2f}x" if x == x and ref == ref else "not measured"  # noqa: E731
         t.add(rung=r["rung"], **{"first batch (ms, per epoch)": round(1000 * r["first_batch_s"], 1),
                                  "loading (samples/s)": sps(r["load_sps"]),
-                                 "loading vs first": f"{r['load_sps'] / first['load_sps']:.2f}x",
+                                 "loading vs first": vs(r["load_sps"], first["load_sps"]),
                                  "training (samples/s)": sps(r["train_sps"]),
-                                 "training vs first": f"{r['train_sps'] / first['train_sps']:.2f}x"})
+                                 "training vs first": vs(r["train_sps"], first["train_sps"])})
     return t
+
+
+def _rate(x: float, unit: str = "") -> str:
+    """A rung's rate as the reading quotes it; nan (both passes hit a load spike: :func:`loader_comparison`)
+    said as not measured."""
+    return f"{x:,.0f}{unit}" if x == x else "a rate not measured (both passes hit a load spike)"
 
 
 def _paired(a: dict, b: dict, key: str, higher_is_better: bool = True) -> str:
@@ -645,19 +653,19 @@ def loader_reading(comp: dict) -> str:
     known = lambda x: x if x == x else -math.inf  # noqa: E731 (a rung no pass measured ranks last)
     best_load = max(rows[:-1], key=lambda r: known(r["load_sps"]))
     best_train = max(rows[:-1], key=lambda r: known(r["train_sps"]))
-    parts = [f"loading alone went from {first['load_sps']:,.0f} samples/s (per-sample DataLoader) to "
-             f"{best_load['load_sps']:,.0f} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
-             f"{_paired(best_load, first, 'load_sps')}) and {device['load_sps']:,.0f} with the device-resident "
+    parts = [f"loading alone went from {_rate(first['load_sps'], ' samples/s')} (per-sample DataLoader) to "
+             f"{_rate(best_load['load_sps'])} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
+             f"{_paired(best_load, first, 'load_sps')}) and {_rate(device['load_sps'])} with the device-resident "
              f"sampler ({_paired(device, first, 'load_sps')})"]
     if best_train is first:
-        trained = (f"training ran at {first['train_sps']:,.0f} samples/s with it, "
+        trained = (f"training ran at {_rate(first['train_sps'], ' samples/s')} with it, "
                    "and no later DataLoader rung trained faster")
     else:
-        trained = (f"training went from {first['train_sps']:,.0f} samples/s to {best_train['train_sps']:,.0f} "
-                   f"at the best "
+        trained = (f"training went from {_rate(first['train_sps'], ' samples/s')} to "
+                   f"{_rate(best_train['train_sps'])} at the best "
                    f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {_paired(best_train, first, 'train_sps')})")
-    parts.append(f"{trained}; the device sampler trained at {device['train_sps']:,.0f}: against the best DataLoader, "
-                 f"{_paired(device, best_train, 'train_sps')}")
+    parts.append(f"{trained}; the device sampler trained at {_rate(device['train_sps'])}: against the best "
+                 f"DataLoader, {_paired(device, best_train, 'train_sps')}")
     workers, cores = comp["workers"], comp["cpu_cores"]
     parts.append(f"{workers} worker process{'es' if workers > 1 else ''} changed loading by "
                  f"{_paired(rows[1], first, 'load_sps')} and training by {_paired(rows[1], first, 'train_sps')}: a "

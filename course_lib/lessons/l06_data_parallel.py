@@ -126,11 +126,18 @@ def allreduce_reading(bench) -> str:
                  f"alpha = {alpha * 1e6:.3g} us")
         parts.append(f"Latency regime {where}: {len(small)} size(s) from {human_bytes(small[0]['size_bytes'])}, "
                      f"measured {lo:.3g}-{hi:.3g} us, {shape}.")
+    if alpha <= 0:
+        # the fit's alpha is 0 (cost.fit_alpha_beta: a negative intercept is set to 0), so n_half is 0 and no size
+        # is in a latency regime; lesson 08's ping-pong did the same on a busy CI machine (commit 19edebe)
+        parts.append("The fit resolved no latency at all (its alpha is zero: at the smallest sizes the noise is "
+                     "larger than the call's latency, or the times grow faster than the size), so there is no "
+                     "latency regime to read.")
     if large:
         best = max(large, key=lambda r: r["busbw_GBps"])
         asymptote = allreduce_busbw_factor(bench.world_size) / beta / 1e9
         parts.append(
-            f"Bandwidth regime above it: the time grows with the size, and the largest busbw measured is "
+            f"Bandwidth regime {'above it' if small else 'at every size measured'}: the time grows with the size, "
+            f"and the largest busbw measured is "
             f"{best['busbw_GBps']:.3g} GB/s at {human_bytes(best['size_bytes'])}, {best['busbw_GBps'] / asymptote:.0%} "
             f"of the fit's asymptote ({asymptote:.3g} GB/s = 2(p-1)/p / beta)."
         )
