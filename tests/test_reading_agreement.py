@@ -224,3 +224,85 @@ def test_lesson_06s_scaling_reading_quotes_the_scaling_table():
     extra = [1e3 * fixed, 1e6 * per_sample, fixed / step, 160_000, 262_144, 262_144 * 8, 0.8, 131_072, 8, 2, 20, 4,
              160_000 / 131_072]  # the fit's batch (2 figures) and its ratio to the reference
     assert disagreements(L06.scaling_reading(rows), L06.scaling_table(rows), extra=extra) == []
+
+
+# --------------------------------------------------------------------------- lesson 03
+
+
+def _decided(warm_s, base_s, warm_loss=(0.611, 0.62), base_loss=(0.505, 0.51)):
+    """Lesson 03's deciding comparison (``sweeps.Confirmed``) on constructed runs: two seeds each, a time of None
+    a diverged run."""
+    from types import SimpleNamespace
+
+    from course_lib.sweeps import Confirmed
+
+    def run(seed, t, loss1):
+        return SimpleNamespace(config={"seed": seed}, time_to_target_s=t, steps_to_target=None if t is None else
+                               round(14 * t), final_hr=0.75 if t else 0.1, diverged=t is None,
+                               curve={"loss": [0.693, loss1]})
+
+    runs = [[run(s, t, x) for s, (t, x) in enumerate(zip(ts, losses))]
+            for ts, losses in ((warm_s, warm_loss), (base_s, base_loss))]
+    return Confirmed(["linear warmup, 38 steps", "no warmup"], runs, 0, "")
+
+
+def test_lesson_03s_takeaway_quotes_the_deciding_table():
+    """#37 item 1: the takeaway (notebook 03, printed over the deciding comparison's table) quoted the loss at
+    the first evaluation, which that table did not show ("0.505 without warmup, 0.611 with it", full run
+    2026-12-01): lesson 03's deciding_table has the column. Opposite results: warmup faster, slower, and the run
+    without it diverging, each a different takeaway."""
+    from course_lib.lessons import l03_warmup as L03
+
+    rung = "linear warmup, 38 steps"
+    # the quoted paper (Goyal et al. 2017: a 5-epoch warmup, ResNet-50, batch 8192)
+    quoted = [2017, 5, 50, 8192]
+    texts = set()
+    for decide in (_decided([6.778, 7.489], [7.754, 6.616]),  # the review's run: the seeds disagree
+                   _decided([6.0, 6.1], [9.0, 9.2]),  # warmup faster beyond the seeds' range
+                   _decided([9.0, 9.2], [6.0, 6.1]),  # warmup slower
+                   _decided([6.0, 6.1], [None, None])):  # no warmup diverged on both seeds
+        text = L03.takeaway(decide, rung)
+        texts.add(text.split(" (")[0])
+        table = L03.deciding_table(decide, rung)
+        times = [[r.time_to_target_s for r in decide.runs_of(label)] for label in decide.labels]
+        reached = [[t for t in ts if t is not None] for ts in times]
+        # the verdict's means over the seeds and its seed range (the largest max - min of one setting's times),
+        # and "diverged on k of n seeds" / "reached the target on k of n seeds": counts of the table's rows
+        extra = ([sum(ts) / len(ts) for ts in reached if ts] + [max(ts) - min(ts) for ts in reached if ts]
+                 + [len(ts) for ts in reached] + [len(ts) for ts in times] + quoted)
+        assert disagreements(text, table, extra=extra) == [], text
+    assert len(texts) == 4  # each verdict its own takeaway
+    level = L03.takeaway(_decided([6.778, 7.489], [7.754, 6.616]), rung)
+    assert "0.505 without warmup, 0.611 with it" in level  # the lowest seed's: a cell of the new column
+    assert "loss at the first evaluation" in L03.deciding_table(_decided([6.778, 7.489], [7.754, 6.616]), rung).columns
+
+
+# --------------------------------------------------------------------------- lesson 06: the ring and the timeline
+
+
+def test_lesson_06s_timeline_reading_quotes_the_timeline_table():
+    """#37 item 1: notebook 06 printed the timeline reading under the bucket benchmark's table, whose step column
+    is the median over repeats of the slowest rank, while the reading reads the one step drawn (rank 0's median
+    step): "pending 20.5 ms of a 24.7 ms step" over a table saying 20.09 and 26.71 (full run 2026-12-01). The
+    reading now has its own table (timeline_table), printed under the figure. Opposite results: every
+    all-reduce after backward (nothing hidden) against one under it."""
+    from test_data_parallel_study import _result, _row, cpu_tier
+
+    from course_lib.lessons import l06_data_parallel as L06
+
+    tier = cpu_tier()
+    text = L06.timeline_reading(tier)
+    assert disagreements(text, L06.timeline_table(tier)) == [], text
+    assert disagreements(text, tier.table()) != []  # the bucket table holds other numbers: hence a table of its own
+    assert "hid the largest share" in text
+    after = _row("one all-reduce after backward", 4.0, False, "none", [6.0, 6.1])
+    after["timeline"] = {"backward_start_ms": 1.0, "backward_end_ms": 5.0, "step_ms": 8.0,
+                         "allreduces_ms": [[5.2, 7.0, 4e6]]}  # ready only once backward returned
+    waited = _result(2, "gloo", [after])
+    text = L06.timeline_reading(waited)
+    assert disagreements(text, L06.timeline_table(waited)) == [], text
+    assert "None of the all-reduces lay under backward's compute" in text and "hid the largest" not in text
+    hidden = _row("DDP buckets", 1.0, True, "none", [5.0, 5.1], n=2)  # [2, 4.5], [3, 5.5]: the last ready at 3
+    text = L06.timeline_reading(_result(2, "gloo", [hidden, after]))
+    assert "1 MiB buckets hid the largest share (29%)" in text
+    assert disagreements(text, L06.timeline_table(_result(2, "gloo", [hidden, after]))) == [], text
