@@ -224,3 +224,177 @@ def test_lesson_06s_scaling_reading_quotes_the_scaling_table():
     extra = [1e3 * fixed, 1e6 * per_sample, fixed / step, 160_000, 262_144, 262_144 * 8, 0.8, 131_072, 8, 2, 20, 4,
              160_000 / 131_072]  # the fit's batch (2 figures) and its ratio to the reference
     assert disagreements(L06.scaling_reading(rows), L06.scaling_table(rows), extra=extra) == []
+
+
+# --------------------------------------------------------------------------- lesson 03
+
+
+def _decided(warm_s, base_s, warm_loss=(0.611, 0.62), base_loss=(0.505, 0.51)):
+    """Lesson 03's deciding comparison (``sweeps.Confirmed``) on constructed runs: two seeds each, a time of None
+    a diverged run."""
+    from types import SimpleNamespace
+
+    from course_lib.sweeps import Confirmed
+
+    def run(seed, t, loss1):
+        return SimpleNamespace(config={"seed": seed}, time_to_target_s=t, steps_to_target=None if t is None else
+                               round(14 * t), final_hr=0.75 if t else 0.1, diverged=t is None,
+                               curve={"loss": [0.693, loss1]})
+
+    runs = [[run(s, t, x) for s, (t, x) in enumerate(zip(ts, losses))]
+            for ts, losses in ((warm_s, warm_loss), (base_s, base_loss))]
+    return Confirmed(["linear warmup, 38 steps", "no warmup"], runs, 0, "")
+
+
+def test_lesson_03s_takeaway_quotes_the_deciding_table():
+    """#37 item 1: the takeaway (notebook 03, printed over the deciding comparison's table) quoted the loss at
+    the first evaluation, which that table did not show ("0.505 without warmup, 0.611 with it", full run
+    2026-12-01): lesson 03's deciding_table has the column. Opposite results: warmup faster, slower, and the run
+    without it diverging, each a different takeaway."""
+    from course_lib.lessons import l03_warmup as L03
+
+    rung = "linear warmup, 38 steps"
+    # the quoted paper (Goyal et al. 2017: a 5-epoch warmup, ResNet-50, batch 8192)
+    quoted = [2017, 5, 50, 8192]
+    texts = set()
+    for decide in (_decided([6.778, 7.489], [7.754, 6.616]),  # the review's run: the seeds disagree
+                   _decided([6.0, 6.1], [9.0, 9.2]),  # warmup faster beyond the seeds' range
+                   _decided([9.0, 9.2], [6.0, 6.1]),  # warmup slower
+                   _decided([6.0, 6.1], [None, None])):  # no warmup diverged on both seeds
+        text = L03.takeaway(decide, rung)
+        texts.add(text.split(" (")[0])
+        table = L03.deciding_table(decide, rung)
+        times = [[r.time_to_target_s for r in decide.runs_of(label)] for label in decide.labels]
+        reached = [[t for t in ts if t is not None] for ts in times]
+        # the verdict's means over the seeds and its seed range (the largest max - min of one setting's times),
+        # and "diverged on k of n seeds" / "reached the target on k of n seeds": counts of the table's rows
+        extra = ([sum(ts) / len(ts) for ts in reached if ts] + [max(ts) - min(ts) for ts in reached if ts]
+                 + [len(ts) for ts in reached] + [len(ts) for ts in times] + quoted)
+        assert disagreements(text, table, extra=extra) == [], text
+    assert len(texts) == 4  # each verdict its own takeaway
+    level = L03.takeaway(_decided([6.778, 7.489], [7.754, 6.616]), rung)
+    assert "0.505 without warmup, 0.611 with it" in level  # the lowest seed's: a cell of the new column
+    assert "loss at the first evaluation" in L03.deciding_table(_decided([6.778, 7.489], [7.754, 6.616]), rung).columns
+
+
+# --------------------------------------------------------------------------- lesson 06: the ring and the timeline
+
+
+def test_lesson_06s_timeline_reading_quotes_the_timeline_table():
+    """#37 item 1: notebook 06 printed the timeline reading under the bucket benchmark's table, whose step column
+    is the median over repeats of the slowest rank, while the reading reads the one step drawn (rank 0's median
+    step): "pending 20.5 ms of a 24.7 ms step" over a table saying 20.09 and 26.71 (full run 2026-12-01). The
+    reading now has its own table (timeline_table), printed under the figure. Opposite results: every
+    all-reduce after backward (nothing hidden) against one under it."""
+    from test_data_parallel_study import _result, _row, cpu_tier
+
+    from course_lib.lessons import l06_data_parallel as L06
+
+    tier = cpu_tier()
+    text = L06.timeline_reading(tier)
+    assert disagreements(text, L06.timeline_table(tier)) == [], text
+    assert disagreements(text, tier.table()) != []  # the bucket table holds other numbers: hence a table of its own
+    assert "hid the largest share" in text
+    after = _row("one all-reduce after backward", 4.0, False, "none", [6.0, 6.1])
+    after["timeline"] = {"backward_start_ms": 1.0, "backward_end_ms": 5.0, "step_ms": 8.0,
+                         "allreduces_ms": [[5.2, 7.0, 4e6]]}  # ready only once backward returned
+    waited = _result(2, "gloo", [after])
+    text = L06.timeline_reading(waited)
+    assert disagreements(text, L06.timeline_table(waited)) == [], text
+    assert "None of the all-reduces lay under backward's compute" in text and "hid the largest" not in text
+    hidden = _row("DDP buckets", 1.0, True, "none", [5.0, 5.1], n=2)  # [2, 4.5], [3, 5.5]: the last ready at 3
+    text = L06.timeline_reading(_result(2, "gloo", [hidden, after]))
+    assert "1 MiB buckets hid the largest share (29%)" in text
+    assert disagreements(text, L06.timeline_table(_result(2, "gloo", [hidden, after]))) == [], text
+
+
+def test_lesson_06s_ring_reading_quotes_the_schedule_it_draws():
+    """notebook 06 prints the ring reading under plot_ring_steps' figure, not a table: the figure is the schedule
+    round by round (a panel per round, "reduce-scatter k/p-1"), so the table here is that schedule, a row per
+    round. Opposite input: one rank, no rounds."""
+    from course_lib.comm.collectives import ring_allreduce_schedule
+    from course_lib.tables import Table
+
+    for p in (2, 3, 4, 8):
+        n = 1000 * p  # the reading's tensor (ring_reading's default), named in the table's title
+        s = ring_allreduce_schedule(p, n)
+        table = Table(["round", "phase", "messages", "elements each rank sends"],
+                      title=f"ring all-reduce on {p} ranks, a tensor of {n:,} elements")
+        for k, rnd in enumerate(s.rounds):
+            table.add(round=k + 1, phase="reduce-scatter" if k < p - 1 else "all-gather", messages=len(rnd),
+                      **{"elements each rank sends": max(t.hi - t.lo for t in rnd)})
+        sent = max(s.elements_sent_by(r) for r in range(p))
+        # sums of the messages and elements columns, their share of the tensor, and the formula 2(p-1)/p's
+        # constants (2 and 1; "below 2": its limit); the last round's number is the count of rounds
+        extra = [sum(r["messages"] for r in table.rows), sent, sent / n, 2, 1]
+        assert disagreements(_ring_reading(p), table, extra=extra) == [], _ring_reading(p)
+    assert disagreements(_ring_reading(1), Table(["round"])) == []  # "one rank": no numbers to quote
+
+
+def _ring_reading(p):
+    from course_lib.lessons import l06_data_parallel as L06
+
+    return L06.ring_reading(p)
+
+
+# --------------------------------------------------------------------------- lesson 05
+
+
+def test_lesson_05s_activation_reading_quotes_the_activation_table():
+    """#37 item 1: the activation reading (notebook 05, under the two histograms) quoted ten measured and
+    predicted fractions that no table showed (the table above it, fp16_underflow_table, gives the parameter
+    gradients' prediction at one decimal: "4.0%" against the reading's "4.02%"); activation_table, printed
+    under it, holds them. Opposite results: a histogram proxy that overstates, understates, and matches."""
+    import numpy as np
+
+    from course_lib.lessons import l05_mixed_precision as MP
+
+    rng = np.random.default_rng(0)
+    verdicts = set()
+    for par_zero, act_center in ((0.0402, -19.4), (0.0001, -27.0), (None, -19.4)):
+        act = rng.normal(act_center, 2.0, 4000)
+        mags = {"log2": rng.normal(-19.3, 3.0, 4000)}
+        mags["zero_in_fp16"] = par_zero if par_zero is not None else MP.fp16_fractions(act, 1.0)["zero"]
+        grads = {"scales": (1.0, 2.0 ** 16), "batches": 2, "batch_size": 16384, "dtypes": {"out": "float16"},
+                 "count": {"activation": 1_546_587, "parameter": 3_214_521}, "log2": act,
+                 "zero": {1.0: {"activation": 0.01864, "parameter": 0.00693},
+                          2.0 ** 16: {"activation": 0.00002, "parameter": 0.00001}},
+                 "underflow": {1.0: {"activation": 0.01863, "parameter": 0.00692},
+                               2.0 ** 16: {"activation": 0.0, "parameter": 0.0}}}
+        text = MP.activation_reading(mags, grads)
+        verdicts.add(text.rsplit("here it ", 1)[1])
+        old = MP.fp16_underflow_table({**mags, "count": 3_214_521, "zero_in_fp16_scaled": {},
+                                       "overflow_in_fp16_scaled": {}})
+        assert disagreements(text, old) != []  # what the learner had to compare it with before
+        assert disagreements(text, MP.activation_table(mags, grads)) == [], text  # 2, 16384, 2^16: its title
+    assert verdicts == {"overstates what fp16 would lose.", "understates what fp16 would lose.",
+                        "predicts about the same loss as the activation gradients'."}
+
+
+def test_lesson_05s_loss_scale_reading_quotes_its_figure():
+    """notebook 05 prints the loss-scale reading under plot_loss_scale's figure, titled "fp16 loss scale; {skipped}
+    skipped steps in {steps}", whose curve runs from the start scale to the end one (log2 axis): that title and
+    those two points are the table here. Opposite records: nothing dynamic, halved, grown, both, static, none."""
+    import math
+
+    from course_lib.lessons import l05_mixed_precision as MP
+    from course_lib.tables import Table
+
+    records = [(0, 65536.0, 1200, 2000, "Nothing dynamic"), (3, 2.0 ** 15, 5000, 2000, "halved it"),
+               (0, 2.0 ** 17, 2248, 2000, "doubled it"), (2, 2.0 ** 14, 900, 2000, "never doubled"),
+               (1, 1024.0, 10, None, "A static scale")]
+    for skipped, final, steps, interval, said in records:
+        state = {"mode": "fp16", "loss_scaling": "static" if interval is None else "dynamic", "loss_scale": final,
+                 "skipped_steps": skipped, "growth_interval": interval}
+        start = final if interval is None else 65536.0
+        text = MP.loss_scale_reading(state, steps, start)
+        assert said in text, text
+        table = Table(["optimizer step", "loss scale"], title=f"fp16 loss scale; {skipped} skipped steps in {steps}")
+        table.add(**{"optimizer step": 0, "loss scale": f"2^{math.log2(start):.0f}"})
+        table.add(**{"optimizer step": steps, "loss scale": f"2^{math.log2(final):.0f}"})
+        # the GradScaler's growth_interval (a setting in the run's record, not drawn), and the doublings the
+        # reading infers by its stated rule: log2(end / start) + the halvings (one per skipped step)
+        extra = [] if interval is None else [interval, round(math.log2(final / start)) + skipped]
+        assert disagreements(text, table, extra=extra) == [], text
+    none = MP.loss_scale_reading({"mode": "fp16", "loss_scaling": "none"}, 5, 1.0)
+    assert disagreements(none, Table(["x"]), extra=[1]) == []  # "the scale is 1": no scaling multiplies by 1

@@ -65,8 +65,8 @@ COVERAGE = {
         'tests/test_reading_agreement_more.py::test_lesson_03s_warmup_reading_quotes_the_sweep_table',
         None),
     "course_lib.lessons.l03_warmup.takeaway": (
-        None,
-        None),
+        'tests/test_reading_agreement.py::test_lesson_03s_takeaway_quotes_the_deciding_table',
+        'tests/test_train_tricks.py::test_lesson_03s_takeaway_follows_its_verdict'),
 
     # course_lib/lessons/l04_lars.py
     "course_lib.lessons.l04_lars.reading": (
@@ -81,8 +81,8 @@ COVERAGE = {
 
     # course_lib/lessons/l05_mixed_precision.py
     "course_lib.lessons.l05_mixed_precision.activation_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement.py::test_lesson_05s_activation_reading_quotes_the_activation_table',
+        'tests/test_mixed_precision.py::test_activation_reading_names_the_proxy'),
     "course_lib.lessons.l05_mixed_precision.loss_scaling_reading": (
         'tests/test_mixed_precision.py::test_the_loss_scaling_reading_quotes_its_table',
         None),
@@ -93,13 +93,13 @@ COVERAGE = {
         'tests/test_reading_agreement_more.py::test_lesson_05s_speedup_reading_quotes_the_speed_table',
         None),
     "course_lib.lessons.l05_mixed_precision.loss_scale_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement.py::test_lesson_05s_loss_scale_reading_quotes_its_figure',
+        'tests/test_mixed_precision.py::test_loss_scale_reading_says_when_nothing_dynamic_happened'),
 
     # course_lib/lessons/l06_data_parallel.py
     "course_lib.lessons.l06_data_parallel.ring_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement.py::test_lesson_06s_ring_reading_quotes_the_schedule_it_draws',
+        'tests/test_data_parallel_study.py::test_ring_reading_counts_the_schedule'),
     "course_lib.lessons.l06_data_parallel.allreduce_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_06s_allreduce_reading_quotes_the_sweep_table',
         None),
@@ -107,8 +107,8 @@ COVERAGE = {
         'tests/test_reading_agreement_more.py::test_lesson_06s_overlap_reading_quotes_the_bucket_table',
         None),
     "course_lib.lessons.l06_data_parallel.timeline_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement.py::test_lesson_06s_timeline_reading_quotes_the_timeline_table',
+        'tests/test_reading_agreement.py::test_lesson_06s_timeline_reading_quotes_the_timeline_table'),
     "course_lib.lessons.l06_data_parallel.compression_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_06s_compression_reading_quotes_the_compression_table',
         None),

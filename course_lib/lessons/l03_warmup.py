@@ -42,11 +42,34 @@ def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str
     return line
 
 
+def first_eval_loss(r) -> float | None:
+    """The training loss at a run's first evaluation (``curve["loss"][1]``; index 0 is before training), or None."""
+    loss = (getattr(r, "curve", None) or {}).get("loss", [])
+    return loss[1] if len(loss) > 1 else None
+
+
+def _first_losses(runs) -> list[float]:
+    return [x for x in map(first_eval_loss, runs) if x is not None]
+
+
+def deciding_table(decide, rung: str):
+    """The deciding comparison seed by seed (:meth:`course_lib.sweeps.Confirmed.table`, ``rung`` marked), with
+    the loss at each run's first evaluation: the takeaway quotes it as the evidence that nothing blew up (#37
+    item 1: a reading quotes the table printed under it)."""
+    t = decide.table(chosen=rung)
+    t.columns = t.columns + ["loss at the first evaluation"]
+    runs = [r for label in decide.labels for r in decide.runs_of(label)]  # the order Confirmed.table adds them
+    for row, r in zip(t.rows, runs):
+        row["loss at the first evaluation"] = first_eval_loss(r)
+    return t
+
+
 def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     """Lesson 03's takeaway on what warmup did, generated from the lesson's one verdict (#37 item 6):
     ``decide`` is the deciding comparison (:func:`course_lib.sweeps.confirm`), ``rung`` the chosen warmup
     run. Where the effect the literature reports did not show here, it says what the literature reports
-    (quoted) and what this machine's runs showed instead."""
+    (quoted) and what this machine's runs showed instead. Its numbers are cells of :func:`deciding_table`
+    (the first evaluation's loss: the lowest seed's), the verdict's means of them, or the quoted paper's."""
     won = decide.winner(rung, baseline_label)
     verdict = decide.compare(rung, baseline_label)
     base, warm = decide.runs_of(baseline_label), decide.runs_of(rung)
@@ -63,9 +86,7 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
         return (f"Here warmup cost time ({verdict}): the run without it did not blow up, and a warmup only spends "
                 f"steps at a small lr. {quoted}; at this batch and lr the scaled step was already safe, so the "
                 "next lessons build on the best rung below instead.")
-    first = lambda rs: [r.curve["loss"][1] for r in rs if len(r.curve.get("loss", [])) > 1  # noqa: E731
-                        and r.curve["loss"][1] is not None]
-    lb, lw = first(base), first(warm)
+    lb, lw = _first_losses(base), _first_losses(warm)
     start = (f" (loss at the first evaluation: {min(lb):.3f} without warmup, {min(lw):.3f} with it)"
              if lb and lw else "")
     return (f"Here warmup made no measurable difference ({verdict}): without it nothing blew up{start}. {quoted}; "

@@ -194,31 +194,67 @@ def autocast_gradients(model: torch.nn.Module, data, cfg, *, scales=(1.0, REFERE
             "log2": np.concatenate(log2) if log2 else np.zeros(0)}
 
 
+def _loss_scale_name(x: float) -> str:
+    return "no loss scaling" if x == 1 else f"the loss scaled by 2^{math.log2(x):.0f}"
+
+
+def activation_rows(mags: dict, grads: dict) -> list[dict]:
+    """The numbers :func:`activation_reading` quotes, one row per kind of gradient, formatted at the precision it
+    quotes them (lesson 05): measured zeros at the two scales of ``grads`` (:func:`autocast_gradients`) and
+    their difference (underflow), and what the histograms predict at the smaller scale (the activation
+    gradients' of ``grads``, the fp32 parameter gradients' of ``mags``, :func:`gradient_log2_magnitudes`)."""
+    lo, hi = grads["scales"][0], grads["scales"][-1]
+    z, u = grads["zero"], grads["underflow"][lo]
+    rows = []
+    for kind, log2, zero in (("activation", grads["log2"], None), ("parameter", mags["log2"], mags["zero_in_fp16"])):
+        predicted = fp16_fractions(log2, lo)
+        median = float(np.median(log2)) if np.size(log2) else math.nan
+        rows.append({"gradients": kind, "elements (nonzero in fp32)": f"{grads['count'][kind]:,}",
+                     f"zero at {lo:g} (measured)": f"{z[lo][kind]:.3%}",
+                     f"zero at 2^{math.log2(hi):.0f} (measured)": f"{z[hi][kind]:.3%}",
+                     "underflow (the difference)": f"{u[kind]:.3%}",
+                     f"predicted zero at {lo:g}": f"{predicted['zero'] if zero is None else zero:.2%}",
+                     f"predicted subnormal at {lo:g}": f"{predicted['subnormal']:.1%}",
+                     "median log2|g|": f"{median:.1f}", "_predicted_zero": predicted["zero"] if zero is None else zero})
+    return rows
+
+
+def activation_table(mags: dict, grads: dict) -> Table:
+    """The rows :func:`activation_reading` reads (#37 item 1: it quotes these cells)."""
+    rows = activation_rows(mags, grads)
+    lo, hi = grads["scales"][0], grads["scales"][-1]
+    t = Table([c for c in rows[0] if not c.startswith("_")],
+              title=f"Gradients of {grads['batches']} batches of {grads['batch_size']} under fp16 autocast, loss "
+                    f"scale {lo:g} and 2^{math.log2(hi):.0f}: zeros measured against fp32 on the same weights, "
+                    "and predicted from the histograms")
+    for r in rows:
+        t.add(**{c: v for c, v in r.items() if not c.startswith("_")})
+    return t
+
+
 def activation_reading(mags: dict, grads: dict) -> str:
     """Which gradients loss scaling protects, read from the two measurements (lesson 05): ``mags`` from
     :func:`gradient_log2_magnitudes` (fp32 parameter gradients), ``grads`` from :func:`autocast_gradients`
-    (measured at scale 1 and at a larger one)."""
+    (measured at scale 1 and at a larger one). Its numbers are the cells of :func:`activation_table`."""
     lo, hi = grads["scales"][0], grads["scales"][-1]
     kinds = " and ".join(sorted(set(grads["dtypes"].values())))
-    predicted_act = fp16_fractions(grads["log2"], lo)
-    med_a = float(np.median(grads["log2"])) if grads["log2"].size else math.nan
-    med_p = float(np.median(mags["log2"])) if np.size(mags["log2"]) else math.nan
-    z, u = grads["zero"], grads["underflow"][lo]
-    scale = lambda x: "no loss scaling" if x == 1 else f"the loss scaled by 2^{math.log2(x):.0f}"
+    act, par = activation_rows(mags, grads)
+    z_lo, z_hi = f"zero at {lo:g} (measured)", f"zero at 2^{math.log2(hi):.0f} (measured)"
+    pz, ps = f"predicted zero at {lo:g}", f"predicted subnormal at {lo:g}"
     text = (f"During an fp16 autocast backward the gradients between NeuMF's layers were {kinds} tensors "
-            f"({grads['count']['activation']:,} elements nonzero in fp32, {grads['batches']} batches of "
-            f"{grads['batch_size']}). Measured against fp32 on the same weights, fp16 made {z[lo]['activation']:.3%} "
-            f"of them exactly zero with {scale(lo)} and {z[hi]['activation']:.3%} with {scale(hi)}: the "
-            f"difference, {u['activation']:.3%}, is underflow; what stays zero at 2^{math.log2(hi):.0f} is not (a "
-            "16-bit forward rounds a few pre-activations across zero, and a ReLU zeroes their gradient). The "
-            f"parameter gradients came out {z[lo]['parameter']:.3%} and {z[hi]['parameter']:.3%} zero. "
-            f"The histograms predict, with {scale(lo)}, {predicted_act['zero']:.2%} of the activation gradients below "
-            f"fp16's smallest subnormal and {predicted_act['subnormal']:.1%} among its subnormals (fewer significant "
-            f"bits; median 2^{med_a:.1f}), and {mags['zero_in_fp16']:.2%} of the parameter gradients flushed (median "
-            f"2^{med_p:.1f}). Loss scaling protects the activation gradients: they are what backward stores in fp16. "
-            "The parameter gradients end in fp32 beside the fp32 weights (an embedding row's gradient adds up fp16 "
-            "activation gradients in fp32), so their histogram is a proxy, and here it ")
-    gap = mags["zero_in_fp16"] - predicted_act["zero"]
+            f"({act['elements (nonzero in fp32)']} elements nonzero in fp32, {grads['batches']} batches of "
+            f"{grads['batch_size']}). Measured against fp32 on the same weights, fp16 made {act[z_lo]} "
+            f"of them exactly zero with {_loss_scale_name(lo)} and {act[z_hi]} with {_loss_scale_name(hi)}: the "
+            f"difference, {act['underflow (the difference)']}, is underflow; what stays zero at "
+            f"2^{math.log2(hi):.0f} is not (a 16-bit forward rounds a few pre-activations across zero, and a ReLU "
+            f"zeroes their gradient). The parameter gradients came out {par[z_lo]} and {par[z_hi]} zero. "
+            f"The histograms predict, with {_loss_scale_name(lo)}, {act[pz]} of the activation gradients below "
+            f"fp16's smallest subnormal and {act[ps]} among its subnormals (fewer significant "
+            f"bits; median 2^{act['median log2|g|']}), and {par[pz]} of the parameter gradients flushed (median "
+            f"2^{par['median log2|g|']}). Loss scaling protects the activation gradients: they are what backward "
+            "stores in fp16. The parameter gradients end in fp32 beside the fp32 weights (an embedding row's "
+            "gradient adds up fp16 activation gradients in fp32), so their histogram is a proxy, and here it ")
+    gap = par["_predicted_zero"] - act["_predicted_zero"]
     if abs(gap) < 0.001:
         return text + "predicts about the same loss as the activation gradients'."
     return text + ("overstates" if gap > 0 else "understates") + " what fp16 would lose."

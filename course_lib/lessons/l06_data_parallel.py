@@ -232,10 +232,12 @@ def _union(intervals) -> list[tuple[float, float]]:
     return out
 
 
-def timeline_reading(result) -> str:
-    """From each variant's recorded step: how long an all-reduce was pending, and how much of that
-    lay while backward was still computing (overlap) rather than after it (waiting)."""
-    parts = []
+def timeline_rows(result) -> list[dict]:
+    """Per variant, from its recorded step (rank 0's step of median length, the one
+    :func:`course_lib.comm.plots.plot_bucket_timeline` draws): how many all-reduces, how long one was
+    pending (their union), and how much of that lay while backward was still computing (overlap)
+    rather than after it (waiting). The rows of :func:`timeline_table` and :func:`timeline_reading`."""
+    out = []
     for r in result.rows:
         tl = r.get("timeline")
         if not tl or r["overlap"] is None or not tl["allreduces_ms"]:
@@ -251,15 +253,45 @@ def timeline_reading(result) -> str:
             if r.get("compression") not in (None, "none")
             else f"{r['bucket_cap_mb']:g} MiB buckets"
         )
-        n = len(tl["allreduces_ms"])
-        share = f" ({under / pending:.0%})" if pending > 0 else ""
-        parts.append(f"{name}: {n} all-reduce{'s' if n != 1 else ''} pending {pending:.3g} ms "
-                     f"of a {tl['step_ms']:.3g} ms "
-                     f"step, {under:.3g} ms of it{share} while backward was still computing")
-    if not parts:
+        three = lambda x: float(f"{x:.3g}")  # noqa: E731  (the precision the reading quotes, cell for cell)
+        out.append({"variant": name, "all-reduces": len(tl["allreduces_ms"]), "step (ms)": three(tl["step_ms"]),
+                    "pending (ms)": three(pending), "under backward (ms)": three(under),
+                    "share under backward": f"{under / pending:.0%}" if pending > 0 else "—"})
+    return out
+
+
+def timeline_table(result) -> Table:
+    """The steps :func:`timeline_reading` reads, one row per variant (#37 item 1: the reading quotes these
+    cells; the bucket table above holds other numbers, the median over repeats of the slowest rank)."""
+    t = Table(["variant", "all-reduces", "step (ms)", "pending (ms)", "under backward (ms)", "share under backward"],
+              title="The steps drawn: rank 0's median step per variant (one step, not the bucket table's median "
+                    "over repeats)")
+    for row in timeline_rows(result):
+        t.add(**row)
+    return t
+
+
+def timeline_reading(result) -> str:
+    """From each variant's recorded step (:func:`timeline_rows`): how long an all-reduce was pending, and
+    how much of that lay while backward was still computing (overlap) rather than after it (waiting);
+    then which variant hid the most, or that none hid any."""
+    rows = timeline_rows(result)
+    if not rows:
         return "no recorded all-reduces to read."
-    return ("In the steps drawn (rank 0's median step per variant): " + "; ".join(parts) +
-            ". What lies under backward's compute overlapped it; the rest the step waited for.")
+    parts = []
+    for r in rows:
+        n, share = r["all-reduces"], r["share under backward"]
+        parts.append(f"{r['variant']}: {n} all-reduce{'s' if n != 1 else ''} pending {r['pending (ms)']:g} ms "
+                     f"of a {r['step (ms)']:g} ms step, {r['under backward (ms)']:g} ms of it"
+                     + (f" ({share})" if share != "—" else "") + " while backward was still computing")
+    most = max(rows, key=lambda r: r["under backward (ms)"] / r["pending (ms)"] if r["pending (ms)"] else 0.0)
+    if most["under backward (ms)"] > 0:
+        end = (f". What lies under backward's compute overlapped it, the rest the step waited for: {most['variant']} "
+               f"hid the largest share ({most['share under backward']}).")
+    else:
+        end = (". None of the all-reduces lay under backward's compute: every step waited for all of its "
+               "communication.")
+    return "In the steps drawn (rank 0's median step per variant): " + "; ".join(parts) + end
 
 
 # --------------------------------------------------------------------------- compression
