@@ -274,6 +274,7 @@ def test_lesson_03s_takeaway_quotes_the_deciding_table():
     assert len(texts) == 4  # each verdict its own takeaway
     level = L03.takeaway(_decided([6.778, 7.489], [7.754, 6.616]), rung)
     assert "0.505 without warmup, 0.611 with it" in level  # the lowest seed's: a cell of the new column
+    assert "no measurable difference (no measurable difference" not in level  # the verdict is not said twice
     assert "loss at the first evaluation" in L03.deciding_table(_decided([6.778, 7.489], [7.754, 6.616]), rung).columns
 
 
