@@ -23,47 +23,51 @@ NAMES = re.compile(r"(reading|takeaway|verdict)")
 COVERAGE = {
     # course_lib/ladder.py
     "course_lib.ladder.ladder_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_ladder_reading_quotes_the_ladder_table',
+        'tests/test_ladder.py::test_the_ladder_reading_is_true_for_what_each_tier_records'),
 
     # course_lib/lessons/l01_baseline.py
     "course_lib.lessons.l01_baseline.bottleneck_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_bottleneck_reading_quotes_the_phase_table_and_the_profile',
+        'tests/test_step_study.py::test_bottleneck_reading_from_the_run_and_the_profile'),
     "course_lib.lessons.l01_baseline.pace_drift_reading": (
-        None,
-        None),
+        ("no table: the yardstick's two timings (Pace.finish(): before and after the baseline), printed alone under "
+         "the run's summary in cell 13 (its numbers are checked against them in "
+         'tests/test_reading_agreement_i37i.py::test_the_pace_readings_read_no_table)'),
+        'tests/test_step_study.py::test_pace_drift_reading_states_the_drift_and_what_it_means_for_the_speedups'),
     "course_lib.lessons.l01_baseline.pace_reading": (
-        None,
-        None),
+        ("no table: the baseline's curve (evaluation steps and training-clock times), plotted in the figure of cell "
+         "14 (the phase table printed with it is phase_reading's; its numbers are checked against the curve's "
+         'intervals in tests/test_reading_agreement_i37i.py::test_the_pace_readings_read_no_table)'),
+        'tests/test_step_study.py::test_pace_reading_says_when_equal_steps_took_unequal_time'),
     "course_lib.lessons.l01_baseline.optimizer_reading": (
         'tests/test_reading_agreement.py::test_the_optimizer_reading_and_its_speedups_quote_the_ms_columns',
-        None),
+        'tests/test_step_study.py::test_optimizer_reading_says_what_each_variant_did_at_each_batch'),
     "course_lib.lessons.l01_baseline.accuracy_reading": (
         'tests/test_reading_agreement.py::test_the_accuracy_reading_quotes_the_accuracy_table',
-        None),
+        'tests/test_step_study.py::test_accuracy_reading_compares_the_difference_with_seeds_and_sampling_error'),
     "course_lib.lessons.l01_baseline.compile_reading": (
         'tests/test_reading_agreement.py::test_the_compile_reading_quotes_the_compile_table',
-        None),
+        'tests/test_step_study.py::test_compile_reading_pays_back_only_a_measurable_saving'),
     "course_lib.lessons.l01_baseline.loader_reading": (
         'tests/test_reading_agreement.py::test_the_loader_reading_quotes_the_loader_table',
-        None),
+        'tests/test_loader_ladder.py::test_loader_reading_is_read_from_the_rungs'),
     "course_lib.lessons.l01_baseline.throughput_reading": (
         'tests/test_reading_agreement.py::test_the_throughput_reading_quotes_its_table',
-        None),
+        'tests/test_bench.py::test_throughput_reading_is_read_from_the_rows'),
 
     # course_lib/lessons/l02_linear_scaling.py
     "course_lib.lessons.l02_linear_scaling.regime_reading": (
         'tests/test_reading_agreement.py::test_lesson_02s_regime_reading_quotes_the_regime_rows',
-        None),
+        'tests/test_train_tricks.py::test_an_end_of_perfect_scaling_known_only_as_a_tendency_is_said_as_one'),
     "course_lib.lessons.l02_linear_scaling.gap_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_02s_gap_reading_quotes_the_gap_table',
-        None),
+        'tests/test_train_tricks.py::test_gap_reading_compares_the_change_with_twice_the_sampling_error'),
 
     # course_lib/lessons/l03_warmup.py
     "course_lib.lessons.l03_warmup.warmup_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_03s_warmup_reading_quotes_the_sweep_table',
-        None),
+        'tests/test_optimizer_study.py::test_warmup_reading_compares_the_best_warmup_with_none'),
     "course_lib.lessons.l03_warmup.takeaway": (
         'tests/test_reading_agreement.py::test_lesson_03s_takeaway_quotes_the_deciding_table',
         'tests/test_train_tricks.py::test_lesson_03s_takeaway_follows_its_verdict'),
@@ -71,13 +75,13 @@ COVERAGE = {
     # course_lib/lessons/l04_lars.py
     "course_lib.lessons.l04_lars.reading": (
         'tests/test_reading_agreement.py::test_lesson_04s_reading_quotes_its_layer_tables',
-        None),
+        'tests/test_layerwise.py::test_the_reading_says_noise_falls_as_one_over_sqrt_b_and_signal_stays'),
     "course_lib.lessons.l04_lars.dead_layers_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_dead_layers_reading_quotes_the_trust_ratio_table',
+        'tests/test_layerwise.py::test_dead_layers_are_read_from_a_trust_ratio_stuck_at_the_fallback'),
     "course_lib.lessons.l04_lars.race_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_race_reading_quotes_the_race_table',
+        'tests/test_ladder.py::test_race_reading_states_each_optimizers_best_from_the_records'),
 
     # course_lib/lessons/l05_mixed_precision.py
     "course_lib.lessons.l05_mixed_precision.activation_reading": (
@@ -85,13 +89,13 @@ COVERAGE = {
         'tests/test_mixed_precision.py::test_activation_reading_names_the_proxy'),
     "course_lib.lessons.l05_mixed_precision.loss_scaling_reading": (
         'tests/test_mixed_precision.py::test_the_loss_scaling_reading_quotes_its_table',
-        None),
+        'tests/test_mixed_precision.py::test_loss_scaling_reading_when_scaling_matters'),
     "course_lib.lessons.l05_mixed_precision.lars_unscale_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_05s_lars_unscale_reading_quotes_its_table',
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_lars_unscale_reading_says_when_the_ratios_were_not_unscaled'),
     "course_lib.lessons.l05_mixed_precision.speedup_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_05s_speedup_reading_quotes_the_speed_table',
-        None),
+        'tests/test_mixed_precision.py::test_the_two_throughput_measurements_are_compared_with_the_noise'),
     "course_lib.lessons.l05_mixed_precision.loss_scale_reading": (
         'tests/test_reading_agreement.py::test_lesson_05s_loss_scale_reading_quotes_its_figure',
         'tests/test_mixed_precision.py::test_loss_scale_reading_says_when_nothing_dynamic_happened'),
@@ -102,22 +106,22 @@ COVERAGE = {
         'tests/test_data_parallel_study.py::test_ring_reading_counts_the_schedule'),
     "course_lib.lessons.l06_data_parallel.allreduce_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_06s_allreduce_reading_quotes_the_sweep_table',
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_allreduce_reading_follows_the_sweep'),
     "course_lib.lessons.l06_data_parallel.overlap_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_06s_overlap_reading_quotes_the_bucket_table',
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_overlap_reading_follows_the_buckets'),
     "course_lib.lessons.l06_data_parallel.timeline_reading": (
         'tests/test_reading_agreement.py::test_lesson_06s_timeline_reading_quotes_the_timeline_table',
-        'tests/test_reading_agreement.py::test_lesson_06s_timeline_reading_quotes_the_timeline_table'),
+        'tests/test_data_parallel_study.py::test_timeline_reading_splits_pending_time_into_overlapped_and_waited'),
     "course_lib.lessons.l06_data_parallel.compression_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_06s_compression_reading_quotes_the_compression_table',
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_compression_reading_follows_the_step_times'),
     "course_lib.lessons.l06_data_parallel.scaling_reading": (
         'tests/test_reading_agreement.py::test_lesson_06s_scaling_reading_quotes_the_scaling_table',
-        None),
+        'tests/test_scaling.py::test_the_reference_clause_follows_the_fit'),
     "course_lib.lessons.l06_data_parallel.optimization_reading": (
         None,
-        None),
+        'tests/test_data_parallel_study.py::test_weak_scaling_is_read_at_the_evaluation_spacing_the_runs_had'),
 
     # course_lib/lessons/l07_bert_lamb.py
     "course_lib.lessons.l07_bert_lamb.tuning_reading": (
@@ -245,48 +249,49 @@ COVERAGE = {
 
     # course_lib/lessons/l12_hyperparameter_search.py
     "course_lib.lessons.l12_hyperparameter_search.verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_12s_strategy_verdict_quotes_the_strategy_table',
+        'tests/test_search_study.py::test_verdict_reads_both_outcomes'),
     "course_lib.lessons.l12_hyperparameter_search.parallel_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_12s_parallel_reading_quotes_the_parallel_table',
+        'tests/test_search_study.py::test_parallel_reading_reads_the_wall_time_of_its_table'),
     "course_lib.lessons.l12_hyperparameter_search.pruning_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_12s_pruning_reading_quotes_the_pruning_table',
+        'tests/test_search_study.py::test_the_demo_limit_lies_between_the_predictions_and_the_reading_checks_the_prunes'),
     "course_lib.lessons.l12_hyperparameter_search.bert_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_12s_bert_verdict_quotes_the_bert_table',
+        'tests/test_search_study.py::test_bert_verdict_reads_both_outcomes'),
     "course_lib.lessons.l12_hyperparameter_search.replay_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_12s_replay_verdict_and_confirm_reading_quote_their_tables',
+        'tests/test_tabular_search.py::test_replay_verdict_quotes_its_table_and_reads_both_outcomes'),
     "course_lib.lessons.l12_hyperparameter_search.confirm_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_12s_replay_verdict_and_confirm_reading_quote_their_tables',
+        'tests/test_tabular_search.py::test_confirm_reading_both_ways'),
 
     # course_lib/lessons/l13_multi_node.py
     "course_lib.lessons.l13_multi_node.link_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_13s_link_verdict_quotes_the_link_table',
+        'tests/test_l13_multi_node.py::test_the_fit_recovers_a_set_link_and_says_so_only_when_it_does'),
     "course_lib.lessons.l13_multi_node.layout_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_13s_layout_verdict_quotes_the_layout_table',
+        'tests/test_l13_multi_node.py::test_layout_readings_from_each_path'),
     "course_lib.lessons.l13_multi_node.ttt_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_13s_ttt_verdict_quotes_the_time_to_target_table',
+        'tests/test_l13_multi_node.py::test_time_to_target_reading_opposite_results'),
     "course_lib.lessons.l13_multi_node.hierarchy_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_13s_hierarchy_verdict_quotes_the_hierarchy_table',
+        'tests/test_l13_multi_node.py::test_the_two_level_all_reduce_wins_on_a_slow_link_by_the_bytes_it_saves'),
     "course_lib.lessons.l13_multi_node.placement_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_lesson_13s_placement_verdict_quotes_the_placement_table',
+        'tests/test_l13_multi_node.py::test_placement_reading_recorded_and_opposite'),
     "course_lib.lessons.l13_multi_node.node_loss_verdict": (
-        None,
-        None),
+        ("no table: the staged node loss's record (the node killed, when the survivor noticed, the processes left, "
+         "the uninterrupted and resumed runs' difference), printed alone in cell 18"),
+        'tests/test_l13_multi_node.py::test_node_loss_reading_recorded_and_opposite'),
 
     # course_lib/metrics.py
     "course_lib.metrics.noise_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_noise_verdict_quotes_the_deciding_table',
+        'tests/test_metrics.py::test_noise_verdict_names_a_winner_only_beyond_the_seed_to_seed_range'),
 
     # course_lib/parallel/staleness.py
     "course_lib.parallel.staleness.server_reading": (
@@ -301,7 +306,7 @@ COVERAGE = {
     # course_lib/train/ncf.py
     "course_lib.train.ncf.TrainResult.phase_reading": (
         'tests/test_reading_agreement.py::test_the_phase_reading_quotes_the_phase_table',
-        None),
+        'tests/test_reading_agreement_i37i.py::test_the_phase_reading_follows_the_phases'),
 }
 # fmt: on
 

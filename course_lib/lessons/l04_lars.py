@@ -208,6 +208,20 @@ def dead_layers_reading(history: dict, *, lr: float | None = None) -> str:
             "shrinking toward 0 (the ratio is ||w|| / ||g||). A smaller lr keeps the tower alive (the sweep below).")
 
 
+def trust_ratio_table(history: dict) -> Table:
+    """Each adapted layer's trust ratio over a LARS/LAMB run (its ``history``): first, median and last sample,
+    and the step from which it sat at the zero-gradient fallback (:func:`dead_layers`), the rows
+    :func:`dead_layers_reading` reads."""
+    dead = dead_layers(history)
+    t = Table(["layer", "first", "median", "last", "exactly 1 (no gradient) from step"],
+              title="trust ratio over the run")
+    for name, v in sorted(history.get("trust_ratio", {}).items()):
+        if v:
+            t.add(layer=name, first=v[0], median=sorted(v)[len(v) // 2], last=v[-1],
+                  **{"exactly 1 (no gradient) from step": dead.get(name, "—")})
+    return t
+
+
 def plot_row_gradients(measured: dict, ax=None):
     """Each touched item-embedding row: gradient norm vs its frequency in the batch, per batch size."""
     if ax is None:

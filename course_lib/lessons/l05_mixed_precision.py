@@ -506,15 +506,24 @@ def lars_unscale_table(rows: list[dict], scale: float) -> Table:
     return t
 
 
+UNSCALE_TOLERANCE = 1e-3  # fp32 rounding of a norm is ~1e-7 relative: a gap above 1e-3 is a different gradient
+
+
 def lars_unscale_reading(rows: list[dict], scale: float) -> str:
     """Unscale-before-LARS, read from :func:`lars_unscale_rows`."""
     rel = max(abs(r["trust ratio, Precision.step"] - r["trust ratio, fp32"]) / r["trust ratio, fp32"] for r in rows)
     factors = [r["on S x g / true"] for r in rows]
-    same = "equal" if rel == 0 else f"match to {rel:.1e} (relative)"
     spread = (f"all {factors[0]:.3g}" if f"{min(factors):.3g}" == f"{max(factors):.3g}"
               else f"{min(factors):.3g} to {max(factors):.3g}")
-    return (f"Precision.step unscaled before LARS read the gradients: its trust ratios {same} the fp32 ones in all "
-            f"{len(rows)} adapted layers. Computed on the gradients still scaled by S = 2^{math.log2(scale):.0f}, "
+    if rel > UNSCALE_TOLERANCE:
+        # #37 item 2: the opening follows the rows; ratios that differ are not said to have been unscaled
+        head = (f"Precision.step's trust ratios differ from the fp32 ones by up to {rel:.1e} (relative), more than "
+                f"float rounding ({UNSCALE_TOLERANCE:.0e}): LARS did NOT read the unscaled gradients here. ")
+    else:
+        same = "equal" if rel == 0 else f"match to {rel:.1e} (relative)"
+        head = (f"Precision.step unscaled before LARS read the gradients: its trust ratios {same} the fp32 ones in "
+                f"all {len(rows)} adapted layers. ")
+    return (head + f"Computed on the gradients still scaled by S = 2^{math.log2(scale):.0f}, "
             f"they are {spread} times the true ones (1/S = {1 / scale:.3g}): a LARS "
             "that took its ratio there and unscaled only afterwards (apex#1030) would shrink every adapted layer's "
             "step by that factor, and clipping or LAMB's gradient norm would compare a norm S times too large "

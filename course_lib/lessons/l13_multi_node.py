@@ -265,6 +265,19 @@ def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolera
                                              "iterations)." if ratio < 1 else "The shaping did not hold."))
 
 
+def link_table(near: dict, far: dict, nodes: int, measured: bool):
+    """The two fits :func:`link_verdict` reads, within a node and across the links (``near``, ``far``: the dicts of
+    :func:`link_rate` or :func:`assumed_link`); ``measured``: False when no cluster measured them (assumed)."""
+    from ..tables import Table
+
+    t = Table(["where", "latency per message (us)", "rate", "fit of the whole all-reduce"],
+              title=f"lesson 08's alpha-beta fit, {nodes} ranks ({'measured' if measured else 'ASSUMED: no cluster'})")
+    for where, fit in ((f"{one_node(nodes)} (loopback)", near), (f"{many_nodes(nodes)} (the links)", far)):
+        t.add(**{"where": where, "latency per message (us)": fit["alpha_s"] * 1e6,
+                 "rate": _bits(fit["rate_bits_per_s"]), "fit of the whole all-reduce": fit["fit"]})
+    return t
+
+
 def _bits(rate: float | None) -> str:
     if rate is None:
         return "no rate"
@@ -311,6 +324,18 @@ def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch:
             rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
                          "samples_per_s": world_size * micro_batch * k / step, "step_s": step, "source": "model"})
     return rows
+
+
+def layout_table(rows: list[dict], predicted: list[dict]):
+    """The rows :func:`layout_verdict` reads: the measured ones (none without a cluster), then the model's."""
+    from ..tables import Table
+
+    t = Table(["layout", "k", "global batch", "samples/s", "step (ms)", "source"],
+              title="NeuMF, micro-batch fixed: measured rows, then lesson 09's predictions")
+    for r in list(rows) + list(predicted):
+        t.add(**{"layout": r["layout"], "k": r["k"], "global batch": r["global_batch"], "samples/s": r["samples_per_s"],
+                 "step (ms)": r["step_s"] * 1e3, "source": r["source"]})
+    return t
 
 
 def layout_ratios(rows: list[dict]) -> dict[int, float]:
@@ -680,6 +705,16 @@ def hierarchy_bytes_ratio(nodes: int, ranks_per_node: int) -> float:
     its one rank whose successor is on the next node; the two-level's leaders send ``2 (m-1)/m n`` (m nodes)."""
     p, m = nodes * ranks_per_node, nodes
     return ((p - 1) / p) / ((m - 1) / m) if m > 1 else float("inf")
+
+
+def hierarchy_table(rows: list[dict]):
+    """The timings :func:`hierarchy_verdict` reads, one row per message size and algorithm."""
+    from ..tables import Table
+
+    t = Table(["bytes", "algorithm", "time (ms)"], title="flat ring against two-level, 2 nodes x 2 ranks")
+    for r in rows:
+        t.add(**{"bytes": r["size_bytes"], "algorithm": r["algorithm"], "time (ms)": r["time_s"] * 1e3})
+    return t
 
 
 def hierarchy_verdict(rows: list[dict], margin: float = 1.15) -> str:
