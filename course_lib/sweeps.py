@@ -142,12 +142,16 @@ def best_label(results, labels, optimizers) -> str:
 
 
 def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0.3, device=None,
-             extra: tuple[TrainConfig, ...] = (), progress: str = "none",
+             extra: tuple[TrainConfig, ...] = (), progress: str = "log",
              max_extensions: int = 0) -> tuple[Table, float, list[TrainResult]]:
     """Short runs (``max_epochs`` each, the whole budget: no target) at each base lr of ``cfg``
     (plus ``extra`` settings for comparison); returns the table, the base lr of ``cfg.optimizer``
     with the best final HR@10, and the results. With ``max_extensions``, a best lr at the edge
-    of ``lrs`` gets up to that many more points beyond it (``sweep_with_edge_extension``)."""
+    of ``lrs`` gets up to that many more points beyond it (``sweep_with_edge_extension``).
+
+    ``progress="log"``: one line per run as it ends (and one a minute in a long run), in a notebook too:
+    lesson 01's sweep printed nothing for 23 minutes of a loaded machine's ``make course`` (issue 36 item 5),
+    and a bar and live figure per run would bury the table. ``$COURSE_PROGRESS`` overrides it."""
     short = dict(max_epochs=float(max_epochs), max_steps=None, stop_at_target=False)
 
     def run(c):

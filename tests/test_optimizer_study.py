@@ -158,6 +158,22 @@ def test_lr_sweep_extends_a_best_at_the_edge(monkeypatch):
     assert best == 1e-3 and len(runs) == 3
 
 
+def test_lr_sweep_says_each_run_as_it_ends(data, capsys, monkeypatch):
+    """Issue 36 item 5: a sweep's runs each print a line as they end (papermill streams it to make course's
+    output), not nothing until the table; one line per run, not one per evaluation."""
+    from course_lib import sweeps as search
+    from course_lib.train.ncf import TrainConfig
+
+    monkeypatch.delenv("COURSE_PROGRESS", raising=False)
+    cfg = TrainConfig(global_batch_size=1024, optimizer="adam", base_lr=1e-3, eval_every_epochs=0.05)
+    _, _, runs = search.lr_sweep(data, cfg, (1e-3, 4e-3), max_epochs=0.1,
+                                 extra=(cfg.replace(optimizer="sgd", base_lr=0.1),))
+    # each run's end: its settings and where it got (outside a notebook a line as it begins comes first)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[") and " -> " in line]
+    assert len(runs) == 3 and len(lines) == 3, lines
+    assert [line.split("]")[0] for line in lines] == ["[adam lr 0.001", "[adam lr 0.004", "[sgd lr 0.1"]
+
+
 def _mlm(steps_to_target, best, *, seqs_per_s=100.0, batch=32, every=6, diverged=False, label="x"):
     """A record shaped like train_mlm's: evaluations every ``every`` steps, reaching ``best`` loss."""
     evals = list(range(0, 121, every))
