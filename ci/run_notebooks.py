@@ -18,11 +18,16 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# A lesson cell quiet this long gets a line saying the lesson is still running (issue 36 item 5: on a loaded
+# 2-core machine lesson 01's lr sweep printed nothing for 23 minutes; cells of 1-2 minutes quiet on a quiet
+# machine, lessons 05, 08, 12 and 13, take 3-5x that under load).
+HEARTBEAT_S = float(os.environ.get("COURSE_HEARTBEAT_S") or 120)
 
 
 @dataclass
@@ -68,12 +73,15 @@ class LessonLines:
 
     def __init__(self, stream, prefix: str):
         self.stream, self.prefix, self._part = stream, prefix, ""
+        self.last = time.monotonic()  # when the kernel last printed (Heartbeat reads it)
 
     def write(self, text: str) -> int:
         *lines, self._part = (self._part + text.replace("\r\n", "\n").replace("\r", "\n")).split("\n")
         for line in lines:
             if line.strip():
                 self.stream.write(f"{self.prefix}{line}\n")
+        if text.strip():
+            self.last = time.monotonic()
         return len(text)
 
     def flush(self) -> None:
@@ -86,8 +94,35 @@ class LessonLines:
         self.flush()
 
 
+class Heartbeat(threading.Thread):
+    """While a lesson runs, a line whenever its kernel has printed nothing for ``every_s`` seconds: how long
+    it has been quiet and how far into the lesson (and its budget) it is, so a long cell on a slow machine
+    is not mistaken for a hung one. One line per quiet stretch of ``every_s``, none while the kernel prints."""
+
+    def __init__(self, lines: LessonLines, every_s: float = HEARTBEAT_S, budget_s: int | None = None):
+        super().__init__(daemon=True)
+        self.lines, self.every_s, self.budget_s = lines, every_s, budget_s
+        self.start_s = time.monotonic()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(min(self.every_s / 4, 10.0)):
+            now = time.monotonic()
+            quiet = now - self.lines.last
+            if quiet >= self.every_s:
+                budget = f" (its budget: {self.budget_s} s)" if self.budget_s else ""
+                self.lines.stream.write(f"{self.lines.prefix}... still running: no output for {quiet:.0f} s, "
+                                        f"{now - self.start_s:.0f} s into the lesson{budget}\n")
+                self.lines.flush()
+                self.lines.last = now
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+
+
 def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path,
-            log_output: bool, cell_timeout: int | None) -> NotebookRun:
+            log_output: bool, cell_timeout: int | None, budget_s: int | None = None) -> NotebookRun:
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
@@ -101,6 +136,9 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
     t0 = time.perf_counter()
     prefix = f"  {nb.stem[:2]} | "
     lines = (LessonLines(sys.stdout, prefix), LessonLines(sys.stderr, prefix)) if log_output else (None, None)
+    beat = Heartbeat(lines[0], budget_s=budget_s) if log_output else None
+    if beat is not None:
+        beat.start()
     try:
         # PROFILE is injected too, so re-executing the executed copy (nbval) uses the same profile.
         pm.execute_notebook(str(nb), str(out), parameters={"PROFILE": profile}, kernel_name=kernel,
@@ -115,6 +153,8 @@ def execute(nb: Path, out: Path, *, profile: str, kernel: str, results_dir: Path
         hint = " (a dead kernel is often the machine running out of memory)" if "dead" in str(exc).lower() else ""
         return NotebookRun(str(nb), str(out), False, time.perf_counter() - t0, f"{type(exc).__name__}: {exc}{hint}")
     finally:
+        if beat is not None:
+            beat.stop()
         for stream in lines:
             if stream is not None:
                 stream.close()
@@ -230,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(notebooks)}] {nb} (profile {opts.profile}{limit}{estimate}) ...", flush=True)
         started = time.time()
         r = execute(nb, target, profile=opts.profile, kernel=opts.kernel, results_dir=out_dir / "results",
-                    log_output=not opts.quiet, cell_timeout=opts.cell_timeout)
+                    log_output=not opts.quiet, cell_timeout=opts.cell_timeout, budget_s=budget.get(nb.name))
         run.runs.append(r)
         print(f"[{i}/{len(notebooks)}] {nb}: {'ok' if r.ok else 'FAILED'} in {r.seconds:.1f} s", flush=True)
         if not r.ok:

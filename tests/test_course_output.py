@@ -4,6 +4,7 @@ failing lesson is named with its cell in the output, the summary and the ladder.
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,31 @@ def test_lesson_lines_are_whole_lines_with_the_lesson_in_front():
     assert out.getvalue() == "  07 | [adam b=32] step 10/240  eval loss 5.1\n  07 | [adam b=32] step 20/240\n"
     lines.close()
     assert out.getvalue().endswith("  07 | partial\n")
+
+
+def test_a_quiet_lesson_says_it_is_still_running():
+    """Issue 36 item 5: a cell that prints nothing for a while (lesson 01's sweep: 23 minutes on a loaded machine)
+    gets a line saying the lesson is alive; printing resets the wait, and no line comes while the kernel talks."""
+    import io
+
+    out = io.StringIO()
+    lines = run_notebooks.LessonLines(out, "  01 | ")
+    beat = run_notebooks.Heartbeat(lines, every_s=0.2, budget_s=300)
+    beat.start()
+    try:
+        deadline = time.monotonic() + 30  # generous: a busy machine may not schedule the thread at once
+        while "still running" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        beat.stop()
+    said = [line for line in out.getvalue().splitlines() if "still running" in line]
+    assert said and said[0].startswith("  01 | ... still running: no output for ") and "(its budget: 300 s)" in said[0]
+    assert not beat.is_alive()
+    # a kernel that keeps printing gets no heartbeat
+    out = io.StringIO()
+    lines = run_notebooks.LessonLines(out, "  01 | ")
+    beat = run_notebooks.Heartbeat(lines, every_s=3600)
+    beat.start()
+    lines.write("a line\n")
+    beat.stop()
+    assert out.getvalue() == "  01 | a line\n"
