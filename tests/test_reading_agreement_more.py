@@ -198,3 +198,30 @@ def test_lesson_05s_lars_unscale_reading_quotes_its_table():
         # 1.53 and 5, 1.0 and 6: "1.53e-05", "1.0e-06" as the checker splits them (it reads no exponents); 1030: apex#
         assert disagreements(text, L05.lars_unscale_table(rows(off), 2.0 ** 16),
                              extra=[3, 2, 16, 1e-6, 1030, 65536 / 2 ** 32 * 1e5, 5, 6]) == []
+
+
+def test_lesson_06s_optimization_reading_quotes_the_scaling_table():
+    """Lesson 06's epochs and time to target, read from the rows its scaling table is printed from (the table
+    follows it in the same cell), for each outcome: no change within the interval, a change, a slower run, a
+    ratio within one run's resolution."""
+    from test_data_parallel_study import _record
+
+    from course_lib.lessons.l06_data_parallel import ONE_RUN_RESOLUTION, optimization_reading, scaling_rows
+
+    cases = [  # (strong, weak): the review's equal epochs and a slower 2 ranks; weak needing more; a tie
+        ({1: _record(1, 4096, 13.23, 0.9992, 3e5), 2: _record(2, 4096, 22.12, 0.9992, 1.8e5)},
+         {1: _record(1, 2048, 12.0, 0.9992, 2.5e5), 2: _record(2, 4096, 22.12, 0.9992, 1.8e5)}),
+        ({w: _record(w, 65536, 100.0 / w ** 0.8, 1.5, 1e6 * w ** 0.8) for w in (1, 2, 4)},
+         {w: _record(w, 8192 * w, 80.0, 1.5 + 0.5 * (w > 2), 1e6 * w ** 0.9) for w in (1, 2, 4)}),
+        ({1: _record(1, 4096, 10.0, 1.0, 3e5), 2: _record(2, 4096, 9.5, 1.0, 3.2e5)}, {}),
+    ]
+    texts = set()
+    for strong, weak in cases:
+        rows = scaling_rows(strong, weak)
+        text = optimization_reading(rows, eval_every_epochs=0.25)
+        texts.add(text)
+        # the evaluation interval the runs had (the resolution it states), one run's resolution (a constant of
+        # the lesson), "one rank": the world size 1 of the table's ranks column
+        extra = [0.25, ONE_RUN_RESOLUTION, 1]
+        assert disagreements(text, L06.scaling_table(rows), extra=extra) == [], text
+    assert len(texts) == len(cases)

@@ -120,7 +120,7 @@ COVERAGE = {
         'tests/test_reading_agreement.py::test_lesson_06s_scaling_reading_quotes_the_scaling_table',
         'tests/test_scaling.py::test_the_reference_clause_follows_the_fit'),
     "course_lib.lessons.l06_data_parallel.optimization_reading": (
-        None,
+        'tests/test_reading_agreement_more.py::test_lesson_06s_optimization_reading_quotes_the_scaling_table',
         'tests/test_data_parallel_study.py::test_weak_scaling_is_read_at_the_evaluation_spacing_the_runs_had'),
 
     # course_lib/lessons/l07_bert_lamb.py
