@@ -437,6 +437,23 @@ def test_lesson11s_bn_verdict_quotes_the_bn_table():
         assert disagreements(said, L11.bn_table(rows), extra=(*diffs, 4, 64)) == [], said
 
 
+def test_lesson11s_bn_verdict_reads_the_bn_table_at_its_rounding():
+    """The smoke copy of 2026-12-01: "cost x2.6 the local step time" under a table of 17.8 and 6.7 ms (x2.66), the
+    ratio taken from unrounded times. The verdict reads the table's rounding (3 decimals of accuracy, 0.1 ms)."""
+    rows = []
+    for v, (a4, a32, ms4, ms32) in {"local BN": (0.5624, 0.7421, 11.1, 6.74),
+                                   "synchronized BN": (0.5231, 0.7404, 21.2, 17.76),
+                                   "local BN, recomputed stats": (0.6126, 0.7444, 15.6, 4.2)}.items():
+        rows += [{"per_rank_batch": 4, "global_batch": 8, "variant": v, "test_accuracy": a4, "step_ms": ms4},
+                 {"per_rank_batch": 32, "global_batch": 64, "variant": v, "test_accuracy": a32, "step_ms": ms32}]
+    said = L11.bn_verdict(rows)
+    table = L11.bn_table(rows)
+    cell = {r["variant"]: r for r in table.rows}
+    behind = cell["local BN, recomputed stats"]["b=4/rank: acc"] - cell["local BN"]["b=4/rank: acc"]  # 0.051
+    assert "x2.7 the local step time" in said and f"{behind:.3f} behind" in said, said
+    assert disagreements(said, table, extra=(behind, 4, 32)) == [], said
+
+
 def test_lesson11s_adaptive_verdict_quotes_the_adaptive_table():
     """Cell 22: the verdict under the adaptive-batch table (steps and samples to the target)."""
     def row(run, steps, samples, reached=True):
