@@ -134,7 +134,7 @@ def test_lesson09s_weak_reading_follows_the_rows():
 
 
 def test_the_band_verdicts_quote_the_probe_table_row_they_sit_in():
-    """The verdict is the last column of the probe's table (lesson 09 cell 7, lesson 00's summary): the numbers it
+    """The verdict is the last column of the probe's table (lesson 09 cell 5): the numbers it
     quotes are the row's fraction and the band's lower edge (peaks.BANDS, quoted from nccl-tests and vendor
     figures, named in the band's text)."""
     from course_lib.perf import peaks
@@ -326,7 +326,7 @@ def _mesh(diff):
 
 def test_lesson10s_verdict_quotes_the_tables_it_reads():
     """Cell 44, the lesson's verdict, printed alone at the end: its numbers are cells of the bubble table (cell 13)
-    and the memory table (cell 28), or the lines cells 29, 31 and 34 print (FSDP2's bound, the halo's bytes, the
+    and the memory table (cell 28), or the lines cells 29, 32 and 35 print (FSDP2's bound, the halo's bytes, the
     mesh's groups and values), each named here."""
     outs, predicted = _model_case()
     bubbles = [_bubble(2, 8, 0.15, 0.12), _bubble(2, 1, 0.52, 0.5)]
@@ -341,9 +341,9 @@ def test_lesson10s_verdict_quotes_the_tables_it_reads():
               bound / ddp,  # cell 29's bound (1/W of DDP's bytes plus the largest unit), over DDP's total
               steps["FSDP2"] / steps["DDP"],  # FSDP2's step over DDP's: two cells of the step column
               *errors, 9,  # the model's reading (test_lesson10s_model_reading_quotes_the_memory_table); lesson 09
-              halo[0]["halo_bytes_per_exchange"], halo[0]["strip_bytes"],  # cell 31's line per rank
+              halo[0]["halo_bytes_per_exchange"], halo[0]["strip_bytes"],  # cell 32's line per rank
               *(x for m in mesh for x in (*m["tp_group"], *m["dp_group"], m["elements_tp"], m["elements_dp"])),
-              len(mesh) // 2, 2]  # cell 34's lines: groups and values per rank; the mesh's dp x tp
+              len(mesh) // 2, 2]  # cell 35's lines: groups and values per rank; the mesh's dp x tp
     bubble = L10.bubble_table(bubbles)
     assert _disagree(said, memory, bubble, extra=stated) == [], said
 
