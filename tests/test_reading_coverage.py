@@ -180,72 +180,72 @@ COVERAGE = {
 
     # course_lib/lessons/l09_performance_model.py
     "course_lib.lessons.l09_performance_model.verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson09s_verdict_quotes_the_comparison_table',
+        'tests/test_reading_agreement_i37h.py::test_lesson09s_verdict_follows_the_errors'),
     "course_lib.lessons.l09_performance_model.alexnet_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson09s_alexnet_reading_quotes_the_scaling_table',
+        'tests/test_paleo.py::test_readings_follow_the_rows'),
     "course_lib.lessons.l09_performance_model.weak_reading": (
-        None,
-        None),
+        'no table: the last row of the weak-scaling case, printed alone under the speedup figure of cell 30',
+        'tests/test_reading_agreement_i37h.py::test_lesson09s_weak_reading_follows_the_rows'),
     "course_lib.lessons.l09_performance_model.inception_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson09s_inception_reading_quotes_the_scaling_table',
+        'tests/test_paleo.py::test_readings_follow_the_rows'),
     "course_lib.lessons.l09_performance_model.weird_trick_reading": (
-        None,
-        None),
+        "no table: the hours and ms of one_weird_trick's two cases, printed alone in cell 34",
+        'tests/test_paleo.py::test_weird_trick_hybrid_beats_data_parallel_and_reading_says_which'),
 
     # course_lib/lessons/l10_model_parallelism.py
     "course_lib.lessons.l10_model_parallelism.bubble_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_bubble_reading_quotes_the_bubble_table',
+        'tests/test_pipeline.py::test_the_bubble_reading_for_each_outcome'),
     "course_lib.lessons.l10_model_parallelism.fsdp_step_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_fsdp_step_reading_quotes_the_memory_table',
+        'tests/test_sharded.py::test_the_fsdp_step_reading_splits_the_gap_between_messages_and_the_rest'),
     "course_lib.lessons.l10_model_parallelism.node_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_node_reading_quotes_the_node_table',
+        'tests/test_sharded.py::test_the_node_reading_names_the_choice_what_tensor_parallelism_costs_and_what_does_not_fit'),
     "course_lib.lessons.l10_model_parallelism.model_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_model_reading_quotes_the_memory_table',
+        'tests/test_sharded.py::test_the_model_reading_says_exact_and_under'),
     "course_lib.lessons.l10_model_parallelism.verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_verdict_quotes_the_tables_it_reads',
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_verdict_follows_the_runs'),
     "course_lib.lessons.l10_model_parallelism.async_bubble_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson10s_async_bubble_reading_quotes_the_async_table',
+        'tests/test_async_pipeline.py::test_the_bubble_reading_follows_the_numbers'),
     "course_lib.lessons.l10_model_parallelism.staleness_reading": (
-        None,
-        None),
+        "no table: the replays' held-out losses (cell 25's figure above it, in its legend) and cell 23's stash gaps",
+        'tests/test_async_pipeline.py::test_readings_follow_the_numbers'),
     "course_lib.lessons.l10_model_parallelism.depth_reading": (
         'tests/test_pipeline.py::test_the_depth_reading_for_each_outcome',
-        None),
+        'tests/test_pipeline.py::test_the_depth_reading_for_each_outcome'),
 
     # course_lib/lessons/l11_batch_size_science.py
     "course_lib.lessons.l11_batch_size_science.bert_noise_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson11s_bert_noise_verdict_quotes_the_bert_tables',
+        'tests/test_batch_science_study.py::test_bert_noise_verdict_every_outcome'),
     "course_lib.lessons.l11_batch_size_science.bend_reading": (
-        None,
-        None),
+        'tests/test_batch_science_study.py::test_lesson11s_readings_quote_their_tables',
+        'tests/test_batch_science_study.py::test_the_fits_range_widens_with_the_points_error_and_decides_the_bend_both_ways'),
     "course_lib.lessons.l11_batch_size_science.noise_verdict": (
-        None,
-        None),
+        'tests/test_batch_science_study.py::test_lesson11s_readings_quote_their_tables',
+        'tests/test_batch_science_study.py::test_noise_verdict_both_ways'),
     "course_lib.lessons.l11_batch_size_science.sharpness_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson11s_sharpness_verdict_quotes_the_sharpness_table',
+        'tests/test_batch_science_study.py::test_sharpness_verdict_every_outcome'),
     "course_lib.lessons.l11_batch_size_science.growth_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson11s_growth_verdict_quotes_the_growth_table',
+        'tests/test_batch_science_study.py::test_growth_verdict_every_outcome'),
     "course_lib.lessons.l11_batch_size_science.bn_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson11s_bn_verdict_quotes_the_bn_table',
+        'tests/test_batch_science_study.py::test_bn_verdict_and_table_both_ways'),
     "course_lib.lessons.l11_batch_size_science.adaptive_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson11s_adaptive_verdict_quotes_the_adaptive_table',
+        'tests/test_adaptive_batch.py::test_the_verdict_follows_the_numbers'),
     "course_lib.lessons.l11_batch_size_science.scaling_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_lesson11s_scaling_verdict_quotes_the_scaling_table',
+        'tests/test_scaling_law.py::test_the_verdict_follows_the_numbers'),
 
     # course_lib/lessons/l12_hyperparameter_search.py
     "course_lib.lessons.l12_hyperparameter_search.verdict": (
@@ -295,13 +295,13 @@ COVERAGE = {
 
     # course_lib/parallel/staleness.py
     "course_lib.parallel.staleness.server_reading": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_the_server_reading_quotes_the_server_table',
+        'tests/test_collectives.py::test_the_server_reading_weighs_the_final_loss_against_the_time_to_target'),
 
     # course_lib/perf/peaks.py
     "course_lib.perf.peaks.band_verdict": (
-        None,
-        None),
+        'tests/test_reading_agreement_i37h.py::test_the_band_verdicts_quote_the_probe_table_row_they_sit_in',
+        'tests/test_perf.py::test_band_verdicts'),
 
     # course_lib/train/ncf.py
     "course_lib.train.ncf.TrainResult.phase_reading": (

@@ -182,6 +182,17 @@ def two_point_critical_batch(rows: list[dict]) -> float | None:
     return math.inf if den <= 0 else (s1 - s2) / den
 
 
+def bert_steps_table(rows: list[dict] | None, target_loss: float | None = None) -> Table:
+    """Lesson 07's two measured points, the rows :func:`bert_noise_verdict` reads (#37: it quoted their ratio
+    with no table of them in this lesson): Adam's steps to the target loss at each batch."""
+    at = "" if target_loss is None else f" {target_loss:.3g}"
+    t = Table(["batch size", "steps to target"], title=f"lesson 07's Adam: steps to its target loss{at}"
+              + ("" if rows else " (missing: run lesson 07 in this profile first)"))
+    for r in sorted(rows or [], key=lambda r: r["batch size"]):
+        t.add(**{"batch size": r["batch size"], "steps to target": r["steps to target"]})
+    return t
+
+
 def bert_noise_verdict(b_simple: float, rows: list[dict] | None, factor: float = 3.0, stderr: float = math.nan) -> str:
     """Does BERT's B_simple predict how many steps lesson 07's large batch saved? A ``stderr`` as large
     as ``b_simple`` itself is said first: then the estimate cannot decide anything."""
@@ -982,7 +993,9 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
     """At the smallest per-rank batch: which variant is most accurate and local BN against it; then what
     separates the causes (review 2026-12-01 #23): synchronized statistics recover a loss that comes from
     few samples per rank, recomputed evaluation statistics one that comes from the running averages (then
-    it shows at the largest batch too). Closer than ``margin`` is within this measurement's noise."""
+    it shows at the largest batch too). Closer than ``margin`` is within this measurement's noise. Read at
+    :func:`bn_table`'s rounding (#37, smoke copy of 2026-12-01: "x2.6" under cells of 17.8 and 6.7 ms)."""
+    rows = [{**r, "test_accuracy": round(r["test_accuracy"], 3), "step_ms": round(r["step_ms"], 1)} for r in rows]
     small = min(r["per_rank_batch"] for r in rows)
     large = max(r["per_rank_batch"] for r in rows)
     at = {r["variant"]: r for r in rows if r["per_rank_batch"] == small}
