@@ -279,14 +279,16 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     throughput each ran at — so a slower large batch says which of the two made it slower."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
-    rate = l["seqs_per_s"] / s["seqs_per_s"]
+    # #37 item 1: the times and rates as the results table above shows them (time to loss at 0.1 s, sequences/s at
+    # 0.1), so "5.67 s" is not read under a cell of 5.7 and the ratio is the ratio of the two cells
+    rate = round(l["seqs_per_s"], 1) / round(s["seqs_per_s"], 1)
     if ts is None or tl is None:
         which = [f"batch {b}" for b, t in ((small_batch, ts), (large_batch, tl)) if t is None]
         return f"{optimizer}: {' and '.join(which)} did not reach the target; throughput {rate:.2f}x at the large batch"
     seqs = (sl * large_batch) / (ss * small_batch)
-    head = (f"{optimizer}: the large batch reached the target {'sooner' if tl < ts else 'later'} ({tl:.3g} s vs "
-            f"{ts:.3g} s at batch {small_batch}); it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs "
-            f"{ss} x {small_batch}) and ran at {rate:.2f}x the sequences/s")
+    head = (f"{optimizer}: the large batch reached the target {'sooner' if tl < ts else 'later'} ({round(tl, 1):.4g} s "
+            f"vs {round(ts, 1):.4g} s at batch {small_batch}); it needed {seqs:.2f}x the sequences ({sl} steps x "
+            f"{large_batch} vs {ss} x {small_batch}) and ran at {rate:.2f}x the sequences/s")
     # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
     # named only where the large batch ran faster (at the figures printed)
     gain = round(rate, 2) > 1
@@ -321,6 +323,17 @@ def equal_sequences_reading(runs: dict, small_batch: int, large_batch: int, opti
             f"{seqs:,}: per sequence, the large batch learned {'more' if loss < small_loss else 'less'}")
 
 
+def shown_loss(loss: float) -> float:
+    """A held-out loss as :func:`results_table` shows it (3 decimals): readings compare the cells a learner sees."""
+    return round(loss, 3) if math.isfinite(loss) else loss
+
+
+def spread_shown(losses: list[float]) -> float:
+    """The seed-to-seed range of best losses, from their cells (:func:`shown_loss`); 0 with fewer than two."""
+    shown = [shown_loss(x) for x in losses]
+    return shown_loss(max(shown) - min(shown)) if len(shown) > 1 else 0.0
+
+
 def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> str:
     """Whether an optimizer's best swept lr is distinguishable from the runner-up: the difference of their
     best losses against the seed-to-seed difference at the best lr (two seeds measured)."""
@@ -328,8 +341,10 @@ def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> 
     if len(mine) < 2:
         return f"{optimizer}: one lr swept"
     best, second = mine[0], mine[1]
-    gap = best_loss_key(second) - best_loss_key(best)
-    noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
+    # #37 item 1: the difference of the best-loss cells as the tables show them (3 decimals), not of the raw losses
+    # (4.0924 and 4.1786 print as 4.092 and 4.179: 0.087 apart, where the raw difference prints 0.086)
+    gap = shown_loss(shown_loss(best_loss_key(second)) - shown_loss(best_loss_key(best)))
+    noise = spread_shown(seed_losses)
     tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
     if gap <= noise:
         return (f"{optimizer}: best lr {tag(best)}, but {tag(second)} is within the seed-to-seed noise "
@@ -344,7 +359,7 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
     steps, ``seed_steps``, is no difference), and its best loss against the full run's, compared with
     LAMB's seed-to-seed difference of best loss."""
     ref = ablations[reference]
-    noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
+    noise = spread_shown(seed_losses)
     _, ref_steps = time_to_loss(ref, target)
     seen = [s for s in (seed_steps or [ref_steps]) if s is not None]
     lines = []
@@ -355,7 +370,7 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
             lines.append(f"{name}: diverged")
             continue
         _, steps = time_to_loss(r, target)
-        gap = best_loss_key(r) - best_loss_key(ref)
+        gap = shown_loss(shown_loss(best_loss_key(r)) - shown_loss(best_loss_key(ref)))  # the cells (lr_choice_reading)
         # #37 (full run): "later by more than an evaluation interval; ...: no measurable effect": the loss's verdict
         effect = (f"best loss {gap:+.3f} vs the full LAMB, within the seed-to-seed noise ({noise:.3f}): no measurable "
                   "effect on the best loss" if abs(gap) <= noise
@@ -444,6 +459,16 @@ def precision_reading(bert: float, neumf: float | None, margin: float = 1.1) -> 
         return line + (": here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save "
                        "in memory traffic shows more)")
     return line + f": within {margin - 1:.0%} of each other, no difference between the models worth reading into"
+
+
+def throughput_table(tp: dict[str, dict], title: str) -> Table:
+    """Section 5's throughput per precision (``tp``: mode -> :func:`course_lib.train.mlm.throughput`'s result, fp32
+    first) with each mode's speedup over fp32: the cells :func:`precision_reading`'s BERT ratio is read from."""
+    t = Table(["precision", "sequences/s", "tokens/s", "speedup vs fp32"], title=title)
+    for mode, r in tp.items():
+        t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
+                                 "speedup vs fp32": round(r["seqs_per_s"] / tp["fp32"]["seqs_per_s"], 2)})
+    return t
 
 
 def trust_ratio_spread(record: dict) -> dict:

@@ -1,0 +1,230 @@
+"""#37 item 1 for lessons 07 and 08: each number a reading quotes is a cell of the table printed with it (the
+notebook cell named in each test), the ratio of two cells of one column, or derived by the rule the test names
+(``extra``, each entry commented). Where a reading had quoted a number its table did not show, the reading or
+the table was changed, and the test says which. Constructed inputs only: no training, a fraction of a second.
+The opposite-results tests (item 2) are listed in tests/test_reading_coverage.py; those that live here say so."""
+
+import math
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_reading_agreement import _columns, disagreements  # noqa: E402
+
+from course_lib.lessons import l07_bert_lamb as L07  # noqa: E402
+
+
+def _cells(*tables) -> list[float]:
+    return [v for t in tables for col in _columns(t) for v in col]
+
+
+def _differences(*tables) -> list[float]:
+    cells = _cells(*tables)
+    return [a - b for a in cells for b in cells]
+
+
+# --------------------------------------------------------------------------- lesson 07
+
+
+def _rec(label, batch, peak_lr, losses, *, every=6, seqs_per_s=250.0, diverged=False):
+    """A train_mlm-shaped record: held-out ``losses`` at steps every, 2 every, ... (the clock: batch / seqs_per_s
+    a step)."""
+    steps = [every * (i + 1) for i in range(len(losses))]
+    finite = [x for x in losses if math.isfinite(x)]
+    return {"label": label, "steps": steps[-1], "diverged": diverged, "seqs_per_s": seqs_per_s,
+            "config": {"global_batch_size": batch, "peak_lr": peak_lr},
+            "best_eval_loss": min(finite) if finite else None, "final_eval_loss": losses[-1],
+            "curves": {"eval_step": steps, "eval_loss": list(losses),
+                       "eval_time_s": [s * batch / seqs_per_s for s in steps]}}
+
+
+def _falling(best, n=20, start=6.0):
+    """``n`` held-out losses falling linearly from ``start`` to ``best``."""
+    return [start + (best - start) * (i + 1) / n for i in range(n)]
+
+
+def _study(adam_large=(4.0924, 4.1786), lamb_large=(3.9312, 4.1601), seeds=(4.1291, 3.9641), small=(4.1063, 3.9994),
+           seqs=(230.2, 252.2, 261.3, 272.1)):
+    """Lesson 07's cell 9/11 results, shaped like the full run of 2026-12-01 (review 07): the two sweeps and the
+    ``runs`` of the lesson's comparison table. ``*_large``: the best and runner-up best loss of each optimizer's
+    large-batch sweep; ``seeds``: the second seed's best loss of each; ``small``: the small-batch bests."""
+    s_adam, s_lamb, l_adam, l_lamb = seqs
+    small_sweep = {}
+    for opt, lr, best in (("adam", 1e-3, small[0]), ("lamb", 1e-2, small[1])):
+        for f, loss in ((0.5, best + 0.05), (1.0, best), (2.0, best + 0.2)):
+            label = f"{opt} b=32, base lr x{f:g}"
+            small_sweep[label] = _rec(label, 32, lr * f, _falling(loss), every=12,
+                                      seqs_per_s=s_adam if opt == "adam" else s_lamb)
+    sweep = {}
+    for opt, lr, (best, second), sps in (("adam", 2.83e-3, adam_large, l_adam), ("lamb", 2.83e-2, lamb_large, l_lamb)):
+        for f, loss in ((0.25, second), (0.5, best), (1.0, best + 0.4)):
+            label = f"{opt} b=256, sqrt rule x{f:g}"
+            sweep[label] = _rec(label, 256, lr * f, _falling(loss), seqs_per_s=sps)
+    runs = {f"{o} b=32": L07.best_of(small_sweep, o) for o in ("adam", "lamb")}
+    for (opt, sps), seed in zip((("adam", l_adam), ("lamb", l_lamb)), seeds):
+        best = L07.best_of(sweep, opt)
+        runs[f"{opt} b=256 (best lr)"] = best
+        runs[f"{opt} b=256 (best lr, seed 1)"] = _rec(f"{opt} b=256 (best lr, seed 1)", 256,
+                                                     best["config"]["peak_lr"], _falling(seed), seqs_per_s=sps * 1.1)
+    target = runs["adam b=32"]["best_eval_loss"] + 0.1
+    return small_sweep, sweep, runs, target
+
+
+def _tables(small_sweep, sweep, runs, target):
+    """Cell 11's three tables, as the notebook prints them."""
+    return (L07.results_table(small_sweep, target, "The lr sweep at batch 32"),
+            L07.results_table(sweep, target, "The lr sweep at batch 256"),
+            L07.results_table(runs, target, "Adam vs LAMB, each at its best swept lr at each batch"))
+
+
+LR = re.compile(r"\d\.\d\de[-+]\d\d")  # a peak lr as the tables print it ("2.83e-03"): the checker reads no exponent
+
+
+def test_lesson_07s_tuning_reading_quotes_the_sweep_tables():
+    """Cell 14's tuning line, under cell 11's tables: each peak lr it names is a "peak lr" cell (the best run of each
+    sweep: the comparison table's rows), their ratio is the ratio of those two cells, the rule's sqrt(256 / 32) is
+    derived from the batches in the run names."""
+    small_sweep, sweep, runs, target = _study()
+    tables = _tables(small_sweep, sweep, runs, target)
+    lr_cells = {row["peak lr"] for t in tables for row in t.rows}
+    for opt in ("adam", "lamb"):
+        text = L07.tuning_reading(small_sweep, sweep, opt, 32, 256)
+        assert set(LR.findall(text)) <= lr_cells and len(LR.findall(text)) == 2, text
+        small, large = (float(runs[k]["config"]["peak_lr"]) for k in (f"{opt} b=32", f"{opt} b=256 (best lr)"))
+        ratio = float(f"{large:.2e}") / float(f"{small:.2e}")  # the two cells' ratio, read with their exponents
+        assert disagreements(text, tables[2], extra=[ratio, math.sqrt(256 / 32)]) == [], text
+
+
+def test_lesson_07s_lr_choice_reading_quotes_the_best_loss_cells():
+    """Cell 14's lr line: its gap is the difference of two "best eval loss" cells of the large sweep's table, its
+    seed noise that of the two seeds' cells in the comparison table. Before #37's fix it subtracted the raw losses:
+    4.1786 - 4.0924 printed 0.086 under cells of 4.179 and 4.092 (0.087)."""
+    small_sweep, sweep, runs, target = _study()
+    tables = _tables(small_sweep, sweep, runs, target)
+    for opt in ("adam", "lamb"):
+        seeds = [runs[f"{opt} b=256 ({t})"]["best_eval_loss"] for t in ("best lr", "best lr, seed 1")]
+        text = L07.lr_choice_reading(sweep, opt, seeds)
+        assert disagreements(text, tables[1], extra=_differences(tables[1], tables[2])) == [], text
+    assert "0.087 lower in loss than x0.25" in L07.lr_choice_reading(
+        sweep, "adam", [runs[f"adam b=256 ({t})"]["best_eval_loss"] for t in ("best lr", "best lr, seed 1")])
+
+
+def test_lesson_07s_batch_reading_quotes_the_comparison_table():
+    """Cell 14's clock line: the times to the loss and the steps are cells of the comparison table (cell 11), the
+    rate the ratio of two sequences/s cells, the sequences needed derived by steps x batch. Before #37's fix a time
+    of 5.67 s printed as "5.67 s" under a cell of 5.7, and the rate came from the unrounded rates."""
+    for seqs, fast in (((230.2, 252.2, 261.3, 272.1), False), ((2.04, 2.5, 4.26, 4.8), True)):
+        small_sweep, sweep, runs, target = _study(seqs=seqs)
+        if fast:  # times of a few seconds, where 3 figures outran the table's 0.1 s (5.68 s under 5.7, 6.24 under 6.2)
+            for name, r in runs.items():
+                every_s = 0.0249 if "b=32" in name else 0.0547
+                r["curves"]["eval_time_s"] = [every_s * s for s in r["curves"]["eval_step"]]
+        table = _tables(small_sweep, sweep, runs, target)[2]
+        for opt in ("adam", "lamb"):
+            text = L07.batch_reading(runs, target, 32, 256, opt)
+            (_, ss), (_, sl) = (L07.time_to_loss(runs[k], target) for k in (f"{opt} b=32", f"{opt} b=256 (best lr)"))
+            assert disagreements(text, table, extra=[sl * 256 / (ss * 32)]) == [], text  # sequences: steps x batch
+    assert "(6.2 s vs 5.7 s at batch 32)" in L07.batch_reading(runs, target, 32, 256, "adam")
+    assert "ran at 2.15x the sequences/s" in L07.batch_reading(runs, target, 32, 256, "adam")  # 4.3 / 2.0, the cells
+
+
+def test_lesson_07s_equal_sequences_reading_quotes_its_table_and_figure():
+    """Cell 14's per-sequence line: the small batch's final loss and steps are cells of the comparison table; the
+    large batch's loss at the small run's budget of sequences is a point of cell 12's held-out curve (plotted per
+    sequence seen), which no table prints: the test takes it from the curve the figure draws."""
+    small_sweep, sweep, runs, target = _study()
+    table = _tables(small_sweep, sweep, runs, target)[2]
+    for opt in ("adam", "lamb"):
+        text = L07.equal_sequences_reading(runs, 32, 256, opt)
+        small, large = runs[f"{opt} b=32"], runs[f"{opt} b=256 (best lr)"]
+        seqs = small["curves"]["eval_step"][-1] * 32  # the small run's budget: its last evaluated step x its batch
+        step, loss = next((s, v) for s, v in zip(large["curves"]["eval_step"], large["curves"]["eval_loss"])
+                          if s * 256 >= seqs)  # the figure's point: the first evaluation past that budget
+        assert disagreements(text, table, extra=[seqs, step, step * 256, loss]) == [], text
+
+
+def _reach(label, step, best, *, batch=256, every=6, n=20):
+    """A record whose held-out loss sits at 6.0 until ``step`` (None: never below 6.0 until its last evaluation),
+    then at ``best``."""
+    steps = [every * (i + 1) for i in range(n)]
+    losses = [best if step is not None and s >= step else 6.0 for s in steps]
+    losses[-1] = best
+    return _rec(label, batch, 1.41e-2, losses, every=every)
+
+
+def test_lesson_07s_seeds_verdicts_quote_the_comparison_table():
+    """Cell 14's verdict lines (seeds_verdict at both batches, read by large_batch_reading): the steps to the loss
+    are means of the comparison table's "steps to loss" cells over the seeds, the seed range their difference, the
+    resolution the runs' evaluation interval (their steps / 20 evaluations: Study.config); with no target on every
+    seed, the means of the "best eval loss" cells. Opposite results: level (the review's 72/90 against 66/72), LAMB
+    ahead beyond the seeds, Adam missing the target, neither reaching it with Adam lower."""
+    cases = {None: ((72, 4.0), (90, 4.0), (66, 4.0), (72, 4.0)), "lamb": ((108, 4.0), (114, 4.0), (48, 4.0), (54, 4.0)),
+             "lamb on 2 of 2": ((None, 4.5), (None, 4.6), (66, 4.0), (72, 4.0)),
+             "adam": ((None, 4.3), (None, 4.31), (None, 4.52), (None, 4.55))}
+    said = {}
+    for verdict, ((a0, la0), (a1, la1), (l0, ll0), (l1, ll1)) in cases.items():
+        small_sweep, sweep, runs, target = _study()
+        for key, (step, best) in zip([f"{o} b=256 ({t})" for o in ("adam", "lamb") for t in ("best lr",
+                                                                                          "best lr, seed 1")],
+                                     ((a0, la0), (a1, la1), (l0, ll0), (l1, ll1))):
+            runs[key] = _reach(key, step, best)
+        table = _tables(small_sweep, sweep, runs, target)[2]
+        large = L07.seeds_verdict([runs[f"adam b=256 ({t})"] for t in ("best lr", "best lr, seed 1")],
+                                  [runs[f"lamb b=256 ({t})"] for t in ("best lr", "best lr, seed 1")], target, 256)
+        small = L07.seeds_verdict([runs["adam b=32"]], [runs["lamb b=32"]], target, 32)
+        text = L07.large_batch_reading(small, large)
+        said[verdict] = (large[0], text)
+        pairs = {o: [(L07.time_to_loss(runs[f"{o} b=256 ({t})"], target)[1], runs[f"{o} b=256 ({t})"]["best_eval_loss"])
+                     for t in ("best lr", "best lr, seed 1")] for o in ("adam", "lamb")}
+        small_steps = [L07.time_to_loss(runs[f"{o} b=32"], target)[1] for o in ("adam", "lamb")]
+        means, spreads = [], []
+        for v in pairs.values():
+            for k in (0, 1):
+                xs = [x[k] for x in v]
+                if None not in xs:
+                    means.append(sum(xs) / len(xs))
+                    spreads.append(max(xs) - min(xs))
+        # the small batch's one seed each: its steps cells; the resolution: the runs' evaluation interval
+        extra = means + spreads + small_steps + [L07.eval_interval(r) for r in runs.values()]
+        assert disagreements(text, table, extra=extra) == [], text
+    assert {k: w for k, (w, _) in said.items()} == {None: None, "lamb": "lamb", "lamb on 2 of 2": "lamb",
+                                                    "adam": "adam"}, said
+    assert "level here" in said[None][1] and "reached the target on 2 of 2 seeds, the other on 0" in \
+        said["lamb on 2 of 2"][1]
+    assert "adam lower on every seed" in said["adam"][1] and "neither reached the target" in said["adam"][1]
+
+
+def test_lesson_07s_ablation_reading_quotes_the_ablation_table():
+    """Cell 21's reading, above the ablation table it prints: the steps and best losses are the ablation table's
+    cells, the loss gaps differences of its "best eval loss" cells; the full LAMB's second seed (its steps and best
+    loss) is a cell of cell 11's comparison table; the evaluation interval is the runs' steps / 20 (Study.config)."""
+    small_sweep, sweep, runs, target = _study()
+    ref = runs["lamb b=256 (best lr)"]
+    ablations = {"lamb b=256": ref,
+                 "lamb b=256, no pre-normalization": _rec("x", 256, 1.41e-2, _falling(3.98648), seqs_per_s=248.3),
+                 "lamb b=256, no bias correction": _rec("y", 256, 1.41e-2, _falling(4.4356), seqs_per_s=245.4),
+                 "lamb b=256, lr too high": _rec("z", 256, 1.41e-2, [6.0, math.nan], seqs_per_s=240.0, diverged=True)}
+    seeds = [runs[f"lamb b=256 ({t})"] for t in ("best lr", "best lr, seed 1")]
+    text = L07.ablation_reading(ablations, "lamb b=256", target, [r["best_eval_loss"] for r in seeds],
+                                [L07.time_to_loss(r, target)[1] for r in seeds])
+    table = L07.results_table(ablations, target, "LAMB ablations at the large batch")
+    comparison = _tables(small_sweep, sweep, runs, target)[2]
+    extra = _differences(table, comparison) + _cells(comparison) + [L07.eval_interval(ref)]
+    assert disagreements(text, table, extra=extra) == [], text
+    # the gap as the cells show it: before #37's fix 4.4356 - 3.9312 printed +0.504 under cells of 4.436 and 3.931
+    assert "best loss +0.505 vs the full LAMB" in text and "lr too high: diverged" in text
+
+
+def test_lesson_07s_precision_reading_quotes_the_throughput_table():
+    """Cell 24's reading, above its throughput table (now built by l07.throughput_table, not in the notebook): the
+    BERT ratio is the "speedup vs fp32" cell; NeuMF's is lesson 05's saved bf16/fp32 samples/s (its speed table,
+    saved, not printed here); 10%: the margin the reading names; 05 and 16: "lesson 05", "16-bit"."""
+    for bf16, neumf in ((294.2, 1.43), (294.2, 1.02), (130.0, 1.5), (127.0, 1.07), (200.0, None)):
+        tp = {"fp32": {"seqs_per_s": 126.3, "tokens_per_s": 8081.0}, "bf16": {"seqs_per_s": bf16,
+                                                                            "tokens_per_s": bf16 * 64}}
+        table = L07.throughput_table(tp, "mini BERT training throughput, batch 64 x 64 tokens")
+        text = L07.precision_reading(bf16 / 126.3, neumf)
+        extra = ([] if neumf is None else [neumf]) + [0.1, 5, 16]
+        assert disagreements(text, table, extra=extra) == [], text
