@@ -9,11 +9,14 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from test_reading_agreement import _columns, disagreements  # noqa: E402
 
 from course_lib.lessons import l07_bert_lamb as L07  # noqa: E402
+from course_lib.lessons import l08_collectives as L08  # noqa: E402
 
 
 def _cells(*tables) -> list[float]:
@@ -228,3 +231,212 @@ def test_lesson_07s_precision_reading_quotes_the_throughput_table():
         text = L07.precision_reading(bf16 / 126.3, neumf)
         extra = ([] if neumf is None else [neumf]) + [0.1, 5, 16]
         assert disagreements(text, table, extra=extra) == [], text
+
+
+# --------------------------------------------------------------------------- lesson 08
+
+
+def _host():
+    from test_collectives import HOST_SIZES, HOST_US, _rows
+
+    from course_lib.comm.bench import CollectivesResult
+
+    return CollectivesResult(_rows(HOST_SIZES, HOST_US))
+
+
+def _ring_over_fastest_other(result, p):
+    """The verdict's last clause's ratios, by the rule it states: in one row of the all-reduce table at ``p``, the
+    ring's cell over the faster of the tree's and recursive doubling's."""
+    table = result.table(p)
+    return [row["ring (us)"] / min(row["tree (us)"], row["recursive doubling (us)"]) for row in table.rows]
+
+
+def test_lesson_08s_verdict_quotes_the_tables_above_it():
+    """Cell 29's verdict, printed alone under the tables it reads: the crossovers at the largest p are cells of the
+    crossover table (cell 19) and its sizes of the all-reduce table (cell 16); the 100 MiB gradient's times at
+    p = 1024 are cells of the explorer's table (cell 27), their ratios ratios of two of its cells; on the links, the
+    last line's ratios come from the links' all-reduce table (cell 21). Derived by the rules the verdict states: the
+    model's crossover at 1024 ranks (the crossover table's "model" rule, model_crossover, at p = 1024), the latency
+    terms 2(p-1) alpha and log2(p) alpha from the ping-pong's alpha (cell 14)."""
+    import matplotlib.pyplot as plt
+    from test_collectives import ALPHA, BETA, GAMMA, _fake_collectives, _links
+
+    from course_lib.widgets import allreduce_explorer
+
+    from test_collectives import HOST_SIZES, HOST_US
+
+    cases = [(_host(), 43e-6, 1 / 2.8e9, 0.0, _links()), (_host(), 43e-6, 1 / 2.8e9, 0.0, {"ran": False, "why": "x"}),
+             (_host(), 43e-6, 1 / 2.8e9, 0.0, _links(HOST_SIZES, HOST_US)),  # links that did not show it
+             (_fake_collectives(), ALPHA, BETA, GAMMA, {"ran": False, "why": "x"}),
+             (_fake_collectives(sizes=(4, 16, 64)), ALPHA, BETA, GAMMA, None)]
+    texts, explorers = [], {}
+    for result, alpha, beta, gamma, links in cases:
+        text = L08.verdict(result, alpha, beta, gamma, p_far=1024, gradient_bytes=100 * 2**20, links=links)
+        texts.append(text)
+        p = max(result.world_sizes)
+        if (alpha, beta, gamma) not in explorers:  # one figure per link (a figure costs most of this test)
+            fig, explorers[alpha, beta, gamma] = allreduce_explorer(p=1024, n_bytes=100 * 2**20, alpha=alpha,
+                                                                    beta=beta, gamma=gamma, interactive=False)
+            plt.close(fig)
+        explorer = explorers[alpha, beta, gamma]
+        ran = bool(links and links.get("ran"))
+        shown = L08.links_collectives(links) if ran else result
+        tables = [L08.crossover_table(result, alpha, beta, gamma), result.table(p), explorer,
+                  shown.table(max(shown.world_sizes)),  # on the links: cell 21's table of their times
+                  # cell 25's table, priced with gamma as the verdict is (before #37's fix: without, so its ring at
+                  # 100 MiB and 1024 ranks read 162.3 ms above a verdict of 164.8)
+                  L08.extrapolation_table(L08.links(alpha, beta), sizes_bytes=(8 * 2**10, 100 * 2**20),
+                                          ps=(8, 64, 1024), gamma=gamma)]
+        times = _cells(explorer)
+        extra = (_cells(*tables[1:]) + _ring_over_fastest_other(shown, max(shown.world_sizes))
+                 + [a / b for a in times for b in times]  # "(2.3x)": ratios of two of the explorer's times
+                 + [L08.model_crossover(1024, alpha, beta, gamma) / 2**20,  # the crossover at 1024 ranks, in MiB
+                    L08.model_crossover(1024, alpha, beta, gamma) / 2**10,  # ... or KiB, as human_bytes says it
+                    2 * 1023 * alpha * 1e3, 10 * alpha * 1e3,  # the latency terms, ms
+                    1024, 100, 2, 1])  # P_FAR, GRADIENT_MIB; the "2(p-1)" of the formula
+        assert disagreements(text, tables[0], extra=extra) == [], text
+    assert "Measured on the independent links" in texts[0] and "did not show" in texts[1]
+    assert "Measured on the independent links at p = 4 this did not show" in texts[2]
+    assert "faster than recursive doubling from about" in texts[3] and "still ahead" in texts[4]
+    # the verdict's 100 MiB gradient at 1024 ranks is the extrapolation table's row, priced with gamma
+    row = next(r for r in tables[4].rows if r["link"] == "this machine (measured)" and r["p"] == 1024
+               and r["size"] == "100 MiB")
+    assert f"ring {row['ring (ms)']:.4g} ms" in texts[-1]
+
+
+def test_lesson_08s_ring_tree_reading_quotes_the_ring_tree_table():
+    """Cell 21's ring-against-tree lines (on the host, and on the links where they ran): the ratios, the
+    predictions and the GB/s are cells of l08.ring_tree_table, which cell 21 now displays. Before #37's fix the host
+    line quoted ratios and GB/s no table showed (the all-reduce table of cell 16 shows only the largest p, and no
+    bytes per second); 25%: TIE_WITHIN; 2 and 1: "2(p-1) n"; 8: "lesson 08's caveat"."""
+    from test_collectives import _links
+
+    host = L08.ring_tree_rows(_host())
+    links = _links()
+    on_links = L08.ring_tree_rows(L08.links_collectives(links))
+    table = L08.ring_tree_table(host, on_links, links)
+    assert [r["measured on"] for r in table.rows] == ["one host"] * 3 + ["4 virtual nodes, 1gbit links"] * 3
+    faster = [{**r, "measured": m} for r, m in zip(host, (0.75, 0.70, 0.67))]
+    tied = [{**r, "measured": m} for r, m in zip(host, (1.1, 0.9, 1.0))]
+    for rows, where in ((host, "On one host"), (on_links, "On the links"), (faster, "On one host"),
+                        (tied, "On one host"), ([host[0], on_links[1]], "x")):
+        text = L08.ring_tree_reading(rows, where)
+        assert disagreements(text, L08.ring_tree_table(rows), extra=[L08.TIE_WITHIN, 2, 1, 8]) == [], text
+
+
+def test_lesson_08s_links_reading_quotes_the_links_tables():
+    """Cell 21's reading, under the links' tables: the crossovers and the rounds' latency are cells of links_table,
+    whose title now carries the ping-pong's alpha and rate the reading quotes (before #37's fix: quoted, not shown);
+    the ring/tree lines are ring_tree_table's. Derived: the counts of agreeing crossovers (out of 2 per p), the
+    ring's 2(p-1) rounds, the round's latency over the ping-pong's alpha (two cells), the machine's cores
+    (os.cpu_count, as the reading says). Where the cluster could not run: the host's line alone, under the host's
+    ring_tree_table."""
+    import os
+
+    from test_collectives import HOST_SIZES, HOST_US, _links
+
+    host = _host()
+    for links in (_links(), _links(HOST_SIZES, HOST_US)):
+        text = L08.links_reading(links, host, gamma=0.0)
+        rows = L08.links_crossover_rows(links)
+        ratios = L08.ring_tree_rows(L08.links_collectives(links))
+        tables = [L08.links_table(rows, ratios, links), L08.ring_tree_table(L08.ring_tree_rows(host), ratios, links)]
+        seen = [r["alpha_seen_s"] / r["alpha_s"] for r in rows if r["alpha_seen_s"] and r["alpha_s"]]
+        extra = (_cells(tables[1]) + seen + list(range(2 * len(rows) + 1)) + [2 * (p - 1) for p in (2, 3, 4)]
+                 + [os.cpu_count(), L08.TIE_WITHIN, 2, 1, 8])  # 8: "lesson 08's caveat"
+        assert disagreements(text, tables[0], extra=extra) == [], text
+    off = L08.links_reading({"ran": False, "why": "the virtual cluster needs root"}, host)
+    assert disagreements(off, L08.ring_tree_table(L08.ring_tree_rows(host)), extra=[L08.TIE_WITHIN, 2, 1, 8]) == [], \
+        off
+
+
+def _compression(shift=0.3):
+    """Lesson 08's compression runs (cell 36), constructed: test_compression's seeded top-k runs with every method
+    of the section, at two models' worth of numbers."""
+    from test_compression import _run, _topk_rows
+
+    rows = _topk_rows(shift)
+    for method, bytes_, step_s in (("PowerSGD rank 4", 85, 0.018), ("local SGD H=16", 62, 0.0047),
+                                   ("delayed averaging", 1000, 0.0075)):
+        rows.append(_run(method, 0, [1.9 - 0.1 * i for i in range(8)], bytes_, metric=0.48, step_s=step_s))
+    return L08.compression_summary(rows)
+
+
+def test_lesson_08s_compression_readings_quote_the_compression_table():
+    """Cell 37's readings, under cell 36's compression table: PowerSGD's bytes, ratio and steps lost are its cells
+    (10: the goal it names); top-k's losses are the "final train loss" cells, which now list one loss per seed so
+    that "apart seed by seed" is the difference of two cells of one seed (before #37's fix the table showed a
+    min..max range, and the differences were of the raw losses: 0.01312 where the cells differ by 0.0131); the
+    delayed-averaging line's metrics and steps are cells, and its comparison with the simulated study quotes the
+    staleness table of cell 31 (its tau = 0 and tau = 1 cells, and their relative difference)."""
+    from course_lib.tables import Table
+
+    for shift in (0.3, 0.0123456, 0.0):
+        summary = _compression(shift)
+        table = L08.compression_table(summary)
+        per_seed = {r["method"]: [float(x) for x in r["final train loss"].split(" / ")] for r in table.rows}
+        a, b, ref = (per_seed[m] for m in ("top-0.1%, no error feedback", "top-0.1% + error feedback",
+                                           "fp32 all-reduce"))
+        extra = [x - y for x, y in zip(a, b)] + [max(ref) - min(ref)]  # seed by seed; fp32's seeds' span
+        text = L08.topk_reading(summary, "M")
+        assert disagreements(text, table, extra=extra) == [], text
+        assert disagreements(L08.powersgd_reading(summary, "M"), table, extra=[10]) == []
+        stale = Table(["tau", "steps to target"], title="SGD with stale gradients")
+        for tau, steps in (("0", 60), ("1", 66), ("4", 70)):
+            stale.add(tau=tau, **{"steps to target": steps})
+        text = L08.staleness_reading(summary, "M", stale.rows)
+        assert disagreements(text, table, extra=_cells(stale) + [(66 - 60) / 60]) == [], text
+    assert "0.0123..0.0123 apart" not in L08.topk_reading(_compression(0.0123456), "M")
+
+
+def _verdict_rows():
+    from test_compression import _verdict_summary
+
+    links = {"this machine (measured)": (50e-6, 1 / 1e9), "NVLink (quoted)": (5e-6, 1 / 450e9)}
+    summary = _verdict_summary(2)
+    return summary, L08.compression_verdict_rows(summary, links, ps=(2, 64))
+
+
+def test_lesson_08s_compression_verdict_rows_carry_the_compression_tables_cells():
+    """The rows cell 39's verdict and table read (compression_verdict_rows) take each method's bytes ratio, steps
+    lost and the compute of a step from cell 36's compression table (compute: its smallest "step (ms)" cell of the
+    model); the speedup is ((steps - lost) x fp32 step) / (steps x step), from the verdict table's own cells."""
+    summary, rows = _verdict_rows()
+    comp = L08.compression_table(summary)
+    table = L08.compression_verdict_table(rows)
+    for row in table.rows:
+        measured = f"{row['fp32/this bytes']} {row['steps lost']} {row['compute (ms)']:.4g}"
+        assert disagreements(measured, comp) == [], measured
+        kept, steps = (int(x) for x in row["steps lost"].split("/"))
+        for p in (2, 64):
+            assert row[f"speedup at p = {p}"] == pytest.approx(
+                (steps - kept) * row[f"fp32 step (ms) at p = {p}"] / (steps * row[f"step (ms) at p = {p}"]))
+    assert {k for k in table.columns if k.startswith("speedup")} == {"speedup at p = 2", "speedup at p = 64"}
+
+
+def test_lesson_08s_compression_verdict_quotes_the_verdict_table():
+    """Cell 39's verdict, above its table: every p it names is in the table now (before #37's fix the table showed
+    p = 64 alone under lines for p = 2 and 64); the speedups, bytes, steps and fp32 step are its cells; "of it
+    communication" is the fp32 step less the compute (two cells of one row)."""
+    from test_compression import _verdict_summary
+
+    for lost in (2, 15):
+        summary = _verdict_summary(lost)
+        links = {"slow": (50e-6, 1 / 1e9), "fast": (5e-6, 1 / 450e9)}
+        rows = L08.compression_verdict_rows(summary, links, ps=(2, 64))
+        table = L08.compression_verdict_table(rows)
+        comm = [row[c] - row["compute (ms)"] for row in table.rows for c in table.columns if c.startswith("fp32 step")]
+        text = L08.compression_verdict(rows)
+        assert disagreements(text, table, extra=comm) == [], text
+
+
+def test_lesson_08s_compression_verdict_table_follows_the_links():
+    """Opposite results for the verdict's table: on a slow link PowerSGD's predicted speedup is above 1, on a fast one
+    below the verdict's margin; ``p`` picks one p's columns."""
+    summary, rows = _verdict_rows()
+    table = L08.compression_verdict_table(rows)
+    by = {(r["link"], r["method"]): r for r in table.rows}
+    assert by[("this machine (measured)", "PowerSGD rank 4")]["speedup at p = 2"] > 1.05
+    assert by[("NVLink (quoted)", "PowerSGD rank 4")]["speedup at p = 2"] < 1.05
+    one = L08.compression_verdict_table(rows, 64)
+    assert "speedup" in one.columns and "p = 64" in one.title and len(one.rows) == len(table.rows)
