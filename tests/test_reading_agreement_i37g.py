@@ -133,19 +133,27 @@ def test_lesson_07s_batch_reading_quotes_the_comparison_table():
     assert "ran at 2.15x the sequences/s" in L07.batch_reading(runs, target, 32, 256, "adam")  # 4.3 / 2.0, the cells
 
 
-def test_lesson_07s_equal_sequences_reading_quotes_its_table_and_figure():
-    """Cell 14's per-sequence line: the small batch's final loss and steps are cells of the comparison table; the
-    large batch's loss at the small run's budget of sequences is a point of cell 12's held-out curve (plotted per
-    sequence seen), which no table prints: the test takes it from the curve the figure draws."""
+def test_lesson_07s_equal_sequences_reading_quotes_the_equal_sequences_table():
+    """Cell 14's per-sequence lines, under the table cell 14 now displays first (l07.equal_sequences_table, from the
+    same equal_sequences_point): before #37's fix the large batch's loss at the small run's budget was a point of
+    cell 12's curve that no table printed. Opposite results: a large batch that learned more per sequence, and one
+    that stopped before the small batch's budget."""
     small_sweep, sweep, runs, target = _study()
-    table = _tables(small_sweep, sweep, runs, target)[2]
-    for opt in ("adam", "lamb"):
-        text = L07.equal_sequences_reading(runs, 32, 256, opt)
-        small, large = runs[f"{opt} b=32"], runs[f"{opt} b=256 (best lr)"]
-        seqs = small["curves"]["eval_step"][-1] * 32  # the small run's budget: its last evaluated step x its batch
-        step, loss = next((s, v) for s, v in zip(large["curves"]["eval_step"], large["curves"]["eval_loss"])
-                          if s * 256 >= seqs)  # the figure's point: the first evaluation past that budget
-        assert disagreements(text, table, extra=[seqs, step, step * 256, loss]) == [], text
+    texts = []
+    for case in ("less", "more", "stopped"):
+        if case == "more":
+            large = runs["adam b=256 (best lr)"]
+            large["curves"]["eval_loss"][4] = 3.5  # step 30: 7,680 sequences, the small run's budget
+        if case == "stopped":
+            for o in ("adam", "lamb"):
+                c = runs[f"{o} b=256 (best lr)"]["curves"]
+                runs[f"{o} b=256 (best lr)"]["curves"] = {k: v[:3] for k, v in c.items()}
+        table = L07.equal_sequences_table(runs, 32, 256)
+        for opt in ("adam", "lamb"):
+            text = L07.equal_sequences_reading(runs, 32, 256, opt)
+            texts.append(text)
+            assert disagreements(text, table) == [], text
+    assert texts[0].endswith("learned less") and texts[2].endswith("learned more") and "stopped before" in texts[4]
 
 
 def _reach(label, step, best, *, batch=256, every=6, n=20):

@@ -133,7 +133,7 @@ COVERAGE = {
         'tests/test_reading_agreement_i37g.py::test_lesson_07s_batch_reading_quotes_the_comparison_table',
         'tests/test_optimizer_study.py::test_batch_reading_says_whether_throughput_paid_for_the_extra_sequences'),
     "course_lib.lessons.l07_bert_lamb.equal_sequences_reading": (
-        'tests/test_reading_agreement_i37g.py::test_lesson_07s_equal_sequences_reading_quotes_its_table_and_figure',
+        'tests/test_reading_agreement_i37g.py::test_lesson_07s_equal_sequences_reading_quotes_the_equal_sequences_table',
         'tests/test_optimizer_study.py::test_equal_sequences_reading_compares_at_the_small_batchs_budget'),
     "course_lib.lessons.l07_bert_lamb.lr_choice_reading": (
         'tests/test_reading_agreement_i37g.py::test_lesson_07s_lr_choice_reading_quotes_the_best_loss_cells',

@@ -303,18 +303,42 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
 
 
+def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> dict:
+    """The one comparison :func:`equal_sequences_reading` reads and :func:`equal_sequences_table` shows: the
+    small-batch run's whole budget of sequences and its last held-out loss, and the large batch's first evaluation
+    past that budget (``step``, ``seqs``, ``loss``; ``step`` None when the large run stopped before it)."""
+    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
+    seqs = s["curves"]["eval_step"][-1] * small_batch
+    at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
+               if st * large_batch >= seqs), (None, None))
+    return {"optimizer": optimizer, "small_seqs": seqs, "small_loss": s["curves"]["eval_loss"][-1], "step": at[0],
+            "seqs": None if at[0] is None else at[0] * large_batch, "loss": at[1]}
+
+
+def equal_sequences_table(runs: dict, small_batch: int, large_batch: int, optimizers=("adam", "lamb")) -> Table:
+    """Per optimizer, the held-out losses at equal sequences seen (:func:`equal_sequences_point`): the numbers
+    :func:`equal_sequences_reading` quotes (#37 item 1: it had quoted a point of the figure that no table printed)."""
+    t = Table(["optimizer", f"batch {small_batch}: sequences", f"batch {small_batch}: held-out loss at its end",
+               f"batch {large_batch}: step", f"batch {large_batch}: sequences", f"batch {large_batch}: held-out loss"],
+              title="at equal sequences seen: the large batch at its first evaluation past the small batch's budget")
+    for opt in optimizers:
+        q = equal_sequences_point(runs, small_batch, large_batch, opt)
+        t.add(**{"optimizer": opt, f"batch {small_batch}: sequences": q["small_seqs"],
+                 f"batch {small_batch}: held-out loss at its end": round(q["small_loss"], 3),
+                 f"batch {large_batch}: step": q["step"], f"batch {large_batch}: sequences": q["seqs"],
+                 f"batch {large_batch}: held-out loss": None if q["loss"] is None else round(q["loss"], 3)})
+    return t
+
+
 def equal_sequences_reading(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> str:
     """Per sequence seen: the large batch's held-out loss at its first evaluation past the small-batch run's
     whole budget of sequences, against the small-batch run's loss at its end (sample efficiency, without
-    the clock). The large batch's extra budget is left out of the comparison."""
-    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
-    seqs = s["curves"]["eval_step"][-1] * small_batch
-    small_loss = s["curves"]["eval_loss"][-1]
-    at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
-               if st * large_batch >= seqs), None)
-    if at is None:
+    the clock). The large batch's extra budget is left out of the comparison. Its numbers are the row of
+    :func:`equal_sequences_table`."""
+    q = equal_sequences_point(runs, small_batch, large_batch, optimizer)
+    seqs, small_loss, step, loss = q["small_seqs"], q["small_loss"], q["step"], q["loss"]
+    if step is None:
         return f"{optimizer}: the large-batch run stopped before {seqs:,} sequences"
-    step, loss = at
     if not (math.isfinite(loss) and math.isfinite(small_loss)):
         return f"{optimizer}: a diverged run: no loss to compare at equal sequences"
     how = "lower" if loss < small_loss else "higher"
