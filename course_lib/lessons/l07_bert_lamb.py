@@ -227,9 +227,15 @@ def results_table(records: dict[str, dict], target: float, title: str) -> Table:
         t.add(**{"run": name, "steps": r["steps"], "peak lr": f"{r['config']['peak_lr']:.2e}",
                  "best eval loss": None if r["best_eval_loss"] is None else round(r["best_eval_loss"], 3),
                  "final eval loss": "diverged" if r["diverged"] else round(r["final_eval_loss"], 3),
-                 "time to loss (s)": "not reached" if secs is None else round(secs, 1),
+                 "time to loss (s)": "not reached" if secs is None else shown_seconds(secs),
                  "steps to loss": "-" if steps is None else steps, "sequences/s": round(r["seqs_per_s"], 1)})
     return t
+
+
+def shown_seconds(t: float) -> float:
+    """A time to the loss as :func:`results_table` shows it and :func:`batch_reading` quotes it: 3 figures (at 0.1 s,
+    a GPU's or the smoke profile's sub-second runs all read 0.1 s: #37, the smoke run of 2026-12-01)."""
+    return float(f"{t:.3g}")
 
 
 def eval_interval(record: dict) -> int:
@@ -279,16 +285,20 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     throughput each ran at — so a slower large batch says which of the two made it slower."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
-    # #37 item 1: the times and rates as the results table above shows them (time to loss at 0.1 s, sequences/s at
-    # 0.1), so "5.67 s" is not read under a cell of 5.7 and the ratio is the ratio of the two cells
+    # #37 item 1: the times and rates as the results table above shows them (time to loss at 3 figures, sequences/s
+    # at 0.1), so the times are its cells and the rate the ratio of two of them
     rate = round(l["seqs_per_s"], 1) / round(s["seqs_per_s"], 1)
     if ts is None or tl is None:
         which = [f"batch {b}" for b, t in ((small_batch, ts), (large_batch, tl)) if t is None]
         return f"{optimizer}: {' and '.join(which)} did not reach the target; throughput {rate:.2f}x at the large batch"
     seqs = (sl * large_batch) / (ss * small_batch)
-    head = (f"{optimizer}: the large batch reached the target {'sooner' if tl < ts else 'later'} ({round(tl, 1):.4g} s "
-            f"vs {round(ts, 1):.4g} s at batch {small_batch}); it needed {seqs:.2f}x the sequences ({sl} steps x "
-            f"{large_batch} vs {ss} x {small_batch}) and ran at {rate:.2f}x the sequences/s")
+    tl, ts = shown_seconds(tl), shown_seconds(ts)
+    when = "sooner" if tl < ts else "later" if tl > ts else "at the same time (to the 3 figures shown)"
+    head = (f"{optimizer}: the large batch reached the target {when} ({tl:g} s vs {ts:g} s at batch {small_batch}); "
+            f"it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs {ss} x {small_batch}) and ran at "
+            f"{rate:.2f}x the sequences/s")
+    if tl == ts:
+        return head + ": on the clock the two batches are level here"
     # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
     # named only where the large batch ran faster (at the figures printed)
     gain = round(rate, 2) > 1
