@@ -112,6 +112,14 @@ def test_lesson_07s_lr_choice_reading_quotes_the_best_loss_cells():
         assert disagreements(text, tables[1], extra=_differences(tables[1], tables[2])) == [], text
     assert "0.087 lower in loss than x0.25" in L07.lr_choice_reading(
         sweep, "adam", [runs[f"adam b=256 ({t})"]["best_eval_loss"] for t in ("best lr", "best lr, seed 1")])
+    # opposite results: every other lr diverged (the line said "inf lower in loss"), and every lr diverged
+    for name, r in sweep.items():
+        r["diverged"] = name != "adam b=256, sqrt rule x0.5"
+    assert L07.lr_choice_reading(sweep, "adam", [4.0, 4.1]) == ("adam: best lr x0.5, the only one swept that did not "
+                                                                "diverge")
+    for r in sweep.values():
+        r["diverged"] = True
+    assert L07.lr_choice_reading(sweep, "adam", [4.0, 4.1]) == "adam: every lr swept diverged"
 
 
 def test_lesson_07s_batch_reading_quotes_the_comparison_table():

@@ -375,11 +375,14 @@ def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> 
     if len(mine) < 2:
         return f"{optimizer}: one lr swept"
     best, second = mine[0], mine[1]
+    tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
+    if math.isinf(best_loss_key(second)):  # #37 item 2: not "inf lower in loss" where the runner-up diverged
+        return (f"{optimizer}: every lr swept diverged" if math.isinf(best_loss_key(best)) else
+                f"{optimizer}: best lr {tag(best)}, the only one swept that did not diverge")
     # #37 item 1: the difference of the best-loss cells as the tables show them (3 decimals), not of the raw losses
     # (4.0924 and 4.1786 print as 4.092 and 4.179: 0.087 apart, where the raw difference prints 0.086)
     gap = shown_loss(shown_loss(best_loss_key(second)) - shown_loss(best_loss_key(best)))
     noise = spread_shown(seed_losses)
-    tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
     if gap <= noise:
         return (f"{optimizer}: best lr {tag(best)}, but {tag(second)} is within the seed-to-seed noise "
                 f"(best losses {gap:.3f} apart, seeds {noise:.3f} apart): either is the best lr here")
