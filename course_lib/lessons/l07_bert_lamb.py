@@ -227,9 +227,15 @@ def results_table(records: dict[str, dict], target: float, title: str) -> Table:
         t.add(**{"run": name, "steps": r["steps"], "peak lr": f"{r['config']['peak_lr']:.2e}",
                  "best eval loss": None if r["best_eval_loss"] is None else round(r["best_eval_loss"], 3),
                  "final eval loss": "diverged" if r["diverged"] else round(r["final_eval_loss"], 3),
-                 "time to loss (s)": "not reached" if secs is None else round(secs, 1),
+                 "time to loss (s)": "not reached" if secs is None else shown_seconds(secs),
                  "steps to loss": "-" if steps is None else steps, "sequences/s": round(r["seqs_per_s"], 1)})
     return t
+
+
+def shown_seconds(t: float) -> float:
+    """A time to the loss as :func:`results_table` shows it and :func:`batch_reading` quotes it: 3 figures (at 0.1 s,
+    a GPU's or the smoke profile's sub-second runs all read 0.1 s: #37, the smoke run of 2026-12-01)."""
+    return float(f"{t:.3g}")
 
 
 def eval_interval(record: dict) -> int:
@@ -279,14 +285,20 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     throughput each ran at — so a slower large batch says which of the two made it slower."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
-    rate = l["seqs_per_s"] / s["seqs_per_s"]
+    # #37 item 1: the times and rates as the results table above shows them (time to loss at 3 figures, sequences/s
+    # at 0.1), so the times are its cells and the rate the ratio of two of them
+    rate = round(l["seqs_per_s"], 1) / round(s["seqs_per_s"], 1)
     if ts is None or tl is None:
         which = [f"batch {b}" for b, t in ((small_batch, ts), (large_batch, tl)) if t is None]
         return f"{optimizer}: {' and '.join(which)} did not reach the target; throughput {rate:.2f}x at the large batch"
     seqs = (sl * large_batch) / (ss * small_batch)
-    head = (f"{optimizer}: the large batch reached the target {'sooner' if tl < ts else 'later'} ({tl:.3g} s vs "
-            f"{ts:.3g} s at batch {small_batch}); it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs "
-            f"{ss} x {small_batch}) and ran at {rate:.2f}x the sequences/s")
+    tl, ts = shown_seconds(tl), shown_seconds(ts)
+    when = "sooner" if tl < ts else "later" if tl > ts else "at the same time (to the 3 figures shown)"
+    head = (f"{optimizer}: the large batch reached the target {when} ({tl:g} s vs {ts:g} s at batch {small_batch}); "
+            f"it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs {ss} x {small_batch}) and ran at "
+            f"{rate:.2f}x the sequences/s")
+    if tl == ts:
+        return head + ": on the clock the two batches are level here"
     # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
     # named only where the large batch ran faster (at the figures printed)
     gain = round(rate, 2) > 1
@@ -301,24 +313,59 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
 
 
+def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> dict:
+    """The one comparison :func:`equal_sequences_reading` reads and :func:`equal_sequences_table` shows: the
+    small-batch run's whole budget of sequences and its last held-out loss, and the large batch's first evaluation
+    past that budget (``step``, ``seqs``, ``loss``; ``step`` None when the large run stopped before it)."""
+    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
+    seqs = s["curves"]["eval_step"][-1] * small_batch
+    at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
+               if st * large_batch >= seqs), (None, None))
+    return {"optimizer": optimizer, "small_seqs": seqs, "small_loss": s["curves"]["eval_loss"][-1], "step": at[0],
+            "seqs": None if at[0] is None else at[0] * large_batch, "loss": at[1]}
+
+
+def equal_sequences_table(runs: dict, small_batch: int, large_batch: int, optimizers=("adam", "lamb")) -> Table:
+    """Per optimizer, the held-out losses at equal sequences seen (:func:`equal_sequences_point`): the numbers
+    :func:`equal_sequences_reading` quotes (#37 item 1: it had quoted a point of the figure that no table printed)."""
+    t = Table(["optimizer", f"batch {small_batch}: sequences", f"batch {small_batch}: held-out loss at its end",
+               f"batch {large_batch}: step", f"batch {large_batch}: sequences", f"batch {large_batch}: held-out loss"],
+              title="at equal sequences seen: the large batch at its first evaluation past the small batch's budget")
+    for opt in optimizers:
+        q = equal_sequences_point(runs, small_batch, large_batch, opt)
+        t.add(**{"optimizer": opt, f"batch {small_batch}: sequences": q["small_seqs"],
+                 f"batch {small_batch}: held-out loss at its end": round(q["small_loss"], 3),
+                 f"batch {large_batch}: step": q["step"], f"batch {large_batch}: sequences": q["seqs"],
+                 f"batch {large_batch}: held-out loss": None if q["loss"] is None else round(q["loss"], 3)})
+    return t
+
+
 def equal_sequences_reading(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> str:
     """Per sequence seen: the large batch's held-out loss at its first evaluation past the small-batch run's
     whole budget of sequences, against the small-batch run's loss at its end (sample efficiency, without
-    the clock). The large batch's extra budget is left out of the comparison."""
-    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
-    seqs = s["curves"]["eval_step"][-1] * small_batch
-    small_loss = s["curves"]["eval_loss"][-1]
-    at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
-               if st * large_batch >= seqs), None)
-    if at is None:
+    the clock). The large batch's extra budget is left out of the comparison. Its numbers are the row of
+    :func:`equal_sequences_table`."""
+    q = equal_sequences_point(runs, small_batch, large_batch, optimizer)
+    seqs, small_loss, step, loss = q["small_seqs"], q["small_loss"], q["step"], q["loss"]
+    if step is None:
         return f"{optimizer}: the large-batch run stopped before {seqs:,} sequences"
-    step, loss = at
     if not (math.isfinite(loss) and math.isfinite(small_loss)):
         return f"{optimizer}: a diverged run: no loss to compare at equal sequences"
     how = "lower" if loss < small_loss else "higher"
     return (f"{optimizer}, at equal sequences seen: after {step * large_batch:,} sequences (step {step}) the large "
             f"batch's held-out loss was {loss:.3f}, {how} than the small batch's {small_loss:.3f} after its "
             f"{seqs:,}: per sequence, the large batch learned {'more' if loss < small_loss else 'less'}")
+
+
+def shown_loss(loss: float) -> float:
+    """A held-out loss as :func:`results_table` shows it (3 decimals): readings compare the cells a learner sees."""
+    return round(loss, 3) if math.isfinite(loss) else loss
+
+
+def spread_shown(losses: list[float]) -> float:
+    """The seed-to-seed range of best losses, from their cells (:func:`shown_loss`); 0 with fewer than two."""
+    shown = [shown_loss(x) for x in losses]
+    return shown_loss(max(shown) - min(shown)) if len(shown) > 1 else 0.0
 
 
 def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> str:
@@ -328,9 +375,14 @@ def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> 
     if len(mine) < 2:
         return f"{optimizer}: one lr swept"
     best, second = mine[0], mine[1]
-    gap = best_loss_key(second) - best_loss_key(best)
-    noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
     tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
+    if math.isinf(best_loss_key(second)):  # #37 item 2: not "inf lower in loss" where the runner-up diverged
+        return (f"{optimizer}: every lr swept diverged" if math.isinf(best_loss_key(best)) else
+                f"{optimizer}: best lr {tag(best)}, the only one swept that did not diverge")
+    # #37 item 1: the difference of the best-loss cells as the tables show them (3 decimals), not of the raw losses
+    # (4.0924 and 4.1786 print as 4.092 and 4.179: 0.087 apart, where the raw difference prints 0.086)
+    gap = shown_loss(shown_loss(best_loss_key(second)) - shown_loss(best_loss_key(best)))
+    noise = spread_shown(seed_losses)
     if gap <= noise:
         return (f"{optimizer}: best lr {tag(best)}, but {tag(second)} is within the seed-to-seed noise "
                 f"(best losses {gap:.3f} apart, seeds {noise:.3f} apart): either is the best lr here")
@@ -344,7 +396,7 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
     steps, ``seed_steps``, is no difference), and its best loss against the full run's, compared with
     LAMB's seed-to-seed difference of best loss."""
     ref = ablations[reference]
-    noise = max(seed_losses) - min(seed_losses) if len(seed_losses) > 1 else 0.0
+    noise = spread_shown(seed_losses)
     _, ref_steps = time_to_loss(ref, target)
     seen = [s for s in (seed_steps or [ref_steps]) if s is not None]
     lines = []
@@ -355,7 +407,7 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
             lines.append(f"{name}: diverged")
             continue
         _, steps = time_to_loss(r, target)
-        gap = best_loss_key(r) - best_loss_key(ref)
+        gap = shown_loss(shown_loss(best_loss_key(r)) - shown_loss(best_loss_key(ref)))  # the cells (lr_choice_reading)
         # #37 (full run): "later by more than an evaluation interval; ...: no measurable effect": the loss's verdict
         effect = (f"best loss {gap:+.3f} vs the full LAMB, within the seed-to-seed noise ({noise:.3f}): no measurable "
                   "effect on the best loss" if abs(gap) <= noise
@@ -444,6 +496,16 @@ def precision_reading(bert: float, neumf: float | None, margin: float = 1.1) -> 
         return line + (": here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save "
                        "in memory traffic shows more)")
     return line + f": within {margin - 1:.0%} of each other, no difference between the models worth reading into"
+
+
+def throughput_table(tp: dict[str, dict], title: str) -> Table:
+    """Section 5's throughput per precision (``tp``: mode -> :func:`course_lib.train.mlm.throughput`'s result, fp32
+    first) with each mode's speedup over fp32: the cells :func:`precision_reading`'s BERT ratio is read from."""
+    t = Table(["precision", "sequences/s", "tokens/s", "speedup vs fp32"], title=title)
+    for mode, r in tp.items():
+        t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
+                                 "speedup vs fp32": round(r["seqs_per_s"] / tp["fp32"]["seqs_per_s"], 2)})
+    return t
 
 
 def trust_ratio_spread(record: dict) -> dict:

@@ -269,8 +269,9 @@ def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: f
 
 
 def links_collectives(links: dict) -> CollectivesResult:
-    """The links' all-reduce sweep as lesson 08's :class:`CollectivesResult` (gloo: one rank per node)."""
-    return CollectivesResult(links["allreduce"], "gloo")
+    """The links' all-reduce sweep as lesson 08's :class:`CollectivesResult` (gloo: one rank per node; its table's
+    title says where it ran)."""
+    return CollectivesResult(links["allreduce"], f"gloo on {links.get('nodes', '?')} virtual nodes' links")
 
 
 def critical_path_bytes(algorithm: str, p: int, n_bytes: int) -> float:
@@ -318,6 +319,22 @@ def follows_links(row: dict) -> bool:
 
 def _ratios(rows: list[dict], key: str) -> str:
     return "/".join(f"{r[key]:.2f}" for r in rows)
+
+
+def ring_tree_table(host_rows: list[dict], link_rows: list[dict] | None = None, links: dict | None = None) -> Table:
+    """The rows :func:`ring_tree_reading` reads (:func:`ring_tree_rows`), on one host and, where they ran, on the
+    links: the ring's time over the tree's at the largest size, the two views' predictions, the bytes per second."""
+    t = Table(["measured on", "p", "size", "ring/tree measured", "predicted: links", "predicted: shared",
+               "ring GB/s sent", "tree GB/s sent"],
+              title="ring against tree at the largest size measured: which view the times follow")
+    where = [("one host", host_rows)] + ([(f"{links['nodes']} virtual nodes, {links['rate']} links", link_rows)]
+                                         if link_rows and links else [])
+    for name, rows in where:
+        for r in rows:
+            t.add(**{"measured on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree measured":
+                     r["measured"], "predicted: links": r["links_model"], "predicted: shared": r["shared_model"],
+                     "ring GB/s sent": r["ring_GBps"], "tree GB/s sent": r["tree_GBps"]})
+    return t
 
 
 def ring_tree_reading(rows: list[dict], where: str) -> str:
@@ -386,8 +403,9 @@ def links_table(rows: list[dict], ratios: list[dict], links: dict) -> Table:
     t = Table(["p", "ring < rec. doubling from: measured", "model", "model, alpha seen", "ring < tree from: measured",
                "model (tree)", "model (tree), alpha seen", "alpha seen (us)", "ring/tree at largest",
                "predicted: links", "predicted: shared"],
-              title=f"on independent links ({links['nodes']} virtual nodes, {links['rate']} each; model: the link's "
-                    "ping-pong: alpha, and beta from its largest message)")
+              title=f"on independent links ({links['nodes']} virtual nodes, {links['rate']} each"
+                    + (f"; model: the link's ping-pong: alpha = {rows[0]['alpha_s'] * 1e6:.0f} us, and "
+                       f"{8 / rows[0]['beta_s_per_byte'] / 1e6:.0f} Mbit/s from its largest message)" if rows else ")"))
     by_p = {r["p"]: r for r in ratios}
     for r in rows:
         q = by_p.get(r["p"], {})
@@ -703,11 +721,14 @@ def _span(values) -> str:
 def compression_table(summary: list[dict]) -> Table:
     """The measured methods side by side (ranges are over the seeds run)."""
     t = Table(["model", "method", "bytes/step", "fp32/this", "step (ms)", "final train loss", "held-out",
-               "steps lost"], title="communication-efficient data parallelism, 2 ranks, a fixed number of steps")
+               "steps lost"], title="communication-efficient data parallelism, 2 ranks, a fixed number of steps "
+                                    "(final train loss: one per seed; held-out: the seeds' range)")
     for r in summary:
         t.add(**{"model": r["model"], "method": r["method"], "bytes/step": f"{r['bytes_per_step']:,.0f}",
                  "fp32/this": f"{r['bytes_ratio']:.1f}x", "step (ms)": r["step_s"] * 1e3,
-                 "final train loss": _span(r["final_losses"]),
+                 # #37 item 1: each seed's loss (seed order), so topk_reading's "apart seed by seed" is read off the
+                 # cells (a min..max range pairs no seeds)
+                 "final train loss": " / ".join(f"{x:.4g}" for x in r["final_losses"]),
                  "held-out": f"{r['metric_name']} {_span(r['metrics'])}",
                  "steps lost": f"{r['steps_lost']} of {r['steps']}"})
     return t
@@ -737,8 +758,11 @@ def topk_reading(summary: list[dict], model: str, ef: str = "top-0.1% + error fe
     if a is None or b is None or ref is None:
         return f"{model}: the top-k runs (with and without error feedback) are missing"
     verdict = measurably_worse(a["final_losses"], b["final_losses"])
-    d = [x - y for x, y in zip(a["final_losses"], b["final_losses"])]
-    spread = max(ref["final_losses"]) - min(ref["final_losses"])
+    # #37 item 1: the differences of the table's cells (4 figures), not of the raw losses (0.4864 - 0.4733 is 0.0131
+    # on screen, where the raw difference printed 0.01312)
+    shown = lambda xs: [float(f"{x:.4g}") for x in xs]  # noqa: E731
+    d = [x - y for x, y in zip(shown(a["final_losses"]), shown(b["final_losses"]))]
+    spread = max(shown(ref["final_losses"])) - min(shown(ref["final_losses"]))
     nums = (f"final training loss without error feedback {_span(a['final_losses'])}, with {_span(b['final_losses'])}"
             f", {_span(d)} apart seed by seed (fp32's seeds span {spread:.3g}; fp32 ended at "
             f"{_span(ref['final_losses'])})")
@@ -845,15 +869,29 @@ def compression_verdict(rows: list[dict], margin: float = 1.05) -> str:
     return "\n".join(lines)
 
 
-def compression_verdict_table(rows: list[dict], p: int) -> Table:
-    t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "step (ms)", "fp32 step (ms)",
-               "speedup to same quality"], title=f"predicted at p = {p} (this machine's compute; links as above)")
-    for r in rows:
-        if r["p"] == p:
-            t.add(**{"model": r["model"], "link": r["link"], "method": r["method"],
-                     "fp32/this bytes": f"{r['bytes_ratio']:.1f}x", "steps lost": f"{r['steps_lost']}/{r['steps']}",
-                     "step (ms)": r["step_s"] * 1e3, "fp32 step (ms)": r["reference_step_s"] * 1e3,
-                     "speedup to same quality": r["speedup"]})
+def compression_verdict_table(rows: list[dict], p: int | None = None) -> Table:
+    """:func:`compression_verdict_rows` per model, link and method, a step, the fp32 step and the speedup per ``p``
+    (``p`` given: that one only). #37 item 1: the verdict reads every p of its rows, so its table shows them all
+    (it showed p = 64 under a verdict that also quoted p = 2), and the compute each step adds to."""
+    ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
+    per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
+    t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "compute (ms)"]
+              + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")],
+              title=f"predicted at p = {', '.join(map(str, ps))} (this machine's compute; links as above; speedup: "
+                    "to the same quality)")
+    for key in dict.fromkeys((r["model"], r["link"], r["method"]) for r in rows):
+        mine = {r["p"]: r for r in rows if (r["model"], r["link"], r["method"]) == key and r["p"] in ps}
+        if not mine:
+            continue
+        r = next(iter(mine.values()))
+        row = {"model": key[0], "link": key[1], "method": key[2], "fp32/this bytes": f"{r['bytes_ratio']:.1f}x",
+               "steps lost": f"{r['steps_lost']}/{r['steps']}", "compute (ms)": r["compute_s"] * 1e3}
+        for q, tag in per_p:
+            if q in mine:
+                row.update({f"step (ms){tag}": mine[q]["step_s"] * 1e3,
+                            f"fp32 step (ms){tag}": mine[q]["reference_step_s"] * 1e3,
+                            f"speedup{tag}": mine[q]["speedup"]})
+        t.add(**row)
     return t
 
 
