@@ -24,8 +24,14 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 # A Jupyter kernel named for the course, pointing at this venv (per user, no root needed).
+# GOMP_SPINCOUNT: how long torch's idle OpenMP threads spin before they sleep. libgomp's default (300,000) is
+# fastest alone and collapses beside other jobs (a shared login node; make test beside make course): NeuMF's
+# batch-256 step took 25x its quiet time beside 4 busy processes on 2 cores, 6x with 10,000, which costs
+# 1.1-1.3x quiet (ci/bench_openmp.py measures both on this machine). `make kernel GOMP_SPINCOUNT=...` sets another.
+GOMP_SPINCOUNT ?= 10000
 kernel: $(STAMP)
-	$(PY) -m ipykernel install --user --name $(KERNEL) --display-name "Python (large-batch course)" >/dev/null
+	$(PY) -m ipykernel install --user --name $(KERNEL) --display-name "Python (large-batch course)" \
+	  --env GOMP_SPINCOUNT $(GOMP_SPINCOUNT) >/dev/null
 	@echo "Jupyter kernel '$(KERNEL)' registered for $(PY)"
 
 course: kernel

@@ -191,3 +191,24 @@ def test_every_time_bound_in_the_suite_goes_through_the_one_scale():
                 if float(m.group(2)) > 1:
                     found.append(f"{path.name}:{n}: {line.strip()}")
     assert not found, "time bounds outside scaled():\n" + "\n".join(found)
+
+
+def test_the_course_kernel_keeps_openmp_from_spinning_on_a_shared_machine(tmp_path):
+    """`make kernel` (and so `make course` and a learner's JupyterLab) starts the kernel with a short OpenMP spin:
+    libgomp's default spin made NeuMF's batch-256 step 25x slower beside busy processes (ci/bench_openmp.py), and
+    lesson 01's sweep took 23 minutes of a loaded make course. Workers launch() starts inherit the kernel's env."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HOME": str(tmp_path), "JUPYTER_DATA_DIR": str(tmp_path / "jupyter")}
+    env.pop("GOMP_SPINCOUNT", None)
+    subprocess.run(["make", "-s", "-C", str(repo), "kernel"], env=env, check=True, capture_output=True,
+                   timeout=scaled(120))
+    spec = json.loads((tmp_path / "jupyter" / "kernels" / "largebatch-course" / "kernel.json").read_text())
+    assert spec["env"] == {"GOMP_SPINCOUNT": "10000"}
+    # a learner's own setting wins
+    subprocess.run(["make", "-s", "-C", str(repo), "kernel"], env={**env, "GOMP_SPINCOUNT": "1000"}, check=True,
+                   capture_output=True, timeout=scaled(120))
+    spec = json.loads((tmp_path / "jupyter" / "kernels" / "largebatch-course" / "kernel.json").read_text())
+    assert spec["env"] == {"GOMP_SPINCOUNT": "1000"}
