@@ -26,6 +26,12 @@ COVERAGE = {
         'tests/test_reading_agreement_i37i.py::test_the_ladder_reading_quotes_the_ladder_table',
         'tests/test_ladder.py::test_the_ladder_reading_is_true_for_what_each_tier_records'),
 
+    # course_lib/lessons/l00_setup.py
+    "course_lib.lessons.l00_setup.launch_reading": (
+        ("no table: the launch's measured seconds and how the launcher started its workers "
+         "(course_lib.dist.launcher.worker_start_method, fork_server_running), printed under the all-reduce"),
+        'tests/test_setup_reading.py::test_the_launch_line_follows_how_the_workers_started'),
+
     # course_lib/lessons/l01_baseline.py
     "course_lib.lessons.l01_baseline.bottleneck_reading": (
         'tests/test_reading_agreement_i37i.py::test_the_bottleneck_reading_quotes_the_phase_table_and_the_profile',

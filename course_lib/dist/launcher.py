@@ -582,6 +582,20 @@ def _worker_context():
     return ctx
 
 
+def worker_start_method() -> str:
+    """How ``launch`` starts its workers in this process: ``"forkserver"`` (torch imported once, by the fork
+    server the first launch starts) or ``"spawn"`` (a fresh interpreter per worker, each importing torch)."""
+    return _worker_context().get_start_method()
+
+
+def fork_server_running() -> bool:
+    """Whether this process's fork server is up already (started by an earlier launch): a launch then forks
+    its workers from it and imports nothing."""
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver._forkserver_address is not None
+
+
 def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_s: float | None = 3600.0,
            collective_timeout_s: float | None = None, threads_per_worker: int | None = None,
            quiet: bool = False) -> list:

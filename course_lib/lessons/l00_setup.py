@@ -11,3 +11,16 @@ def backend_reason(gpu_count: int, world_size: int, backend: str) -> str:
     if gpu_count:
         return "no GPU per rank available, so the ranks run on the CPU"
     return "no GPU visible, so the ranks run on the CPU"
+
+
+def launch_reading(launch_s: float, world_size: int, start_method: str, first: bool = True) -> str:
+    """What the timed launch of lesson 00 paid for (``course_lib.dist.launcher.worker_start_method``): with the
+    fork server, torch is imported once, by the server the first launch starts, and the workers are forked from
+    it; spawned workers each import torch."""
+    took = f"the launch took {launch_s:.1f} s on this machine"
+    if start_method == "forkserver":
+        if first:
+            return (f"{took} (the kernel's first launch: it started the fork server, which imports torch once, "
+                    f"and forked {world_size} workers from it)")
+        return f"{took} ({world_size} workers forked from the running fork server, which had imported torch)"
+    return f"{took} (starting {world_size} fresh processes, each importing torch)"
