@@ -90,15 +90,18 @@ def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None
     if not total:
         return "phases were not timed in this run (time_phases=False): no bottleneck to read"
     name, sec = max(phases.items(), key=lambda kv: kv[1])
-    share = {k: v / total for k, v in phases.items()}
+    share = result.clock_shares()  # of the training clock, as the phase table shows them
     per_step = 1000 * phases.get("optimizer", 0.0) / max(1, result.steps)
     text = (f"the largest phase of the baseline's training clock is {name} ({share[name]:.0%}); the optimizer "
             f"phase took {share.get('optimizer', 0.0):.0%} ({per_step:.2f} ms per step), sampling "
             f"{share.get('sampling', 0.0):.0%}")
     if profile is not None and profile.phase_s:
         prof = profile_phase_shares(profile.phase_s)
+        # of the three phase rows' time, not the profile's "CPU total %" (of all its self time: read r3a 01-2,
+        # "the optimizer took 52%" over a profile row of 50.18%)
         text += (f"; in the {profile.steps} profiled steps the optimizer took {prof.get('optimizer', 0.0):.0%} and "
-                 f"sampling {prof.get('sampling', 0.0):.0%}")
+                 f"sampling {prof.get('sampling', 0.0):.0%} of the phase rows' time (the profile's own percentages "
+                 "are of all its self time)")
         if prof.get("sampling", 0.0) > 2 * share.get("sampling", 0.0) + 0.02:
             text += (f" — more, because the profiled run starts an epoch: its shuffle, paid once per "
                      f"{result.steps_per_epoch} steps in a run, falls into {profile.steps} steps here, so the run's "

@@ -1,0 +1,60 @@
+"""Readings of lessons 00-06 fixed after the third full-profile run (2026-12-01, /tmp/mc3; read by r3a,
+/work/notes/read-full-run-3-r3a.md): each test feeds the reading that run's numbers and the opposite results."""
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from course_lib.lessons import l01_baseline as L01  # noqa: E402
+from course_lib.train.ncf import TrainResult  # noqa: E402
+from test_reading_agreement import disagreements  # noqa: E402
+
+
+def _result(phases, train_time_s, steps=17406):
+    return TrainResult(config={"optimizer": "adam"}, dataset="d", data_source="", synthetic=True, device="cpu",
+                       world_size=1, target_hr=None, time_to_target_s=None, steps_to_target=None,
+                       epochs_to_target=None, epochs=0.9, steps=steps, samples=steps * 256, train_time_s=train_time_s,
+                       eval_time_s=2.774, samples_per_s=93_772.0, phase_time_s=phases)
+
+
+# the run's baseline (lesson 01 cell 15): 46.16 s of timed phases in a 47.5 s training clock
+RUN = {"sampling": 0.8348, "forward_backward": 20.86, "optimizer": 24.47, "evaluation": 2.774}
+
+
+def test_phase_shares_are_of_the_training_clock_and_the_rest_of_the_loop_is_a_row():
+    """r3a 01-1: the table's "share of the training clock" was each phase over the phases' sum (optimizer 53 %),
+    where 24.47 s of the 47.5 s clock is 52 %, and the 1.3 s outside the phases was in no row."""
+    r = _result(RUN, 47.5)
+    table = r.table()
+    rows = {row["phase"]: row for row in table.rows}
+    assert rows["optimizer"]["share of the training clock"] == "52%"
+    rest = rows[TrainResult.REST_OF_THE_LOOP]
+    assert abs(rest["seconds"] - (47.5 - 0.8348 - 20.86 - 24.47)) < 1e-9 and rest["share of the training clock"] == "3%"
+    assert r.phase_reading() == ("the largest phase of the training clock is optimizer (52%); it is the next thing "
+                                 "to make faster")
+    assert disagreements(r.phase_reading(), table) == []
+    # opposite: phases that cover the whole clock: no extra row, the shares as before (5 of 8 s: 62 %)
+    whole = _result({"sampling": 1.0, "forward_backward": 2.0, "optimizer": 5.0, "evaluation": 0.7}, 8.0)
+    assert [row["phase"] for row in whole.table().rows] == ["sampling", "forward_backward", "optimizer", "evaluation"]
+    assert "(62%)" in whole.phase_reading()
+
+
+def test_the_bottleneck_reading_says_what_its_profile_shares_are_of():
+    """r3a 01-2: "in the 50 profiled steps the optimizer took 52% and sampling 13%" under a profile whose own
+    optimizer row says 50.18 % (of all its self time): the 52 % is of the three phase rows' time."""
+    from course_lib.train import TrainConfig, build_model
+
+    model = build_model(SimpleNamespace(num_users=50, num_items=80), TrainConfig(factors=4, layers=(8, 4)))
+    r = _result({k: v for k, v in RUN.items()}, 47.5)
+    r.steps_per_epoch = 19337
+    prof = SimpleNamespace(phase_s={"optimizer": 0.111293, "forward_backward": 0.074505, "sampling": 0.026764},
+                           steps=50)
+    said = L01.bottleneck_reading(r, model, prof)
+    assert "is optimizer (52%); the optimizer phase took 52% (1.41 ms per step), sampling 2%" in said
+    assert "the optimizer took 52% and sampling 13% of the phase rows' time" in said
+    assert "of all its self time" in said
+    extra = [*L01.profile_phase_shares(prof.phase_s).values(), 1000 * 24.47 / r.steps, 19337, 50,
+             L01.embedding_share(model)]
+    assert disagreements(said, r.table(), extra=extra) == []
