@@ -58,3 +58,21 @@ def test_the_bottleneck_reading_says_what_its_profile_shares_are_of():
     extra = [*L01.profile_phase_shares(prof.phase_s).values(), 1000 * 24.47 / r.steps, 19337, 50,
              L01.embedding_share(model)]
     assert disagreements(said, r.table(), extra=extra) == []
+
+
+def test_the_pace_reading_names_no_cause_it_did_not_measure():
+    """r3a 01-3 (H): "The step did not change; the machine's load did" under a 1.30x spread between evaluation
+    intervals: no cell measured the machine's load. The run's intervals (2.33-3.04 ms per step), and a steady run."""
+    def run(ms_per_step, n=4834):
+        steps, times = [0], [0.0]
+        for ms in ms_per_step:
+            steps.append(steps[-1] + n)
+            times.append(times[-1] + n * ms / 1000)
+        r = _result({}, times[-1])
+        r.curve = {"step": steps, "time_s": times, "hr": [0.1] * len(steps)}
+        return r
+
+    said = L01.pace_reading(run([2.33, 3.04, 2.6]))
+    assert "the slowest 1.30x the fastest" in said
+    assert "the machine's load did" not in said and "no cell here measured which" in said
+    assert L01.pace_reading(run([2.33, 2.40, 2.35])).endswith(": a steady pace")

@@ -171,8 +171,9 @@ def pace_reading(result: TrainResult) -> str:
         fastest = sum(n for _, n, _ in spans) * lo / 1000
         ran = sum(n * ms for _, n, ms in spans) / 1000
         text += (f": the same steps at the fastest interval's pace would have taken {fastest:.1f} s instead of "
-                 f"{ran:.1f} s. The step did not change; the machine's load did (other jobs, "
-                 "or more threads than free cores), so compare times measured side by side")
+                 f"{ran:.1f} s. The same step ran at different paces within one run, so something outside it "
+                 "moved (on a shared machine, other jobs' load, or more threads than free cores; no cell here "
+                 "measured which): compare times measured side by side")
     else:
         text += ": a steady pace"
     return text
