@@ -76,3 +76,24 @@ def test_the_pace_reading_names_no_cause_it_did_not_measure():
     assert "the slowest 1.30x the fastest" in said
     assert "the machine's load did" not in said and "no cell here measured which" in said
     assert L01.pace_reading(run([2.33, 2.40, 2.35])).endswith(": a steady pace")
+
+
+def _opt_row(batch, variant, opt_ms, step_ms, step_ratios, baseline=False):
+    return {"batch size": batch, "variant": variant, "steps": 10, "optimizer_ms": opt_ms, "step_ms": step_ms,
+            "baseline": baseline, "optimizer_ratios": [1.0, 1.0, 1.0], "step_ratios": step_ratios}
+
+
+def test_the_optimizer_reading_names_the_fastest_step_the_table_shows():
+    """r3a 01-4: at batch 16384 "the fastest whole step: dense Adam, foreach" (24.79 ms, 1.10x, measurable) over a
+    table whose fused row ran 23.73 ms (1.15x, within noise): the run's rows, and the same with fused measurable."""
+    base = _opt_row(16384, "dense Adam, for-loop", 2.203, 27.37, [1.0, 1.0, 1.0], baseline=True)
+    foreach = _opt_row(16384, "dense Adam, foreach", 2.378, 24.79, [1.08, 1.12, 1.10])
+    fused = _opt_row(16384, "dense Adam, fused", 1.25, 23.73, [0.97, 1.15, 1.3])
+    comp = {"rows": [base, foreach, fused], "baseline_impl": "for-loop", "device": "cpu", "repeats": 3}
+    said = L01.optimizer_reading(comp)
+    assert "the fastest whole step: dense Adam, foreach" not in said
+    assert ("the largest measurable whole-step gain: dense Adam, foreach (1.10x; dense Adam, fused's 1.15x is "
+            "larger, but within the repeats' noise)") in said
+    assert disagreements(said, L01.optimizer_table(comp), extra=[27.37 / 24.79, 27.37 / 23.73]) == []
+    fused["step_ratios"] = [1.12, 1.15, 1.18]  # opposite: fused measurably faster too
+    assert "the fastest whole step: dense Adam, fused" in L01.optimizer_reading(comp)

@@ -277,11 +277,20 @@ def optimizer_reading(comp: dict) -> str:
                          for r in others)
         faster = [r for r in others if table_speedup(*step(r))[1] and table_speedup(*step(r))[0] > 1]
         best = max(faster, key=lambda r: table_speedup(*step(r))[0], default=None)
+        # the fastest by the table's ms column, measurable or not (read r3a 01-4: "the fastest whole step: dense
+        # Adam, foreach" at 24.79 ms over a fused row of 23.73 ms, whose 1.15x was within the repeats' noise)
+        quickest = min(others, key=lambda r: r["step_ms"], default=None)
+        if best is None:
+            fastest = "no variant made the whole step measurably faster"
+        elif quickest is best or quickest["step_ms"] >= ref["step_ms"]:
+            fastest = f"the fastest whole step: {best['variant']}"
+        else:
+            fastest = (f"the largest measurable whole-step gain: {best['variant']} "
+                       f"({table_speedup(*step(best))[0]:.2f}x; {quickest['variant']}'s "
+                       f"{table_speedup(*step(quickest))[0]:.2f}x is larger, but within the repeats' noise)")
         parts.append(f"at batch {b} the baseline's optimizer (dense Adam, {comp['baseline_impl']}) took "
                      f"{ref['optimizer_ms']:.2f} of {ref['step_ms']:.2f} ms per step "
-                     f"({ref['optimizer_ms'] / ref['step_ms']:.0%}); {said}; "
-                     + (f"the fastest whole step: {best['variant']}" if best else
-                        "no variant made the whole step measurably faster"))
+                     f"({ref['optimizer_ms'] / ref['step_ms']:.0%}); {said}; " + fastest)
     def step_gain(r):
         return table_speedup(_baseline_row(comp, r["batch size"])["step_ms"], r["step_ms"], r["step_ratios"])
 
