@@ -97,3 +97,33 @@ def test_the_optimizer_reading_names_the_fastest_step_the_table_shows():
     assert disagreements(said, L01.optimizer_table(comp), extra=[27.37 / 24.79, 27.37 / 23.73]) == []
     fused["step_ratios"] = [1.12, 1.15, 1.18]  # opposite: fused measurably faster too
     assert "the fastest whole step: dense Adam, fused" in L01.optimizer_reading(comp)
+
+
+def test_lesson_03s_takeaway_reads_the_steps_before_crediting_warmup_with_the_seconds():
+    """r3a 03-1: "Here warmup helped beyond the seeds' noise ...: what it bought was a faster start" for runs that
+    were faster on the clock on both seeds (9.867 / 9.164 s vs 11.72 / 10.8 s) but took 95 / 96 steps against
+    100 / 92: the seconds were the pace the steps ran at. The run's rows, and the opposite (fewer steps too)."""
+    from course_lib.lessons import l03_warmup as L03
+    from course_lib.sweeps import Confirmed
+
+    def run(seed, t, steps, loss1):
+        return SimpleNamespace(config={"seed": seed}, time_to_target_s=t, steps_to_target=steps, final_hr=0.7525,
+                               diverged=False, curve={"loss": [0.693, loss1]})
+
+    rung = "linear warmup, 19 steps"
+
+    def decided(warm_steps, base_steps):
+        warm = [run(0, 9.867, warm_steps[0], 0.5878), run(1, 9.164, warm_steps[1], 0.5801)]
+        base = [run(0, 11.72, base_steps[0], 0.5081), run(1, 10.8, base_steps[1], 0.5054)]
+        return Confirmed([rung, "no warmup"], [warm, base], 0, "")
+
+    decide = decided((95, 96), (100, 92))
+    said = L03.takeaway(decide, rung)
+    assert "faster start" not in said and "helped beyond" not in said
+    assert "but not in steps: 95, 96 steps to the target with it, 100, 92 without" in said
+    assert "s per step: 0.104, 0.095 with it, 0.117, 0.117 without" in said
+    extra = [9.867 / 95, 9.164 / 96, 11.72 / 100, 10.8 / 92, (9.867 + 9.164) / 2, (11.72 + 10.8) / 2,
+             11.72 - 10.8, 2017, 5, 50, 8192]
+    assert disagreements(said, L03.deciding_table(decide, rung), extra=extra) == [], said
+    fewer = L03.takeaway(decided((80, 78), (100, 92)), rung)  # opposite: fewer steps on both seeds as well
+    assert "helped beyond the seeds' noise" in fewer and "but not in steps" not in fewer

@@ -64,6 +64,14 @@ def deciding_table(decide, rung: str):
     return t
 
 
+def _fewer_steps_on_every_seed(warm, base) -> bool:
+    """Whether the warmup runs reached the target in fewer steps than the runs without, seed by seed (the runs of
+    :meth:`course_lib.sweeps.Confirmed.runs_of` come in the order of the seeds)."""
+    pairs = list(zip(warm, base))
+    return bool(pairs) and all(w.steps_to_target is not None and b.steps_to_target is not None
+                               and w.steps_to_target < b.steps_to_target for w, b in pairs)
+
+
 def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     """Lesson 03's takeaway on what warmup did, generated from the lesson's one verdict (#37 item 6):
     ``decide`` is the deciding comparison (:func:`course_lib.sweeps.confirm`), ``rung`` the chosen warmup
@@ -79,6 +87,20 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     if won == rung and blew_up:
         return (f"Here warmup stopped a blow-up: without it the run diverged on {len(blew_up)} of {len(base)} seeds, "
                 f"with it ({rung}) it did not ({verdict}). {quoted}; the same happened here.")
+    if won == rung and not _fewer_steps_on_every_seed(warm, base):
+        # read r3a 03-1 (full run 2026-12-01, /tmp/mc3): faster on the clock on both seeds (9.87 / 9.16 s vs 11.72 /
+        # 10.80 s) in 95 / 96 steps against 100 / 92: the time it saved was the pace its steps ran at, not warmup's
+        def steps(runs):
+            return ", ".join(str(r.steps_to_target) for r in runs)
+
+        def pace(runs):
+            return ", ".join(f"{r.time_to_target_s / r.steps_to_target:.3f}" for r in runs)
+
+        return (f"Here warmup was faster on the clock on every seed ({verdict}), but not in steps: {steps(warm)} "
+                f"steps to the target with it, {steps(base)} without. A warmup does not make a step cheaper, so the "
+                f"seconds it saved are the pace its steps ran at (s per step: {pace(warm)} with it, {pace(base)} "
+                f"without), not its effect on training; nothing blew up without it. {quoted}; here warmup showed no "
+                "effect on the steps to the target.")
     if won == rung:
         return (f"Here warmup helped beyond the seeds' noise ({verdict}); nothing blew up without it, so what it "
                 f"bought was a faster start, not stability. {quoted}.")
