@@ -127,3 +127,31 @@ def test_lesson_03s_takeaway_reads_the_steps_before_crediting_warmup_with_the_se
     assert disagreements(said, L03.deciding_table(decide, rung), extra=extra) == [], said
     fewer = L03.takeaway(decided((80, 78), (100, 92)), rung)  # opposite: fewer steps on both seeds as well
     assert "helped beyond the seeds' noise" in fewer and "but not in steps" not in fewer
+
+
+def test_the_race_reading_says_which_lrs_collapsed_to_a_constant_predictor():
+    """r3a 04-1: SGD at lr 2, 4, 8 ended at training loss 0.5006-0.5008 (the labels' entropy at 1 positive in 5,
+    0.5004) and HR@10 0.1066 / 0.1066 / 0.1061 (chance), lr 1 at popularity (0.3925); the reading named lr 1 the best
+    and said nothing of the others, under markdown that expects the large lrs to blow up. The run's SGD rows, and
+    the opposite (every lr learning something)."""
+    from course_lib.lessons import l04_lars as L04
+    from course_lib.sweeps import BLOW_UP_LOSS, sweep_table
+    from test_ladder import fake_result
+
+    def sgd(lr, hr, loss):
+        r = fake_result(32768, lr, None, hr=hr, optimizer="sgd")
+        r.best_hr, r.curve = hr, {"loss": [0.693, loss]}
+        return r
+
+    runs = [sgd(1.0, 0.3916, 0.4650), sgd(2.0, 0.1066, 0.5006), sgd(4.0, 0.1066, 0.5006), sgd(8.0, 0.1061, 0.5008)]
+    runs[0].best_hr = 0.3925
+    assert abs(L04.label_entropy(4) - 0.5004) < 1e-4
+    said = L04.race_reading(runs, target_hr=0.75, floor_hr=0.3929)
+    assert ("lr 2, 4, 8 collapsed to a constant predictor (final HR@10 0.1066, 0.1066, 0.1061, about chance; "
+            "training loss at the labels' entropy, 0.5004)") in said
+    labels = [f"b32768 sgd lr {r.config['peak_lr']:.3g}" for r in runs]
+    table = sweep_table(runs, labels, title="Batch 32768: time to HR@10 >= 0.75",
+                        columns=("rule", "time to target (s)", "final HR@10", "best HR@10", "epochs run"))
+    assert disagreements(said, table, extra=[0.3929, L04.label_entropy(4), BLOW_UP_LOSS]) == []
+    learned = [sgd(1.0, 0.3916, 0.4650), sgd(2.0, 0.45, 0.44)]  # opposite: no run at the constant predictor's loss
+    assert "collapsed" not in L04.race_reading(learned, target_hr=0.75, floor_hr=0.3929)

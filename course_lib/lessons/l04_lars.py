@@ -234,6 +234,36 @@ def plot_row_gradients(measured: dict, ax=None):
     return ax.figure
 
 
+def label_entropy(neg_per_pos: int) -> float:
+    """The BCE of a constant predictor on NeuMF's training labels (1 positive in ``neg_per_pos + 1``): the loss of a
+    model that learned only the share of positives."""
+    p = 1 / (neg_per_pos + 1)
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
+COLLAPSE_TOLERANCE = 0.005  # |final training loss - label entropy| of a run that predicts one constant
+
+
+def _collapsed_clause(runs) -> str:
+    """The runs that ended as a constant predictor (their last training loss within :data:`COLLAPSE_TOLERANCE` of
+    :func:`label_entropy`), said as such: not a blow-up by :data:`course_lib.sweeps.BLOW_UP_LOSS`, but nothing learned
+    (read r3a 04-1: SGD at lr 2, 4, 8 ended at loss 0.5006-0.5008 and HR@10 0.106-0.107, and the reading was silent)."""
+    gone = []
+    for r in runs:
+        loss = (r.curve or {}).get("loss") or [None]
+        h = label_entropy(r.config.get("neg_per_pos", 4))
+        if loss[-1] is not None and abs(loss[-1] - h) <= COLLAPSE_TOLERANCE:
+            gone.append(r)
+    if not gone:
+        return ""
+    gone.sort(key=lambda r: r.config["peak_lr"])
+    lrs = ", ".join(f"{r.config['peak_lr']:.3g}" for r in gone)
+    hrs = ", ".join(f"{r.final_hr:.4f}" for r in gone)
+    return (f"; lr {lrs} collapsed to a constant predictor (final HR@10 {hrs}, about chance; training loss at the "
+            f"labels' entropy, {label_entropy(gone[0].config.get('neg_per_pos', 4)):.4f}): not a blow-up (a loss above "
+            f"{BLOW_UP_LOSS:.2f}), but nothing learned")
+
+
 def race_reading(results, *, target_hr: float, floor_hr: float | None = None) -> str:
     """Per optimizer, what its best run did (from the records only), then the fastest overall.
 
@@ -271,6 +301,7 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None) ->
                 what = f"did not reach {target_hr}: best HR@10 {hr:.3f}"
         blown = [f"{r.config['peak_lr']:.3g}" for r in runs if blew_up(r)]
         what += f"; lr {', '.join(blown)} blew up" if blown else ""
+        what += _collapsed_clause([r for r in runs if not blew_up(r) and r.time_to_target_s is None])
         lines.append(f"{opt} (lr {', '.join(f'{x:.3g}' for x in lrs)}): best at lr {lr:.3g}{edge}, {what}")
     win = fastest(results)
     lines.append(f"fastest to the target: {win.config['optimizer']} at lr {win.config['peak_lr']:.3g}" if win
