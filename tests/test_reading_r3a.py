@@ -155,3 +155,23 @@ def test_the_race_reading_says_which_lrs_collapsed_to_a_constant_predictor():
     assert disagreements(said, table, extra=[0.3929, L04.label_entropy(4), BLOW_UP_LOSS]) == []
     learned = [sgd(1.0, 0.3916, 0.4650), sgd(2.0, 0.45, 0.44)]  # opposite: no run at the constant predictor's loss
     assert "collapsed" not in L04.race_reading(learned, target_hr=0.75, floor_hr=0.3929)
+
+
+def test_the_overlap_reading_calls_the_best_bucket_setting_what_it_is():
+    """r3a 06-1: "Communication share: with the fastest setting, 25 MiB buckets ..., a step took 21.9 ms" over a
+    bucket table whose one all-reduce after backward ran 20.26 ms. The run's rows, and the opposite (buckets faster)."""
+    from course_lib.lessons import l06_data_parallel as L06
+    from test_data_parallel_study import _result, _row
+
+    def rows(serial_reps):
+        return [_row("DDP buckets", 0.25, True, "none", [39.5, 39.0, 31.9], n=17, comm_ms=33.37),
+                _row("DDP buckets", 1.0, True, "none", [22.7, 27.6, 21.5], n=5, comm_ms=14.16),
+                _row("DDP buckets", 25.0, True, "none", [21.9, 23.5, 18.1], n=1, comm_ms=8.757),
+                _row("one all-reduce after backward", 4.276, False, "none", serial_reps, comm_ms=8.18),
+                _row("no communication (floor)", 0.0, None, None, [11.3, 10.2, 12.2], comm_ms=0.0, nbytes=0, n=0)]
+
+    said = L06.overlap_reading(_result(2, "gloo", rows([20.3, 22.2, 16.6])))
+    assert "with the fastest bucket setting, 25 MiB buckets (1 all-reduce per step), a step took 21.9 ms" in said
+    assert "with the fastest setting," not in said
+    slower = L06.overlap_reading(_result(2, "gloo", rows([24.3, 25.2, 26.6])))
+    assert "with the fastest setting, 25 MiB buckets" in slower
