@@ -356,6 +356,15 @@ def ladder_table(directory: Path | None = None) -> Table:
     return t
 
 
+def _within_drift(a: dict, b: dict) -> bool:
+    """Whether two rungs' paced speedups overlap within their pace drifts (``speedup x (1 ± speedup_uncertainty)``;
+    a rung without a recorded pace counts as exact)."""
+    ua, ub = a.get("speedup_uncertainty") or 0.0, b.get("speedup_uncertainty") or 0.0
+    lo, hi = sorted((a, b), key=lambda r: r["speedup"])
+    u_lo, u_hi = (ua, ub) if lo is a else (ub, ua)
+    return lo["speedup"] * (1 + u_lo) >= hi["speedup"] * (1 - u_hi)
+
+
 def ladder_reading(directory: Path | None = None) -> str:
     """What the ladder shows, read from its rows: the top rung's paced speedup, the tricks that helped,
     those that did not (with their reasons), and the rungs whose seconds are not comparable."""
@@ -366,9 +375,19 @@ def ladder_reading(directory: Path | None = None) -> str:
     lines = []
     if reached:
         top = max(reached, key=lambda r: r["speedup"])
-        lines.append(f"the fastest rung is {top.get('name') or top['step']!r}: "
-                     f"{speedup_cell(top['speedup'], top.get('speedup_uncertainty'))} the baseline at lesson 01's pace "
-                     f"({top.get('ran', '')})")
+        cell = speedup_cell(top["speedup"], top.get("speedup_uncertainty"))
+        # read r3a 06-2 (full run 2026-12-01, /tmp/mc3): "the fastest rung is '+data parallel': 13x (±93%)" over
+        # rungs whose speedups lie within that ± (8x (±23%), 6x ...), in a reading that says such rungs are not ranked
+        ties = [r for r in reached if r is not top and _within_drift(top, r)]
+        if ties:
+            near = ", ".join(f"{r.get('name') or r['step']!r} "
+                             f"({speedup_cell(r['speedup'], r.get('speedup_uncertainty'))})" for r in ties)
+            lines.append(f"the highest paced speedup is {top.get('name') or top['step']!r}: {cell} the baseline at "
+                         f"lesson 01's pace ({top.get('ran', '')}), but {near} lie within its pace drift: these paces "
+                         "do not say which rung is the fastest")
+        else:
+            lines.append(f"the fastest rung is {top.get('name') or top['step']!r}: {cell} the baseline at lesson 01's "
+                         f"pace ({top.get('ran', '')})")
     helped = [r.get("name") or r["step"] for r in rows
               if r.get("vs_previous") and r["vs_previous"] >= 1 and not r.get("vs_noise")]
     level = [r.get("name") or r["step"] for r in rows if r.get("vs_noise")]

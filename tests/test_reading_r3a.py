@@ -175,3 +175,30 @@ def test_the_overlap_reading_calls_the_best_bucket_setting_what_it_is():
     assert "with the fastest setting," not in said
     slower = L06.overlap_reading(_result(2, "gloo", rows([24.3, 25.2, 26.6])))
     assert "with the fastest setting, 25 MiB buckets" in slower
+
+
+def _rung(step, name, speedup, u, vs=None, vs_noise=False, ran=""):
+    return {"step": step, "name": name, "speedup": speedup, "speedup_uncertainty": u, "vs_previous": vs,
+            "vs_noise": vs_noise, "flags": [], "time_to_target_s": 1.0, "ran": ran, "previous_name": "baseline",
+            "previous_step": "baseline"}
+
+
+def test_the_ladder_reading_names_no_fastest_rung_within_its_pace_drift(monkeypatch):
+    """r3a 06-2: "the fastest rung is '+data parallel': 13x (±93%) the baseline" over rungs at 8x (±23%), 6x (±30%),
+    3.4x (±8%), 6x (±22%), in a reading that says two rungs overlapping within their drift are not ranked. The
+    run's speedups, and the opposite (a top rung clear of the others)."""
+    from course_lib import ladder
+
+    run = [_rung("baseline", "baseline", 1.0, None), _rung("+linear scaling", "+sqrt scaling", 8.2, 0.23, 8.2),
+           _rung("+warmup", "+warmup", 6.16, 0.30, 0.75, True), _rung("+LARS", "+LAMB", 3.40, 0.08, 0.41),
+           _rung("+mixed precision", "+bf16", 5.86, 0.22, 0.71, True),
+           _rung("+data parallel", "+data parallel", 12.9, 0.93, 1.57, True, ran="2 ranks")]
+    monkeypatch.setattr(ladder, "ladder_rows", lambda directory=None: run)
+    said = ladder.ladder_reading()
+    assert "the fastest rung is" not in said
+    assert said.startswith("the highest paced speedup is '+data parallel': 13x (±93%) the baseline")
+    assert "'+sqrt scaling' (8x (±23%))" in said and "these paces do not say which rung is the fastest" in said
+    clear = [_rung("baseline", "baseline", 1.0, None), _rung("+linear scaling", "+sqrt scaling", 8.2, 0.05, 8.2),
+             _rung("+warmup", "+warmup", 3.0, 0.05, 0.37)]
+    monkeypatch.setattr(ladder, "ladder_rows", lambda directory=None: clear)
+    assert ladder.ladder_reading().startswith("the fastest rung is '+sqrt scaling': 8.2x (±5%)")
