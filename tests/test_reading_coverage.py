@@ -99,6 +99,9 @@ COVERAGE = {
     "course_lib.lessons.l05_mixed_precision.lars_unscale_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_05s_lars_unscale_reading_quotes_its_table',
         'tests/test_reading_agreement_i37i.py::test_the_lars_unscale_reading_says_when_the_ratios_were_not_unscaled'),
+    "course_lib.lessons.l05_mixed_precision.rung_verdict_reading": (
+        'tests/test_reading_r3a.py::test_lesson_05s_rung_verdict_says_when_the_seconds_only_measure_the_pace',
+        'tests/test_reading_r3a.py::test_lesson_05s_rung_verdict_says_when_the_seconds_only_measure_the_pace'),
     "course_lib.lessons.l05_mixed_precision.speedup_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_05s_speedup_reading_quotes_the_speed_table',
         'tests/test_mixed_precision.py::test_the_two_throughput_measurements_are_compared_with_the_noise'),

@@ -202,3 +202,33 @@ def test_the_ladder_reading_names_no_fastest_rung_within_its_pace_drift(monkeypa
              _rung("+warmup", "+warmup", 3.0, 0.05, 0.37)]
     monkeypatch.setattr(ladder, "ladder_rows", lambda directory=None: clear)
     assert ladder.ladder_reading().startswith("the fastest rung is '+sqrt scaling': 8.2x (±5%)")
+
+
+def test_lesson_05s_rung_verdict_says_when_the_seconds_only_measure_the_pace():
+    """r3a 05-1: "bf16 against fp32 on the same setting: no measurable difference: the seeds disagree ...; lesson 06
+    builds on fp32" for four runs of 285 steps, under a throughput reading of bf16 1.31x (tolerance 21 %). The run's
+    rows (bf16 5.843 / 16.11 s, fp32 7.459 / 8.523 s), and the opposite (different steps: the line stays as it was)."""
+    from course_lib.lessons import l05_mixed_precision as L05
+    from course_lib.sweeps import Confirmed
+
+    def run(seed, t, steps):
+        return SimpleNamespace(config={"seed": seed}, time_to_target_s=t, steps_to_target=steps, final_hr=0.752,
+                               diverged=False, curve={"loss": [0.693, 0.5]})
+
+    def decided(bf16_steps):
+        return Confirmed(["bf16", "fp32"], [[run(0, 5.843, bf16_steps), run(1, 16.11, bf16_steps)],
+                                            [run(0, 7.459, 285), run(1, 8.523, 285)]], 0, "")
+
+    ph = {"sampling": 0.0005, "forward_backward": 0.019, "optimizer": 0.0024}
+    runs = {m: L05.SpeedRun(m, r, 0.022, ph, {"mode": m}, 30, 3) for m, r in (("fp32", 7.346e5), ("bf16", 9.629e5))}
+    speed = L05.PrecisionSpeed(runs, {"fp32": [4.29e5, 7.346e5, 6.2e5], "bf16": [7.29e5, 9.629e5, 7.6e5]}, 30)
+    decide = decided(285)
+    said = L05.rung_verdict_reading(decide, "bf16", speed, "fp32")
+    assert said.startswith("bf16 against fp32 on the same setting: no measurable difference: the seeds disagree")
+    assert ("every run took the same 285 steps, so the seconds differ only by the pace of the same steps, which the "
+            "interleaved throughput runs above measured: bf16 1.31x fp32 (faster; tolerance 21%)") in said
+    assert said.endswith("; lesson 06 builds on fp32")
+    extra = [9.629e5 / 7.346e5, speed.spread, (5.843 + 16.11) / 2, (7.459 + 8.523) / 2, 6]
+    assert disagreements(said, decide.table(chosen="bf16"), extra=extra) == [], said
+    other = L05.rung_verdict_reading(decided(300), "bf16", speed, "fp32")  # opposite: the steps differ
+    assert "pace of the same steps" not in other and other.endswith("; lesson 06 builds on fp32")

@@ -789,3 +789,26 @@ def loss_scale_reading(precision_state: dict, steps: int, init_scale: float) -> 
     grew = (f"{growths} run(s) of {interval} overflow-free steps doubled it" if growths else
             f"it never went {interval} steps without an overflow, so it never doubled")
     return went + halved + ", and " + grew + "."
+
+
+def rung_verdict_reading(decide, mode: str, speed: "PrecisionSpeed", builds_on: str,
+                         min_tolerance: float = 0.03) -> str:
+    """The fifth rung's verdict line (notebook 05, under the deciding comparison): ``mode`` against fp32 in time to
+    target (``decide``: :func:`course_lib.sweeps.confirm`), and what lesson 06 builds on. Where the seconds decide
+    nothing but every seed took the same steps in both precisions, the seconds differ only by the pace of the same
+    steps: the line says so and quotes the interleaved throughput runs (``speed``), the measurement built for that
+    (read r3a 05-1, full run 2026-12-01: "no measurable difference: the seeds disagree" for four runs of 285 steps,
+    under a throughput reading of bf16 1.31x, faster beyond its 21 % tolerance)."""
+    versus = decide.compare(mode, "fp32")
+    line = f"{mode} against fp32 on the same setting: {versus}"
+    if decide.winner(mode, "fp32") is None:
+        steps = {r.steps_to_target for label in (mode, "fp32") for r in decide.runs_of(label)}
+        if len(steps) == 1 and None not in steps:
+            spread = speed.spread
+            tol = max(min_tolerance, 0.0 if math.isnan(spread) else spread)
+            ratio = speed.ratio(mode)
+            pace = _compare(ratio, tol).split(";")[0]
+            line += (f"; every run took the same {steps.pop()} steps, so the seconds differ only by the pace of the "
+                     f"same steps, which the interleaved throughput runs above measured: {mode} {ratio:.2f}x fp32 "
+                     f"({pace}; tolerance {tol:.0%}). The rung's rule decides by the time to target")
+    return line + f"; lesson 06 builds on {builds_on}"
