@@ -355,3 +355,19 @@ def test_the_lessons_study_shares_one_budget_and_splits_the_large_batch_over_the
     assert four.micro_batch == 32  # 256 over 8 ranks
     capped, small = st.make_study(30, world_size=1, **{**kw, "num_train": 1000})
     assert "capped" in capped and small.large_seqs < one.large_seqs
+
+
+def test_the_budget_line_says_the_steps_each_batch_gets():
+    # #37, third full run: "budget: 2560 sequences at the small batch, 10240 at the large one (10 large batches'
+    # worth: the steps above, rounded)": 10240 sequences are 40 batches of 256; the 10 were the small batch's
+    kw = dict(small_batch=32, large_batch=256, num_train=100_000, large_factor=4, max_micro_batch=64, world_size=1,
+              common=dict(model="mini", seed=0))
+    _, sized = st.make_study(10, **kw)
+    line = st.budget_line(sized, 10, cut=True)
+    assert line.startswith("budget: 2560 sequences at the small batch, 10240 at the large one (2560 = 10 large "
+                           "batches' worth, the large batch 4x that: 80 steps at batch 32, 40 at batch 256")
+    assert sized.config("lamb", 32).max_steps == 80 and sized.config("lamb", 256).max_steps == 40
+    _, full = st.make_study(30, **kw)  # nothing cut: no parenthesis; a capping note is said instead
+    assert st.budget_line(full, 30, cut=False) == "budget: 7680 sequences at the small batch, 30720 at the large one"
+    assert st.budget_line(full, 30, cut=True, note="NOTE: capped") == "NOTE: capped"
+    assert "240 steps at batch 32, 120 at batch 256" in st.budget_line(full, 30, cut=True)

@@ -97,6 +97,24 @@ def make_study(large_batches: int, *, small_batch: int, large_batch: int, num_tr
                        base_lrs=dict(base_lrs or {"adam": 1e-3, "lamb": 1e-2}), common=common)
 
 
+def budget_line(study: Study, large_batches: int, cut: bool, note: str = "") -> str:
+    """The line under the sizing line: each batch's budget in sequences and, where the sizing cut the plan, the
+    steps it gives at each batch (what the runs then take: :meth:`Study.config`). ``note``: :func:`budget`'s, said
+    instead when the corpus capped the budget. (#37, third full run: "10240 at the large one (10 large batches'
+    worth ...)": 10240 sequences are 40 large batches; the 10 were the small batch's budget.)"""
+    if note:
+        return note
+    line = f"budget: {study.small_seqs} sequences at the small batch, {study.large_seqs} at the large one"
+    if not cut:
+        return line
+    small = study.config("adam", study.small_batch).max_steps
+    large = study.config("adam", study.large_batch).max_steps
+    return line + (f" ({study.small_seqs} = {large_batches} large batches' worth, the large batch "
+                   f"{study.large_seqs // max(1, study.small_seqs)}x that: {small} steps at batch "
+                   f"{study.small_batch}, {large} at batch {study.large_batch}, the sized steps above rounded to "
+                   "whole large batches)")
+
+
 def best_loss_key(record: dict) -> float:
     """Best first: the lowest held-out loss; a diverged run last. (Evaluations are too sparse,
     and the clock too noisy on a shared machine, to rank runs by time.)"""
