@@ -549,7 +549,11 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
             "source": f"lesson 07's {profile} run" if ok else  # issue 36: a lesson run alone says so
             f"the tier plan's BERT, with no target loss: lesson 07 has not saved a {profile}-profile run here",
             "target_steps": None if base is None else base.get("steps_to_loss"),
-            "target_batch": None if base is None else base.get("global_batch_size")}
+            "target_batch": None if base is None else base.get("global_batch_size"),
+            # its small-batch LAMB run's steps to the same target (lesson 12 searches LAMB: #37, read r3b)
+            "lamb_steps": next((r.get("steps_to_loss") for r in (saved07 or {}).get("runs", []) if ok
+                                and base is not None and r.get("label") == f"lamb b={base.get('global_batch_size')}"),
+                               None)}
 
 
 def summary(record: dict, target: float, label: str | None = None) -> dict:
