@@ -297,10 +297,23 @@ def large_batch_reading(small: tuple[str | None, str], large: tuple[str | None, 
     return f"{why_l}, while at the small batch {why_s.split(': ', 1)[-1]}: the lead opens with the batch"
 
 
-def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str) -> str:
+def rate_spread(records: dict, optimizer: str, batch: int) -> tuple[float, float] | None:
+    """The lowest and highest sequences/s (as :func:`results_table` shows them) of ``optimizer``'s runs at ``batch``
+    among ``records`` (the sweeps and the seeds): runs of one model at one batch differ in their lr only, which does
+    not change the work of a step, so their spread is the machine's, not the batch's. None with fewer than two."""
+    rates = [round(r["seqs_per_s"], 1) for name, r in records.items()
+             if name.startswith(f"{optimizer} b={batch}") and r["config"]["global_batch_size"] == batch]
+    return (min(rates), max(rates)) if len(rates) > 1 else None
+
+
+def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str,
+                  others: dict | None = None) -> str:
     """The lesson's question for one optimizer: did the large batch reach the target sooner on the clock?
     Its time at both batches, the sequences each needed (steps x batch: sample efficiency) and the
-    throughput each ran at — so a slower large batch says which of the two made it slower."""
+    throughput each ran at — so a slower large batch says which of the two made it slower. ``others``: every run
+    of the lesson (the sweeps); where the sequences/s of runs at one batch spread so far that the two batches'
+    ranges overlap (:func:`rate_spread`: a busy machine), the throughput side is said to be unresolved, and the
+    clock's verdict is read from the sequences alone."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
     # #37 item 1: the times and rates as the results table above shows them (time to loss at 3 figures, sequences/s
@@ -317,6 +330,19 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
             f"{rate:.2f}x the sequences/s")
     if tl == ts:
         return head + ": on the clock the two batches are level here"
+    # #37 (third full run, read r3b): on a busy machine the runs at one batch ran at very different rates, so a rate
+    # ratio of two single runs named a "throughput gain" that runs at one batch spread wider than
+    spread = {b: rate_spread({**(others or {}), **runs}, optimizer, b) for b in (small_batch, large_batch)}
+    if all(spread.values()) and not (spread[large_batch][0] > spread[small_batch][1]
+                                     or spread[large_batch][1] < spread[small_batch][0]):
+        (a, b), (c, d) = spread[small_batch], spread[large_batch]
+        head += (f"; but runs at one batch ran at {a:g}-{b:g} sequences/s at batch {small_batch} and {c:g}-{d:g} at "
+                 f"batch {large_batch} (the same work per step: the machine's load), so the throughput side is not "
+                 "resolved here")
+        if (tl > ts) == (seqs > 1):
+            return head + (": the " + ("extra" if seqs > 1 else "fewer") + " sequences it needed are what the "
+                           "measurement can tell (sample efficiency)")
+        return head + ": the clock's difference is within that load's noise"
     # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
     # named only where the large batch ran faster (at the figures printed)
     gain = round(rate, 2) > 1
