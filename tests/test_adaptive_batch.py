@@ -123,6 +123,12 @@ def test_the_verdict_follows_the_numbers():
     assert "did NOT reach" in study.adaptive_verdict([_row("fixed", 100, 1), _row("adaptive", None, None, False)])
     assert "No run reached" in study.adaptive_verdict([_row("fixed", None, None, False)])
     assert "not reached" in str(study.adaptive_table([_row("fixed", None, None, False)]))
+    # #37 (second full run, read r3b): three runs at 4,947,968 samples read "fewest samples: fixed batch 4,096"
+    tie = study.adaptive_verdict([_row("fixed 4,096", 1208, 4_947_968), _row("grown", 1208, 4_947_968),
+                                  _row("adaptive", 906, 4_947_968)])
+    assert ("Fewest steps to the target: adaptive (906); fewest samples: a tie between fixed 4,096, grown and "
+            "adaptive (4,947,968 each).") in tie
+    assert "fewest samples: fixed (400,000)." in costly  # one run alone is named alone
 
 
 def test_the_bert_loop_refuses_the_adaptive_batch_by_name():

@@ -207,3 +207,20 @@ def test_the_verdict_says_compression_pays_on_a_slow_link_and_not_on_a_fast_one(
     with pytest.raises(ValueError, match="local SGD H=16"):
         study.compression_verdict_rows([r for r in _verdict_summary(2) if r["method"] != "local SGD H=16"], links)
     assert all(math.isfinite(r["speedup"]) for r in rows)
+
+
+def test_the_verdict_says_as_many_bytes_for_a_method_that_sends_as_many():
+    # #37 (second full run, read r3b): "delayed averaging pays most (1.0x fewer bytes, 0 of 128 steps lost)"
+    curve = [(s, s / 16) for s in range(1, 17)]
+    n = 100e6
+    summary = study.compression_summary([
+        _run("fp32 all-reduce", 0, [1.0] * 16, n, step_s=0.02, metric=1.0, curve=curve),
+        _run("local SGD H=16", 0, [1.0] * 16, n / 16, step_s=0.01, metric=2 / 16, messages=[("all_reduce", n)]),
+        _run("delayed averaging", 0, [1.0] * 16, n, step_s=0.01, metric=1.0)])
+    slow = {"slow": (50e-6, 1 / 1e9)}
+    line = study.compression_verdict(study.compression_verdict_rows(summary, slow, ps=(2,)))
+    assert "delayed averaging pays most (as many bytes as fp32, hidden behind the next step, 0 of 16" in line, line
+    assert "fewer bytes" not in line
+    # the opposite: a method that sends fewer bytes says how many fewer
+    assert "16.0x fewer bytes" in study.compression_verdict(study.compression_verdict_rows(
+        _verdict_summary(15), slow, ps=(2,)))

@@ -355,3 +355,49 @@ def test_the_lessons_study_shares_one_budget_and_splits_the_large_batch_over_the
     assert four.micro_batch == 32  # 256 over 8 ranks
     capped, small = st.make_study(30, world_size=1, **{**kw, "num_train": 1000})
     assert "capped" in capped and small.large_seqs < one.large_seqs
+
+
+def test_the_budget_line_says_the_steps_each_batch_gets():
+    # #37, third full run: "budget: 2560 sequences at the small batch, 10240 at the large one (10 large batches'
+    # worth: the steps above, rounded)": 10240 sequences are 40 batches of 256; the 10 were the small batch's
+    kw = dict(small_batch=32, large_batch=256, num_train=100_000, large_factor=4, max_micro_batch=64, world_size=1,
+              common=dict(model="mini", seed=0))
+    _, sized = st.make_study(10, **kw)
+    line = st.budget_line(sized, 10, cut=True)
+    assert line.startswith("budget: 2560 sequences at the small batch, 10240 at the large one (2560 = 10 large "
+                           "batches' worth, the large batch 4x that: 80 steps at batch 32, 40 at batch 256")
+    assert sized.config("lamb", 32).max_steps == 80 and sized.config("lamb", 256).max_steps == 40
+    _, full = st.make_study(30, **kw)  # nothing cut: no parenthesis; a capping note is said instead
+    assert st.budget_line(full, 30, cut=False) == "budget: 7680 sequences at the small batch, 30720 at the large one"
+    assert st.budget_line(full, 30, cut=True, note="NOTE: capped") == "NOTE: capped"
+    assert "240 steps at batch 32, 120 at batch 256" in st.budget_line(full, 30, cut=True)
+
+
+def test_batch_reading_leaves_the_throughput_unresolved_where_runs_at_one_batch_spread_over_both():
+    # #37 (third full run, read r3b): on a busy machine Adam's runs at batch 32 ran at 47.5-182.0 sequences/s
+    # (the same work per step), the large batch's at 109.7-121.7: a "throughput gain" of one run over another is
+    # the machine's load
+    from course_lib.lessons.l07_bert_lamb import batch_reading, rate_spread
+
+    runs = {"adam b=32": _mlm(36, 4.0, seqs_per_s=47.5, batch=32),
+            "adam b=256 (best lr)": _mlm(24, 4.0, seqs_per_s=121.7, batch=256),
+            "adam b=256 (best lr, seed 1)": _mlm(24, 4.0, seqs_per_s=115.0, batch=256)}
+    sweeps = {"adam b=32, base lr x0.5": _mlm(60, 4.0, seqs_per_s=54.5, batch=32),
+              "adam b=32, base lr x2": _mlm(None, 4.5, seqs_per_s=182.0, batch=32),
+              "adam b=256, sqrt rule x0.25": _mlm(None, 4.6, seqs_per_s=109.7, batch=256),
+              "lamb b=32, base lr x1": _mlm(40, 4.0, seqs_per_s=500.0, batch=32)}  # another optimizer: not counted
+    assert rate_spread({**sweeps, **runs}, "adam", 32) == (47.5, 182.0)
+    busy = batch_reading(runs, 4.1, 32, 256, "adam", others=sweeps)
+    assert "ran at 2.56x the sequences/s" in busy  # 121.7 / 47.5, the two runs' cells
+    assert ("but runs at one batch ran at 47.5-182 sequences/s at batch 32 and 109.7-121.7 at batch 256 (the same "
+            "work per step: the machine's load), so the throughput side is not resolved here") in busy
+    assert busy.endswith(": the extra sequences it needed are what the measurement can tell (sample efficiency)")
+    assert "gain" not in busy
+    # the opposite: a quiet machine, each batch's runs close together and apart from the other's: read as before
+    quiet = {k: {**r, "seqs_per_s": (300.0 if "b=32" in k else 280.0) + i} for i, (k, r) in
+             enumerate({**sweeps, **runs}.items())}
+    calm = batch_reading({k: quiet[k] for k in runs}, 4.1, 32, 256, "adam",
+                         others={k: quiet[k] for k in sweeps})
+    assert "not resolved" not in calm and "there was no throughput gain" in calm
+    # without the sweeps (one run at the small batch): no spread to read, as before
+    assert "not resolved" not in batch_reading(runs, 4.1, 32, 256, "adam")

@@ -461,7 +461,8 @@ def test_lesson11s_adaptive_verdict_quotes_the_adaptive_table():
                 "batches": [1024, 4096], "final_hr": 0.5, "steps": steps or 100, "samples": 0}
     for rows in ([row("fixed", 400, 400_000), row("grown", 300, 410_000), row("adaptive", 200, 405_000)],
                  [row("fixed", 400, 400_000), row("adaptive", 200, 900_000)],
-                 [row("fixed", 100, 400_000), row("adaptive", None, None, False)]):
+                 [row("fixed", 100, 400_000), row("adaptive", None, None, False)],
+                 [row("fixed", 1208, 4_947_968), row("grown", 1208, 4_947_968), row("adaptive", 906, 4_947_968)]):
         said = L11.adaptive_verdict(rows)
         # the adaptive run's steps and samples against another's: ratios of two cells of one column (the cells of
         # "samples to target" are text with thousands separators, parsed the same way)

@@ -274,3 +274,26 @@ def test_bert_verdict_says_why_neither_search_reached_lesson07s_target():
     said = study.bert_verdict(study.bert_rows([rand, hb], spec), spec)
     assert "at most 48 steps at batch 8; lesson 07's Adam baseline needed 168 at batch 32" in said
     assert "baseline needed" not in study.bert_verdict(study.bert_rows([rand, hb], BSPEC), BSPEC)
+    # #37 (second full run, read r3b): LAMB trials set against Adam's steps alone; lesson 07's LAMB needed 56
+    lamb = {**spec, "optimizer": "lamb", "target_steps": 36, "lamb_steps": 56}
+    said = study.bert_verdict(study.bert_rows([rand, hb], lamb), lamb)
+    assert ("lesson 07's Adam baseline needed 36 at batch 32 to reach it, its LAMB run (the optimizer searched here) "
+            "56.") in said
+    none = {**lamb, "lamb_steps": None}
+    assert "its LAMB run did not reach it." in study.bert_verdict(study.bert_rows([rand, hb], none), none)
+
+
+def test_lesson07s_saved_setting_carries_its_lamb_runs_steps():
+    import types
+
+    from course_lib.lessons import l07_bert_lamb as l07
+
+    saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 4.5,
+             "runs": [{"label": "adam b=32", "steps_to_loss": 36, "global_batch_size": 32},
+                      {"label": "lamb b=32", "steps_to_loss": 56, "global_batch_size": 32},
+                      {"label": "lamb b=256 (best lr)", "steps_to_loss": 22, "global_batch_size": 256}]}
+    plan = types.SimpleNamespace(bert_model="mini", bert_seq_len=64, bert_vocab_size=4096)
+    got = l07.saved_setting(saved, "full", plan)
+    assert (got["target_steps"], got["target_batch"], got["lamb_steps"]) == (36, 32, 56)
+    saved["runs"][1]["steps_to_loss"] = None
+    assert l07.saved_setting(saved, "full", plan)["lamb_steps"] is None

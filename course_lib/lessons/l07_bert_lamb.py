@@ -97,6 +97,24 @@ def make_study(large_batches: int, *, small_batch: int, large_batch: int, num_tr
                        base_lrs=dict(base_lrs or {"adam": 1e-3, "lamb": 1e-2}), common=common)
 
 
+def budget_line(study: Study, large_batches: int, cut: bool, note: str = "") -> str:
+    """The line under the sizing line: each batch's budget in sequences and, where the sizing cut the plan, the
+    steps it gives at each batch (what the runs then take: :meth:`Study.config`). ``note``: :func:`budget`'s, said
+    instead when the corpus capped the budget. (#37, third full run: "10240 at the large one (10 large batches'
+    worth ...)": 10240 sequences are 40 large batches; the 10 were the small batch's budget.)"""
+    if note:
+        return note
+    line = f"budget: {study.small_seqs} sequences at the small batch, {study.large_seqs} at the large one"
+    if not cut:
+        return line
+    small = study.config("adam", study.small_batch).max_steps
+    large = study.config("adam", study.large_batch).max_steps
+    return line + (f" ({study.small_seqs} = {large_batches} large batches' worth, the large batch "
+                   f"{study.large_seqs // max(1, study.small_seqs)}x that: {small} steps at batch "
+                   f"{study.small_batch}, {large} at batch {study.large_batch}, the sized steps above rounded to "
+                   "whole large batches)")
+
+
 def best_loss_key(record: dict) -> float:
     """Best first: the lowest held-out loss; a diverged run last. (Evaluations are too sparse,
     and the clock too noisy on a shared machine, to rank runs by time.)"""
@@ -279,10 +297,23 @@ def large_batch_reading(small: tuple[str | None, str], large: tuple[str | None, 
     return f"{why_l}, while at the small batch {why_s.split(': ', 1)[-1]}: the lead opens with the batch"
 
 
-def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str) -> str:
+def rate_spread(records: dict, optimizer: str, batch: int) -> tuple[float, float] | None:
+    """The lowest and highest sequences/s (as :func:`results_table` shows them) of ``optimizer``'s runs at ``batch``
+    among ``records`` (the sweeps and the seeds): runs of one model at one batch differ in their lr only, which does
+    not change the work of a step, so their spread is the machine's, not the batch's. None with fewer than two."""
+    rates = [round(r["seqs_per_s"], 1) for name, r in records.items()
+             if name.startswith(f"{optimizer} b={batch}") and r["config"]["global_batch_size"] == batch]
+    return (min(rates), max(rates)) if len(rates) > 1 else None
+
+
+def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str,
+                  others: dict | None = None) -> str:
     """The lesson's question for one optimizer: did the large batch reach the target sooner on the clock?
     Its time at both batches, the sequences each needed (steps x batch: sample efficiency) and the
-    throughput each ran at — so a slower large batch says which of the two made it slower."""
+    throughput each ran at — so a slower large batch says which of the two made it slower. ``others``: every run
+    of the lesson (the sweeps); where the sequences/s of runs at one batch spread so far that the two batches'
+    ranges overlap (:func:`rate_spread`: a busy machine), the throughput side is said to be unresolved, and the
+    clock's verdict is read from the sequences alone."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
     # #37 item 1: the times and rates as the results table above shows them (time to loss at 3 figures, sequences/s
@@ -299,6 +330,19 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
             f"{rate:.2f}x the sequences/s")
     if tl == ts:
         return head + ": on the clock the two batches are level here"
+    # #37 (third full run, read r3b): on a busy machine the runs at one batch ran at very different rates, so a rate
+    # ratio of two single runs named a "throughput gain" that runs at one batch spread wider than
+    spread = {b: rate_spread({**(others or {}), **runs}, optimizer, b) for b in (small_batch, large_batch)}
+    if all(spread.values()) and not (spread[large_batch][0] > spread[small_batch][1]
+                                     or spread[large_batch][1] < spread[small_batch][0]):
+        (a, b), (c, d) = spread[small_batch], spread[large_batch]
+        head += (f"; but runs at one batch ran at {a:g}-{b:g} sequences/s at batch {small_batch} and {c:g}-{d:g} at "
+                 f"batch {large_batch} (the same work per step: the machine's load), so the throughput side is not "
+                 "resolved here")
+        if (tl > ts) == (seqs > 1):
+            return head + (": the " + ("extra" if seqs > 1 else "fewer") + " sequences it needed are what the "
+                           "measurement can tell (sample efficiency)")
+        return head + ": the clock's difference is within that load's noise"
     # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
     # named only where the large batch ran faster (at the figures printed)
     gain = round(rate, 2) > 1
@@ -531,7 +575,11 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
             "source": f"lesson 07's {profile} run" if ok else  # issue 36: a lesson run alone says so
             f"the tier plan's BERT, with no target loss: lesson 07 has not saved a {profile}-profile run here",
             "target_steps": None if base is None else base.get("steps_to_loss"),
-            "target_batch": None if base is None else base.get("global_batch_size")}
+            "target_batch": None if base is None else base.get("global_batch_size"),
+            # its small-batch LAMB run's steps to the same target (lesson 12 searches LAMB: #37, read r3b)
+            "lamb_steps": next((r.get("steps_to_loss") for r in (saved07 or {}).get("runs", []) if ok
+                                and base is not None and r.get("label") == f"lamb b={base.get('global_batch_size')}"),
+                               None)}
 
 
 def summary(record: dict, target: float, label: str | None = None) -> dict:

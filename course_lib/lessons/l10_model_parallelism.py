@@ -854,6 +854,12 @@ def staleness_reading(conv: list[dict], gaps: dict[int, float], equal: bool, noi
                         "differ)." if grows else
                         f": more at p = {ps[-1]} than at p = {ps[0]}, but not at every step in depth." if partly else
                         ": NOT growing with depth here."))
+        # #37 (second full run, read r3b): "6.6e-07 at p = 2" next to "equals its replay ... to 1e-06"
+        small = [p for p in ps if gaps[p] <= ASYNC_TOLERANCE]
+        if small:
+            parts[-1] = parts[-1][:-1] + (f"; at p = {', '.join(map(str, small))} the drift is below the "
+                                          f"{ASYNC_TOLERANCE:g} to which the pipeline is compared with its replay "
+                                          "above: no drift resolved there.")
     return " ".join(parts)
 
 

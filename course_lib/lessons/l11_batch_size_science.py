@@ -1122,8 +1122,14 @@ def adaptive_verdict(rows: list[dict]) -> str:
         return "No run reached the target within its budget: nothing to compare (a longer budget would)."
     fewest = min(reached, key=lambda r: r["steps_to_target"])
     cheapest = min(reached, key=lambda r: r["samples_to_target"])
-    text = (f"Fewest steps to the target: {fewest['run']} ({fewest['steps_to_target']:,}); fewest samples: "
-            f"{cheapest['run']} ({cheapest['samples_to_target']:,}).")
+
+    def named(best, key):  # #37 (second full run, read r3b): "fewest samples: fixed batch 4,096" for a three-way tie
+        tied = [r["run"] for r in reached if r[key] == best[key]]
+        return (f"{best['run']} ({best[key]:,})" if len(tied) == 1 else
+                f"a tie between {', '.join(tied[:-1])} and {tied[-1]} ({best[key]:,} each)")
+
+    text = (f"Fewest steps to the target: {named(fewest, 'steps_to_target')}; fewest samples: "
+            f"{named(cheapest, 'samples_to_target')}.")
     ada = rows[-1]
     others = [r for r in reached if r is not ada]
     if not ada["reached"]:

@@ -525,7 +525,13 @@ def bert_verdict(rows: list[dict], bspec: dict, tie: float = 0.005) -> str:
                 f"search {said['random']}.")
         if all(math.isinf(v) for v in steps.values()) and bspec.get("target_steps"):
             out += (f" A trial trains at most {bspec['max_steps']} steps at batch {bspec['batch']}; lesson 07's Adam "
-                    f"baseline needed {bspec['target_steps']} at batch {bspec['target_batch']} to reach it.")
+                    f"baseline needed {bspec['target_steps']} at batch {bspec['target_batch']} to reach it")
+            # #37 (second full run, read r3b): the 48 steps were set against Adam's 36 alone; the trials train LAMB,
+            # whose run in lesson 07 needed 56 at the same batch
+            if bspec.get("optimizer") == "lamb" and "lamb_steps" in bspec:
+                out += (f", its LAMB run (the optimizer searched here) {bspec['lamb_steps']}" if bspec["lamb_steps"]
+                        else ", and its LAMB run did not reach it")
+            out += "."
     return out
 
 
