@@ -87,7 +87,8 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     if won == rung and blew_up:
         return (f"Here warmup stopped a blow-up: without it the run diverged on {len(blew_up)} of {len(base)} seeds, "
                 f"with it ({rung}) it did not ({verdict}). {quoted}; the same happened here.")
-    if won == rung and not _fewer_steps_on_every_seed(warm, base):
+    steps_known = all(getattr(r, "steps_to_target", None) is not None for r in [*warm, *base])
+    if won == rung and steps_known and not _fewer_steps_on_every_seed(warm, base):
         # read r3a 03-1 (full run 2026-12-01, /tmp/mc3): faster on the clock on both seeds (9.87 / 9.16 s vs 11.72 /
         # 10.80 s) in 95 / 96 steps against 100 / 92: the time it saved was the pace its steps ran at, not warmup's
         def steps(runs):
