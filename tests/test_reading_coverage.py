@@ -13,6 +13,7 @@ A new reading function fails :func:`test_every_reading_is_listed` until it has b
 """
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -334,17 +335,23 @@ def _readings() -> list[str]:
     return found
 
 
+@functools.cache
+def _tests_in(file: str) -> tuple[str, dict[str, str]]:
+    """A test file's source and its test functions' sources by name, read and parsed once for all entries."""
+    src = (ROOT / file).read_text()
+    tests: dict[str, str] = {}
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.FunctionDef):
+            tests.setdefault(node.name, ast.get_source_segment(src, node))  # the first of a name, as ast.walk finds
+    return src, tests
+
+
 def _test_source(node_id: str) -> str | None:
     """The source of the test ``tests/<file>.py::<name>`` (None if there is no such test)."""
     file, _, name = node_id.partition("::")
-    path = ROOT / file
-    if not (file.startswith("tests/") and path.is_file() and name):
+    if not (file.startswith("tests/") and (ROOT / file).is_file() and name):
         return None
-    src = path.read_text()
-    for node in ast.walk(ast.parse(src)):
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return ast.get_source_segment(src, node)
-    return None
+    return _tests_in(file)[1].get(name)
 
 
 def test_every_reading_is_listed():
@@ -369,7 +376,7 @@ def test_each_listed_test_exists_and_calls_its_reading():
             if node_id is None or (kind == "agreement" and node_id.startswith("no table: ")):
                 continue
             src = _test_source(node_id)
-            file_src = (ROOT / node_id.partition("::")[0]).read_text() if src is not None else ""
+            file_src = _tests_in(node_id.partition("::")[0])[0] if src is not None else ""
             if src is None:
                 wrong.append(f"{name}: {kind} test {node_id!r} does not exist")
             elif short not in src and short not in file_src:
