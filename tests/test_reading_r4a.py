@@ -51,3 +51,32 @@ def test_the_optimizer_reading_says_how_a_faster_adam_would_move_the_ladder():
     alike = L01.optimizer_reading(_run_opt_comp(fused_step_at_16384=8.5))
     assert "2.49x at 16384, about alike, so the ladder's ratios would barely move" in alike
     assert "smaller" not in alike
+
+
+def _rows(slopes, intercepts):
+    """Per batch, rows whose log gradient norm is ``intercept + slope * log frequency`` (lesson 04's row cloud)."""
+    import torch
+
+    out = {}
+    for b, s in slopes.items():
+        freq = torch.tensor([1.0, 2.0, 3.0, 5.0, 8.0]) / b
+        out[b] = (freq, torch.exp(intercepts[b] + s * freq.log()))
+    return {"layers": [], "rows": out}
+
+
+def test_the_row_gradient_figure_is_titled_by_its_slopes():
+    """r4a 04-2: lesson 04 cell 5's figure was titled "the gradient follows frequency, not the batch size" over
+    slopes 0.73 (B=256) and 0.64 (B=32768), fits (-3.34 + 0.73 ln f, -5.50 + 0.64 ln f) that put the large batch's
+    rows 5.4x below the small batch's at the same frequency (1/256): the batch size moves them too."""
+    from course_lib.lessons import l04_lars as L04
+
+    run = _rows({256: 0.7302, 32768: 0.6446}, {256: -3.342, 32768: -5.497})
+    title = L04.row_gradients_title(run)
+    assert "not the batch size" not in title
+    assert title == ("Embedding rows: the gradient grows with the row's frequency in the batch\n"
+                     "(log-log slope 0.73 at B=256, 0.64 at B=32768)")
+    fig = L04.plot_row_gradients(run)
+    assert fig.axes[0].get_title() == title
+    # opposite: rows whose gradient does not grow with their frequency are not said to grow
+    flat = L04.row_gradients_title(_rows({256: 0.05, 32768: 0.1}, {256: -3.0, 32768: -3.0}))
+    assert "grows" not in flat and "slope 0.05 at B=256, 0.10 at B=32768" in flat
