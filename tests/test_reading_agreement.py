@@ -73,12 +73,25 @@ def test_the_phase_reading_quotes_the_phase_table():
     assert "62%" in str(r.table()) and "off the clock" in str(r.table())
 
 
+def _pass_ratios(comp) -> list[float]:
+    """The rule by which a loader verdict's resolution is derived (read r4a, #37 item 3): a "no measurable
+    difference" states its pass-by-pass ratios (rung over rung, each pass against the same pass) and the 5 %
+    threshold (0.05) they are read against."""
+    out = [0.05]
+    for a in comp["rows"]:
+        for b in comp["rows"]:
+            for key in ("load_sps", "train_sps"):
+                out += [pa[key] / pb[key] for pa, pb in zip(a["passes"], b["passes"]) if pa.get(key) and pb.get(key)]
+    return out
+
+
 def test_the_loader_reading_quotes_the_loader_table():
     from test_loader_ladder import constructed_comparison
 
     for comp in (constructed_comparison(), constructed_comparison(second={1: 3.0}), constructed_comparison(cores=8)):
         # 2: the cores; 0.06 %: the first batch's share of an epoch (epoch_samples / loading rate)
-        assert disagreements(L01.loader_reading(comp), L01.comparison_table(comp), extra=(1, 2, 0.0006, 6)) == []
+        assert disagreements(L01.loader_reading(comp), L01.comparison_table(comp),
+                             extra=(1, 2, 0.0006, 6, *_pass_ratios(comp))) == []
     # a rung's best pass against another's: 4.31x in the table is 4.31x in the line, not a paired median
     comp = constructed_comparison()
     comp["rows"][-1]["passes"][0]["load_sps"] *= 0.9  # the passes move apart; the kept (better) pass stays
@@ -169,7 +182,7 @@ def test_a_loader_pass_that_measured_nothing_is_not_the_best_rung():
     rung["passes"][1]["train_sps"] = None
     rung["train_sps"] = rung["passes"][0]["train_sps"]
     text = L01.loader_reading(comp)
-    assert disagreements(text, L01.comparison_table(comp), extra=(1, 2, 0.0006, 6)) == []
+    assert disagreements(text, L01.comparison_table(comp), extra=(1, 2, 0.0006, 6, *_pass_ratios(comp))) == []
     both = constructed_comparison()
     both["rows"][4]["passes"] = [{**p, "train_sps": None} for p in both["rows"][4]["passes"]]
     both["rows"][4]["train_sps"] = float("nan")
