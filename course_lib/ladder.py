@@ -1,6 +1,7 @@
 """The trick ladder: the one writer and reader of its saved rungs (lessons 01-06).
 
-baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel. The rungs are
+baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel (the slots; each row is named
+for what ran, :func:`rung_name`). The rungs are
 **cumulative**, as in the seed talk: each lesson starts from the best setting so far
 (:func:`start_from`: the rung below only when it helped beyond the noise, #37) and adds one trick —
 a bigger batch with a scaled lr (02), warmup to reach a
