@@ -62,3 +62,45 @@ def test_a_rung_slower_beyond_its_printed_pace_drift_is_not_called_level(tmp_pat
     _save(tmp_path, "+LARS", 11.8, [11.5, 12.1], 100_224, 63_001, RUNG_PACES["+LARS"][4])
     lamb = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}["+LARS"]
     assert lamb["vs_previous"] > 1 / 1.59 and "no measurable difference" in lamb["vs_noise"]
+
+
+def _bucket_rows(floor_repeats):
+    """Lesson 06 cell 22's bucket table of the run (2 gloo ranks; step = the median repeat, as printed)."""
+    def row(variant, cap, overlap, reps, step, n, comm_ms, compression="none"):
+        return {"variant": variant, "bucket_cap_mb": cap, "overlap": overlap, "compression": compression,
+                "step_ms": step, "step_ms_repeats": list(reps), "allreduces_per_step": n, "comm_ms": comm_ms}
+    return [row("DDP buckets", 0.25, True, [26.4, 25.3, 30.4], 26.35, 17, 21.68),
+            row("DDP buckets", 1.0, True, [21.7, 19.5, 16.3], 19.5, 5, 11.65),
+            row("DDP buckets", 25.0, True, [26.4, 14.1, 15.2], 15.18, 1, 6.263),
+            row("one all-reduce after backward", 4.276, False, [23.4, 13.6, 13.0], 13.63, 1, 4.967),
+            row("no communication (floor)", 0.0, None, floor_repeats, sorted(floor_repeats)[1], 0, 0.0, None)]
+
+
+def test_the_overlap_reading_pairs_the_interleaved_rounds():
+    """Read r4b 06-1 (lesson 06 cell 22): "Communication share: not measurable here. With 25 MiB buckets (1 all-reduce
+    per step) a step took as long as with no communication at all, within the noise (... buckets 14.1-26.4 ms, the
+    floor 6.68-14.9 ms ...): either the all-reduces hid behind backward, or ...". The variants ran interleaved and the
+    first round was slow for all of them: round by round the buckets took 26.4 vs 14.9, 14.1 vs 6.72, 15.2 vs 6.68 ms
+    (1.8-2.3x the floor), and cell 24's timeline put 0% of that all-reduce under backward. Opposite: rounds that
+    disagree stay "not measurable"; the serial all-reduce (3.7% in one round) and the caps stay level."""
+    from course_lib import comm
+    from course_lib.lessons import l06_data_parallel as study
+
+    result = comm.BucketResult(rows=_bucket_rows([14.9, 6.72, 6.68]), world_size=2, backend="gloo",
+                               model_spec=comm.MLPSpec())
+    text = study.overlap_reading(result)
+    assert "not measurable here" not in text and "as long as with no communication" not in text, text
+    assert ("Communication share: with the fastest bucket setting, 25 MiB buckets (1 all-reduce per step), a step took "
+            "15.2 ms against 6.72 ms with no communication, so 56% of the step is communication") in text, text
+    assert "every interleaved round ran the buckets and the floor in the same order (26.4 vs 14.9, 14.1 vs 6.72, " \
+           "15.2 vs 6.68 ms)" in text, text
+    assert "What overlap saved: nothing measurable" in text  # 26.4/23.4, 14.1/13.6 (3.7%), 15.2/13.0
+    assert "Bucket size: no measurable difference between 25 MiB and 0.25 MiB" in text  # 26.4 vs 26.4 in round 1
+    # the opposite: the floor's second round as slow as the buckets' -> the rounds disagree, no share is read
+    level = study.overlap_reading(comm.BucketResult(rows=_bucket_rows([14.9, 16.0, 6.68]), world_size=2,
+                                                    backend="gloo", model_spec=comm.MLPSpec()))
+    assert "Communication share: not measurable here" in level, level
+    # unequal repeat counts are not paired: ranges decide, as before
+    a, b = {"step_ms": 10, "step_ms_repeats": [9, 10, 11]}, {"step_ms": 10.5, "step_ms_repeats": [10.5, 12]}
+    assert study.measurably_different(a, b) is False
+    assert study.measurably_different(a, {"step_ms": 12, "step_ms_repeats": [10.5, 11.5, 12.5]}) is True  # paired
