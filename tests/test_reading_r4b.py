@@ -104,3 +104,39 @@ def test_the_overlap_reading_pairs_the_interleaved_rounds():
     a, b = {"step_ms": 10, "step_ms_repeats": [9, 10, 11]}, {"step_ms": 10.5, "step_ms_repeats": [10.5, 12]}
     assert study.measurably_different(a, b) is False
     assert study.measurably_different(a, {"step_ms": 12, "step_ms_repeats": [10.5, 11.5, 12.5]}) is True  # paired
+
+
+def _mlm_run(steps_to_target, best, seqs_per_s, batch, time_to_target=None, steps=80):
+    """A train_mlm-shaped record: evaluations 20 per run (every steps // 20), the loss at ``best`` from the target's
+    step on (None: never), reached at ``time_to_target`` seconds of training."""
+    every = max(1, steps // 20)
+    evals = list(range(every, steps + 1, every))
+    losses = [9.0 if (steps_to_target is None or s < steps_to_target) else best for s in evals]
+    if steps_to_target is None:
+        losses[-1] = best
+    t = time_to_target or 1.0
+    times = [t * s / (steps_to_target or steps) for s in evals]
+    return {"curves": {"eval_step": evals, "eval_loss": losses, "eval_time_s": times}, "best_eval_loss": best,
+            "diverged": False, "seqs_per_s": seqs_per_s, "label": "x", "config": {"global_batch_size": batch}}
+
+
+def test_the_batch_reading_names_no_cause_for_the_spread_of_equal_runs():
+    """Read r4b 07-1 (H, lesson 07 cell 15): "runs at one batch ran at 136.7-221.5 sequences/s at batch 32 and
+    184.8-212.8 at batch 256 (the same work per step: the machine's load)": no cell measured the load (r3a 01-3's
+    kind). This run's Adam records; the opposite, close rates at each batch, reads the throughput as before."""
+    from course_lib.lessons.l07_bert_lamb import batch_reading
+
+    runs = {"adam b=32": _mlm_run(36, 4.492, 152.6, 32, 5.49),
+            "adam b=256 (best lr)": _mlm_run(22, 4.487, 212.8, 256, 26.7, steps=40),
+            "adam b=256 (best lr, seed 1)": _mlm_run(20, 4.499, 184.8, 256, 29.0, steps=40)}
+    sweeps = {"adam b=32, base lr x0.5": _mlm_run(56, 4.512, 136.7, 32, 14.6),
+              "adam b=32, base lr x2": _mlm_run(None, 4.629, 221.5, 32),
+              "adam b=256, sqrt rule x0.25": _mlm_run(None, 4.625, 211.8, 256, steps=40),
+              "adam b=256, sqrt rule x1": _mlm_run(None, 4.637, 198.1, 256, steps=40)}
+    said = batch_reading(runs, 4.592, 32, 256, "adam", others=sweeps)
+    assert said.startswith("adam: the large batch reached the target later (26.7 s vs 5.49 s at batch 32); it needed "
+                           "4.89x the sequences (22 steps x 256 vs 36 x 32) and ran at 1.39x the sequences/s"), said
+    assert "136.7-221.5 sequences/s at batch 32 and 184.8-212.8 at batch 256" in said
+    assert "the machine's load" not in said and "no cell here measured which" in said, said
+    calm = batch_reading(runs, 4.592, 32, 256, "adam")  # no sweeps: no spread, no cause to name
+    assert "no cell here measured" not in calm and "throughput gain" in calm
