@@ -293,8 +293,13 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         r["vs_noise"] = None
         if r["vs_previous"] is not None:
             # the yardstick's own movement within each lesson bounds how well pacing can line the two up; the
-            # two by the names the table shows (#37 full run: "vs +linear scaling 4.36 s" under "+sqrt scaling")
-            resolution = (_pace_moved(r) + _pace_moved(before)) * max(r["paced_time_s"], before["paced_time_s"])
+            # two by the names the table shows (#37 full run: "vs +linear scaling 4.36 s" under "+sqrt scaling").
+            # The resolution is the drift's share of the rung below's time: a difference within it is one whose
+            # ratio, as the table prints it ("0.4x (±59%)"), has 1 inside its ± (read r4b 05-1, fourth full run:
+            # "0.4x (±59%): no measurable difference" for +LAMB 16.4 s vs 7.32 s, where the share of the larger
+            # time, 9.63 s, let a rung slower by a factor 2.2 pass as level). For a faster rung it is the share of
+            # the larger time, as before, so which rungs helped (and what the next lesson builds on) is unchanged.
+            resolution = (_pace_moved(r) + _pace_moved(before)) * before["paced_time_s"]
             winner, text = noise_verdict(r["paced_seed_times_s"] or [r["paced_time_s"]],
                                          before["paced_seed_times_s"] or [before["paced_time_s"]],
                                          names=(r["name"], r["previous_name"]), quantity="paced time to target",
@@ -488,6 +493,9 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
             below_name = r.get("previous_name") or r["previous_step"]
             cell = (speedup_cell(vs, r["vs_previous_uncertainty"]) if r.get("vs_previous_uncertainty") is not None
                     else f"{vs:.2f}x") if vs is not None else ""
+            if vs is not None and vs < 1 and not r.get("vs_noise"):  # measurably slower (read r4b 05-1)
+                passed.append(f"the {r['step']!r} rung was slower than the {below_name!r} rung ({cell})")
+                continue
             how = r.get("vs_noise") or (f"{cell} the {below_name!r} rung" if vs is not None else "")
             passed.append(f"the {r['step']!r} rung did not help beyond the noise ({how})")
     saved = {r["step"] for r in rows}

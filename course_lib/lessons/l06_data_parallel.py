@@ -4,7 +4,7 @@ Each reading takes the rows a benchmark returned and says what they show, in wor
 true on any tier (CPU processes over gloo, one GPU whose ranks are CPU processes, several GPUs
 over NCCL) and at any world size, including one. A difference is called a difference only when
 it beats the noise measured next to it: the spread of the all-reduce sweep's blocks, the range
-of the bucket benchmark's repeats.
+of the bucket benchmark's repeats (or, the variants running interleaved, every round: :func:`measurably_different`).
 
 - :func:`ring_reading` — what the ring all-reduce's schedule sends, counted from lesson 08's schedules;
 - :func:`allreduce_reading` — the sweep: where latency ends and bandwidth begins, and whether the
@@ -25,7 +25,7 @@ import math
 from ..comm.collectives import ring_allreduce_schedule
 from ..comm.cost import human_bytes, allreduce_busbw_factor
 import matplotlib.pyplot as plt
-from ..metrics import line_fit
+from ..metrics import line_fit, paired_speedup
 from ..tables import Table
 
 # unit roundoff of each 16-bit format (half the distance from 1 to the next number): 2^-11, 2^-8
@@ -42,13 +42,43 @@ def repeat_range(row: dict) -> tuple[float, float]:
     return min(reps), max(reps)
 
 
-def measurably_different(a: dict, b: dict) -> bool | None:
-    """True when the repeats' ranges of two rows do not overlap; None with fewer than 2 repeats each
-    (then there is no noise to compare with)."""
+def interleaved_rounds(a: dict, b: dict) -> list[tuple[float, float]] | None:
+    """The two rows' repeats paired round by round (ms), or None where they cannot be: the bucket benchmark runs
+    its variants interleaved (A, B, C, A, B, C, ...: :func:`course_lib.comm.bench.ddp_bucket_benchmark`), so
+    repeat i of every row ran in the same round, under the same load; rows with unequal counts are not paired."""
+    ra, rb = a.get("step_ms_repeats") or [], b.get("step_ms_repeats") or []
+    return list(zip(ra, rb)) if len(ra) == len(rb) >= 2 else None
+
+
+PAIRED_MIN_EFFECT = 0.05  # a round-by-round difference must exceed this in every round (metrics.paired_speedup's)
+
+
+def measurably_different(a: dict, b: dict, min_effect: float = PAIRED_MIN_EFFECT) -> bool | None:
+    """True when the repeats' ranges of two rows do not overlap, or when every interleaved round
+    (:func:`interleaved_rounds`) ran one of them slower by more than ``min_effect`` (lesson 01's paired rule,
+    :func:`course_lib.metrics.paired_speedup`): a round the machine's load slowed slows every variant in it, and
+    widens each row's range without moving their order. None with fewer than 2 repeats each (then there is no
+    noise to compare with). (Read r4b 06-1, fourth full run: the floor at 14.9, 6.72, 6.68 ms and the 25 MiB buckets
+    at 26.4, 14.1, 15.2 ms, slower in every round by 1.8-2.3x, read "as long as with no communication at all, within
+    the noise" because the first round was slow for every variant.)"""
     if min(len(a.get("step_ms_repeats") or []), len(b.get("step_ms_repeats") or [])) < 2:
         return None
     (lo_a, hi_a), (lo_b, hi_b) = repeat_range(a), repeat_range(b)
-    return hi_a < lo_b or hi_b < lo_a
+    if hi_a < lo_b or hi_b < lo_a:
+        return True
+    rounds = interleaved_rounds(a, b)
+    return bool(rounds) and paired_speedup([y / x for x, y in rounds], min_effect)[1]
+
+
+def _rounds_text(a: dict, b: dict, what_a: str, what_b: str) -> str:
+    """Where the ranges overlap but every round agrees: the rounds, so the verdict can be checked in the table."""
+    (lo_a, hi_a), (lo_b, hi_b) = repeat_range(a), repeat_range(b)
+    rounds = interleaved_rounds(a, b)
+    if rounds is None or hi_a < lo_b or hi_b < lo_a:
+        return ""
+    pairs = ", ".join(f"{x:.3g} vs {y:.3g}" for x, y in rounds)
+    return (f"; their repeats' ranges overlap, but every interleaved round ran {what_a} and {what_b} in the same "
+            f"order ({pairs} ms)")
 
 
 def _vs(a: dict, b: dict, what_a: str, what_b: str) -> str:
@@ -58,9 +88,12 @@ def _vs(a: dict, b: dict, what_a: str, what_b: str) -> str:
     ra, rb = repeat_range(a), repeat_range(b)
     ranges = f"{what_a} {ra[0]:.3g}-{ra[1]:.3g} ms, {what_b} {rb[0]:.3g}-{rb[1]:.3g} ms over the repeats"
     if verdict is False:
-        return f"no measurable difference between {what_a} and {what_b} (their repeats overlap: {ranges})"
+        rounds = (f", and the interleaved rounds do not all put one ahead by more than {PAIRED_MIN_EFFECT:.0%}"
+                  if interleaved_rounds(a, b) else "")
+        return f"no measurable difference between {what_a} and {what_b} (their repeats overlap{rounds}: {ranges})"
     word = "less" if d > 0 else "more"
-    tail = "" if verdict else " (one repeat only: no noise estimate, so this may be noise)"
+    tail = (_rounds_text(a, b, what_a, what_b) if verdict else
+            " (one repeat only: no noise estimate, so this may be noise)")
     return (f"{what_a} took {a['step_ms']:.3g} ms per step, {abs(d):.3g} ms {word} than {what_b} "
             f"({abs(d) / b['step_ms']:.0%}){tail}")
 
@@ -193,8 +226,9 @@ def overlap_reading(result) -> str:
                 f"Communication share: with the fastest {which}, {cap}, a step took {best['step_ms']:.3g} ms "
                 f"against {floor['step_ms']:.3g} ms with no communication, so {max(exposed, 0) / best['step_ms']:.0%} "
                 f"of the step is communication that did not hide behind backward (all-reduces were pending "
-                f"{best.get('comm_ms') or 0:.3g} ms per step)"
-                + ("." if same else "; one repeat only, so no noise estimate.")
+                f"{best.get('comm_ms') or 0:.3g} ms per step"
+                + (f"{_rounds_text(best, floor, 'the buckets', 'the floor')})." if same else
+                   "); one repeat only, so no noise estimate.")
             )
     if serial is not None:
         verdict = measurably_different(best, serial)

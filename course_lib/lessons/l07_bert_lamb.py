@@ -336,9 +336,12 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     if all(spread.values()) and not (spread[large_batch][0] > spread[small_batch][1]
                                      or spread[large_batch][1] < spread[small_batch][0]):
         (a, b), (c, d) = spread[small_batch], spread[large_batch]
+        # read r4b 07-1 (H, fourth full run): "(the same work per step: the machine's load)" named a cause no cell
+        # measured (as r3a 01-3 in lesson 01's pace reading); the same work at other rates says only that something
+        # outside the step moved
         head += (f"; but runs at one batch ran at {a:g}-{b:g} sequences/s at batch {small_batch} and {c:g}-{d:g} at "
-                 f"batch {large_batch} (the same work per step: the machine's load), so the throughput side is not "
-                 "resolved here")
+                 f"batch {large_batch} (the same work per step, so something outside the step moved: on a shared "
+                 "machine, other jobs; no cell here measured which), so the throughput side is not resolved here")
         if (tl > ts) == (seqs > 1):
             return head + (": the " + ("extra" if seqs > 1 else "fewer") + " sequences it needed are what the "
                            "measurement can tell (sample efficiency)")
