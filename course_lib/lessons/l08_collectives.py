@@ -874,17 +874,35 @@ def compression_verdict(rows: list[dict], margin: float = 1.05) -> str:
     return "\n".join(lines)
 
 
-def compression_verdict_table(rows: list[dict], p: int | None = None) -> Table:
+def named_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
+    """The ``(model, link, method)`` rows :func:`compression_verdict` names: per model, link and p, the method with
+    the largest predicted speedup (named whether it pays or not)."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["model"], r["link"], r["p"])
+        if key not in best or r["speedup"] > best[key]["speedup"]:
+            best[key] = r
+    return {(r["model"], r["link"], r["method"]) for r in best.values()}
+
+
+def compression_verdict_table(rows: list[dict], p: int | None = None, named_only: bool = False) -> Table:
     """:func:`compression_verdict_rows` per model, link and method, a step, the fp32 step and the speedup per ``p``
     (``p`` given: that one only). #37 item 1: the verdict reads every p of its rows, so its table shows them all
-    (it showed p = 64 under a verdict that also quoted p = 2), and the compute each step adds to."""
+    (it showed p = 64 under a verdict that also quoted p = 2), and the compute each step adds to. ``named_only``:
+    only the methods the verdict names (:func:`named_methods`): #37's 40-line limit (the fourth full run, read
+    r4c: every method on every link, 48 rows under the verdict's 12 lines, was 64 lines in one cell)."""
     ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
     per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
+    named = named_methods(rows) if named_only else None
     t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "compute (ms)"]
               + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")],
               title=f"predicted at p = {', '.join(map(str, ps))} (this machine's compute; links as above; speedup: "
-                    "to the same quality)")
+                    "to the same quality)" + ("; the methods the verdict names, per model and link (all of them: "
+                                              "study.compression_verdict_table(compression_verdict))" if named_only
+                                              else ""))
     for key in dict.fromkeys((r["model"], r["link"], r["method"]) for r in rows):
+        if named is not None and key not in named:
+            continue
         mine = {r["p"]: r for r in rows if (r["model"], r["link"], r["method"]) == key and r["p"] in ps}
         if not mine:
             continue
