@@ -928,6 +928,12 @@ def growth_verdict(decay, grow, hr_tolerance: float = 0.01) -> str:
             f"({grow.steps / decay.steps:.0%}), final HR@10 {grow.final_hr:.4f} vs {decay.final_hr:.4f} ({dhr:+.4f})")
     if grow.reached and decay.reached:
         head += f"; time to target {grow.time_to_target_s:.1f} s vs {decay.time_to_target_s:.1f} s"
+        # #37 (fourth full run, read r4c): "time to target 7.4 s vs 9.8 s" for two runs that both reached the target
+        # at step 304, before the milestone changed anything: the same steps, so the seconds are the machine's pace
+        at = getattr(grow, "steps_to_target", None)
+        if at is not None and at == getattr(decay, "steps_to_target", None):
+            head += (f" for the same {at:,} steps to the target (the two runs are one run until the first milestone, "
+                     "so the seconds differ by the machine's pace, not by the schedule)")
     if fewer and same:
         return head + ": the same accuracy in fewer, larger steps, as Smith et al. (2017) found."
     if fewer and dhr > hr_tolerance:
