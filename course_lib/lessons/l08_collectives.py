@@ -901,7 +901,7 @@ def compression_verdict_table(rows: list[dict], p: int | None = None, named_only
     (``p`` given: that one only). #37 item 1: the verdict reads every p of its rows, so its table shows them all
     (it showed p = 64 under a verdict that also quoted p = 2), and the compute each step adds to. ``named_only``:
     only the methods the verdict names (:func:`named_methods`): #37's 40-line limit (the fourth full run, read
-    r4c: every method on every link, 48 rows under the verdict's 12 lines, was 64 lines in one cell)."""
+    r4c: every method on every link, 48 rows under the verdict's 12 lines, was 63 lines in one cell)."""
     ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
     per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
     named = named_methods(rows) if named_only else None
