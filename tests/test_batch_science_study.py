@@ -272,6 +272,14 @@ def test_growth_verdict_every_outcome():
     assert "accuracy fell" in study.growth_verdict(_run(1000, 0.60), _run(400, 0.50))
     assert "better final HR" in study.growth_verdict(_run(1000, 0.50), _run(400, 0.60))
     assert "no saving" in study.growth_verdict(_run(400, 0.60), _run(400, 0.60))
+    # #37 (fourth full run, read r4c): both runs reached the target at step 304, before the milestone: the seconds
+    # (9.774 against 7.42) are the machine's pace; at different steps the time to target is read as before
+    decay, grow = _run(455, 0.7911, t=9.774), _run(341, 0.7858, t=7.42)
+    decay.steps_to_target = grow.steps_to_target = 304
+    said = study.growth_verdict(decay, grow)
+    assert "time to target 7.4 s vs 9.8 s for the same 304 steps to the target" in said and "machine's pace" in said
+    grow.steps_to_target = 200
+    assert "machine's pace" not in study.growth_verdict(decay, grow)
 
 
 def _bn_rows(small_local, small_sync):

@@ -438,8 +438,14 @@ def test_ring_tree_reading_tells_the_host_from_the_links_recorded_and_swapped():
     assert "1.14/0.80/1.14x" in on_host
     # the full run's host times (ring 0.75/0.70/0.67x the tree's): nearer the shared view, yet not a tie
     faster = [{**r, "measured": m} for r, m in zip(host, (0.75, 0.70, 0.67))]
-    assert "not a tie within 25% at any p: the ring's fewer, larger messages were faster" in study.ring_tree_reading(
-        faster, "On one host")
+    # #37 (fourth full run, read r4c): the ring's messages are more and smaller than the tree's, not "fewer, larger"
+    said = study.ring_tree_reading(faster, "On one host")
+    assert ("not a tie within 25% at any p: how the two cut the bytes into messages (the ring: 2(p-1) rounds of n/p, "
+            "the tree: 2 ceil(log2 p) rounds of n) favoured the ring") in said and "fewer, larger" not in said
+    either = [{**r, "measured": m} for r, m in zip(host, (1.447, 0.7772, 0.8429))]  # the fourth run's host times
+    assert ("within 25% of a tie except at p = 2, 3, where how the two cut the bytes into messages (the ring: 2(p-1) "
+            "rounds of n/p, the tree: 2 ceil(log2 p) rounds of n) made a difference either way"
+            ) in study.ring_tree_reading(either, "On one host")
     tied = [{**r, "measured": m} for r, m in zip(host, (1.1, 0.9, 1.0))]
     assert "and they tie (within 25%)" in study.ring_tree_reading(tied, "On one host")
     on_links = study.ring_tree_reading(links, "On the links")
@@ -541,3 +547,22 @@ def test_measure_on_links_says_which_step_was_refused(monkeypatch):
     monkeypatch.setattr(vc, "up", refused)
     got = study.measure_on_links(study.links_spec("smoke", 2), 2)
     assert got["ran"] is False and "was refused: Operation not permitted" in got["why"]
+
+
+def test_the_verdicts_crossover_counts_where_recursive_doubling_won_below_it():
+    """#37 (fourth full run, read r4c): "the ring was faster than recursive doubling from about 2.4 MiB on,
+    recursive doubling below it" over a p = 4 table where the ring was faster at 4 B (1806 against 5850 us). The
+    run's p = 4 times (ring, recursive doubling) at 4 B, 1 KiB, 1 MiB, 4 MiB, 16 MiB; and the opposite, recursive
+    doubling faster at every size below the crossover."""
+    from course_lib.comm.bench import CollectivesResult
+    from course_lib.lessons import l08_collectives as study
+
+    sizes = [4, 1024, 2**20, 4 * 2**20, 16 * 2**20]
+    run = {4: {"ring": [1806, 8711, 9871, 16110, 41760], "recursive doubling": [5850, 3150, 4702, 19230, 58100],
+               "tree": [2124, 1064, 6711, 12550, 49540]}}
+    said = study.verdict(CollectivesResult(_rows(sizes, run)), 64.7e-6, 1 / 1.71e9).splitlines()[0]
+    assert "recursive doubling faster at 2 of the 3 sizes below it" in said, said
+    assert "on, recursive doubling below it" not in said
+    run[4]["ring"][0] = 6000  # the opposite: recursive doubling faster at every size below
+    said = study.verdict(CollectivesResult(_rows(sizes, run)), 64.7e-6, 1 / 1.71e9).splitlines()[0]
+    assert "on, recursive doubling below it (measured" in said and "faster at" not in said, said

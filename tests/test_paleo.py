@@ -189,10 +189,15 @@ def test_readings_follow_the_rows():
     assert S.communication_dominates(rising, "tree_all_reduce") is None
     text = S.alexnet_reading(rising)
     assert "does not hold" in text  # 32x at 32, not about 5x
+    # #37 (fourth full run, read r4c): a scheme still gaining at the most workers priced did not "stop scaling
+    # after" them (the run's ring: 14.5x at 128 of 128 workers); one that stops inside the rows does
+    assert "still gaining 10 % or more per step up to 32 workers, the most priced" in text
+    assert "stops scaling after 32" not in text
     flat = _rows([1, 1.8, 1.9, 2.0, 1.9, 5.2], comm=[0, 10, 50, 150, 300, 400])
     assert S.stops_scaling(flat, "one_to_all") == 2
     assert S.communication_dominates(flat, "one_to_all") == 8
     assert "holds" in S.alexnet_reading(flat) and "does not hold" not in S.alexnet_reading(flat)
+    assert "one_to_all: best 5.2x at 32 workers; stops scaling after 2 workers" in S.alexnet_reading(flat)
     inc = _rows([1, 2, 60])
     inc[-1]["speedup"]["one_to_all"] = 20
     assert "between one_to_all" in S.inception_reading(inc)

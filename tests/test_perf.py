@@ -328,7 +328,15 @@ def test_lesson06_scaling_line_reads_the_saved_rows():
             {"mode": "weak", "world_size": 4, "efficiency": None}]
     assert lesson06_scaling_line({"scaling_rows": rows}) == (
         "lesson 06, measured here: strong scaling on 2 ranks: efficiency 0.61; weak scaling on 2 ranks: efficiency 0.80"
+        "; weak scaling looked better than strong here, as the model's lines above"
     )
+    # #37 (fourth full run, read r4c): lesson 06 measured weak 0.58 against strong 0.60 under markdown saying weak
+    # scaling looks better: the line says the measurement did not show it
+    run = [{"mode": "strong", "world_size": 2, "efficiency": 0.60},
+           {"mode": "weak", "world_size": 2, "efficiency": 0.58}]
+    assert lesson06_scaling_line({"scaling_rows": run}).endswith(
+        "; weak scaling did not look better than strong here: the model's weak-scaling advantage did not show on 2 "
+        "ranks of this machine")
     assert ("has not saved" in lesson06_scaling_line(None)
             and "has not saved" in lesson06_scaling_line({"scaling_rows": []}))
 
@@ -358,7 +366,15 @@ def test_the_steps_fit_says_where_s_min_and_b_crit_come_from():
                ((256, 17406), (1024, 4356), (4096, 1020), (16384, 285), (65536, 100), (65536, None))]
     fitted, line = study.steps_fit(perfect)
     assert fitted is None and "17406 at 256" in line and "100 at 65536" in line
-    assert "no positive S_min" in line and "fewer than two" not in line and "illustrative S_min = 2000" in line
+    assert "no positive intercept (S_min = -4.45)" in line and "fewer than two" not in line
+    assert "illustrative S_min = 2000" in line
+    # #37 (fourth full run, read r4c): not "fell about as fast as 1/B or faster" beside 285 -> 100 for 4x the batch
+    assert ("fell x4.00 for x4, x4.27 for x4, x3.58 for x4, x2.85 for x4 batch to batch, less than the batch grew "
+            "from batch 4096 on") in line and "about as fast" not in line
+    # the opposite: steps that fall faster than 1/B at every batch (a line in 1/B through them has S_min < 0 too)
+    faster = study.steps_fit([{"batch size": b, "steps to target": s} for b, s in ((256, 9000), (1024, 2000),
+                                                                                    (4096, 400))])[1]
+    assert "as fast as the batch grew or faster at every step: no bend" in faster, faster
     assert "illustrative" in study.time_to_target_title(None)
     assert "not what this run found" in study.knee_line(4096, None)
     assert "only 1 batch size(s)" in study.steps_fit(perfect[:1])[1]

@@ -101,6 +101,18 @@ def test_the_bubble_reading_for_each_outcome():
     assert "CPU share" in str(study.bubble_table([_row(0.2, 0.1, cpu=None)]))
 
 
+def test_the_bubble_tables_pipelining_column_says_why_it_is_empty():
+    """#37 (fourth full run, read r4c): the deeper pipelines' table (no torch.distributed.pipelining run there)
+    read "n/a (1F1B needs m >= p)" on GPipe rows and on 1F1B rows with m >= p; the reason is given only where it
+    holds (1F1B, m < p), a comparison that ran reads its result."""
+    from course_lib.lessons import l10_model_parallelism as study
+
+    rows = [{**_row(0.4, 0.3, m=m), "p": 3, "schedule": sched, "native_grad_diff": None}
+            for sched in ("GPipe", "1F1B") for m in (1, 8)] + [_row(0.15, 0.12)]
+    col = [r["torch.distributed.pipelining = one process"] for r in study.bubble_table(rows).rows]
+    assert col == ["not run at this p", "not run at this p", "n/a (1F1B needs m >= p)", "not run at this p", "yes"]
+
+
 def _at(p, m, measured, replayed=None, cpu=1.0, schedule="GPipe"):
     return {**_row(measured, measured if replayed is None else replayed, m=m, cpu=cpu), "p": p, "schedule": schedule,
             "predicted": P.bubble_fraction(p, m)}

@@ -463,3 +463,22 @@ def test_lesson_08s_compression_verdict_table_follows_the_links():
     assert by[("NVLink (quoted)", "PowerSGD rank 4")]["speedup at p = 2"] < 1.05
     one = L08.compression_verdict_table(rows, 64)
     assert "speedup" in one.columns and "p = 64" in one.title and len(one.rows) == len(table.rows)
+
+
+def test_lesson_08s_compression_verdict_table_named_only_keeps_the_verdicts_rows():
+    """#37's 40-line limit (the fourth full run, read r4c): the notebook shows only the methods the verdict names
+    (``named_only``), one row per model, link and method named; the verdict still quotes that table's cells, and
+    which rows it keeps follows the results (PowerSGD on a slow link with 2 steps lost, local SGD with 15 lost)."""
+    from test_compression import _verdict_summary
+
+    links = {"slow": (50e-6, 1 / 1e9), "fast": (5e-6, 1 / 450e9)}
+    for lost, slow_best in ((2, "PowerSGD rank 4"), (15, "local SGD H=16")):
+        rows = L08.compression_verdict_rows(_verdict_summary(lost), links, ps=(2, 64))
+        full, named = L08.compression_verdict_table(rows), L08.compression_verdict_table(rows, named_only=True)
+        assert len(full.rows) == 4 and 1 <= len(named.rows) < len(full.rows)
+        assert ("slow", slow_best) in {(r["link"], r["method"]) for r in named.rows}
+        assert {(r["model"], r["link"], r["method"]) for r in named.rows} == L08.named_methods(rows)
+        comm = [row[c] - row["compute (ms)"] for row in named.rows for c in named.columns if c.startswith("fp32 step")]
+        text = L08.compression_verdict(rows)
+        assert disagreements(text, named, extra=comm) == [], text
+        assert "the methods the verdict names" in named.title and "names" not in full.title

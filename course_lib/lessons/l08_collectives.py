@@ -173,8 +173,14 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
     if measured:  # a size > 0: recursive doubling first, then the ring
         # #37 (full run of 2026-12-01): "recursive doubling wins below ... and the ring from there on" over a table
         # where the tree was fastest at most small sizes and beat the ring at 1 MiB: a crossover of these two only
+        # #37 (fourth full run, read r4c): "recursive doubling below it" over a table where the ring was faster at
+        # 4 B (1806 against 5850 us): below the crossover, the sizes where recursive doubling was faster, counted
+        below = n < measured
+        rd_won = int((t_rd[below] < t_ring[below]).sum())
+        under = ("recursive doubling below it" if rd_won == int(below.sum()) else
+                 f"recursive doubling faster at {rd_won} of the {int(below.sum())} sizes below it")
         lines.append(f"At p = {p} on this machine the ring was faster than recursive doubling from about "
-                     f"{_size(measured)} on, recursive doubling below it (measured; of these two: the table above "
+                     f"{_size(measured)} on, {under} (measured; of these two: the table above "
                      f"says which algorithm was fastest at each size); the alpha-beta-gamma model with your "
                      f"ping-pong's alpha and beta puts their crossover at {_size(model)}.")
     elif len(n) and (t_ring <= t_rd).all():
@@ -355,10 +361,15 @@ def ring_tree_reading(rows: list[dict], where: str) -> str:
                        f"{_ratios(rows, 'tree_GBps')} GB/s sent in all): every rank's copies go through the same "
                        "memory, so the bytes per link that tell ring and tree apart cost little extra"
                        + (f", and they tie (within {TIE_WITHIN:.0%})." if not off else
-                          (f"; not a tie within {TIE_WITHIN:.0%} at any p: the ring's fewer, larger messages "
+                          # #37 (fourth full run, read r4c): "the ring's fewer, larger messages", where the ring
+                          # sends 2(p-1) rounds of n/p and the tree 2 ceil(log2 p) of n (this lesson's cost table)
+                          (f"; not a tie within {TIE_WITHIN:.0%} at any p: how the two cut the bytes into messages "
+                           "(the ring: 2(p-1) rounds of n/p, the tree: 2 ceil(log2 p) rounds of n) "
                            if len(off) == len(rows) else f"; within {TIE_WITHIN:.0%} of a tie except at p = "
-                           f"{', '.join(str(r['p']) for r in off)}, where the ring's fewer, larger messages ") + (
-                              "were faster" if all(r["measured"] < 1 for r in off) else "made a difference either way")
+                           f"{', '.join(str(r['p']) for r in off)}, where how the two cut the bytes into messages "
+                           "(the ring: 2(p-1) rounds of n/p, the tree: 2 ceil(log2 p) rounds of n) ") + (
+                              "favoured the ring" if all(r["measured"] < 1 for r in off) else
+                              "made a difference either way")
                           + " (lesson 08's p > cores caveat applies)."))
     mixed = ", ".join(f"p = {r['p']}: {'links' if f else 'shared'}" for r, f in zip(rows, links))
     return head + f": no single view fits ({mixed}); noise on a busy machine? (more repeats)."
@@ -874,17 +885,35 @@ def compression_verdict(rows: list[dict], margin: float = 1.05) -> str:
     return "\n".join(lines)
 
 
-def compression_verdict_table(rows: list[dict], p: int | None = None) -> Table:
+def named_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
+    """The ``(model, link, method)`` rows :func:`compression_verdict` names: per model, link and p, the method with
+    the largest predicted speedup (named whether it pays or not)."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["model"], r["link"], r["p"])
+        if key not in best or r["speedup"] > best[key]["speedup"]:
+            best[key] = r
+    return {(r["model"], r["link"], r["method"]) for r in best.values()}
+
+
+def compression_verdict_table(rows: list[dict], p: int | None = None, named_only: bool = False) -> Table:
     """:func:`compression_verdict_rows` per model, link and method, a step, the fp32 step and the speedup per ``p``
     (``p`` given: that one only). #37 item 1: the verdict reads every p of its rows, so its table shows them all
-    (it showed p = 64 under a verdict that also quoted p = 2), and the compute each step adds to."""
+    (it showed p = 64 under a verdict that also quoted p = 2), and the compute each step adds to. ``named_only``:
+    only the methods the verdict names (:func:`named_methods`): #37's 40-line limit (the fourth full run, read
+    r4c: every method on every link, 48 rows under the verdict's 12 lines, was 63 lines in one cell)."""
     ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
     per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
+    named = named_methods(rows) if named_only else None
     t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "compute (ms)"]
               + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")],
               title=f"predicted at p = {', '.join(map(str, ps))} (this machine's compute; links as above; speedup: "
-                    "to the same quality)")
+                    "to the same quality)" + ("; the methods the verdict names, per model and link (all of them: "
+                                              "study.compression_verdict_table(compression_verdict))" if named_only
+                                              else ""))
     for key in dict.fromkeys((r["model"], r["link"], r["method"]) for r in rows):
+        if named is not None and key not in named:
+            continue
         mine = {r["p"]: r for r in rows if (r["model"], r["link"], r["method"]) == key and r["p"] in ps}
         if not mine:
             continue

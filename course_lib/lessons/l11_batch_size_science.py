@@ -928,6 +928,12 @@ def growth_verdict(decay, grow, hr_tolerance: float = 0.01) -> str:
             f"({grow.steps / decay.steps:.0%}), final HR@10 {grow.final_hr:.4f} vs {decay.final_hr:.4f} ({dhr:+.4f})")
     if grow.reached and decay.reached:
         head += f"; time to target {grow.time_to_target_s:.1f} s vs {decay.time_to_target_s:.1f} s"
+        # #37 (fourth full run, read r4c): "time to target 7.4 s vs 9.8 s" for two runs that both reached the target
+        # at step 304, before the milestone changed anything: the same steps, so the seconds are the machine's pace
+        at = getattr(grow, "steps_to_target", None)
+        if at is not None and at == getattr(decay, "steps_to_target", None):
+            head += (f" for the same {at:,} steps to the target (the two runs are one run until the first milestone, "
+                     "so the seconds differ by the machine's pace, not by the schedule)")
     if fewer and same:
         return head + ": the same accuracy in fewer, larger steps, as Smith et al. (2017) found."
     if fewer and dhr > hr_tolerance:
@@ -1274,7 +1280,8 @@ def scaling_prediction(rows: list[dict], held_out: dict) -> dict:
         needed = None
     return {"fit": fit, "size": held_out["size"], "predicted_error": predicted, "measured_error": held_out["error"],
             "relative_error": (held_out["error"] - predicted) / predicted if predicted > 0 else math.inf,
-            "size_for_measured": needed, "largest_fitted": max(r["size"] for r in rows)}
+            "size_for_measured": needed, "largest_fitted": max(r["size"] for r in rows),
+            "largest_fitted_error": next(r["error"] for r in rows if r["size"] == max(q["size"] for q in rows))}
 
 
 PREDICTION_GOAL = 0.05  # the prediction of the held-out size's error counts as good within 5 % of it
@@ -1329,6 +1336,15 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
     if abs(pred["relative_error"]) <= goal:
         return head + f" Within {goal:.0%}: the scaling was predictable here." + size_text
     side = "better" if pred["relative_error"] < 0 else "worse"
+    # #37 (fourth full run, read r4c): "with this few points, or with sizes still in the small-data region, the fit
+    # does not extrapolate" where the whole set ended worse than half of it (0.3588 against 0.3551) at the same
+    # steps: more data did not lower the error at all, which no law of the data size gives -- the runs' steps did
+    last = pred.get("largest_fitted_error")
+    if side == "worse" and last is not None and round(pred["measured_error"], 4) >= round(last, 4):
+        return (head + f" Off by more than {goal:.0%} (worse than predicted): the held-out size's error is no lower "
+                f"than that of {pred['largest_fitted']:,} {unit} ({last:.4f}) at the same steps, so at these steps "
+                "more data did not help at all: the runs are limited by their training (too few steps for the larger "
+                "sets), not by the data, and a law of the data size cannot predict that." + size_text)
     return (head + f" Off by more than {goal:.0%} ({side} than predicted): with this few points, or with sizes still "
             "in the small-data region, the fit does not extrapolate." + size_text)
 
