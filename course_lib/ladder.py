@@ -306,6 +306,12 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
                                          resolution=resolution)
             r["vs_noise"] = text if winner is None else None
         r["helped"] = bool(r["vs_previous"] is not None and r["vs_previous"] > 1 and r["vs_noise"] is None)
+        # a lesson's own controlled comparison decided where the paced seconds cannot (lesson 05: the same steps in
+        # both precisions, so the interleaved throughput runs decide; l05_mixed_precision.rung_decision, #37)
+        decided = r.get("decided_by") or {}
+        r["decided"] = None
+        if decided.get("text") and before is not None and decided.get("over") == before["step"]:
+            r["decided"], r["vs_noise"], r["helped"] = decided["text"], None, True
         rows.append(r)
         if r["paced_time_s"] and (before is None or r["helped"]):
             before = r
@@ -333,6 +339,8 @@ def _below_cell(r: dict) -> str:
         else f"{vs:.2f}x"
     if r.get("vs_noise"):
         return f"{cell}: {r['vs_noise']}"
+    if r.get("decided"):
+        return f"{cell} in paced seconds; decided by {r['decided']}"
     if vs >= 1:
         return cell + (f" (vs {below!r}, the best rung below)" if below else "")
     why = f" ({r['reason']})" if r.get("reason") else ""
@@ -394,11 +402,14 @@ def ladder_reading(directory: Path | None = None) -> str:
         else:
             lines.append(f"the fastest rung is {top.get('name') or top['step']!r}: {cell} the baseline at lesson 01's "
                          f"pace ({top.get('ran', '')})")
-    helped = [r.get("name") or r["step"] for r in rows
-              if r.get("vs_previous") and r["vs_previous"] >= 1 and not r.get("vs_noise")]
+    helped = [(r.get("name") or r["step"]) + (" (by its pace on the same steps, measured in its lesson)"
+                                               if r.get("decided") else "")
+              for r in rows
+              if r.get("vs_previous") and (r.get("decided") or r["vs_previous"] >= 1 and not r.get("vs_noise"))]
     level = [r.get("name") or r["step"] for r in rows if r.get("vs_noise")]
     renamed = [f"{r['step']!r} ran as {r['name']!r}" for r in rows if r.get("name") and r["name"] != r["step"]]
-    hurt = [r for r in rows if r.get("vs_previous") and r["vs_previous"] < 1 and not r.get("vs_noise")]
+    hurt = [r for r in rows if r.get("vs_previous") and r["vs_previous"] < 1 and not r.get("vs_noise")
+            and not r.get("decided")]
     if helped:
         lines.append("faster than the rung below: " + ", ".join(helped))
     if level:

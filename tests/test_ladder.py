@@ -417,3 +417,44 @@ def test_the_rung_below_is_named_as_the_table_shows_it_at_the_figures_pacing_all
         below = ladder.ladder_table(d).rows[2]["vs the rung below"]
         assert below.startswith(f"{cell}: slower than '+sqrt scaling'"), below
         assert f"+warmup was slower than '+sqrt scaling' ({cell})" in ladder.ladder_reading(d)
+
+
+def test_a_rung_its_lesson_decided_by_pace_on_the_same_steps_is_built_on(tmp_path):
+    """#37 (fourth full run): bf16 took the same 285 steps as fp32 at 1.30x its pace (lesson 05's interleaved
+    throughput runs, tolerance 4%), while two seeds' seconds (6.37 s vs 6.51 s) decided nothing, and lesson 06 built
+    on fp32. A rung saved with ``decided_by`` (l05_mixed_precision.rung_decision) over the rung below it helped: the
+    next lesson starts from its carry; without it (the opposite) the rung is level and passed over."""
+    pace = {"before": 100.0, "after": 100.0, "rate": 100.0}
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 54.4), pace=pace, directory=tmp_path)
+    ladder.save_ladder_result("+linear scaling", fake_result(16384, 8e-3, 7.0), seeds=[fake_result(16384, 8e-3, 8.0)],
+                              pace=pace, directory=tmp_path)
+    default = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam")
+    below_cfg = ladder.start_from("+mixed precision", default, directory=tmp_path)[0]
+
+    def save(decided_by):
+        ladder.save_ladder_result("+mixed precision", fake_result(16384, 8e-3, 7.4, precision="bf16"),
+                                  seeds=[fake_result(16384, 8e-3, 6.9, precision="bf16")], pace=pace,
+                                  carry=below_cfg.replace(precision="bf16" if decided_by else "fp32"),
+                                  decided_by=decided_by, directory=tmp_path)
+
+    save(None)
+    rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
+    assert rows["+mixed precision"]["vs_noise"] and not rows["+mixed precision"]["helped"]
+    cfg, rung, _ = ladder.start_from("+data parallel", default, directory=tmp_path)
+    assert rung["step"] == "+linear scaling" and cfg.precision == "fp32"
+
+    text = "the same 285 steps at 1.30x fp32's pace in lesson 05's interleaved throughput runs (tolerance 4%): helped"
+    save({"over": "+linear scaling", "by": "pace", "ratio": 1.30, "tolerance": 0.04, "text": text})
+    rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
+    assert rows["+mixed precision"]["helped"] and rows["+mixed precision"]["vs_noise"] is None
+    cfg, rung, note = ladder.start_from("+data parallel", default, directory=tmp_path)
+    assert rung["step"] == "+mixed precision" and cfg.precision == "bf16", note
+    md = ladder.ladder_table(tmp_path).to_markdown()
+    assert f"in paced seconds; decided by {text}" in md
+    reading = ladder.ladder_reading(tmp_path)
+    assert "faster than the rung below: +sqrt scaling" not in reading  # the fake rows ran no sqrt rule
+    assert "(by its pace on the same steps, measured in its lesson)" in reading
+    assert "no measurable difference from the rung below" not in reading.split("+bf16")[0][-60:]
+    # a decision over another rung than the one it is compared with now does not carry over
+    save({"over": "+warmup", "by": "pace", "ratio": 1.30, "tolerance": 0.04, "text": text})
+    assert not {r["step"]: r for r in ladder.ladder_rows(tmp_path)}["+mixed precision"]["helped"]

@@ -223,12 +223,22 @@ def test_lesson_05s_rung_verdict_says_when_the_seconds_only_measure_the_pace():
     runs = {m: L05.SpeedRun(m, r, 0.022, ph, {"mode": m}, 30, 3) for m, r in (("fp32", 7.346e5), ("bf16", 9.629e5))}
     speed = L05.PrecisionSpeed(runs, {"fp32": [4.29e5, 7.346e5, 6.2e5], "bf16": [7.29e5, 9.629e5, 7.6e5]}, 30)
     decide = decided(285)
-    said = L05.rung_verdict_reading(decide, "bf16", speed, "fp32")
+    builds_on, decided_by = L05.rung_decision(decide, "bf16", speed, below="+linear scaling")
+    assert builds_on == "bf16" and decided_by["over"] == "+linear scaling"  # the pace decides (#37's rung rule)
+    said = L05.rung_verdict_reading(decide, "bf16", speed, builds_on)
     assert said.startswith("bf16 against fp32 on the same setting: no measurable difference: the seeds disagree")
     assert ("every run took the same 285 steps, so the seconds differ only by the pace of the same steps, which the "
-            "interleaved throughput runs above measured: bf16 1.31x fp32 (faster; tolerance 21%)") in said
-    assert said.endswith("; lesson 06 builds on fp32")
+            "interleaved throughput runs above measured: bf16 1.31x fp32 (faster; tolerance 21%), and that decides "
+            "the rung: bf16 is the faster setting") in said
+    assert said.endswith("; lesson 06 builds on bf16")
     extra = [9.629e5 / 7.346e5, speed.spread, (5.843 + 16.11) / 2, (7.459 + 8.523) / 2, 6]
     assert disagreements(said, decide.table(chosen="bf16"), extra=extra) == [], said
-    other = L05.rung_verdict_reading(decided(300), "bf16", speed, "fp32")  # opposite: the steps differ
+    assert L05.rung_decision(decided(300), "bf16", speed) == ("fp32", None)  # opposite: the steps differ
+    other = L05.rung_verdict_reading(decided(300), "bf16", speed, "fp32")
     assert "pace of the same steps" not in other and other.endswith("; lesson 06 builds on fp32")
+    # opposite: the same steps at a pace within the tolerance decide nothing either
+    level = {m: L05.SpeedRun(m, r, 0.022, ph, {"mode": m}, 30, 3) for m, r in (("fp32", 7.346e5), ("bf16", 7.5e5))}
+    slow = L05.PrecisionSpeed(level, {"fp32": [7.3e5, 7.346e5, 7.2e5], "bf16": [7.4e5, 7.5e5, 7.45e5]}, 30)
+    assert L05.rung_decision(decide, "bf16", slow) == ("fp32", None)
+    said = L05.rung_verdict_reading(decide, "bf16", slow, "fp32")
+    assert "no measurable difference; tolerance" in said and "neither measurement separates them" in said

@@ -791,24 +791,62 @@ def loss_scale_reading(precision_state: dict, steps: int, init_scale: float) -> 
     return went + halved + ", and " + grew + "."
 
 
+def _same_steps(decide, mode: str) -> int | None:
+    """The steps every run of ``mode`` and fp32 took to the target, when all took the same; else None."""
+    steps = {r.steps_to_target for label in (mode, "fp32") for r in decide.runs_of(label)}
+    return steps.pop() if len(steps) == 1 and None not in steps else None
+
+
+def _pace_tolerance(speed: "PrecisionSpeed", min_tolerance: float) -> float:
+    spread = speed.spread
+    return max(min_tolerance, 0.0 if math.isnan(spread) else spread)
+
+
+def rung_decision(decide, mode: str, speed: "PrecisionSpeed", *, below: str | None = None,
+                  min_tolerance: float = 0.03) -> tuple[str, dict | None]:
+    """What the fifth rung decides (notebook 05): ``(precision lesson 06 builds on, decided_by)``.
+
+    By the time to target (``decide``: :func:`course_lib.sweeps.confirm`) where its seeds decide. Where they do not
+    but every run of both precisions took the same steps, the seconds differ only by the pace of those steps, and the
+    interleaved throughput runs (``speed``) are the measurement built for a pace: ``mode`` wins when it was faster
+    beyond their tolerance (the seeds' spread, at least ``min_tolerance``). Then ``decided_by`` records it for the
+    ladder (:func:`course_lib.ladder.ladder_rows`: the rung helped over ``below``, the rung it built on) — #37's
+    rule, each rung starts from the best setting so far: the fourth full run measured bf16 1.30x fp32 on the same 285
+    steps (tolerance 4%) and lesson 06 still built on fp32, because 6.37 s vs 6.51 s over two seeds decided nothing."""
+    winner = decide.winner(mode, "fp32")
+    if winner is not None:
+        return winner, None
+    steps = _same_steps(decide, mode)
+    if steps is None:
+        return "fp32", None
+    ratio, tol = speed.ratio(mode), _pace_tolerance(speed, min_tolerance)
+    if ratio > 1 + tol:
+        return mode, {"over": below, "by": "pace", "ratio": ratio, "tolerance": tol,
+                      "text": f"the same {steps} steps at {ratio:.2f}x fp32's pace in lesson 05's interleaved "
+                              f"throughput runs (tolerance {tol:.0%}): helped"}
+    return "fp32", None
+
+
 def rung_verdict_reading(decide, mode: str, speed: "PrecisionSpeed", builds_on: str,
                          min_tolerance: float = 0.03) -> str:
     """The fifth rung's verdict line (notebook 05, under the deciding comparison): ``mode`` against fp32 in time to
-    target (``decide``: :func:`course_lib.sweeps.confirm`), and what lesson 06 builds on. Where the seconds decide
-    nothing but every seed took the same steps in both precisions, the seconds differ only by the pace of the same
-    steps: the line says so and quotes the interleaved throughput runs (``speed``), the measurement built for that
-    (read r3a 05-1, full run 2026-12-01: "no measurable difference: the seeds disagree" for four runs of 285 steps,
-    under a throughput reading of bf16 1.31x, faster beyond its 21 % tolerance)."""
+    target (``decide``: :func:`course_lib.sweeps.confirm`), and what lesson 06 builds on (``builds_on``: from
+    :func:`rung_decision`). Where the seconds decide nothing but every seed took the same steps in both precisions,
+    the seconds differ only by the pace of the same steps: the line says so and quotes the interleaved throughput
+    runs (``speed``), the measurement built for that, which then decide (read r3a 05-1, full run 2026-12-01: "no
+    measurable difference: the seeds disagree" for four runs of 285 steps, under a throughput reading of bf16 1.31x,
+    faster beyond its 21 % tolerance)."""
     versus = decide.compare(mode, "fp32")
     line = f"{mode} against fp32 on the same setting: {versus}"
     if decide.winner(mode, "fp32") is None:
-        steps = {r.steps_to_target for label in (mode, "fp32") for r in decide.runs_of(label)}
-        if len(steps) == 1 and None not in steps:
-            spread = speed.spread
-            tol = max(min_tolerance, 0.0 if math.isnan(spread) else spread)
+        steps = _same_steps(decide, mode)
+        if steps is not None:
+            tol = _pace_tolerance(speed, min_tolerance)
             ratio = speed.ratio(mode)
             pace = _compare(ratio, tol).split(";")[0]
-            line += (f"; every run took the same {steps.pop()} steps, so the seconds differ only by the pace of the "
+            line += (f"; every run took the same {steps} steps, so the seconds differ only by the pace of the "
                      f"same steps, which the interleaved throughput runs above measured: {mode} {ratio:.2f}x fp32 "
-                     f"({pace}; tolerance {tol:.0%}). The rung's rule decides by the time to target")
+                     f"({pace}; tolerance {tol:.0%})")
+            line += (f", and that decides the rung: {mode} is the faster setting" if pace == "faster" else
+                     ": neither measurement separates them")
     return line + f"; lesson 06 builds on {builds_on}"
