@@ -240,6 +240,7 @@ class Lab(_Server):
         self.root.mkdir()
         copy_notebooks(list(folders), self.root)
         self.env = jupyter_env(self.tmp)
+        self.results = Path(self.env["COURSE_RESULTS_DIR"])  # the kernels' results folder
         install_course_kernel(self.env)
         self.port, self.token = free_port(), secrets.token_hex(16)
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
@@ -249,6 +250,11 @@ class Lab(_Server):
             cmd.append("--allow-root")
         self._launch("jupyter lab", cmd, env=self.env, cwd=self.root, log=self.tmp / "lab.log",
                      ready=f"/api/status?token={self.token}")
+
+    def fresh_results(self) -> None:
+        """Empty the kernels' results folder, as a learner's first lesson finds it: call it with no kernel running."""
+        shutil.rmtree(self.results, ignore_errors=True)
+        self.results.mkdir(mode=0o700)
 
     def notebook_url(self, rel: str) -> str:
         # ?reset: a fresh workspace, not the tabs an earlier page left open

@@ -33,28 +33,51 @@ def pytest_configure(config):
 
 # The lessons form one chain -- lesson 01's lr and the ladder's rungs feed 02-07, lesson 06's
 # measurements 08 and 09, 08's fit 10 -- so under pytest-xdist (ci/test.sh) they run in order on one
-# worker, as in `make course`, while the other workers take everything else. The browser's run of
-# the lessons (tests/test_browser.py: one JupyterLab per worker, its own results folder) is a second
-# chain, in order on one worker, for the same reason: run alone, lesson 05 finds no ladder and
-# trains at lesson 01's batch of 256, where this CPU's emulated bf16 and fp16 look fast enough to
-# train too (measured: 60 s instead of 18 s), and lesson 09 has no measurements of 06 to read.
+# worker, as in `make course`, while the other workers take everything else.
 LESSON_CHAIN = "tests/test_notebooks.py::test_notebook_executes_in_smoke_profile[notebooks/"
-BROWSER_CHAIN = "tests/test_browser.py::test_notebook_runs_in_jupyterlab[notebooks/"
-# each lesson that reads earlier results also runs alone (issue 36): independent of each other and of the
-# chains, so any worker takes them, early (they are the next longest pieces of work)
+# The browser's run of each lesson (tests/test_browser.py: one JupyterLab per worker) is not a chain: it
+# empties its server's results folder before each lesson, so each runs alone, as a learner who opens it
+# first, and checks what the papermill run alone checks (issue 36). So any worker takes them, early
+# (after the chain, they are the longest pieces of work), and where they run (Chromium and Playwright
+# present: _lab.browser_missing, their own skip condition) each lesson's papermill run alone skips.
+BROWSER_LESSON = "tests/test_browser.py::test_notebook_runs_in_jupyterlab[notebooks/"
+# each lesson that reads earlier results runs alone (issue 36), in papermill where the browser tests do not run
 LESSONS_ALONE = "tests/test_notebooks.py::test_lesson_runs_alone_in_a_fresh_results_folder["
 
 
+# trylast: after -k, -m and --deselect removed what will not run, so that a lesson's run alone is skipped only
+# where its browser test is still selected (pytest's own hook, in _pytest/mark, has no ordering of its own)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """The two lesson chains first: they are the suite's longest pieces of work that cannot be
-    split, so two workers start them at once; in one process the order does not matter."""
+    """The lessons' chain first: it is the suite's longest piece of work that cannot be split, so one
+    worker starts it at once; then the lessons in the browser and alone, each its own piece; in one
+    process the order does not matter."""
     items.sort(key=lambda item: 0 if item.nodeid.startswith(LESSON_CHAIN)
-               else 1 if item.nodeid.startswith(BROWSER_CHAIN) else 2 if item.nodeid.startswith(LESSONS_ALONE) else 3)
+               else 1 if item.nodeid.startswith(BROWSER_LESSON) else 2 if item.nodeid.startswith(LESSONS_ALONE) else 3)
+    _skip_alone_where_the_browser_runs(items)
+
+
+def _skip_alone_where_the_browser_runs(items) -> None:
+    """Skip each lesson's papermill run alone whose browser test is selected and can run: that test runs the
+    lesson in a fresh results folder and checks the same (tests/_alone.py)."""
+    in_browser = {item.nodeid[len(BROWSER_LESSON):-1] for item in items if item.nodeid.startswith(BROWSER_LESSON)}
+    alone = [item for item in items if item.nodeid.startswith(LESSONS_ALONE)]
+    if not (in_browser and alone):
+        return
+    from _lab import browser_missing
+
+    if browser_missing() is not None:  # the browser tests skip for this reason: papermill runs the lessons alone
+        return
+    for item in alone:
+        name = item.nodeid[len(LESSONS_ALONE):-1]
+        if name in in_browser:
+            item.add_marker(pytest.mark.skip(
+                reason=f"run alone by {BROWSER_LESSON}{name}] (a fresh results folder, the same checks)"))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` with each lesson chain as one group, chosen here by test id.
+    """``--dist loadgroup`` with the lessons' chain as one group, chosen here by test id.
 
     Not with ``xdist_group`` marks: pytest-xdist 3.8 groups by suffixing ``item._nodeid``, which
     pytest 9 no longer reads, so marked tests were spread over workers (measured 2026-11-30:
@@ -67,8 +90,6 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid):
             if nodeid.startswith(LESSON_CHAIN):
                 return "lessons"
-            if nodeid.startswith(BROWSER_CHAIN):
-                return "lessons in the browser"
             # one test SLURM per worker would collide: each numbers its jobs from 1, and the sbatch
             # script derives the rendezvous port from the job id (measured: two job 1s on port 20001)
             if nodeid.startswith("tests/test_slurm.py::"):

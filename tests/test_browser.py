@@ -29,10 +29,14 @@ A screenshot of each notebook after its run (at its first widget or figure) is s
 ci/executed/browser/ for a reviewer. Each notebook is its own test, so pytest-xdist can spread
 them over workers; each worker starts its own server (free port, private temp folder) and keeps
 one JupyterLab page open, opening notebook after notebook in it as a learner does (``Tab``).
-The lessons run in order on one worker (tests/conftest.py), as a learner takes them: each reads
-what the lessons before it saved in that server's results folder (lesson 01's lr, the ladder,
-lesson 06's measurements), so each runs the setting it would run for a learner. Without
-Chromium (``ci/browser-deps.sh`` installs it as root) or Playwright the tests skip, saying so.
+Each lesson runs alone, as a learner who opens it first finds it (issue 36): the server's results
+folder is emptied before each lesson, and a lesson that reads an earlier lesson's results (lesson
+01's lr, the ladder, lesson 06's measurements) must also say, in a line each, which it did not find
+and fell back from (tests/_alone.py). So the lessons need no order and spread over the workers like
+the exercises, and tests/test_notebooks.py's papermill run of each lesson alone skips wherever these
+tests run (tests/conftest.py); the lessons' chain with carried results is papermill's
+(test_notebook_executes_in_smoke_profile) and nbval's. Without Chromium (``ci/browser-deps.sh``
+installs it as root) or Playwright the tests skip, saying so, and papermill runs the lessons alone.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from pathlib import Path
 
 import pytest
 
+from _alone import missing_fallbacks, output_text
 from _exercise_stubs import untouched_exercise_problems
 from _lab import REPO, Lab, browser_missing
 from _timing import scaled
@@ -290,6 +295,22 @@ def _rendering(page, rel: str, nb: dict) -> tuple[list[str], int | None, int | N
     return problems, first_widget, first_figure
 
 
+def _page_text(page) -> str:
+    """The text of every output area in the page, widget outputs included (they are not in the saved cells)."""
+    return page.evaluate("""() => [...document.querySelectorAll(
+      '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-OutputArea')].map(e => e.innerText).join('\\n')""")
+
+
+def _alone_problems(page, rel: str, nb: dict) -> list[str]:
+    """A lesson run in a fresh results folder must say which earlier results it fell back from (tests/_alone.py)."""
+    name = rel.removeprefix("notebooks/")
+    missing = missing_fallbacks(name, output_text(nb))
+    if missing:
+        missing = missing_fallbacks(name, _page_text(page))
+    return [f"{rel}, run alone in a fresh results folder, did not say it fell back to its defaults: "
+            f"no line with {missing}"] if missing else []
+
+
 def _slider_moves_output(page, rel: str, nb: dict) -> str | None:
     """Move the first slider whose cell also has a widget Output; None if that output changed, else why not."""
     cells = page.locator(CELLS)
@@ -324,6 +345,9 @@ def test_notebook_runs_in_jupyterlab(rel, lab, tab):
     t0 = time.monotonic()
     shot_at, clean = None, False
     try:
+        lesson = rel.startswith("notebooks/")
+        if lesson:  # each lesson alone, in a fresh results folder (the previous notebook's kernel is shut down)
+            lab.fresh_results()
         tab.open(rel)
         page = tab.page
         _run_all(page, lab, rel, timeout=scaled(1200))
@@ -331,8 +355,10 @@ def test_notebook_runs_in_jupyterlab(rel, lab, tab):
         problems = _errors(rel, nb)
         render, first_widget, first_figure = _rendering(page, rel, nb)
         problems += render
+        if lesson:  # after the widgets rendered: a line printed in a widget Output is in the page only
+            problems += _alone_problems(page, rel, nb)
         shot_at = first_widget if first_widget is not None else first_figure
-        if first_widget is not None and rel.startswith("notebooks/") and not problems:
+        if first_widget is not None and lesson and not problems:
             moved = _slider_moves_output(page, rel, nb)
             if moved:
                 problems.append(moved)

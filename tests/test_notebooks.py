@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO / "ci"))
 import expected_outputs  # noqa: E402
 import output_length  # noqa: E402
 import run_notebooks  # noqa: E402
+from _alone import ALONE, READS_RESULTS, missing_fallbacks, output_text  # noqa: E402
 from _timing import scaled  # noqa: E402
 
 NOTEBOOKS = run_notebooks.find_notebooks([str(p) for p in (REPO / "notebooks", REPO / "solutions") if p.is_dir()])
@@ -109,32 +110,9 @@ def test_every_marked_cell_in_the_repository_has_a_stored_output():
 
 # --------------------------------------------------------------------------- every lesson alone (issue 36)
 
-# The lessons that read an earlier lesson's saved results, and the lines each prints when they are missing:
-# run alone, in a fresh results folder, a lesson falls back to its own defaults for every earlier result
-# and says so. (The others read none: test_the_lessons_that_run_alone_are_those_that_read_earlier_results.)
-ALONE = {
-    "02_linear_scaling.ipynb": ["lesson 01 has not saved an lr", "lesson 01's baseline run is not saved here"],
-    "03_warmup.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
-    "04_lars.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
-    "05_mixed_precision.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting",
-                                 "Lesson 07 measures BERT's ratio on this machine (no result of this profile"],
-    "06_data_parallel.ipynb": ["rung is saved: this lesson's default setting"],
-    "07_bert_lamb.ipynb": ["lesson 05's NeuMF ratio is not saved here"],
-    "08_collectives.ipynb": ["lesson 06 has not saved an all-reduce fit here"],
-    "09_performance_model.ipynb": ["lesson 06 has not saved its strong/weak scaling runs here",
-                                   "lesson 02's steps to target are not here"],
-    "11_batch_size_science.ipynb": ["lesson 01 has not saved an lr", "lesson 02's result is missing",
-                                    "lesson 07's defaults"],
-    "12_hyperparameter_search.ipynb": ["lesson 07 has not saved a smoke-profile run here"],
-    "13_multi_node.ipynb": ["lesson 02's steps to target are not here"],
-}
-READS_RESULTS = ("load_results(", "start_from(", "load_baseline(", "baseline_lr(")
-
-
-def _output_text(executed: Path) -> str:
-    nb = json.loads(executed.read_text())
-    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
-                     for c in nb["cells"] for o in c.get("outputs", []))
+# Which lessons read earlier results, and what each says without them: tests/_alone.py. Where the browser tests
+# run (Chromium and Playwright present), tests/test_browser.py runs each lesson alone in a fresh results folder
+# and checks the same; tests/conftest.py then skips this test, naming the browser test that covers the lesson.
 
 
 @pytest.mark.parametrize("name", sorted(ALONE))
@@ -148,9 +126,22 @@ def test_lesson_runs_alone_in_a_fresh_results_folder(name, tmp_path, monkeypatch
                                 results_dir=tmp_path / "results", log_output=False, cell_timeout=scaled(900))
     print(f"{name} alone: {run.seconds:.1f} s")
     assert run.ok, f"{name}, run alone in a fresh results folder, failed at {run.error}"
-    text = _output_text(Path(run.output))
-    missing = [line for line in ALONE[name] if line not in text]
+    missing = missing_fallbacks(name, output_text(json.loads(Path(run.output).read_text())))
     assert not missing, f"{name}, run alone, did not say it fell back to its defaults: no line with {missing}"
+
+
+def test_a_lesson_alone_that_does_not_say_what_it_fell_back_from_is_caught():
+    """The check both runs alone make (here and tests/test_browser.py), fed a lesson's outputs with and without
+    its lines: a stream's list of lines, a ``text/plain`` result."""
+    said = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "stream", "name": "stdout",
+         "text": ["lr 0.004 (the default: ", "lesson 01 has not saved an lr for x here)\n"]},
+        {"output_type": "execute_result", "data": {"text/plain": "lesson 01's baseline run is not saved here"}}]}]}
+    assert missing_fallbacks("02_linear_scaling.ipynb", output_text(said)) == []
+    said["cells"][0]["outputs"].pop()
+    baseline = "lesson 01's baseline run is not saved here"
+    assert missing_fallbacks("02_linear_scaling.ipynb", output_text(said)) == [baseline]
+    assert missing_fallbacks("10_model_parallelism.ipynb", "") == []  # reads no earlier result
 
 
 def test_the_lessons_that_run_alone_are_those_that_read_earlier_results():
