@@ -234,6 +234,12 @@ def test_lesson_05s_rung_verdict_says_when_the_seconds_only_measure_the_pace():
     extra = [9.629e5 / 7.346e5, speed.spread, (5.843 + 16.11) / 2, (7.459 + 8.523) / 2, 6]
     assert disagreements(said, decide.table(chosen="bf16"), extra=extra) == [], said
     assert L05.rung_decision(decided(300), "bf16", speed) == ("fp32", None)  # opposite: the steps differ
+    # the seeds decide in the lesson (bf16 lower on every seed): recorded for the ladder too, so lesson 06 follows it
+    wins = Confirmed(["bf16", "fp32"], [[run(0, 4.6, 285), run(1, 4.9, 285)], [run(0, 6.4, 285), run(1, 6.7, 285)]],
+                     0, "")
+    builds_on, decided_by = L05.rung_decision(wins, "bf16", speed, below="+linear scaling")
+    assert builds_on == "bf16" and decided_by["over"] == "+linear scaling" and decided_by["by"] == "time to target"
+    assert decided_by["text"].startswith("bf16 against fp32 on the same setting in its lesson: bf16 lower on every")
     other = L05.rung_verdict_reading(decided(300), "bf16", speed, "fp32")
     assert "pace of the same steps" not in other and other.endswith("; lesson 06 builds on fp32")
     # opposite: the same steps at a pace within the tolerance decide nothing either
