@@ -402,8 +402,10 @@ def ladder_reading(directory: Path | None = None) -> str:
         else:
             lines.append(f"the fastest rung is {top.get('name') or top['step']!r}: {cell} the baseline at lesson 01's "
                          f"pace ({top.get('ran', '')})")
-    helped = [(r.get("name") or r["step"]) + (" (by its pace on the same steps, measured in its lesson)"
-                                               if r.get("decided") else "")
+    how = {"pace": " (by its pace on the same steps, measured in its lesson)",
+           "time to target": " (by its time to target against the same setting, measured in its lesson)"}
+    helped = [(r.get("name") or r["step"]) + (how.get((r.get("decided_by") or {}).get("by"), " (decided in its lesson)")
+                                              if r.get("decided") else "")
               for r in rows
               if r.get("vs_previous") and (r.get("decided") or r["vs_previous"] >= 1 and not r.get("vs_noise"))]
     level = [r.get("name") or r["step"] for r in rows if r.get("vs_noise")]

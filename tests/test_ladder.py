@@ -455,6 +455,12 @@ def test_a_rung_its_lesson_decided_by_pace_on_the_same_steps_is_built_on(tmp_pat
     assert "faster than the rung below: +sqrt scaling" not in reading  # the fake rows ran no sqrt rule
     assert "(by its pace on the same steps, measured in its lesson)" in reading
     assert "no measurable difference from the rung below" not in reading.split("+bf16")[0][-60:]
+    # decided by the seeds' time to target in the lesson, the reading says that, not pace
+    save({"over": "+linear scaling", "by": "time to target", "text": "bf16 against fp32 on the same setting in its "
+          "lesson: bf16 lower on every seed"})
+    reading = ladder.ladder_reading(tmp_path)
+    assert "(by its time to target against the same setting, measured in its lesson)" in reading
+    assert "by its pace" not in reading
     # a decision over another rung than the one it is compared with now does not carry over
     save({"over": "+warmup", "by": "pace", "ratio": 1.30, "tolerance": 0.04, "text": text})
     assert not {r["step"]: r for r in ladder.ladder_rows(tmp_path)}["+mixed precision"]["helped"]

@@ -809,8 +809,9 @@ def rung_decision(decide, mode: str, speed: "PrecisionSpeed", *, below: str | No
     By the time to target (``decide``: :func:`course_lib.sweeps.confirm`) where its seeds decide. Where they do not
     but every run of both precisions took the same steps, the seconds differ only by the pace of those steps, and the
     interleaved throughput runs (``speed``) are the measurement built for a pace: ``mode`` wins when it was faster
-    beyond their tolerance (the seeds' spread, at least ``min_tolerance``). Then ``decided_by`` records it for the
-    ladder (:func:`course_lib.ladder.ladder_rows`: the rung helped over ``below``, the rung it built on) — #37's
+    beyond their tolerance (the seeds' spread, at least ``min_tolerance``). Where ``mode`` wins either way,
+    ``decided_by`` records how (``by``: "time to target" or "pace") for the ladder
+    (:func:`course_lib.ladder.ladder_rows`: the rung helped over ``below``, the rung it built on) — #37's
     rule, each rung starts from the best setting so far: the fourth full run measured bf16 1.30x fp32 on the same 285
     steps (tolerance 4%) and lesson 06 still built on fp32, because 6.37 s vs 6.51 s over two seeds decided nothing."""
     winner = decide.winner(mode, "fp32")
