@@ -57,7 +57,7 @@ def test_decision_reasons_for_each_outcome():
     best = S_fit(fits_all, 4 * GIB)
     assert best.scheme == "DDP"
     assert "fits on every device" in study.decision_why(fits_all, best, 4 * GIB, 8)
-    assert "ZeRO-1 is within 10%" in study.decision_why(fits_all, best, 4 * GIB, 8)
+    assert "ZeRO-1 is within 10% of it (DDP's step 1.031x its)" in study.decision_why(fits_all, best, 4 * GIB, 8)
     faster = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.5, GIB)]
     assert "ZeRO-1 is predicted 2.00x faster" in study.decision_why(faster, S_fit(faster, 4 * GIB), 4 * GIB, 8)
     big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), _pred("FSDP", 1.0, 3 * GIB)]
@@ -83,12 +83,24 @@ def test_the_node_reading_names_the_choice_what_tensor_parallelism_costs_and_wha
                        _pred("pipeline", 0.25, 90e9)]}
     text = study.node_reading({"NVLink": fast, "InfiniBand": slow}, 80e9)
     assert text.startswith("BERT-x: on NVLink, DDP (100 ms per step")
-    assert "as fast as FSDP (within 10%)" in text and "tensor parallelism 3.0x slower (200 ms more)" in text
+    assert "as fast as FSDP (steps at most 1.053x the fastest's, within 10%)" in text
+    assert "tensor parallelism 3.0x slower (200 ms more)" in text
     # review 2026-12-01 #17: the link's share of the excess, not all of it
     assert "wait on the link for 150 ms of that, the other 50 ms are not communication" in text
     assert "on InfiniBand 10.0x (1200 ms against 120 ms)" in text
     assert text.endswith("Over 80 GB per device: pipeline x8 (1F1B, m = 8).")
     assert "no scheme fits" in study.node_reading({"NVLink": fast}, 1e9)
+
+
+def test_the_node_reading_gives_the_ratio_that_put_a_scheme_within_the_edge():
+    """The fourth read: "as fast as FSDP (within 10%)" beside a table whose rounded steps give 60.2 / 54.7 = 1.1005;
+    the unrounded 60.16 / 54.75 = 1.099 is what decided, so the reading prints it. Opposite: 1.12, not as fast."""
+    edge = {"BERT-large": [_pred("DDP", 0.06016, 30e9), _pred("FSDP", 0.05475, 20e9)]}
+    assert "as fast as FSDP (steps at most 1.099x the fastest's, within 10%)" in study.node_reading(
+        {"NVLink": edge}, 80e9)
+    apart = {"BERT-large": [_pred("DDP", 0.0613, 30e9), _pred("FSDP", 0.05475, 20e9)]}
+    said = study.node_reading({"NVLink": apart}, 80e9)
+    assert said.startswith("BERT-large: on NVLink, FSDP") and "the fastest" in said and "as fast as" not in said
 
 
 def test_decision_rows_grow_with_the_model_on_this_machine():
