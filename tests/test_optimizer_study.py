@@ -242,6 +242,13 @@ def test_lr_and_ablation_readings_compare_with_the_seed_to_seed_noise():
     assert text[2] == "broken: diverged"
     later = ablation_reading({"lamb": _mlm(60, 4.0), "slow": _mlm(90, 4.0)}, "lamb", 4.1, [4.0, 4.01], [60, 66])
     assert "(full LAMB: 60, 66 on its seeds, evaluations every 6): later by more than an evaluation interval" in later
+    # the fourth read: "no bias correction: ... it did not diverge" at a best loss of 4.960, above the 4.940 that
+    # token frequencies alone score; opposite: 4.35, below a floor of 4.94, says nothing of it
+    floored = ablation_reading({**abl, "no bias correction": _mlm(None, 4.96)}, "lamb", 4.1, [4.0, 4.05],
+                               floor=4.9404).splitlines()
+    assert floored[1].endswith("it did not diverge, but its best loss, 4.960, is no lower than token frequencies "
+                               "alone score (4.940): it learned nothing beyond them")
+    assert ablation_reading(abl, "lamb", 4.1, [4.0, 4.05], floor=4.9404).splitlines() == text
 
 
 def test_lead_by_batch_says_whether_lambs_lead_grew_or_shrank():

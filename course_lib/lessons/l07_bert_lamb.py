@@ -437,11 +437,13 @@ def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> 
 
 
 def ablation_reading(ablations: dict, reference: str, target: float, seed_losses: list[float],
-                     seed_steps: list[int | None] | None = None) -> str:
+                     seed_steps: list[int | None] | None = None, floor: float | None = None) -> str:
     """Each ablation against the full LAMB run (``reference``), read from the runs: diverged, reached the
     target (its steps against the full run's, within the evaluation interval and the full run's own seeds'
     steps, ``seed_steps``, is no difference), and its best loss against the full run's, compared with
-    LAMB's seed-to-seed difference of best loss."""
+    LAMB's seed-to-seed difference of best loss. ``floor``: what token frequencies alone score
+    (:meth:`MLMData.unigram_loss`); an ablation whose best loss is not below it learned nothing beyond them,
+    and says so (the fourth read: "it did not diverge" at 4.960 beside a floor of 4.940)."""
     ref = ablations[reference]
     noise = spread_shown(seed_losses)
     _, ref_steps = time_to_loss(ref, target)
@@ -471,7 +473,11 @@ def ablation_reading(ablations: dict, reference: str, target: float, seed_losses
                      f"evaluations every {res}): "
                      + ("no measurable difference in steps" if within else
                         ("sooner" if steps < lo else "later") + " by more than an evaluation interval"))
-        lines.append(f"{name}: {reach}; {effect}; it did not diverge")
+        learned = ""
+        if floor is not None and shown_loss(best_loss_key(r)) >= shown_loss(floor):
+            learned = (f", but its best loss, {shown_loss(best_loss_key(r)):.3f}, is no lower than token frequencies "
+                       f"alone score ({shown_loss(floor):.3f}): it learned nothing beyond them")
+        lines.append(f"{name}: {reach}; {effect}; it did not diverge{learned}")
     return "\n".join(lines)
 
 
