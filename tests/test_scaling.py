@@ -77,3 +77,7 @@ def test_the_sbatch_file_is_summarised_not_printed_whole():
     text = sbatch_summary(path)
     assert "#SBATCH" in text and "srun" in text and len(text.splitlines()) <= 31
     assert len(text.splitlines()) < len(path.read_text().splitlines())
+    # the fourth read: a comment naming torchrun was kept, cut off mid-sentence; the launch lost its continuation
+    kept = text.splitlines()[1:]
+    assert all(ln.startswith("#SBATCH") or not ln.lstrip().startswith("#") for ln in kept), text
+    assert kept[-1].strip() == '"$@"' and kept[-2].endswith("\\"), text  # the launch, to its last line

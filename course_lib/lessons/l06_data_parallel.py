@@ -399,7 +399,14 @@ def sbatch_summary(path) -> str:
 
     text = Path(path).read_text()
     lines = text.splitlines()
-    keep = [ln for ln in lines if ln.startswith("#SBATCH") or "srun" in ln or "torchrun" in ln]
+    # the launch is a command, not a comment that names one (the fourth read: a comment cut off mid-sentence was
+    # kept for naming torchrun), and it is kept whole, with its continuation lines
+    keep, going_on = [], False
+    for ln in lines:
+        launch = going_on or (not ln.lstrip().startswith("#") and ln.split()[:1] in (["srun"], ["torchrun"]))
+        if ln.startswith("#SBATCH") or launch:
+            keep.append(ln)
+        going_on = launch and ln.rstrip().endswith("\\")
     return "\n".join([f"{path}: {len(lines)} lines; the options and the launch:"] + keep[:30])
 
 
