@@ -16,6 +16,12 @@ def test_the_launch_line_follows_how_the_workers_started():
     assert "forked from the running fork server" in later and "started" not in later
     spawned = study.launch_reading(5.1, 4, "spawn")  # no fork server (Windows, or a socket path too long)
     assert "4 fresh processes, each importing torch" in spawned and "fork server" not in spawned
+    # the fourth read: a later launch's cost was stated ("a fraction of a second"), not timed; now it is
+    again = study.launch_reading(2.7, 2, "forkserver", first=True, again_s=0.31)
+    assert again.endswith("; a second launch took 0.3 s: it forked 2 workers from the running server and set up "
+                          "their process group, importing nothing")
+    assert "a second launch took 4.8 s: every launch starts fresh processes" in study.launch_reading(
+        5.1, 4, "spawn", again_s=4.8)
 
 
 def test_the_launcher_reports_its_start_method_and_whether_its_fork_server_runs():

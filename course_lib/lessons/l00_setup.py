@@ -13,14 +13,24 @@ def backend_reason(gpu_count: int, world_size: int, backend: str) -> str:
     return "no GPU visible, so the ranks run on the CPU"
 
 
-def launch_reading(launch_s: float, world_size: int, start_method: str, first: bool = True) -> str:
+def launch_reading(launch_s: float, world_size: int, start_method: str, first: bool = True,
+                   again_s: float | None = None) -> str:
     """What the timed launch of lesson 00 paid for (``course_lib.dist.launcher.worker_start_method``): with the
     fork server, torch is imported once, by the server the first launch starts, and the workers are forked from
-    it; spawned workers each import torch."""
+    it; spawned workers each import torch. ``again_s``: a second launch timed right after it, which is what every
+    later launch costs (the fourth read: "a worker starts in a fraction of a second" was not timed)."""
     took = f"the launch took {launch_s:.1f} s on this machine"
     if start_method == "forkserver":
         if first:
-            return (f"{took} (the kernel's first launch: it started the fork server, which imports torch once, "
+            text = (f"{took} (the kernel's first launch: it started the fork server, which imports torch once, "
                     f"and forked {world_size} workers from it)")
-        return f"{took} ({world_size} workers forked from the running fork server, which had imported torch)"
-    return f"{took} (starting {world_size} fresh processes, each importing torch)"
+        else:
+            text = f"{took} ({world_size} workers forked from the running fork server, which had imported torch)"
+        if again_s is not None:
+            text += (f"; a second launch took {again_s:.1f} s: it forked {world_size} workers from the running "
+                     "server and set up their process group, importing nothing")
+        return text
+    text = f"{took} (starting {world_size} fresh processes, each importing torch)"
+    if again_s is not None:
+        text += f"; a second launch took {again_s:.1f} s: every launch starts fresh processes that import torch again"
+    return text
