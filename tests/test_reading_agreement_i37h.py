@@ -128,6 +128,26 @@ def test_lesson09s_weak_reading_follows_the_rows():
     assert "at a global batch of 512 -- 16 times the one-worker batch of 32" in linear
     flat_x = 0.32 * (1 + 0.1 * P.JSON_SCHEMES.index(b))
     assert f"({flat_x / 16:.0%} of linear)" in flat and "global batch of 256" in flat
+    # the fourth read: the talk's "pretty close to linear" beside the model's 7 %, untested; now read
+    assert "this model's is too" in linear and "this model's is not (below 80% of linear)" in flat
+    assert f"give {L09.paleo_own_weak_speedup(16, 32):.1f}x" in linear
+    assert "this model near linear, Paleo's not" in linear
+    assert "neither is near linear" in flat
+
+
+def test_lesson09s_weak_reading_sets_the_talks_words_beside_paleos_own_numbers():
+    """The full run: 9.0x on 128 workers at 32 per worker (7 % of linear); Paleo's own compute at 32 per worker
+    (its 64-worker strong row, 55.6 ms) and butterfly all-reduce at 128 (563.4 ms) give 128 x 55.6 / 619.0."""
+    rows = _paleo_rows([1, 2, 4, 8, 16, 32, 64, 128], [0] * 8, batch=32)
+    own = L09.paleo_own_weak_speedup(128, 32)
+    assert math.isclose(own, 128 * 55.6 / (55.6 + 563.4))
+    assert L09.paleo_own_weak_speedup(128, 48) is None and L09.paleo_own_weak_speedup(3, 32) is None
+    b = "butterfly_all_reduce"
+    rows[-1]["speedup"][b] = 9.0
+    said = L09.weak_reading(rows)
+    assert f"give {own:.1f}x ({own / 128:.0%} of linear): neither is near linear" in said
+    rows[-1]["speedup"][b] = 120.0  # opposite: this model near linear, Paleo's own not
+    assert "this model near linear, Paleo's not" in L09.weak_reading(rows)
 
 
 # --------------------------------------------------------------------------- the probe's bands (lessons 00, 09)
