@@ -263,15 +263,17 @@ def loss_scaling_explorer(log2_magnitudes, *, scale: float = 2.0 ** 16, interact
 def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_factor: float = 1.0,
                   bandwidth_factor: float = 1.0, alpha: float = 5e-6, link_Bps: float = 50e9,
                   min_steps: float = 1000, critical_batch: float = 4096, interactive: bool | None = None,
-                  networks: dict | None = None, network: str | None = None):
+                  networks: dict | None = None, network: str | None = None, illustrative: bool = False):
     """Device FLOPS and bandwidth (x this machine), interconnect, P, global batch, model -> predicted step
     time, efficiency and time to target (lesson 09).
 
     ``models``: name -> ``(counts_a, counts_b, curves, step_overhead_s)`` (two counted steps of the model,
     this machine's probe curves and measured overhead). ``networks``: name -> ``(alpha_s, bytes_per_s)``
     of named links (e.g. :func:`course_lib.lessons.l09_performance_model.named_links`): a dropdown that sets the two
-    link sliders; ``network`` picks one of them instead of ``alpha`` / ``link_Bps``. With a widget
-    frontend: sliders and dropdowns; otherwise one static ``(figure, table)`` for the given values.
+    link sliders; ``network`` picks one of them instead of ``alpha`` / ``link_Bps``. ``illustrative``: ``min_steps``
+    and ``critical_batch`` are made-up values (lesson 02's runs did not fit), and the table's steps and time to
+    target say so. With a widget frontend: sliders and dropdowns; otherwise one static ``(figure, table)`` for the
+    given values.
     """
     if network is not None:
         if not networks or network not in networks:
@@ -300,8 +302,11 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
         t.add(quantity="samples/s", value=last["samples/s"])
         t.add(quantity="efficiency", value=last["efficiency"])
         t.add(quantity="exposed all-reduce (ms)", value=last["exposed comm (ms)"])
-        t.add(quantity="steps to target (McCandlish model)", value=steps)
-        t.add(quantity="time to target (s)", value=steps * last["step (ms)"] / 1e3)
+        # the fourth read: the illustrative S_min and B_crit gave "steps to target (McCandlish model)" with no word
+        # that they were made up, cells after the table that said so
+        made_up = ", illustrative S_min and B_crit" if illustrative else ""
+        t.add(quantity=f"steps to target (McCandlish model{made_up})", value=steps)
+        t.add(quantity=f"time to target (s{made_up})", value=steps * last["step (ms)"] / 1e3)
         return ax.figure, t
 
     name0 = next(iter(models))

@@ -301,6 +301,12 @@ def test_what_if_widget_takes_a_named_network():
     fig, table = widgets.step_explorer({"NiN": (a, b, curves, 0.0)}, p=8, global_batch=256, interactive=False,
                                        networks=links, network="Paleo ethernet20 (2.5 GB/s)")
     assert "2.5 GB/s links" in fig.axes[0].get_title()
+    assert "steps to target (McCandlish model)" in str(table) and "illustrative" not in str(table)
+    plt.close(fig)
+    fig, table = widgets.step_explorer({"NiN": (a, b, curves, 0.0)}, p=8, global_batch=256, interactive=False,
+                                       illustrative=True)  # the fourth read: made-up S_min, B_crit unlabelled
+    assert "steps to target (McCandlish model, illustrative S_min and B_crit)" in str(table)
+    assert "time to target (s, illustrative S_min and B_crit)" in str(table)
     plt.close(fig)
     with pytest.raises(ValueError, match="network='token ring'"):
         widgets.step_explorer({"NiN": (a, b, curves, 0.0)}, interactive=False, networks=links, network="token ring")
