@@ -34,3 +34,81 @@ def test_the_compile_reading_quotes_the_ms_cells_its_table_prints():
     assert "(4.56 -> 3.02 ms per step)" in text and "pays back after" in text
     n = L01.payback_steps(faster["rows"][0])
     assert disagreements(text, L01.compile_table(faster), extra=(n * 256 / 4_950_135,)) == []
+
+
+def _ladder_result(batch, ttt, steps, sps):
+    from course_lib.train.ncf import TrainConfig, TrainResult
+
+    cfg = TrainConfig(global_batch_size=batch, base_lr=1e-3, optimizer="adam",
+                      **({"base_batch_size": 256, "lr_scaling": "sqrt"} if batch != 256 else {}))
+    return TrainResult(config=cfg.to_dict(), dataset="synthetic-ml-1m", data_source="test", synthetic=True,
+                       device="cpu", world_size=1, target_hr=0.75, time_to_target_s=ttt, steps_to_target=steps,
+                       epochs_to_target=0.9, epochs=0.9, steps=steps, samples=batch * steps, train_time_s=ttt,
+                       eval_time_s=3.2, samples_per_s=sps, phase_time_s={}, final_hr=0.7563,
+                       precision={"mode": "fp32"})
+
+
+# lesson 01 cell 14 of the run: the bursts before and after the baseline, and the baseline run's own samples/s
+RUN_PACE = {"before": 92_466.77, "after": 93_573.13, "rate": 93_019.95}
+RUN_SPS = 49_591.6
+
+
+def test_the_pace_drift_reading_counts_the_baseline_runs_own_pace():
+    """r5a 01-1: "the yardstick's pace moved +1% ... every speedup over this baseline is uncertain by at least ±1%
+    ...: the ladder shows such speedups to 2 significant figures", printed under a baseline that trained at 49,592
+    samples/s on the yardstick's own step, -47% from the bursts' 93,020 (its evaluation intervals 3.00x apart, cell
+    15): lesson 02's ladder then showed '+sqrt scaling' at 17x (±34%) over its 89.9 s."""
+    text = L01.pace_drift_reading({**RUN_PACE, "run": RUN_SPS})
+    assert "±1%" not in text and "2 significant figures" not in text
+    assert ("But the baseline run itself trained at 49,592 samples/s, -47% from that pace on the same step" in text)
+    assert "Pacing cannot correct load within the run" in text
+    assert "uncertain by at least ±47% from this lesson alone" in text and "to 1 significant figure," in text
+    from course_lib.tables import Table
+
+    pace = Table(["before", "after", "rate", "run"], rows=[{**RUN_PACE, "run": RUN_SPS}])
+    # the ± is run / rate - 1 (ladder.run_off_pace); 1: the significant figures it leaves
+    off = RUN_SPS / RUN_PACE["rate"] - 1
+    assert disagreements(text, pace, extra=[off, RUN_PACE["after"] / RUN_PACE["before"] - 1, 1]) == []
+    # opposite: a run at the bursts' pace (the fourth run: 105,704 against 101,529, +4%, inside their 21% movement)
+    quiet = L01.pace_drift_reading({"before": 113_599.0, "after": 89_459.0, "rate": 101_529.0, "run": 105_704.0})
+    assert "But the baseline run" not in quiet and "at least ±21%" in quiet and "a movement within a lesson" in quiet
+    # and a record without the run (older results) reads as before
+    assert L01.pace_drift_reading(RUN_PACE).count("±1%") == 1
+
+
+def test_the_ladder_counts_the_baseline_runs_own_pace_in_its_speedups(tmp_path):
+    """r5a 01-1, the ladder of lesson 02 cell 18: '+sqrt scaling' 17x (±34%): 89.9 s / (6.14 s x 0.87), where the ±
+    added the two lessons' burst movements (+1%, -33%) but not the baseline run's own -47% from its bursts."""
+    from course_lib import ladder
+
+    base = _ladder_result(256, 89.85, 17406, RUN_SPS)
+    ladder.save_ladder_result("baseline", base, pace={**RUN_PACE, "run": RUN_SPS}, directory=tmp_path)
+    sqrt = _ladder_result(16384, 5.812, 285, 803_400)
+    seed1 = _ladder_result(16384, 6.475, 285, 720_000)
+    ladder.save_ladder_result("+linear scaling", sqrt, seeds=[seed1], directory=tmp_path,
+                              pace={"before": 96_587.0, "after": 65_128.0, "rate": 80_857.5})
+    rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
+    assert abs(rows["+linear scaling"]["speedup_uncertainty"] - (0.3257 + 0.4669)) < 1e-3
+    table = ladder.ladder_table(tmp_path).to_markdown()
+    assert "17x (±79%)" in table and "(±34%)" not in table
+    assert "the run itself trained at -47% vs the yardstick's pace around it: compare steps, not seconds" in table
+    assert "paced seconds are unreliable for baseline, +sqrt scaling" in ladder.ladder_reading(tmp_path)
+    # opposite: the same rungs with a baseline at its bursts' pace: the ± is the bursts' movements, as before
+    other = tmp_path / "quiet"
+    ladder.save_ladder_result("baseline", base, pace={**RUN_PACE, "run": 93_500.0}, directory=other)
+    ladder.save_ladder_result("+linear scaling", sqrt, seeds=[seed1], directory=other,
+                              pace={"before": 96_587.0, "after": 65_128.0, "rate": 80_857.5})
+    table = ladder.ladder_table(other).to_markdown()
+    assert "17x (±34%)" in table and "the run itself" not in table
+
+
+def test_pace_finish_refuses_a_run_of_another_setting():
+    import pytest
+
+    from course_lib import ladder
+    from course_lib.train.ncf import TrainConfig
+
+    pace = ladder.Pace.__new__(ladder.Pace)  # no bursts timed: only the check before them is under test
+    pace._args = {"cfg": TrainConfig(global_batch_size=256)}
+    with pytest.raises(ValueError, match=r"the run's batch \(16384\) is not the yardstick's \(256\)"):
+        pace.finish(run=_ladder_result(16384, 5.8, 285, 8e5))
