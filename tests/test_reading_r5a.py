@@ -112,3 +112,39 @@ def test_pace_finish_refuses_a_run_of_another_setting():
     pace._args = {"cfg": TrainConfig(global_batch_size=256)}
     with pytest.raises(ValueError, match=r"the run's batch \(16384\) is not the yardstick's \(256\)"):
         pace.finish(run=_ladder_result(16384, 5.8, 285, 8e5))
+
+
+def _race_run(lr, ttt, steps, sps, hr=0.7591, optimizer="adam"):
+    r = _ladder_result(32768, ttt, steps, sps)
+    r.config.update(optimizer=optimizer, peak_lr=lr, base_lr=lr, lr_scaling="none")
+    r.best_hr = r.final_hr = hr
+    r.curve = {"step": [0, steps], "time_s": [0.0, ttt], "hr": [0.1, hr], "loss": [0.69, 0.33]}
+    return r
+
+
+def test_the_race_reading_says_when_the_clock_ranked_an_lr_by_its_pace():
+    """r5a 04-1: "adam (lr 0.00283, 0.00566, 0.0113, 0.0226): best at lr 0.00566, reached HR@10 0.75 in 9.2 s (216
+    steps)" over a table where lr 0.0113 reached it in 176 steps and 9.354 s: the two runs ran the same step at
+    7.677e+05 and 6.133e+05 samples/s, so the 0.17 s between them is the machine's pace, not the lr."""
+    from course_lib.lessons import l04_lars as L04
+    from course_lib.sweeps import sweep_table
+
+    runs = [_race_run(0.00283, 18.84, 328, 567_200.0), _race_run(0.00566, 9.18, 216, 767_700.0),
+            _race_run(0.0113, 9.354, 176, 613_300.0), _race_run(0.0226, 12.32, 184, 486_900.0),
+            _race_run(0.0226, 19.35, 392, 660_800.0, hr=0.7513, optimizer="lamb")]
+    text = L04.race_reading(runs, target_hr=0.75, floor_hr=0.3929)
+    adam = text.splitlines()[0]
+    assert adam.startswith("adam (lr 0.00283, 0.00566, 0.0113, 0.0226): best at lr 0.00566, reached HR@10 0.75 in "
+                           "9.2 s (216 steps); but lr 0.0113 reached it in fewer steps (176, in 9.35 s)")
+    assert "(samples/s 7.677e+05 against 6.133e+05)" in adam and "which lr is best is not resolved here" in adam
+    labels = [f"b32768 {r.config['optimizer']} lr {r.config['peak_lr']:.3g}" for r in runs]
+    table = sweep_table(runs, labels, title="Batch 32768, warmup 76 steps: time to HR@10 >= 0.75",
+                        columns=("rule", "time to target (s)", "steps to target", "final HR@10", "samples/s"))
+    assert "7.677e+05" in table.to_markdown() and "6.133e+05" in table.to_markdown()  # the cells, as quoted
+    # 0.3929: the popularity floor (cell 10 passes it in); 7.677, 6.133 and 5: the samples/s cells' mantissas and
+    # exponent, as the table prints them (the checker splits "7.677e+05" in two)
+    assert disagreements(text, table, extra=[0.3929, 7.677, 6.133, 5]) == []
+    # opposite: the fastest run by the clock also took the fewest steps: nothing to add; LAMB alone: nothing either
+    runs[2], runs[3] = _race_run(0.0113, 9.354, 230, 613_300.0), _race_run(0.0226, 12.32, 240, 486_900.0)
+    text = L04.race_reading(runs, target_hr=0.75, floor_hr=0.3929)
+    assert "fewer steps" not in text and "best at lr 0.00566, reached HR@10 0.75 in 9.2 s (216 steps)\n" in text
