@@ -320,6 +320,8 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         # the baseline is the reference (1.0x by definition); every other rung carries both lessons' movement
         r["speedup_uncertainty"] = ((pace_uncertainty(r) + pace_uncertainty(base)) if r["paced"] and step != "baseline"
                                     else None)
+        # its own part (the baseline's is common to every speedup, and cancels between two rungs: _within_drift)
+        r["rung_uncertainty"] = pace_uncertainty(r) if r["paced"] else None
         r["name"] = rung_name(r)
         r["vs_previous"] = speedup(before["paced_time_s"], r["paced_time_s"]) if before else None
         r["previous_step"] = before["step"] if before else None
@@ -409,9 +411,15 @@ def ladder_table(directory: Path | None = None) -> Table:
 
 
 def _within_drift(a: dict, b: dict) -> bool:
-    """Whether two rungs' paced speedups overlap within their pace drifts (``speedup x (1 ± speedup_uncertainty)``;
-    a rung without a recorded pace counts as exact)."""
-    ua, ub = a.get("speedup_uncertainty") or 0.0, b.get("speedup_uncertainty") or 0.0
+    """Whether two rungs' paced speedups overlap within their pace drifts (``speedup x (1 ± uncertainty)``; a rung
+    without a recorded pace counts as exact). The uncertainty is each rung's own (``rung_uncertainty``): both
+    speedups divide the same baseline time, so the baseline's part cancels between them (read r5a 01-1: with the
+    baseline's -47 % in both, '+LAMB' 5x (±66%) "lay within" '+sqrt scaling''s 17x (±79%) in the reading that also
+    said it was measurably slower than that rung, 0.3x (±52%))."""
+    def own(r):
+        return (r["rung_uncertainty"] if "rung_uncertainty" in r else r.get("speedup_uncertainty")) or 0.0
+
+    ua, ub = own(a), own(b)
     lo, hi = sorted((a, b), key=lambda r: r["speedup"])
     u_lo, u_hi = (ua, ub) if lo is a else (ub, ua)
     return lo["speedup"] * (1 + u_lo) >= hi["speedup"] * (1 - u_hi)

@@ -148,3 +148,30 @@ def test_the_race_reading_says_when_the_clock_ranked_an_lr_by_its_pace():
     runs[2], runs[3] = _race_run(0.0113, 9.354, 230, 613_300.0), _race_run(0.0226, 12.32, 240, 486_900.0)
     text = L04.race_reading(runs, target_hr=0.75, floor_hr=0.3929)
     assert "fewer steps" not in text and "best at lr 0.00566, reached HR@10 0.75 in 9.2 s (216 steps)\n" in text
+
+
+def test_two_rungs_are_ranked_by_their_own_pace_drifts_not_the_baselines_they_share(tmp_path):
+    """r5a 01-1's consequence: with the baseline's -47 % in both speedups' ±, '+LAMB' 5x (±66%) would "lie within the
+    pace drift" of '+sqrt scaling''s 17x (±79%), in the reading that also says '+LAMB' was measurably slower than
+    '+sqrt scaling' (0.3x (±52%)): both divide the same baseline time, so its part cancels between them."""
+    from course_lib import ladder
+
+    base = _ladder_result(256, 89.85, 17406, RUN_SPS)
+    ladder.save_ladder_result("baseline", base, pace={**RUN_PACE, "run": RUN_SPS}, directory=tmp_path)
+    ladder.save_ladder_result("+linear scaling", _ladder_result(16384, 5.812, 285, 803_400.0),
+                              seeds=[_ladder_result(16384, 6.475, 285, 720_000.0)], directory=tmp_path,
+                              pace={"before": 96_587.0, "after": 65_128.0, "rate": 80_857.5})
+    lamb, lamb1 = _ladder_result(32768, 19.35, 392, 660_800.0), _ladder_result(32768, 14.07, 380, 700_000.0)
+    for r in (lamb, lamb1):
+        r.config["optimizer"] = "lamb"
+    ladder.save_ladder_result("+LARS", lamb, seeds=[lamb1], directory=tmp_path,
+                              pace={"before": 107_059.0, "after": 86_376.0, "rate": 96_717.5})
+    said = ladder.ladder_reading(tmp_path)
+    assert said.startswith("the fastest rung is '+sqrt scaling': 17x (±79%) the baseline")
+    assert "+LAMB was slower than '+sqrt scaling' (0.3x (±52%))" in said
+    assert "5x (±66%)" in ladder.ladder_table(tmp_path).to_markdown()
+    # opposite: a '+LAMB' within '+sqrt scaling''s own drift (a lesson whose pace moved 90 %) is not ranked below it
+    ladder.save_ladder_result("+LARS", lamb, seeds=[lamb1], directory=tmp_path,
+                              pace={"before": 140_000.0, "after": 14_000.0, "rate": 77_000.0})
+    said = ladder.ladder_reading(tmp_path)
+    assert said.startswith("the highest paced speedup is '+sqrt scaling'") and "'+LAMB' (" in said.splitlines()[0]
