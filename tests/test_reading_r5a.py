@@ -175,3 +175,25 @@ def test_two_rungs_are_ranked_by_their_own_pace_drifts_not_the_baselines_they_sh
                               pace={"before": 140_000.0, "after": 14_000.0, "rate": 77_000.0})
     said = ladder.ladder_reading(tmp_path)
     assert said.startswith("the highest paced speedup is '+sqrt scaling'") and "'+LAMB' (" in said.splitlines()[0]
+
+
+def test_a_race_of_more_runs_than_colours_draws_no_two_runs_alike():
+    """Lesson 04's race figure (fifth full run): 16 runs in matplotlib's 10 colours, "b32768 adam lr 0.0226" and
+    "b32768 lars lr 2" both solid red, so the legend could not tell which red curve reached the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from course_lib.plots import plot_loss_curves
+
+    runs = [_race_run(0.001 * i, 9.0, 100, 1e5) for i in range(1, 17)]
+    for r in runs:
+        r.curve["epoch"] = [0.0, 1.0]
+    fig = plot_loss_curves(runs, y="hr")
+    looks = [(line.get_color(), line.get_linestyle()) for line in fig.axes[0].lines]
+    plt.close(fig)
+    assert len(set(looks)) == len(runs) == 16
+    fig = plot_loss_curves(runs[:5], y="hr")  # a few runs: solid lines, as before
+    assert {line.get_linestyle() for line in fig.axes[0].lines} == {"-"}
+    plt.close(fig)
