@@ -197,3 +197,21 @@ def test_a_race_of_more_runs_than_colours_draws_no_two_runs_alike():
     fig = plot_loss_curves(runs[:5], y="hr")  # a few runs: solid lines, as before
     assert {line.get_linestyle() for line in fig.axes[0].lines} == {"-"}
     plt.close(fig)
+
+
+def test_lesson_01s_cell_records_the_baseline_runs_own_pace_and_reads_it(data, tmp_path):
+    """Lesson 01 cell 14's calls on the tiny data set: ``Pace(...)``, the run, ``pace.finish(run=result)`` and the
+    drift reading of what it recorded (a few steps: the path, not the numbers)."""
+    from course_lib import ladder
+    from course_lib.train import train_to_target
+    from course_lib.train.ncf import TrainConfig
+
+    cfg = TrainConfig(global_batch_size=64, base_lr=1e-3, optimizer="adam", max_steps=5)
+    pace = ladder.Pace(data, cfg, steps=5, repeats=1, directory=tmp_path, quiet=True)
+    result = train_to_target(data, cfg, device="cpu", progress="none")
+    rec = pace.finish(run=result)
+    assert rec["run"] == result.samples_per_s and set(rec) == {"before", "after", "rate", "run"}
+    said = L01.pace_drift_reading(rec)
+    assert "the yardstick's pace moved" in said
+    assert ("But the baseline run itself" in said) == (abs(rec["run"] / rec["rate"] - 1) > abs(rec["after"] /
+                                                                                              rec["before"] - 1))
