@@ -148,13 +148,15 @@ def pace_drift_reading(pace: dict) -> str:
     off = run_off_pace({**pace, "rate": mean})
     uncertainty = pace_uncertainty({"pace": {**pace, "rate": mean}})
     if off is not None and abs(off) > abs(moved):
-        text += (f". But the baseline run itself trained at {pace['run']:,.0f} samples/s, {off:+.0%} from that pace on "
-                 "the same step: load that came and went within the run, which the bursts around it did not see")
+        # no cause named: no cell measured one (read r3a 01-3's rule for the pace reading)
+        text += (f". But the baseline run itself trained at {pace['run']:,.0f} samples/s, {off:+.0%} from that pace: "
+                 f"the same step ran {'slower' if off < 0 else 'faster'} during the run than in the bursts around it "
+                 "(on a shared machine, other jobs' load; no cell here measured which)")
     if uncertainty < 0.005:
         return text + (": the machine held its pace, so pacing adds no uncertainty of this lesson's to the speedups "
                        "over this baseline (each later rung still adds its own lesson's movement)")
     figures = speedup_figures(uncertainty)
-    what = "a movement within a lesson" if uncertainty == abs(moved) else "load within the run"
+    what = "a movement within a lesson" if uncertainty == abs(moved) else "a pace that differed during the run"
     return text + (f". Pacing cannot correct {what}, so every speedup over this baseline is "
                    f"uncertain by at least ±{uncertainty:.0%} from this lesson alone (each rung adds its own lesson's "
                    f"movement): the ladder shows such speedups to {figures} significant figure"
