@@ -158,8 +158,8 @@ class Pace:
         """Times the yardstick again; returns what a rung records (``save_ladder_*(..., pace=...)``).
 
         ``run``: a run of the yardstick's own setting (lesson 01's baseline), whose training samples/s is then the
-        pace of the same step *during* it, recorded as ``"run"``: the bursts before and after cannot see load that
-        came and went within the run (read r5a 01-1, fifth full run: bursts at 92,467 and 93,573 samples/s, +1 %,
+        pace of the same step *during* it, recorded as ``"run"``: the bursts before and after cannot see a pace that
+        changed within the run (read r5a 01-1, fifth full run: bursts at 92,467 and 93,573 samples/s, +1 %,
         around a baseline that trained at 49,592), and :func:`pace_uncertainty` counts the difference."""
         if run is not None:
             cfg = self._args["cfg"]
@@ -252,7 +252,7 @@ def _pace_moved(r: dict) -> float:
 
 def run_off_pace(pace: dict | None) -> float | None:
     """How far a run of the yardstick's own setting trained from the yardstick's pace timed around it (``run`` /
-    ``rate`` - 1, :meth:`Pace.finish`'s ``run``; None when no such run was recorded): load within the run that the
+    ``rate`` - 1, :meth:`Pace.finish`'s ``run``; None when no such run was recorded): a pace during the run that the
     bursts before and after it did not catch."""
     p = pace or {}
     return p["run"] / p["rate"] - 1 if p.get("run") and p.get("rate") else None
