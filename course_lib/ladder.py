@@ -154,12 +154,27 @@ class Pace:
             line += f"; lesson 01 measured {self.baseline:,.0f} ({_percent(self.rate / self.baseline - 1)})"
         return line
 
-    def finish(self) -> dict:
-        """Times the yardstick again; returns what a rung records (``save_ladder_*(..., pace=...)``)."""
+    def finish(self, run: TrainResult | None = None) -> dict:
+        """Times the yardstick again; returns what a rung records (``save_ladder_*(..., pace=...)``).
+
+        ``run``: a run of the yardstick's own setting (lesson 01's baseline), whose training samples/s is then the
+        pace of the same step *during* it, recorded as ``"run"``: the bursts before and after cannot see a pace that
+        changed within the run (read r5a 01-1, fifth full run: bursts at 92,467 and 93,573 samples/s, +1 %,
+        around a baseline that trained at 49,592), and :func:`pace_uncertainty` counts the difference."""
+        if run is not None:
+            cfg = self._args["cfg"]
+            if run.config.get("global_batch_size") != cfg.global_batch_size:
+                raise ValueError(
+                    f"Pace.finish(run=...): the run's batch ({run.config.get('global_batch_size')}) is not the "
+                    f"yardstick's ({cfg.global_batch_size}), so its samples/s is not the yardstick's pace: pass only "
+                    "a run of the yardstick's own setting (lesson 01's baseline), or no run")
         self.after = yardstick_pace(**self._args)
         if not self.quiet:
             print(self.describe())
-        return {"before": self.before, "after": self.after, "rate": self.rate}
+        out = {"before": self.before, "after": self.after, "rate": self.rate}
+        if run is not None and run.samples_per_s:
+            out["run"] = run.samples_per_s
+        return out
 
 
 # --------------------------------------------------------------------------- saving rungs
@@ -235,6 +250,23 @@ def _pace_moved(r: dict) -> float:
     return abs(p["after"] / p["before"] - 1) if p.get("before") and p.get("after") else 0.0
 
 
+def run_off_pace(pace: dict | None) -> float | None:
+    """How far a run of the yardstick's own setting trained from the yardstick's pace timed around it (``run`` /
+    ``rate`` - 1, :meth:`Pace.finish`'s ``run``; None when no such run was recorded): a pace during the run that the
+    bursts before and after it did not catch."""
+    p = pace or {}
+    return p["run"] / p["rate"] - 1 if p.get("run") and p.get("rate") else None
+
+
+def pace_uncertainty(r: dict) -> float:
+    """What pacing cannot correct in a rung's seconds: how far the yardstick moved within its lesson, or, when the
+    rung's run is of the yardstick's own setting (the baseline: :func:`run_off_pace`), how far that run's own pace
+    was from the yardstick's, the larger (read r5a 01-1: the baseline trained at -47 % of the bursts' pace around it
+    while they moved +1 %, and the ladder showed '+sqrt scaling' at 17x (±34 %) over its 89.9 s)."""
+    off = run_off_pace(r.get("pace"))
+    return max(_pace_moved(r), abs(off)) if off is not None else _pace_moved(r)
+
+
 def ladder_rows(directory: Path | None = None) -> list[dict]:
     """The saved rungs in the course's order, each with what the table shows:
 
@@ -243,7 +275,8 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
     paced; ``vs_noise`` (None, or "no measurable difference ..." when the paced seed times of the two
     rungs overlap); ``pace_drift`` (its pace against lesson 01's) and ``flags`` (drift beyond
     :data:`PACE_DRIFT_LIMIT`); ``speedup_uncertainty`` (how far the yardstick moved within this rung's lesson
-    and lesson 01's: what pacing cannot correct); ``helped`` (faster than the best rung below beyond the
+    and lesson 01's, or the baseline run's own distance from it: :func:`pace_uncertainty`, what pacing cannot
+    correct); ``helped`` (faster than the best rung below beyond the
     noise: then it is the best so far, the setting the next rung builds on); ``name`` (:func:`rung_name`).
 
     The best rung so far starts as the baseline and moves up only to a rung that helped beyond the noise.
@@ -278,17 +311,24 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         p = r.get("pace") or {}
         if _pace_moved(r) > PACE_DRIFT_LIMIT:
             flags.append(f"the pace moved {_percent(p['after'] / p['before'] - 1)} during the lesson")
+        off = run_off_pace(p)
+        if off is not None and abs(off) > PACE_DRIFT_LIMIT:
+            flags.append(f"the run itself trained at {_percent(off)} vs the yardstick's pace around it: compare "
+                         "steps, not seconds")
         r["flags"] = flags
         r["speedup"] = speedup(base_t, r["paced_time_s"])
         # the baseline is the reference (1.0x by definition); every other rung carries both lessons' movement
-        r["speedup_uncertainty"] = (_pace_moved(r) + _pace_moved(base)) if r["paced"] and step != "baseline" else None
+        r["speedup_uncertainty"] = ((pace_uncertainty(r) + pace_uncertainty(base)) if r["paced"] and step != "baseline"
+                                    else None)
+        # its own part (the baseline's is common to every speedup, and cancels between two rungs: _within_drift)
+        r["rung_uncertainty"] = pace_uncertainty(r) if r["paced"] else None
         r["name"] = rung_name(r)
         r["vs_previous"] = speedup(before["paced_time_s"], r["paced_time_s"]) if before else None
         r["previous_step"] = before["step"] if before else None
         # #37 (full run 2026-12-01): "0.67x: slower than '+linear scaling'" under a row printed "+sqrt scaling",
         # and "6.27x" beside "6x (±18%)": the rung below by the name the table shows, at the figures pacing allows
         r["previous_name"] = (before.get("name") or before["step"]) if before else None
-        r["vs_previous_uncertainty"] = ((_pace_moved(r) + _pace_moved(before))
+        r["vs_previous_uncertainty"] = ((pace_uncertainty(r) + pace_uncertainty(before))
                                         if before and r["paced"] and before.get("paced") else None)
         r["vs_noise"] = None
         if r["vs_previous"] is not None:
@@ -299,7 +339,7 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
             # "0.4x (±59%): no measurable difference" for +LAMB 16.4 s vs 7.32 s, where the share of the larger
             # time, 9.63 s, let a rung slower by a factor 2.2 pass as level). For a faster rung it is the share of
             # the larger time, as before, so which rungs helped (and what the next lesson builds on) is unchanged.
-            resolution = (_pace_moved(r) + _pace_moved(before)) * before["paced_time_s"]
+            resolution = (pace_uncertainty(r) + pace_uncertainty(before)) * before["paced_time_s"]
             winner, text = noise_verdict(r["paced_seed_times_s"] or [r["paced_time_s"]],
                                          before["paced_seed_times_s"] or [before["paced_time_s"]],
                                          names=(r["name"], r["previous_name"]), quantity="paced time to target",
@@ -371,9 +411,15 @@ def ladder_table(directory: Path | None = None) -> Table:
 
 
 def _within_drift(a: dict, b: dict) -> bool:
-    """Whether two rungs' paced speedups overlap within their pace drifts (``speedup x (1 ± speedup_uncertainty)``;
-    a rung without a recorded pace counts as exact)."""
-    ua, ub = a.get("speedup_uncertainty") or 0.0, b.get("speedup_uncertainty") or 0.0
+    """Whether two rungs' paced speedups overlap within their pace drifts (``speedup x (1 ± uncertainty)``; a rung
+    without a recorded pace counts as exact). The uncertainty is each rung's own (``rung_uncertainty``): both
+    speedups divide the same baseline time, so the baseline's part cancels between them (read r5a 01-1: with the
+    baseline's -47 % in both, '+LAMB' 5x (±66%) "lay within" '+sqrt scaling''s 17x (±79%) in the reading that also
+    said it was measurably slower than that rung, 0.3x (±52%))."""
+    def own(r):
+        return (r["rung_uncertainty"] if "rung_uncertainty" in r else r.get("speedup_uncertainty")) or 0.0
+
+    ua, ub = own(a), own(b)
     lo, hi = sorted((a, b), key=lambda r: r["speedup"])
     u_lo, u_hi = (ua, ub) if lo is a else (ub, ua)
     return lo["speedup"] * (1 + u_lo) >= hi["speedup"] * (1 - u_hi)

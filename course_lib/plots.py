@@ -231,7 +231,9 @@ def plot_loss_curves(results, *, labels=None, ax=None, x: str = "epoch", y: str 
         if r.diverged:
             name += " (diverged)"
         if pts:
-            ax.plot(*zip(*pts), marker="o", ms=3, label=name)
+            # past the colour cycle's 10 colours a new line style, so no two runs look alike (read r5a: lesson 04's
+            # race drew its 16 runs in 10 colours, "adam lr 0.0226" and "lars lr 2" both solid red)
+            ax.plot(*zip(*pts), marker="o", ms=3, label=name, ls=("-", "--", ":", "-.")[i // 10 % 4])
     ax.set_xlabel(x)
     ax.set_ylabel({"loss": "training loss (mean BCE since the last point)", "hr": "HR@10"}.get(y, y))
     if y == "loss":

@@ -22,6 +22,11 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def cell_text(value) -> str:
+    """A value as a :class:`Table` cell prints it: a reading that quotes a cell quotes this text (#37 item 1)."""
+    return _fmt(value)
+
+
 @dataclass
 class Table:
     """Rows of dicts with a fixed column order and an optional title."""

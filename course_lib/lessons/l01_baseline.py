@@ -31,7 +31,7 @@ from ..data.movielens import ImplicitData
 from ..hardware import default_device
 from ..metrics import hr_standard_error, paired_speedup
 from ..optim import resolved_adam_impl
-from ..tables import Table
+from ..tables import Table, cell_text
 from ..train.engine import RunHooks
 from ..train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
 import os
@@ -134,7 +134,7 @@ def pace_drift_reading(pace: dict) -> str:
     rungs at the mean of the two measurements; the movement within the lesson is what it cannot correct, so
     it is the least uncertainty of every paced speedup (each rung adds its own lesson's movement), and it sets
     the significant figures the ladder shows (:func:`course_lib.ladder.speedup_figures`)."""
-    from ..ladder import speedup_figures
+    from ..ladder import pace_uncertainty, run_off_pace, speedup_figures
 
     before, after = pace.get("before"), pace.get("after")
     if not before or not after:
@@ -143,12 +143,22 @@ def pace_drift_reading(pace: dict) -> str:
     mean = pace.get("rate") or (before + after) / 2  # the ladder's reference: Pace.rate, the mean
     text = (f"the yardstick's pace moved {moved:+.0%} during this lesson ({before:,.0f} samples/s before its runs, "
             f"{after:,.0f} after); later lessons put their times at the mean, {mean:,.0f} samples/s")
-    if abs(moved) < 0.005:
+    # read r5a 01-1 (fifth full run): "+1% ... uncertain by at least ±1% ... 2 significant figures" under a baseline
+    # that trained at 49,592 samples/s, -47% from the bursts around it: the ladder then showed 17x (±34%)
+    off = run_off_pace({**pace, "rate": mean})
+    uncertainty = pace_uncertainty({"pace": {**pace, "rate": mean}})
+    if off is not None and abs(off) > abs(moved):
+        # no cause named: no cell measured one (read r3a 01-3's rule for the pace reading)
+        text += (f". But the baseline run itself trained at {pace['run']:,.0f} samples/s, {off:+.0%} from that pace: "
+                 f"the same step ran {'slower' if off < 0 else 'faster'} during the run than in the bursts around it "
+                 "(on a shared machine, other jobs' load; no cell here measured which)")
+    if uncertainty < 0.005:
         return text + (": the machine held its pace, so pacing adds no uncertainty of this lesson's to the speedups "
                        "over this baseline (each later rung still adds its own lesson's movement)")
-    figures = speedup_figures(abs(moved))
-    return text + (f". Pacing cannot correct a movement within a lesson, so every speedup over this baseline is "
-                   f"uncertain by at least ±{abs(moved):.0%} from this lesson alone (each rung adds its own lesson's "
+    figures = speedup_figures(uncertainty)
+    what = "a movement within a lesson" if uncertainty == abs(moved) else "a pace that differed during the run"
+    return text + (f". Pacing cannot correct {what}, so every speedup over this baseline is "
+                   f"uncertain by at least ±{uncertainty:.0%} from this lesson alone (each rung adds its own lesson's "
                    f"movement): the ladder shows such speedups to {figures} significant figure"
                    f"{'s' if figures > 1 else ''}, and two rungs closer than their lessons' movements added count as "
                    "no measurable difference")
@@ -543,7 +553,9 @@ def compile_reading(comp: dict, baseline: TrainResult | None = None) -> str:
                      "choice): these times measure the capture's overhead, not inductor's kernels")
     for r in comp["rows"]:
         n = payback_steps(r)
-        times = f"{r['eager_ms']:.2f} -> {r['compiled_ms']:.2f} ms per step"
+        # the ms cells as compile_table prints them (read r5a 01-2, fifth full run: "25.71 -> 34.08 ms per step"
+        # over a table of 25.7 and 34.09, each rounded once more from the table's own rounding)
+        times = f"{cell_text(round(r['eager_ms'], 3))} -> {cell_text(round(r['compiled_ms'], 3))} ms per step"
         if n is None:
             said = _ratio_text(r["eager_ms"], r["compiled_ms"], r["ratios"])
             parts.append(f"at batch {r['batch size']}: compiled steps {said} ({times}), so the "
