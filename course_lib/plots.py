@@ -386,10 +386,11 @@ def plot_ladder(rows, *, axes=None):
     for bar_, r in zip(bars, rows[::-1]):
         t = r.get("paced_time_s")
         txt = ("not run" if r.get("not_run") else "not reached") if not t else \
-            f"{t:.1f} s" + (f"  ({r['speedup']:.1f}x)" if r.get("speedup") else "")
+            f"{t:.1f} s" + (f"  ({r.get('speedup_shown') or format(r['speedup'], '.1f') + 'x'})"
+                            if r.get("speedup") else "")  # the table's cell (ladder_rows' speedup_shown)
         ax1.text(bar_.get_width(), bar_.get_y() + bar_.get_height() / 2, " " + txt, va="center", fontsize=8)
     ax1.set_xlabel("training time to the target at lesson 01's pace (s)")
-    ax1.set_xlim(0, max(times + [1.0]) * 1.4)
+    ax1.set_xlim(0, max(times + [1.0]) * 1.6)  # room for the label "5.3 s  (17x (±34%))"
     low = min([n for n in steps if n] or [1.0]) / 2  # log axis: bars start here, and a missing one is a mark
     ax2.barh(names, [n - low if n else 0.0 for n in steps], left=low, color="tab:green")
     for y, n in enumerate(steps):
