@@ -556,11 +556,14 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
             below_name = r.get("previous_name") or r["previous_step"]
             cell = (speedup_cell(vs, r["vs_previous_uncertainty"]) if r.get("vs_previous_uncertainty") is not None
                     else f"{vs:.2f}x") if vs is not None else ""
+            # the slot first (what `skipped` below parses), then the name the table shows (read r5b 05-2, fifth
+            # full run: "the '+LARS' rung was slower ..." over a table whose row for it is '+LAMB')
+            shown = f" (shown as {r['name']!r}: what ran)" if r.get("name") and r["name"] != r["step"] else ""
             if vs is not None and vs < 1 and not r.get("vs_noise"):  # measurably slower (read r4b 05-1)
-                passed.append(f"the {r['step']!r} rung was slower than the {below_name!r} rung ({cell})")
+                passed.append(f"the {r['step']!r} rung{shown} was slower than the {below_name!r} rung ({cell})")
                 continue
             how = r.get("vs_noise") or (f"{cell} the {below_name!r} rung" if vs is not None else "")
-            passed.append(f"the {r['step']!r} rung did not help beyond the noise ({how})")
+            passed.append(f"the {r['step']!r} rung{shown} did not help beyond the noise ({how})")
     saved = {r["step"] for r in rows}
     missing = [f"no {s!r} rung is saved" for s in below if s not in saved]
     if best is None:
