@@ -83,3 +83,32 @@ def test_a_passed_over_rung_is_named_as_the_table_shows_it(tmp_path):
     # the +LAMB row's ratio is the one the note quotes
     lamb = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}["+LARS"]
     assert lamb["name"] == "+LAMB" and lamb["vs_previous"] == pytest.approx(0.307, abs=0.005)
+
+
+def test_the_step_pace_that_sizes_lesson_07_is_the_fastest_of_interleaved_repeats(monkeypatch):
+    """Read r5b 07-1 (lesson 07 cell 9): "measured pace batch 32 0.518 s/step, batch 256 1.01 s/step; the full plan
+    takes 2785 s here": one repeat after one untimed step, while every batch-32 run of the lesson then took 80 steps
+    in 10.1-18.3 s (0.126-0.229 s/step). The pace is now the fastest of interleaved repeats after two untimed steps.
+    Fed this run's first measurement (0.518 s at batch 32, 1.01 s at 256) and then the runs' pace: 0.15 s is kept;
+    opposite results: where the first repeat was the fast one, it is kept; one repeat keeps what it measured."""
+    from course_lib.lessons import l07_bert_lamb as study
+    from course_lib.train import mlm
+
+    s = study.Study(small_batch=32, large_batch=256, micro_batch=64, small_seqs=2560, large_seqs=10240)
+    calls = []
+
+    def fake(paces):
+        it = iter(paces)
+
+        def throughput(cfg, data, *, device, steps, warmup_steps):
+            calls.append((cfg.global_batch_size, steps, warmup_steps))
+            return {"step_s": next(it)}
+        return throughput
+
+    monkeypatch.setattr(mlm, "throughput", fake([0.518, 1.01, 0.15, 1.04]))
+    assert study.measure_step_s(s, None, device="cpu") == {32: 0.15, 256: 1.01}
+    assert calls == [(32, 3, 2), (256, 3, 2), (32, 3, 2), (256, 3, 2)]  # interleaved, two untimed steps each
+    monkeypatch.setattr(mlm, "throughput", fake([0.15, 1.01, 0.518, 1.3]))
+    assert study.measure_step_s(s, None, device="cpu") == {32: 0.15, 256: 1.01}
+    monkeypatch.setattr(mlm, "throughput", fake([0.518, 1.01]))
+    assert study.measure_step_s(s, None, device="cpu", repeats=1) == {32: 0.518, 256: 1.01}

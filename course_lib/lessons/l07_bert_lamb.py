@@ -177,13 +177,23 @@ FLOOR_SCALE = 1 / 3  # the shortest plan: a third of the steps (10 large batches
 OVERHEAD_S = 3.0  # per run: 20 evaluations of the held-out set and the model's build (measured 2026-12-01: ~2 s)
 
 
-def measure_step_s(study: Study, data, *, device, steps: int = 3) -> dict[int, float]:
+def measure_step_s(study: Study, data, *, device, steps: int = 3, repeats: int = 2,
+                   warmup_steps: int = 2) -> dict[int, float]:
     """Seconds per training step of this lesson's own model at each of its two batches, now, on this machine
-    (``throughput``: ``steps`` timed steps after one untimed one)."""
+    (``throughput``: ``steps`` timed steps after ``warmup_steps`` untimed ones), ``repeats`` times with the batches
+    interleaved; each batch keeps its fastest repeat, the least disturbed (lesson 05's rule,
+    :func:`course_lib.lessons.l05_mixed_precision.precision_throughput`). Read r5b 07-1 (fifth full run): one
+    repeat after one untimed step measured batch 32 at 0.518 s/step, and every batch-32 run of the lesson then ran
+    at 0.126-0.229 s/step (80 steps in 10.1-18.3 s): the plan was priced 2.3-4x too slow at that batch."""
     from ..train.mlm import throughput
 
-    return {b: throughput(study.config("lamb", b), data, device=device, steps=steps, warmup_steps=1)["step_s"]
-            for b in (study.small_batch, study.large_batch)}
+    best: dict[int, float] = {}
+    for _ in range(max(1, repeats)):
+        for b in (study.small_batch, study.large_batch):
+            t = throughput(study.config("lamb", b), data, device=device, steps=steps,
+                           warmup_steps=warmup_steps)["step_s"]
+            best[b] = min(best.get(b, math.inf), t)
+    return best
 
 
 def plan_runs(study: Study, step_s: dict[int, float], *, small_factors, large_factors, small_extensions: int,
