@@ -137,6 +137,34 @@ def test_final_loss_and_steps_lost():
         study.steps_lost([], 1.0, higher_is_better=True)
 
 
+def test_steps_lost_reads_between_the_last_two_evaluations():
+    """#37 (fifth full run, read r5c): BERT-mini's fp32 run, held-out MLM loss every 4 of its 32 steps, ended at
+    5.143..5.172 (seed spread 0.029); local SGD H=4 ended at 5.434 and H=16 at 5.546, and the table said "0 of 32"
+    and "4 of 32" steps lost: read only at the evaluations, anything between the last two counted as no loss.
+    The curve is one consistent with both (the run printed no curve): 5.434 lies 17 % of the way from step 28's
+    5.49 to step 32's 5.16."""
+    curve = [(4, 7.9), (8, 7.2), (12, 6.7), (16, 6.3), (20, 6.0), (24, 5.8), (28, 5.49), (32, 5.16)]
+    assert study.steps_lost(curve, 5.434, higher_is_better=False, tolerance=0.029) == 3  # reached at step 28.7
+    assert study.steps_lost(curve, 5.546, higher_is_better=False, tolerance=0.029) == 4  # at 27.3: as before
+    assert study.steps_lost(curve, 5.17, higher_is_better=False, tolerance=0.029) == 0  # within the seed spread
+    assert study.steps_lost(curve, 5.0, higher_is_better=False) == 0  # better than fp32 ever was
+    assert study.steps_lost(curve, 9.0, higher_is_better=False) == 28  # worse than its first evaluation
+    # higher is better (HR@10): halfway between 0.4 at step 6 and 0.5 at step 8 is step 7
+    assert study.steps_lost(CURVE, 0.45, higher_is_better=True) == 1
+    # and the verdict prices what the table says: a method losing steps no longer pays as if it lost none
+    ref = [_run("fp32 all-reduce", s, [6.0] * 32, 1000, metric=m, step_s=0.09,
+                curve=[(c, v + d) for c, v in curve[:-1]] + [(32, m)]) for s, m, d in ((0, 5.16, 0.0),
+                                                                                   (1, 5.143, -0.017))]
+    for r in ref:
+        r["higher_is_better"] = False
+    h4 = _run("local SGD H=4", 0, [6.2] * 32, 250, metric=5.434, step_s=0.063)
+    h16 = _run("local SGD H=16", 0, [6.3] * 32, 62, metric=5.546, step_s=0.062)
+    for r in (h4, h16):
+        r["higher_is_better"] = False
+    summary = {r["method"]: r for r in study.compression_summary(ref + [h4, h16])}
+    assert summary["local SGD H=4"]["steps_lost"] == 3 and summary["local SGD H=16"]["steps_lost"] == 4
+
+
 def test_measurably_worse_pairs_seeds():
     assert study.measurably_worse([1.10, 1.21, 1.31], [1.0, 1.1, 1.2]) is True  # shifted by 0.1 seed by seed
     assert study.measurably_worse([1.0, 1.1, 1.2], [1.10, 1.21, 1.31]) is False

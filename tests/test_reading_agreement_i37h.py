@@ -505,7 +505,23 @@ def test_lesson11s_scaling_verdict_quotes_the_scaling_table():
         # fit of the title solved for it) and that over the held-out size
         derived = [L11.PREDICTION_GOAL, L11.FLAT_EXPONENT, pred["relative_error"]]
         derived += [need, need / pred["size"]] if need else []
+        # "so is the error of <largest fitted size>" (r5c): its cell over the measured one's, less 1, and the sizes'
+        # ratio
+        derived += [L11.no_change_error(pred), pred["size"] / pred["largest_fitted"]]
         assert disagreements(said, L11.scaling_table(rows, pred, held), extra=derived) == [], said
+    # the fifth full run's BERT case (read r5c): within 5 % of the law and of the largest fitted size's error
+    bert = [{"fraction": f, "size": n, "metric": e, "error": e}
+            for f, n, e in ((0.125, 232, 5.5973), (0.25, 465, 5.4132), (0.5, 930, 4.7451))]
+    held = {"fraction": 1.0, "size": 1860, "metric": 4.6051, "error": 4.6051}
+    pred = L11.scaling_prediction(bert, held)
+    said = L11.scaling_verdict(pred, unit="sequences")
+    assert "cannot tell" in said, said
+    derived = [L11.PREDICTION_GOAL, L11.FLAT_EXPONENT, pred["relative_error"], pred["size_for_measured"],
+               pred["size_for_measured"] / pred["size"], L11.no_change_error(pred),
+               pred["size"] / pred["largest_fitted"]]
+    table = L11.scaling_table(bert, pred, held, size="training sequences", metric="held-out MLM loss",
+                              error="error (the loss)")
+    assert disagreements(said, table, extra=derived) == [], said
 
 
 def test_lesson11s_bert_noise_verdict_quotes_the_bert_tables():
