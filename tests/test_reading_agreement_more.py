@@ -122,8 +122,11 @@ def test_lesson_03s_warmup_reading_quotes_the_sweep_table():
     for results in (full_run, saved, missed):
         text = L03.warmup_reading(results, labels)
         texts.append(text)
-        # 19, 38, 76: the warmup lengths in the labels (the "rule" column); 10: HR@10's name
-        assert disagreements(text, sweep_table(results, labels, columns=cols), extra=(19, 38, 76, 10)) == [], text
+        # 19, 38, 76: the warmup lengths in the labels (the "rule" column); 10: HR@10's name; s per step: time to
+        # target / steps to target, two cells of one row (read r6a 03-1: the clock ranked the runs' pace)
+        paces = [r.time_to_target_s / r.steps_to_target for r in results if r.steps_to_target]
+        table = sweep_table(results, labels, columns=cols)
+        assert disagreements(text, table, extra=(19, 38, 76, 10, *paces)) == [], text
     assert "no difference in steps to target" in texts[0] and "warmup took fewer steps" in texts[1]
     assert "Warmup is what made this batch reach the target at all" in texts[2]
 
