@@ -37,3 +37,49 @@ def test_the_warmup_reading_says_when_the_clock_ranked_a_warmup_by_its_pace():
     text = L03.warmup_reading(fewest, WARMUP_LABELS)
     assert "reached it in fewer steps" not in text and "not resolved" not in text
     assert text.startswith("best warmup: linear warmup, 38 steps, reached the target in 6.5 s (90 steps); without")
+
+
+# the sixth run's data-loading ladder (lesson 01 cell 21): rung index: (first batch s, loading, training samples/s)
+LOADER_RUN = {0: (0.2371, 423_122, 79_963), 1: (0.2878, 100_603, 30_455), 3: (0.3046, 115_122, 30_864),
+              4: (0.3328, 99_018, 33_235), 5: (0.2768, 151_329, 59_562), 6: (0.2702, 1_558_633, 91_086),
+              7: (0.0162, 20_578_660, 89_866)}
+
+
+def _loader_comp(values):
+    """A ladder as loader_comparison returns it, each rung's kept (better) pass the values given, the other pass 1 %
+    worse in every column."""
+    from test_loader_ladder import constructed_comparison
+
+    comp = constructed_comparison()
+    comp["epoch_samples"] = 4_950_135
+    for i, (first, load, train) in values.items():
+        kept = {"first_batch_s": first, "load_sps": load, "train_sps": train}
+        other = {"first_batch_s": first * 1.01, "load_sps": load * 0.99, "train_sps": train * 0.99}
+        comp["rows"][i].update(passes=[other, kept], **kept)
+    return comp
+
+
+def test_the_loader_reading_says_what_the_first_batch_wait_is_when_persistent_workers_do_not_shorten_it():
+    """r6a 01-1: "with persistent workers the wait for an epoch's first batch went from 304.6 to 332.8 ms (1.09x
+    longer)", under a markdown that called the "first batch" column the workers' start-up (which persistent workers
+    skip), while the per-sample DataLoader, with no worker to start, waited 237.1 ms: the wait is the epoch's own
+    set-up, and the reading did not say so."""
+    from course_lib.lessons import l01_baseline as L01
+    from test_reading_agreement import _pass_ratios
+
+    comp = _loader_comp(LOADER_RUN)
+    text, table = L01.loader_reading(comp), L01.comparison_table(comp)
+    assert ("went from 304.6 to 332.8 ms (1.09x longer): the per-sample DataLoader, with no worker to start, waited "
+            "237.1 ms for its first batch too, so the wait is mostly the epoch's own set-up, which keeping the "
+            "workers alive does not skip; paid once per epoch, it is 0.71% of an epoch's loading here") in text, text
+    share = 0.3046 / (4_950_135 / 115_122)
+    assert disagreements(text, table, extra=(1, 2, share, 0.05, *_pass_ratios(comp))) == [], text
+    # opposite: persistent workers shortened the wait (the fifth run's 328.1 -> 252.7 ms): no clause
+    shorter = _loader_comp({**LOADER_RUN, 3: (0.3281, 127_039, 25_456), 4: (0.2527, 116_285, 24_899)})
+    text = L01.loader_reading(shorter)
+    assert "(1.30x shorter); paid once per epoch" in text and "own set-up" not in text
+    # opposite: no shorter wait, but the rung without workers waited little: the wait was the workers', not the epoch's
+    quick = _loader_comp({**LOADER_RUN, 0: (0.0200, 423_122, 79_963)})
+    text = L01.loader_reading(quick)
+    assert "(1.09x longer): keeping the workers alive did not shorten it here; paid once" in text
+    assert "own set-up" not in text
