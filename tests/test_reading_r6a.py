@@ -83,3 +83,42 @@ def test_the_loader_reading_says_what_the_first_batch_wait_is_when_persistent_wo
     text = L01.loader_reading(quick)
     assert "(1.09x longer): keeping the workers alive did not shorten it here; paid once" in text
     assert "own set-up" not in text
+
+
+def _sixth_run_opt_comp(fused_faster=True):
+    """Lesson 01 cell 23 of the sixth run (median ms per step; paired ratios consistent with its "within noise"
+    marks); ``fused_faster=False``: a fused step within noise at batch 256 too."""
+    from test_reading_r4a import _opt_row
+
+    fused = [2.2, 2.19, 2.21] if fused_faster else [1.2, 0.9, 1.1]
+    return {"baseline_impl": "for-loop", "device": "cpu", "repeats": 3, "rows": [
+        _opt_row(256, "dense Adam, for-loop", 2.312, 4.323, [1, 1, 1], [1, 1, 1], True),
+        _opt_row(256, "dense Adam, foreach", 1.765, 3.45, [1.4, 0.98, 1.3], [1.3, 0.97, 1.25]),
+        _opt_row(256, "dense Adam, fused", 0.547, 1.969 if fused_faster else 4.0, [4.2, 4.23, 4.25], fused),
+        _opt_row(256, "SparseAdam tables + Adam", 1.003, 1.959, [2.3, 2.31, 2.32], [2.2, 2.21, 2.22]),
+        _opt_row(16384, "dense Adam, for-loop", 2.06, 22.19, [1, 1, 1], [1, 1, 1], True),
+        _opt_row(16384, "dense Adam, foreach", 2.243, 24.26, [0.9, 0.92, 0.93], [0.9, 1.02, 0.91]),
+        _opt_row(16384, "dense Adam, fused", 1.69, 24.34, [1.3, 0.95, 1.22], [0.91, 1.01, 0.9]),
+        _opt_row(16384, "SparseAdam tables + Adam", 16.33, 36.1, [0.13, 0.13, 0.13], [0.61, 0.61, 0.62])]}
+
+
+def test_the_optimizer_reading_says_which_rungs_keep_dense_adam():
+    """r6a 01-2: "the baseline and every rung of the ladder keep dense Adam, for-loop (torch's default here) ... Every
+    rung pays about the same dense optimizer step", while the ladder this run built (lesson 04 cell 15) has a
+    '+LAMB' rung, which ran the course's LAMB: the sentence is true of the rungs that train with Adam."""
+    from course_lib.lessons import l01_baseline as L01
+
+    comp = _sixth_run_opt_comp()
+    text = L01.optimizer_reading(comp)
+    assert "every rung of the ladder keep dense Adam" not in text and "Every rung pays" not in text
+    assert ("the baseline and every rung of the ladder that trains with Adam (a layer-wise rung runs its own "
+            "optimizer) keep dense Adam, for-loop (torch's default here), although fused made the whole step "
+            "measurably faster above. Every such rung pays about the same dense optimizer step (2.31 ms at batch "
+            "256, 2.06 at 16384), but it is 53% of a step at batch 256 and 9% at 16384") in text, text
+    ms = {(r["batch size"], r["variant"]): r["step_ms"] for r in comp["rows"]}
+    moved = (ms[256, "dense Adam, for-loop"] / ms[256, "dense Adam, fused"]) / (
+        ms[16384, "dense Adam, for-loop"] / ms[16384, "dense Adam, fused"])
+    assert disagreements(text, L01.optimizer_table(comp), extra=(moved,)) == [], text
+    # opposite: no dense variant measurably faster at either batch: nothing said about what the rungs keep
+    text = L01.optimizer_reading(_sixth_run_opt_comp(fused_faster=False))
+    assert "keep dense Adam" not in text and "Every such rung" not in text

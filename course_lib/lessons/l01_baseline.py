@@ -289,7 +289,7 @@ def _ladder_clause(comp: dict, dense_faster: list[dict]) -> str:
     ref = {b: _baseline_row(comp, b) for b in (lo_b, hi_b)}
     gain = {b: ref[b]["step_ms"] / row[b]["step_ms"] for b in (lo_b, hi_b)}
     share = {b: ref[b]["optimizer_ms"] / ref[b]["step_ms"] for b in (lo_b, hi_b)}
-    said = (f". Every rung pays about the same dense optimizer step ({ref[lo_b]['optimizer_ms']:.2f} ms at batch "
+    said = (f". Every such rung pays about the same dense optimizer step ({ref[lo_b]['optimizer_ms']:.2f} ms at batch "
             f"{lo_b}, {ref[hi_b]['optimizer_ms']:.2f} at {hi_b}), but it is {share[lo_b]:.0%} of a step at batch "
             f"{lo_b} and {share[hi_b]:.0%} at {hi_b}: {name.split(', ')[1]} made the whole step "
             f"{gain[lo_b]:.2f}x faster at batch {lo_b} and {gain[hi_b]:.2f}x at {hi_b}")
@@ -339,8 +339,11 @@ def optimizer_reading(comp: dict) -> str:
     if dense_faster:
         # #37 (review 01 #4): a faster implementation of the same update was measured; say what the course keeps
         names = sorted({r["variant"].split(", ")[1] for r in dense_faster})
-        parts.append(f"the baseline and every rung of the ladder keep dense Adam, {comp['baseline_impl']} (torch's "
-                     f"default here), although {' and '.join(names)} made the whole step measurably faster above"
+        # read r6a 01-2 (sixth full run): "every rung of the ladder keep dense Adam" over a ladder whose '+LAMB' rung
+        # (lesson 04) ran the course's LAMB: lesson 01 cannot know which rungs will run Adam, so it says which it means
+        parts.append(f"the baseline and every rung of the ladder that trains with Adam (a layer-wise rung runs its "
+                     f"own optimizer) keep dense Adam, {comp['baseline_impl']} (torch's default here), "
+                     f"although {' and '.join(names)} made the whole step measurably faster above"
                      + _ladder_clause(comp, dense_faster) + " (TrainConfig.adam_impl would change it for all of them)")
     sparse = [r for r in comp["rows"] if r["variant"].startswith("SparseAdam")]
     if len(sparse) >= 2:
