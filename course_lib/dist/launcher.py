@@ -590,7 +590,7 @@ def worker_start_method() -> str:
 
 def fork_server_running() -> bool:
     """Whether this process's fork server is up already (started by an earlier launch): a launch then forks
-    its workers from it and imports nothing."""
+    its workers from it and imports no torch again (each worker still imports its function's module)."""
     from multiprocessing import forkserver
 
     return forkserver._forkserver._forkserver_address is not None

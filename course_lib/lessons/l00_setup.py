@@ -27,8 +27,10 @@ def launch_reading(launch_s: float, world_size: int, start_method: str, first: b
         else:
             text = f"{took} ({world_size} workers forked from the running fork server, which had imported torch)"
         if again_s is not None:
+            # not "importing nothing": each worker still imports the worker function's module (course_lib.dist here),
+            # which the server does not preload (course_lib/_forkserver_preload.py: torch only); cell 14 says so too
             text += (f"; a second launch took {again_s:.1f} s: it forked {world_size} workers from the running "
-                     "server and set up their process group, importing nothing")
+                     "server, which had imported torch, and set up their process group")
         return text
     text = f"{took} (starting {world_size} fresh processes, each importing torch)"
     if again_s is not None:
