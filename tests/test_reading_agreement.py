@@ -289,6 +289,9 @@ def test_lesson_03s_takeaway_quotes_the_deciding_table():
     assert "0.505 without warmup, 0.611 with it" in level  # the lowest seed's: a cell of the new column
     assert "no measurable difference (no measurable difference" not in level  # the verdict is not said twice
     assert "loss at the first evaluation" in L03.deciding_table(_decided([6.778, 7.489], [7.754, 6.616]), rung).columns
+    # the sixth read: "because the scaled lr blew up the first steps", "(2017, quoted)", is not what the paper says
+    assert "blew up the first steps" not in level and "2017, quoted" not in level
+    assert "the linear scaling rule broke down in the first epochs" in level
 
 
 # --------------------------------------------------------------------------- lesson 06: the ring and the timeline

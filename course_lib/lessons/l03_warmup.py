@@ -104,11 +104,14 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     verdict = decide.compare(rung, baseline_label)
     base, warm = decide.runs_of(baseline_label), decide.runs_of(rung)
     blew_up = [r for r in base if r.diverged]
-    quoted = ("Goyal et al. (2017, quoted) needed a 5-epoch warmup for ResNet-50 at batch 8192 because the "
-              "scaled lr blew up the first steps")
+    # what the paper reports, not a quote of it: the linear scaling rule breaks down in the first epochs, while the
+    # network changes rapidly, and a gradual warmup fixed that (a reader found "because the scaled lr blew up the
+    # first steps" here, which the paper does not say)
+    quoted = ("Goyal et al. (2017) report a 5-epoch gradual warmup for ResNet-50 at batch 8192: without it the linear "
+              "scaling rule broke down in the first epochs, while the network changes rapidly")
     if won == rung and blew_up:
         return (f"Here warmup stopped a blow-up: without it the run diverged on {len(blew_up)} of {len(base)} seeds, "
-                f"with it ({rung}) it did not ({verdict}). {quoted}; the same happened here.")
+                f"with it ({rung}) it did not ({verdict}). {quoted}; here the early steps without it diverged.")
     steps_known = all(getattr(r, "steps_to_target", None) is not None for r in [*warm, *base])
     if won == rung and steps_known and not _fewer_steps_on_every_seed(warm, base):
         # read r3a 03-1 (full run 2026-12-01, /tmp/mc3): faster on the clock on both seeds (9.87 / 9.16 s vs 11.72 /
