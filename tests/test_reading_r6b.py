@@ -57,7 +57,8 @@ def test_the_time_to_target_verdict_reads_every_run_of_the_largest_setting():
     alone = L06.optimization_reading(rows, 0.25)
     assert "1.7x slower" in alone and "adding ranks lengthened the run" in alone  # as printed, one run each
     text = L06.optimization_reading(rows, 0.25, repeats=[_rec(16384, 8.2e5, 5.7, 0.9406, 2.0, 5.7)])
-    assert "10.3 and 5.7 s on 2 ranks (2 runs of one setting at different seeds, the same 285 steps: 1.8x apart)" in text
+    assert ("10.3 and 5.7 s on 2 ranks (2 runs of one setting at different seeds, the same 285 steps: 1.8x apart)"
+            in text)
     assert "against 5.96 s on one rank" in text and "do not say whether the ranks scaled" in text
     assert "adding ranks lengthened the run" not in text and "the lesson's one verdict on it" in text
     extra = [0.05, 0.25, L06.ONE_RUN_RESOLUTION, 1, 2, 5.7, 10.29 / 5.7, 285]
@@ -72,3 +73,42 @@ def test_the_time_to_target_verdict_reads_every_run_of_the_largest_setting():
     assert "every run faster than one rank" in scaled and "the ranks scaled" in scaled
     # a repeat that did not reach the target adds nothing: the one-run verdict as before
     assert L06.optimization_reading(rows, 0.25, repeats=[{**SIXTH[2], "time_to_target_s": None}]) == alone
+
+
+def _sixth_bucket_result(pending_25=7.451):
+    """Lesson 06 cell 22's bucket table of the sixth run (2 gloo ranks; step = the median repeat, as printed)."""
+    from course_lib import comm
+
+    def row(variant, cap, overlap, reps, step, n, comm_ms, compression="none"):
+        return {"variant": variant, "bucket_cap_mb": cap, "overlap": overlap, "compression": compression,
+                "step_ms": step, "step_ms_repeats": list(reps), "allreduces_per_step": n, "comm_ms": comm_ms,
+                "params_in_sync": None if overlap is None else True}
+    rows = [row("DDP buckets", 0.25, True, [26.7, 25.6, 33.1], 26.74, 17, 21.48),
+            row("DDP buckets", 1.0, True, [26.9, 24.7, 21.3], 24.71, 5, 12.43),
+            row("DDP buckets", 25.0, True, [23.2, 23.5, 15.4], 23.19, 1, pending_25),
+            row("one all-reduce after backward", 4.276, False, [22.3, 15.3, 18.0], 18.02, 1, 5.439),
+            row("no communication (floor)", 0.0, None, [14.7, 10.9, 9.81], 10.9, 0, 0.0, None)]
+    return comm.BucketResult(rows=rows, world_size=2, backend="gloo", model_spec=comm.MLPSpec())
+
+
+def test_the_communication_share_says_how_much_of_it_the_all_reduces_were():
+    """r6b 06-3: "a step took 23.2 ms against 10.9 ms with no communication, so 53% of the step is communication that
+    did not hide behind backward (all-reduces were pending 7.45 ms per step)": of the 12.3 ms the all-reduces were
+    pending 7.45 (32% of the step); the other 4.84 ms is time outside them, and the reading says so. Opposite: an
+    all-reduce pending about as long as the step grew keeps the old sentence."""
+    from course_lib.lessons import l06_data_parallel as study
+
+    result = _sixth_bucket_result()
+    text = study.overlap_reading(result)
+    share = text.split("What overlap saved")[0]
+    assert ("a step took 23.2 ms against 10.9 ms with no communication, so 53% of the step is communication's cost "
+            "that did not hide behind backward (12.3 ms): the all-reduces themselves were pending 7.45 ms per step "
+            "(32% of the step), and the other 4.84 ms is time spent outside them") in share, share
+    assert "no cell here measured which" in share and "communication that did not hide" not in share
+    table = result.table()
+    extra = [23.19 - 10.9, 7.451 / 23.19, (23.19 - 10.9) / 23.19, 23.19 - 10.9 - 7.451, 26.74 - 23.19,
+             (26.74 - 23.19) / 26.74, 1, 25, 0.25, 5]
+    assert disagreements(text, table, extra=extra) == [], text
+    level = study.overlap_reading(_sixth_bucket_result(pending_25=11.8)).split("What overlap saved")[0]
+    assert "53% of the step is communication that did not hide behind backward (all-reduces were pending 11.8 ms" \
+        in level and "outside them" not in level, level
