@@ -40,6 +40,12 @@ def test_the_no_shrink_scaling_reading_splits_off_the_timed_all_reduce():
     extra = [1e3 * step1, 1e3 * step2, 1e3 * comm2, 1e3 * (step2 - comm2), 131_072, 8, 20, 1, 2]
     assert disagreements(text, L06.scaling_table(rows), extra=extra) == [], text
 
+    # the same setting's second seed (cell 31's, 285 steps in 5.66 s) beside the table's efficiency (06-2)
+    again = L06.scaling_reading(rows, repeats=[_rec(16384, 285 * 16384 / 5.66, 5.66, 0.9406, 2.0, 5.66)])
+    assert "efficiency 0.29 (the table's run; the same setting at another seed ran at efficiency 0.53: how far one " \
+        "run's pace moves it)" in again, again
+    assert L06.scaling_reading(rows, repeats=[]) == text
+
     fifth = L06.scaling_reading(L06.scaling_rows(FIFTH, {}))
     assert "22.7 ms per step on 2 ranks" in fifth and "19.5 ms on 1" in fifth and "14.8 ms, below one rank's" in fifth
     assert "the all-reduce can account for it" in fifth and "cannot make a step" not in fifth

@@ -528,13 +528,15 @@ def _no_shrink_reading(strong: list[dict]) -> str:
             "split: " + advice)
 
 
-def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
+def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) -> str:
     """What the learner's own strong-scaling rows show, and the per-rank batch that would scale.
 
     From :func:`step_time_fit`: the share of the largest run's step that does not shrink
     with the per-rank batch, and the per-rank batch at which compute would be
     ``compute_share`` of the step (a power of two). True on any tier: every number is read
-    from ``rows``.
+    from ``rows``. ``repeats``: more runs of the largest setting (other seeds, :func:`optimization_reading`'s); their
+    efficiency is set beside the table's (read r6b 06-2: the sixth run's table read 0.29 from a 2-rank run at
+    453,650 samples/s, and the same setting's second seed ran about 1.8x faster).
     """
     strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
     if len(strong) < 2:
@@ -544,6 +546,12 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
     lead = (f"strong scaling to {top['world_size']} ranks at a global batch of {top['global_batch']} "
             f"({top['per_rank_batch']} per rank): efficiency {eff:.2f}" if eff is not None else
             f"strong scaling to {top['world_size']} ranks")
+    one = strong[0]
+    others = [r["samples_per_s"] / (one["samples_per_s"] * top["world_size"]) for r in repeats
+              if r.get("samples_per_s") and one.get("samples_per_s") and one["world_size"] == 1]
+    if eff is not None and others:
+        lead += (f" (the table's run; the same setting at another seed ran at efficiency "
+                 f"{', '.join(f'{e:.2f}' for e in others)}: how far one run's pace moves it)")
     fit = step_time_fit(rows)
     if fit is None or fit[1] <= 0:
         return lead + ". " + _no_shrink_reading(strong)
