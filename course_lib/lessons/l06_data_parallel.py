@@ -36,6 +36,11 @@ TORCH_HOOK_NAMES = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 # --------------------------------------------------------------------------- noise
 
 
+# the step's cost over the floor beyond the all-reduces' pending time, as a share of that cost, from which the
+# overlap reading says that part is not the all-reduces (read r6b 06-3)
+EXPOSED_BEYOND_PENDING = 0.2
+
+
 def repeat_range(row: dict) -> tuple[float, float]:
     """Fastest and slowest repeat of a bucket-benchmark row (ms)."""
     reps = row.get("step_ms_repeats") or [row["step_ms"]]
@@ -222,14 +227,30 @@ def overlap_reading(result) -> str:
                          "either the all-reduces hid behind backward, or the machine's noise is larger than what "
                          "they cost (rerun on a quieter machine to tell).")
         else:
-            parts.append(
-                f"Communication share: with the fastest {which}, {cap}, a step took {best['step_ms']:.3g} ms "
-                f"against {floor['step_ms']:.3g} ms with no communication, so {max(exposed, 0) / best['step_ms']:.0%} "
-                f"of the step is communication that did not hide behind backward (all-reduces were pending "
-                f"{best.get('comm_ms') or 0:.3g} ms per step"
-                + (f"{_rounds_text(best, floor, 'the buckets', 'the floor')})." if same else
-                   "); one repeat only, so no noise estimate.")
-            )
+            head = (f"Communication share: with the fastest {which}, {cap}, a step took {best['step_ms']:.3g} ms "
+                    f"against {floor['step_ms']:.3g} ms with no communication, so "
+                    f"{max(exposed, 0) / best['step_ms']:.0%} of the step is communication")
+            pending = best.get("comm_ms") or 0.0
+            rest = max(exposed, 0.0) - pending
+            rounds = _rounds_text(best, floor, "the buckets", "the floor") if same else ""
+            if pending and rest > EXPOSED_BEYOND_PENDING * max(exposed, 0.0):
+                # read r6b 06-3 (sixth full run): "53% of the step is communication that did not hide behind backward
+                # (all-reduces were pending 7.45 ms per step)": 23.2 - 10.9 = 12.3 ms, of which the all-reduces were
+                # pending 7.45 (32% of the step); the other 4.84 ms is not the all-reduces, and the reading says so
+                parts.append(
+                    head + f"'s cost that did not hide behind backward ({max(exposed, 0):.3g} ms): the all-reduces "
+                    f"themselves were pending {pending:.3g} ms per step ({pending / best['step_ms']:.0%} of the step), "
+                    f"and the other {rest:.3g} ms is time spent outside them (DDP's hooks and bucket copies, or "
+                    + ("gloo's threads taking the cores from the computation" if result.backend == "gloo" else
+                       f"{result.backend}'s kernels competing with the computation")
+                    + ": no cell here measured which)"
+                    + (f" ({rounds[2:]})." if rounds else "." if same else "; one repeat only, so no noise estimate."))
+            else:
+                parts.append(
+                    head + " that did not hide behind backward (all-reduces were pending "
+                    f"{pending:.3g} ms per step"
+                    + (f"{rounds})." if same else "); one repeat only, so no noise estimate.")
+                )
     if serial is not None:
         verdict = measurably_different(best, serial)
         if verdict is False:
@@ -431,6 +452,7 @@ def scaling_rows(strong: dict, weak: dict) -> list[dict]:
                 "samples_per_s": r["samples_per_s"], "speedup": speedup,
                 "efficiency": speedup / w if speedup is not None else None,
                 "time_to_target_s": ttt, "epochs_to_target": r["epochs_to_target"],
+                "steps_to_target": r.get("steps_to_target"),
                 "ttt_efficiency": ttt1 / (w * ttt) if (mode == "strong" and ttt and ttt1) else None,
                 "comm_s": comm, "comm_share": comm / r["train_time_s"] if r["train_time_s"] else None,
                 "comm_method": r.get("comm_method") or "",
@@ -470,13 +492,51 @@ def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
     return line_fit([r["per_rank_batch"] for r in strong], [r["global_batch"] / r["samples_per_s"] for r in strong])
 
 
-def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
+def _no_shrink_reading(strong: list[dict]) -> str:
+    """Why a strong-scaling step did not shrink with the per-rank batch, from the rows' timed all-reduce (lesson 06).
+
+    Read r6b 06-1 (sixth full run): "The step time did not shrink ..., so fixed costs (the optimizer's step over every
+    parameter, the all-reduce, launches) or noise dominate" over one rank at 20.9 ms per step and two at 36.1 ms, of
+    which the timed all-reduce was 11.3 ms: without it the 2-rank step (24.8 ms) was still slower than one rank's at
+    twice the samples, which no cost that does not depend on the batch can make. The fifth run's two ranks (22.7 ms,
+    7.9 ms of it all-reduce, 14.8 ms without) against one rank's 19.5 ms: there the all-reduce outweighed the saving.
+    """
+    one, top = strong[0], strong[-1]
+    step1, step_w = one["global_batch"] / one["samples_per_s"], top["global_batch"] / top["samples_per_s"]
+    comm_w = (top.get("comm_share") or 0.0) * step_w  # the all-reduce pending per step, timed in the run
+    comm_1 = (one.get("comm_share") or 0.0) * step1
+    head = (f"The step time did not shrink with the per-rank batch: {1e3 * step_w:.3g} ms per step on "
+            f"{top['world_size']} ranks ({top['per_rank_batch']} samples each) against {1e3 * step1:.3g} ms on "
+            f"{one['world_size']} ({one['per_rank_batch']})")
+    advice = f"measure again, or give each rank more samples ({NVIDIA_NCF_QUOTE})."
+    if comm_w <= comm_1:  # no all-reduce timed on the larger size: nothing to split the step by
+        return (head + ", so fixed costs (the optimizer's step over every parameter, the all-reduce, launches) or "
+                "noise dominate: " + advice)
+    rest_w, rest_1 = step_w - comm_w, step1 - comm_1
+    head += (f"; its all-reduce, which the {top['world_size']}-rank run pays and one rank does not, was pending "
+             f"{1e3 * comm_w:.3g} ms of it (timed), and without that time the step would take {1e3 * rest_w:.3g} ms")
+    if rest_w < rest_1:
+        return (head + ", below one rank's: the all-reduce can account for it (it outweighed what the smaller share "
+                "saved, as far as the step waited for it), so the fit gives no split into a fixed and a per-sample "
+                "cost: " + advice)
+    times = one["per_rank_batch"] / top["per_rank_batch"]
+    return (head + f", still more than one rank's {1e3 * rest_1:.3g} ms at {times:.3g}x the samples per rank. The "
+            "optimizer's step over every parameter and the launches, which one rank pays too, cannot make a step with "
+            f"fewer samples slower: the rest of the {top['world_size']}-rank step grew (its forward and backward, and "
+            "whatever DDP adds besides the timed all-reduce), from the ranks sharing this machine's cores, DDP's own "
+            "work, or the machine's load moving between the runs (no cell here measured which), so the fit gives no "
+            "split: " + advice)
+
+
+def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) -> str:
     """What the learner's own strong-scaling rows show, and the per-rank batch that would scale.
 
     From :func:`step_time_fit`: the share of the largest run's step that does not shrink
     with the per-rank batch, and the per-rank batch at which compute would be
     ``compute_share`` of the step (a power of two). True on any tier: every number is read
-    from ``rows``.
+    from ``rows``. ``repeats``: more runs of the largest setting (other seeds, :func:`optimization_reading`'s); their
+    efficiency is set beside the table's (read r6b 06-2: the sixth run's table read 0.29 from a 2-rank run at
+    453,650 samples/s, and the same setting's second seed ran about 1.8x faster).
     """
     strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
     if len(strong) < 2:
@@ -486,11 +546,15 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
     lead = (f"strong scaling to {top['world_size']} ranks at a global batch of {top['global_batch']} "
             f"({top['per_rank_batch']} per rank): efficiency {eff:.2f}" if eff is not None else
             f"strong scaling to {top['world_size']} ranks")
+    one = strong[0]
+    others = [r["samples_per_s"] / (one["samples_per_s"] * top["world_size"]) for r in repeats
+              if r.get("samples_per_s") and one.get("samples_per_s") and one["world_size"] == 1]
+    if eff is not None and others:
+        lead += (f" (the table's run; the same setting at another seed ran at efficiency "
+                 f"{', '.join(f'{e:.2f}' for e in others)}: how far one run's pace moves it)")
     fit = step_time_fit(rows)
     if fit is None or fit[1] <= 0:
-        return (lead + ". The step time did not shrink with the per-rank batch, so fixed costs (the optimizer's "
-                "step over every parameter, the all-reduce, launches) or noise dominate: measure again, or give "
-                f"each rank more samples ({NVIDIA_NCF_QUOTE}).")
+        return lead + ". " + _no_shrink_reading(strong)
     fixed, per_sample = fit
     step = top["global_batch"] / top["samples_per_s"]
     fixed_share = min(1.0, max(0.0, fixed / step))
@@ -519,7 +583,7 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8) -> str:
 ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: "a few tens of percent" (lesson 06)
 
 
-def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
+def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=()) -> str:
     """Whether strong scaling kept the optimization and weak scaling changed it, and what the largest
     run gained in time to target over one rank: read from the rows.
 
@@ -531,6 +595,12 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
     Whether data parallelism shortened the course's run is one verdict, the ladder's "+data parallel" row
     (against the rung it built on, a single process on every core): this reading compares ranks at the
     same threads per rank, and says so rather than give a second verdict.
+
+    ``repeats``: more runs (records) of the largest strong-scaling setting, at other seeds (the ladder rung's
+    confirming runs). The time-to-target verdict then reads every run of that setting: where one rank's time lies
+    within their range, or within one run's resolution of the nearest of them, it gives none (read r6b 06-2, sixth
+    full run: "10.3 s on 2 ranks against 5.96 s on one rank ..., 1.7x slower: adding ranks lengthened the run", and
+    the same 2-rank setting's second seed, later in the lesson, took 5.7 s for the same 285 steps).
     """
     parts = []
     # the resolution the runs had: near the target they evaluated every dense_eval_every_epochs (ladder.NEAR_TARGET)
@@ -575,7 +645,31 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float) -> str:
     top = strong[-1] if strong else None
     if one is not None and top is not None and top is not one:
         t1, tw = one["time_to_target_s"], top["time_to_target_s"]
-        if t1 and tw:
+        more = [r["time_to_target_s"] for r in repeats if r.get("time_to_target_s")]
+        if t1 and tw and more:
+            times = [tw, *more]
+            lo, hi = min(times), max(times)
+            listed = " and ".join(f"{t:.3g}" for t in times)
+            steps = sorted({r.get("steps_to_target") for r in [top, *repeats] if r.get("steps_to_target")})
+            same = f", the same {steps[0]} steps" if len(steps) == 1 else ""
+            head = (f"Time to target: {listed} s on {top['world_size']} ranks ({len(times)} runs of one setting at "
+                    f"different seeds{same}: {hi / lo:.2g}x apart) against {t1:.3g} s on one rank of the same threads")
+            nearest = lo if t1 < lo else hi
+            if lo <= t1 <= hi:
+                verdict = ("one rank's time lies within the range of the runs of one setting, so these runs do not say "
+                           "whether the ranks scaled")
+            elif abs(math.log(t1 / nearest)) <= math.log(1 + ONE_RUN_RESOLUTION):
+                verdict = (f"one rank's time is within the {ONE_RUN_RESOLUTION:.0%} one run can resolve on a shared "
+                           "machine of the nearest of them, so these runs do not say whether the ranks scaled")
+            else:
+                faster = t1 > hi
+                verdict = (f"every run {'faster' if faster else 'slower'} than one rank by more than the "
+                           f"{ONE_RUN_RESOLUTION:.0%} one run resolves: "
+                           + ("the ranks scaled" if faster else "adding ranks lengthened the run"))
+            parts.append(head + f" (the table's run: time-to-target efficiency {top['ttt_efficiency']:.2f}): "
+                         + verdict + ". Whether data parallelism beat one process using all the same cores is the "
+                         "ladder's '+data parallel' row below, the lesson's one verdict on it.")
+        elif t1 and tw:
             ratio = t1 / tw
             how = f"{ratio:.2g}x faster" if ratio >= 1 else f"{1 / ratio:.2g}x slower"
             # #37 (full run 2026-12-01): "1.1x faster (...; one run each, so rerun before trusting a few tens of
