@@ -70,8 +70,23 @@ def test_lesson09s_verdict_follows_the_errors():
     assert "10% (within the course's goal of 25%)" in good and "(outside the course's goal of 25%)" in bad
     assert "over-predicted 2 of 3 steps and under-predicted 1" in good
     assert "over-predicted 1 of 3 steps and under-predicted 2" in bad
-    assert "two processes sharing the cores" in good and "two processes sharing the cores" not in bad
+    assert "parts priced from other measurements" in good and "parts priced from other measurements" not in bad
+    assert "sharing the cores" not in good + bad  # #37 (read r6c): a cause lesson 09 does not measure
     assert "Largest miss: neumf at batch 512 on 2 rank(s)" in good and "Largest miss: neumf at batch 256 on 1" in bad
+
+
+def test_lesson09s_by_ranks_line_names_no_unmeasured_cause():
+    """#37 (sixth full run, read r6c): cell 18's errors, 1 rank 13% (6, 12, 13, 15, 39) against 2 ranks 17% (4, 14,
+    17, 23, 24), read "and two processes sharing the cores", which no cell of lesson 09 measures; the opposite
+    (2 ranks the better) names no part at all."""
+    run = {(1, 1024): 0.13, (2, 1024): -0.14, (1, 4096): -0.12, (2, 4096): -0.23, (1, 16384): -0.39,
+           (2, 16384): -0.24, (1, 24): -0.06, (2, 64): 0.17, (1, 32): -0.15, (2, 128): 0.04}
+    said = L09.verdict(_l09_rows(run), goal=0.25)
+    line = said.splitlines()[-1]
+    assert line.startswith("Median error by ranks: 1: 13%, 2: 17% -- the 2-rank predictions add parts priced"), line
+    assert "cores" not in said
+    swapped = L09.verdict(_l09_rows({(3 - p, b): e for (p, b), e in run.items()}), goal=0.25)
+    assert swapped.splitlines()[-1] == "Median error by ranks: 1: 17%, 2: 13%"
 
 
 SCHEMES = P.JSON_SCHEMES + ("ring_all_reduce",)  # what study.case computes: Paleo's three and the ring
