@@ -537,6 +537,18 @@ def test_lesson11s_scaling_verdict_quotes_the_scaling_table():
     table = L11.scaling_table(bert, pred, held, size="training sequences", metric="held-out MLM loss",
                               error="error (the loss)")
     assert disagreements(said, table, extra=derived) == [], said
+    # the sixth full run's NeuMF case (read r6c): worse than the law by 11.9 %, within 5 % of the largest fitted size
+    neumf = [{"fraction": f, "size": n, "metric": 1 - e, "error": e}
+             for f, n, e in ((1 / 32, 36_803, 0.6258), (1 / 16, 67_566, 0.6182), (1 / 8, 129_075, 0.5719),
+                             (1 / 4, 252_086, 0.4083), (1 / 2, 498_056, 0.3409))]
+    held = {"fraction": 1.0, "size": 990_027, "metric": 1 - 0.3361, "error": 0.3361}
+    pred = L11.scaling_prediction(neumf, held)
+    said = L11.scaling_verdict(pred)
+    assert "barely helped" in said, said
+    derived = [L11.PREDICTION_GOAL, L11.FLAT_EXPONENT, pred["relative_error"], pred["size_for_measured"],
+               pred["size_for_measured"] / pred["size"], L11.no_change_error(pred),
+               pred["size"] / pred["largest_fitted"]]
+    assert disagreements(said, L11.scaling_table(neumf, pred, held), extra=derived) == [], said
 
 
 def test_lesson11s_bert_noise_verdict_quotes_the_bert_tables():
