@@ -141,6 +141,13 @@ def test_the_fsdp_step_reading_splits_the_gap_between_messages_and_the_rest():
     assert "explain none of the +35 ms (the model puts FSDP2 1 ms faster than DDP)" in said and "at most" not in said
     assert unquoted(said, t, allowed={35, 1, -1}) == set()
     assert "the model puts the two level" in study.fsdp_step_reading(table("76", "40", "24", "24"))
+    # #37 (sixth full run, read r6c): the model 22.2 against 22.7 ms read "(-0 ms)"; a gap under 1 ms keeps a decimal
+    t = table("70.3", "37.9", "22.2", "22.7")
+    said = study.fsdp_step_reading(t)
+    assert "predicts 22.2 against 22.7 ms (-0.5 ms)" in said and "(-0 ms)" not in said, said
+    assert "explain none of the +32 ms (the model puts the two level)" in said
+    assert unquoted(said, t, allowed={32, -0.5}) == set()
+    assert "(+2 ms)" in study.fsdp_step_reading(table("70.3", "37.9", "24.7", "22.7"))  # whole ms from 1 ms on
 
 
 def test_the_model_reading_says_exact_and_under():

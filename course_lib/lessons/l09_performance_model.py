@@ -407,8 +407,11 @@ def verdict(rows: list[dict], goal: float = 0.25) -> str:
     by_p = {p: statistics.median(abs(r["error"]) for r in rows if r["ranks"] == p) for p in {r["ranks"] for r in rows}}
     if len(by_p) > 1:
         lines.append("Median error by ranks: " + ", ".join(f"{p}: {e:.0%}" for p, e in sorted(by_p.items()))
-                     + (" -- the 2-rank steps add parts priced from other measurements (the all-reduce sweep, "
-                        "DDP's tiny step), and two processes sharing the cores" if by_p.get(2, 0) > by_p.get(1, 0)
+                     # #37 (sixth full run, read r6c): "and two processes sharing the cores" was a cause no cell
+                     # of lesson 09 measures (2 one-thread ranks on 2 cores; no CPU share is taken): only what the
+                     # model itself adds at 2 ranks is named
+                     + (" -- the 2-rank predictions add parts priced from other measurements (the all-reduce sweep, "
+                        "DDP's tiny step)" if by_p.get(2, 0) > by_p.get(1, 0)
                         else ""))
     return "\n".join(lines)
 

@@ -329,6 +329,12 @@ def _ms(seconds: float) -> str:
     return f"{ms:.3g}" if ms < 1000 else f"{ms:.0f}"
 
 
+def _gap_ms(x: float) -> str:
+    """A signed gap in ms for :func:`fsdp_step_reading`: whole ms, or one decimal under 1 ms (#37, sixth full run,
+    read r6c: 22.2 against 22.7 ms read "(-0 ms)")."""
+    return f"{x:+.0f}" if x == 0 or abs(x) >= 0.95 else f"{x:+.1f}"
+
+
 def fsdp_step_reading(table: Table) -> str:
     """FSDP2's step against DDP's, from the memory table's rows (measured and predicted step, ms): how much of
     the measured gap the model's priced messages explain, and how much is left outside the model."""
@@ -342,11 +348,11 @@ def fsdp_step_reading(table: Table) -> str:
     model_gap = float(f["predicted step (ms)"]) - float(d["predicted step (ms)"])
     out = (f"FSDP2's step took {f['step (ms)']} ms against DDP's {d['step (ms)']} ms ({gap:+.0f} ms); the model, "
            f"which prices FSDP2's gathers on the measured link and counts their bytes as sent, predicts "
-           f"{f['predicted step (ms)']} against {d['predicted step (ms)']} ms ({model_gap:+.0f} ms). ")
+           f"{f['predicted step (ms)']} against {d['predicted step (ms)']} ms ({_gap_ms(model_gap)} ms). ")
     if abs(gap) <= 1 or abs(model_gap) >= 0.5 * abs(gap):
         return out + "Its priced messages account for most of the gap."
     # #37 (full run): "messages explain at most -1 of the +35 ms": a model gap of the other sign explains none
-    explained = (f"So messages explain at most {model_gap:+.0f} of the {gap:+.0f} ms" if model_gap * gap > 0 else
+    explained = (f"So messages explain at most {_gap_ms(model_gap)} of the {gap:+.0f} ms" if model_gap * gap > 0 else
                  f"So the priced messages explain none of the {gap:+.0f} ms (the model puts "
                  + ("the two level)" if round(model_gap) == 0 else
                     f"FSDP2 {abs(model_gap):.0f} ms {'faster' if model_gap < 0 else 'slower'} than DDP)"))
