@@ -289,6 +289,11 @@ def test_lesson10s_fsdp_step_reading_quotes_the_memory_table():
         # the gaps FSDP2 - DDP, measured and predicted: differences of two cells of one column
         gaps = (1e3 * (fsdp - ddp), 1e3 * (pf - pd))
         assert disagreements(said, table, extra=gaps) == [], said
+    # the check of r6c's fix: 23.8 against 24.6 ms printed "(-0.8 ms)", then "the model puts FSDP2 1 ms faster"
+    table = L10.memory_table(_memory_outs(0.0703, 0.0466), _sharded_predicted({"DDP": 0.0246, "ZeRO-1": 0.0246,
+                                                                               "FSDP2": 0.0238}))
+    said = L10.fsdp_step_reading(table)
+    assert "(-0.8 ms)" in said and "the model puts FSDP2 0.8 ms faster than DDP" in said, said
 
 
 def _model_case(fsdp_step=0.0654, fsdp_pred=0.0275):

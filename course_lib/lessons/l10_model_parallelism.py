@@ -355,7 +355,9 @@ def fsdp_step_reading(table: Table) -> str:
     explained = (f"So messages explain at most {_gap_ms(model_gap)} of the {gap:+.0f} ms" if model_gap * gap > 0 else
                  f"So the priced messages explain none of the {gap:+.0f} ms (the model puts "
                  + ("the two level)" if round(model_gap) == 0 else
-                    f"FSDP2 {abs(model_gap):.0f} ms {'faster' if model_gap < 0 else 'slower'} than DDP)"))
+                    # the gap as the sentence before it prints it (a check of the fix below: "(-0.8 ms)" then
+                    # "the model puts FSDP2 1 ms faster")
+                    f"FSDP2 {_gap_ms(model_gap)[1:]} ms {'faster' if model_gap < 0 else 'slower'} than DDP)"))
     return out + (explained + "; the rest is outside the model "
                   "(per-unit hooks and the Python around each gather, which a step this small is mostly made of).")
 
