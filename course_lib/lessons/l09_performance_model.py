@@ -829,16 +829,13 @@ def paleo_own_weak_speedup(workers: int, per_worker: int, scheme: str = "butterf
     run (:data:`PALEO_ALEXNET_STRONG`): the compute of the row whose strong-scaling batch per worker is
     ``per_worker`` (``global_batch / p``), the communication of the row with ``workers`` (it depends only on the
     gradients and ``p``). None where the run has no such rows."""
-    col = 5 + JSON_SCHEME_COLUMNS.index(scheme) if scheme in JSON_SCHEME_COLUMNS else None
+    col = 5 + P.JSON_SCHEMES.index(scheme) if scheme in P.JSON_SCHEMES else None  # the columns' order (against_paleo)
     by_w = {row[0]: row for row in paleo}
     at_batch = next((row for row in paleo if global_batch / row[0] == per_worker), None)
     if col is None or at_batch is None or workers not in by_w:
         return None
     compute = at_batch[4]
     return workers * compute / (compute + by_w[workers][col])
-
-
-JSON_SCHEME_COLUMNS = ("one_to_all", "tree_all_reduce", "butterfly_all_reduce")  # PALEO_ALEXNET_STRONG's order
 
 
 def weak_reading(rows: list[dict], scheme: str = "butterfly_all_reduce", paleo=PALEO_ALEXNET_STRONG) -> str:
