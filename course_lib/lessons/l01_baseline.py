@@ -141,8 +141,13 @@ def pace_drift_reading(pace: dict) -> str:
         return "the yardstick's pace was timed once only: the ladder cannot say how far it moved during this lesson"
     moved = after / before - 1
     mean = pace.get("rate") or (before + after) / 2  # the ladder's reference: Pace.rate, the mean
-    text = (f"the yardstick's pace moved {moved:+.0%} during this lesson ({before:,.0f} samples/s before its runs, "
-            f"{after:,.0f} after); later lessons put their times at the mean, {mean:,.0f} samples/s")
+    # read r7a 01-1 (seventh full run): "47,605 samples/s before its runs" for bursts timed after the lesson's lr sweep
+    # (five runs) and right after the baseline, before its other cells: a record with the run's own pace
+    # (Pace.finish(run=...)) is of bursts around that run, not around the lesson's runs
+    span = ("across the baseline run ({} samples/s in the bursts before it, {} after)" if pace.get("run") else
+            "during this lesson ({} samples/s before its runs, {} after)")
+    text = (f"the yardstick's pace moved {moved:+.0%} " + span.format(f"{before:,.0f}", f"{after:,.0f}")
+            + f"; later lessons put their times at the mean, {mean:,.0f} samples/s")
     # read r5a 01-1 (fifth full run): "+1% ... uncertain by at least ±1% ... 2 significant figures" under a baseline
     # that trained at 49,592 samples/s, -47% from the bursts around it: the ladder then showed 17x (±34%)
     off = run_off_pace({**pace, "rate": mean})
