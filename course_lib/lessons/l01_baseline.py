@@ -162,11 +162,16 @@ def pace_drift_reading(pace: dict) -> str:
                        "over this baseline (each later rung still adds its own lesson's movement)")
     figures = speedup_figures(uncertainty)
     what = "a movement within a lesson" if uncertainty == abs(moved) else "a pace that differed during the run"
+    # read r7a 02-1 (seventh full run): "to 1 significant figure" over a ladder that showed '+sqrt scaling' at
+    # "11x (±86%)": speedup_cell writes a speedup of 10**figures or more as a whole number, not in e-notation
     return text + (f". Pacing cannot correct {what}, so every speedup over this baseline is "
                    f"uncertain by at least ±{uncertainty:.0%} from this lesson alone (each rung adds its own lesson's "
                    f"movement): the ladder shows such speedups to {figures} significant figure"
-                   f"{'s' if figures > 1 else ''}, and two rungs closer than their lessons' movements added count as "
-                   "no measurable difference")
+                   f"{'s' if figures > 1 else ''}, or as a whole number from {_WHOLE_FROM.get(figures, 'a thousand')} "
+                   "up, and two rungs closer than their lessons' movements added count as no measurable difference")
+
+
+_WHOLE_FROM = {1: "ten", 2: "a hundred"}  # speedup_cell: from 10 ** figures up, a whole number (11x, not 1e+01x)
 
 
 def pace_reading(result: TrainResult) -> str:
