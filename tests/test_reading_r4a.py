@@ -38,7 +38,8 @@ def test_the_optimizer_reading_says_how_a_faster_adam_would_move_the_ladder():
     assert "the ladder's ratios are not moved by it" not in text
     assert ("Every such rung pays about the same dense optimizer step (1.97 ms at batch 256, 1.91 at 16384), but it is "
             "57% of a step at batch 256 and 9% at 16384: fused made the whole step 2.48x faster at batch 256 and "
-            "1.01x at 16384, so on it the baseline would gain more than a rung at batch 16384, and the ladder's "
+            "1.01x at 16384 (within the repeats' noise), so on it the baseline would gain more than a rung at batch "
+            "16384, and the ladder's "
             "speedups of such rungs would be about 2.5x smaller") in text
     assert text.count("TrainConfig.adam_impl would change it for all of them") == 1
     # every number is a cell of the table, or the ratio of two ratios of its step column (2.48x / 1.01x = 2.5x)

@@ -59,3 +59,47 @@ def test_the_pace_drift_reading_says_the_ladder_writes_large_speedups_as_whole_n
     small = L01.pace_drift_reading({"before": 100_000.0, "after": 103_000.0})
     assert "to 2 significant figures, or as a whole number from a hundred up," in small
     assert speedup_cell(123.4, 0.03) == "123x (±3%)" and speedup_cell(12.34, 0.03) == "12x (±3%)"
+
+
+# lesson 01 cell 23 of the run: batch, Adam, optimizer and step ms per step (medians), and paired ratios consistent with
+# the table's "within noise" marks (optimizer, step); the fused row at 16384 is the one r7a 01-2 is about
+RUN_OPTIMIZER = (
+    (256, "dense Adam, for-loop", 3.686, 7.481, [1, 1, 1], [1, 1, 1]),
+    (256, "dense Adam, foreach", 4.227, 7.644, [0.8, 0.97, 0.87], [0.9, 1.02, 0.98]),
+    (256, "dense Adam, fused", 1.334, 4.139, [2.7, 2.8, 2.76], [1.78, 1.81, 1.85]),
+    (256, "SparseAdam tables + Adam", 3.362, 6.355, [1.2, 0.98, 1.1], [1.3, 1.01, 1.18]),
+    (16384, "dense Adam, for-loop", 3.922, 47.62, [1, 1, 1], [1, 1, 1]),
+    (16384, "dense Adam, foreach", 3.682, 42.52, [1.1, 0.97, 1.07], [1.2, 0.99, 1.12]),
+    (16384, "dense Adam, fused", 2.087, 39.43, [1.8, 1.9, 1.88], [1.3, 1.02, 1.25]),
+    (16384, "SparseAdam tables + Adam", 33.67, 67.57, [0.12, 0.11, 0.12], [0.7, 0.69, 0.71]),
+)
+
+
+def _run_opt_comp(fused_step_ratios_at_16384=None):
+    from test_reading_r4a import _opt_row
+
+    rows = [_opt_row(*r, baseline=r[1] == "dense Adam, for-loop") for r in RUN_OPTIMIZER]
+    if fused_step_ratios_at_16384 is not None:
+        rows[6]["step_ratios"] = fused_step_ratios_at_16384
+    return {"baseline_impl": "for-loop", "device": "cpu", "repeats": 3, "rows": rows}
+
+
+def test_the_optimizer_reading_does_not_count_a_gain_within_the_repeats_noise_toward_the_ladder():
+    """r7a 01-2: "...fused made the whole step 1.81x faster at batch 256 and 1.21x at 16384, so ... the ladder's
+    speedups of such rungs would be about 1.5x smaller", over a table whose 16384 fused step speedup reads "1.21x
+    (within noise)", in a reading that said "whole step no measurable difference (1.21x)" of the same cell."""
+    comp = _run_opt_comp()
+    text = L01.optimizer_reading(comp)
+    assert "dense Adam, fused: optimizer 1.88x faster, whole step no measurable difference (1.21x)" in text
+    assert ("fused made the whole step 1.81x faster at batch 256 and 1.21x at 16384 (within the repeats' noise), so on "
+            "it the baseline would gain more than a rung at batch 16384, and the ladder's speedups of such rungs would "
+            "be about 1.5x smaller; about 1.8x smaller if the gain at batch 16384 is none (TrainConfig.adam_impl"
+            ) in text
+    ms = {(r["batch size"], r["variant"]): r["step_ms"] for r in comp["rows"]}
+    gain = {b: ms[b, "dense Adam, for-loop"] / ms[b, "dense Adam, fused"] for b in (256, 16384)}
+    ratios = [r for row in comp["rows"] for r in row["optimizer_ratios"] + row["step_ratios"]]
+    assert disagreements(text, L01.optimizer_table(comp), extra=(gain[256] / gain[16384], gain[256], *ratios)) == []
+    # opposite: the fused step measurably faster at 16384 too (every repeat above 1.05): no qualifier, one factor
+    resolved = L01.optimizer_reading(_run_opt_comp([1.19, 1.21, 1.23]))
+    assert "whole step 1.21x faster" in resolved and "within the repeats' noise" not in resolved
+    assert "1.21x at 16384, so on it the baseline would gain more" in resolved and "is none" not in resolved
