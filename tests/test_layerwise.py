@@ -46,12 +46,12 @@ def test_the_reading_says_noise_falls_as_one_over_sqrt_b_and_signal_stays():
     assert "gmf_user.weight, gmf_item.weight fell 22.60-22.90x (sqrt(512) = 22.6): mostly noise" in text
     assert "mlp.2.weight, out.weight changed 0.92-0.93x: mostly signal, which a mean keeps" in text
     assert "does not divide every gradient alike" in text
-    assert "it grows at B=256 only" in text and "rare users and items get small steps" not in text
+    assert "it grows at B=256 only" in text and "rare items get small gradients" not in text
     # opposite results: every layer falls as 1/sqrt(B), and every slope grows: the text says so
     same = _measured({k: 22.6 for k in ("gmf_user.weight", "gmf_item.weight", "mlp.2.weight", "out.weight")})
     same["rows"] = {b: (f, f ** 0.8) for b, (f, _) in same["rows"].items()}
     other = layerwise.reading(same)
-    assert "Every layer is in the same regime here" in other and "rare users and items get small steps" in other
+    assert "Every layer is in the same regime here" in other and "rare items get small gradients" in other
     assert "mostly signal" not in other
 
 

@@ -103,3 +103,50 @@ def test_the_optimizer_reading_does_not_count_a_gain_within_the_repeats_noise_to
     resolved = L01.optimizer_reading(_run_opt_comp([1.19, 1.21, 1.23]))
     assert "whole step 1.21x faster" in resolved and "within the repeats' noise" not in resolved
     assert "1.21x at 16384, so on it the baseline would gain more" in resolved and "is none" not in resolved
+
+
+def _layers(by_batch):
+    return [{"batch": b, "layer": name, "weight_norm": 1.0, "grad_norm": g, "grad_to_weight": g}
+            for b, row in by_batch.items() for name, g in row.items()]
+
+
+def _rows(slopes, intercepts):
+    import torch
+
+    out = {}
+    for b, s in slopes.items():
+        freq = torch.tensor([1.0, 2.0, 3.0, 5.0, 8.0]) / b
+        out[b] = (freq, torch.exp(intercepts[b] + s * freq.log()))
+    return out
+
+
+# lesson 04 cell 5 of the run: ||g||/||w|| per layer at B=256 and B=32768
+RUN_NORMS = {256: {"gmf_user.weight": 5.73e-05, "gmf_item.weight": 7.38e-05, "mlp_user.weight": 1.62e-03,
+                   "mlp_item.weight": 2.15e-03, "mlp.0.weight": 1.72e-04, "mlp.2.weight": 5.96e-04,
+                   "out.weight": 6.42e-03},
+             32768: {"gmf_user.weight": 5.09e-06, "gmf_item.weight": 6.48e-06, "mlp_user.weight": 2.41e-04,
+                     "mlp_item.weight": 2.97e-04, "mlp.0.weight": 7.22e-05, "mlp.2.weight": 6.52e-04,
+                     "out.weight": 7.00e-03}}
+
+
+def test_the_row_gradient_reading_names_the_rows_it_measured():
+    """r7a 04-1: "An embedding row's gradient grows with its frequency in the batch (log-log slope 0.73 at B=256,
+    0.64 at B=32768 ...): rare users and items get small steps": the slopes are the MLP item table's rows only
+    (``layer_gradient_norms``), and they are gradients, not steps (the race's Adam normalises each element's step)."""
+    from course_lib.lessons import l04_lars as L04
+
+    run = {"layers": _layers(RUN_NORMS), "rows": _rows({256: 0.7302, 32768: 0.6446}, {256: -3.342, 32768: -5.497})}
+    text = L04.reading(run)
+    assert text.startswith("||g||/||w|| differs between NeuMF's layers by 112x at batch 256 and 1375x at batch 32768")
+    last = text.splitlines()[-1]
+    assert last == ("An item embedding row's gradient (the MLP's item table: the rows measured) grows with its "
+                    "frequency in the batch (log-log slope 0.73 at B=256, 0.64 at B=32768; 0.5-1 means it grows): rare "
+                    "items get small gradients, so small SGD steps."), last
+    assert "users" not in last
+    # opposite: a slope that does not grow at the large batch (the 2026-12-01 run's 0.09): no "small gradients" clause,
+    # the rows still named
+    flat = {"layers": _layers(RUN_NORMS), "rows": _rows({256: 0.73, 32768: 0.09}, {256: -3.3, 32768: -5.5})}
+    last = L04.reading(flat).splitlines()[-1]
+    assert last.startswith("An item embedding row's gradient (the MLP's item table: the rows measured) against its "
+                           "frequency in the batch: log-log slope 0.73 at B=256, 0.09 at B=32768")
+    assert "it grows at B=256 only" in last and "small gradients" not in last

@@ -161,12 +161,15 @@ def reading(measured: dict) -> str:
     slopes = frequency_slope(measured)
     grows = {b: 0.5 <= s_ <= 1.2 for b, s_ in slopes.items()}
     said = ", ".join(f"{s_:.2f} at B={b}" for b, s_ in sorted(slopes.items()))
+    # read r7a 04-1 (seventh full run): "rare users and items get small steps" under slopes measured on the MLP item
+    # table's rows alone (layer_gradient_norms), and on gradients, not steps: the sentences name what was measured
+    row = "An item embedding row's gradient (the MLP's item table: the rows measured)"
     if slopes and all(grows.values()):
-        lines.append(f"An embedding row's gradient grows with its frequency in the batch (log-log slope {said}; "
-                     "0.5-1 means it grows): rare users and items get small steps.")
+        lines.append(f"{row} grows with its frequency in the batch (log-log slope {said}; "
+                     "0.5-1 means it grows): rare items get small gradients, so small SGD steps.")
     elif slopes:
         yes = [b for b, g in sorted(grows.items()) if g]
-        lines.append(f"An embedding row's gradient against its frequency in the batch: log-log slope {said} "
+        lines.append(f"{row} against its frequency in the batch: log-log slope {said} "
                      "(0.5-1 means it grows with frequency); "
                      + (f"it grows at B={', '.join(str(b) for b in yes)} only" if yes else "it does not grow here")
                      + ": at a large batch most rows appear many times, and their gradient is mostly signal.")
