@@ -150,3 +150,18 @@ def test_the_row_gradient_reading_names_the_rows_it_measured():
     assert last.startswith("An item embedding row's gradient (the MLP's item table: the rows measured) against its "
                            "frequency in the batch: log-log slope 0.73 at B=256, 0.09 at B=32768")
     assert "it grows at B=256 only" in last and "small gradients" not in last
+    assert last.endswith("it grows at B=256 only: at a large batch most rows appear many times, and their gradient is "
+                         "mostly signal.")
+
+
+def test_the_row_gradient_reading_gives_the_large_batch_reason_only_where_the_large_batch_fell():
+    """The smoke profile's lesson 04 (seen by r7a after its fix): "log-log slope 0.49 at B=256, 0.62 at B=8192 ...; it
+    grows at B=8192 only: at a large batch most rows appear many times, and their gradient is mostly signal": the
+    reason given is for a large batch's slope falling, where it is the small batch's that is below 0.5."""
+    from course_lib.lessons import l04_lars as L04
+
+    smoke = {"layers": _layers({256: RUN_NORMS[256], 8192: RUN_NORMS[32768]}),
+             "rows": _rows({256: 0.49, 8192: 0.62}, {256: -3.3, 8192: -5.5})}
+    last = L04.reading(smoke).splitlines()[-1]
+    assert last.endswith("(0.5-1 means it grows with frequency); it grows at B=8192 only."), last
+    assert "at a large batch" not in last
