@@ -116,10 +116,13 @@ def plot_optimizer_step(comp: dict):
     return fig
 
 
-def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None):
+def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None,
+                   resolved: bool | None = None):
     """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.lessons.l01_baseline.lazy_adam_accuracy`) against
     optimizer steps (the same budget) and, with ``step_ms`` (ms per step per optimizer, measured side
-    by side: :func:`course_lib.lessons.l01_baseline.step_times`), against the training time those steps cost."""
+    by side: :func:`course_lib.lessons.l01_baseline.step_times`), against the training time those steps cost;
+    ``resolved`` False (:func:`course_lib.lessons.l01_baseline.step_difference_resolved`) says on that axis that
+    the two step times differ within the repeats' noise."""
     import matplotlib.pyplot as plt
 
     panels = 2 if step_ms else 1
@@ -141,7 +144,8 @@ def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None
     ax_steps.set_ylabel("HR@10")
     ax_steps.legend(fontsize=7, loc="lower right")
     if step_ms:
-        axes[0][1].set_xlabel("training time at the paired step times (s)")
+        axes[0][1].set_xlabel("training time at the paired step times (s)" + (
+            "\n(their difference is within the repeats' noise)" if resolved is False else ""))
     fig.suptitle("Lazy Adam (SparseAdam tables) and dense Adam, the same budget", fontsize=10)
     fig.tight_layout()
     return fig
