@@ -61,3 +61,21 @@ def test_the_lazy_adam_figure_marks_an_unresolved_step_difference_on_its_time_ax
     noisy = plot_lazy_adam(rows, step_ms=ms, resolved=False).axes[1].get_xlabel()
     assert "within the repeats' noise" in noisy
     assert "noise" not in plot_lazy_adam(rows, step_ms=ms, resolved=True).axes[1].get_xlabel()
+
+
+def test_the_ladder_clause_says_its_optimizer_ms_are_the_paired_runs_and_alike_only_when_they_are():
+    """01 cell 23: "Every such rung pays about the same dense optimizer step (3.69 ms at batch 256, 3.92 at 16384)",
+    while cell 19 read the baseline run's own optimizer phase as 2.48 ms per step: the ms are the paired runs'
+    medians, and "about the same" compares the two batches."""
+    from test_reading_r7a import _run_opt_comp
+
+    text = L01.optimizer_reading(_run_opt_comp())
+    assert ("Every such rung pays about the same dense optimizer step whatever its batch (in these paired runs 3.69 "
+            "ms at batch 256, 3.92 at 16384), but it is 49% of a step at batch 256 and 8% at 16384") in text
+    # opposite: a dense step twice as long at the large batch (a machine whose large tables spill a cache, say)
+    comp = _run_opt_comp()
+    comp["rows"][4]["optimizer_ms"] = 7.9
+    grew = L01.optimizer_reading(comp)
+    assert "about the same dense optimizer step" not in grew
+    assert ("Such rungs pay a dense optimizer step that grew with the batch here (in these paired runs 3.69 ms at "
+            "batch 256, 7.90 at 16384), and it is 49% of a step at batch 256 and 17% at 16384") in grew
