@@ -79,3 +79,32 @@ def test_the_ladder_clause_says_its_optimizer_ms_are_the_paired_runs_and_alike_o
     assert "about the same dense optimizer step" not in grew
     assert ("Such rungs pay a dense optimizer step that grew with the batch here (in these paired runs 3.69 ms at "
             "batch 256, 7.90 at 16384), and it is 49% of a step at batch 256 and 17% at 16384") in grew
+
+
+def _warm(ttt, steps, warmup, evals_every=4):
+    from types import SimpleNamespace
+
+    curve = {"step": [0, 38, 76, *range(steps - 3 * evals_every, steps + 1, evals_every)]}
+    return SimpleNamespace(time_to_target_s=ttt, steps_to_target=steps, diverged=False, best_hr=0.75, final_hr=0.75,
+                           curve=curve, config={"warmup_steps": warmup, "warmup": "linear"})
+
+
+def test_the_warmup_reading_counts_fewer_steps_only_beyond_an_evaluation_interval():
+    """03 cell 11: "On this seed warmup took fewer steps: without it 1.05x the steps" for 95 against 100 steps, with
+    evaluations every 0.05 epoch near the target (4 of the 76 steps per epoch at batch 65536): 100 - 4 = 96 >= 95,
+    resolved. The verdict was a 5 % margin on the steps, which says "fewer" of any two runs 5 % apart however coarse
+    their evaluations."""
+    from course_lib.lessons import l03_warmup as L03
+
+    labels = ["no warmup", "linear warmup, 19 steps", "linear warmup, 38 steps"]
+    run = [_warm(14.28, 100, 0), _warm(14.04, 95, 19), _warm(14.43, 96, 38)]  # cell 10's table
+    said = L03.warmup_reading(run, labels)
+    assert "On this seed warmup took fewer steps: without it 1.05x the steps and 1.02x the time" in said
+    # opposite: 38 against 40 steps, evaluated every 4 (a short run, as the smoke profile's): 1.05x, within one interval
+    short = [_warm(5.2, 40, 0), _warm(5.0, 38, 10), _warm(5.4, 42, 20)]
+    close = L03.warmup_reading(short, ["no warmup", "linear warmup, 10 steps", "linear warmup, 20 steps"])
+    assert "On this seed no difference in steps to target that the evaluations resolve: without it 1.05x" in close
+    # and the other way: warmup 8 steps later, two intervals
+    late = [_warm(5.0, 40, 0), _warm(5.2, 48, 10), _warm(5.4, 52, 20)]
+    assert "On this seed warmup cost steps" in L03.warmup_reading(late, ["no warmup", "linear warmup, 10 steps",
+                                                                         "linear warmup, 20 steps"])
