@@ -116,11 +116,13 @@ class SizedPlan:
 
 
 def size_plan(runs: list[Runs], budget: float, *, floor_scale: float, other_s: float = 0.0,
-              min_extensions: int = 0, step_unit: str = "steps") -> SizedPlan:
+              min_extensions: int = 0, step_unit: str = "steps", run_steps=None) -> SizedPlan:
     """Size a lesson's runs to ``budget`` seconds (the lesson's budget; ``other_s`` of it go to its cells
     besides these runs). Cuts, in this order, only as far as needed: the sweeps' edge extensions (down
     to ``min_extensions``), then every run's steps alike (``scale``, down to ``floor_scale`` of the
-    full plan's). The same runs are made, so the same measurements and verdicts are read from them."""
+    full plan's). The same runs are made, so the same measurements and verdicts are read from them.
+    ``run_steps(full_steps, scale)``: the steps a cut run will make, as the plan's line says them, where the lesson
+    cuts its runs otherwise than :meth:`SizedPlan.steps` rounds them (lesson 04 cuts epochs)."""
     if not 0 < floor_scale <= 1:
         raise ValueError(f"floor_scale={floor_scale}: a fraction of the full plan's steps in (0, 1]")
     if budget <= 0 or not runs or any(r.step_s <= 0 or r.steps < 1 or r.count < 0 for r in runs):
@@ -151,7 +153,8 @@ def size_plan(runs: list[Runs], budget: float, *, floor_scale: float, other_s: f
         per_scale = sum(r.n_runs(ext) * r.steps * r.step_s for r in runs)
         scale = max(floor_scale, min(1.0, (avail - fixed) / per_scale if per_scale else 1.0))
         scale = math.floor(scale * 100) / 100 if scale > floor_scale else floor_scale
-        full_steps = ", ".join(f"{r.name} {r.steps} -> {max(1, round(r.steps * scale))}" for r in runs)
+        cut = run_steps or (lambda n, x: max(1, round(n * x)))
+        full_steps = ", ".join(f"{r.name} {r.steps} -> {cut(r.steps, scale)}" for r in runs)
         cuts.append(f"{step_unit} per run x{scale:.2f} ({full_steps}; floor x{floor_scale:.2f})")
     planned = total(scale, ext)
     return replace(plan, planned_s=planned, scale=scale, extensions=ext, cuts=cuts, over_budget=planned > budget)

@@ -108,3 +108,34 @@ def test_the_warmup_reading_counts_fewer_steps_only_beyond_an_evaluation_interva
     late = [_warm(5.0, 40, 0), _warm(5.2, 48, 10), _warm(5.4, 52, 20)]
     assert "On this seed warmup cost steps" in L03.warmup_reading(late, ["no warmup", "linear warmup, 10 steps",
                                                                          "linear warmup, 20 steps"])
+
+
+def test_lesson_04s_sized_plan_says_the_steps_its_cut_runs_make(monkeypatch):
+    """04 cell 3: "measured pace 0.0842 s/step; the full plan takes 826 s here; sized plan 752 s: steps per run x0.90
+    (race 456 -> 410, seeds 456 -> 410; floor x0.90)", and every cut run then ran 411 steps ("epoch 2.70  step 411"):
+    the lesson cuts the runs' epochs (3 x 0.90 = 2.7) and the loop runs ceil(2.7 x 152) = ceil(410.4) of them."""
+    import math
+    from types import SimpleNamespace
+
+    from course_lib.budget import Runs, size_plan
+    from course_lib.lessons import l04_lars as L04
+    from course_lib.train.ncf import TrainConfig, steps_per_epoch
+
+    data = SimpleNamespace(num_train=994_169)  # synthetic ml-1m's training positives: 152 steps at batch 32768
+    cfg = TrainConfig(global_batch_size=32768, max_epochs=3)
+    assert steps_per_epoch(data, cfg) == 152
+    pace = {"step_s": 0.0842}
+    monkeypatch.setattr(L04, "throughput", lambda *a, **k: {"samples_per_s": 32768 / pace["step_s"]})
+    sized = L04.size(data, cfg, 400, optimizers=4, factors=(0.5, 1.0, 2.0), max_extensions=1, confirm_runs=3,
+                     max_epochs=3)
+    assert sized.scale == 0.9 and L04.race_epochs(3, sized.scale) == 2.7
+    assert ("measured pace 0.0842 s/step; the full plan takes 826 s here; sized plan 752 s: steps per run x0.90 (race "
+            "456 -> 411, seeds 456 -> 411; floor x0.90)") in sized.line(), sized.line()
+    assert math.ceil(L04.race_epochs(3, sized.scale) * 152) == 411  # the loop's count (TrainLoop._plan)
+    # opposite: a machine fast enough for the full plan cuts nothing
+    pace["step_s"] = 0.02
+    assert L04.size(data, cfg, 400, optimizers=4, factors=(0.5, 1.0, 2.0), max_extensions=1, confirm_runs=3,
+                    max_epochs=3).line().endswith("it fits, nothing cut")
+    # and a lesson that cuts its runs' steps themselves (07, 11: SizedPlan.steps) keeps the rounded count
+    plan = size_plan([Runs("race", 16, 456, 0.0842, overhead_s=4.0)], 400, floor_scale=0.9)
+    assert f"race 456 -> {plan.steps(456)}" in plan.line() and plan.steps(456) == 410

@@ -31,7 +31,7 @@ from ..budget import Runs, SizedPlan, size_plan
 from ..metrics import line_fit
 from ..tables import Table, cell_text
 from ..sweeps import BLOW_UP_LOSS, blew_up, fastest
-from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, throughput
+from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, steps_per_epoch, throughput
 
 
 def layer_gradient_norms(data, cfg: TrainConfig, batch_sizes, *, device="cpu") -> dict:
@@ -355,6 +355,11 @@ FLOOR_SCALE = 0.9  # the shortest race: 2.7 of its 3 epochs. LAMB first reached 
 OVERHEAD_S = 4.0  # per run besides its steps: its evaluations (measured 2026-12-01: 306 s for 16 runs, 247 s training)
 
 
+def race_epochs(max_epochs: float, scale: float) -> float:
+    """Every race run's epochs in a plan cut to ``scale`` of the steps (:func:`size`), to two decimals."""
+    return round(max_epochs * scale, 2)
+
+
 def size(data, cfg: TrainConfig, budget: float, *, device=None, optimizers: int, factors, max_extensions: int,
          confirm_runs: int, max_epochs: float, other_s: float = 20.0, steps: int = 10) -> SizedPlan:
     """The race sized to ``budget`` seconds: ``steps`` steps of NeuMF at the race's batch (``cfg``) timed now, then
@@ -368,4 +373,8 @@ def size(data, cfg: TrainConfig, budget: float, *, device=None, optimizers: int,
     runs = [Runs("race", optimizers * len(factors), run_steps, step_s, sweeps=optimizers, extensions=max_extensions,
                  overhead_s=OVERHEAD_S),
             Runs("seeds", confirm_runs, run_steps, step_s, overhead_s=OVERHEAD_S)]
-    return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=max_extensions)
+    # r7a (seventh full run, seen in 04 cell 3): "steps per run x0.90 (race 456 -> 410, ...)" while every cut run
+    # ran 411 steps: the lesson cuts epochs (race_epochs: 2.7) and the loop runs ceil(2.7 x 152) = 411 of them
+    per_epoch = steps_per_epoch(data, cfg)
+    return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=max_extensions,
+                     run_steps=lambda _, scale: max(1, math.ceil(race_epochs(max_epochs, scale) * per_epoch)))
