@@ -1,0 +1,90 @@
+"""Readings fixed after the seventh full-profile read (#37, helper r7b: lessons 05, 06 and 07 of the run of
+2026-12-02 in a fresh clone of 8cbfa9e, /tmp/course12; /work/notes/read-full-run-7-r7b.md). Each test feeds the reading
+that run's own numbers, which printed a statement its outputs contradict, and the opposite results."""
+
+from types import SimpleNamespace
+
+from test_mixed_precision import AMX_SERVER
+from test_reading_agreement import disagreements
+
+from course_lib.lessons import l05_mixed_precision as L05
+from course_lib.sweeps import Confirmed
+
+# the seventh run's lesson 05, cell 11: fastest of 3 interleaved repeats at batch 16384; round 1 fast for fp32 and
+# bf16 alike, rounds 2-3 about 2.2x slower for both; bf16 faster than fp32 in every round (1.23x, 1.10x, 1.12x)
+SEVENTH_PHASES = {"fp32": {"sampling": 0.5807e-3, "forward_backward": 34.61e-3, "optimizer": 4.586e-3},
+                  "bf16": {"sampling": 0.757e-3, "forward_backward": 25.83e-3, "optimizer": 5.637e-3},
+                  "fp16": {"sampling": 1.05e-3, "forward_backward": 281.6e-3, "optimizer": 13.31e-3}}
+SEVENTH_REPEATS = {"fp32": [4.1e5, 1.89e5, 1.8e5], "bf16": [5.06e5, 2.08e5, 2.02e5], "fp16": [5.53e4, 5.11e4, 5.09e4]}
+
+
+def _speed(repeats, phases=SEVENTH_PHASES):
+    runs = {}
+    for m, reps in repeats.items():
+        prec = {"mode": m, "loss_scaling": "dynamic" if m == "fp16" else "none"}
+        runs[m] = L05.SpeedRun(m, max(reps), sum(phases[m].values()), phases[m], prec, 30, 3)
+    return L05.PrecisionSpeed(runs, repeats, 30, load=1.7)
+
+
+class _Run:  # a time-to-target run as speedup_reading reads it
+    def __init__(self, mode, sps, steps=285):
+        self.precision, self.samples_per_s, self.steps = {"mode": mode}, sps, steps
+
+
+def _decided(bf16_s=(8.408, 24.27), fp32_s=(14.52, 26.64), steps=285):
+    def run(seed, t):
+        return SimpleNamespace(config={"seed": seed}, time_to_target_s=t, steps_to_target=steps, final_hr=0.752,
+                               diverged=False)
+    return Confirmed(["bf16", "fp32"], [[run(i, t) for i, t in enumerate(bf16_s)],
+                                        [run(i, t) for i, t in enumerate(fp32_s)]], 0, "")
+
+
+def test_the_speed_reading_reads_the_interleaved_rounds_where_the_repeats_spread_decides_nothing():
+    """r7b 05-1: "bf16 ran 1.23x fp32 here (no measurable difference; tolerance 59%, ...) ... bf16 is not emulated
+    here, so the reason it is not faster lies in the step itself" and "where NeuMF's embedding-heavy step did not
+    speed up here", over rounds in which bf16 was faster every time (1.23x, 1.10x, 1.12x), forward+backward 1.34x and
+    time-to-target runs at 1.73x. Opposite: rounds that disagree keep "no measurable difference"."""
+    speed = _speed(SEVENTH_REPEATS)
+    runs = [_Run("fp32", 3.216e5), _Run("bf16", 5.553e5)]
+    text = L05.speedup_reading(speed, AMX_SERVER, "cpu", runs=runs, neumf_share=0.011, bert=("mini", 0.99),
+                               load_now=1.7)
+    assert text.startswith("bf16 ran 1.23x fp32 here (faster: bf16 faster than fp32 in every one of the 3 "
+                           "interleaved rounds by more than 3% (1.23x, 1.10x, 1.12x)"), text
+    assert "the reason it is not faster" not in text.split("fp16 ran")[0]
+    assert "did not speed up here" not in text and "Yet bf16 made this step measurably faster here" in text
+    assert "fp16 ran 0.13x fp32 here (slower;" in text
+    table = L05.speed_table(speed, 16384, "cpu")
+    extra = [r for r in speed.round_ratios("bf16")] + [speed.spread, 0.03, 3, 16, 1.1, 99, 3.216e5 / 3.216e5,
+                                                        5.553e5 / 3.216e5, 285, 2, 7.70, 0.87, 0.12, 1.34, 0.12]
+    extra += [34.61 / 25.83, 1 / (1 - 34.61 / 39.7767), 34.61 / 281.6, 4.586 / 39.7767, 34.61 / 39.7767]
+    assert disagreements(text.split(" Autocast runs only")[0], table, extra=extra) == [], text
+
+    # opposite: the same fastest repeats, but the rounds disagree (round 2 put fp32 ahead): no difference measured
+    mixed = _speed({**SEVENTH_REPEATS, "bf16": [5.06e5, 1.8e5, 2.02e5], "fp32": [4.1e5, 1.89e5, 1.8e5]})
+    other = L05.speedup_reading(mixed, AMX_SERVER, "cpu", neumf_share=0.011, bert=("mini", 0.99))
+    assert other.startswith("bf16 ran 1.23x fp32 here (no measurable difference; tolerance 60%")
+    assert "so the reason it is not faster lies in the step itself" in other and "interleaved rounds" not in other
+    # and rounds that all put bf16 slower say so
+    slower = _speed({**SEVENTH_REPEATS, "bf16": [3.9e5, 1.7e5, 1.6e5]})
+    assert L05.speed_verdict(slower, "bf16", 0.54)[0] == "slower"
+
+
+def test_the_rung_is_decided_by_rounds_that_all_put_one_precision_ahead():
+    """r7b 05-2: cell 23 "bf16 1.23x fp32 (no measurable difference; tolerance 59%): neither measurement separates
+    them; lesson 06 builds on fp32", where the seeds (8.408 vs 14.52 s, 24.27 vs 26.64 s, all 285 steps) and the three
+    rounds (1.23x, 1.10x, 1.12x) all put bf16 ahead. Opposite: rounds that disagree leave fp32."""
+    speed = _speed(SEVENTH_REPEATS)
+    decide = _decided()
+    builds_on, decided_by = L05.rung_decision(decide, "bf16", speed, below="+sqrt scaling")
+    assert builds_on == "bf16" and decided_by["by"] == "pace" and decided_by["over"] == "+sqrt scaling"
+    assert "faster in each of its 3 rounds by more than 3%" in decided_by["text"]
+    said = L05.rung_verdict_reading(decide, "bf16", speed, builds_on)
+    assert "neither measurement separates them" not in said and said.endswith("; lesson 06 builds on bf16")
+    assert "bf16 1.23x fp32 (faster: bf16 faster than fp32 in every one of the 3 interleaved rounds" in said
+    extra = speed.round_ratios("bf16") + [speed.ratio("bf16"), speed.spread, 0.03, 3, 16.3, 20.6, 16, 6]
+    assert disagreements(said, decide.table(chosen="bf16"), extra=extra) == [], said
+
+    mixed = _speed({**SEVENTH_REPEATS, "bf16": [5.06e5, 1.8e5, 2.02e5]})
+    assert L05.rung_decision(decide, "bf16", mixed) == ("fp32", None)
+    said = L05.rung_verdict_reading(decide, "bf16", mixed, "fp32")
+    assert "(no measurable difference; tolerance" in said and "neither measurement separates them" in said
