@@ -88,3 +88,27 @@ def test_the_rung_is_decided_by_rounds_that_all_put_one_precision_ahead():
     assert L05.rung_decision(decide, "bf16", mixed) == ("fp32", None)
     said = L05.rung_verdict_reading(decide, "bf16", mixed, "fp32")
     assert "(no measurable difference; tolerance" in said and "neither measurement separates them" in said
+
+
+def test_the_activation_reading_names_what_the_cast_flushes():
+    """r7b 05-3: cell 9 read the predicted zeros as "below fp16's smallest subnormal" (and the opening markdown "smaller
+    than 2^-24 become zero"), while the cast, which the prediction runs (fp16_fates), flushes only what lies at or below
+    half of it, 2^-25: a value between 2^-25 and 2^-24 rounds up to 2^-24. Fed activation gradients half of which lie
+    there, the reading's figure is the flushed fraction (0%, not 50%) and says so; opposite, gradients at 2^-26: 50%."""
+    import numpy as np
+
+    def grads(act):
+        return {"scales": (1.0, 2.0 ** 16), "batches": 2, "batch_size": 16384, "dtypes": {"out": "float16"},
+                "count": {"activation": 1_546_587, "parameter": 1_607_329}, "log2": act,
+                "zero": {1.0: {"activation": 0.01864, "parameter": 0.00693},
+                         2.0 ** 16: {"activation": 0.00002, "parameter": 0.00001}},
+                "underflow": {1.0: {"activation": 0.01863, "parameter": 0.00692},
+                              2.0 ** 16: {"activation": 0.0, "parameter": 0.0}}}
+
+    mags = {"log2": np.full(100, -19.3), "zero_in_fp16": 0.0402}
+    between = np.array([-24.5] * 50 + [-19.4] * 50)  # 2^-24.5: below the smallest subnormal, above half of it
+    text = L05.activation_reading(mags, grads(between))
+    assert "0.00% of the activation gradients flushed to zero (at most half fp16's smallest subnormal)" in text, text
+    assert "below fp16's smallest subnormal" not in text
+    below_half = np.array([-26.0] * 50 + [-19.4] * 50)
+    assert "50.00% of the activation gradients flushed to zero" in L05.activation_reading(mags, grads(below_half))

@@ -248,8 +248,9 @@ def activation_reading(mags: dict, grads: dict) -> str:
             f"difference, {act['underflow (the difference)']}, is underflow; what stays zero at "
             f"2^{math.log2(hi):.0f} is not (a 16-bit forward rounds a few pre-activations across zero, and a ReLU "
             f"zeroes their gradient). The parameter gradients came out {par[z_lo]} and {par[z_hi]} zero. "
-            f"The histograms predict, with {_loss_scale_name(lo)}, {act[pz]} of the activation gradients below "
-            f"fp16's smallest subnormal and {act[ps]} among its subnormals (fewer significant "
+            # read r7b 05-3: "below fp16's smallest subnormal" for the fraction the cast flushes, at or below half of it
+            f"The histograms predict, with {_loss_scale_name(lo)}, {act[pz]} of the activation gradients flushed to "
+            f"zero (at most half fp16's smallest subnormal) and {act[ps]} among its subnormals (fewer significant "
             f"bits; median 2^{act['median log2|g|']}), and {par[pz]} of the parameter gradients flushed (median "
             f"2^{par['median log2|g|']}). Loss scaling protects the activation gradients: they are what backward "
             "stores in fp16. The parameter gradients end in fp32 beside the fp32 weights (an embedding row's "
