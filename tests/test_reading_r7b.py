@@ -112,3 +112,44 @@ def test_the_activation_reading_names_what_the_cast_flushes():
     assert "below fp16's smallest subnormal" not in text
     below_half = np.array([-26.0] * 50 + [-19.4] * 50)
     assert "50.00% of the activation gradients flushed to zero" in L05.activation_reading(mags, grads(below_half))
+
+
+def _mlm(steps_to_target, best, *, every, last=None, batch=256):
+    """A train_mlm record: evaluations every ``every`` steps to ``last``, at ``best`` from ``steps_to_target`` on."""
+    last = last or 20 * every
+    evals = list(range(every, last + 1, every))
+    losses = [9.0 if s < steps_to_target else best for s in evals]
+    return {"curves": {"eval_step": evals, "eval_loss": losses, "eval_time_s": [0.5 * s for s in evals]},
+            "best_eval_loss": best, "diverged": False, "seqs_per_s": 100.0, "label": "x",
+            "config": {"global_batch_size": batch}}
+
+
+def test_the_lead_by_batch_line_follows_the_seeds_verdict_at_each_batch():
+    """r7b 07-1: cell 15 printed "at batch 256: lamb lower on every seed (steps to the target: adam 23 vs lamb 20; seed
+    range 2) ... the lead opens with the batch" and, on the next line, "at batch 256 the two are level within the
+    evaluation interval", over LAMB at 20 and 20 steps and Adam at 22 and 24, evaluated every 2 steps (on one grid,
+    LAMB reached the target first on both seeds). Opposite: seeds that disagree leave the two level."""
+    from course_lib.lessons import l07_bert_lamb as L07
+
+    def runs(adam_large, lamb_large):
+        return {"adam b=32": _mlm(36, 4.484, every=4, batch=32), "lamb b=32": _mlm(56, 4.467, every=4, batch=32),
+                "adam b=256 (best lr)": _mlm(adam_large[0], 4.49, every=2),
+                "adam b=256 (best lr, seed 1)": _mlm(adam_large[1], 4.508, every=2),
+                "lamb b=256 (best lr)": _mlm(lamb_large[0], 4.518, every=2),
+                "lamb b=256 (best lr, seed 1)": _mlm(lamb_large[1], 4.533, every=2)}
+
+    tags = ("best lr", "best lr, seed 1")
+    seventh = runs((22, 24), (20, 20))
+    at_large = L07.seeds_verdict([seventh[f"adam b=256 ({t})"] for t in tags],
+                                 [seventh[f"lamb b=256 ({t})"] for t in tags], 4.584, 256)
+    assert at_large[0] == "lamb" and "lamb lower on every seed" in at_large[1]
+    said = L07.lead_by_batch(seventh, 4.584, 32, 256, seed_tags=tags)
+    assert said.startswith("LAMB/Adam steps to the target: 1.56 at batch 32 (56/36), 0.87 at batch 256 (20/23)"), said
+    assert "LAMB ahead at batch 256 only" in said and "level" not in said, said
+
+    # opposite: the seeds disagree at batch 256 (LAMB first on one, Adam on the other): level, as seeds_verdict says
+    mixed = runs((22, 20), (20, 24))
+    assert L07.seeds_verdict([mixed[f"adam b=256 ({t})"] for t in tags],
+                             [mixed[f"lamb b=256 ({t})"] for t in tags], 4.584, 256)[0] is None
+    said = L07.lead_by_batch(mixed, 4.584, 32, 256, seed_tags=tags)
+    assert "Adam needed fewer steps at batch 32; at batch 256 the two are level" in said, said
