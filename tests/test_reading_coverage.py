@@ -106,6 +106,9 @@ COVERAGE = {
     "course_lib.lessons.l05_mixed_precision.speedup_reading": (
         'tests/test_reading_agreement_more.py::test_lesson_05s_speedup_reading_quotes_the_speed_table',
         'tests/test_mixed_precision.py::test_the_two_throughput_measurements_are_compared_with_the_noise'),
+    "course_lib.lessons.l05_mixed_precision.speed_verdict": (
+        'tests/test_reading_r7b.py::test_the_speed_reading_reads_the_interleaved_rounds_where_the_repeats_spread_decides_nothing',
+        'tests/test_reading_r7b.py::test_the_rung_is_decided_by_rounds_that_all_put_one_precision_ahead'),
     "course_lib.lessons.l05_mixed_precision.loss_scale_reading": (
         'tests/test_reading_agreement.py::test_lesson_05s_loss_scale_reading_quotes_its_figure',
         'tests/test_mixed_precision.py::test_loss_scale_reading_says_when_nothing_dynamic_happened'),

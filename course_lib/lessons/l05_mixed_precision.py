@@ -248,8 +248,9 @@ def activation_reading(mags: dict, grads: dict) -> str:
             f"difference, {act['underflow (the difference)']}, is underflow; what stays zero at "
             f"2^{math.log2(hi):.0f} is not (a 16-bit forward rounds a few pre-activations across zero, and a ReLU "
             f"zeroes their gradient). The parameter gradients came out {par[z_lo]} and {par[z_hi]} zero. "
-            f"The histograms predict, with {_loss_scale_name(lo)}, {act[pz]} of the activation gradients below "
-            f"fp16's smallest subnormal and {act[ps]} among its subnormals (fewer significant "
+            # read r7b 05-3: "below fp16's smallest subnormal" for the fraction the cast flushes, at or below half of it
+            f"The histograms predict, with {_loss_scale_name(lo)}, {act[pz]} of the activation gradients flushed to "
+            f"zero (at most half fp16's smallest subnormal) and {act[ps]} among its subnormals (fewer significant "
             f"bits; median 2^{act['median log2|g|']}), and {par[pz]} of the parameter gradients flushed (median "
             f"2^{par['median log2|g|']}). Loss scaling protects the activation gradients: they are what backward "
             "stores in fp16. The parameter gradients end in fp32 beside the fp32 weights (an embedding row's "
@@ -596,6 +597,12 @@ class PrecisionSpeed(dict):
     def ratio(self, mode: str) -> float:
         return self[mode].samples_per_s / self["fp32"].samples_per_s
 
+    def round_ratios(self, mode: str) -> list[float]:
+        """``mode``'s samples/s over fp32's, round by round: :func:`precision_throughput` runs the modes interleaved,
+        so repeat i of every mode ran in round i, back to back. Empty with fewer than two rounds each."""
+        a, b = self.repeats.get(mode) or [], self.repeats.get("fp32") or []
+        return [x / y for x, y in zip(a, b)] if len(a) == len(b) >= 2 else []
+
 
 def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: int = 30, device=None,
                          repeats: int = 3, warmup_steps: int = 3) -> PrecisionSpeed:
@@ -668,6 +675,29 @@ def _compare(ratio: float, tol: float) -> str:
     return "no measurable difference"
 
 
+def speed_verdict(speed: "PrecisionSpeed", mode: str, tol: float, min_tolerance: float = 0.03) -> tuple[str, str]:
+    """``(verdict, rounds)``: ``mode`` against fp32 in the interleaved throughput runs (lesson 05). The fastest
+    repeats' ratio against ``tol`` (the repeats' spread, :func:`_compare`); where that finds no difference, the
+    rounds, each a ratio of two runs made back to back (lesson 01's paired rule, :func:`course_lib.metrics.
+    paired_speedup`; lesson 06's ``measurably_different``): every round on one side of 1 by more than
+    ``min_tolerance`` is a measured difference, and ``rounds`` (else "") says so with their ratios. Read r7b 05-1
+    (seventh full run): "bf16 ran 1.23x fp32 here (no measurable difference; tolerance 59%...)" over rounds of
+    1.23x, 1.10x and 1.12x, a 59% spread that every fp32 and bf16 repeat of rounds 2-3 shared."""
+    verdict = _compare(speed.ratio(mode), tol)
+    rounds = speed.round_ratios(mode)
+    if verdict != "no measurable difference" or not rounds:
+        return verdict, ""
+    if all(x > 1 + min_tolerance for x in rounds):
+        verdict = "faster"
+    elif all(x < 1 - min_tolerance for x in rounds):
+        verdict = "slower"
+    else:
+        return verdict, ""
+    listed = ", ".join(f"{x:.2f}x" for x in rounds)
+    return verdict, (f"{mode} {verdict} than fp32 in every one of the {len(rounds)} interleaved rounds by more than "
+                     f"{min_tolerance:.0%} ({listed}), each round's ratio two runs made back to back")
+
+
 def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: float | None = None,
                     bert: tuple[str, float] | None = None, bert_ratio: float | None = None,
                     min_tolerance: float = 0.03, load_now: float | None = None) -> str:
@@ -696,10 +726,13 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
     f32 = speed["fp32"].phase_s
     total32 = sum(f32.values()) or math.nan
     out = []
+    verdicts = {m: speed_verdict(speed, m, tol, min_tolerance) for m in speed if m != "fp32"}
     for m in (k for k in speed if k != "fp32"):
         r = speed.ratio(m)
-        verdict = _compare(r, tol)
-        line = f"{m} ran {r:.2f}x fp32 here ({verdict}; tolerance {tol:.0%}, {noise})."
+        verdict, rounds = verdicts[m]
+        line = (f"{m} ran {r:.2f}x fp32 here ({verdict}: {rounds}; the fastest repeats' ratio alone lies within its "
+                f"tolerance, {tol:.0%}, {noise})." if rounds else
+                f"{m} ran {r:.2f}x fp32 here ({verdict}; tolerance {tol:.0%}, {noise}).")
         if units.get(m) is None:
             kind = "tensor cores" if on_gpu else "instructions"
             line += (f" This {where} has no {m} {kind}: autocast converts to {m} and back and the arithmetic runs "
@@ -727,7 +760,7 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
         text = (f"Autocast runs only the matmuls (nn.Linear) in 16 bits, and they use {neumf_share:.1%} of this "
                 "NeuMF's parameters: the embedding lookups, the loss and the optimizer's update of every parameter "
                 "stay fp32.")
-        faster = [m for m in speed if m != "fp32" and _compare(speed.ratio(m), tol) == "faster"]
+        faster = [m for m in speed if m != "fp32" and verdicts[m][0] == "faster"]
         if faster:  # #37: measured faster here, so the step is not one 16-bit units cannot speed up
             op_share = f32.get("optimizer", math.nan) / total32
             text += (f" Yet {' and '.join(faster)} made this step measurably faster here: a share of the parameters "
@@ -820,7 +853,8 @@ def rung_decision(decide, mode: str, speed: "PrecisionSpeed", *, below: str | No
     By the time to target (``decide``: :func:`course_lib.sweeps.confirm`) where its seeds decide. Where they do not
     but every run of both precisions took the same steps, the seconds differ only by the pace of those steps, and the
     interleaved throughput runs (``speed``) are the measurement built for a pace: ``mode`` wins when it was faster
-    beyond their tolerance (the seeds' spread, at least ``min_tolerance``). Where ``mode`` wins either way,
+    beyond their tolerance (the repeats' spread, at least ``min_tolerance``), or faster in every interleaved round by
+    more than ``min_tolerance`` (:func:`speed_verdict`). Where ``mode`` wins either way,
     ``decided_by`` records how (``by``: "time to target" or "pace") for the ladder
     (:func:`course_lib.ladder.ladder_rows`: the rung helped over ``below``, the rung it built on) — #37's
     rule, each rung starts from the best setting so far: the fourth full run measured bf16 1.30x fp32 on the same 285
@@ -837,10 +871,13 @@ def rung_decision(decide, mode: str, speed: "PrecisionSpeed", *, below: str | No
     if steps is None:
         return "fp32", None
     ratio, tol = speed.ratio(mode), _pace_tolerance(speed, min_tolerance)
-    if ratio > 1 + tol:
+    verdict, rounds = speed_verdict(speed, mode, tol, min_tolerance)  # read r7b 05-2: the rounds, where they decide
+    if verdict == "faster":
+        how = (f"faster in each of its {len(speed.round_ratios(mode))} rounds by more than {min_tolerance:.0%}"
+               if rounds else f"tolerance {tol:.0%}")
         return mode, {"over": below, "by": "pace", "ratio": ratio, "tolerance": tol,
                       "text": f"the same {steps} steps at {ratio:.2f}x fp32's pace in lesson 05's interleaved "
-                              f"throughput runs (tolerance {tol:.0%}): helped"}
+                              f"throughput runs ({how}): helped"}
     return "fp32", None
 
 
@@ -860,10 +897,11 @@ def rung_verdict_reading(decide, mode: str, speed: "PrecisionSpeed", builds_on: 
         if steps is not None:
             tol = _pace_tolerance(speed, min_tolerance)
             ratio = speed.ratio(mode)
-            pace = _compare(ratio, tol).split(";")[0]
+            pace, rounds = speed_verdict(speed, mode, tol, min_tolerance)
             line += (f"; every run took the same {steps} steps, so the seconds differ only by the pace of the "
                      f"same steps, which the interleaved throughput runs above measured: {mode} {ratio:.2f}x fp32 "
-                     f"({pace}; tolerance {tol:.0%})")
+                     + (f"({pace}: {rounds}; the fastest repeats alone within the tolerance, {tol:.0%})" if rounds
+                        else f"({pace}; tolerance {tol:.0%})"))
             line += (f", and that decides the rung: {mode} is the faster setting" if pace == "faster" else
                      ": neither measurement separates them")
     return line + f"; lesson 06 builds on {builds_on}"
