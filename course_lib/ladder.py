@@ -137,6 +137,7 @@ class Pace:
         self.baseline = (_saved_rungs(directory).get("baseline") or {}).get("pace", {}).get("rate")
         self.before = yardstick_pace(**self._args)
         self.after: float | None = None
+        self._around_run = False  # finish(run=...): the bursts bracket that run (lesson 01's baseline), said as such
         if not quiet:
             print(self.describe())
 
@@ -150,7 +151,7 @@ class Pace:
         if self.after is not None:
             # read r7a 01-1 (seventh full run): lesson 01 times its bursts around the baseline run alone (finish(run=)),
             # after its lr sweep's five runs: "before this lesson's runs" was not what its bursts timed
-            span = "the run" if getattr(self, "_around_run", False) else "this lesson's runs"
+            span = "the run" if self._around_run else "this lesson's runs"
             line = (f"yardstick pace {self.before:,.0f} samples/s before {span}, {self.after:,.0f} after "
                     f"({_percent(self.after / self.before - 1)})")
         if self.baseline:
@@ -171,7 +172,7 @@ class Pace:
                     f"Pace.finish(run=...): the run's batch ({run.config.get('global_batch_size')}) is not the "
                     f"yardstick's ({cfg.global_batch_size}), so its samples/s is not the yardstick's pace: pass only "
                     "a run of the yardstick's own setting (lesson 01's baseline), or no run")
-        self._around_run = run is not None  # the bursts bracket that run (lesson 01's baseline), said as such
+        self._around_run = run is not None
         self.after = yardstick_pace(**self._args)
         if not self.quiet:
             print(self.describe())

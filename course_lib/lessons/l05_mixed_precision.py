@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ..diagrams import fp16_fractions
 from ..hardware import default_device, sixteen_bit_units
 from ..optim import lars_trust_ratio
-from ..metrics import hr_standard_error
+from ..metrics import hr_standard_error, paired_speedup
 from ..precision import Precision, fp16_fates
 from ..tables import Table
 from ..train import mlm
@@ -687,12 +687,10 @@ def speed_verdict(speed: "PrecisionSpeed", mode: str, tol: float, min_tolerance:
     rounds = speed.round_ratios(mode)
     if verdict != "no measurable difference" or not rounds:
         return verdict, ""
-    if all(x > 1 + min_tolerance for x in rounds):
-        verdict = "faster"
-    elif all(x < 1 - min_tolerance for x in rounds):
-        verdict = "slower"
-    else:
+    median, measured = paired_speedup(rounds, min_tolerance)
+    if not measured:
         return verdict, ""
+    verdict = "faster" if median > 1 else "slower"
     listed = ", ".join(f"{x:.2f}x" for x in rounds)
     return verdict, (f"{mode} {verdict} than fp32 in every one of the {len(rounds)} interleaved rounds by more than "
                      f"{min_tolerance:.0%} ({listed}), each round's ratio two runs made back to back")
