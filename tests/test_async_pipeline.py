@@ -112,3 +112,20 @@ def test_the_bubble_reading_follows_the_numbers():
            "forward_ms": 1.0}
     assert "within 3 points of none" in study.async_bubble_reading([{**row, "steady_measured": 0.03}])
     assert "went between the ops" in study.async_bubble_reading([{**row, "steady_measured": 0.6}])
+
+
+def test_the_checked_cell_says_only_what_one_depth_resolves():
+    """Read r7c (seventh full run): lesson 10's checked cell printed "grows with depth: True" from p = 2 against
+    p = 4 alone, over 6.6e-07, 3.1e-06 and 3.1e-06 (p = 2 under the 1e-06 resolution, no growth from 3 to 4), while
+    staleness_reading below it reads every depth. The cell now says whether the deepest pipeline's drift is resolved;
+    the growth is the reading's alone."""
+    import json
+    from pathlib import Path
+
+    gaps = {2: 6.6e-7, 3: 3.1e-6, 4: 3.1e-6}
+    assert study.stash_resolved(gaps, 4) and not study.stash_resolved(gaps, 2)
+    nb = json.loads((Path(__file__).parents[1] / "notebooks" / "10_model_parallelism.ipynb").read_text())
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "grows with depth" not in code and "async_gaps[2] < async_gaps[4]" not in code
+    intro = "".join(nb["cells"][0]["source"])
+    assert "second launch of 4" not in intro and "Three kinds of launch" in intro  # cells 5, 18 and 36 launch

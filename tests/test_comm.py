@@ -81,6 +81,19 @@ def test_fit_never_returns_negative_parameters():
         comm.fit_alpha_beta([8, 8], [1e-3, 2e-3])
 
 
+@pytest.mark.parametrize("robust", [True, False])
+def test_a_bandwidth_term_below_the_fits_resolution_is_none(robust):
+    """CI's lstsq fitted flat ping-pong times with beta = 1.4e-24 s/B where this machine's gave exactly 0, and a
+    test of lesson 08's spread failed on one machine only (stop 43). A bandwidth term that adds under a millionth
+    of the largest time is rounding: the fit reports none, on every machine alike."""
+    sizes = [8, 64, 4096]
+    for beta_true in (0.0, 1e-24, 1e-20):
+        alpha, beta = comm.fit_alpha_beta(sizes, [1e-4 + beta_true * n for n in sizes], robust=robust)
+        assert beta == 0.0 and alpha == pytest.approx(1e-4, rel=1e-9)
+    alpha, beta = comm.fit_alpha_beta(sizes, [1e-4 + 2e-9 * n for n in sizes], robust=robust)  # 8 % of 4 KiB's
+    assert beta == pytest.approx(2e-9, rel=1e-6)
+
+
 def test_a_fit_without_a_bandwidth_term_is_said_in_words_not_divided_by():
     """Lesson 09 printed ``1 / beta`` and raised ZeroDivisionError on a fast machine (2026-12-01)."""
     alpha, beta = comm.fit_alpha_beta([1e3, 1e6, 1e7], [1e-3, 0.9e-3, 0.8e-3])

@@ -114,9 +114,14 @@ def fit_alpha_beta(sizes_bytes, times_s, *, robust: bool = True) -> tuple[float,
                 break
             coef = new
     alpha, beta = float(coef[0]), float(coef[1])
+    # A term below the fit's own resolution (the 1e-6 relative floor above) is rounding, not a measurement: on
+    # flat times one machine's lstsq gave beta = 0.0 and CI's gave 1.4e-24 s/B (1/beta = 7e14 GB/s). Treat it as
+    # unresolved, like a negative one, so every machine reports the same fit for the same data.
+    if 0 < beta and beta * n.max() < 1e-6 * t.max():
+        beta = -1.0
     if alpha < 0:  # latency below zero: fit the bandwidth term alone
         alpha, beta = 0.0, float(np.sum(w * X[:, 1]) / np.sum(w * X[:, 1] ** 2))
-    elif beta < 0:  # time falling with size: only a latency is left to fit
+    elif beta < 0:  # time falling with size (or no resolved bandwidth term): only a latency is left to fit
         alpha, beta = float(np.sum(w * X[:, 0]) / np.sum(w * X[:, 0] ** 2)), 0.0
     return alpha, beta
 

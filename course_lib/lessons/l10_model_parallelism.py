@@ -789,6 +789,14 @@ def stash_gaps(rows: list[dict]) -> dict[int, float]:
             for p in sorted({r["p"] for r in rows}) if (p, "not stashed") in by and (p, "stashed") in by}
 
 
+def stash_resolved(gaps: dict[int, float], p: int, tol: float = ASYNC_TOLERANCE) -> bool:
+    """Whether, at depth ``p``, the run without stashing drifted from the stashed one by more than ``tol``, the
+    resolution the pipeline is compared with its replay to. Whether the drift grows with depth is
+    :func:`staleness_reading`'s to say, from every depth (read r7c, seventh full run: the cell printed "grows with
+    depth: True" from p = 2 against p = 4 alone, over 6.6e-07, 3.1e-06 and 3.1e-06, p = 2 below the resolution)."""
+    return gaps[p] > tol
+
+
 def async_equal(rows: list[dict], tol: float = ASYNC_TOLERANCE) -> bool:
     """Every run (both modes, every depth) equals its one-process replay within ``tol``."""
     return bool(rows) and all(r["replay_diff"] <= tol for r in rows)
