@@ -152,3 +152,15 @@ def test_the_lessons_that_run_alone_are_those_that_read_earlier_results():
     reads = {name for name, source in sources.items() if any(r in source for r in READS_RESULTS)}
     assert reads <= ALONE.keys(), f"lessons that read earlier results but are not in ALONE: {reads - ALONE.keys()}"
     assert set(ALONE) <= {p.name for p in lessons}
+
+
+def test_update_after_one_lesson_keeps_the_other_lessons_outputs(tmp_path):
+    """A smoke run of one lesson (`-k notebooks/10`) and --update wrote a file of that lesson's 8 cells alone,
+    dropping the other 12 notebooks' 19 (2026-12-02). The notebooks not executed keep theirs; a stored notebook
+    that no longer exists in the repository goes."""
+    _nb(tmp_path / "executed", {"a": "one\n"})
+    path = tmp_path / "expected.json"
+    kept = {"b": {"text": "lesson 01's\n"}}
+    path.write_text(json.dumps({"notebooks/01_baseline.ipynb": kept, "notebooks/98_gone.ipynb": kept}))
+    new = expected_outputs.update(tmp_path / "executed", path)
+    assert new == {"notebooks/01_baseline.ipynb": kept, "notebooks/99_x.ipynb": {"a": {"text": "one\n"}}}
