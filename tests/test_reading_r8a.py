@@ -1,0 +1,44 @@
+"""Readings of lessons 00-04 fixed after the eighth full-profile run (2026-12-02, /tmp/course13/runs/20261202-162720,
+main 7503d0a; read by r8a, /work/notes/read-full-run-8-r8a.md): each test feeds the reading that run's numbers and the
+opposite results."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from course_lib.lessons import l01_baseline as L01  # noqa: E402
+from test_reading_agreement import disagreements  # noqa: E402
+
+USERS = 6040  # synthetic ml-1m: every HR@10 is a count of hits over these users
+
+
+def _lazy_rows(dense_hits, lazy_hits, *, steps=9668, epochs=0.5):
+    """Lesson 01 cell 25's rows: each seed's HR@10 as hits over the users (the run's: 3773, 3623 dense; 3476, 3432
+    lazy, which the table prints 0.6247, 0.5998, 0.5755, 0.5682)."""
+    return [{"optimizer": name, "seed": seed, "steps": steps, "epochs": epochs, "users": USERS, "hr": hits / USERS,
+             "ndcg": hits / USERS / 2, "train_s": 1.0, "from": "trained here", "curve": {}}
+            for seed in (0, 1) for name, hits in (("dense Adam", dense_hits[seed]),
+                                                  ("SparseAdam tables + Adam", lazy_hits[seed]))]
+
+
+def test_the_lazy_adam_reading_computes_its_means_and_range_from_the_cells_it_prints():
+    """r8a 01-1: "HR@10 0.6123 with dense Adam ... the larger of the seeds' range, 0.0248" over the table's dense rows
+    0.6247 and 0.5998 (range 0.0249, mean 0.61225): the reading took the unrounded 3773 / 6040 and 3623 / 6040."""
+    rows = _lazy_rows((3773, 3623), (3476, 3432))
+    table = str(L01.accuracy_table(rows))
+    assert "0.6247" in table and "0.5998" in table
+    said = L01.accuracy_reading(rows)
+    assert "the larger of the seeds' range, 0.0249," in said and "0.0248" not in said
+    assert said.startswith("after 9668 steps (0.50 epochs), HR@10 0.6122 with dense Adam and 0.5718 with")
+    assert "lazy Adam is behind by more than the noise" in said
+    # every number is a cell, or the cells' mean, difference, range, or the binomial noise of their mean (10: HR@10)
+    from course_lib.metrics import hr_standard_error
+
+    dense, lazy = (0.6247 + 0.5998) / 2, (0.5755 + 0.5682) / 2
+    extra = [dense, lazy, lazy - dense, 0.6247 - 0.5998, 2 * hr_standard_error((dense + lazy) / 2, USERS), 2, 10, USERS]
+    assert disagreements(said, L01.accuracy_table(rows), extra=extra) == []
+    # opposite: lazy Adam ahead, its seeds the wider pair, rounded the other way (3850 / 6040 and 3750 / 6040: cells
+    # 0.6374 and 0.6209, range 0.0165, where the unrounded range is 0.01656)
+    ahead = L01.accuracy_reading(_lazy_rows((3500, 3480), (3850, 3750)))
+    assert "the larger of the seeds' range, 0.0165," in ahead and "lazy Adam is ahead by more than the noise" in ahead
