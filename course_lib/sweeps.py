@@ -160,10 +160,13 @@ def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0
     own = sweep_with_edge_extension(lambda lr: run(cfg.replace(base_lr=lr, **short)), lrs,
                                     lambda r: -r.final_hr, max_extensions=max_extensions)
     results = list(own.values()) + [run(c.replace(**short)) for c in extra]
-    t = Table(["optimizer", "lr", "epochs", "HR@10", "NDCG@10", "train loss"],
+    # the steps too (read r8a 01-2, eighth full run): "adam 0.001 | 0.5 | HR@10 0.625" here and lesson 01's lazy Adam
+    # table's "dense Adam | seed 0 | 9668 steps | 0.5 | 0.6247" read one setting at "0.5 epochs" twice, with two HRs;
+    # the loop runs ceil(0.5 x 19337) = 9669 steps, the baseline's evaluation point sits at 2 x round(0.25 x 19337)
+    t = Table(["optimizer", "lr", "steps", "epochs", "HR@10", "NDCG@10", "train loss"],
               title=f"lr sweep at batch {cfg.global_batch_size}, {max_epochs:g} epoch each")
     for r in results:
-        t.add(optimizer=r.config["optimizer"], lr=r.config["peak_lr"], epochs=round(r.epochs, 2),
+        t.add(optimizer=r.config["optimizer"], lr=r.config["peak_lr"], steps=r.steps, epochs=round(r.epochs, 2),
               **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
     best = max(own.values(), key=lambda r: r.final_hr)
     return t, best.config["base_lr"], results

@@ -147,7 +147,7 @@ def test_lr_sweep_extends_a_best_at_the_edge(monkeypatch):
 
     def fake_train(data, cfg, **kw):
         hr = {2.5e-4: 0.60, 5e-4: 0.70, 1e-3: 0.65, 2e-3: 0.6, 5e-3: 0.5}.get(cfg.base_lr, 0.4)
-        return SimpleNamespace(final_hr=hr, final_ndcg=hr / 2, epochs=0.5, curve={"loss": [0.3]},
+        return SimpleNamespace(final_hr=hr, final_ndcg=hr / 2, epochs=0.5, steps=10, curve={"loss": [0.3]},
                                config={"optimizer": cfg.optimizer, "peak_lr": cfg.base_lr, "base_lr": cfg.base_lr})
 
     monkeypatch.setattr(search, "train_to_target", fake_train)

@@ -42,3 +42,26 @@ def test_the_lazy_adam_reading_computes_its_means_and_range_from_the_cells_it_pr
     # 0.6374 and 0.6209, range 0.0165, where the unrounded range is 0.01656)
     ahead = L01.accuracy_reading(_lazy_rows((3500, 3480), (3850, 3750)))
     assert "the larger of the seeds' range, 0.0165," in ahead and "lazy Adam is ahead by more than the noise" in ahead
+
+
+def test_the_lr_sweep_table_prints_each_runs_steps(monkeypatch):
+    """r8a 01-2: lesson 01's sweep printed "adam | 0.001 | 0.5 | HR@10 0.625" and its lazy Adam table "dense Adam | 0 |
+    9668 | 0.5 | 0.6247 | the baseline run": one setting at "0.5 epochs" with two HRs. The sweep's loop ran
+    ceil(0.5 x 19337) = 9669 steps, the baseline's evaluation point is 9668: the sweep's table now says its steps."""
+    from types import SimpleNamespace
+
+    from course_lib import sweeps
+    from course_lib.train.ncf import TrainConfig
+
+    def fake_train(data, cfg, **kw):
+        hr = {1e-3: 0.6250, 2e-3: 0.6028, 5e-3: 0.5374}.get(cfg.base_lr, 0.5190)
+        return SimpleNamespace(final_hr=hr, final_ndcg=hr / 2, epochs=0.5, steps=9669, curve={"loss": [0.41]},
+                               config={"optimizer": cfg.optimizer, "peak_lr": cfg.base_lr, "base_lr": cfg.base_lr})
+
+    monkeypatch.setattr(sweeps, "train_to_target", fake_train)
+    table, best, _ = sweeps.lr_sweep(None, TrainConfig(global_batch_size=256, base_lr=1e-3), (1e-3, 2e-3, 5e-3),
+                                     max_epochs=0.5, max_extensions=2)
+    assert best == 1e-3 and "steps" in table.columns
+    assert {r["steps"] for r in table.rows} == {9669}
+    row = next(r for r in table.rows if r["lr"] == 1e-3)
+    assert (row["steps"], row["epochs"], row["HR@10"]) == (9669, 0.5, 0.6250)
