@@ -263,13 +263,30 @@ def run_off_pace(pace: dict | None) -> float | None:
     return p["run"] / p["rate"] - 1 if p.get("run") and p.get("rate") else None
 
 
+def seed_step_times(r: dict) -> list[float]:
+    """Seconds per step of a rung's seed runs that reached the target (time / steps to target): one setting at
+    every seed, so one step's cost; where they differ, the machine's pace moved between the runs."""
+    return [s["time_to_target_s"] / s["steps_to_target"] for s in r.get("seed_runs") or []
+            if s.get("time_to_target_s") and s.get("steps_to_target")]
+
+
+def seeds_pace_spread(r: dict) -> float:
+    """How far a rung's seed runs' step times lie from their mean (half their range over their mean; 0 with fewer
+    than two): a movement of the machine's pace between them, which the yardstick's bursts before and after the
+    lesson's runs need not catch (read r8a 02-1, eighth full run: '+sqrt scaling' at "13.6 (seeds: 7.5, 19.7)" and
+    "5x (±12%)", its two seeds 285 steps each, 0.026 and 0.069 s per step, while the bursts moved -5 %)."""
+    per = seed_step_times(r)
+    return (max(per) - min(per)) / (max(per) + min(per)) if len(per) > 1 else 0.0
+
+
 def pace_uncertainty(r: dict) -> float:
     """What pacing cannot correct in a rung's seconds: how far the yardstick moved within its lesson, or, when the
     rung's run is of the yardstick's own setting (the baseline: :func:`run_off_pace`), how far that run's own pace
-    was from the yardstick's, the larger (read r5a 01-1: the baseline trained at -47 % of the bursts' pace around it
-    while they moved +1 %, and the ladder showed '+sqrt scaling' at 17x (±34 %) over its 89.9 s)."""
+    was from the yardstick's, or how far its seeds' step times lie apart (:func:`seeds_pace_spread`), the largest
+    (read r5a 01-1: the baseline trained at -47 % of the bursts' pace around it while they moved +1 %, and the ladder
+    showed '+sqrt scaling' at 17x (±34 %) over its 89.9 s)."""
     off = run_off_pace(r.get("pace"))
-    return max(_pace_moved(r), abs(off)) if off is not None else _pace_moved(r)
+    return max(_pace_moved(r), abs(off) if off is not None else 0.0, seeds_pace_spread(r))
 
 
 def ladder_rows(directory: Path | None = None) -> list[dict]:
@@ -320,6 +337,10 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         if off is not None and abs(off) > PACE_DRIFT_LIMIT:
             flags.append(f"the run itself trained at {_percent(off)} vs the yardstick's pace around it: compare "
                          "steps, not seconds")
+        if seeds_pace_spread(r) > PACE_DRIFT_LIMIT:
+            per = seed_step_times(r)
+            flags.append(f"its seeds ran one setting at {min(per):.3g} to {max(per):.3g} s per step: the pace moved "
+                         "between them: compare steps, not seconds")
         r["flags"] = flags
         r["speedup"] = speedup(base_t, r["paced_time_s"])
         # the baseline is the reference (1.0x by definition); every other rung carries both lessons' movement

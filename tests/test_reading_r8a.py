@@ -5,6 +5,8 @@ opposite results."""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from course_lib.lessons import l01_baseline as L01  # noqa: E402
@@ -65,3 +67,46 @@ def test_the_lr_sweep_table_prints_each_runs_steps(monkeypatch):
     assert {r["steps"] for r in table.rows} == {9669}
     row = next(r for r in table.rows if r["lr"] == 1e-3)
     assert (row["steps"], row["epochs"], row["HR@10"]) == (9669, 0.5, 0.6250)
+
+
+def _rung(d, step, seeds, before, after, changes, run=None):
+    """A rung as lesson 01 or 02 saved it: ``seeds`` (time to target s, steps to target) per seed, the yardstick's
+    bursts before and after the lesson's runs (and, for the baseline, the run's own samples/s)."""
+    from course_lib import ladder
+    from course_lib.train.ncf import TrainConfig
+
+    cfg = TrainConfig(**changes).to_dict()
+    pace = {"before": before, "after": after, "rate": (before + after) / 2, **({"run": run} if run else {})}
+    ladder.save_ladder_row(step, time_to_target_s=sum(t for t, _ in seeds) / len(seeds), final_hr=0.7525,
+                           target_hr=0.75, dataset="synthetic-ml-1m", steps_to_target=seeds[0][1],
+                           seed_runs=[{"seed": i, "time_to_target_s": t, "steps_to_target": n}
+                                      for i, (t, n) in enumerate(seeds)],
+                           pace=pace, config=cfg, carry=cfg, directory=d)
+
+
+def test_the_ladders_plus_minus_counts_the_seeds_step_times_of_one_setting(tmp_path):
+    """r8a 02-1: lesson 02's ladder printed "+sqrt scaling | 285 | 13.6 (seeds: 7.5, 19.7) | 5x (±12%)": one setting
+    reached the target in 285 steps at both seeds, in 7.53 and 19.67 s (0.026 and 0.069 s per step), while the
+    yardstick's bursts moved -5 % (71,240 -> 67,562 samples/s) and lesson 01's +7 %. The seeds' step times lie
+    ±45 % from their mean: the ± is that (plus lesson 01's 7 %), and the row is flagged."""
+    from course_lib import ladder
+
+    base = dict(global_batch_size=256, base_lr=1e-3)
+    sqrt = dict(global_batch_size=16384, base_lr=1e-3, base_batch_size=256, lr_scaling="sqrt")
+    _rung(tmp_path, "baseline", [(47.34, 17406)], 88_197, 94_574, base, run=94_131)
+    _rung(tmp_path, "+linear scaling", [(7.53, 285), (19.67, 285)], 71_240, 67_562, sqrt)
+    rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
+    assert ladder.seeds_pace_spread(rows["+linear scaling"]) == pytest.approx(0.446, abs=0.001)
+    table = {r["step"]: r for r in ladder.ladder_table(tmp_path).rows}
+    row = table["+sqrt scaling"]
+    assert row["time to target (s)"] == "13.6 (seeds: 7.5, 19.7)"
+    assert row["speedup (paced)"] == "5x (±52%)", row
+    assert "its seeds ran one setting at 0.0264 to 0.069 s per step: the pace moved between them: compare steps, " \
+           "not seconds" in row["pace vs lesson 01"], row
+    assert rows["+linear scaling"]["helped"]  # both seeds far below the baseline's 47.3 s: the path is unchanged
+    # opposite: the seeds ran at one pace (7.53 and 7.60 s for 285 steps): the ± is the bursts' movement, as before
+    steady = tmp_path / "steady"
+    _rung(steady, "baseline", [(47.34, 17406)], 88_197, 94_574, base, run=94_131)
+    _rung(steady, "+linear scaling", [(7.53, 285), (7.60, 285)], 71_240, 67_562, sqrt)
+    row = {r["step"]: r for r in ladder.ladder_table(steady).rows}["+sqrt scaling"]
+    assert row["speedup (paced)"] == "8x (±12%)" and "its seeds ran" not in row["pace vs lesson 01"], row
