@@ -110,3 +110,25 @@ def test_the_ladders_plus_minus_counts_the_seeds_step_times_of_one_setting(tmp_p
     _rung(steady, "+linear scaling", [(7.53, 285), (7.60, 285)], 71_240, 67_562, sqrt)
     row = {r["step"]: r for r in ladder.ladder_table(steady).rows}["+sqrt scaling"]
     assert row["speedup (paced)"] == "8x (±12%)" and "its seeds ran" not in row["pace vs lesson 01"], row
+
+
+def test_the_gap_table_prints_the_gap_as_its_reading_quotes_it():
+    """r8a 02-2: lesson 02's gap table printed "0.04338", "0.01109" (five decimals) beside a reading that quotes
+    "+0.0434", "+0.0111" against "twice the sampling error, 0.0213": the table now prints the reading's "+0.0434"."""
+    from course_lib.lessons import l02_linear_scaling as L02
+    from test_train_tricks import gap_run
+
+    base = gap_run(256, 0.7563, 0.7997, 0.90)
+    linear = gap_run(65536, 0.4184, 0.4295, 3.0)
+    sqrt = gap_run(65536, 0.757, 0.8046, 1.32)
+    results, labels = [base, base, linear, sqrt], ["linear", "sqrt", "linear", "sqrt"]
+    table = L02.gap_table(results[1:], labels[1:], baseline=base)
+    assert [r["gap"] for r in table.rows] == ["+0.0434", "+0.0111", "+0.0476"]
+    text = L02.gap_reading(results, labels, users=USERS)
+    assert "linear: gap +0.0434 at batch 256 (0.90 epochs) -> +0.0111 at batch 65536 (3.00 epochs)" in text
+    assert all(cell in text for cell in ("+0.0434", "+0.0111", "+0.0476"))
+    # opposite: a negative gap (the test side above the train side) keeps its sign in both
+    below = gap_run(65536, 0.80, 0.78, 1.0)
+    table = L02.gap_table([base, below], ["sqrt", "sqrt"], baseline=base)
+    assert table.rows[1]["gap"] == "-0.0200" and "-0.0200 at batch 65536" in L02.gap_reading(
+        [base, below], ["sqrt", "sqrt"], users=USERS)
