@@ -132,3 +132,23 @@ def test_the_gap_table_prints_the_gap_as_its_reading_quotes_it():
     table = L02.gap_table([base, below], ["sqrt", "sqrt"], baseline=base)
     assert table.rows[1]["gap"] == "-0.0200" and "-0.0200 at batch 65536" in L02.gap_reading(
         [base, below], ["sqrt", "sqrt"], users=USERS)
+
+
+def test_the_warmup_takeaway_says_a_within_the_seed_range_verdict_once():
+    """r8a 03-2: "Here warmup made no measurable difference (no measurable difference (time to target: linear warmup,
+    19 steps 10.3 s vs no warmup 13 s, within the seed range 3.1 s)): without it nothing blew up": the run's seeds,
+    9.764 / 10.87 s with the 19-step warmup and 14.51 / 11.43 s without. Opposite: seeds that disagree keep their
+    words, and warmup faster beyond the range is another takeaway."""
+    from course_lib.lessons import l03_warmup as L03
+    from test_reading_agreement import _decided
+
+    rung = "linear warmup, 38 steps"
+    within = L03.takeaway(_decided([9.764, 10.87], [14.51, 11.43], (0.5878, 0.5801), (0.5081, 0.5054)), rung)
+    assert within.startswith("Here warmup made no measurable difference (time to target: linear warmup, 38 steps "
+                             "10.3 s vs no warmup 13 s, within the seed range 3.1 s): without it nothing blew up "
+                             "(loss at the first evaluation: 0.505 without warmup, 0.580 with it)"), within
+    assert within.count("no measurable difference") == 1
+    disagree = L03.takeaway(_decided([6.778, 7.489], [7.754, 6.616]), rung)
+    assert disagree.startswith("Here warmup made no measurable difference (the seeds disagree (time to target:")
+    assert disagree.count("no measurable difference") == 1
+    assert L03.takeaway(_decided([6.0, 6.1], [9.0, 9.2]), rung).startswith("Here warmup helped beyond the seeds' noise")

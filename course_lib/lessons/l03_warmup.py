@@ -159,7 +159,11 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     lb, lw = _first_losses(base), _first_losses(warm)
     start = (f" (loss at the first evaluation: {min(lb):.3f} without warmup, {min(lw):.3f} with it)"
              if lb and lw else "")
-    said = verdict.removeprefix("no measurable difference: ")  # the verdict's own words, not said twice
-    return (f"Here warmup made no measurable difference ({said}): without it nothing blew up{start}. {quoted}; "
+    # the verdict's own words, not said twice: noise_verdict words it "no measurable difference: the seeds disagree
+    # (...)" or "no measurable difference (..., within the seed range ...)" (read r8a 03-2, eighth full run: "Here
+    # warmup made no measurable difference (no measurable difference (time to target: ...)): without it ...")
+    said = verdict.removeprefix("no measurable difference: ").removeprefix("no measurable difference ")
+    said = said if said.startswith("(") and said.endswith(")") else f"({said})"
+    return (f"Here warmup made no measurable difference {said}: without it nothing blew up{start}. {quoted}; "
             "with Adam at this batch and lr the scaled step was already safe on this machine, so warmup keeps its "
             "rung as measured, and the next lessons build on the best rung below it.")
