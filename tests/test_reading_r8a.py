@@ -152,3 +152,26 @@ def test_the_warmup_takeaway_says_a_within_the_seed_range_verdict_once():
     assert disagree.startswith("Here warmup made no measurable difference (the seeds disagree (time to target:")
     assert disagree.count("no measurable difference") == 1
     assert L03.takeaway(_decided([6.0, 6.1], [9.0, 9.2]), rung).startswith("Here warmup helped beyond the seeds' noise")
+
+
+def test_the_warmup_reading_says_when_the_time_ratio_is_the_pace_not_the_steps():
+    """r8a 03-1: "On this seed warmup took fewer steps: without it 1.05x the steps and 1.49x the time" over the sweep
+    table's no warmup 14.51 s / 100 steps and 19-step warmup 9.764 s / 95: 0.145 against 0.103 s per step, at one
+    batch and peak lr. Opposite: runs at one pace keep the line as it was."""
+    from course_lib.lessons import l03_warmup as L03
+    from test_reading_agreement_more import _warm_run
+
+    from course_lib.sweeps import sweep_table
+
+    labels = ["no warmup", "linear warmup, 19 steps", "linear warmup, 38 steps"]
+    runs = [_warm_run(14.51, 100, 0), _warm_run(9.764, 95, 19), _warm_run(10.96, 96, 38)]
+    said = L03.warmup_reading(runs, labels)
+    # its numbers: cells of the sweep table, their ratios, and s per step (two cells of one row)
+    paces = [r.time_to_target_s / r.steps_to_target for r in runs]
+    assert disagreements(said, sweep_table(runs, labels), extra=(19, 38, 10, *paces)) == [], said
+    assert ("without it 1.05x the steps and 1.49x the time; a step costs the same with or without warmup at one batch "
+            "and peak lr, so the time beyond the steps' is the pace the runs' steps ran at (0.145 s per step without "
+            "warmup, 0.103 with it), not warmup's (one seed: the comparison at two seeds decides)") in said, said
+    steady = L03.warmup_reading([_warm_run(10.30, 100, 0), _warm_run(9.764, 95, 19), _warm_run(10.96, 96, 38)],
+                                labels)
+    assert "1.05x the time (one seed: the comparison at two seeds decides)" in steady and "pace" not in steady

@@ -49,6 +49,19 @@ def _steps_verdict(best, base) -> str:
     return "no difference in steps to target that the evaluations resolve"
 
 
+def _pace_clause(best, base) -> str:
+    """Where the time ratio is not the steps' (by more than 10 %), what the rest of it is (read r8a 03-1, eighth full
+    run: "without it 1.05x the steps and 1.49x the time" over 14.51 s / 100 steps and 9.764 s / 95): at one batch and
+    peak lr a step costs the same whatever the warmup, so the rest is the pace the runs' steps ran at, in s per step
+    (time to target / steps to target: two cells of each row of the sweep table)."""
+    per_best, per_base = best.time_to_target_s / best.steps_to_target, base.time_to_target_s / base.steps_to_target
+    if max(per_best, per_base) <= 1.1 * min(per_best, per_base):
+        return ""
+    return (f"; a step costs the same with or without warmup at one batch and peak lr, so the time beyond the steps' "
+            f"is the pace the runs' steps ran at ({per_base:.3f} s per step without warmup, {per_best:.3f} with it), "
+            "not warmup's")
+
+
 def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str:
     """Warmup against none, read from the runs (lesson 03): the best warmup run (by ``race_score``),
     its length (flagged at the edge of the lengths tried), and what it changed against the run
@@ -75,8 +88,8 @@ def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str
         ratio = base.time_to_target_s / best.time_to_target_s
         steps = base.steps_to_target / max(best.steps_to_target, 1)
         verdict = _steps_verdict(best, base)
-        line += (f". On this seed {verdict}: without it {steps:.2f}x the steps and {ratio:.2f}x the time "
-                 "(one seed: the comparison at two seeds decides)")
+        line += (f". On this seed {verdict}: without it {steps:.2f}x the steps and {ratio:.2f}x the time"
+                 + _pace_clause(best, base) + " (one seed: the comparison at two seeds decides)")
     elif best.time_to_target_s is not None:
         line += ". Warmup is what made this batch reach the target at all."
     elif base.time_to_target_s is not None:
