@@ -59,6 +59,9 @@ COVERAGE = {
     "course_lib.lessons.l01_baseline.loader_reading": (
         'tests/test_reading_agreement.py::test_the_loader_reading_quotes_the_loader_table',
         'tests/test_loader_ladder.py::test_loader_reading_is_read_from_the_rungs'),
+    "course_lib.lessons.l01_baseline.sgd_reading": (
+        'tests/test_reading_r8a.py::test_the_sgd_line_reads_the_sweeps_sgd_row_against_the_popularity_floor',
+        'tests/test_reading_r8a.py::test_the_sgd_line_reads_the_sweeps_sgd_row_against_the_popularity_floor'),
     "course_lib.lessons.l01_baseline.throughput_reading": (
         'tests/test_reading_agreement.py::test_the_throughput_reading_quotes_its_table',
         'tests/test_bench.py::test_throughput_reading_is_read_from_the_rows'),

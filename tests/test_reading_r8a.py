@@ -175,3 +175,41 @@ def test_the_warmup_reading_says_when_the_time_ratio_is_the_pace_not_the_steps()
     steady = L03.warmup_reading([_warm_run(10.30, 100, 0), _warm_run(9.764, 95, 19), _warm_run(10.96, 96, 38)],
                                 labels)
     assert "1.05x the time (one seed: the comparison at two seeds decides)" in steady and "pace" not in steady
+
+
+def _sweep_runs(sgd_hr):
+    """Lesson 01 cell 12's sweep: four Adam lrs and a plain-SGD run, half an epoch each (HR@10 as the table prints)."""
+    from types import SimpleNamespace
+
+    adam = [SimpleNamespace(config={"optimizer": "adam", "peak_lr": lr, "base_lr": lr}, final_hr=hr, final_ndcg=hr / 2,
+                            epochs=0.5, steps=9669, curve={"loss": [0.41]})
+            for lr, hr in ((5e-4, 0.5190), (1e-3, 0.6250), (2e-3, 0.6028), (5e-3, 0.5374))]
+    sgd = SimpleNamespace(config={"optimizer": "sgd", "peak_lr": 0.1, "base_lr": 0.1, "momentum": 0.9},
+                          final_hr=sgd_hr, final_ndcg=sgd_hr / 2, epochs=0.5, steps=9669, curve={"loss": [0.47]})
+    return adam + [sgd]
+
+
+def test_the_sgd_line_reads_the_sweeps_sgd_row_against_the_popularity_floor(monkeypatch):
+    """r8a 01-3: lesson 01's markdown said "the model sits at popularity level for a long time" and lesson 02's "Lesson
+    01's sweep shows plain SGD stuck at the floor", fixed text over the run's sgd row, HR@10 0.3907 against the
+    popularity ranking's 0.3929. The line is read from the sweep's rows; opposite: an SGD run that learned."""
+    from course_lib import sweeps
+    from course_lib.metrics import hr_standard_error
+    from course_lib.train.ncf import TrainConfig
+
+    runs = iter(_sweep_runs(0.3907))
+    monkeypatch.setattr(sweeps, "train_to_target", lambda data, cfg, **kw: next(runs))
+    cfg = TrainConfig(global_batch_size=256, base_lr=1e-3)
+    table, _, results = sweeps.lr_sweep(None, cfg, (5e-4, 1e-3, 2e-3, 5e-3), max_epochs=0.5,
+                                        extra=(TrainConfig(optimizer="sgd", base_lr=0.1),))
+    said = L01.sgd_reading(results, 0.3929, users=USERS)
+    assert said == ("plain SGD (lr 0.1, momentum 0.9) ended its 0.5 epoch at HR@10 0.3907, level with the popularity "
+                    "ranking's 0.3929 (a difference of -0.0022 against twice the evaluation's sampling error, 0.0126); "
+                    "the best adam run reached 0.6250 in the same budget"), said
+    # its numbers: the table's cells, the floor (cell 10's line), their difference, the noise, momentum 0.9, HR@10
+    extra = (0.3929, 0.3907 - 0.3929, 2 * hr_standard_error(0.3929, USERS), 0.9, 10)
+    assert disagreements(said, table, extra=extra) == [], said
+    learned = L01.sgd_reading(_sweep_runs(0.5012), 0.3929, users=USERS)
+    assert "at HR@10 0.5012, above the popularity ranking's 0.3929 (a difference of +0.1083" in learned
+    assert "it learned more than the items' popularity" in learned and "level with" not in learned
+    assert "below the popularity ranking's" in L01.sgd_reading(_sweep_runs(0.3500), 0.3929, users=USERS)

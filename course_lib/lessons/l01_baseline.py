@@ -113,6 +113,34 @@ def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None
     return text
 
 
+def sgd_reading(runs, floor_hr: float, *, users: int) -> str:
+    """Where the lr sweep's plain-SGD run ended against the popularity ranking (read r8a 01-3, eighth full run: the
+    markdown's "the model sits at popularity level for a long time" and lesson 02's "Lesson 01's sweep shows plain SGD
+    stuck at the floor" were fixed text over a run that ended at HR@10 0.3907 against the floor's 0.3929): level
+    with it within twice the evaluation's sampling error over ``users`` users, below it, or above it. ``runs``: the
+    sweep's results (:func:`course_lib.sweeps.lr_sweep`), HR@10 as its table prints them (four decimals)."""
+    sgd = [r for r in runs if r.config.get("optimizer") == "sgd"]
+    others = [r for r in runs if r.config.get("optimizer") != "sgd"]
+    if not sgd:
+        return "no plain-SGD run in this sweep: nothing to compare with the popularity ranking"
+    noise = 2 * hr_standard_error(floor_hr, users)
+    parts = []
+    for r in sgd:
+        hr = round(r.final_hr, HR_DIGITS)
+        diff = hr - round(floor_hr, HR_DIGITS)
+        where = ("level with" if abs(diff) <= noise else "below" if diff < 0 else "above")
+        parts.append(f"plain SGD (lr {r.config['peak_lr']:g}, momentum {r.config.get('momentum', 0):g}) ended its "
+                     f"{r.epochs:.2g} epoch at HR@10 {hr:.4f}, {where} the popularity ranking's {floor_hr:.4f} (a "
+                     f"difference of {diff:+.4f} against twice the evaluation's sampling error, {noise:.4f})"
+                     + (": it learned more than the items' popularity" if where == "above" else ""))
+    text = "; ".join(parts)
+    if others:
+        best = max(others, key=lambda r: r.final_hr)
+        text += (f"; the best {best.config.get('optimizer', '')} run reached {round(best.final_hr, HR_DIGITS):.4f} "
+                 "in the same budget")
+    return text
+
+
 def pace_intervals(result: TrainResult, *, min_share: float = 0.1) -> list[tuple[int, int, float]]:
     """The evaluation intervals :func:`pace_reading` compares: ``(first step, steps, ms per step)`` for
     every interval of at least ``min_share`` times the longest one's steps. Near the target the loop
