@@ -97,7 +97,9 @@ def speedup_cell(x: float | None, uncertainty: float | None) -> str:
     if uncertainty is None:
         return f"{x:.1f}x"
     figures = speedup_figures(uncertainty)
-    text = f"{x:.{figures}g}"
+    # "#": the figures are kept when they are zeros (read r8a 04-1, eighth full run: "+LAMB | 4x (±9%)", 3.99 at two
+    # figures, under lesson 01's "the ladder shows such speedups to 2 significant figures"); "20." loses its dot
+    text = f"{x:#.{figures}g}".rstrip(".")
     if "e" in text:  # 3e+01: a speedup of 30 at one figure
         text = f"{x:.0f}"
     return f"{text}x" + (f" (±{uncertainty:.0%})" if uncertainty >= 0.005 else "")

@@ -213,3 +213,15 @@ def test_the_sgd_line_reads_the_sweeps_sgd_row_against_the_popularity_floor(monk
     assert "at HR@10 0.5012, above the popularity ranking's 0.3929 (a difference of +0.1083" in learned
     assert "it learned more than the items' popularity" in learned and "level with" not in learned
     assert "below the popularity ranking's" in L01.sgd_reading(_sweep_runs(0.3500), 0.3929, users=USERS)
+
+
+def test_a_speedup_at_two_significant_figures_keeps_its_trailing_zero():
+    """r8a 04-1: lesson 04's ladder printed "+LAMB | 4x (±9%)" for a paced speedup of 3.99 at ±9 % (1 % to 10 %: two
+    significant figures, lesson 01's line says), which :.2g wrote "4". Opposite: one figure, whole numbers, three."""
+    from course_lib import ladder
+
+    assert ladder.speedup_cell(3.99, 0.086) == "4.0x (±9%)"
+    assert ladder.speedup_cell(4.58, 0.52) == "5x (±52%)"  # one figure: no trailing dot
+    assert ladder.speedup_cell(20.04, 0.05) == "20x (±5%)"  # two figures of a whole number: "20", not "20."
+    assert ladder.speedup_cell(123.4, 0.03) == "123x (±3%)" and ladder.speedup_cell(7.31, 0.04) == "7.3x (±4%)"
+    assert ladder.speedup_cell(2.0, 0.001) == "2.00x"  # three figures, no ± under half a percent
