@@ -90,7 +90,8 @@ def speedup_figures(uncertainty: float) -> int:
 def speedup_cell(x: float | None, uncertainty: float | None) -> str:
     """A paced speedup with the significant figures its pace drift allows (#37): ``uncertainty`` is the
     relative uncertainty of the pacing (:func:`ladder_rows`' ``speedup_uncertainty``: how far the yardstick
-    moved within the rung's lesson and within lesson 01's), ±10 % or more: one figure, ±1 % or more: two,
+    moved within the rung's lesson and within lesson 01's, or its seeds' step times apart: :func:`pace_uncertainty`),
+    ±10 % or more: one figure, ±1 % or more: two,
     else three; None (pace not recorded): one decimal, as before, with nothing claimed."""
     if x is None:
         return "—"
