@@ -99,7 +99,8 @@ def test_speedup_reading_on_an_amx_cpu_finds_the_cause_in_the_step():
     )
     text = MP.speedup_reading(speed, AMX_SERVER, "cpu", neumf_share=0.011, bert=("mini", 0.99))
     assert "bf16 ran 0.88x fp32 here (slower" in text and "not emulated" in text
-    assert "forward+backward is 40% of fp32's step" in text and "at most 1.66x faster" in text
+    # the bound at the figures a 3% tolerance allows: two (read r8b 05-1)
+    assert "forward+backward is 40% of fp32's step" in text and "at most 1.7x faster" in text
     assert "conversions autocast adds" in text and "1.1% of this NeuMF's parameters" in text
     assert "BERT (mini)" in text and "no result of this profile saved yet" in text
 

@@ -696,6 +696,19 @@ def speed_verdict(speed: "PrecisionSpeed", mode: str, tol: float, min_tolerance:
                      f"{min_tolerance:.0%} ({listed}), each round's ratio two runs made back to back")
 
 
+def amdahl_bound_text(share: float, tol: float) -> str:
+    """The most a step can speed up when a ``share`` of it becomes free, ``1 / (1 - share)``, at the figures the
+    repeats' noise ``tol`` allows (the ladder's rule, :func:`course_lib.ladder.speedup_figures`): the bound
+    amplifies the share's noise by ``share / (1 - share)``, so at a 13% tolerance and an 89% share it is known to
+    about one figure (read r8b 05-1, eighth full run: "at most 9.19x faster" beside "tolerance 13%")."""
+    from ..ladder import speedup_figures
+
+    bound = 1 / max(1 - share, 1e-9)
+    figures = speedup_figures(tol * max(1.0, share / max(1 - share, 1e-9)))
+    text = f"{bound:.{figures}g}"
+    return f"{float(text):.0f}x" if "e" in text else f"{text}x"
+
+
 def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: float | None = None,
                     bert: tuple[str, float] | None = None, bert_ratio: float | None = None,
                     min_tolerance: float = 0.03, load_now: float | None = None) -> str:
@@ -746,7 +759,7 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
                 f" Its forward+backward took {1e3 * fbm:.3g} ms per step against fp32's {1e3 * fb32:.3g} "
                 f"({fb32 / fbm:.2f}x), its optimizer {1e3 * opm:.3g} against {1e3 * op32:.3g} ms; forward+backward "
                 f"is {share:.0%} of fp32's step, so even free 16-bit math could make the step at most "
-                f"{1 / max(1 - share, 1e-9):.2f}x faster (the rest stays fp32)."
+                f"{amdahl_bound_text(share, tol)} faster (the rest stays fp32)."
             )
             if units.get(m) is not None and fbm > fb32 * (1 + tol):
                 line += (" On native units the forward+backward still got slower: at these matrix sizes the "
