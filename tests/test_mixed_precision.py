@@ -311,7 +311,9 @@ def test_loss_scaling_runs_train_every_variant_for_the_same_steps(data):
     assert all(r["steps"] == 6 and r["HR@10"] is not None for r in rows)
     assert rows[2]["loss scale at the end"] == 2.0 ** 10 and rows[2]["run"] == "fp16, static scale 2^10"
     assert rows[1]["loss scale at the end"] == 1.0 and rows[0]["activation grads zero"] is None
-    assert all(0.0 <= r["activation grads underflow"] <= r["activation grads zero"] <= 1.0 for r in rows[1:])
+    # a run at 2^16 or above has no larger scale probed, so no underflow separated (read r8b 05-2)
+    assert all(0.0 <= r["activation grads underflow"] <= r["activation grads zero"] <= 1.0 if
+               r["loss scale at the end"] < 2.0 ** 16 else r["activation grads underflow"] is None for r in rows[1:])
     rec = MP.scaling_record(MP.autocast_gradients(_model(data), data, _cfg()), rows,
                             MP.precision_throughput(data, _cfg(), ("fp32", "bf16"), steps=1, device="cpu", repeats=1,
                                                     warmup_steps=0), 2.0 ** 10)

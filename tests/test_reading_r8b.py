@@ -2,9 +2,13 @@
 2026-12-02, /tmp/course13; /work/notes/read-full-run-8-r8b.md). Each test feeds the reading that run's own numbers,
 which printed a statement its outputs contradict (or a figure its noise does not allow), and the opposite results."""
 
+from types import SimpleNamespace
+
 from test_mixed_precision import AMX_SERVER
+from test_reading_agreement import disagreements
 
 from course_lib.lessons import l05_mixed_precision as L05
+from course_lib.train import TrainConfig
 
 # the eighth run's lesson 05, cell 11: fastest of 3 interleaved repeats at batch 16384 (ms per step by phase)
 EIGHTH_PHASES = {"fp32": {"sampling": 0.4155e-3, "forward_backward": 21.48e-3, "optimizer": 2.209e-3},
@@ -36,3 +40,53 @@ def test_the_step_bound_keeps_the_figures_the_repeats_noise_allows():
     assert f"at most {1 / (1 - share):.2g}x faster" in other and "tolerance 3%" in other, other
     assert L05.amdahl_bound_text(0.5, 0.001) == "2x" and L05.amdahl_bound_text(0.9, 0.001) == "10x"
     assert L05.amdahl_bound_text(0.25, 0.004) == "1.33x"
+
+
+def _scaling_rows(monkeypatch, dynamic_end=2.0 ** 16):
+    """loss_scaling_runs on the eighth run's numbers (cell 19): training and the probe replaced by what they measured
+    there (zeros at each scale: unscaled 5.782%, at 2^16 0.002%, at 2^17 0.004%), ``dynamic_end`` the dynamic run's
+    final scale."""
+    zeros = {1.0: 0.05782, 2.0 ** 15: 0.00050, 2.0 ** 16: 0.00002, 2.0 ** 17: 0.00004}
+
+    def train(data, c, **kw):
+        scale = {"none": 1.0, "static": c.loss_scale, "dynamic": dynamic_end}[c.loss_scaling]
+        return SimpleNamespace(precision={"loss_scale": scale if c.precision == "fp16" else 1.0, "skipped_steps": 0},
+                               model=object(), steps=303, curve={"loss": [0.3575]}, final_hr=0.7654, diverged=False)
+
+    def probe(model, data, cfg, *, scales, batches):
+        scales = tuple(sorted(set(scales)))
+        top = scales[-1]
+        zero = {sc: {"activation": zeros[sc], "parameter": zeros[sc] / 2} for sc in scales}
+        under = {sc: {k: max(0.0, zero[sc][k] - zero[top][k]) for k in zero[sc]} for sc in scales}
+        return {"zero": zero, "underflow": under}
+
+    monkeypatch.setattr(L05, "train_to_target", train)
+    monkeypatch.setattr(L05, "autocast_gradients", probe)
+    monkeypatch.setattr(L05, "steps_per_epoch", lambda data, cfg: 303)
+    cfg = TrainConfig(global_batch_size=16384, base_lr=0.001, base_batch_size=256, lr_scaling="sqrt")
+    return L05.loss_scaling_runs(None, cfg, steps=303, static_scale=2.0 ** 17, device="cpu")
+
+
+def test_a_run_at_the_reference_scale_or_above_has_no_underflow_measured(monkeypatch):
+    """r8b 05-2: cell 19 "with the static scale 2^17, 0.004% zero (0.000% underflow); with the dynamic one (at 2^16 by
+    the end), 0.004% zero (0.000% underflow)": the underflow is the zeros at the run's scale less those at the largest
+    scale probed, 2^16 or the run's own, so for these two runs it was the run against itself, zero by construction.
+    Opposite: a dynamic run that ended at 2^15 (after an overflow) has a larger scale to measure against."""
+    rows = _scaling_rows(monkeypatch)
+    by = {r["loss scaling"] if r["precision"] == "fp16" else "fp32": r for r in rows}
+    assert by["none"]["activation grads underflow"] == 0.05782 - 0.00002
+    assert by["static"]["activation grads underflow"] is None and by["dynamic"]["activation grads underflow"] is None
+    text = L05.loss_scaling_reading(rows, 6040)
+    assert "0.000% underflow" not in text and "without loss scaling 5.782% zero (5.780% underflow)" in text, text
+    assert ("with the static scale 2^17, 0.004% zero (no underflow separated: its scale is at least 2^16, the scale "
+            "the underflow is measured against)") in text
+    table = L05.loss_scaling_table(rows)
+    assert "0.000%" not in str(table) and "— (at 2^17: not separated)" in str(table)
+    extra = [2 * L05.hr_standard_error(0.7654, 6040), 6040, 2, 16, 10]  # HR@10
+    assert disagreements(text.split(" Every run")[0], table, extra=extra) == [], text
+
+    lower = {r["loss scaling"]: r for r in _scaling_rows(monkeypatch, dynamic_end=2.0 ** 15)
+             if r["precision"] == "fp16"}
+    assert abs(lower["dynamic"]["activation grads underflow"] - (0.00050 - 0.00002)) < 1e-12
+    assert "(at 2^15 by the end), 0.050% zero (0.048% underflow)" in L05.loss_scaling_reading(
+        _scaling_rows(monkeypatch, dynamic_end=2.0 ** 15), 6040)

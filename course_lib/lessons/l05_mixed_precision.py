@@ -326,7 +326,10 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
     ``static_scale`` and the dynamic one (lesson 05). Each run evaluates HR@10 halfway and at the end;
     at the end its model is probed by :func:`autocast_gradients` at the run's own final scale (1 without
     scaling) and at 2^16: ``activation grads zero`` is what that run's fp16 backward made exactly zero,
-    ``... underflow`` the part of it loss scaling removes (measured on the run's own weights). One dict per run."""
+    ``... underflow`` the part of it loss scaling removes (measured on the run's own weights): its zeros less those
+    at 2^16, so None for a run whose scale is 2^16 or more, where no larger scale was probed and the difference
+    would be zero by construction (read r8b 05-2, eighth full run: "0.000% underflow" for the static 2^17 and the
+    dynamic 2^16 runs, each measured against itself). One dict per run."""
     device = torch.device(device) if device is not None else default_device()
     epochs = steps / steps_per_epoch(data, cfg)
     rows = []
@@ -343,11 +346,13 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
                  if precision == "fp16" else None)
         del r.model
         measured = lambda table, kind: table[scale][kind] if probe else None
+        separated = probe is not None and scale < REFERENCE_SCALE  # a larger scale to take the difference against
         rows.append({"run": label, "precision": precision, "loss scaling": scaling,
                      "loss scale at the end": scale if precision == "fp16" else None,
                      "skipped steps": r.precision["skipped_steps"], "steps": r.steps,
                      "activation grads zero": measured(probe and probe["zero"], "activation"),
-                     "activation grads underflow": measured(probe and probe["underflow"], "activation"),
+                     "activation grads underflow": (measured(probe["underflow"], "activation") if separated
+                                                    else None),
                      "parameter grads zero": measured(probe and probe["zero"], "parameter"),
                      "train loss": r.curve["loss"][-1], "HR@10": r.final_hr, "diverged": r.diverged})
     return rows
@@ -363,7 +368,9 @@ def loss_scaling_table(rows: list[dict]) -> Table:
         t.add(run=r["run"] + (" (diverged)" if r["diverged"] else ""),
               **{"loss scale at the end": r["loss scale at the end"], "skipped steps": r["skipped steps"],
                  "activation grads zero": pct(r["activation grads zero"]),
-                 "of which underflow": pct(r["activation grads underflow"]),
+                 "of which underflow": (pct(r["activation grads underflow"]) if r["activation grads underflow"]
+                                        is not None or r["precision"] != "fp16" else
+                                        f"— (at 2^{math.log2(r['loss scale at the end']):.0f}: not separated)"),
                  "parameter grads zero": pct(r["parameter grads zero"]), "train loss": r["train loss"],
                  "HR@10": r["HR@10"]})
     return t
@@ -376,7 +383,13 @@ def loss_scaling_reading(rows: list[dict], users: int) -> str:
     ref, none, stat, dyn = by["fp32"], by["none"], by["static"], by["dynamic"]
     tol = 2 * hr_standard_error(ref["HR@10"], users)
     steps = ref["steps"]
-    pct = lambda r: f"{r['activation grads zero']:.3%} zero ({r['activation grads underflow']:.3%} underflow)"
+    ref_scale = f"2^{math.log2(REFERENCE_SCALE):.0f}"
+
+    def pct(r):
+        if r["activation grads underflow"] is None:  # its scale is at least the reference: nothing to subtract
+            return (f"{r['activation grads zero']:.3%} zero (no underflow separated: its scale is at least "
+                    f"{ref_scale}, the scale the underflow is measured against)")
+        return f"{r['activation grads zero']:.3%} zero ({r['activation grads underflow']:.3%} underflow)"
     text = (f"Measured at the end of each run (its fp16 backward against fp32, same weights), of the activation-"
             f"gradient elements nonzero in fp32: without loss scaling {pct(none)}; with the static scale "
             f"2^{math.log2(stat['loss scale at the end']):.0f}, {pct(stat)}; with the dynamic one (at "
