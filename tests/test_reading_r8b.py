@@ -8,6 +8,7 @@ from test_mixed_precision import AMX_SERVER
 from test_reading_agreement import disagreements
 
 from course_lib.lessons import l05_mixed_precision as L05
+from course_lib.lessons import l06_data_parallel as L06
 from course_lib.train import TrainConfig
 
 # the eighth run's lesson 05, cell 11: fastest of 3 interleaved repeats at batch 16384 (ms per step by phase)
@@ -90,3 +91,35 @@ def test_a_run_at_the_reference_scale_or_above_has_no_underflow_measured(monkeyp
     assert abs(lower["dynamic"]["activation grads underflow"] - (0.00050 - 0.00002)) < 1e-12
     assert "(at 2^15 by the end), 0.050% zero (0.048% underflow)" in L05.loss_scaling_reading(
         _scaling_rows(monkeypatch, dynamic_end=2.0 ** 15), 6040)
+
+
+def _dp(sps, ttt, batch, ranks, comm=0.0, epochs=0.9406, steps=285):
+    return {"samples_per_s": sps, "time_to_target_s": ttt, "epochs_to_target": epochs, "steps_to_target": steps,
+            "config": {"global_batch_size": batch, "peak_lr": 0.008}, "comm_time_s": comm, "train_time_s": ttt,
+            "final_hr": 0.753}
+
+
+def test_the_step_fit_is_not_read_where_another_run_of_the_setting_does_not_fit_it():
+    """r8b 06-1: cell 29 "Fitted over the 2 sizes: each step costs 13.61 ms whatever the batch ... plus 1.13 us per
+    sample, so at 8192 samples per rank 60% of the step does not shrink ... Compute would be 80% of the step from
+    about 48,000 samples per rank", from a 2-rank run at 717,900 samples/s (22.8 ms per step), in the reading that
+    also says the same setting's second seed ran at efficiency 0.39: 285 steps in 11.6 s, 40.7 ms per step, longer
+    than one rank's 32.0 ms at twice the samples per rank, which no cost per step plus cost per sample can make.
+    Opposite: a second seed that fits keeps the split."""
+    strong = {1: _dp(5.114e5, 9.131, 16384, 1), 2: _dp(7.179e5, 6.505, 16384, 2, comm=2.047)}
+    weak = {1: _dp(5.439e5, 7.682, 8192, 1, epochs=0.843, steps=510), 2: strong[2]}
+    rows = L06.scaling_rows(strong, weak)
+    again = [_dp(16384 * 285 / 11.6, 11.6, 16384, 2)]
+    text = L06.scaling_reading(rows, repeats=again)
+    assert "efficiency 0.70" in text and "efficiency 0.39" in text, text
+    assert "13.61" not in text and "Compute would be" not in text and "48,000" not in text, text
+    assert "took 40.7 ms per step, no shorter than one rank's 32 ms at 2x the samples per rank" in text, text
+    step1, step2 = 16384 / 5.114e5, 16384 / 7.179e5
+    slope = (step1 - step2) / 8192
+    extra = [1e3 * (step2 - slope * 8192), 1e6 * slope, (step2 - slope * 8192) / step2, 1e3 * step1,
+             1e3 * 16384 / (16384 * 285 / 11.6), 0.39, 2, 8192]
+    assert disagreements(text, L06.scaling_table(rows), extra=extra) == [], text
+
+    fits = [_dp(16384 * 285 / 7.0, 7.0, 16384, 2)]  # 24.6 ms per step: shorter than one rank's, the split holds
+    kept = L06.scaling_reading(rows, repeats=fits)
+    assert "Compute would be 80% of the step from about 48,000 samples per rank" in kept and "no such split" not in kept
