@@ -123,3 +123,24 @@ def test_the_step_fit_is_not_read_where_another_run_of_the_setting_does_not_fit_
     fits = [_dp(16384 * 285 / 7.0, 7.0, 16384, 2)]  # 24.6 ms per step: shorter than one rank's, the split holds
     kept = L06.scaling_reading(rows, repeats=fits)
     assert "Compute would be 80% of the step from about 48,000 samples per rank" in kept and "no such split" not in kept
+
+
+def test_a_level_rung_whose_pace_drift_leaves_out_1_says_whose_spread_decided():
+    """r8b 05-3 / 06-2: the ladder (lesson 05 cell 23, lesson 06 cell 31) printed "+warmup ... 2x (±15%): no measurable
+    difference: the seeds disagree (paced time to target: +warmup 6.88 s vs +sqrt scaling 10.3 s on average)" and
+    "+LAMB ... 0.87x (±7%): no measurable difference": ratios whose ± leaves out 1, then level. The ± is the pace
+    drift; the verdict is the seeds' (+sqrt scaling's 7.5 and 19.7 s); "+data parallel ... 0.5x (±63%): no measurable
+    difference (... within the seed range 4.2 s)" likewise (0.19-0.82x). Opposite: 0.7x (±63%), whose ± holds 1."""
+    from course_lib import ladder
+
+    noise = ("no measurable difference: the seeds disagree (paced time to target: +warmup 6.88 s vs +sqrt scaling "
+             "10.3 s on average)")
+    cell = ladder._below_cell({"vs_previous": 1.55, "vs_previous_uncertainty": 0.15, "vs_noise": noise,
+                               "previous_name": "+sqrt scaling"})
+    assert cell == f"2x (±15%) in paced seconds (the ± is the pace drift alone, not the seeds' spread): {noise}", cell
+    lamb = ladder._below_cell({"vs_previous": 0.87, "vs_previous_uncertainty": 0.07, "vs_noise": noise})
+    assert lamb.startswith("0.87x (±7%) in paced seconds (the ± is the pace drift alone")
+    dp = ladder._below_cell({"vs_previous": 0.464, "vs_previous_uncertainty": 0.63, "vs_noise": noise})
+    assert dp.startswith("0.5x (±63%) in paced seconds (the ± is the pace drift alone"), dp
+    wide = ladder._below_cell({"vs_previous": 0.7, "vs_previous_uncertainty": 0.63, "vs_noise": noise})
+    assert wide == f"0.7x (±63%): {noise}"
