@@ -144,3 +144,22 @@ def test_a_level_rung_whose_pace_drift_leaves_out_1_says_whose_spread_decided():
     assert dp.startswith("0.5x (±63%) in paced seconds (the ± is the pace drift alone"), dp
     wide = ladder._below_cell({"vs_previous": 0.7, "vs_previous_uncertainty": 0.63, "vs_noise": noise})
     assert wide == f"0.7x (±63%): {noise}"
+
+
+def test_the_peak_step_line_multiplies_the_factors_it_prints():
+    """r8b 07-1 (S): cell 19 "at the peak lr (step 9): LAMB lr 2.83e-02 x median ratio 0.047 = 1.34e-03 per element",
+    where 2.83e-02 x 0.047 is 1.33e-03: the ratio (0.0473) was rounded only for the print. Opposite: a ratio that
+    rounds cleanly gives the same product either way."""
+    import torch
+
+    from course_lib.lessons import l07_bert_lamb as L07
+
+    lrs = [0.0283 * min(1.0, s / 8) for s in range(40)]  # 8 warmup steps, then flat: the peak at step 9
+    lamb = {"curves": {"lr": lrs}}
+    ratios = torch.full((19, 40), 0.0473)
+    ratios[0] = 0.02
+    line = L07.peak_step_line(lamb, 1.41e-3, {"table": ratios})
+    assert line == ("at the peak lr (step 9): LAMB lr 2.83e-02 x median ratio 0.0473 = 1.34e-03 per element; "
+                    "Adam's best peak lr 1.41e-03"), line
+    clean = L07.peak_step_line(lamb, 1.41e-3, {"table": torch.full((19, 40), 0.05)})
+    assert "x median ratio 0.05 = 1.42e-03 per element" in clean, clean
