@@ -163,3 +163,17 @@ def test_the_peak_step_line_multiplies_the_factors_it_prints():
                     "Adam's best peak lr 1.41e-03"), line
     clean = L07.peak_step_line(lamb, 1.41e-3, {"table": torch.full((19, 40), 0.05)})
     assert "x median ratio 0.05 = 1.42e-03 per element" in clean, clean
+
+
+def test_one_size_off_the_latency_line_is_named_in_the_singular():
+    """r8b 06-S: cell 18 "not a flat line: 4 B (251 us) lie off the median 1.59e+03 us by more than their blocks'
+    spread" for one size (this run's sweep, block spreads from its table). Opposite: three sizes keep the plural."""
+    from test_data_parallel_study import _sweep
+
+    sizes = [4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+    times = [251, 749.5, 2029, 1592, 2151, 1785, 1030, 1221, 2579, 848.7, 4168, 13740, 69470]
+    spreads = [665.4, 1748, 1966, 1739, 1127, 3144, 2362, 1961, 2782, 3053, 2499, 14540, 30170]
+    text = L06.allreduce_reading(_sweep(times, spreads, sizes=sizes))
+    assert "4 B (251 us) lies off the median 1.59e+03 us by more than its blocks' spread" in text, text
+    three = L06.allreduce_reading(_sweep([554.7, 314.2, 875.0, 219.2], [30, 30, 30, 30], sizes=[4, 16, 256, 65536]))
+    assert "64 KiB (219 us) lie off the median 555 us by more than their blocks' spread" in three, three

@@ -154,7 +154,8 @@ def allreduce_reading(bench) -> str:
         else:
             names = ", ".join(f"{human_bytes(r['size_bytes'])} ({t:.3g} us)" for r, t in zip(small, times) if r in off)
             shape = (
-                f"not a flat line: {names} lie off the median {level:.3g} us by more than their blocks' spread, "
+                f"not a flat line: {names} {'lies' if len(off) == 1 else 'lie'} off the median {level:.3g} us by "
+                f"more than {'its' if len(off) == 1 else 'their'} blocks' spread, "
                 f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
                 "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
                 "not the bytes"
