@@ -411,6 +411,11 @@ def _below_cell(r: dict) -> str:
     cell = speedup_cell(vs, r.get("vs_previous_uncertainty")) if r.get("vs_previous_uncertainty") is not None \
         else f"{vs:.2f}x"
     if r.get("vs_noise"):
+        u = r.get("vs_previous_uncertainty")
+        if u is not None and not vs * (1 - u) <= 1 <= vs * (1 + u):
+            # read r8b 05-3/06-2 (eighth full run): "+warmup ... 2x (±15%): no measurable difference: the seeds
+            # disagree": a ratio whose ± leaves out 1, then level; the ± is the pace drift, the verdict the seeds'
+            return f"{cell} in paced seconds (the ± is the pace drift alone, not the seeds' spread): {r['vs_noise']}"
         return f"{cell}: {r['vs_noise']}"
     if r.get("decided"):
         return f"{cell} in paced seconds; decided by {r['decided']}"

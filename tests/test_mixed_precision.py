@@ -99,7 +99,8 @@ def test_speedup_reading_on_an_amx_cpu_finds_the_cause_in_the_step():
     )
     text = MP.speedup_reading(speed, AMX_SERVER, "cpu", neumf_share=0.011, bert=("mini", 0.99))
     assert "bf16 ran 0.88x fp32 here (slower" in text and "not emulated" in text
-    assert "forward+backward is 40% of fp32's step" in text and "at most 1.66x faster" in text
+    # the bound at the figures a 3% tolerance allows: two (read r8b 05-1)
+    assert "forward+backward is 40% of fp32's step" in text and "at most 1.7x faster" in text
     assert "conversions autocast adds" in text and "1.1% of this NeuMF's parameters" in text
     assert "BERT (mini)" in text and "no result of this profile saved yet" in text
 
@@ -310,7 +311,9 @@ def test_loss_scaling_runs_train_every_variant_for_the_same_steps(data):
     assert all(r["steps"] == 6 and r["HR@10"] is not None for r in rows)
     assert rows[2]["loss scale at the end"] == 2.0 ** 10 and rows[2]["run"] == "fp16, static scale 2^10"
     assert rows[1]["loss scale at the end"] == 1.0 and rows[0]["activation grads zero"] is None
-    assert all(0.0 <= r["activation grads underflow"] <= r["activation grads zero"] <= 1.0 for r in rows[1:])
+    # a run at 2^16 or above has no larger scale probed, so no underflow separated (read r8b 05-2)
+    assert all(0.0 <= r["activation grads underflow"] <= r["activation grads zero"] <= 1.0 if
+               r["loss scale at the end"] < 2.0 ** 16 else r["activation grads underflow"] is None for r in rows[1:])
     rec = MP.scaling_record(MP.autocast_gradients(_model(data), data, _cfg()), rows,
                             MP.precision_throughput(data, _cfg(), ("fp32", "bf16"), steps=1, device="cpu", repeats=1,
                                                     warmup_steps=0), 2.0 ** 10)

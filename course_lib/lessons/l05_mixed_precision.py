@@ -326,7 +326,10 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
     ``static_scale`` and the dynamic one (lesson 05). Each run evaluates HR@10 halfway and at the end;
     at the end its model is probed by :func:`autocast_gradients` at the run's own final scale (1 without
     scaling) and at 2^16: ``activation grads zero`` is what that run's fp16 backward made exactly zero,
-    ``... underflow`` the part of it loss scaling removes (measured on the run's own weights). One dict per run."""
+    ``... underflow`` the part of it loss scaling removes (measured on the run's own weights): its zeros less those
+    at 2^16, so None for a run whose scale is 2^16 or more, where no larger scale was probed and the difference
+    would be zero by construction (read r8b 05-2, eighth full run: "0.000% underflow" for the static 2^17 and the
+    dynamic 2^16 runs, each measured against itself). One dict per run."""
     device = torch.device(device) if device is not None else default_device()
     epochs = steps / steps_per_epoch(data, cfg)
     rows = []
@@ -343,11 +346,13 @@ def loss_scaling_runs(data, cfg, *, steps: int, static_scale: float, device=None
                  if precision == "fp16" else None)
         del r.model
         measured = lambda table, kind: table[scale][kind] if probe else None
+        separated = probe is not None and scale < REFERENCE_SCALE  # a larger scale to take the difference against
         rows.append({"run": label, "precision": precision, "loss scaling": scaling,
                      "loss scale at the end": scale if precision == "fp16" else None,
                      "skipped steps": r.precision["skipped_steps"], "steps": r.steps,
                      "activation grads zero": measured(probe and probe["zero"], "activation"),
-                     "activation grads underflow": measured(probe and probe["underflow"], "activation"),
+                     "activation grads underflow": (measured(probe["underflow"], "activation") if separated
+                                                    else None),
                      "parameter grads zero": measured(probe and probe["zero"], "parameter"),
                      "train loss": r.curve["loss"][-1], "HR@10": r.final_hr, "diverged": r.diverged})
     return rows
@@ -363,7 +368,9 @@ def loss_scaling_table(rows: list[dict]) -> Table:
         t.add(run=r["run"] + (" (diverged)" if r["diverged"] else ""),
               **{"loss scale at the end": r["loss scale at the end"], "skipped steps": r["skipped steps"],
                  "activation grads zero": pct(r["activation grads zero"]),
-                 "of which underflow": pct(r["activation grads underflow"]),
+                 "of which underflow": (pct(r["activation grads underflow"]) if r["activation grads underflow"]
+                                        is not None or r["precision"] != "fp16" else
+                                        f"— (at 2^{math.log2(r['loss scale at the end']):.0f}: not separated)"),
                  "parameter grads zero": pct(r["parameter grads zero"]), "train loss": r["train loss"],
                  "HR@10": r["HR@10"]})
     return t
@@ -376,7 +383,13 @@ def loss_scaling_reading(rows: list[dict], users: int) -> str:
     ref, none, stat, dyn = by["fp32"], by["none"], by["static"], by["dynamic"]
     tol = 2 * hr_standard_error(ref["HR@10"], users)
     steps = ref["steps"]
-    pct = lambda r: f"{r['activation grads zero']:.3%} zero ({r['activation grads underflow']:.3%} underflow)"
+    ref_scale = f"2^{math.log2(REFERENCE_SCALE):.0f}"
+
+    def pct(r):
+        if r["activation grads underflow"] is None:  # its scale is at least the reference: nothing to subtract
+            return (f"{r['activation grads zero']:.3%} zero (no underflow separated: its scale is at least "
+                    f"{ref_scale}, the scale the underflow is measured against)")
+        return f"{r['activation grads zero']:.3%} zero ({r['activation grads underflow']:.3%} underflow)"
     text = (f"Measured at the end of each run (its fp16 backward against fp32, same weights), of the activation-"
             f"gradient elements nonzero in fp32: without loss scaling {pct(none)}; with the static scale "
             f"2^{math.log2(stat['loss scale at the end']):.0f}, {pct(stat)}; with the dynamic one (at "
@@ -696,6 +709,19 @@ def speed_verdict(speed: "PrecisionSpeed", mode: str, tol: float, min_tolerance:
                      f"{min_tolerance:.0%} ({listed}), each round's ratio two runs made back to back")
 
 
+def amdahl_bound_text(share: float, tol: float) -> str:
+    """The most a step can speed up when a ``share`` of it becomes free, ``1 / (1 - share)``, at the figures the
+    repeats' noise ``tol`` allows (the ladder's rule, :func:`course_lib.ladder.speedup_figures`): the bound
+    amplifies the share's noise by ``share / (1 - share)``, so at a 13% tolerance and an 89% share it is known to
+    about one figure (read r8b 05-1, eighth full run: "at most 9.19x faster" beside "tolerance 13%")."""
+    from ..ladder import speedup_figures
+
+    bound = 1 / max(1 - share, 1e-9)
+    figures = speedup_figures(tol * max(1.0, share / max(1 - share, 1e-9)))
+    text = f"{bound:.{figures}g}"
+    return f"{float(text):.0f}x" if "e" in text else f"{text}x"
+
+
 def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: float | None = None,
                     bert: tuple[str, float] | None = None, bert_ratio: float | None = None,
                     min_tolerance: float = 0.03, load_now: float | None = None) -> str:
@@ -746,7 +772,7 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
                 f" Its forward+backward took {1e3 * fbm:.3g} ms per step against fp32's {1e3 * fb32:.3g} "
                 f"({fb32 / fbm:.2f}x), its optimizer {1e3 * opm:.3g} against {1e3 * op32:.3g} ms; forward+backward "
                 f"is {share:.0%} of fp32's step, so even free 16-bit math could make the step at most "
-                f"{1 / max(1 - share, 1e-9):.2f}x faster (the rest stays fp32)."
+                f"{amdahl_bound_text(share, tol)} faster (the rest stays fp32)."
             )
             if units.get(m) is not None and fbm > fb32 * (1 + tol):
                 line += (" On native units the forward+backward still got slower: at these matrix sizes the "

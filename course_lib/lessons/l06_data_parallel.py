@@ -154,7 +154,8 @@ def allreduce_reading(bench) -> str:
         else:
             names = ", ".join(f"{human_bytes(r['size_bytes'])} ({t:.3g} us)" for r, t in zip(small, times) if r in off)
             shape = (
-                f"not a flat line: {names} lie off the median {level:.3g} us by more than their blocks' spread, "
+                f"not a flat line: {names} {'lies' if len(off) == 1 else 'lie'} off the median {level:.3g} us by "
+                f"more than {'its' if len(off) == 1 else 'their'} blocks' spread, "
                 f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
                 "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
                 "not the bytes"
@@ -528,6 +529,28 @@ def _no_shrink_reading(strong: list[dict]) -> str:
             "split: " + advice)
 
 
+def _unresolved_fit(strong: list[dict], repeats=()) -> str:
+    """Where another run of the largest strong-scaling setting (``repeats``: other seeds) took a step no shorter than
+    one rank's, no split into a cost per step and a cost per sample fits it: the sentence that says so, else "".
+    Read r8b 06-1 (eighth full run): "each step costs 13.61 ms whatever the batch ... plus 1.13 us per sample, so at
+    8192 samples per rank 60% of the step does not shrink", fitted to a 2-rank run at 22.8 ms per step, while the same
+    setting's second seed took 40.7 ms per step (efficiency 0.39), longer than one rank's 32.0 ms at twice the
+    samples per rank, which :func:`_no_shrink_reading` says such a split cannot make."""
+    one, top = strong[0], strong[-1]
+    if one["world_size"] != 1 or not one.get("samples_per_s"):
+        return ""
+    step1 = one["global_batch"] / one["samples_per_s"]
+    slower = [top["global_batch"] / r["samples_per_s"] for r in repeats if r.get("samples_per_s")]
+    slower = [x for x in slower if x >= step1]
+    if not slower:
+        return ""
+    times = one["per_rank_batch"] / top["per_rank_batch"]
+    return (f"But the same setting at another seed took {1e3 * max(slower):.3g} ms per step, no shorter than one "
+            f"rank's {1e3 * step1:.3g} ms at {times:.3g}x the samples per rank, which no such split fits: between "
+            "runs of one setting the step moved more than the split, so these runs give no fixed cost and no "
+            "per-rank batch from which compute would dominate (rerun on a quieter machine, or with more sizes).")
+
+
 def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) -> str:
     """What the learner's own strong-scaling rows show, and the per-rank batch that would scale.
 
@@ -557,6 +580,11 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
         return lead + ". " + _no_shrink_reading(strong)
     fixed, per_sample = fit
     step = top["global_batch"] / top["samples_per_s"]
+    unresolved = _unresolved_fit(strong, repeats)
+    if unresolved:
+        return (lead + f". Fitted over the {len(strong)} sizes with the table's run, each step would cost "
+                f"{1e3 * max(fixed, 0.0):.3g} ms whatever the batch plus {1e6 * per_sample:.3g} us per sample "
+                f"({min(1.0, max(0.0, fixed / step)):.0%} of the {top['world_size']}-rank step). " + unresolved)
     fixed_share = min(1.0, max(0.0, fixed / step))
     need = compute_share / (1 - compute_share) * max(fixed, 0.0) / per_sample
     suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))

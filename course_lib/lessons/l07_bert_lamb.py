@@ -591,6 +591,19 @@ def trust_ratio_spread(record: dict) -> dict:
             "spread": spread, "spread_median": float(spread.median()), "spread_max": float(spread.max())}
 
 
+def peak_step_line(record: dict, adam_peak_lr: float, spread: dict) -> str:
+    """LAMB's step per element at its peak lr (``record``: the LAMB run, ``spread``: its :func:`trust_ratio_spread`)
+    beside Adam's best peak lr: lr x the median trust ratio at that step, the product of the two factors as printed
+    (read r8b 07-1, eighth full run: "LAMB lr 2.83e-02 x median ratio 0.047 = 1.34e-03", where 2.83e-02 x 0.047 is
+    1.33e-03: the product was taken before the ratio was rounded to 0.047)."""
+    lrs = record["curves"]["lr"]
+    peak = lrs.index(max(lrs))
+    lr = float(f"{lrs[peak]:.3g}")
+    ratio = float(f"{float(spread['table'][:, peak].median()):.3g}")
+    return (f"at the peak lr (step {peak + 1}): LAMB lr {lr:.2e} x median ratio {ratio:.3g} = {lr * ratio:.2e} per "
+            f"element; Adam's best peak lr {adam_peak_lr:.2e}")
+
+
 def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     """What a later lesson (11, 12) takes from lesson 07's saved result: the BERT preset, sequence
     length and vocabulary, and the target loss. From lesson 07's run in this ``profile`` (smoke and
