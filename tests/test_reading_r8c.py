@@ -4,10 +4,13 @@ which printed a statement its outputs contradict, and the opposite results."""
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from course_lib.lessons import l08_collectives as L08  # noqa: E402
+from course_lib.lessons import l09_performance_model as L09  # noqa: E402
+from course_lib.perf import model as M  # noqa: E402
 
 
 # --------------------------------------------------------------------------- lesson 08
@@ -62,3 +65,47 @@ def test_the_delay_reading_says_whether_the_real_model_paid_what_the_simulation_
     costly = [{"tau": 0, "steps to target": 60}, {"tau": 1, "steps to target": 90}]
     assert "NeuMF paid less than the simulation, 0 of 128 steps (0%) against +50%" in L08.staleness_reading(
         _summary("NeuMF", 0, 128, "HR@10"), "NeuMF", costly)
+
+
+# --------------------------------------------------------------------------- lesson 09
+
+
+def _layers(n):
+    return [{"layer": f"L{i}", "flops": 1e6, "bytes": 1e6, "ops": 1, "time_s": (n - i) * 1e-3, "bound": "memory"}
+            for i in range(n)]
+
+
+def test_the_layer_table_title_counts_the_rows_it_shows():
+    """r8c 09-1: cell 11 "the step, layer by layer (batch 16384 per rank; top 12 by time)" over NeuMF's 11 layers.
+    Opposite: a step of more layers than shown."""
+    eleven = M.StepPrediction.layer_table(SimpleNamespace(batch=16384, layers=_layers(11)))
+    assert eleven.title == "the step, layer by layer (batch 16384 per rank; all 11 layers, by time)"
+    assert len(eleven.rows) == 11
+    many = M.StepPrediction.layer_table(SimpleNamespace(batch=32, layers=_layers(40)))
+    assert many.title.endswith("top 12 of 40 layers by time)") and len(many.rows) == 12
+
+
+def _row(model, batch, ranks, pred, meas):
+    return {"model": model, "batch": batch, "ranks": ranks, "predicted (ms)": pred, "measured (ms)": meas,
+            "error": (pred - meas) / meas}
+
+
+# the eighth run's comparison table (cell 16)
+EIGHTH = [_row("neumf", 1024, 1, 6.059, 8.028), _row("neumf", 1024, 2, 18.73, 13.69),
+          _row("neumf", 4096, 1, 8.745, 13.81), _row("neumf", 4096, 2, 21.11, 15.2),
+          _row("neumf", 16384, 1, 19.44, 41.43), _row("neumf", 16384, 2, 30.64, 31.2),
+          _row("bert-mini", 8, 1, 211.1, 196.3), _row("bert-mini", 8, 2, 232.9, 130.9),
+          _row("bert-mini", 16, 1, 335.9, 348.8), _row("bert-mini", 16, 2, 347.5, 218),
+          _row("bert-mini", 32, 1, 594.6, 692.2), _row("bert-mini", 32, 2, 564.4, 372.1)]
+
+
+def test_the_verdict_reads_the_calibration_steps_as_repeatability():
+    """r8c 09-2 (H): "(2 calibration step(s) left out: bert-mini at 8 on 1 rank(s), bert-mini at 16 on 2 rank(s),
+    where the per-step overhead was measured)" over a table in which the second is +59%: the same step timed twice,
+    59 % apart, left out unread. Opposite: calibration steps that agree say so with their own figures."""
+    text = L09.verdict(EIGHTH, goal=0.25)
+    assert ("where the per-step overhead was measured; each is the same step timed twice, and the two timings were "
+            "+8% and +59% apart: this machine's repeatability): 37% (outside the course's goal of 25%)") in text, text
+    quiet = [r if not L09.calibration_step(r) else _row(r["model"], r["batch"], r["ranks"], 100.0, 99.0)
+             for r in EIGHTH]
+    assert "the two timings were +1% and +1% apart" in L09.verdict(quiet, goal=0.25)
