@@ -10,7 +10,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from course_lib.lessons import l08_collectives as L08  # noqa: E402
 from course_lib.lessons import l09_performance_model as L09  # noqa: E402
+from course_lib.lessons import l10_model_parallelism as L10  # noqa: E402
 from course_lib.perf import model as M  # noqa: E402
+from test_reading_agreement_i37h import (_bubble, _halo, _memory_outs, _mesh, _model_case,  # noqa: E402
+                                         _tensor_outs)
 
 
 # --------------------------------------------------------------------------- lesson 08
@@ -109,3 +112,53 @@ def test_the_verdict_reads_the_calibration_steps_as_repeatability():
     quiet = [r if not L09.calibration_step(r) else _row(r["model"], r["batch"], r["ranks"], 100.0, 99.0)
              for r in EIGHTH]
     assert "the two timings were +1% and +1% apart" in L09.verdict(quiet, goal=0.25)
+
+
+# --------------------------------------------------------------------------- lesson 10
+
+
+def _deep():
+    """Cell 17's deeper rows in small: the eighth run's largest gaps, +18.6 points at p = 3 and +22.7 at p = 4."""
+    return [_bubble(3, 8, 0.386, 0.291, cpu=0.8, schedule="1F1B"), _bubble(3, 1, 0.673, 0.667, cpu=0.98),
+            _bubble(4, 8, 0.500, 0.352, cpu=0.78), _bubble(4, 1, 0.760, 0.750, cpu=0.97)]
+
+
+def test_the_verdict_reads_the_bubble_at_every_depth_measured():
+    """r8c 10-1: cell 44 "the bubble's largest gap from the formula is +6.1 points, within the goal of 10" from the
+    2-stage rows, where cell 17's depth reading found "+18.6 points (1F1B, m = 8), p = 4 +22.7 points (GPipe, m = 8);
+    outside the goal of 10 points at p = 3, 4". Opposite: deeper rows within the goal."""
+    outs, predicted = _model_case()
+    two = [_bubble(2, 8, 0.172, 0.159), _bubble(2, 1, 0.502, 0.5)]
+    text = L10.verdict(_tensor_outs(0.0), two, outs, _halo(0.0), _mesh(0.0), predicted, deep_rows=_deep())
+    assert ("the bubble's largest gap from the formula (goal: 10 points), p = 2: +6.1 points, within; p = 3: +18.6 "
+            "points, outside; p = 4: +22.7 points, outside") in text, text
+    assert "for every schedule, m and p = 2, 3, 4" in text
+    calm = [_bubble(3, 8, 0.25, 0.22), _bubble(4, 8, 0.30, 0.28)]
+    said = L10.verdict(_tensor_outs(0.0), two, outs, _halo(0.0), _mesh(0.0), predicted, deep_rows=calm)
+    assert "p = 3: +5.0 points, within; p = 4: +2.7 points, within" in said, said
+    # without the deeper rows the verdict reads as before
+    assert "is +6.1 points, within the goal of 10" in L10.verdict(_tensor_outs(0.0), two, outs, _halo(0.0),
+                                                                 _mesh(0.0), predicted)
+
+
+def test_the_model_reading_says_how_much_of_each_step_the_model_leaves_out():
+    """r8c 10-2: "its step times were off by DDP -40%, ZeRO-1 -30%, FSDP2 -65% (all under: it leaves out the per-step
+    overhead ..., which lesson 09 measures apart and which is most of a step this small)": most only of FSDP2's.
+    Opposite: all three over half, and all under half."""
+    def case(ddp, zero, fsdp, ddp_pred, zero_pred, fsdp_pred):
+        outs = _memory_outs(fsdp, ddp)
+        for o in outs:
+            o["ZeRO-1"] = {**o["ZeRO-1"], "step_s": zero}
+        o = outs[0]
+        predicted = {name: SimpleNamespace(state_bytes=sum(o[name][k] for k in ("parameters", "gradients",
+                                                                                "optimizer_state")),
+                                           sent_bytes=o[name]["sent_bytes"], step_s=s)
+                     for name, s in {"DDP": ddp_pred, "ZeRO-1": zero_pred, "FSDP2": fsdp_pred}.items()}
+        return L10.model_reading(outs, predicted)
+
+    eighth = case(0.0539, 0.0438, 0.0926, 0.0324, 0.0306, 0.0322)
+    assert "DDP -40%, ZeRO-1 -30%, FSDP2 -65%" in eighth
+    assert "most of a step this small" not in eighth
+    assert "which is most of FSDP2's step here and less than half of DDP's and ZeRO-1's)." in eighth, eighth
+    assert "which is most of every step this small)." in case(0.0539, 0.0438, 0.0926, 0.02, 0.02, 0.03)
+    assert "which is less than half of every step here)." in case(0.0539, 0.0438, 0.0926, 0.04, 0.04, 0.06)
