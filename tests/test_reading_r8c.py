@@ -162,3 +162,17 @@ def test_the_model_reading_says_how_much_of_each_step_the_model_leaves_out():
     assert "which is most of FSDP2's step here and less than half of DDP's and ZeRO-1's)." in eighth, eighth
     assert "which is most of every step this small)." in case(0.0539, 0.0438, 0.0926, 0.02, 0.02, 0.03)
     assert "which is less than half of every step here)." in case(0.0539, 0.0438, 0.0926, 0.04, 0.04, 0.06)
+
+
+def test_the_async_reading_names_shared_cores_only_where_the_processes_outnumber_them():
+    """r8c 10-5 (S): "the time went between the ops (messages, and the 4 processes sharing this machine's cores)",
+    said on any machine; and 10-4 (S): the async table printed "-0.000" for a simulated idle of float rounding."""
+    from test_reading_agreement_i37h import _async
+
+    rows = [_async(2, 0.187), _async(4, 0.499), _async(4, 0.494, "not stashed")]
+    rows[0]["steady_simulated"] = -1e-17
+    crowded = L10.async_bubble_reading(rows, cores=2)
+    assert "(messages, and the launch's 4 processes sharing this machine's 2 cores), not to the schedule." in crowded
+    roomy = L10.async_bubble_reading(rows, cores=16)
+    assert "(messages, and waking the stage that waits), not to the schedule." in roomy and "cores" not in roomy
+    assert "-0.000" not in str(L10.async_table(rows)) and "0.000" in str(L10.async_table(rows))
