@@ -1022,20 +1022,44 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
             if helped > margin:
                 out.append(f" Synchronized statistics recovered {helped:.3f}: the few samples per rank cost accuracy.")
             else:
-                out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): the few samples "
-                           "per rank were not what cost accuracy.")
+                # #37 (eighth full run, read r8d 11-1): "the few samples per rank were not what cost accuracy" over a
+                # table where every variant fell from 256 to 4 per rank: what sync rules out is the statistics' noise
+                out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): statistics over "
+                           f"both ranks' samples did no better than each rank's own {small}, so their noise was not "
+                           "what cost this.")
         rec_s, rec_l = at.get("local BN, recomputed stats"), big.get("local BN, recomputed stats")
         if rec_s is not None and rec_l is not None and "local BN" in big:
             d_s = rec_s["test_accuracy"] - local["test_accuracy"]
             d_l = rec_l["test_accuracy"] - big["local BN"]["test_accuracy"]
             if d_s > margin and d_l > margin:
                 out.append(f" Recomputed evaluation statistics helped at {small} ({d_s:+.3f}) and at {large} per rank "
-                           f"({d_l:+.3f}) alike: the running averages, not the batch size, cost accuracy here.")
+                           f"({d_l:+.3f}) alike: the running averages cost accuracy at every batch here, not only at "
+                           "the small one.")
+    out.append(_batch_drop(at, big, small, large, margin))
     if "synchronized BN" in big and "local BN" in big:
         extra = big["synchronized BN"]["step_ms"] / max(big["local BN"]["step_ms"], 1e-9)
         out.append(f" Synchronizing the statistics cost x{extra:.1f} the local step time at {large} per rank "
                    "(its all-reduces of the batch statistics, forward and backward, in every BatchNorm layer).")
     return "".join(out)
+
+
+def _batch_drop(at: dict, big: dict, small: int, large: int, margin: float) -> str:
+    """What the per-rank batch itself cost, from the BatchNorm table's two outer columns (#37, eighth full run, read
+    r8d 11-1: "the running averages, not the batch size, cost accuracy here" beside local BN 0.938 at 256 per rank and
+    0.858 at 4, recomputed statistics 0.967 and 0.880, weight norm 0.921 and 0.733). Every variant trains the same
+    steps, so a smaller batch also trains on fewer samples; a variant with no batch statistics shows that part."""
+    both = [v for v in BN_VARIANTS if v in at and v in big]
+    fell = [v for v in both if big[v]["test_accuracy"] - at[v]["test_accuracy"] > margin]
+    if "local BN" not in fell:
+        return ""
+    def move(v):
+        return f"{big[v]['test_accuracy']:.3f} -> {at[v]['test_accuracy']:.3f}"
+
+    said = f"local BN {move('local BN')}" + (f", and weight norm, which has no batch statistics, "
+                                              f"{move('weight norm (no BN)')}" if "weight norm (no BN)" in fell else "")
+    who = "Every variant" if fell == both else f"{len(fell)} of the {len(both)} variants"
+    return (f" {who} lost accuracy from {large} to {small} per rank ({said}): each trains the same steps, so the "
+            "smaller batch also trains on fewer samples, and that drop is not BatchNorm's statistics alone.")
 
 
 # --------------------------------------------------------------------------- the adaptive batch
@@ -1138,6 +1162,17 @@ def adaptive_verdict(rows: list[dict]) -> str:
             f"{named(cheapest, 'samples_to_target')}.")
     ada = rows[-1]
     others = [r for r in reached if r is not ada]
+    # #37 (eighth full run, read r8d 11-2): "Against batch x 4 at epochs (1,): 0.75x the steps, 1.00x the samples"
+    # beside the same line for the fixed batch, over a grown run whose batches were "4,096" alone: it reached the target
+    # at its first milestone, before growing, so it is the fixed-batch run twice, not a second schedule
+    same = [(r, q) for i, q in enumerate(others) for r in others[i + 1:]
+            if r["batches"] == q["batches"] and r["steps_to_target"] == q["steps_to_target"]
+            and r["samples_to_target"] == q["samples_to_target"]]
+    for r, q in same:
+        text += (f" {r['run']} used batch {', '.join(f'{b:,}' for b in r['batches'])} alone up to the target, in the "
+                 f"same {r['steps_to_target']:,} steps as {q['run']}: it reached the target before its batch grew, so "
+                 "up to the target it is the same run, not a second schedule.")
+    others = [r for r in others if not any(r is a for a, _ in same)]
     if not ada["reached"]:
         return text + f" The adaptive batch did NOT reach the target in {ada['steps']:,} steps."
     for r in others:

@@ -1,0 +1,67 @@
+"""Readings fixed after the eighth full-profile read (#37, helper r8d: lessons 11 and 12 of the run of 2026-12-02,
+/tmp/course13; /work/notes/read-full-run-8-r8d.md). Each test feeds the reading that run's own numbers, under which it
+printed a statement its tables contradict, and the opposite results."""
+
+from test_reading_agreement import disagreements
+
+from course_lib.lessons import l11_batch_size_science as L11
+
+# the eighth run's lesson 11, cell 30: test accuracy and ms/step at 4, 16, 64, 256 samples per rank, 2 ranks
+EIGHTH_BN = {"local BN": ((0.858, 0.879, 0.906, 0.938), (3.4, 3.9, 3.5, 4.0)),
+             "synchronized BN": ((0.857, 0.88, 0.918, 0.937), (10.6, 11.2, 11.0, 12.3)),
+             "local BN, recomputed stats": ((0.88, 0.934, 0.961, 0.967), (3.0, 3.7, 3.9, 4.3)),
+             "weight norm (no BN)": ((0.733, 0.826, 0.863, 0.921), (3.3, 2.6, 2.8, 3.9))}
+
+
+def _bn_rows(table=EIGHTH_BN, batches=(4, 16, 64, 256)):
+    return [{"per_rank_batch": b, "global_batch": 2 * b, "variant": v, "test_accuracy": acc[i], "step_ms": ms[i]}
+            for v, (acc, ms) in table.items() for i, b in enumerate(batches)]
+
+
+def test_the_bn_verdict_does_not_clear_the_batch_size_that_its_table_shows_costing_accuracy():
+    """r8d 11-1: "Synchronized statistics did not help (0.857): the few samples per rank were not what cost accuracy
+    ... the running averages, not the batch size, cost accuracy here" over a table where every variant fell from 256 to
+    4 per rank (local BN 0.938 -> 0.858, weight norm, which has no batch statistics, 0.921 -> 0.733). Opposite: a table
+    flat across the batches says no drop."""
+    rows = _bn_rows()
+    said = L11.bn_verdict(rows)
+    assert "were not what cost accuracy" not in said and "not the batch size" not in said, said
+    assert "statistics over both ranks' samples did no better than each rank's own 4" in said, said
+    assert ("Every variant lost accuracy from 256 to 4 per rank (local BN 0.938 -> 0.858, and weight norm, which has "
+            "no batch statistics, 0.921 -> 0.733)") in said, said
+    assert "the running averages cost accuracy at every batch here" in said
+    at = {r["variant"]: r["test_accuracy"] for r in rows if r["per_rank_batch"] == 4}
+    big = {r["variant"]: r["test_accuracy"] for r in rows if r["per_rank_batch"] == 256}
+    # differences of two accuracy cells, bn_verdict's margin and the per-rank batches (in the column names)
+    extra = (at["local BN, recomputed stats"] - at["local BN"], big["local BN, recomputed stats"] - big["local BN"],
+             0.01, 4, 256)
+    assert disagreements(said, L11.bn_table(rows), extra=extra) == [], said
+
+    flat = {v: ((a[-1],) * 4, ms) for v, (a, ms) in EIGHTH_BN.items()}
+    other = L11.bn_verdict(_bn_rows(flat))
+    assert "lost accuracy from" not in other, other
+    only_local = {**flat, "local BN": ((0.858, 0.879, 0.906, 0.938), EIGHTH_BN["local BN"][1])}
+    assert "1 of the 4 variants lost accuracy from 256 to 4 per rank (local BN 0.938 -> 0.858)" in \
+        L11.bn_verdict(_bn_rows(only_local))
+
+
+def _adaptive_row(run, batches, steps, samples=4_947_968, reached=True):
+    return {"run": run, "reached": reached, "steps_to_target": steps, "samples_to_target": samples,
+            "batches": batches, "final_hr": 0.77, "steps": steps, "samples": samples}
+
+
+def test_the_adaptive_verdict_names_a_grown_run_that_never_grew_before_the_target():
+    """r8d 11-2: "Against fixed batch 4,096: 0.75x the steps, 1.00x the samples. Against batch x 4 at epochs (1,): 0.75x
+    the steps, 1.00x the samples" over a table whose grown run used "4,096" alone and reached the target in the fixed
+    run's 1208 steps, at its first milestone: one run counted as two schedules. Opposite: a grown run is compared."""
+    rows = [_adaptive_row("fixed batch 4,096", [4096], 1208), _adaptive_row("batch x 4 at epochs (1,)", [4096], 1208),
+            _adaptive_row("batch = B_simple", [4096, 8192, 4096], 906)]
+    said = L11.adaptive_verdict(rows)
+    assert "Against batch x 4 at epochs (1,)" not in said and "Against fixed batch 4,096: 0.75x the steps" in said
+    assert ("batch x 4 at epochs (1,) used batch 4,096 alone up to the target, in the same 1,208 steps as fixed batch "
+            "4,096: it reached the target before its batch grew") in said, said
+    assert disagreements(said, L11.adaptive_table(rows)) == [], said
+
+    grew = [rows[0], _adaptive_row("batch x 4 at epochs (1,)", [4096, 16384], 1000, 5_200_000), rows[2]]
+    other = L11.adaptive_verdict(grew)
+    assert "Against batch x 4 at epochs (1,): 0.91x the steps" in other and "before its batch grew" not in other
