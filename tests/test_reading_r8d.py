@@ -2,9 +2,16 @@
 /tmp/course13; /work/notes/read-full-run-8-r8d.md). Each test feeds the reading that run's own numbers, under which it
 printed a statement its tables contradict, and the opposite results."""
 
+import json
+from pathlib import Path
+
 from test_reading_agreement import disagreements
 
 from course_lib.lessons import l11_batch_size_science as L11
+from course_lib.lessons import l12_hyperparameter_search as L12
+from course_lib.tables import Table
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # the eighth run's lesson 11, cell 30: test accuracy and ms/step at 4, 16, 64, 256 samples per rank, 2 ranks
 EIGHTH_BN = {"local BN": ((0.858, 0.879, 0.906, 0.938), (3.4, 3.9, 3.5, 4.0)),
@@ -65,3 +72,55 @@ def test_the_adaptive_verdict_names_a_grown_run_that_never_grew_before_the_targe
     grew = [rows[0], _adaptive_row("batch x 4 at epochs (1,)", [4096, 16384], 1000, 5_200_000), rows[2]]
     other = L11.adaptive_verdict(grew)
     assert "Against batch x 4 at epochs (1,): 0.91x the steps" in other and "before its batch grew" not in other
+
+
+_PARALLEL_COLS = ["processes", "search seconds", "wall seconds", "trials", "trials per process", "epochs spent",
+                  "best HR@10", "epochs to target"]
+
+
+def _parallel_table(one, many):
+    t = Table(_PARALLEL_COLS)
+    for r in (one, many):
+        t.add(**dict(zip(_PARALLEL_COLS, r)))
+    return t
+
+
+def test_the_parallel_reading_blames_the_start_up_when_the_search_inside_the_processes_was_faster():
+    """r8d 12-1: "12.7 s wall against 11 s for one (0.87x, slower; inside the processes 9.5 s against 11 s). They share
+    this machine's cores, so each trial ran slower", where the two processes trained 20.5 epochs against 16.5 in less
+    search time: the 3.2 s of start-up made the difference, not slower trials. Opposite: processes that each trained
+    fewer epochs per second than the one did are said to share the cores."""
+    t = _parallel_table((1, 11.0, 11.0, 7, "7", 16.5, 0.659, 2.0), (2, 9.5, 12.7, 9, "5, 4", 20.5, 0.656, 2.5))
+    said = L12.parallel_reading(t)
+    assert "slower" in said and "share this machine's cores" not in said, said
+    assert "Inside the processes it was faster, and trained 20.5 epochs against 16.5" in said
+    assert "processes' start-up" in said
+    assert disagreements(said, t) == [], said
+
+    slow = _parallel_table((1, 11.0, 11.0, 7, "7", 16.5, 0.659, 2.0), (2, 12.0, 14.7, 9, "5, 4", 16.5, 0.656, 2.5))
+    other = L12.parallel_reading(slow)
+    assert "Each process trained fewer epochs per second than the one process did" in other
+    assert "share this machine's cores" in other and "start-up" not in other
+    assert disagreements(other, slow) == [], other
+
+
+def test_the_replay_verdict_quotes_its_medians_as_the_table_prints_them():
+    """r8d 12-3: "random search in 56.0" under a replay table whose cell reads 56."""
+    t = Table(["strategy", "seeds", "reached", "median epochs to target", "quartiles (epochs)",
+               "vs random (median ratio)", "90% interval"])
+    t.add(strategy="random", seeds=1000, reached="801/1000", **{"median epochs to target": 56.0,
+          "quartiles (epochs)": "28.0 to 104.0", "vs random (median ratio)": "-", "90% interval": "-"})
+    t.add(strategy="hyperband", seeds=1000, reached="908/1000", **{"median epochs to target": 35.5,
+          "quartiles (epochs)": "23.5 to 81.5", "vs random (median ratio)": 0.63, "90% interval": "0.59-0.91"})
+    said = L12.replay_verdict(t)
+    assert "random search in 56: ratio 0.63" in said and "56.0" not in said, said
+    assert "in 35.5 epochs (median)" in said
+
+
+def test_lesson12_states_the_search_budget_as_a_budget_its_last_trial_may_pass():
+    """r8d 12-2: cell 2 printed "each search spends 16 epochs" above a table whose successive halving spent 18 and
+    Hyperband 16.5 (the budget is checked between trials)."""
+    nb = json.loads((ROOT / "notebooks" / "12_hyperparameter_search.ipynb").read_text())
+    src = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "each search spends" not in src
+    assert "checked between" in src and "the last one may take it past" in src
