@@ -124,3 +124,29 @@ def test_lesson12_states_the_search_budget_as_a_budget_its_last_trial_may_pass()
     src = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert "each search spends" not in src
     assert "checked between" in src and "the last one may take it past" in src
+
+
+def test_lesson11_quotes_the_noise_scale_and_the_critical_batch_to_their_errors():
+    """r8d 11-3: "B_simple = 11,506 +/- 2,243" (a 19% error), the noise table's "36379 +/- 11779", the trend's "+4,326
+    per epoch, +/- 10,832" and "B_crit = 104,240 (93,184-117,601 within 2 standard errors)" quoted five or six digits of
+    numbers known to two or three. Opposite: a precise estimate keeps its digits."""
+    fit = L11.critical_batch([{"batch size": 4096, "steps to target": 1020, "resolution (steps)": 60},
+                              {"batch size": 16384, "steps to target": 285, "resolution (steps)": 15},
+                              {"batch size": 65536, "steps to target": 100, "resolution (steps)": 4}])
+    said = L11.noise_verdict(11506.3, fit, stderr=2243.2)
+    assert "B_simple = 11,500 +/- 2,200 is 0.11x B_crit" in said and "11,506" not in said, said
+    assert "B_crit = 104,000" in said and "(93,200-118,000 within 2 standard errors)" in said, said
+    bend = L11.bend_reading(fit)
+    assert "B_crit = 104,000 (93,200-118,000" in bend and "104,240" not in bend, bend
+    assert disagreements(bend, L11.fit_table(fit), extra=(16384, 65536, 285, 100, 4, 2.85)) == [], bend
+    assert L11.with_error(86.2, 24.1) == "86 +/- 24" and L11.with_error(11506.3, 12.0) == "11,506 +/- 12"
+
+    from types import SimpleNamespace
+    probes = [{"epoch": e, "step": s, "hr": 0.5, "b_simple": b, "stderr": se, "trace_cov": 1.0, "grad_sq_norm": 1e-4,
+               "repeats": 96} for e, s, b, se in ((0.25, 302, 9101.2, 1427.1), (0.5, 604, 36379.0, 11779.0),
+                                                  (0.75, 906, 12869.0, 1990.0), (1.0, 1208, 11506.3, 2243.2))]
+    table = L11.noise_table(SimpleNamespace(probes=probes))
+    assert [(r["B_simple"], r["+/- (stderr)"]) for r in table.rows] == [(9100, 1400), (36000, 12000), (12900, 2000),
+                                                                       (11500, 2200)]
+    trend = L11.noise_trend(table)
+    assert "B_simple over the run: 9,100, 36,000, 12,900, 11,500." in trend, trend
