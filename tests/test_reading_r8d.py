@@ -150,3 +150,25 @@ def test_lesson11_quotes_the_noise_scale_and_the_critical_batch_to_their_errors(
                                                                        (11500, 2200)]
     trend = L11.noise_trend(table)
     assert "B_simple over the run: 9,100, 36,000, 12,900, 11,500." in trend, trend
+
+
+def test_lesson11s_introduction_numbers_its_sections_as_the_headings_do():
+    """r8d 11-S1: the introduction listed "four ways" as 1 noise scale, 2 sharp minima, 3 growing, 4 BatchNorm, while
+    the headings are 1 noise scale, 2 critical batch, 3 sharp minima, 4 growing, 5 BatchNorm (and "section 2's rule-lr
+    points" and "section 3" read the headings' numbers)."""
+    import re
+
+    nb = json.loads((ROOT / "notebooks" / "11_batch_size_science.ipynb").read_text())
+    md = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    heads = {int(n): t for n, t in re.findall(r"^## (\d) · (.+)$", "\n".join(md), re.M)}
+    intro = dict((int(n), t) for n, t in re.findall(r"^(\d)\. \*\*(.+?)\*\*", md[0], re.M))
+    assert sorted(intro) == sorted(heads) == [1, 2, 3, 4, 5]
+    for n, words in ((2, "critical batch"), (3, "Sharp and flat minima"), (4, "Growing the batch"), (5, "BatchNorm")):
+        assert words in intro[n] and words in heads[n], (n, intro[n], heads[n])
+
+
+def test_a_spent_study_names_the_unit_of_its_budget():
+    """r8d 12-S1: "has already spent its budget (32 of 32)" under a lesson that states budgets in epochs (16)."""
+    from course_lib.journal import spent_note
+
+    assert "(32 of 32 evaluation points" in spent_note("random-seed0", "/tmp/x.log", 32, 32)
