@@ -172,3 +172,22 @@ def test_a_spent_study_names_the_unit_of_its_budget():
     from course_lib.journal import spent_note
 
     assert "(32 of 32 evaluation points" in spent_note("random-seed0", "/tmp/x.log", 32, 32)
+
+
+def test_the_bert_verdict_says_when_no_trial_is_as_long_as_lesson07s_lamb_run():
+    """r8d 12-4: "A trial trains at most 48 steps at batch 32; lesson 07's Adam baseline needed 36 at batch 32 to reach
+    it, its LAMB run (the optimizer searched here) 52." and no conclusion: at that pace no trial could reach the target.
+    Opposite: trials longer than lesson 07's LAMB run, or at another batch, draw none."""
+    from test_search_study import BSPEC, _bert_record, _lr
+
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8]]), 6.43e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.9]], ["COMPLETE", "PRUNED"]), 6.43e-3, 1e-3)
+    spec = {**BSPEC, "batch": 32, "optimizer": "lamb", "target_loss": 4.586, "max_steps": 48, "target_steps": 36,
+            "target_batch": 32, "lamb_steps": 52}
+    said = L12.bert_verdict(L12.bert_rows([rand, hb], spec), spec)
+    assert ("its LAMB run (the optimizer searched here) 52: at lesson 07's pace a trial is 4 steps too short to reach "
+            "the target") in said, said
+    longer = {**spec, "max_steps": 60}
+    assert "too short" not in L12.bert_verdict(L12.bert_rows([rand, hb], longer), longer)
+    other = {**spec, "target_batch": 8}
+    assert "too short" not in L12.bert_verdict(L12.bert_rows([rand, hb], other), other)

@@ -550,6 +550,12 @@ def bert_verdict(rows: list[dict], bspec: dict, tie: float = 0.005) -> str:
             if bspec.get("optimizer") == "lamb" and "lamb_steps" in bspec:
                 out += (f", its LAMB run (the optimizer searched here) {bspec['lamb_steps']}" if bspec["lamb_steps"]
                         else ", and its LAMB run did not reach it")
+                # #37 (eighth full run, read r8d 12-4): "at most 48 steps at batch 32 ... its LAMB run ... 52" left the
+                # learner to see that no trial was as long as the run it is measured against
+                if (bspec["lamb_steps"] and bspec.get("target_batch") == bspec["batch"]
+                        and bspec["max_steps"] < bspec["lamb_steps"]):
+                    out += (f": at lesson 07's pace a trial is {bspec['lamb_steps'] - bspec['max_steps']} steps too "
+                            "short to reach the target, whatever lr or warmup a search picks")
             out += "."
     return out
 
