@@ -191,3 +191,24 @@ def test_the_bert_verdict_says_when_no_trial_is_as_long_as_lesson07s_lamb_run():
     assert "too short" not in L12.bert_verdict(L12.bert_rows([rand, hb], longer), longer)
     other = {**spec, "target_batch": 8}
     assert "too short" not in L12.bert_verdict(L12.bert_rows([rand, hb], other), other)
+
+
+def test_the_growth_verdict_states_the_tolerance_it_calls_the_same_accuracy():
+    """r8d 11-S6: "final HR@10 0.7858 vs 0.7911 (-0.0053) ...: the same accuracy in fewer, larger steps" without the
+    0.01 it was read within. Opposite: a larger drop is not called the same."""
+    from types import SimpleNamespace
+
+    def run(steps, hr, ttt):
+        return SimpleNamespace(steps=steps, final_hr=hr, reached=True, time_to_target_s=ttt, steps_to_target=304)
+
+    said = L11.growth_verdict(run(455, 0.7911, 10.29), run(341, 0.7858, 7.877))
+    assert "(-0.0053)" in said and "the same accuracy (within 0.01 HR@10) in fewer, larger steps" in said, said
+    assert "the same accuracy" not in L11.growth_verdict(run(455, 0.7911, 10.29), run(341, 0.7611, 7.877))
+
+
+def test_the_parallel_reading_names_what_its_epochs_to_target_count():
+    """r8d 12-S2: "Epochs to the target: 2.5 against 2: ... so the pruner kept other ones", a cause nothing measured."""
+    t = _parallel_table((1, 11.0, 11.0, 7, "7", 16.5, 0.659, 2.0), (2, 9.5, 12.7, 9, "5, 4", 20.5, 0.656, 2.5))
+    said = L12.parallel_reading(t)
+    assert "the pruner kept other ones" not in said and "Epochs to the target: 2.5 against 2" in said, said
+    assert "the epochs of those finished before the one that reached it" in said

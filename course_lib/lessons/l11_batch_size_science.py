@@ -961,7 +961,9 @@ def growth_verdict(decay, grow, hr_tolerance: float = 0.01) -> str:
             head += (f" for the same {at:,} steps to the target (the two runs are one run until the first milestone, "
                      "so the seconds differ by the machine's pace, not by the schedule)")
     if fewer and same:
-        return head + ": the same accuracy in fewer, larger steps, as Smith et al. (2017) found."
+        # r8d 11-S6: "the same accuracy" for -0.0053 said nothing of the tolerance it was read within
+        return head + (f": the same accuracy (within {hr_tolerance:g} HR@10) in fewer, larger steps, as Smith et al. "
+                       "(2017) found.")
     if fewer and dhr > hr_tolerance:
         return head + ": fewer steps and a better final HR here."
     if fewer:
