@@ -124,6 +124,7 @@ def new_study_dir(parent: str | os.PathLike) -> Path:
 
 def spent_note(name: str, path, spent: float, budget: float) -> str:
     """What a reopened study whose budget is already spent says (nothing is trained)."""
-    return (f"study {name!r} in {path} has already spent its budget ({spent:g} of {budget:g}): no new trials; "
+    return (f"study {name!r} in {path} has already spent its budget ({spent:g} of {budget:g} "
+            f"evaluation points, the resource it counts): no new trials; "
             f"its finished trials are read as they are. For a new search, use a fresh folder (STUDY_DIR=\"\" "
             f"makes one) or delete {path}.")

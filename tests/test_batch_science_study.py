@@ -91,7 +91,7 @@ def test_noise_verdict_reads_the_curve_it_fits_and_the_stated_error():
     assert fit["status"] in ("fit", "beyond range") and fit["s_min"] > 0
     said = study.noise_verdict(6613, fit, stderr=1800)
     assert "from batch 16,384 to 65,536 (x4) the steps to target fell 285 -> 100 (x2.85; perfect scaling: x4)" in said
-    assert "B_simple = 6,613 +/- 1,800" in said
+    assert "B_simple = 6,600 +/- 1,800" in said  # r8d 11-3: at the error's precision
     near = {**fit, "b_crit": 6613 * 3.3, "range": (6613 * 3.1, 6613 * 3.6)}
     assert "Not decided" in study.noise_verdict(6613, near, stderr=1800)
     assert "Outside" in study.noise_verdict(6613, near, stderr=10)
@@ -110,7 +110,7 @@ def _noise_tab(values, errors, repeats=None):
 def test_noise_trend_reads_growth_only_beyond_the_errors():
     noisy = _noise_tab([4906, 29838, 39227, 6613], [1600, 29000, 32000, 1800])  # review 2026-12-01 #19
     said = study.noise_trend(noisy)
-    assert "did not change beyond its errors" in said and "4,906, 29,838, 39,227, 6,613" in said
+    assert "did not change beyond its errors" in said and "4,900, 30,000, 39,000, 6,600" in said  # r8d 11-3
     fit = study.trend_fit(noisy)
     assert abs(fit["slope"]) < 2 * fit["stderr"]
     assert "grew" in study.noise_trend(_noise_tab([1000, 5000, 9000], [100, 100, 100]))
@@ -233,7 +233,9 @@ def test_lesson11s_readings_quote_their_tables():
         assert _disagree(verdict, tab, ftab, noise, extra=derived) == [], verdict
     trend = study.noise_trend(noise)
     tf = study.trend_fit(noise)
-    assert _disagree(trend, noise, extra=[tf["slope"], 2 * tf["stderr"], 2]) == [], trend
+    # the slope and its two standard errors, as quoted: at the error's precision (r8d 11-3)
+    quoted = [study.at_its_error(tf["slope"], 2 * tf["stderr"]), study._sig(2 * tf["stderr"]), 2]
+    assert _disagree(trend, noise, extra=quoted) == [], trend
     said = study.repeats_sentence(noise, 0.15, 384)
     assert _disagree(said, noise, extra=[0.15, 384]) == [], said
 
@@ -307,7 +309,7 @@ def test_bn_verdict_points_at_the_running_averages_when_sync_does_not_help():
                      "test_accuracy": acc, "step_ms": 1.0})
     said = study.bn_verdict(rows)
     assert "Synchronized statistics did not help (0.858)" in said
-    assert "the running averages, not the batch size, cost accuracy here" in said
+    assert "the running averages cost accuracy at every batch here" in said  # r8d 11-1: not "not the batch size"
     assert "three extra" not in said
     t = study.bn_table(_bn_rows(0.7, 0.85))
     assert "2 ranks" in t.title and len(t.rows) == 2

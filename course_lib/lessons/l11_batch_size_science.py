@@ -260,6 +260,29 @@ def plot_mlm_noise(record: dict, setting: dict):
     return fig
 
 
+def _sig(x: float, digits: int = 2) -> float:
+    """``x`` to ``digits`` significant digits: how an error (or a value known to a few percent) is quoted."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def at_its_error(x: float, err: float) -> float:
+    """``x`` rounded where its error's second significant digit sits (#37, eighth full run, read r8d 11-3:
+    "B_simple = 11,506 +/- 2,243" quoted five digits of a number known to 19%): 11,500 +/- 2,200."""
+    if not (math.isfinite(x) and math.isfinite(err)) or err <= 0:
+        return x
+    step = 10.0 ** (math.floor(math.log10(err)) - 1)
+    return round(x / step) * step
+
+
+def with_error(x: float, err: float) -> str:
+    """``x +/- err`` at the error's precision (:func:`at_its_error`), thousands separated."""
+    if not math.isfinite(err):
+        return f"{x:,.0f}"
+    return f"{at_its_error(x, err):,.0f} +/- {_sig(err):,.0f}"
+
+
 def _count(x: float) -> str | int:
     """A noise scale or its error for a table: rounded, or why there is no number."""
     return round(x) if math.isfinite(x) else ("n/a" if math.isnan(x) else "inf (|G|^2 <= 0: noise only)")
@@ -273,8 +296,9 @@ def noise_table(result) -> Table:
               title="the simple noise scale during training (McCandlish et al. 2018)")
     for p in result.probes:
         rel = p["stderr"] / p["b_simple"] if math.isfinite(p["b_simple"]) and p["b_simple"] > 0 else math.nan
-        t.add(**{"epoch": round(p["epoch"], 2), "step": p["step"], "HR@10": p["hr"], "B_simple": _count(p["b_simple"]),
-                 "+/- (stderr)": _count(p["stderr"]),
+        t.add(**{"epoch": round(p["epoch"], 2), "step": p["step"], "HR@10": p["hr"],
+                 "B_simple": _count(at_its_error(p["b_simple"], p["stderr"])),
+                 "+/- (stderr)": _count(_sig(p["stderr"])),
                  "stderr / B_simple": f"{rel:.0%}" if math.isfinite(rel) else "n/a",
                  **({"repeats": p.get("repeats", "n/a")} if repeats else {}),
                  "tr(Sigma)": f"{p['trace_cov']:.3g}", "|G|^2": f"{p['grad_sq_norm']:.3g}"})
@@ -542,7 +566,7 @@ def _bend(fit: dict) -> str:
 
 def _fmt_range(rng: tuple[float, float]) -> str:
     lo, hi = rng
-    return f"above {lo:,.0f}" if math.isinf(hi) else f"{lo:,.0f}-{hi:,.0f}"
+    return f"above {_sig(lo, 3):,.0f}" if math.isinf(hi) else f"{_sig(lo, 3):,.0f}-{_sig(hi, 3):,.0f}"
 
 
 def fit_table(fit: dict) -> Table:
@@ -562,8 +586,9 @@ def fit_table(fit: dict) -> Table:
     t.add(quantity="S_min (steps)", fitted=round(s_min, 1) if s_min is not None else "<= 0",
           **{f"low ({k:g} s.e.)": round(s_min - k * se, 1) if s_min is not None else "-",
              f"high ({k:g} s.e.)": round(s_min + k * se, 1) if s_min is not None else "-", "from": "the intercept"})
-    t.add(quantity="B_crit (samples)", fitted=round(fit["b_crit"]) if fit["b_crit"] is not None else "none (no S_min)",
-          **{f"low ({k:g} s.e.)": round(lo), f"high ({k:g} s.e.)": "unbounded" if math.isinf(hi) else round(hi),
+    t.add(quantity="B_crit (samples)", fitted=round(_sig(fit["b_crit"], 3)) if fit["b_crit"] is not None
+          else "none (no S_min)", **{f"low ({k:g} s.e.)": round(_sig(lo, 3)),
+                                     f"high ({k:g} s.e.)": "unbounded" if math.isinf(hi) else round(_sig(hi, 3)),
              "from": "Fieller's range of slope / intercept"})
     t.add(quantity="relative error of a point", fitted=f"{fit['rel_error']:.1%}", **{f"low ({k:g} s.e.)": "",
           f"high ({k:g} s.e.)": "", "from": fit["rel_error_from"]})
@@ -579,7 +604,7 @@ def bend_reading(fit: dict) -> str:
     lo, hi = fit["range"]
     k, largest, smallest = fit.get("k", 2.0), fit["largest_batch"], fit["smallest_batch"]
     rng = _fmt_range(fit["range"])
-    at = (f"B_crit = {fit['b_crit']:,.0f} ({rng} within {k:g} standard errors)" if fit["b_crit"] is not None
+    at = (f"B_crit = {_sig(fit['b_crit'], 3):,.0f} ({rng} within {k:g} standard errors)" if fit["b_crit"] is not None
           else f"no positive S_min (B_crit {rng} within {k:g} standard errors)")
     err = f"each point's relative error {fit['rel_error']:.1%}, from {fit['rel_error_from']}"
     if fit["bend"] == "bend":
@@ -627,12 +652,12 @@ def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0, stderr: float
         return ("The estimate of |G|^2 was not positive at this point: at these two batch sizes the gradient "
                 "is all noise as far as the repeats can tell. Raise NOISE_REL_ERROR's cap (NOISE_MAX_REPEATS) or "
                 "b_big and measure again.")
-    said = f"B_simple = {b_simple:,.0f}" + (f" +/- {stderr:,.0f}" if math.isfinite(stderr) else "")
+    said = f"B_simple = {with_error(b_simple, stderr)}"
     if fit["status"] == "too few points":
         return (f"{said}, but fewer than 3 batch sizes reached the target, so there is no "
                 "measured bend to compare it with: give the sweep more batches or a longer budget.")
     lo, hi = _ratio_range(b_simple, stderr, fit)
-    rng = _fmt_range(fit["range"]) if fit.get("range") else f"{fit['b_crit']:,.0f}"
+    rng = _fmt_range(fit["range"]) if fit.get("range") else f"{_sig(fit['b_crit'], 3):,.0f}"
     if fit["b_crit"] is None:
         head = (f"The fit finds no positive S_min ({last_doubling(fit)}): B_crit is {rng} within "
                 f"{fit.get('k', 2.0):g} standard errors. {said}")
@@ -643,8 +668,9 @@ def noise_verdict(b_simple: float, fit: dict, factor: float = 3.0, stderr: float
     else:
         where = ("above the largest batch measured, an extrapolation" if fit["status"] == "beyond range"
                  else "inside the range measured")
-        head = (f"The fit (weighted by relative error) puts the critical batch at B_crit = {fit['b_crit']:,.0f}, "
-                f"{where} ({rng} within {fit.get('k', 2.0):g} standard errors); {last_doubling(fit)}. {said} is "
+        head = (f"The fit (weighted by relative error) puts the critical batch at B_crit = "
+                f"{_sig(fit['b_crit'], 3):,.0f}, {where} "
+                f"({rng} within {fit.get('k', 2.0):g} standard errors); {last_doubling(fit)}. {said} is "
                 f"{b_simple / fit['b_crit']:.2g}x B_crit")
     if lo <= 0 and math.isinf(hi):
         band = "B_simple / B_crit is not bounded either way by the errors"
@@ -727,8 +753,8 @@ def noise_trend(table: Table) -> str:
     slope, err = fit["slope"], fit["stderr"]
     move = ("grew" if slope > 0 else "fell") if abs(slope) > 2 * err else "did not change beyond its errors"
     return (f"B_simple over the run: {values}. A line weighted by each measurement's standard error gives "
-            f"{slope:+,.0f} per epoch, +/- {2 * err:,.0f} at two standard errors: from epoch {first['epoch']:g} to "
-            f"{last['epoch']:g} it {move}.")
+            f"{at_its_error(slope, 2 * err):+,.0f} per epoch, +/- {_sig(2 * err):,.0f} at two standard errors: from "
+            f"epoch {first['epoch']:g} to {last['epoch']:g} it {move}.")
 
 
 def plot_noise_and_bend(result, fit: dict, rule_rows: list[dict] | None = None, ax_pair=None):
@@ -935,7 +961,9 @@ def growth_verdict(decay, grow, hr_tolerance: float = 0.01) -> str:
             head += (f" for the same {at:,} steps to the target (the two runs are one run until the first milestone, "
                      "so the seconds differ by the machine's pace, not by the schedule)")
     if fewer and same:
-        return head + ": the same accuracy in fewer, larger steps, as Smith et al. (2017) found."
+        # r8d 11-S6: "the same accuracy" for -0.0053 said nothing of the tolerance it was read within
+        return head + (f": the same accuracy (within {hr_tolerance:g} HR@10) in fewer, larger steps, as Smith et al. "
+                       "(2017) found.")
     if fewer and dhr > hr_tolerance:
         return head + ": fewer steps and a better final HR here."
     if fewer:
@@ -1022,20 +1050,44 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
             if helped > margin:
                 out.append(f" Synchronized statistics recovered {helped:.3f}: the few samples per rank cost accuracy.")
             else:
-                out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): the few samples "
-                           "per rank were not what cost accuracy.")
+                # #37 (eighth full run, read r8d 11-1): "the few samples per rank were not what cost accuracy" over a
+                # table where every variant fell from 256 to 4 per rank: what sync rules out is the statistics' noise
+                out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): statistics over "
+                           f"both ranks' samples did no better than each rank's own {small}, so their noise was not "
+                           "what cost this.")
         rec_s, rec_l = at.get("local BN, recomputed stats"), big.get("local BN, recomputed stats")
         if rec_s is not None and rec_l is not None and "local BN" in big:
             d_s = rec_s["test_accuracy"] - local["test_accuracy"]
             d_l = rec_l["test_accuracy"] - big["local BN"]["test_accuracy"]
             if d_s > margin and d_l > margin:
                 out.append(f" Recomputed evaluation statistics helped at {small} ({d_s:+.3f}) and at {large} per rank "
-                           f"({d_l:+.3f}) alike: the running averages, not the batch size, cost accuracy here.")
+                           f"({d_l:+.3f}) alike: the running averages cost accuracy at every batch here, not only at "
+                           "the small one.")
+    out.append(_batch_drop(at, big, small, large, margin))
     if "synchronized BN" in big and "local BN" in big:
         extra = big["synchronized BN"]["step_ms"] / max(big["local BN"]["step_ms"], 1e-9)
         out.append(f" Synchronizing the statistics cost x{extra:.1f} the local step time at {large} per rank "
                    "(its all-reduces of the batch statistics, forward and backward, in every BatchNorm layer).")
     return "".join(out)
+
+
+def _batch_drop(at: dict, big: dict, small: int, large: int, margin: float) -> str:
+    """What the per-rank batch itself cost, from the BatchNorm table's two outer columns (#37, eighth full run, read
+    r8d 11-1: "the running averages, not the batch size, cost accuracy here" beside local BN 0.938 at 256 per rank and
+    0.858 at 4, recomputed statistics 0.967 and 0.880, weight norm 0.921 and 0.733). Every variant trains the same
+    steps, so a smaller batch also trains on fewer samples; a variant with no batch statistics shows that part."""
+    both = [v for v in BN_VARIANTS if v in at and v in big]
+    fell = [v for v in both if big[v]["test_accuracy"] - at[v]["test_accuracy"] > margin]
+    if "local BN" not in fell:
+        return ""
+    def move(v):
+        return f"{big[v]['test_accuracy']:.3f} -> {at[v]['test_accuracy']:.3f}"
+
+    said = f"local BN {move('local BN')}" + (f", and weight norm, which has no batch statistics, "
+                                              f"{move('weight norm (no BN)')}" if "weight norm (no BN)" in fell else "")
+    who = "Every variant" if fell == both else f"{len(fell)} of the {len(both)} variants"
+    return (f" {who} lost accuracy from {large} to {small} per rank ({said}): each trains the same steps, so the "
+            "smaller batch also trains on fewer samples, and that drop is not BatchNorm's statistics alone.")
 
 
 # --------------------------------------------------------------------------- the adaptive batch
@@ -1138,6 +1190,17 @@ def adaptive_verdict(rows: list[dict]) -> str:
             f"{named(cheapest, 'samples_to_target')}.")
     ada = rows[-1]
     others = [r for r in reached if r is not ada]
+    # #37 (eighth full run, read r8d 11-2): "Against batch x 4 at epochs (1,): 0.75x the steps, 1.00x the samples"
+    # beside the same line for the fixed batch, over a grown run whose batches were "4,096" alone: it reached the target
+    # at its first milestone, before growing, so it is the fixed-batch run twice, not a second schedule
+    same = [(r, q) for i, q in enumerate(others) for r in others[i + 1:]
+            if r["batches"] == q["batches"] and r["steps_to_target"] == q["steps_to_target"]
+            and r["samples_to_target"] == q["samples_to_target"]]
+    for r, q in same:
+        text += (f" {r['run']} used batch {', '.join(f'{b:,}' for b in r['batches'])} alone up to the target, in the "
+                 f"same {r['steps_to_target']:,} steps as {q['run']}: it reached the target before its batch grew, so "
+                 "up to the target it is the same run, not a second schedule.")
+    others = [r for r in others if not any(r is a for a, _ in same)]
     if not ada["reached"]:
         return text + f" The adaptive batch did NOT reach the target in {ada['steps']:,} steps."
     for r in others:
