@@ -236,7 +236,8 @@ def _bert_noise_reading(b_simple: float, rows: list[dict] | None, factor: float,
                 "lesson 07's evaluations, and a target set by the small-batch run, make this a rough check).")
     else:
         tail = f"not decided: the factor {factor:g} boundary lies inside B_simple's error."
-    return head + f"The two points give B_crit = {b_crit:,.0f}: B_simple is {ratio:.2f}x it{band}, " + tail
+    shown = f"{b_crit:,.{1 if b_crit < 100 else 0}f}"  # r8d 11-S5: "26" over the 25.6 the ratio divides by
+    return head + f"The two points give B_crit = {shown}: B_simple is {ratio:.2f}x it{band}, " + tail
 
 
 def plot_mlm_noise(record: dict, setting: dict):
