@@ -27,3 +27,32 @@ def test_lesson_06_says_a_compression_hook_that_did_not_run_did_not_run():
     nb = json.loads((REPO / "notebooks" / "06_data_parallel.ipynb").read_text())
     cell = "".join(next(c for c in nb["cells"] if c.get("id") == "l06-compression-check")["source"])
     assert "(or not run" not in cell and "not run (the reason is printed above)" in cell
+
+
+def test_a_floor_at_the_edge_of_its_search_is_said():
+    """r8d 11-S9: both of lesson 11's laws printed "+ 0.000" (the floor's search starts at 0), and nothing read it."""
+    sizes = (3125, 6250, 12500, 25000, 50000)
+
+    def pred(floor):
+        rows = [{"fraction": n / 1e5, "size": n, "metric": 0, "error": 2 * n ** -0.35 + floor} for n in sizes]
+        held = 2 * 1e5 ** -0.35 + floor
+        return l11.scaling_prediction(rows, {"fraction": 1.0, "size": 100_000, "metric": 1 - held, "error": held})
+
+    none, some = pred(0.0), pred(0.05)
+    assert f"{none['fit']['c']:.3f}" == "0.000" and f"{some['fit']['c']:.3f}" == "0.050"
+    assert "lower edge of its search" in l11.scaling_verdict(none)
+    assert "lower edge of its search" not in l11.scaling_verdict(some)
+
+
+def test_a_held_out_size_that_did_not_improve_is_not_given_a_cause_nothing_measured():
+    """Seventh and eighth reads: "the runs are limited by their training (too few steps for the larger sets), not
+    by the data" over NeuMF's 0.3588 at 990,027 interactions against 0.3551 at 498,056, at the same steps and model.
+    The lesson varies neither the steps nor the model at a fixed size, so the reading names both and decides none."""
+    neumf = [{"fraction": f, "size": n, "metric": 1 - e, "error": e}
+             for f, n, e in ((1 / 32, 36_803, 0.6258), (1 / 16, 67_566, 0.6182), (1 / 8, 129_075, 0.5719),
+                             (1 / 4, 252_086, 0.4083), (1 / 2, 498_056, 0.3551))]
+    for measured in (0.3588, 0.3500):  # no lower than half the data's; 1.4 % below it
+        held = {"fraction": 1.0, "size": 990_027, "metric": 1 - measured, "error": measured}
+        said = l11.scaling_verdict(l11.scaling_prediction(neumf, held))
+        assert "Something other than the data limits these runs" in said, said
+        assert "limited by their training" not in said and "not by the data" not in said
