@@ -56,3 +56,15 @@ def test_a_held_out_size_that_did_not_improve_is_not_given_a_cause_nothing_measu
         said = l11.scaling_verdict(l11.scaling_prediction(neumf, held))
         assert "Something other than the data limits these runs" in said, said
         assert "limited by their training" not in said and "not by the data" not in said
+
+
+def test_lesson_04s_cut_race_is_said_in_the_steps_its_runs_take():
+    """r8a 04-3: "every run of the race: at most 2.7 epochs" over runs of ceil(2.7 x 152) = 411 steps (2.704)."""
+    from course_lib.lessons import l04_lars as l04
+
+    line = l04.race_line(2.7, 152)
+    assert line.startswith("every run of the race: at most 411 steps (2.7 epochs at 152 steps per epoch")
+    assert "2.704 epochs" in line and l04.race_steps(2.7, 152) == 411
+    assert "rounded" not in l04.race_line(2.5, 152)  # 380 steps exactly
+    nb = json.loads((REPO / "notebooks" / "04_lars.ipynb").read_text())
+    assert "study.race_line(MAX_EPOCHS" in "".join("".join(c["source"]) for c in nb["cells"])

@@ -360,6 +360,19 @@ def race_epochs(max_epochs: float, scale: float) -> float:
     return round(max_epochs * scale, 2)
 
 
+def race_steps(epochs: float, per_epoch: int) -> int:
+    """The steps a race run of ``epochs`` takes: the loop runs whole steps, ``ceil(epochs x per_epoch)``."""
+    return max(1, math.ceil(epochs * per_epoch))
+
+
+def race_line(epochs: float, per_epoch: int) -> str:
+    """The cut race's length, in the steps every run takes (read r8a 04-3, eighth full run: "every run of the race:
+    at most 2.7 epochs" over runs of ceil(2.7 x 152) = 411 steps, 2.704 epochs)."""
+    n = race_steps(epochs, per_epoch)
+    exact = "" if n == epochs * per_epoch else f", rounded up to a whole step: {n / per_epoch:.3f} epochs"
+    return f"every run of the race: at most {n} steps ({epochs:g} epochs at {per_epoch} steps per epoch{exact})"
+
+
 def size(data, cfg: TrainConfig, budget: float, *, device=None, optimizers: int, factors, max_extensions: int,
          confirm_runs: int, max_epochs: float, other_s: float = 20.0, steps: int = 10) -> SizedPlan:
     """The race sized to ``budget`` seconds: ``steps`` steps of NeuMF at the race's batch (``cfg``) timed now, then
@@ -377,4 +390,4 @@ def size(data, cfg: TrainConfig, budget: float, *, device=None, optimizers: int,
     # ran 411 steps: the lesson cuts epochs (race_epochs: 2.7) and the loop runs ceil(2.7 x 152) = 411 of them
     per_epoch = steps_per_epoch(data, cfg)
     return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=max_extensions,
-                     run_steps=lambda _, scale: max(1, math.ceil(race_epochs(max_epochs, scale) * per_epoch)))
+                     run_steps=lambda _, scale: race_steps(race_epochs(max_epochs, scale), per_epoch))
