@@ -68,3 +68,17 @@ def test_lesson_04s_cut_race_is_said_in_the_steps_its_runs_take():
     assert "rounded" not in l04.race_line(2.5, 152)  # 380 steps exactly
     nb = json.loads((REPO / "notebooks" / "04_lars.ipynb").read_text())
     assert "study.race_line(MAX_EPOCHS" in "".join("".join(c["source"]) for c in nb["cells"])
+
+
+def test_the_loss_scale_reading_names_the_run_it_reads():
+    """r8b 05-S: "Nothing dynamic happened in these 33 steps" read fp16's short throughput run (fp16 had not trained),
+    and only the markdown said that the plot could be either run."""
+    from course_lib.lessons import l05_mixed_precision as l05
+
+    state = {"mode": "fp16", "loss_scaling": "dynamic", "loss_scale": 65536.0, "skipped_steps": 0,
+             "growth_interval": 2000}
+    short = l05.loss_scale_reading(state, 33, 65536.0, run="fp16's short throughput run")
+    assert short.startswith("Nothing dynamic happened in these 33 steps (fp16's short throughput run): ")
+    grew = l05.loss_scale_reading({**state, "loss_scale": 2.0 ** 17}, 2248, 65536.0, run="fp16's training run")
+    assert grew.startswith("The scale went from 2^16 to 2^17 in 2248 steps (fp16's training run): ")
+    assert l05.loss_scale_reading(state, 33, 65536.0).startswith("Nothing dynamic happened in these 33 steps: ")

@@ -834,8 +834,10 @@ def speedup_reading(speed: PrecisionSpeed, hw, device, *, runs=(), neumf_share: 
     return " ".join(out)
 
 
-def loss_scale_reading(precision_state: dict, steps: int, init_scale: float) -> str:
-    """What the loss scale did over a run, from its record (``result.precision``) (lesson 05)."""
+def loss_scale_reading(precision_state: dict, steps: int, init_scale: float, run: str = "") -> str:
+    """What the loss scale did over a run, from its record (``result.precision``) (lesson 05). ``run`` names the run
+    (read r8b 05-S, eighth full run: "Nothing dynamic happened in these 33 steps" was fp16's short throughput run,
+    since fp16 had not trained to the target, and only the markdown above said which run the plot could be)."""
     kind = precision_state.get("loss_scaling", "dynamic")
     if precision_state.get("mode") != "fp16" or kind == "none":
         return "No loss scaling in this run: the scale is 1 throughout."
@@ -847,12 +849,14 @@ def loss_scale_reading(precision_state: dict, steps: int, init_scale: float) -> 
     growths = round(math.log2(final / init_scale)) + skipped
     if skipped == 0 and growths == 0:
         return (
-            f"Nothing dynamic happened in these {steps} steps: no gradient overflowed at 2^{math.log2(init_scale):.0f} "
+            f"Nothing dynamic happened in these {steps} steps{f' ({run})' if run else ''}: no gradient overflowed at "
+            f"2^{math.log2(init_scale):.0f} "
             f"(0 skipped steps), and {steps} steps "
             + ("are fewer than" if steps < interval else "did not reach")
             + f" the {interval} overflow-free steps it takes to double the scale, so the line is flat at its start."
         )
-    went = f"The scale went from 2^{math.log2(init_scale):.0f} to 2^{math.log2(final):.0f} in {steps} steps: "
+    went = (f"The scale went from 2^{math.log2(init_scale):.0f} to 2^{math.log2(final):.0f} in {steps} steps"
+            f"{f' ({run})' if run else ''}: ")
     halved = (f"{skipped} overflow(s) halved it and skipped those steps" if skipped else "no gradient overflowed")
     grew = (f"{growths} run(s) of {interval} overflow-free steps doubled it" if growths else
             f"it never went {interval} steps without an overflow, so it never doubled")
