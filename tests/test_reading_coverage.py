@@ -279,6 +279,9 @@ COVERAGE = {
     "course_lib.lessons.l12_hyperparameter_search.replay_verdict": (
         'tests/test_reading_agreement_i37i.py::test_lesson_12s_replay_verdict_and_confirm_reading_quote_their_tables',
         'tests/test_tabular_search.py::test_replay_verdict_quotes_its_table_and_reads_both_outcomes'),
+    "course_lib.lessons.l12_hyperparameter_search.tpe_reading": (
+        'tests/test_reading_r8s.py::test_lesson_12s_tpe_reading_quotes_the_strategy_table',
+        'tests/test_reading_r8s.py::test_lesson_12_says_when_tpe_drew_only_its_random_startup_trials'),
     "course_lib.lessons.l12_hyperparameter_search.confirm_reading": (
         'tests/test_reading_agreement_i37i.py::test_lesson_12s_replay_verdict_and_confirm_reading_quote_their_tables',
         'tests/test_tabular_search.py::test_confirm_reading_both_ways'),

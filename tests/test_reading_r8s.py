@@ -82,3 +82,40 @@ def test_the_loss_scale_reading_names_the_run_it_reads():
     grew = l05.loss_scale_reading({**state, "loss_scale": 2.0 ** 17}, 2248, 65536.0, run="fp16's training run")
     assert grew.startswith("The scale went from 2^16 to 2^17 in 2248 steps (fp16's training run): ")
     assert l05.loss_scale_reading(state, 33, 65536.0).startswith("Nothing dynamic happened in these 33 steps: ")
+
+
+def test_lesson_12_says_when_tpe_drew_only_its_random_startup_trials():
+    """r8d 12-S4: tpe_hyperband ran only its 4 random startup trials, and nothing said its model drew none."""
+    from course_lib.lessons import l12_hyperparameter_search as l12
+
+    def rows(n):
+        return [{"strategy": "random", "seeds": 2, "trials (median)": 9},
+                {"strategy": "tpe_hyperband", "seeds": 2, "trials (median)": n}]
+
+    assert "no more than TPE's 4 random startup trials" in l12.tpe_reading(rows(4))
+    assert "no more than" in l12.tpe_reading(rows(3.5))
+    drew = l12.tpe_reading(rows(7))
+    assert "its model drew the other 3" in drew and "nothing" not in drew
+    assert l12.tpe_reading(rows(7)[:1]) == ""
+    one = [{**r, "seeds": 1} for r in rows(2)]  # the smoke profile: "median over 1 seeds", "at least half the seeds"
+    assert l12.tpe_reading(one).startswith("tpe_hyperband ran 2 trials (one seed), no more than TPE's 4 random "
+                                           "startup trials: its model drew no configuration")
+
+
+def test_lesson_12s_tpe_reading_quotes_the_strategy_table():
+    """The agreement half: every number tpe_reading quotes is a cell of the strategy table it sits under, or TPE's
+    startup count, or the trials past it (the table's median less that count)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from course_lib.lessons import l12_hyperparameter_search as l12
+    from test_reading_agreement import disagreements
+    from test_search_study import _record, _trial
+
+    for n in (3, 4, 7):
+        recs = [_record(name, seed, [_trial(2, [0.0, 0.1, 0.9])] * (n if name == "tpe_hyperband" else 5))
+                for seed in range(2) for name in ("random", "tpe_hyperband")]
+        rows = l12.strategy_rows(recs, 0.5, per_point=1.0)
+        said = l12.tpe_reading(rows)
+        assert said and disagreements(said, l12.strategy_table(rows, 0.5),
+                                      extra=[l12.TPE_STARTUP_TRIALS, n - l12.TPE_STARTUP_TRIALS]) == [], said

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from ..config import pick
-from ..optuna_search import STRATEGIES, neumf_objective, open_study, run_search, trial_budget
+from ..optuna_search import STRATEGIES, TPE_STARTUP_TRIALS, neumf_objective, open_study, run_search, trial_budget
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table, cell_text
 from ..train.ncf import TrainConfig, steps_per_epoch
@@ -195,6 +195,24 @@ def strategy_rows(records: list[dict], target_hr: float, per_point: float) -> li
             }
         )
     return rows
+
+
+def tpe_reading(rows: list[dict], startup: int = TPE_STARTUP_TRIALS) -> str:
+    """Whether TPE's model drew any of ``tpe_hyperband``'s trials, from the strategy table's trial counts (read r8d
+    12-S4, eighth full run: tpe_hyperband ran only its 4 random startup trials, and no line said its model had drawn
+    nothing, while the markdown sets it against hyperband to show what a model adds). "" without that row."""
+    r = next((r for r in rows if r["strategy"] == "tpe_hyperband"), None)
+    if r is None:
+        return ""
+    n, seeds = r["trials (median)"], r["seeds"]
+    over = f"median over {seeds} seeds" if seeds > 1 else "one seed"
+    if n <= startup:
+        where = "on at least half the seeds its model" if seeds > 1 else "its model"
+        return (f"tpe_hyperband ran {n:g} trials ({over}), no more than TPE's {startup} random startup trials: "
+                f"{where} drew no configuration, so here its row says nothing about what a model adds to "
+                "Hyperband's cuts (a larger budget would).")
+    return (f"tpe_hyperband ran {n:g} trials ({over}): past TPE's {startup} random startup trials, its model drew "
+            f"the other {n - startup:g}.")
 
 
 def strategy_table(rows: list[dict], target_hr: float) -> Table:
