@@ -580,12 +580,12 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
         return lead + ". " + _no_shrink_reading(strong)
     fixed, per_sample = fit
     step = top["global_batch"] / top["samples_per_s"]
+    fixed_share = min(1.0, max(0.0, fixed / step))
     unresolved = _unresolved_fit(strong, repeats)
     if unresolved:
         return (lead + f". Fitted over the {len(strong)} sizes with the table's run, each step would cost "
                 f"{1e3 * max(fixed, 0.0):.3g} ms whatever the batch plus {1e6 * per_sample:.3g} us per sample "
-                f"({min(1.0, max(0.0, fixed / step)):.0%} of the {top['world_size']}-rank step). " + unresolved)
-    fixed_share = min(1.0, max(0.0, fixed / step))
+                f"({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
     need = compute_share / (1 - compute_share) * max(fixed, 0.0) / per_sample
     suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
     # #37 (full run of 2026-12-01): the reference was compared with the power of two (262,144: "2x above"), not

@@ -680,15 +680,25 @@ def model_reading(sharded_outs: list[dict], predicted: dict, exact: float = 0.02
                    f"which lesson 09 measures apart, {share}).")
 
 
+def _largest_gaps(rows: list[dict]) -> dict[int, tuple[dict, float]]:
+    """Per depth of bubble ``rows``: the row furthest from the formula and its gap in points (measured - predicted)."""
+    out = {}
+    for p in sorted({r["p"] for r in rows}):
+        worst = max((r for r in rows if r["p"] == p), key=lambda r: abs(r["measured"] - r["predicted"]))
+        out[p] = worst, 100 * (worst["measured"] - worst["predicted"])
+    return out
+
+
+def _outside_goal(gap: float, goal: float = BUBBLE_GOAL_POINTS) -> bool:
+    """A bubble gap (points) outside ``goal``, at the one decimal the readings print it to."""
+    return abs(round(gap, 1)) > goal
+
+
 def _depth_gaps(rows: list[dict]) -> str:
     """Per depth of ``rows``: the largest gap from the formula (points, the bubble table's rounding) and whether it is
     within :data:`BUBBLE_GOAL_POINTS`, as :func:`depth_reading` reads them."""
-    parts = []
-    for p in sorted({r["p"] for r in rows}):
-        gap = max((100 * (r["measured"] - r["predicted"]) for r in rows if r["p"] == p), key=abs)
-        within = abs(round(gap, 1)) <= BUBBLE_GOAL_POINTS
-        parts.append(f"p = {p}: {gap:+.1f} points, {'within' if within else 'outside'}")
-    return "; ".join(parts)
+    return "; ".join(f"p = {p}: {gap:+.1f} points, {'outside' if _outside_goal(gap) else 'within'}"
+                     for p, (_, gap) in _largest_gaps(rows).items())
 
 
 def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list[dict], halo_outs: list[dict],
@@ -706,7 +716,6 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
     if all("bert_pipeline" in o for o in tensor_outs):
         bert = (" (over BERT's encoder too, the tied embedding's gradient added up)" if bert_pipeline_equal(tensor_outs)
                 else " (but NOT over BERT's encoder)")
-    gap = max((100 * (r["measured"] - r["predicted"]) for r in bubble_rows), key=abs)
     if deep_rows:
         ps = sorted({r["p"] for r in bubble_rows + list(deep_rows)})
         lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's for every schedule, m "
@@ -714,6 +723,7 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
                      f"{BUBBLE_GOAL_POINTS:g} points), {_depth_gaps(bubble_rows + list(deep_rows))} (splits and "
                      "causes: the readings under the two bubble tables).")
     else:
+        gap = max((100 * (r["measured"] - r["predicted"]) for r in bubble_rows), key=abs)
         lines.append(f"Pipeline: gradients {'equal' if grads else 'differ from'} one process's "
                      f"for every schedule and m{bert}; "
                      f"the bubble's largest gap from the formula is {gap:+.1f} points, "
@@ -993,9 +1003,9 @@ def depth_reading(rows: list[dict], cores: int, goal: float = BUBBLE_GOAL_POINTS
     grew = all(round(at[a]["measured"], 3) < round(at[b]["measured"], 3) for a, b in zip(ps, ps[1:]))
     text = (f"GPipe at m = {m}: the formula's bubble grows with the stages ({fmt}); measured {meas}: "
             + ("it grew with depth as the formula's does. " if grew else "it did NOT grow with depth in order. "))
-    worst = {p: max((r for r in rows if r["p"] == p), key=lambda r: abs(r["measured"] - r["predicted"])) for p in ps}
-    gaps = {p: 100 * (worst[p]["measured"] - worst[p]["predicted"]) for p in ps}
-    outside = [p for p in ps if abs(round(gaps[p], 1)) > goal]
+    largest = _largest_gaps(rows)
+    worst, gaps = {p: w for p, (w, _) in largest.items()}, {p: g for p, (_, g) in largest.items()}
+    outside = [p for p in ps if _outside_goal(gaps[p], goal)]
     text += ("The largest gap from the formula at each depth: "
              + ", ".join(f"p = {p} {gaps[p]:+.1f} points ({worst[p]['schedule']}, m = {worst[p]['m']})" for p in ps)
              + (f"; all within the goal of {goal:g} points. " if not outside else

@@ -1389,6 +1389,13 @@ def no_change_error(pred: dict) -> float | None:
     return (pred["measured_error"] - last) / last
 
 
+# Why a held-out size that did not improve says nothing of the data (both of scaling_verdict's cases): the runs share
+# their steps and their model, and the lesson varies neither, so the text names both and decides none
+_NOT_THE_DATA = ("Something other than the data limits these runs, which this lesson does not separate: the same "
+                 "steps are fewer passes over a larger set, and the model's size is fixed; a law of the data size "
+                 "cannot predict either.")
+
+
 def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "interactions") -> str:
     """How well the law fitted on the smaller sizes predicted the held-out one, from the numbers."""
     fit = pred["fit"]
@@ -1427,14 +1434,10 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
     # #37 (fourth full run, read r4c): "with this few points, or with sizes still in the small-data region, the fit
     # does not extrapolate" where the whole set ended worse than half of it (0.3588 against 0.3551) at the same
     # steps: more data did not lower the error at all, which no law of the data size gives -- the runs' steps did
-    # "limited by their training, not by the data" was a cause nothing measured (noticed at the seventh read): the
-    # runs share their steps and their model, and the lesson varies neither, so the text names both and decides none
     if side == "worse" and last is not None and round(pred["measured_error"], 4) >= round(last, 4):
         return (head + f" Off by more than {goal:.0%} (worse than predicted): the held-out size's error is no lower "
                 f"than that of {pred['largest_fitted']:,} {unit} ({last:.4f}) at the same steps, so at these steps "
-                "more data did not help at all. Something other than the data limits these runs, which this lesson "
-                "does not separate: the same steps are fewer passes over a larger set, and the model's size is fixed; "
-                "a law of the data size cannot predict either." + size_text)
+                "more data did not help at all. " + _NOT_THE_DATA + size_text)
     # #37 (sixth full run, read r6c): the same reasons for NeuMF's 0.3005 predicted against 0.3361 measured (+11.9%),
     # where the whole set's error was only 1.4% below half of it (0.3409) at the same steps: the error all but stopped
     # falling at the largest sizes (the opposite end from the small-data region), and "no change" came nearer than
@@ -1444,10 +1447,7 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
         return (head + f" Off by more than {goal:.0%} (worse than predicted): the held-out size's error is "
                 f"{naive:+.1%} from that of {pred['largest_fitted']:,} {unit} ({last:.4f}) at the same steps, nearer "
                 f"than the law: with the data x{pred['size'] / pred['largest_fitted']:.2g} the error moved less than "
-                "the goal, so at these steps more data barely helped. Something other than the data limits these runs, "
-                "which this lesson does not separate: the same steps are fewer passes over a larger set, and the "
-                "model's size is fixed; a law of the data size cannot predict either."
-                + size_text)
+                "the goal, so at these steps more data barely helped. " + _NOT_THE_DATA + size_text)
     return (head + f" Off by more than {goal:.0%} ({side} than predicted): with this few points, or with sizes still "
             "in the small-data region, the fit does not extrapolate." + size_text)
 
