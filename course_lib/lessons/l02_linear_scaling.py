@@ -20,7 +20,8 @@ def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[
     halves the steps per doubling): perfect scaling; at least ``flat``: maximal data parallelism (the
     steps stopped falling); between: diminishing returns. A batch where no run reached the target is
     "not reached (the rules broke)". ``resolved`` says whether the slope is further from the nearest
-    threshold than one evaluation interval (:func:`target_resolution`) at either end could move it."""
+    threshold than one evaluation interval (:func:`target_resolution`) at either end could move it;
+    ``near regime`` names the regime across that nearest threshold (the one a tendency leans to)."""
     by_batch: dict[int, list[dict]] = {}
     for r in rows:
         by_batch.setdefault(r["batch size"], []).append(r)
@@ -39,8 +40,12 @@ def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[
             ratio = math.log(b / prev["batch size"])
             slope = math.log(best["steps to target"] / prev["steps to target"]) / ratio
             uncertainty = sum((x.get("resolution (steps)") or 0) / x["steps to target"] for x in (best, prev)) / ratio
+            regime = REGIMES[0] if slope <= perfect else REGIMES[2] if slope >= flat else REGIMES[1]
+            # the regime across the nearest threshold: a diminishing slope can lie near either neighbour
+            near = REGIMES[1] if regime != REGIMES[1] else (
+                REGIMES[0] if abs(slope - perfect) <= abs(slope - flat) else REGIMES[2])
             row.update({"slope": slope, "resolved": min(abs(slope - perfect), abs(slope - flat)) > uncertainty,
-                        "regime": REGIMES[0] if slope <= perfect else REGIMES[2] if slope >= flat else REGIMES[1]})
+                        "regime": regime, "near regime": near})
         out.append(row)
         prev = best
     return out
@@ -56,7 +61,7 @@ def regime_reading(regimes: list[dict]) -> str:
             boundary = boundary or last
             continue
         if r["slope"] is not None:
-            coarse = "" if r["resolved"] else " (within one evaluation interval of the next regime: a tendency)"
+            coarse = "" if r["resolved"] else f" (within one evaluation interval of {r['near regime']}: a tendency)"
             lines.append(f"batch {r['from batch']} -> {r['batch size']}: slope {r['slope']:.2f}, {r['regime']}{coarse}")
             if r["regime"] != REGIMES[0] and boundary is None:
                 boundary, tendency = r["from batch"], not r["resolved"]

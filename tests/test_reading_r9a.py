@@ -1,0 +1,38 @@
+"""Readings fixed after the full run of 2026-12-02 (#37, read by r9a): each test feeds that run's numbers."""
+
+from course_lib.lessons import l02_linear_scaling as L02
+
+
+def _rows(steps_by_batch, resolution_by_batch):
+    return [{"batch size": b, "rule": "sqrt", "steps to target": s, "resolution (steps)": resolution_by_batch[b]}
+            for b, s in steps_by_batch.items()]
+
+
+def test_lesson_02s_tendency_names_the_regime_it_lies_near():
+    # the run: "batch 16384 -> 65536: slope -0.76, diminishing returns (within one evaluation interval of the
+    # next regime: a tendency)"; -0.76 lies near perfect scaling's -0.8, and the next regime (maximal) is far
+    steps = {256: 17406, 1024: 4356, 4096: 1020, 16384: 285, 65536: 100}
+    res = {256: 967, 1024: 242, 4096: 60, 16384: 15, 65536: 4}
+    regimes = L02.scaling_regimes(_rows(steps, res))
+    last = regimes[-1]
+    assert last["regime"] == "diminishing returns" and not last["resolved"]
+    text = L02.regime_reading(regimes)
+    assert "slope -0.76, diminishing returns (within one evaluation interval of perfect scaling: a tendency)" in text
+    assert "next regime" not in text
+
+
+def test_lesson_02s_tendency_near_the_flat_end_names_maximal_data_parallelism():
+    # the opposite case: a diminishing slope (-0.25) just short of maximal's -0.2, coarse evaluations
+    steps = {4096: 1000, 16384: 707}
+    res = {4096: 200, 16384: 200}
+    regimes = L02.scaling_regimes(_rows(steps, res))
+    assert regimes[-1]["regime"] == "diminishing returns" and not regimes[-1]["resolved"]
+    assert "within one evaluation interval of maximal data parallelism: a tendency" in L02.regime_reading(regimes)
+
+
+def test_lesson_02s_tendency_inside_perfect_scaling_names_diminishing_returns():
+    steps = {4096: 1000, 16384: 320}  # slope -0.82: perfect, near -0.8
+    res = {4096: 100, 16384: 100}
+    regimes = L02.scaling_regimes(_rows(steps, res))
+    assert regimes[-1]["regime"] == "perfect scaling" and not regimes[-1]["resolved"]
+    assert "within one evaluation interval of diminishing returns: a tendency" in L02.regime_reading(regimes)
