@@ -36,3 +36,19 @@ def test_lesson_02s_tendency_inside_perfect_scaling_names_diminishing_returns():
     regimes = L02.scaling_regimes(_rows(steps, res))
     assert regimes[-1]["regime"] == "perfect scaling" and not regimes[-1]["resolved"]
     assert "within one evaluation interval of diminishing returns: a tendency" in L02.regime_reading(regimes)
+
+
+def test_lesson_03s_takeaway_quotes_every_seeds_first_loss_as_its_table_prints_them():
+    # the run: "(loss at the first evaluation: 0.505 without warmup, 0.611 with it)" over the table's
+    # no warmup 0.5081 / 0.5054 and 38-step warmup 0.6203 / 0.6114 (the lower seed's, unsaid)
+    from course_lib.lessons import l03_warmup as L03
+    from test_reading_agreement import _decided
+
+    text = L03.takeaway(_decided([9.69, 12.05], [11.16, 11.21], (0.6203, 0.6114), (0.5081, 0.5054)),
+                        "linear warmup, 38 steps")
+    assert ("(loss at the first evaluation: 0.505 to 0.508 over 2 seeds without warmup, 0.611 to 0.620 over 2 "
+            "seeds with it)") in text, text
+    # opposite: seeds that agree to three places quote one number
+    same = L03.takeaway(_decided([9.69, 12.05], [11.16, 11.21], (0.6110, 0.6112), (0.5051, 0.5054)),
+                        "linear warmup, 38 steps")
+    assert "(loss at the first evaluation: 0.505 without warmup, 0.611 with it)" in same, same
