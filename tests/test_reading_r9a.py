@@ -52,3 +52,20 @@ def test_lesson_03s_takeaway_quotes_every_seeds_first_loss_as_its_table_prints_t
     same = L03.takeaway(_decided([9.69, 12.05], [11.16, 11.21], (0.6110, 0.6112), (0.5051, 0.5054)),
                         "linear warmup, 38 steps")
     assert "(loss at the first evaluation: 0.505 without warmup, 0.611 with it)" in same, same
+
+
+def test_lesson_04s_race_reading_calls_a_run_within_the_noise_level_with_the_floor():
+    # the run: "sgd (lr 1, 2, 4, 8): best at lr 1 ..., did not reach 0.75: best HR@10 0.3925, below the popularity
+    # ranking's 0.3929" over 6040 users (twice the error 0.0126), where lesson 01 said "level with" 0.0022 apart
+    from course_lib.lessons.l04_lars import race_reading
+    from test_ladder import fake_result
+
+    runs = [fake_result(32768, 1.0, None, hr=0.3925, optimizer="sgd"), fake_result(32768, 2.0, None, hr=0.3546,
+                                                                                  optimizer="sgd")]
+    text = race_reading(runs, target_hr=0.75, floor_hr=0.3929, users=6040)
+    assert "best HR@10 0.3925, level with the popularity ranking's 0.3929 (a difference of -0.0004" in text, text
+    assert "below" not in text.split("\n")[0]
+    # opposite: far below the floor stays "below"
+    far = race_reading([fake_result(32768, 8.0, None, hr=0.10, optimizer="sgd")], target_hr=0.75, floor_hr=0.3929,
+                       users=6040)
+    assert "best HR@10 0.1000, below the popularity ranking's 0.3929" in far
