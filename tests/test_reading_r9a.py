@@ -69,3 +69,13 @@ def test_lesson_04s_race_reading_calls_a_run_within_the_noise_level_with_the_flo
     far = race_reading([fake_result(32768, 8.0, None, hr=0.10, optimizer="sgd")], target_hr=0.75, floor_hr=0.3929,
                        users=6040)
     assert "best HR@10 0.1000, below the popularity ranking's 0.3929" in far
+
+
+def test_lesson_01s_optimizer_reading_gives_each_batch_and_the_ladder_a_line():
+    # the run: one line of about 1,500 characters, "... the fastest whole step: dense Adam, fused. at batch 16384 ..."
+    from course_lib.lessons import l01_baseline as L01
+    from test_reading_r4a import _run_opt_comp
+
+    lines = L01.optimizer_reading(_run_opt_comp()).split("\n")
+    assert len(lines) >= 2 and lines[0].startswith("at batch ") and lines[1].startswith("at batch "), lines
+    assert not any(". at batch" in line for line in lines)

@@ -419,7 +419,9 @@ def optimizer_reading(comp: dict) -> str:
                "entries to sort and merge" if gain(hi) < gain(lo) else "")
         parts.append(f"SparseAdam's optimizer speedup went from {gain(lo):.2f}x at batch {lo['batch size']} to "
                      f"{gain(hi):.2f}x at batch {hi['batch size']}{why}")
-    return ". ".join(parts)
+    # one finding a line (read r9a 01-H1, ninth full run: one 1,500-character line, its verdict "the fastest whole
+    # step: dense Adam, fused. at batch 16384 ..." buried mid-line)
+    return "\n".join(parts)
 
 
 # --------------------------------------------------------------------------- lazy Adam's accuracy
