@@ -382,6 +382,18 @@ def server_reading(records: list) -> str:
             f"updates {a1['mean_staleness']:.1f})" + _final_losses(s0, s1, a0, a1))
 
 
+def _rose_again(run: dict) -> str:
+    """Where a run reached the target and ended well above its own best loss, say so (#37, full run of
+    2026-12-02: "reached the target loss 16.5x sooner ... the asynchronous loss was 1.767" beside a target of
+    1.07 that it had reached: its loss rose after it, which "only its final loss is worse" did not say)."""
+    losses = (run.get("curve") or {}).get("loss") or []
+    best = min(losses, default=None)
+    if best is None or run["final_loss"] <= 1.1 * best:
+        return ""
+    return (f"; its loss rose again after it reached the target (best {best:.3f}, final "
+            f"{run['final_loss']:.3f}), so which run is ahead depends on when they are read")
+
+
 def _final_losses(s0: dict, s1: dict, a0: dict, a1: dict) -> str:
     """The end of :func:`server_reading`: the final losses, with the time to target where the asynchronous run
     reached it sooner (#37, full run of 2026-12-01: "the price ... 1.727 against 0.930" beside a table where
@@ -392,7 +404,7 @@ def _final_losses(s0: dict, s1: dict, a0: dict, a1: dict) -> str:
     ta, ts = a1.get("time_to_target_s"), s1.get("time_to_target_s")
     if ta is not None and ts is not None and ta < ts:
         return (f"; yet the asynchronous run reached the target loss {ts / ta:.3g}x sooner ({ta:.3g} s against "
-                f"{ts:.3g} s), and only its final loss is worse: {losses}.")
+                f"{ts:.3g} s), and only its final loss is worse: {losses}{_rose_again(a1)}.")
     if ta is not None and ts is None:
         return f"; yet only the asynchronous run reached the target loss ({ta:.3g} s), and {losses}."
     return f", and {losses}."
