@@ -18,3 +18,20 @@ def test_the_bn_verdict_says_sync_cost_only_when_its_step_was_slower():
     other = L11.bn_verdict(_bn_rows(even))
     assert "cost x" not in other, other
     assert "Synchronizing the statistics did not slow the step at 256 per rank here (x1.0" in other, other
+
+
+def test_lesson_02s_rows_count_samples_to_target_as_the_runs_here_do():
+    """r9d 11-1: at batch 65,536 lesson 02's row printed 6,553,600 samples (100 steps x 65,536, every batch counted
+    whole) beside this lesson's run at 6,522,999, both at 100 steps and 1.32 epochs. Both now count epochs x the
+    samples per epoch, as samples_to_target does."""
+    from types import SimpleNamespace
+
+    data = SimpleNamespace(num_train=994_169)
+    cfg = SimpleNamespace(neg_per_pos=4, global_batch_size=65_536)
+    per_epoch = 994_169 * 5
+    seen = {"steps to target": 100, "epochs to target": 6_522_999 / per_epoch}
+    run_here = SimpleNamespace(reached=True, epochs=2.0, samples=2 * per_epoch,
+                               epochs_to_target=seen["epochs to target"])
+    assert L11._samples_seen(seen, data, cfg) == L11.samples_to_target(run_here) == 6_522_999
+    # A saved row from before lesson 02 recorded its epochs still counts steps x batch.
+    assert L11._samples_seen({"steps to target": 100}, data, cfg) == 6_553_600
