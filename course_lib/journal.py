@@ -9,7 +9,7 @@ with ``JSONDecodeError`` inside Optuna, the study lost for good. :func:`prepare_
 study is opened, under Optuna's own lock (no process appends meanwhile): a cut-off last line is
 dropped, a joined line keeps its complete part (each line Optuna writes starts with
 ``{"op_code":``), and it says so. The trial the cut-off process was running stays RUNNING in the
-journal and is failed by the orphan rule (``search.fail_orphaned_trials``) like any killed trial's.
+journal and is failed by the orphan rule (``optuna_search.fail_orphaned_trials``) like any killed trial's.
 
 The journal is created 0600 in a folder that is the learner's (Optuna would make it 0644), and
 lesson 12's study folders carry a random suffix (:func:`new_study_dir`): two kernels started in the

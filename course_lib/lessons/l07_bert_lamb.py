@@ -612,6 +612,8 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     # the small-batch Adam baseline that set the target ("adam b=32"): how many steps it took to reach it
     base = next((r for r in (saved07 or {}).get("runs", []) if ok and r.get("label", "").startswith("adam b=")
                  and "(" not in r["label"]), None)
+    lamb = next((r for r in (saved07 or {}).get("runs", []) if ok and base is not None
+                 and r.get("label") == f"lamb b={base.get('global_batch_size')}"), None)
     return {"model": saved07["model"] if ok else plan.bert_model,
             "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
             "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None,
@@ -620,9 +622,10 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
             "target_steps": None if base is None else base.get("steps_to_loss"),
             "target_batch": None if base is None else base.get("global_batch_size"),
             # its small-batch LAMB run's steps to the same target (lesson 12 searches LAMB: #37, read r3b)
-            "lamb_steps": next((r.get("steps_to_loss") for r in (saved07 or {}).get("runs", []) if ok
-                                and base is not None and r.get("label") == f"lamb b={base.get('global_batch_size')}"),
-                               None)}
+            "lamb_steps": None if lamb is None else lamb.get("steps_to_loss"),
+            # its held-out curve and peak lr: where it stood at a search trial's last step (#37, read r9e 12-H1)
+            "lamb_curve": None if lamb is None else [list(p) for p in lamb.get("eval_loss_curve", [])],
+            "lamb_lr": None if lamb is None else lamb.get("peak_lr")}
 
 
 def summary(record: dict, target: float, label: str | None = None) -> dict:
