@@ -29,6 +29,32 @@ GPU_RUN = os.environ.get("COURSE_TEST_GPU", "") not in ("", "0")
 def pytest_configure(config):
     if not GPU_RUN:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    _stop_on_term()
+
+
+def _stop_on_term() -> None:
+    """SIGTERM (a CI time limit, SLURM, ``timeout``) ends the run as Ctrl-C does: pytest then runs the
+    fixtures' teardown, which stops the services the tests started in sessions of their own (JupyterLab,
+    JupyterHub, Chromium: tests/_lab.py), where a signal to pytest's process group does not reach them.
+    By default SIGTERM ends Python with no teardown, and they were left running. A child forked from this
+    process inherits the handler; it dies of the signal as before."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+    me = os.getpid()
+
+    def interrupt(signum, frame):
+        if os.getpid() != me:  # a forked child: the default action, death by the signal
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        signal.signal(signum, signal.SIG_DFL)  # a second TERM ends the teardown too
+        raise KeyboardInterrupt(f"signal {signum} (SIGTERM): stopping, with teardown")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 # The lessons form one chain -- lesson 01's lr and the ladder's rungs feed 02-07, lesson 06's
