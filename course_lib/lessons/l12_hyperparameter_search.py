@@ -341,6 +341,13 @@ def _why_not_faster(one: dict, many: dict, tolerance: float) -> str:
     return " Each process trained about as fast as the one process did."
 
 
+def _limit_cells(seconds: float, time_limit_s: float | None) -> dict:
+    """The limit and prune columns the too-slow and pruning tables share ("none" / "no limit" with no limit)."""
+    if time_limit_s is None:
+        return {"limit (s)": "none", "pruned before training": "no limit"}
+    return {"limit (s)": time_limit_s, "pruned before training": "yes" if seconds > time_limit_s else "no"}
+
+
 def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: float, time_limit_s: float) -> Table:
     """Lesson 09's question before training: per optimizer, a full trial's predicted seconds from the
     measured throughput (samples/s of the trials) against a time limit; over it, prune unseen."""
@@ -354,9 +361,7 @@ def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: floa
     for opt, v in sorted(speeds.items()):
         s = samples_per_epoch * max_epochs / statistics.median(v)
         tab.add(**{"optimizer": opt, "samples/s (median of trials)": statistics.median(v),
-                   "predicted s per full trial": s, "limit (s)": "none" if time_limit_s is None else time_limit_s,
-                   "pruned before training": "no limit" if time_limit_s is None else "yes" if s > time_limit_s
-                   else "no"})
+                   "predicted s per full trial": s, **_limit_cells(s, time_limit_s)})
     return tab
 
 
@@ -396,10 +401,7 @@ def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_pe
         m = measured.get(opt)
         tab.add(**{"optimizer": opt, "lesson 09's model (s per full trial)": s,
                    "the trials' throughput (s)": "no trial" if m is None else m,
-                   "model / trials": "-" if m is None else round(s / m, 2),
-                   "limit (s)": "none" if time_limit_s is None else time_limit_s,
-                   "pruned before training": "no limit" if time_limit_s is None else "yes" if s > time_limit_s
-                   else "no"})
+                   "model / trials": "-" if m is None else round(s / m, 2), **_limit_cells(s, time_limit_s)})
     return tab
 
 
