@@ -326,6 +326,13 @@ COVERAGE = {
     "course_lib.train.ncf.TrainResult.phase_reading": (
         'tests/test_reading_agreement.py::test_the_phase_reading_quotes_the_phase_table',
         'tests/test_reading_agreement_i37i.py::test_the_phase_reading_follows_the_phases'),
+
+    # r10g
+    "course_lib.lessons.l13_multi_node.compute_reading": (
+        ("no table: each k's 1 node x W step (the layout table's step (ms) cells, unrounded) less the all-reduce the "
+         "loopback fit gives NeuMF's gradient bytes, over k x the micro-batch, printed in cell 7 above both tables; "
+         "checked in tests/test_reading_r10g.py::test_the_compute_line_shows_the_values_across_k_it_was_taken_from"),
+        'tests/test_reading_r10g.py::test_the_compute_line_shows_the_values_across_k_it_was_taken_from'),
 }
 # fmt: on
 

@@ -135,7 +135,7 @@ def fit_text(alpha: float, beta: float) -> str:
     (measured 2026-12-01: lesson 09's smoke sizes on a fast 2-core EPYC gave beta = 0).
     """
     if beta > 0:
-        return f"{alpha * 1e6:.1f} us + n / {1 / beta / GB:.2f} GB/s"
+        return f"{alpha * 1e6:.1f} us + n / {1 / beta / GB:{'.2f' if 1 / beta >= GB else '.3g'}} GB/s"
     return f"{alpha * 1e6:.1f} us, no bandwidth term resolved (every size measured took about the latency)"
 
 

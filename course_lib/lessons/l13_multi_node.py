@@ -228,6 +228,30 @@ def compute_per_sample(layouts: list[dict], near: dict, grad_bytes: int, micro_b
     return per[len(per) // 2]
 
 
+def compute_reading(compute_s_per_sample: float, layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int,
+                    world_size: int = 4, spread: float = 1.25) -> str:
+    """The model's compute per sample and what it was taken from: each k's 1 node x W step less its all-reduce (the
+    loopback fit) over the step's samples per rank, whose middle value :func:`compute_per_sample` takes. Lesson 09's
+    model takes one constant; the values across k say whether one describes the steps (within ``spread``)."""
+    head = f"compute {compute_s_per_sample * 1e6:.1f} us per sample per rank"
+    rows = sorted((r for r in layouts if r["layout"] == one_node(world_size)), key=lambda r: r["k"])
+    if not rows:
+        return head + " (one process here, at k=1: no cluster to take it from), lesson 09's model's input."
+    t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
+    per = {r["k"]: max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"]) for r in rows}
+    taken = min(per, key=lambda k: abs(per[k] - compute_s_per_sample))
+    listing = ", ".join(f"{v * 1e6:.1f} us at k={k}" for k, v in per.items())
+    text = (f"{head}: {one_node(world_size)}'s step less its all-reduce ({t_ar * 1e3:.1f} ms by the loopback fit) "
+            f"over k x {micro_batch} samples is {listing}, and lesson 09's model takes k={taken}'s (the middle value) "
+            "as one constant")
+    lo, hi = min(per, key=per.get), max(per, key=per.get)
+    if per[lo] > 0 and per[hi] / per[lo] > spread:
+        return text + (f"; it is not one here ({per[hi] / per[lo]:.1f}x between k={hi} and k={lo}): part of a step "
+                       "does not grow in proportion to k, which the model leaves out, so its one-node rows match the "
+                       f"measured ones only at k={taken}.")
+    return text + f"; one describes these steps (all within {spread - 1:.0%} of each other)."
+
+
 def measure_link(runner, sizes: list[int], iters: int = 5, warmup: int = 1) -> list[dict]:
     """The all-reduce sweep (course_lib.comm.bench) on 2 nodes x 1 process: every byte crosses the link."""
     return runner.run("course_lib.comm.bench:allreduce_benchmark", [list(sizes), iters, warmup], nnodes=2, nproc=1)
@@ -257,12 +281,16 @@ def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolera
         return (f"your interconnect, measured: {_bits(rate)} per link direction and {fit['alpha_s'] * 1e6:.0f} us per "
                 "message, as gloo's TCP sees it (NCCL over InfiniBand would see more).")
     ratio = rate / set_rate_bits_per_s
+    # the virtual cluster sets a rate only (vc.LATENCY_NOTE): the fit's intercept is no latency of the link
+    alpha = (f" Its {fit['alpha_s'] * 1e6:.0f} us per message is not the link's latency (the virtual cluster "
+             "emulates none, only a rate): it is what a message costs gloo's processes on this machine's cores, on "
+             "loopback as across the links.")
     if abs(ratio - 1) <= tolerance:
         return (f"the fit recovers the link: {_bits(rate)} against the {_bits(set_rate_bits_per_s)} it was set to "
-                f"({ratio:.0%}, within the {tolerance:.0%} tolerance); on loopback there is no link to find.")
+                f"({ratio:.0%}, within the {tolerance:.0%} tolerance); on loopback there is no link to find." + alpha)
     return (f"the fit does NOT recover the link: {_bits(rate)} against {_bits(set_rate_bits_per_s)} set ({ratio:.0%}, "
             f"outside {tolerance:.0%}). " + ("Something slower than the link set the pace (a busy CPU, too few "
-                                             "iterations)." if ratio < 1 else "The shaping did not hold."))
+                                             "iterations)." if ratio < 1 else "The shaping did not hold.") + alpha)
 
 
 def link_table(near: dict, far: dict, nodes: int, measured: bool):
@@ -366,8 +394,9 @@ def layout_verdict(rows: list[dict], hidden_at: float = HIDDEN_AT) -> str:
         reading = (f"no clear point: k={', '.join(map(str, hidden))} reached {hidden_at:.0%} but a larger k did not "
                    "(noise on a busy machine? measure more steps)")
     else:
-        reading = (f"even at k={ks[-1]} the slow link costs more than {1 - hidden_at:.0%} of the throughput: "
-                   "accumulate more, or compress the gradients (lesson 06)")
+        reading = (f"even at k={ks[-1]} the nodes reach only {ratios[ks[-1]]:.0%} of one node's throughput, short "
+                   f"of the {hidden_at:.0%} at which the slow link stops mattering: accumulate more than k={ks[-1]}, "
+                   "or compress the gradients (lesson 06)")
     names = sorted({r["layout"] for r in rows})
     far = next(n for n in names if n.endswith(" nodes x 1"))
     near = next(n for n in names if n.startswith("1 node x "))
@@ -548,6 +577,28 @@ def _ttt_reading(rows: list[dict], margin: float, noise: float) -> tuple[str, di
     return f"{text}; {say}", h
 
 
+def _model_gap(measured: list[dict], model: list[dict], noise: float = TTT_NOISE) -> str:
+    """Where the model's verdict agrees with the measured one, whether its numbers do: the ratio and the step time
+    (cells of :func:`ttt_table`) where the model is furthest from the measurement, or that all are within ``noise``."""
+    rm, rp = ttt_ratios(measured), ttt_ratios(model)
+    got = {(r["layout"], r["k"]): r["step_s"] for r in measured}
+    pairs = [(p, got[(p["layout"], p["k"])]) for p in model if (p["layout"], p["k"]) in got]
+    ks = [k for k in rm if k in rp]
+    if not ks or not pairs:
+        return ""
+
+    def off(a: float, b: float) -> float:
+        return max(a / b, b / a)
+
+    k = max(ks, key=lambda k: off(rp[k], rm[k]))
+    p, m = max(pairs, key=lambda q: off(q[0]["step_s"], q[1]))
+    if off(rp[k], rm[k]) <= 1 + noise and off(p["step_s"], m) <= 1 + noise:
+        return f" on the verdict and on the numbers (its ratios and step times within {noise:.0%} of the measured)"
+    return (f" on the verdict, not on the numbers: at k={k} it has {_ratio(rp[k])} against {_ratio(rm[k])} measured, "
+            f"and its {p['layout']} step at k={p['k']} is {p['step_s'] * 1e3:.2f} ms against {m * 1e3:.2f} ms "
+            "measured")
+
+
 def ttt_verdict(measured: list[dict], model: list[dict], margin: float = TTT_MARGIN, noise: float = TTT_NOISE) -> str:
     """At which k the W nodes' time to target comes within ``margin`` of one node's, measured and by lesson 09's
     model, and whether they agree; read from the rows of :func:`ttt_rows` (the same steps for both layouts at one
@@ -565,7 +616,7 @@ def ttt_verdict(measured: list[dict], model: list[dict], margin: float = TTT_MAR
     if "cannot decide" in (hm["status"], hp["status"]):
         agree = "Whether the model agrees cannot be decided from these rows"
     elif (hm["status"], hm["k"]) == (hp["status"], hp["k"]) or {hm["status"], hp["status"]} == {"never"}:
-        agree = "The model agrees"
+        agree = "The model agrees" + _model_gap(measured, model, noise)
     else:
         agree = "The model does NOT agree (it leaves out what the measurement saw: the machine's load, gloo's copies)"
     src = sorted({r["source"] for r in measured})
@@ -995,7 +1046,7 @@ def node_loss_verdict(r: dict, tolerance: float = 1e-6, hr_tolerance: float = 2e
     if not ended:
         head += "the other node's torchrun did NOT fail (the job had finished before the kill?); "
     else:
-        head += (f"node0's torchrun ended with status {r['survivor_exit']} {r['noticed_s']:.1f} s later "
+        head += (f"node0's torchrun ended with status {r['survivor_exit']}, {r['noticed_s']:.1f} s later "
                  f"({'within' if r['noticed_s'] < r['collective_timeout_s'] else 'NOT within'} the "
                  f"{r['collective_timeout_s']} s collective timeout: gloo's connection was reset at the next "
                  "all-reduce), ")
@@ -1004,10 +1055,13 @@ def node_loss_verdict(r: dict, tolerance: float = 1e-6, hr_tolerance: float = 2e
     same = r["max_relative_difference"] <= tolerance and r["resumed_steps"] == r["reference_steps"]
     hr = r["final_hr"]
     d_hr = abs(hr["resumed"] - hr["uninterrupted"])
+    exact = r["max_relative_difference"] == 0
+    params = ("parameters identical to the uninterrupted run's, bit for bit," if exact else
+              f"parameters within {r['max_relative_difference']:.1e} of the uninterrupted run's")
     tail = (f"Resubmitted with the same checkpoint folder it resumed at step {r['step_at_loss']} and ended at step "
-            f"{r['resumed_steps']} with parameters within {r['max_relative_difference']:.1e} of the uninterrupted "
-            f"run's and HR@10 {hr['resumed']:.4f} against {hr['uninterrupted']:.4f}: ")
+            f"{r['resumed_steps']} with {params} and HR@10 {hr['resumed']:.4f} against {hr['uninterrupted']:.4f}: ")
     if same and d_hr <= hr_tolerance:
-        return head + tail + "the same result (up to float rounding), as a checkpoint promises."
+        return head + tail + ("the same result" + ("" if exact else " (up to float rounding)")
+                              + ", as a checkpoint promises.")
     return head + tail + (f"NOT the same result (tolerance {tolerance:g} on the parameters, {hr_tolerance:g} on "
                           "HR@10): something the checkpoint does not hold (the data order? the optimizer state?).")
