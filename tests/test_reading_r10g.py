@@ -128,3 +128,18 @@ def test_the_node_loss_reading_says_bit_identical_when_the_difference_is_zero():
     rounded = L.node_loss_verdict({**run, "max_relative_difference": 1.3e-7})
     assert "parameters within 1.3e-07 of the uninterrupted run's" in rounded
     assert rounded.endswith("the same result (up to float rounding), as a checkpoint promises.")
+
+
+def test_the_layout_and_hierarchy_tables_print_whole_counts():
+    """r10g 13-S3: the layout table printed samples/s as "2.602e+04" and "1.121e+05" beside "1896", and the
+    hierarchy table bytes as "16777216" where its verdict says "16,777,216 B": whole counts, with separators."""
+    table = str(L.layout_table(_rows(), _model()))
+    assert "26,023" in table and "112,143" in table and "1,896" in table and "e+0" not in table
+    assert "8,192" in table  # the global batch
+    rows = [{"size_bytes": n, "algorithm": a, "time_s": t, "nodes": 2, "ranks_per_node": 2}
+            for n, a, t in ((512, "flat ring", 0.0061), (512, "two-level", 0.0057),
+                            (16777216, "flat ring", 2.1811), (16777216, "two-level", 1.4684))]
+    hier = L.hierarchy_table(rows)
+    assert "16,777,216" in str(hier) and "512 " in str(hier)  # opposite: under a thousand, no separator
+    assert "at 16,777,216 B the flat ring took 2181.1 ms" in L.hierarchy_verdict(rows)
+    assert disagreements(L.hierarchy_verdict(rows), hier, extra=[L.hierarchy_bytes_ratio(2, 2), 0.15]) == []

@@ -361,8 +361,8 @@ def layout_table(rows: list[dict], predicted: list[dict]):
     t = Table(["layout", "k", "global batch", "samples/s", "step (ms)", "source"],
               title="NeuMF, micro-batch fixed: measured rows, then lesson 09's predictions")
     for r in list(rows) + list(predicted):
-        t.add(**{"layout": r["layout"], "k": r["k"], "global batch": r["global_batch"], "samples/s": r["samples_per_s"],
-                 "step (ms)": r["step_s"] * 1e3, "source": r["source"]})
+        t.add(**{"layout": r["layout"], "k": r["k"], "global batch": f"{r['global_batch']:,}",
+                 "samples/s": f"{r['samples_per_s']:,.0f}", "step (ms)": r["step_s"] * 1e3, "source": r["source"]})
     return t
 
 
@@ -764,7 +764,7 @@ def hierarchy_table(rows: list[dict]):
 
     t = Table(["bytes", "algorithm", "time (ms)"], title="flat ring against two-level, 2 nodes x 2 ranks")
     for r in rows:
-        t.add(**{"bytes": r["size_bytes"], "algorithm": r["algorithm"], "time (ms)": r["time_s"] * 1e3})
+        t.add(**{"bytes": f"{r['size_bytes']:,}", "algorithm": r["algorithm"], "time (ms)": r["time_s"] * 1e3})
     return t
 
 
