@@ -143,3 +143,18 @@ def test_the_layout_and_hierarchy_tables_print_whole_counts():
     assert "16,777,216" in str(hier) and "512 " in str(hier)  # opposite: under a thousand, no separator
     assert "at 16,777,216 B the flat ring took 2181.1 ms" in L.hierarchy_verdict(rows)
     assert disagreements(L.hierarchy_verdict(rows), hier, extra=[L.hierarchy_bytes_ratio(2, 2), 0.15]) == []
+
+
+def test_the_layout_figure_asks_rather_than_says_that_accumulation_hides_the_link():
+    """r10g 13-S5: the figure was titled "where accumulation hides the slow link" over ratios of 7-13% measured and
+    6-22% predicted, none near its dotted 80% line: the title asks the lesson's question and names the line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for hidden_at in (0.8, 0.5):  # the title follows HIDDEN_AT
+        ax = L.plot_layouts(_rows(), _model(), hidden_at)
+        assert ax.get_title() == (f"does accumulation hide the slow link? (dotted: {hidden_at:.0%} of one node's "
+                                  "throughput)")
+        plt.close(ax.figure)

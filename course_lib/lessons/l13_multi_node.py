@@ -667,7 +667,7 @@ def plot_layouts(rows: list[dict], predicted: list[dict], hidden_at: float = HID
     ax.set_ylabel("throughput, W nodes x 1 / 1 node x W")
     ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
     ax.legend(fontsize=8)
-    ax.set_title("where accumulation hides the slow link")
+    ax.set_title(f"does accumulation hide the slow link? (dotted: {hidden_at:.0%} of one node's throughput)")
     return ax
 
 
