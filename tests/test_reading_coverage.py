@@ -326,6 +326,11 @@ COVERAGE = {
     "course_lib.train.ncf.TrainResult.phase_reading": (
         'tests/test_reading_agreement.py::test_the_phase_reading_quotes_the_phase_table',
         'tests/test_reading_agreement_i37i.py::test_the_phase_reading_follows_the_phases'),
+
+    # r10b
+    "course_lib.lessons.l02_linear_scaling.rule_reading": (
+        'tests/test_reading_r10b.py::test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target',
+        'tests/test_reading_r10b.py::test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target'),
 }
 # fmt: on
 

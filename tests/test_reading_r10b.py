@@ -1,0 +1,93 @@
+"""Readings fixed after the tenth full run (2026-12-03, head 30428d3, #37, read by r10b): each test feeds that run's
+numbers (lessons 02-04) and an opposite case."""
+
+import math
+
+from course_lib.lessons import l02_linear_scaling as L02
+from course_lib.metrics import hr_standard_error
+from course_lib.sweeps import sweep_rows, sweep_table
+from course_lib.train import TrainConfig
+from course_lib.train.ncf import TrainResult
+from test_reading_agreement import disagreements
+
+USERS = 6040
+
+
+def _run(batch, lr, test_hr, train_hr, epochs, steps=None, ttt=None):
+    """A lesson-02 sweep run: reached the target when ``ttt`` is given (in ``steps`` steps)."""
+    cfg = TrainConfig(global_batch_size=batch, base_lr=lr)
+    return TrainResult(config=cfg.to_dict(), dataset="synthetic-ml-1m", data_source="", synthetic=True, device="cpu",
+                       world_size=1, target_hr=0.75, time_to_target_s=ttt, steps_to_target=steps if ttt else None,
+                       epochs_to_target=epochs if ttt else None, epochs=epochs, steps=steps or 1, samples=1,
+                       train_time_s=ttt or 30.0, eval_time_s=1.0, samples_per_s=4e5, phase_time_s={},
+                       final_hr=test_hr, final_train_hr=train_hr)
+
+
+def _sweep(linear_reached_all=False):
+    """The tenth run's lesson 02 sweep (cell 11's table, cell 15's gap table): the baseline once per rule, then the
+    linear and the sqrt rule at 1024-65536. ``linear_reached_all``: the opposite case, the linear rule's two largest
+    batches reaching the target at the same HR@10 and gaps."""
+    base = _run(256, 1e-3, 0.7563, 0.7997, 0.9001, 17406, 94.41)
+    big = dict(steps=909, ttt=32.9) if linear_reached_all else {}
+    top = dict(steps=228, ttt=30.6) if linear_reached_all else {}
+    linear = [_run(1024, 4e-3, 0.7517, 0.8031, 0.9009, 4356, 32.88),
+              _run(4096, 1.6e-2, 0.75246, 0.79254, 1.241, 1500, 18.77),
+              _run(16384, 6.4e-2, 0.6273, 0.6619, 3.0, **big), _run(65536, 0.256, 0.4184, 0.4295, 3.0, **top)]
+    sqrt = [_run(1024, 2e-3, 0.7558, 0.8109, 0.9009, 4356, 19.79),
+            _run(4096, 4e-3, 0.7520, 0.8056, 0.8437, 1020, 11.18),
+            _run(16384, 8e-3, 0.7525, 0.8015, 0.9406, 285, 11.48),
+            _run(65536, 1.6e-2, 0.75696, 0.80464, 1.316, 100, 14.62)]
+    return [base, base] + linear + sqrt, ["linear", "sqrt"] + ["linear"] * 4 + ["sqrt"] * 4
+
+
+def _noise(a, b):
+    se = lambda r: math.hypot(hr_standard_error(r.final_hr, USERS), hr_standard_error(r.final_train_hr, USERS))  # noqa: E731
+    return 2 * math.hypot(se(a), se(b))
+
+
+def test_lesson_02s_gap_reading_compares_only_runs_that_reached_the_target():
+    # the run: "linear: gap +0.0434 at batch 256 (0.90 epochs) -> +0.0111 at batch 65536 (3.00 epochs): it shrank by
+    # 0.0323" over a 65536 run that missed the target (test HR@10 0.4184, train side 0.4295), 16384 likewise (0.6273)
+    results, labels = _sweep()
+    text = L02.gap_reading(results, labels, users=USERS)
+    linear, sqrt = text.splitlines()
+    assert "shrank" not in linear, linear
+    assert linear.startswith("linear: gap +0.0434 at batch 256 (0.90 epochs) -> +0.0401 at batch 4096 (1.24 epochs, "
+                             "the largest that reached the target): no measurable change"), linear
+    assert ("batch 16384, 65536 missed the target (test HR@10 0.6273, 0.4184): their gaps (+0.0346, +0.0111) are those "
+            "of models that learned less") in linear, linear
+    assert sqrt.startswith("sqrt: gap +0.0434 at batch 256 (0.90 epochs) -> +0.0477 at batch 65536 (1.32 epochs): no "
+                           "measurable change") and "missed" not in sqrt, sqrt
+    # every number is a cell of the gap table printed under it, or the noise it is read against
+    table = L02.gap_table(results[1:], labels[1:], baseline=results[0])
+    extra = [_noise(results[0], results[3]), _noise(results[0], results[-1])]
+    assert disagreements(text, table, extra=extra) == [], text
+    # opposite: had the linear rule's largest batches reached the target, the same gaps compare end to end
+    results, labels = _sweep(linear_reached_all=True)
+    linear = L02.gap_reading(results, labels, users=USERS).splitlines()[0]
+    assert linear.endswith("-> +0.0111 at batch 65536 (3.00 epochs): it shrank by 0.0323"), linear
+    assert "missed" not in linear
+
+
+def test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target():
+    # the run: linear missed the target at 16384 and 65536 (final HR@10 0.6273, 0.4184 after 3 epochs), sqrt reached
+    # it at every batch; the lesson's "Predict first" asks exactly that, and no line said it
+    results, labels = _sweep()
+    rows = sweep_rows(results, labels)
+    text = L02.rule_reading(rows)
+    assert text.splitlines() == [
+        "linear: reached the target up to batch 4096, missed it from batch 16384 on (batch 16384: final HR@10 0.6273 "
+        "after 3 epochs; batch 65536: final HR@10 0.4184 after 3 epochs; none diverged)",
+        "sqrt: reached the target at every batch measured, 256 to 65536",
+        "at the largest batch, 65536: sqrt reached the target, linear did not"], text
+    assert disagreements(text, sweep_table(results, labels)) == [], text
+    # opposite: every run reached the target
+    results, labels = _sweep(linear_reached_all=True)
+    text = L02.rule_reading(sweep_rows(results, labels))
+    assert text.splitlines()[0] == "linear: reached the target at every batch measured, 256 to 65536", text
+    assert text.splitlines()[-1] == "at the largest batch, 65536: every rule reached the target", text
+    # and a run that diverged is said to have diverged
+    gone = _run(65536, 0.256, 0.1, 0.1, 0.5)
+    gone.diverged = True
+    text = L02.rule_reading(sweep_rows([results[0], gone], ["linear", "linear"]))
+    assert "missed it from batch 65536 on (batch 65536: diverged)" in text, text
