@@ -91,3 +91,24 @@ def test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target():
     gone.diverged = True
     text = L02.rule_reading(sweep_rows([results[0], gone], ["linear", "linear"]))
     assert "missed it from batch 65536 on (batch 65536: diverged)" in text, text
+
+
+def test_lesson_03s_takeaway_says_the_seeds_disagree_without_nested_parentheses():
+    # the run: "Here warmup made no measurable difference (the seeds disagree (time to target: linear warmup, 19 steps
+    # 12.5 s vs no warmup 13.7 s on average)): without it nothing blew up (...)", seeds 11.47 / 13.54 with the 19-step
+    # warmup, 15.06 / 12.35 without
+    from course_lib.lessons import l03_warmup as L03
+    from test_reading_agreement import _decided
+
+    rung = "linear warmup, 38 steps"  # _decided's label; the run's rung was the 19-step warmup
+    text = L03.takeaway(_decided([11.47, 13.54], [15.06, 12.35], (0.5878, 0.5801), (0.5081, 0.5054)), rung)
+    assert text.startswith("Here warmup made no measurable difference: the seeds disagree (time to target: "
+                           "linear warmup, 38 steps 12.5 s vs no warmup 13.7 s on average); without it nothing blew up "
+                           "(loss at the first evaluation: 0.505 to 0.508 over 2 seeds without warmup, 0.580 to 0.588 "
+                           "over 2 seeds with it)"), text
+    assert "))" not in text
+    # opposite: a verdict within the seed range keeps its one pair of parentheses
+    within = L03.takeaway(_decided([9.764, 10.87], [14.51, 11.43]), rung)
+    assert within.startswith("Here warmup made no measurable difference (time to target: linear warmup, 38 steps "
+                             "10.3 s vs no warmup 13 s, within the seed range 3.1 s): without it nothing blew up"), \
+        within
