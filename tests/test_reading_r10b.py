@@ -112,3 +112,46 @@ def test_lesson_03s_takeaway_says_the_seeds_disagree_without_nested_parentheses(
     assert within.startswith("Here warmup made no measurable difference (time to target: linear warmup, 38 steps "
                              "10.3 s vs no warmup 13 s, within the seed range 3.1 s): without it nothing blew up"), \
         within
+
+
+def _lars_history(peaks=True):
+    """The tenth run's LARS lr 8 run at batch 32768 (lesson 04 cell 12): first, median and last of each layer as its
+    table printed them, sampled every 2 steps to step 410; with ``peaks`` the spikes its plot showed near step 32
+    (read off the log axis: mlp.0.weight near 4e4, mlp_item.weight near 3e3, mlp_user.weight near 1e3, mlp.2.weight
+    near 30, out.weight near 1)."""
+    steps = list(range(0, 412, 2))
+    table = {"gmf_item.weight": (154.3, 52.97, 19.01, None), "gmf_user.weight": (196.3, 115.9, 37.04, None),
+             "mlp.0.weight": (13.84, 36.98, 10.04, 39000.0), "mlp.2.weight": (1.533, 1.184, 0.3746, 30.0),
+             "mlp_item.weight": (3.372, 1.507, 3.49, 3120.0), "mlp_user.weight": (4.157, 4.009, 5.423, 1000.0),
+             "out.weight": (0.1429, 0.05804, 0.1055, 1.02)}
+    ratios = {}
+    for name, (first, median, last, peak) in table.items():
+        v = [first] + [median] * (len(steps) - 2) + [last]
+        if peaks and peak is not None:
+            v[16] = peak  # step 32
+        ratios[name] = v
+    return {"step": steps, "trust_ratio": ratios}
+
+
+def test_lesson_04s_trust_ratio_table_and_reading_show_where_a_gradient_nearly_vanished():
+    # the run: "no layer's trust ratio sat at exactly 1 (...): every adapted layer kept a gradient to the end" over a
+    # table of first / median / last only, while the plot above showed mlp.0.weight's ratio near 4e4 at step 32
+    # (median 36.98): its gradient ~1000x below its usual size there
+    from course_lib.lessons import l04_lars as L04
+
+    history = _lars_history()
+    table = L04.trust_ratio_table(history)
+    row = {r["layer"]: r for r in table.rows}["mlp.0.weight"]
+    assert (row["peak"], row["peak at step"], row["median"]) == (39000.0, 32, 36.98), row
+    said = L04.dead_layers_reading(history, lr=8.0)
+    assert said.startswith("no layer's trust ratio sat at exactly 1"), said
+    assert ("peaked at 100x its median or more for mlp.0.weight 3.9e+04 at step 32 (median 36.98); mlp_item.weight "
+            "3120 at step 32 (median 1.507); mlp_user.weight 1000 at step 32 (median 4.009): the ratio is "
+            "||w|| / ||g||, so there the layer's gradient nearly vanished, and came back") in said, said
+    assert "mlp.2.weight" not in said and "out.weight" not in said  # 25x and 18x their medians: below the factor
+    # disagreements reads no e-notation: "3.9e+04" is the peak cell as the table prints it (cell_text(39000.0))
+    assert disagreements(said.replace("3.9e+04", "39000"), table, extra=[L04.SPIKE_FACTOR, 1]) == [], said
+    # opposite: the same run without the spikes says only that every layer kept a gradient
+    flat = L04.dead_layers_reading(_lars_history(peaks=False), lr=8.0)
+    assert flat == ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
+                    "gradient to the end"), flat

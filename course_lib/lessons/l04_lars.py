@@ -200,12 +200,40 @@ def dead_layers(history: dict, *, tail: float = 0.5) -> dict[str, int]:
     return out
 
 
+SPIKE_FACTOR = 100  # a trust ratio this many times its run's median: ||g|| / ||w|| fell that far, for a while
+
+
+def spikes(history: dict, *, factor: float = SPIKE_FACTOR) -> dict[str, tuple[float, int, float]]:
+    """The adapted layers of a LARS/LAMB run whose trust ratio rose to ``factor`` times its median or more, and were
+    not left dead (:func:`dead_layers`): ``{layer: (peak, its step, median)}``. The ratio is ``eta ||w|| / ||g||``, so
+    a peak is a stretch where the layer's gradient nearly vanished and came back (read r10b 04-H1, tenth full run:
+    the plot showed mlp.0.weight's ratio near 4e4 at step 32 over a median of 36.98, and neither the table's first,
+    median, last nor the reading said so)."""
+    steps, dead, out = history.get("step", []), dead_layers(history), {}
+    for name, ratios in history.get("trust_ratio", {}).items():
+        if not ratios or name in dead:
+            continue
+        median = sorted(ratios)[len(ratios) // 2]
+        i = max(range(len(ratios)), key=ratios.__getitem__)
+        if median > 0 and ratios[i] >= factor * median:
+            out[name] = (ratios[i], steps[i] if i < len(steps) else i, median)
+    return out
+
+
 def dead_layers_reading(history: dict, *, lr: float | None = None) -> str:
-    """What :func:`dead_layers` found, as a sentence the lesson prints under the trust-ratio table."""
+    """What :func:`dead_layers` found, as a sentence the lesson prints under the trust-ratio table; where no layer died,
+    the layers whose gradient nearly vanished for a while (:func:`spikes`), from the table's peak columns."""
     dead = dead_layers(history)
     if not dead:
+        near = spikes(history)
+        if not near:
+            return ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
+                    "gradient to the end")
+        said = "; ".join(f"{name} {cell_text(peak)} at step {step} (median {cell_text(median)})"
+                         for name, (peak, step, median) in sorted(near.items()))
         return ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
-                "gradient to the end")
+                f"gradient to the end. But the ratio peaked at {SPIKE_FACTOR}x its median or more for {said}: the "
+                "ratio is ||w|| / ||g||, so there the layer's gradient nearly vanished, and came back")
     at = min(dead.values())
     lr_text = f" at lr {lr:g}" if lr is not None else ""
     return (f"{', '.join(sorted(dead))}: trust ratio exactly 1 from step {at} to the end. That is the fallback for a "
@@ -219,12 +247,14 @@ def trust_ratio_table(history: dict) -> Table:
     """Each adapted layer's trust ratio over a LARS/LAMB run (its ``history``): first, median and last sample,
     and the step from which it sat at the zero-gradient fallback (:func:`dead_layers`), the rows
     :func:`dead_layers_reading` reads."""
-    dead = dead_layers(history)
-    t = Table(["layer", "first", "median", "last", "exactly 1 (no gradient) from step"],
+    dead, steps = dead_layers(history), history.get("step", [])
+    t = Table(["layer", "first", "median", "peak", "peak at step", "last", "exactly 1 (no gradient) from step"],
               title="trust ratio over the run")
     for name, v in sorted(history.get("trust_ratio", {}).items()):
         if v:
-            t.add(layer=name, first=v[0], median=sorted(v)[len(v) // 2], last=v[-1],
+            i = max(range(len(v)), key=v.__getitem__)  # the peak: spikes() reads it against the median
+            t.add(layer=name, first=v[0], median=sorted(v)[len(v) // 2], peak=v[i],
+                  **{"peak at step": steps[i] if i < len(steps) else i}, last=v[-1],
                   **{"exactly 1 (no gradient) from step": dead.get(name, "—")})
     return t
 
