@@ -155,3 +155,44 @@ def test_lesson_04s_trust_ratio_table_and_reading_show_where_a_gradient_nearly_v
     flat = L04.dead_layers_reading(_lars_history(peaks=False), lr=8.0)
     assert flat == ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
                     "gradient to the end"), flat
+
+
+def _rows_measured(two_levels=True):
+    """Lesson 04's row measurement as the tenth run's plot showed it: at B=256 the 248 touched item rows seen once
+    (240) or twice (8), their log gradient norm spread by ±0.25 about a slope of 0.73; at B=32768 rows seen 1-37
+    times about a slope of 0.64. ``two_levels=False``: the opposite case, the B=256 rows spread over 1-8 counts."""
+    import torch
+
+    from test_layerwise import _measured
+
+    def rows(counts, b, slope, spread):
+        freq = torch.tensor([c / b for c in counts])
+        sign = torch.tensor([(-1.0) ** i for i in range(len(counts))])
+        return freq, 6e-4 * torch.tensor([float(c) for c in counts]) ** slope * torch.exp(spread * sign)
+
+    small = [1] * 240 + [2] * 8 if two_levels else [c for c in range(1, 9) for _ in range(31)]
+    big = [c for c in range(1, 38) for _ in range(60)]
+    m = _measured({"gmf_user.weight": 11.25, "gmf_item.weight": 11.39, "mlp.2.weight": 0.91, "out.weight": 0.92},
+                  lo=256, hi=32768)
+    m["rows"] = {256: rows(small, 256, 0.73, 0.25), 32768: rows(big, 32768, 0.64, 0.25)}
+    return m
+
+
+def test_lesson_04s_frequency_slopes_come_with_their_standard_error():
+    # the run: "log-log slope 0.73 at B=256, 0.64 at B=32768; 0.5-1 means it grows" where at B=256 every touched row
+    # was seen once or twice (the plot's two columns): a slope from two frequencies, quoted with no error
+    from course_lib.lessons import l04_lars as L04
+    from course_lib.metrics import slope_standard_error
+
+    assert abs(slope_standard_error([0, 1, 2, 3], [0, 1, 1, 3]) - math.sqrt(0.35 / 5)) < 1e-12  # textbook OLS
+    assert slope_standard_error([1, 1, 1], [1, 2, 3]) is None and slope_standard_error([0, 1], [0, 1]) is None
+    measured = _rows_measured()
+    slopes, errors = L04.frequency_slope(measured), L04.frequency_slope_errors(measured)
+    assert round(slopes[256], 2) == 0.73 and round(slopes[32768], 2) == 0.64, slopes
+    assert round(errors[256], 2) == 0.13 and errors[32768] < 0.01, errors
+    text = L04.reading(measured)
+    assert ("grows with its frequency in the batch (log-log slope 0.73 ± 0.13 at B=256, 0.64 ± 0.01 at B=32768; ± is "
+            "one standard error of the fit; 0.5-1 means it grows)") in text, text
+    # opposite: the same slope over rows seen 1-8 times is known far better
+    wide = L04.frequency_slope_errors(_rows_measured(two_levels=False))
+    assert wide[256] < errors[256] / 3, (wide, errors)

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..budget import Runs, SizedPlan, size_plan
-from ..metrics import hr_standard_error, line_fit
+from ..metrics import hr_standard_error, line_fit, slope_standard_error
 from ..tables import Table, cell_text
 from ..sweeps import BLOW_UP_LOSS, blew_up, fastest
 from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, steps_per_epoch, throughput
@@ -73,16 +73,34 @@ def layer_norms_table(measured: dict) -> Table:
     return t
 
 
+def _log_rows(measured: dict):
+    """Per batch size, the touched rows' log frequency and log gradient norm (rows with a gradient)."""
+    for b, (freq, norm) in measured["rows"].items():
+        keep = norm > 0
+        yield b, freq[keep].log().tolist(), norm[keep].log().tolist()
+
+
 def frequency_slope(measured: dict) -> dict[int, float]:
     """Per batch size, the least-squares slope of log(row gradient norm) on log(row frequency):
     about 1 when a row's gradient is proportional to how often it appears."""
     slopes = {}
-    for b, (freq, norm) in measured["rows"].items():
-        keep = norm > 0
-        fit = line_fit(freq[keep].log().tolist(), norm[keep].log().tolist())
+    for b, xs, ys in _log_rows(measured):
+        fit = line_fit(xs, ys)
         if fit is not None:
             slopes[b] = fit[1]
     return slopes
+
+
+def frequency_slope_errors(measured: dict) -> dict[int, float]:
+    """Per batch size, the standard error of :func:`frequency_slope`'s slope (read r10b 04-H2, tenth full run: "log-log
+    slope 0.73 at B=256" where every touched row was seen once or twice: a slope from two frequencies, whose error
+    the reading did not give)."""
+    errors = {}
+    for b, xs, ys in _log_rows(measured):
+        se = slope_standard_error(xs, ys)
+        if se is not None:
+            errors[b] = se
+    return errors
 
 
 NOISE_EXPONENT, SIGNAL_EXPONENT = 0.35, 0.15  # between them: a mix of both
@@ -158,9 +176,11 @@ def reading(measured: dict) -> str:
                  + ("Every layer is in the same regime here, so the batch moved them alike."
                     if alike else "The batch size does not divide every gradient alike: it shrinks the noise, "
                     "not the signal."))
-    slopes = frequency_slope(measured)
+    slopes, errors = frequency_slope(measured), frequency_slope_errors(measured)
     grows = {b: 0.5 <= s_ <= 1.2 for b, s_ in slopes.items()}
-    said = ", ".join(f"{s_:.2f} at B={b}" for b, s_ in sorted(slopes.items()))
+    said = ", ".join(f"{s_:.2f}" + (f" ± {errors[b]:.2f}" if b in errors else "") + f" at B={b}"
+                     for b, s_ in sorted(slopes.items()))
+    said += "; ± is one standard error of the fit" if errors else ""
     # read r7a 04-1 (seventh full run): "rare users and items get small steps" under slopes measured on the MLP item
     # table's rows alone (layer_gradient_norms), and on gradients, not steps: the sentences name what was measured
     row = "An item embedding row's gradient (the MLP's item table: the rows measured)"
