@@ -196,3 +196,28 @@ def test_lesson_04s_frequency_slopes_come_with_their_standard_error():
     # opposite: the same slope over rows seen 1-8 times is known far better
     wide = L04.frequency_slope_errors(_rows_measured(two_levels=False))
     assert wide[256] < errors[256] / 3, (wide, errors)
+
+
+def test_the_ladder_gives_each_seeds_steps_where_they_differ(tmp_path):
+    # the run: "+warmup | ... | 96 | 12.5 (seeds: 11.5, 13.5)" over seeds of 95 and 96 steps (lesson 03's deciding
+    # table), "+LAMB | ... | 386 | 32.1 (seeds: 35.8, 28.5)" over 392 and 380; '+sqrt scaling' ran 285 steps at both
+    from course_lib import ladder
+    from test_reading_r8a import _rung
+
+    base = dict(global_batch_size=256, base_lr=1e-3)
+    sqrt = dict(global_batch_size=16384, base_lr=1e-3, base_batch_size=256, lr_scaling="sqrt")
+    warm = dict(global_batch_size=65536, base_lr=1e-3, base_batch_size=256, lr_scaling="sqrt", warmup_steps=19)
+    _rung(tmp_path, "baseline", [(94.41, 17406)], 47_606, 47_606, base)
+    _rung(tmp_path, "+linear scaling", [(11.48, 285), (7.541, 285)], 57_837, 55_000, sqrt)
+    cfg = TrainConfig(**warm).to_dict()
+    ladder.save_ladder_row("+warmup", time_to_target_s=12.505, final_hr=0.7522, target_hr=0.75,
+                           dataset="synthetic-ml-1m", steps_to_target=95.5,  # as save_ladder_result: the seeds' mean
+                           seed_runs=[{"seed": 0, "time_to_target_s": 11.47, "steps_to_target": 95},
+                                      {"seed": 1, "time_to_target_s": 13.54, "steps_to_target": 96}],
+                           pace={"before": 46_175, "after": 52_467, "rate": 49_321}, config=cfg, carry=cfg,
+                           directory=tmp_path)
+    rows = {r["step"]: r for r in ladder.ladder_table(tmp_path).rows}
+    assert rows["+warmup"]["steps to target"] == "96 (seeds: 95, 96)", rows["+warmup"]
+    assert rows["+warmup"]["time to target (s)"] == "12.5 (seeds: 11.5, 13.5)"
+    # opposite: seeds that took the same steps, and a rung of one seed, keep the one number
+    assert rows["+sqrt scaling"]["steps to target"] == 285 and rows["baseline"]["steps to target"] == 17406
