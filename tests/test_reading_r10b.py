@@ -221,3 +221,32 @@ def test_the_ladder_gives_each_seeds_steps_where_they_differ(tmp_path):
     assert rows["+warmup"]["time to target (s)"] == "12.5 (seeds: 11.5, 13.5)"
     # opposite: seeds that took the same steps, and a rung of one seed, keep the one number
     assert rows["+sqrt scaling"]["steps to target"] == 285 and rows["baseline"]["steps to target"] == 17406
+
+
+def test_lesson_04_says_which_noisy_layers_are_mostly_signal_at_the_large_batch():
+    # the run: "mlp_user.weight, mlp_item.weight fell 6.72-11.39x (sqrt(128) = 11.3): mostly noise" (with the gmf
+    # tables) and "mlp.0.weight fell 2.39x: between the two", while by ||g||² = S + N / B a fall of 6.72x over 128x
+    # the batch leaves the signal (128 - 6.72²) / 127 = 65 % of ||g||² at B=32768, the race's batch
+    from course_lib.lessons import l04_lars as L04
+    from test_reading_r7a import RUN_NORMS, _layers, _rows
+
+    run = {"layers": _layers(RUN_NORMS), "rows": _rows({256: 0.7302, 32768: 0.6446}, {256: -3.342, 32768: -5.497})}
+    text = L04.reading(run)
+    assert "fell 6.72-11.39x (sqrt(128) = 11.3): mostly noise at B=256, which a mean" in text, text
+    assert ("Read as ||g||² = signal + noise / B (one batch at each size), a fall short of sqrt(128) puts the signal's "
+            "share of ||g||² at B=32768 at 60% for mlp_item.weight, 65% for mlp_user.weight, 96% for mlp.0.weight: "
+            "mostly noise at B=256, these layers' gradients are mostly signal at B=32768.") in text, text
+    assert "gmf_user.weight, 6" not in text.splitlines()[2]  # the gmf tables fell the full sqrt(128): noise at both
+    # the shares follow from the table's "fell by" cells by the rule signal_share names
+    table = L04.layer_scaling_table(run)
+    falls = [float(r["fell by"].rstrip("x")) for r in table.rows]
+    extra = [L04.signal_share(f, 128) for f in falls] + [128, 0.5, 1, 256, 32768, 2]  # 2: the square in ||g||²
+    line = text.splitlines()[2]
+    assert disagreements(line, table, extra=extra) == [], line
+    assert abs(L04.signal_share(6.72, 128) - (128 - 6.72 ** 2) / 127) < 1e-12 and L04.signal_share(12.0, 128) == 0.0
+    # opposite: layers that fell the full sqrt(k) or stayed put have crossed nothing, and no such line is printed
+    from test_layerwise import _measured
+
+    flat = L04.reading(_measured({"gmf_user.weight": 22.6, "gmf_item.weight": 22.9, "mlp.2.weight": 0.92,
+                                  "out.weight": 0.93}))
+    assert "Read as ||g||²" not in flat and "mostly noise at B=256" in flat, flat

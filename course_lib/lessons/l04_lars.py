@@ -139,6 +139,14 @@ def layer_scaling_table(measured: dict) -> Table:
     return t
 
 
+def signal_share(change: float, k: float) -> float:
+    """The signal's share of ``||g||²`` at the larger of two batch sizes ``k`` times apart, from ``||g||² = S + N / B``
+    (signal S, per-sample noise N) at both and the measured fall ``change`` of ``||g||`` between them:
+    ``(k - change²) / (k - 1)``, clipped to [0, 1] (a fall of sqrt(k) or more: all noise; none: all signal). At the
+    smaller batch the share is this over ``change²``."""
+    return min(1.0, max(0.0, (k - change ** 2) / (k - 1))) if k > 1 else math.nan
+
+
 def _span(values: list[float], fmt: str = ".2f") -> str:
     lo, hi = min(values), max(values)
     return f"{lo:{fmt}}x" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}x"
@@ -163,7 +171,7 @@ def reading(measured: dict) -> str:
     if by_regime["noise"]:
         parts.append(f"{', '.join(r['layer'] for r in by_regime['noise'])} fell "
                      f"{_span([r['change'] for r in by_regime['noise']])} (sqrt({hi // lo}) = {root:.1f}): "
-                     "mostly noise, "
+                     f"mostly noise at B={lo}, "
                      "which a mean over B samples divides by sqrt(B)")
     if by_regime["signal"]:
         parts.append(f"{', '.join(r['layer'] for r in by_regime['signal'])} changed "
@@ -176,6 +184,18 @@ def reading(measured: dict) -> str:
                  + ("Every layer is in the same regime here, so the batch moved them alike."
                     if alike else "The batch size does not divide every gradient alike: it shrinks the noise, "
                     "not the signal."))
+    # read r10b 04-H3 (tenth full run): "mlp_user.weight, mlp_item.weight fell 6.72-7.24x (sqrt(128) = 11.3): mostly
+    # noise" while by the same arithmetic their signal is 60-65 % of ||g||² at B=32768, the race's batch (mlp.0.weight,
+    # "between the two", 96 %): a layer whose noise fell below its signal inside the range is said to have crossed
+    k = hi / lo
+    crossed = [(r, signal_share(r["change"], k)) for r in scaling if r["regime"] in ("noise", "mixed")
+               and math.isfinite(r["change"]) and r["change"] > 0]
+    crossed = [(r, sh) for r, sh in crossed if sh >= 0.5 and sh / r["change"] ** 2 < 0.5]
+    if crossed:
+        shares = ", ".join(f"{sh:.0%} for {r['layer']}" for r, sh in sorted(crossed, key=lambda x: x[1]))
+        lines.append(f"Read as ||g||² = signal + noise / B (one batch at each size), a fall short of sqrt({hi // lo}) "
+                     f"puts the signal's share of ||g||² at B={hi} at {shares}: mostly noise at B={lo}, these "
+                     f"layers' gradients are mostly signal at B={hi}.")
     slopes, errors = frequency_slope(measured), frequency_slope_errors(measured)
     grows = {b: 0.5 <= s_ <= 1.2 for b, s_ in slopes.items()}
     said = ", ".join(f"{s_:.2f}" + (f" ± {errors[b]:.2f}" if b in errors else "") + f" at B={b}"
