@@ -403,6 +403,19 @@ def _time_cell(r: dict) -> str:
     return f"{ttt:.1f}" + (f" (seeds: {each})" if each else "")
 
 
+def _steps_cell(r: dict):
+    """A rung's steps to target: the seeds' mean, with each seed's where they differ, as :func:`_time_cell` gives the
+    seconds (read r10b 03-S3, tenth full run: "96" for '+warmup' over seeds of 95 and 96 steps, "386" for '+LAMB' over
+    392 and 380, beside "12.5 (seeds: 11.5, 13.5)")."""
+    steps = r.get("steps_to_target")
+    if steps is None:
+        return "—"
+    each = [s.get("steps_to_target") for s in r.get("seed_runs") or []]
+    if len(each) > 1 and None not in each and len(set(each)) > 1:
+        return f"{round(steps)} (seeds: {', '.join(str(x) for x in each)})"
+    return round(steps)
+
+
 def _below_cell(r: dict) -> str:
     vs = r.get("vs_previous")
     if vs is None:
@@ -434,13 +447,12 @@ def ladder_table(directory: Path | None = None) -> Table:
                "vs the rung below", "final HR@10", "pace vs lesson 01"],
               title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
     for r in rows:
-        steps = r.get("steps_to_target")
         pace = ("—" if r["step"] == "baseline" else "not measured") if r.get("pace_drift") is None \
             else _percent(r["pace_drift"])
         if r["flags"]:
             pace += " (!) " + "; ".join(r["flags"])
         t.add(**{"step": r.get("name") or r["step"], "setting (what ran)": r.get("ran") or r.get("setting", ""),
-                 "steps to target": round(steps) if steps is not None else "—",
+                 "steps to target": _steps_cell(r),
                  "time to target (s)": _time_cell(r),
                  "speedup (paced)": r["speedup_shown"],
                  "vs the rung below": _below_cell(r), "final HR@10": r.get("final_hr"),

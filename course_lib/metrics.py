@@ -99,6 +99,18 @@ def line_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | 
     return my - slope * mx, slope
 
 
+def slope_standard_error(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """The standard error of :func:`line_fit`'s slope: the residuals' variance over ``n - 2`` degrees of freedom,
+    over the spread of ``x`` (``sqrt(s^2 / sum (x - mean x)^2)``); None where no slope is fitted or ``n < 3``."""
+    fit = line_fit(xs, ys)
+    if fit is None or len(xs) < 3:
+        return None
+    (a, b), xs, ys = fit, [float(x) for x in xs], [float(y) for y in ys]
+    mx = sum(xs) / len(xs)
+    s2 = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys)) / (len(xs) - 2)
+    return math.sqrt(s2 / sum((x - mx) ** 2 for x in xs))
+
+
 def noise_verdict(
     a: Sequence[float],
     b: Sequence[float],

@@ -159,6 +159,9 @@ def test_lesson_04s_reading_quotes_its_layer_tables():
         # the spread between layers is the ratio of two cells of one column of layer_norms_table (x at B);
         # the frequency slopes are frequency_slope's, quoted with the batch they belong to
         slopes = [round(s, 2) for s in L04.frequency_slope(measured).values()]
+        slopes += [round(e, 2) for e in L04.frequency_slope_errors(measured).values()]  # each slope's "±" (r10b)
+        # each signal share: signal_share of a "fell by" cell (r10b)
+        slopes += [L04.signal_share(r["change"], 131072 / 256) for r in L04.layer_scaling(measured)]
         table = L04.layer_scaling_table(measured)
         raw = {f"g{i}": [r["grad_to_weight"] for r in measured["layers"] if r["batch"] == b]
                for i, b in enumerate((256, 131072))}

@@ -333,6 +333,10 @@ COVERAGE = {
          "loopback fit gives NeuMF's gradient bytes, over k x the micro-batch, printed in cell 7 above both tables; "
          "checked in tests/test_reading_r10g.py::test_the_compute_line_shows_the_values_across_k_it_was_taken_from"),
         'tests/test_reading_r10g.py::test_the_compute_line_shows_the_values_across_k_it_was_taken_from'),
+    # r10b
+    "course_lib.lessons.l02_linear_scaling.rule_reading": (
+        'tests/test_reading_r10b.py::test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target',
+        'tests/test_reading_r10b.py::test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target'),
 }
 # fmt: on
 

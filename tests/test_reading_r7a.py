@@ -140,15 +140,16 @@ def test_the_row_gradient_reading_names_the_rows_it_measured():
     assert text.startswith("||g||/||w|| differs between NeuMF's layers by 112x at batch 256 and 1375x at batch 32768")
     last = text.splitlines()[-1]
     assert last == ("An item embedding row's gradient (the MLP's item table: the rows measured) grows with its "
-                    "frequency in the batch (log-log slope 0.73 at B=256, 0.64 at B=32768; 0.5-1 means it grows): rare "
-                    "items get small gradients, so small SGD steps."), last
+                    "frequency in the batch (log-log slope 0.73 ± 0.00 at B=256, 0.64 ± 0.00 at B=32768; ± is one "
+                    "standard error of the fit; 0.5-1 means it grows): rare items get small gradients, so small SGD "
+                    "steps."), last  # ± 0.00: _rows lie on their lines (r10b 04-H2 added the error)
     assert "users" not in last
     # opposite: a slope that does not grow at the large batch (the 2026-12-01 run's 0.09): no "small gradients" clause,
     # the rows still named
     flat = {"layers": _layers(RUN_NORMS), "rows": _rows({256: 0.73, 32768: 0.09}, {256: -3.3, 32768: -5.5})}
     last = L04.reading(flat).splitlines()[-1]
     assert last.startswith("An item embedding row's gradient (the MLP's item table: the rows measured) against its "
-                           "frequency in the batch: log-log slope 0.73 at B=256, 0.09 at B=32768")
+                           "frequency in the batch: log-log slope 0.73 ± 0.00 at B=256, 0.09 ± 0.00 at B=32768")
     assert "it grows at B=256 only" in last and "small gradients" not in last
     assert last.endswith("it grows at B=256 only: at a large batch most rows appear many times, and their gradient is "
                          "mostly signal.")

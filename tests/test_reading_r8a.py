@@ -150,7 +150,7 @@ def test_the_warmup_takeaway_says_a_within_the_seed_range_verdict_once():
                              "0.580 to 0.588 over 2 seeds with it)"), within
     assert within.count("no measurable difference") == 1
     disagree = L03.takeaway(_decided([6.778, 7.489], [7.754, 6.616]), rung)
-    assert disagree.startswith("Here warmup made no measurable difference (the seeds disagree (time to target:")
+    assert disagree.startswith("Here warmup made no measurable difference: the seeds disagree (time to target:")
     assert disagree.count("no measurable difference") == 1
     assert L03.takeaway(_decided([6.0, 6.1], [9.0, 9.2]), rung).startswith("Here warmup helped beyond the seeds' noise")
 

@@ -184,8 +184,12 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     # the verdict's own words, not said twice: noise_verdict words it "no measurable difference: the seeds disagree
     # (...)" or "no measurable difference (..., within the seed range ...)" (read r8a 03-2, eighth full run: "Here
     # warmup made no measurable difference (no measurable difference (time to target: ...)): without it ...")
+    # read r10b 03-S1 (tenth full run): "no measurable difference (the seeds disagree (time to target: ...)): without
+    # it": the seeds' words follow a colon, as the verdict says them, not a second pair of parentheses
     said = verdict.removeprefix("no measurable difference: ").removeprefix("no measurable difference ")
-    said = said if said.startswith("(") and said.endswith(")") else f"({said})"
-    return (f"Here warmup made no measurable difference {said}: without it nothing blew up{start}. {quoted}; "
+    said = (f"{said}:" if said.startswith("(") and said.endswith(")") else
+            f": {said};" if verdict.startswith("no measurable difference: ") else f"({said}):")
+    said = said if said.startswith(":") else f" {said}"
+    return (f"Here warmup made no measurable difference{said} without it nothing blew up{start}. {quoted}; "
             "with Adam at this batch and lr the scaled step was already safe on this machine, so warmup keeps its "
             "rung as measured, and the next lessons build on the best rung below it.")

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..budget import Runs, SizedPlan, size_plan
-from ..metrics import hr_standard_error, line_fit
+from ..metrics import hr_standard_error, line_fit, slope_standard_error
 from ..tables import Table, cell_text
 from ..sweeps import BLOW_UP_LOSS, blew_up, fastest
 from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, steps_per_epoch, throughput
@@ -73,16 +73,34 @@ def layer_norms_table(measured: dict) -> Table:
     return t
 
 
+def _log_rows(measured: dict):
+    """Per batch size, the touched rows' log frequency and log gradient norm (rows with a gradient)."""
+    for b, (freq, norm) in measured["rows"].items():
+        keep = norm > 0
+        yield b, freq[keep].log().tolist(), norm[keep].log().tolist()
+
+
 def frequency_slope(measured: dict) -> dict[int, float]:
     """Per batch size, the least-squares slope of log(row gradient norm) on log(row frequency):
     about 1 when a row's gradient is proportional to how often it appears."""
     slopes = {}
-    for b, (freq, norm) in measured["rows"].items():
-        keep = norm > 0
-        fit = line_fit(freq[keep].log().tolist(), norm[keep].log().tolist())
+    for b, xs, ys in _log_rows(measured):
+        fit = line_fit(xs, ys)
         if fit is not None:
             slopes[b] = fit[1]
     return slopes
+
+
+def frequency_slope_errors(measured: dict) -> dict[int, float]:
+    """Per batch size, the standard error of :func:`frequency_slope`'s slope (read r10b 04-H2, tenth full run: "log-log
+    slope 0.73 at B=256" where every touched row was seen once or twice: a slope from two frequencies, whose error
+    the reading did not give)."""
+    errors = {}
+    for b, xs, ys in _log_rows(measured):
+        se = slope_standard_error(xs, ys)
+        if se is not None:
+            errors[b] = se
+    return errors
 
 
 NOISE_EXPONENT, SIGNAL_EXPONENT = 0.35, 0.15  # between them: a mix of both
@@ -121,6 +139,14 @@ def layer_scaling_table(measured: dict) -> Table:
     return t
 
 
+def signal_share(change: float, k: float) -> float:
+    """The signal's share of ``||g||²`` at the larger of two batch sizes ``k`` times apart, from ``||g||² = S + N / B``
+    (signal S, per-sample noise N) at both and the measured fall ``change`` of ``||g||`` between them:
+    ``(k - change²) / (k - 1)``, clipped to [0, 1] (a fall of sqrt(k) or more: all noise; none: all signal). At the
+    smaller batch the share is this over ``change²``."""
+    return min(1.0, max(0.0, (k - change ** 2) / (k - 1))) if k > 1 else math.nan
+
+
 def _span(values: list[float], fmt: str = ".2f") -> str:
     lo, hi = min(values), max(values)
     return f"{lo:{fmt}}x" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}x"
@@ -145,7 +171,7 @@ def reading(measured: dict) -> str:
     if by_regime["noise"]:
         parts.append(f"{', '.join(r['layer'] for r in by_regime['noise'])} fell "
                      f"{_span([r['change'] for r in by_regime['noise']])} (sqrt({hi // lo}) = {root:.1f}): "
-                     "mostly noise, "
+                     f"mostly noise at B={lo}, "
                      "which a mean over B samples divides by sqrt(B)")
     if by_regime["signal"]:
         parts.append(f"{', '.join(r['layer'] for r in by_regime['signal'])} changed "
@@ -158,9 +184,23 @@ def reading(measured: dict) -> str:
                  + ("Every layer is in the same regime here, so the batch moved them alike."
                     if alike else "The batch size does not divide every gradient alike: it shrinks the noise, "
                     "not the signal."))
-    slopes = frequency_slope(measured)
+    # read r10b 04-H3 (tenth full run): "mlp_user.weight, mlp_item.weight fell 6.72-7.24x (sqrt(128) = 11.3): mostly
+    # noise" while by the same arithmetic their signal is 60-65 % of ||g||² at B=32768, the race's batch (mlp.0.weight,
+    # "between the two", 96 %): a layer whose noise fell below its signal inside the range is said to have crossed
+    k = hi / lo
+    crossed = [(r, signal_share(r["change"], k)) for r in scaling if r["regime"] in ("noise", "mixed")
+               and math.isfinite(r["change"]) and r["change"] > 0]
+    crossed = [(r, sh) for r, sh in crossed if sh >= 0.5 and sh / r["change"] ** 2 < 0.5]
+    if crossed:
+        shares = ", ".join(f"{sh:.0%} for {r['layer']}" for r, sh in sorted(crossed, key=lambda x: x[1]))
+        lines.append(f"Read as ||g||² = signal + noise / B (one batch at each size), a fall short of sqrt({hi // lo}) "
+                     f"puts the signal's share of ||g||² at B={hi} at {shares}: mostly noise at B={lo}, these "
+                     f"layers' gradients are mostly signal at B={hi}.")
+    slopes, errors = frequency_slope(measured), frequency_slope_errors(measured)
     grows = {b: 0.5 <= s_ <= 1.2 for b, s_ in slopes.items()}
-    said = ", ".join(f"{s_:.2f} at B={b}" for b, s_ in sorted(slopes.items()))
+    said = ", ".join(f"{s_:.2f}" + (f" ± {errors[b]:.2f}" if b in errors else "") + f" at B={b}"
+                     for b, s_ in sorted(slopes.items()))
+    said += "; ± is one standard error of the fit" if errors else ""
     # read r7a 04-1 (seventh full run): "rare users and items get small steps" under slopes measured on the MLP item
     # table's rows alone (layer_gradient_norms), and on gradients, not steps: the sentences name what was measured
     row = "An item embedding row's gradient (the MLP's item table: the rows measured)"
@@ -200,12 +240,40 @@ def dead_layers(history: dict, *, tail: float = 0.5) -> dict[str, int]:
     return out
 
 
+SPIKE_FACTOR = 100  # a trust ratio this many times its run's median: ||g|| / ||w|| fell that far, for a while
+
+
+def spikes(history: dict, *, factor: float = SPIKE_FACTOR) -> dict[str, tuple[float, int, float]]:
+    """The adapted layers of a LARS/LAMB run whose trust ratio rose to ``factor`` times its median or more, and were
+    not left dead (:func:`dead_layers`): ``{layer: (peak, its step, median)}``. The ratio is ``eta ||w|| / ||g||``, so
+    a peak is a stretch where the layer's gradient nearly vanished and came back (read r10b 04-H1, tenth full run:
+    the plot showed mlp.0.weight's ratio near 4e4 at step 32 over a median of 36.98, and neither the table's first,
+    median, last nor the reading said so)."""
+    steps, dead, out = history.get("step", []), dead_layers(history), {}
+    for name, ratios in history.get("trust_ratio", {}).items():
+        if not ratios or name in dead:
+            continue
+        median = sorted(ratios)[len(ratios) // 2]
+        i = max(range(len(ratios)), key=ratios.__getitem__)
+        if median > 0 and ratios[i] >= factor * median:
+            out[name] = (ratios[i], steps[i] if i < len(steps) else i, median)
+    return out
+
+
 def dead_layers_reading(history: dict, *, lr: float | None = None) -> str:
-    """What :func:`dead_layers` found, as a sentence the lesson prints under the trust-ratio table."""
+    """What :func:`dead_layers` found, as a sentence the lesson prints under the trust-ratio table; where no layer died,
+    the layers whose gradient nearly vanished for a while (:func:`spikes`), from the table's peak columns."""
     dead = dead_layers(history)
     if not dead:
+        near = spikes(history)
+        if not near:
+            return ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
+                    "gradient to the end")
+        said = "; ".join(f"{name} {cell_text(peak)} at step {step} (median {cell_text(median)})"
+                         for name, (peak, step, median) in sorted(near.items()))
         return ("no layer's trust ratio sat at exactly 1 (the zero-gradient fallback): every adapted layer kept a "
-                "gradient to the end")
+                f"gradient to the end. But the ratio peaked at {SPIKE_FACTOR}x its median or more for {said}: the "
+                "ratio is ||w|| / ||g||, so there the layer's gradient nearly vanished, and came back")
     at = min(dead.values())
     lr_text = f" at lr {lr:g}" if lr is not None else ""
     return (f"{', '.join(sorted(dead))}: trust ratio exactly 1 from step {at} to the end. That is the fallback for a "
@@ -219,12 +287,14 @@ def trust_ratio_table(history: dict) -> Table:
     """Each adapted layer's trust ratio over a LARS/LAMB run (its ``history``): first, median and last sample,
     and the step from which it sat at the zero-gradient fallback (:func:`dead_layers`), the rows
     :func:`dead_layers_reading` reads."""
-    dead = dead_layers(history)
-    t = Table(["layer", "first", "median", "last", "exactly 1 (no gradient) from step"],
+    dead, steps = dead_layers(history), history.get("step", [])
+    t = Table(["layer", "first", "median", "peak", "peak at step", "last", "exactly 1 (no gradient) from step"],
               title="trust ratio over the run")
     for name, v in sorted(history.get("trust_ratio", {}).items()):
         if v:
-            t.add(layer=name, first=v[0], median=sorted(v)[len(v) // 2], last=v[-1],
+            i = max(range(len(v)), key=v.__getitem__)  # the peak: spikes() reads it against the median
+            t.add(layer=name, first=v[0], median=sorted(v)[len(v) // 2], peak=v[i],
+                  **{"peak at step": steps[i] if i < len(steps) else i}, last=v[-1],
                   **{"exactly 1 (no gradient) from step": dead.get(name, "—")})
     return t
 
