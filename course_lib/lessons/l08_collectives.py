@@ -136,9 +136,12 @@ def bandwidth_table(result: CollectivesResult, p: int) -> Table:
     return t
 
 
+MEASURED_LINK = "this machine (measured)"  # the name :func:`links` gives the learner's own link
+
+
 def links(alpha: float, beta: float) -> dict[str, tuple[float, float]]:
     """The learner's link (measured) next to the quoted interconnects: name -> (alpha, beta)."""
-    out = {"this machine (measured)": (alpha, beta)}
+    out = {MEASURED_LINK: (alpha, beta)}
     for name, q in cost.QUOTED_INTERCONNECTS.items():
         out[f"{name} (quoted)"] = (q["alpha_s"], 1.0 / q["bandwidth_Bps"])
     return out
@@ -853,7 +856,7 @@ def predicted_step_s(row: dict, compute_s: float, link: tuple[float, float], p: 
 
 
 def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64), reference: str = "fp32 all-reduce",
-                             no_comm: str = NO_COMM_METHOD) -> list[dict]:
+                             no_comm: str = NO_COMM_METHOD, measured_p: int | None = 2) -> list[dict]:
     """Per model, link and ``p``: each method's predicted time to the quality it reached, against the
     reference's time to the same quality (its steps less the steps the method lost); speedup > 1 pays.
 
@@ -861,6 +864,11 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
     of the model -- on a quiet machine that of ``no_comm``, whose steps send nothing; on a shared one the
     smallest is the least disturbed. A method's own compute (top-k's selection, PowerSGD's products) is
     left out of the prediction; the measured step times show it on this machine.
+
+    On :data:`MEASURED_LINK` at ``measured_p`` (the ranks the runs themselves ran on) the runs are that
+    configuration, so each row also carries the measured speedup, from the measured step times (#37, full run of
+    2026-12-03, read r10d: "NeuMF on this machine (measured), p = 2: delayed averaging pays most ...: 1.22x faster"
+    beside a measured delayed-averaging step of 12.33 ms against fp32's 12.78 and local SGD H=4's 8.032).
     """
     out = []
     for model in dict.fromkeys(r["model"] for r in summary):
@@ -879,7 +887,11 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
                     out.append({"model": model, "link": name, "p": p, "method": r["method"],
                                 "bytes_ratio": r["bytes_ratio"], "steps_lost": r["steps_lost"], "steps": r["steps"],
                                 "step_s": t, "reference_step_s": t_ref, "compute_s": compute,
-                                "speedup": (ref_steps * t_ref) / (r["steps"] * t) if t > 0 else math.inf})
+                                "speedup": (ref_steps * t_ref) / (r["steps"] * t) if t > 0 else math.inf,
+                                "measured_speedup": ((ref_steps * ref["step_s"]) / (r["steps"] * r["step_s"])
+                                                     if name == MEASURED_LINK and p == measured_p and r["step_s"] > 0
+                                                     else None),
+                                "measured_step_s": r["step_s"], "measured_reference_step_s": ref["step_s"]})
     return out
 
 
@@ -904,7 +916,36 @@ def compression_verdict(rows: list[dict], margin: float = 1.05) -> str:
             comm_ms = (best["reference_step_s"] - best["compute_s"]) * 1e3
             lines.append(f"{where}: nothing pays: an fp32 step is predicted at {best['reference_step_s'] * 1e3:.3g} ms,"
                          f" {comm_ms:.3g} ms of it communication; {_why_nothing_pays(best, margin)}")
+        lines[-1] += _measured_clause(group, best, margin)
     return "\n".join(lines)
+
+
+def _measured_clause(group: list[dict], predicted: dict, margin: float) -> str:
+    """Where the runs themselves are the configuration a verdict line predicts (``measured_speedup`` set: this
+    machine's link at the runs' ranks), what they measured: the method that paid most, and the predicted one's
+    measured speedup where the two differ (#37, read r10d: the p = 2 line on this machine named delayed averaging,
+    1.22x, whose measured step, 12.33 ms against fp32's 12.78, was 1.04x, while local SGD H=4 measured 1.59x)."""
+    measured = [r for r in group if r.get("measured_speedup") is not None]
+    if not measured:
+        return ""
+    top = max(measured, key=lambda r: r["measured_speedup"])
+    ref_ms = top["measured_reference_step_s"] * 1e3
+
+    def said(r):
+        return (f"{r['method']} {r['measured_speedup']:.2f}x (its step {r['measured_step_s'] * 1e3:.4g} against "
+                f"fp32's {ref_ms:.4g} ms, {r['steps_lost']} of {r['steps']} steps lost)")
+    if top["measured_speedup"] <= margin:
+        head = f"; measured on these {top['p']} ranks nothing paid (the best, {said(top)})"
+    else:
+        head = f"; measured on these {top['p']} ranks, {said(top)} paid most"
+    pays = predicted["speedup"] > margin
+    if top["method"] == predicted["method"] or not pays:
+        return head + (": the prediction held" if (top["measured_speedup"] > margin) == pays else
+                       ": the prediction did not hold here")
+    if predicted.get("measured_speedup") is not None and predicted["measured_speedup"] > margin:
+        return head + f", and {said(predicted)}: it paid, as predicted, if less than {top['method']}"
+    return (head + f", and {said(predicted)}: the prediction did not hold here (the methods' own compute, and "
+            "communication that shares the cores with it, are not in the model)")
 
 
 def _why_nothing_pays(best: dict, margin: float) -> str:
@@ -933,6 +974,9 @@ def named_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
         key = (r["model"], r["link"], r["p"])
         if key not in best or r["speedup"] > best[key]["speedup"]:
             best[key] = r
+        if r.get("measured_speedup") is not None and (  # the one its measured clause names (_measured_clause)
+                (key, "m") not in best or r["measured_speedup"] > best[(key, "m")]["measured_speedup"]):
+            best[(key, "m")] = r
     return {(r["model"], r["link"], r["method"]) for r in best.values()}
 
 
@@ -945,8 +989,11 @@ def compression_verdict_table(rows: list[dict], p: int | None = None, named_only
     ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
     per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
     named = named_methods(rows) if named_only else None
+    measured = [r for r in rows if r.get("measured_speedup") is not None and r["p"] in ps]
+    m_col = f"measured speedup at p = {measured[0]['p']}" if measured else None  # the runs' own (_measured_clause)
     t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "compute (ms)"]
-              + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")],
+              + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")]
+              + ([m_col] if m_col else []),
               title=f"predicted at p = {', '.join(map(str, ps))} (this machine's compute; links as above; speedup: "
                     "to the same quality)" + ("; the methods the verdict names, per model and link (all of them: "
                                               "study.compression_verdict_table(compression_verdict))" if named_only
@@ -965,6 +1012,9 @@ def compression_verdict_table(rows: list[dict], p: int | None = None, named_only
                 row.update({f"step (ms){tag}": mine[q]["step_s"] * 1e3,
                             f"fp32 step (ms){tag}": mine[q]["reference_step_s"] * 1e3,
                             f"speedup{tag}": mine[q]["speedup"]})
+        if m_col:
+            got = [r["measured_speedup"] for r in mine.values() if r.get("measured_speedup") is not None]
+            row[m_col] = got[0] if got else "-"
         t.add(**row)
     return t
 

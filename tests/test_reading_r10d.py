@@ -1,0 +1,49 @@
+"""Readings of lessons 08-10 against the full run of 2026-12-03 (read r10d, #37): each test feeds that run's
+numbers and an opposite case."""
+from course_lib.lessons import l08_collectives as L08
+
+FP32_BYTES = 3784068
+# lesson 08 cell 37 of the run: NeuMF's methods on 2 ranks (bytes per step, median step in ms, steps lost of 128)
+NEUMF = [("fp32 all-reduce", FP32_BYTES, 12.78, 0), ("PowerSGD rank 1", 80532, 21.86, 0),
+         ("PowerSGD rank 4", 320196, 27.31, 0), ("top-0.1% + error feedback", 11364, 27.19, 0),
+         ("top-0.1%, no error feedback", 11364, 24.93, 0), ("local SGD H=1", FP32_BYTES, 16.28, 0),
+         ("local SGD H=4", 946017, 8.032, 0), ("local SGD H=16", 236504, 8.158, 0),
+         ("delayed averaging", FP32_BYTES, 12.33, 0)]
+
+
+def _neumf(rows=NEUMF, steps=128):
+    def messages(method, b):
+        if method.startswith("local SGD"):  # the weights, every H steps
+            return [("all_reduce", FP32_BYTES)] * (steps * b // FP32_BYTES)
+        return [("all_reduce", b)] * steps
+    return [{"model": "NeuMF", "method": m, "bytes_per_step": b, "bytes_ratio": FP32_BYTES / b, "step_s": ms / 1e3,
+             "steps_lost": lost, "steps": steps, "steady_steps": steps, "messages": messages(m, b)}
+            for m, b, ms, lost in rows]
+
+
+def _p2_line(summary):
+    rows = L08.compression_verdict_rows(summary, L08.links(86.2e-6, 1 / 2.70e9), ps=(2, 64))
+    lines = L08.compression_verdict(rows).splitlines()
+    return rows, next(line for line in lines if line.startswith("NeuMF on this machine (measured), p = 2:"))
+
+
+def test_compression_verdict_on_this_machine_at_the_runs_ranks_says_what_was_measured():
+    # 08-C1: "NeuMF on this machine (measured), p = 2: delayed averaging pays most ...: 1.22x faster" while the
+    # runs, on these very 2 ranks, measured delayed averaging at 12.33 ms, fp32 at 12.78 and local SGD H=4 at 8.032
+    rows, line = _p2_line(_neumf())
+    assert "delayed averaging pays most" in line, line  # the model's answer, as before
+    assert "measured on these 2 ranks, local SGD H=4 1.59x (its step 8.032 against fp32's 12.78 ms" in line, line
+    assert "delayed averaging 1.04x" in line and "the prediction did not hold here" in line, line
+    table = str(L08.compression_verdict_table(rows, named_only=True))
+    assert "measured speedup at p = 2" in table and "local SGD H=4" in table and "1.591" in table
+    # the quoted links and p = 64 are not what ran: no measured clause there
+    other = [ln for ln in L08.compression_verdict(rows).splitlines() if "p = 64" in ln or "(quoted)" in ln]
+    assert other and not any("measured on these" in ln for ln in other)
+
+
+def test_compression_verdict_says_the_prediction_held_where_the_measured_steps_agree():
+    # the opposite: delayed averaging's step hid its all-reduce here (8.1 ms), the others as slow as fp32 or slower
+    agree = [(m, b, 8.1 if m == "delayed averaging" else max(ms, 12.78), lost) for m, b, ms, lost in NEUMF]
+    _, line = _p2_line(_neumf(agree))
+    assert "measured on these 2 ranks, delayed averaging 1.58x" in line, line
+    assert line.endswith(": the prediction held"), line
