@@ -1,6 +1,14 @@
 """Readings of lessons 08-10 against the full run of 2026-12-03 (read r10d, #37): each test feeds that run's
 numbers and an opposite case."""
-from course_lib.lessons import l08_collectives as L08
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from course_lib.lessons import l08_collectives as L08  # noqa: E402
+from course_lib.lessons import l10_model_parallelism as L10  # noqa: E402
+from test_reading_agreement_i37h import _memory_outs  # noqa: E402
 
 FP32_BYTES = 3784068
 # lesson 08 cell 37 of the run: NeuMF's methods on 2 ranks (bytes per step, median step in ms, steps lost of 128)
@@ -47,3 +55,27 @@ def test_compression_verdict_says_the_prediction_held_where_the_measured_steps_a
     _, line = _p2_line(_neumf(agree))
     assert "measured on these 2 ranks, delayed averaging 1.58x" in line, line
     assert line.endswith(": the prediction held"), line
+
+
+def _model_reading(measured, predicted):
+    """Lesson 10's model_reading over DDP, ZeRO-1 and FSDP2 steps (s), measured and predicted."""
+    outs = _memory_outs(measured["FSDP2"], measured["DDP"])
+    for o in outs:
+        o["ZeRO-1"] = {**o["ZeRO-1"], "step_s": measured["ZeRO-1"]}
+    o = outs[0]
+    pred = {name: SimpleNamespace(state_bytes=sum(o[name][k] for k in ("parameters", "gradients", "optimizer_state")),
+                                  sent_bytes=o[name]["sent_bytes"], step_s=s) for name, s in predicted.items()}
+    return L10.model_reading(outs, pred)
+
+
+def test_the_model_reading_says_an_over_prediction_is_not_the_overhead_it_leaves_out():
+    # 10-C1: the takeaway put "off by DDP +10%, ZeRO-1 +17%, FSDP2 -24%" down to "(it leaves out the per-step
+    # overhead)": leaving out a cost can only under-predict, and two of the three were over
+    run = _model_reading({"DDP": 0.059, "ZeRO-1": 0.0527, "FSDP2": 0.0836},
+                         {"DDP": 0.0647, "ZeRO-1": 0.0619, "FSDP2": 0.0635})
+    assert "off by DDP +10%, ZeRO-1 +17%, FSDP2 -24% (DDP and ZeRO-1 over, although" in run, run
+    assert "can only make it under-predict" in run and "; FSDP2 under)." in run, run
+    # the opposite: all under, the overhead it leaves out is the reason given (r8c's sentence, unchanged)
+    under = _model_reading({"DDP": 0.059, "ZeRO-1": 0.0527, "FSDP2": 0.0836},
+                           {"DDP": 0.050, "ZeRO-1": 0.045, "FSDP2": 0.0635})
+    assert "(all under: it leaves out the per-step overhead" in under and "over, although" not in under, under
