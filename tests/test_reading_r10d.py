@@ -96,3 +96,31 @@ def test_the_staleness_reading_says_what_dropping_the_stash_cost():
     # the opposite: the unstashed run at p = 4 ends 5% worse
     worse = L10.staleness_reading(_conv(0.3445, {2: 0.3553, 4: 0.3720}, {2: 0.3551, 4: 0.3906}), {}, True)
     assert "stashed; it cost convergence at p = 4." in worse and "nothing measurable here" not in worse, worse
+
+
+def _servers(sync_curve):
+    from course_lib.parallel import staleness
+
+    def rec(label, mode, straggler, updates, loss, ttt, curve):
+        return {"label": label, "mode": mode, "straggler_rank": 2 if straggler else None, "delay_s": 0.02,
+                "updates": updates, "updates_per_s": updates / 2.0, "max_staleness": 27 if mode == "async" else 0,
+                "mean_staleness": 2.0 if mode == "async" else 0.0, "final_loss": loss, "time_to_target_s": ttt,
+                "curve": {"loss": curve}}
+    # lesson 08 cell 34 of the run: the four parameter-server runs (curves: their best and final losses)
+    return staleness.server_reading([
+        rec("sync", "sync", False, 743, 1.0746, 0.1395, sync_curve),
+        rec("async", "async", False, 1869, 1.5185, 0.06868, [2.4, 0.97, 1.5185]),
+        rec("sync, rank 2 +20 ms", "sync", True, 88, 0.9300, 1.138, [2.4, 1.2, 0.9300]),
+        rec("async, rank 2 +20 ms", "async", True, 1651, 1.5186, 0.05956, [2.4, 0.965, 1.5186])])
+
+
+def test_the_server_reading_says_the_synchronous_loss_rose_too():
+    # 08-H1: "its loss rose again after it reached the target (best 0.965, final 1.519)" of the asynchronous run
+    # alone, while the synchronous run without the straggler rose from about 0.91 to 1.075 (the figure)
+    run = _servers([2.4, 0.912, 1.0746])
+    assert "(best 0.965, final 1.519), so which run is ahead depends on when they are read" in run, run
+    assert ("; so did the synchronous run's without the straggler (best 0.912, final 1.075 after 743 updates): the "
+            "loss climbs with updates in either schedule, and the final losses set 1651 asynchronous updates against "
+            "88 synchronous ones.") in run, run
+    # the opposite: the synchronous run ended at its best
+    assert "so did the synchronous" not in _servers([2.4, 1.0, 1.0746])
