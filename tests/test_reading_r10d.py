@@ -124,3 +124,14 @@ def test_the_server_reading_says_the_synchronous_loss_rose_too():
             "88 synchronous ones.") in run, run
     # the opposite: the synchronous run ended at its best
     assert "so did the synchronous" not in _servers([2.4, 1.0, 1.0746])
+
+
+def test_the_time_to_target_title_says_its_step_times_are_the_models():
+    # 09-H2: "(step times measured here; ...)" over the model's step column: 25.05 ms at batch 16384, measured 50.16
+    from course_lib.lessons import l09_performance_model as L09
+
+    for fitted in (None, (2000.0, 4096.0)):
+        title = L09.time_to_target_title(fitted)
+        assert "measured here" not in title and "step times: the model's" in title, title
+    assert "illustrative" in L09.time_to_target_title(None)
+    assert "lesson 02's fit" in L09.time_to_target_title((2000.0, 4096.0))

@@ -536,10 +536,13 @@ def steps_fit(rows: list[dict] | None) -> tuple[tuple[float, float] | None, str]
 
 
 def time_to_target_title(fitted) -> str:
-    """The title of lesson 09's time-to-target table: "predicted" from lesson 02's fit, or "illustrative"."""
+    """The title of lesson 09's time-to-target table: "predicted" from lesson 02's fit, or "illustrative". Its step
+    times are the model's (#37, full run of 2026-12-03, read r10d: "step times measured here" over a step of 25.05 ms
+    at batch 16384, where the step measured at that batch was 50.16 ms)."""
     where = ("steps from lesson 02's fit" if fitted else
              "steps from the illustrative S_min and B_crit above, not from this machine's runs")
-    return f"NeuMF on one rank of this machine: time to target, predicted (step times measured here; {where})"
+    return (f"NeuMF on one rank of this machine: time to target, predicted (step times: the model's, from this "
+            f"machine's probe and per-step overhead; {where})")
 
 
 def knee_line(knee: int | None, fitted) -> str:
