@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from course_lib.lessons import l08_collectives as L08  # noqa: E402
 from course_lib.lessons import l10_model_parallelism as L10  # noqa: E402
 from test_reading_agreement_i37h import _memory_outs  # noqa: E402
+from test_reading_r8c import _row as _l09_row  # noqa: E402
 
 FP32_BYTES = 3784068
 # lesson 08 cell 37 of the run: NeuMF's methods on 2 ranks (bytes per step, median step in ms, steps lost of 128)
@@ -135,3 +136,24 @@ def test_the_time_to_target_title_says_its_step_times_are_the_models():
         assert "measured here" not in title and "step times: the model's" in title, title
     assert "illustrative" in L09.time_to_target_title(None)
     assert "lesson 02's fit" in L09.time_to_target_title((2000.0, 4096.0))
+
+
+# lesson 09 cell 17 of the run: the comparison table, (model, batch, ranks, predicted ms, measured ms)
+L09_RUN = [_l09_row(*r) for r in [
+    ("neumf", 1024, 1, 10.28, 8.518), ("neumf", 1024, 2, 16.78, 13.78), ("neumf", 4096, 1, 13.57, 15.12),
+    ("neumf", 4096, 2, 18.74, 14.65), ("neumf", 16384, 1, 26.61, 50.16), ("neumf", 16384, 2, 26.35, 35.33),
+    ("bert-mini", 8, 1, 227.6, 231), ("bert-mini", 8, 2, 211.2, 170.6), ("bert-mini", 16, 1, 394.5, 430),
+    ("bert-mini", 16, 2, 281.8, 288.9), ("bert-mini", 32, 1, 762.4, 858.5), ("bert-mini", 32, 2, 435.3, 558.4)]]
+
+
+def test_the_l09_verdict_says_whose_repeatability_the_calibration_steps_measure():
+    # 09-H1: "-1% and -2% apart: this machine's repeatability" from two bert-mini steps, where NeuMF has none (and its
+    # tiny step, 9.124 ms, measured slower than its batch-1024 step, 8.518 ms)
+    from course_lib.lessons import l09_performance_model as L09
+
+    text = L09.verdict(L09_RUN, goal=0.25)
+    assert ("the two timings were -1% and -2% apart: the repeatability of bert-mini's steps; neumf has no "
+            "calibration step here, so its repeatability is not measured): 22% (within") in text, text
+    # the opposite: every model has its calibration steps, which then do stand for this machine
+    both = L09_RUN + [_l09_row("neumf", 8, 1, 9.0, 9.1), _l09_row("neumf", 16, 2, 12.0, 12.2)]
+    assert "apart: this machine's repeatability)" in L09.verdict(both, goal=0.25)

@@ -381,6 +381,17 @@ def calibration_step(row: dict) -> bool:
     return row["batch"] == TINY_BATCH * row["ranks"]
 
 
+def _repeatability_of(rows: list[dict], left: list[dict]) -> str:
+    """Whose repeatability the calibration steps ``left`` measure: their models' steps, and which models of ``rows``
+    have none (#37, full run of 2026-12-03, read r10d: "-1% and -2% apart: this machine's repeatability" from two
+    bert-mini steps of 230 ms, where NeuMF's tiny step, 9.124 ms, was slower than its batch-1024 step, 8.518 ms)."""
+    timed = list(dict.fromkeys(r["model"] for r in left))
+    untimed = [m for m in dict.fromkeys(r["model"] for r in rows) if m not in timed]
+    return (f"the repeatability of {' and '.join(timed)}'s steps" if untimed else "this machine's repeatability") + (
+        f"; {' and '.join(untimed)} {'has' if len(untimed) == 1 else 'have'} no calibration step here, so "
+        f"{'its' if len(untimed) == 1 else 'their'} repeatability is not measured" if untimed else "")
+
+
 def verdict(rows: list[dict], goal: float = 0.25) -> str:
     """How far the model was off here, read from the rows; the calibration steps (:func:`calibration_step`) are
     left out, and said so (#37, full run of 2026-12-01: BERT at 8 on 1 rank and 16 on 2 ranks, -2 % and +4 %,
@@ -399,7 +410,7 @@ def verdict(rows: list[dict], goal: float = 0.25) -> str:
             # read +59% (bert-mini at 16 on 2 ranks: 347.5 against 218 ms); left out unread, that repeatability was
             # hidden from the medians it bounds
             + "; each is the same step timed twice, and the two timings were "
-            + " and ".join(f"{r['error']:+.0%}" for r in left) + " apart: this machine's repeatability)")
+            + " and ".join(f"{r['error']:+.0%}" for r in left) + " apart: " + _repeatability_of(rows, left) + ")")
     rows = held
     med = median_error(rows)
     worst = max(rows, key=lambda r: abs(r["error"]))
