@@ -157,3 +157,25 @@ def test_the_l09_verdict_says_whose_repeatability_the_calibration_steps_measure(
     # the opposite: every model has its calibration steps, which then do stand for this machine
     both = L09_RUN + [_l09_row("neumf", 8, 1, 9.0, 9.1), _l09_row("neumf", 16, 2, 12.0, 12.2)]
     assert "apart: this machine's repeatability)" in L09.verdict(both, goal=0.25)
+
+
+def _topk(no_ef_lost):
+    """Lesson 08 cell 37's NeuMF top-k rows: final losses per seed and held-out HR@10, fp32's too."""
+    def row(method, losses, metrics, lost):
+        return {"model": "NeuMF", "method": method, "final_losses": losses, "metrics": metrics, "metric_name": "HR@10",
+                "steps_lost": lost, "steps": 128}
+    return [row("fp32 all-reduce", [0.4732, 0.4658, 0.4684], [0.3551, 0.3649, 0.36], 0),
+            row("top-0.1% + error feedback", [0.4798, 0.4712, 0.4732], [0.3609, 0.3667, 0.364], 0),
+            row("top-0.1%, no error feedback", [0.4929, 0.4864, 0.4876], [0.3579, 0.3687, 0.362], no_ef_lost)]
+
+
+def test_the_topk_reading_says_whether_the_held_out_metric_showed_it():
+    # 08-H2: "without error feedback top-k ends measurably worse" from the training loss, where the held-out HR@10
+    # the lesson's steps lost read lost 0 of 128 steps with and without
+    run = L08.topk_reading(_topk(0), "NeuMF")
+    assert "ends measurably worse in training loss" in run, run
+    assert ("; on the held-out metric it did not show (HR@10 0.3579..0.3687 without, 0.3609..0.3667 with, 0 and 0 "
+            "of 128 steps lost).") in run, run
+    # the opposite: without error feedback it also lost held-out steps
+    lossy = L08.topk_reading(_topk(9), "NeuMF")
+    assert "; held-out too (HR@10 0.3579..0.3687 without, 0.3609..0.3667 with, 9 and 0 of 128 steps lost)" in lossy
