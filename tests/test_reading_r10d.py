@@ -179,3 +179,20 @@ def test_the_topk_reading_says_whether_the_held_out_metric_showed_it():
     # the opposite: without error feedback it also lost held-out steps
     lossy = L08.topk_reading(_topk(9), "NeuMF")
     assert "; held-out too (HR@10 0.3579..0.3687 without, 0.3609..0.3667 with, 9 and 0 of 128 steps lost)" in lossy
+
+
+def test_the_l08_verdict_names_which_of_tree_and_butterfly_won_the_smallest_message():
+    # 08-S2: "the tree/butterfly won the smallest message" where, at 1 KiB on the links at p = 4, the tree took
+    # 2463 us and recursive doubling 4587 (the ring 8423)
+    from course_lib.comm.bench import CollectivesResult
+    from test_collectives import HOST_SIZES, HOST_US, LINK_SIZES, _links, _rows
+
+    host = CollectivesResult(_rows(HOST_SIZES, HOST_US))
+
+    def last(rd, tree):
+        us = {4: {"ring": [8423, 6217, 6695, 10710, 25920], "recursive doubling": [rd, 2712, 5088, 9149, 36830],
+                  "tree": [tree, 2548, 2630, 11530, 75370]}}
+        return L08.verdict(host, 86.2e-6, 1 / 2.70e9, links=_links(LINK_SIZES, us)).splitlines()[-1]
+    assert last(4587, 2463).startswith("Measured on the independent links at p = 4: the tree won the smallest message")
+    # the opposite: the butterfly faster at 1 KiB
+    assert "p = 4: recursive doubling (the butterfly) won the smallest" in last(2000, 2463)
