@@ -326,6 +326,11 @@ COVERAGE = {
     "course_lib.train.ncf.TrainResult.phase_reading": (
         'tests/test_reading_agreement.py::test_the_phase_reading_quotes_the_phase_table',
         'tests/test_reading_agreement_i37i.py::test_the_phase_reading_follows_the_phases'),
+
+    # r10d
+    "course_lib.lessons.l08_collectives.busbw_reading": (
+        'tests/test_reading_r10d.py::test_the_busbw_reading_quotes_the_ring_tree_table',
+        'tests/test_reading_r10d.py::test_the_busbw_reading_says_whether_busbw_stayed_the_same_across_p'),
 }
 # fmt: on
 

@@ -196,3 +196,43 @@ def test_the_l08_verdict_names_which_of_tree_and_butterfly_won_the_smallest_mess
     assert last(4587, 2463).startswith("Measured on the independent links at p = 4: the tree won the smallest message")
     # the opposite: the butterfly faster at 1 KiB
     assert "p = 4: recursive doubling (the butterfly) won the smallest" in last(2000, 2463)
+
+
+def _ring_tree(ring_gbps, size=16 * 2**20):
+    """ring_tree_rows-like rows from the ring's GB/s sent in all, per p (lesson 08 cell 22's ring-tree table)."""
+    return [{"p": p, "size_bytes": size, "measured": 1.0, "links_model": 0.5, "shared_model": 1.0, "ring_GBps": g,
+             "tree_GBps": 1.0, "ring_busbw_GBps": g / p} for p, g in ring_gbps]
+
+
+RUN_HOST = _ring_tree([(2, 1.584), (3, 2.187), (4, 2.149)])
+RUN_LINKS = _ring_tree([(2, 0.2463), (3, 0.3688), (4, 0.4855)], 2 * 2**20)
+RUN_CLUSTER = {"nodes": 4, "rate": "1gbit"}
+
+
+def test_the_busbw_reading_says_whether_busbw_stayed_the_same_across_p():
+    # 08-H3: the bandwidth table at p = 2 alone (busbw = algbw x 1) under a takeaway that busbw "makes all-reduce
+    # figures comparable across P"; the run's ring moved 0.792/0.729/0.537 GB/s per rank on one host, 0.123/0.123/0.121
+    # on the 1gbit links
+    text = L08.busbw_reading(RUN_HOST, RUN_LINKS, RUN_CLUSTER).splitlines()
+    assert text[0].startswith("On one host the ring's busbw at the largest size was 0.792/0.729/0.537 GB/s at p = "
+                              "2/3/4: 1.47x apart, not comparable across p here: the ranks share one memory"), text
+    assert text[1] == ("On 4 virtual nodes' 1gbit links the ring's busbw at the largest size was 0.123/0.123/0.121 "
+                       "GB/s at p = 2/3/4: within 10%, comparable across p, as the convention means where each rank "
+                       "has a link of its own."), text
+    # the opposite: a host whose busbw held, and links whose did not
+    held = L08.busbw_reading(_ring_tree([(2, 1.6), (3, 2.3), (4, 3.1)]), _ring_tree([(2, 0.25), (3, 0.2), (4, 0.2)]),
+                             RUN_CLUSTER).splitlines()
+    assert "within 10%, comparable across p, as the convention means." in held[0], held
+    assert "not comparable across p here." in held[1], held
+    assert "one p only" in L08.busbw_reading(RUN_HOST[:1])
+
+
+def test_the_busbw_reading_quotes_the_ring_tree_table():
+    from test_reading_agreement import disagreements
+
+    table = L08.ring_tree_table(RUN_HOST, RUN_LINKS, RUN_CLUSTER)
+    assert "ring busbw (GB/s)" in table.columns
+    for host, links in ((RUN_HOST, RUN_LINKS), (_ring_tree([(2, 1.6), (3, 2.3), (4, 3.1)]), None)):
+        said = L08.busbw_reading(host, links, RUN_CLUSTER)
+        table = L08.ring_tree_table(host, links, RUN_CLUSTER)
+        assert disagreements(said, table, extra=[100 * L08.BUSBW_ALIKE, 1]) == [], said  # 10%; "1gbit"

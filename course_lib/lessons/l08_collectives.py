@@ -315,6 +315,8 @@ def ring_tree_rows(result: CollectivesResult) -> list[dict]:
                      "links_model": critical_path_bytes("ring", p, size) / critical_path_bytes("tree", p, size),
                      "shared_model": total_bytes("ring", p, size) / total_bytes("tree", p, size),
                      "ring_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9,
+                     # nccl-tests' busbw, algbw x 2(p-1)/p: the ring's total bytes per second per rank
+                     "ring_busbw_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9 / p,
                      "tree_GBps": total_bytes("tree", p, size) / float(t_tree[-1]) / 1e9})
     return rows
 
@@ -334,7 +336,7 @@ def ring_tree_table(host_rows: list[dict], link_rows: list[dict] | None = None, 
     """The rows :func:`ring_tree_reading` reads (:func:`ring_tree_rows`), on one host and, where they ran, on the
     links: the ring's time over the tree's at the largest size, the two views' predictions, the bytes per second."""
     t = Table(["measured on", "p", "size", "ring/tree measured", "predicted: links", "predicted: shared",
-               "ring GB/s sent", "tree GB/s sent"],
+               "ring GB/s sent", "tree GB/s sent", "ring busbw (GB/s)"],
               title="ring against tree at the largest size measured: which view the times follow")
     where = [("one host", host_rows)] + ([(f"{links['nodes']} virtual nodes, {links['rate']} links", link_rows)]
                                          if link_rows and links else [])
@@ -342,8 +344,37 @@ def ring_tree_table(host_rows: list[dict], link_rows: list[dict] | None = None, 
         for r in rows:
             t.add(**{"measured on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree measured":
                      r["measured"], "predicted: links": r["links_model"], "predicted: shared": r["shared_model"],
-                     "ring GB/s sent": r["ring_GBps"], "tree GB/s sent": r["tree_GBps"]})
+                     "ring GB/s sent": r["ring_GBps"], "tree GB/s sent": r["tree_GBps"],
+                     "ring busbw (GB/s)": r["ring_busbw_GBps"]})
     return t
+
+
+BUSBW_ALIKE = 0.1  # busbw across p within this (max / min - 1): comparable, as nccl-tests means it to be
+
+
+def busbw_reading(host_rows: list[dict], link_rows: list[dict] | None = None, links: dict | None = None) -> str:
+    """Whether the ring's busbw at the largest size (:func:`ring_tree_rows`, the ring-tree table's column) stayed
+    the same across p, the property the convention is for, on one host and, where they ran, on the links (#37, full
+    run of 2026-12-03, read r10d: the bandwidth table was shown at p = 2 alone, where busbw = algbw x 1, under a
+    takeaway that busbw "makes all-reduce figures comparable across P")."""
+    where = [("On one host", host_rows)] + ([(f"On {links['nodes']} virtual nodes' {links['rate']} links", link_rows)]
+                                            if link_rows and links else [])
+    lines = []
+    for name, rows in where:
+        if len(rows) < 2:
+            lines.append(f"{name}: one p only, so busbw cannot be compared across p.")
+            continue
+        bw = [r["ring_busbw_GBps"] for r in rows]
+        text = (f"{name} the ring's busbw at the largest size was {'/'.join(f'{b:.3g}' for b in bw)} GB/s at p = "
+                f"{'/'.join(str(r['p']) for r in rows)}")
+        if max(bw) <= (1 + BUSBW_ALIKE) * min(bw):
+            lines.append(text + f": within {BUSBW_ALIKE:.0%}, comparable across p, as the convention means"
+                         + (" where each rank has a link of its own." if "links" in name else "."))
+        else:
+            lines.append(text + f": {max(bw) / min(bw):.2f}x apart, not comparable across p here"
+                         + (": the ranks share one memory, so what a rank sends is not what a link of its own carries."
+                            if "host" in name else "."))
+    return "\n".join(lines)
 
 
 def ring_tree_reading(rows: list[dict], where: str) -> str:
