@@ -236,3 +236,14 @@ def test_the_busbw_reading_quotes_the_ring_tree_table():
         said = L08.busbw_reading(host, links, RUN_CLUSTER)
         table = L08.ring_tree_table(host, links, RUN_CLUSTER)
         assert disagreements(said, table, extra=[100 * L08.BUSBW_ALIKE, 1]) == [], said  # 10%; "1gbit"
+
+
+def test_the_far_scaling_lines_keep_two_significant_figures():
+    # 09-S1: "efficiency 0.00" (strong) and "0.01" (weak) at p = 1024 on this machine's link
+    from course_lib.lessons import l09_performance_model as L09
+
+    far = {"strong, this machine's link": {"p": 1024, "efficiency": 0.0031, "global batch": 16384},
+           "weak, NVLink (quoted)": {"p": 1024, "efficiency": 0.5212, "global batch": 16777216}}
+    lines = L09.far_scaling_lines(far).splitlines()
+    assert lines[0].endswith("p =  1024: efficiency 0.0031, global batch 16384"), lines
+    assert lines[1].endswith("efficiency 0.52, global batch 16777216"), lines

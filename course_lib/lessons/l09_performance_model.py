@@ -610,6 +610,14 @@ def plot_scaling(rows_by_name: dict[str, list[dict]], title: str = ""):
     return fig, ax
 
 
+def far_scaling_lines(far: dict[str, dict]) -> str:
+    """The last point of each scaling curve, one line each: its efficiency to two significant figures (#37, full run
+    of 2026-12-03, read r10d: "efficiency 0.00" and "0.01" at p = 1024, two decimals that could not say by how much
+    weak scaling looked better than strong, the markdown's promise)."""
+    return "\n".join(f"{k:32s} p = {r['p']:5d}: efficiency {r['efficiency']:.2g}, global batch {r['global batch']:.0f}"
+                     for k, r in far.items())
+
+
 def lesson06_scaling_line(saved06: dict | None) -> str:
     """Lesson 06's measured strong/weak scaling, one line: for each mode, the efficiency at the
     largest world size it ran (its saved ``scaling_rows``); says so when lesson 06 has not run here."""
