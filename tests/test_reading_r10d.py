@@ -247,3 +247,31 @@ def test_the_far_scaling_lines_keep_two_significant_figures():
     lines = L09.far_scaling_lines(far).splitlines()
     assert lines[0].endswith("p =  1024: efficiency 0.0031, global batch 16384"), lines
     assert lines[1].endswith("efficiency 0.52, global batch 16777216"), lines
+
+
+def test_the_l08_verdict_says_where_the_crossover_tables_other_p_disagree():
+    # 08-H4: the verdict quoted p = 4 (1.8 MiB measured, 1.5 MiB modelled) alone, where the crossover table gave
+    # never against 5.8 MiB at p = 2 and 828.0 KiB against 128.6 KiB at p = 3
+    from course_lib.comm.bench import CollectivesResult
+    from test_collectives import _rows
+
+    sizes = [4 ** k for k in range(1, 13)]  # 4 B .. 16 MiB, the run's sweep
+    ring = {2: [1706, 1549, 2550, 5013, 21185], 3: [3435, 4358, 4374, 7507, 30682], 4: [7349, 6549, 8513, 6872,
+                                                                                       9087, 7184, 14680, 46850]}
+    rd = {2: [635, 619, 1353, 6595, 19442], 3: [2075, 1192, 4947, 10023, 31168], 4: [2001, 2192, 2828, 2742, 2813,
+                                                                                     5694, 16850, 61840]}
+
+    def result(rd2):
+        us = {}
+        for p in (2, 3, 4):  # small sizes: recursive doubling well ahead; the run's times from the table's tail on
+            r, d = ring[p], (rd2 if p == 2 else rd[p])
+            us[p] = {"ring": [5000] * (12 - len(r)) + r, "recursive doubling": [1000] * (12 - len(d)) + d,
+                     "tree": [3000] * 12}
+        return CollectivesResult(_rows(sizes, us))
+    alpha, beta, gamma = 8.6172e-05, 3.6996e-10, 2.8458e-11  # the run's ping-pong and additions
+    first = L08.verdict(result(rd[2]), alpha, beta, gamma).splitlines()[0]
+    assert "puts their crossover at 1.5 MiB; at p = 2, 3 the crossover table's measured and modelled sizes are more " \
+           "than one step of the sweep apart (never against 5.8 MiB, 828.0 KiB against 128.6 KiB)" in first, first
+    # the opposite: at p = 2 the ring pulls ahead from 4 MiB on (near the model's 5.8 MiB): only p = 3 is named
+    first = L08.verdict(result([635, 619, 1353, 4000, 25000]), alpha, beta, gamma).splitlines()[0]
+    assert "at p = 3 the crossover table's" in first and "never against" not in first, first

@@ -162,6 +162,22 @@ def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20),
     return t
 
 
+def _other_p(result: CollectivesResult, p: int, alpha: float, beta: float, gamma: float) -> str:
+    """The verdict's crossover at ``p`` beside the crossover table's other p: those whose measured ring/recursive
+    doubling crossover is more than one step of the sweep from the model's (#37, full run of 2026-12-03, read r10d:
+    the verdict quoted p = 4, 1.8 MiB measured against 1.5 MiB modelled, where the table above gave never against
+    5.8 MiB at p = 2 and 828.0 KiB against 128.6 KiB at p = 3)."""
+    sizes = sorted({r["size_bytes"] for r in result.rows})
+    off = [(q, measured_crossover(result, q), model_crossover(q, alpha, beta, gamma))
+           for q in result.world_sizes if q != p]
+    off = [(q, m, x) for q, m, x in off if not crossover_agrees(m, x, sizes)]
+    if not off:
+        return ""
+    return (f"; at p = {', '.join(str(q) for q, _, _ in off)} the crossover table's measured and modelled sizes are "
+            "more than one step of the sweep apart (" + ", ".join(f"{_size(m)} against {_size(x)}" for _, m, x in off)
+            + "): on this host the model's crossover did not hold at every p")
+
+
 def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0, p_far: int = 1024,
             gradient_bytes: float = 100 * 2**20, links: dict | None = None) -> str:
     """What the learner's numbers say: crossovers here, and what they predict for ``p_far`` ranks; with ``links``
@@ -185,7 +201,8 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
         lines.append(f"At p = {p} on this machine the ring was faster than recursive doubling from about "
                      f"{_size(measured)} on, {under} (measured; of these two: the table above "
                      f"says which algorithm was fastest at each size); the alpha-beta-gamma model with your "
-                     f"ping-pong's alpha and beta puts their crossover at {_size(model)}.")
+                     f"ping-pong's alpha and beta puts their crossover at {_size(model)}"
+                     f"{_other_p(result, p, alpha, beta, gamma)}.")
     elif len(n) and (t_ring <= t_rd).all():
         lines.append(
             f"At p = {p} on this machine the ring was at least as fast as recursive doubling at every size "
