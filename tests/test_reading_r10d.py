@@ -275,3 +275,19 @@ def test_the_l08_verdict_says_where_the_crossover_tables_other_p_disagree():
     # the opposite: at p = 2 the ring pulls ahead from 4 MiB on (near the model's 5.8 MiB): only p = 3 is named
     first = L08.verdict(result([635, 619, 1353, 4000, 25000]), alpha, beta, gamma).splitlines()[0]
     assert "at p = 3 the crossover table's" in first and "never against" not in first, first
+
+
+def test_the_l10_verdict_gives_every_ranks_strip():
+    # 10-S1: "each rank sent 216 bytes per exchange for a strip of 1512 bytes", where rank 1's strip was 1296
+    from test_reading_agreement_i37h import _bubble, _memory_outs, _mesh, _tensor_outs
+
+    def halo(strips):
+        return [{"rank": r, "out": 0.0, "input_grad": 0.0, "weight_grad": 0.0, "halo_bytes_per_exchange": 216,
+                 "strip_bytes": s} for r, s in enumerate(strips)]
+
+    def line(strips):
+        text = L10.verdict(_tensor_outs(0.0), [_bubble(2, 8, 0.15, 0.12)], _memory_outs(0.08, 0.06), halo(strips),
+                           _mesh(0.0))
+        return next(ln for ln in text.splitlines() if ln.startswith("Halo exchange"))
+    assert line([1512, 1296]).endswith("each rank sent 216 bytes per exchange, for strips of 1512 and 1296 bytes.")
+    assert line([1512, 1512]).endswith("for strips of 1512 bytes.")  # the opposite: strips alike, one figure

@@ -708,6 +708,12 @@ def _depth_gaps(rows: list[dict]) -> str:
                      for p, (_, gap) in _largest_gaps(rows).items())
 
 
+def _alike(values) -> str:
+    """One figure where every rank's is the same, else each rank's in rank order ("1512 and 1296")."""
+    vals = list(values)
+    return str(vals[0]) if len(set(vals)) == 1 else ", ".join(map(str, vals[:-1])) + f" and {vals[-1]}"
+
+
 def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list[dict], halo_outs: list[dict],
             mesh_outs: list[dict], predicted: dict | None = None, deep_rows: list[dict] | None = None) -> str:
     """What this machine's runs say, in sentences computed from them (``predicted``: :func:`sharded_predictions`;
@@ -754,8 +760,9 @@ def verdict(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list
     halo_ok = all(max(h["out"], h["input_grad"]) <= TOLERANCE for h in halo_outs)
     lines.append(
         f"Halo exchange: the split convolution {'equals' if halo_ok else 'does NOT equal'} the whole one; "
-        f"each rank sent {max(h['halo_bytes_per_exchange'] for h in halo_outs)} bytes per exchange for a strip "
-        f"of {max(h['strip_bytes'] for h in halo_outs)} bytes."
+        # #37 (read r10d, S): "for a strip of 1512 bytes" where rank 1's strip was 1296: every rank's, in rank order
+        f"each rank sent {_alike(h['halo_bytes_per_exchange'] for h in halo_outs)} bytes per exchange, for strips "
+        f"of {_alike(h['strip_bytes'] for h in halo_outs)} bytes."
     )
     if mesh_outs:
         m0 = mesh_outs[0]
