@@ -291,3 +291,15 @@ def test_the_l10_verdict_gives_every_ranks_strip():
         return next(ln for ln in text.splitlines() if ln.startswith("Halo exchange"))
     assert line([1512, 1296]).endswith("each rank sent 216 bytes per exchange, for strips of 1512 and 1296 bytes.")
     assert line([1512, 1512]).endswith("for strips of 1512 bytes.")  # the opposite: strips alike, one figure
+
+
+def test_the_lesson06_fit_line_sets_the_fit_against_the_ping_pong():
+    # 08-S1: "lesson 06's all-reduce fit, read as a ring on 2 ranks: alpha = 727.3 us, 1/beta = 0.45 GB/s" under the
+    # ping-pong's 86.2 us and 2.70 GB/s, with no word on the difference
+    saved = {"allreduce_alpha_s": 0.00145466, "allreduce_beta_s_per_byte": 2.2192e-09, "world_size": 2}
+    line = L08.lesson06_fit_line(saved, 8.6172e-05, 3.6996e-10)
+    assert line.startswith("lesson 06's all-reduce fit, read as a ring on 2 ranks: alpha = 727.3 us, 1/beta = "
+                           "0.45 GB/s: 8.4x the ping-pong's alpha and 0.17x its bandwidth, so the library's"), line
+    # the opposite: a fit that matches the ping-pong
+    assert "within 1.5x of the ping-pong's" in L08.lesson06_fit_line(saved, 7.0e-4, 2.0e-9)
+    assert "has not saved" in L08.lesson06_fit_line(None, 8.6e-5, 3.7e-10)

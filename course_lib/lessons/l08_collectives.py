@@ -136,6 +136,27 @@ def bandwidth_table(result: CollectivesResult, p: int) -> Table:
     return t
 
 
+def lesson06_fit_line(saved06: dict | None, alpha: float, beta: float) -> str:
+    """Lesson 06's all-reduce fit read as a ring's per-message alpha and beta, beside this lesson's ping-pong
+    (#37, full run of 2026-12-03, read r10d, S: "alpha = 727.3 us, 1/beta = 0.45 GB/s" printed under the ping-pong's
+    86.2 us and 2.70 GB/s with no word on the difference)."""
+    if not (saved06 and saved06.get("allreduce_alpha_s") is not None and saved06.get("world_size", 1) > 1):
+        return "lesson 06 has not saved an all-reduce fit here (run it first to compare)"
+    p = saved06["world_size"]
+    a06, b06 = cost.link_alpha_beta_from_ring_fit(saved06["allreduce_alpha_s"], saved06["allreduce_beta_s_per_byte"],
+                                                  p)
+    if b06 <= 0:
+        return "lesson 06's fit has no bandwidth term"
+    line = (f"lesson 06's all-reduce fit, read as a ring on {p} ranks: alpha = {a06 * 1e6:.1f} us, "
+            f"1/beta = {1 / b06 / 1e9:.2f} GB/s")
+    ra, rb = a06 / alpha if alpha > 0 else math.inf, beta / b06 if beta > 0 else math.inf
+    if 1 / 1.5 <= ra <= 1.5 and 1 / 1.5 <= rb <= 1.5:
+        return line + ": within 1.5x of the ping-pong's, as a ring of its messages would be"
+    return (line + f": {ra:.2g}x the ping-pong's alpha and {rb:.2g}x its bandwidth, so the library's all-reduce, as "
+            "lesson 06 timed it, costs more than a ring of these messages" if ra > 1 and rb < 1 else
+            line + f": {ra:.2g}x the ping-pong's alpha and {rb:.2g}x its bandwidth")
+
+
 MEASURED_LINK = "this machine (measured)"  # the name :func:`links` gives the learner's own link
 
 
