@@ -303,3 +303,10 @@ def test_the_lesson06_fit_line_sets_the_fit_against_the_ping_pong():
     # the opposite: a fit that matches the ping-pong
     assert "within 1.5x of the ping-pong's" in L08.lesson06_fit_line(saved, 7.0e-4, 2.0e-9)
     assert "has not saved" in L08.lesson06_fit_line(None, 8.6e-5, 3.7e-10)
+
+
+def test_the_staleness_reading_prints_no_negative_zero():
+    # 10-S2 (the smoke copy of the fix above): "0.6323 against 0.6325 (-0.0%)"
+    text = L10.staleness_reading(_conv(0.6321, {2: 0.6325, 4: 0.6331}, {2: 0.6323, 4: 0.6327}), {}, True)
+    assert "-0.0%" not in text and "p = 2: 0.6323 against 0.6325 (0.0%)" in text, text
+    assert "p = 4: 0.6327 against 0.6331 (-0.1%)" in text, text  # the opposite: a difference that shows keeps its sign

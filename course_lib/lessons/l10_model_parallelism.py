@@ -919,7 +919,7 @@ def staleness_reading(conv: list[dict], gaps: dict[int, float], equal: bool, noi
              f"(the same stale updates) to {ASYNC_TOLERANCE:g}."]
     rel = [(p, (loss - sync) / sync) for p, loss in stashed]
     worse = [(p, d) for p, d in rel if d > noise]
-    desc = ", ".join(f"p = {p}: {loss:.4f} ({d:+.1%})" for (p, loss), (_, d) in zip(stashed, rel))
+    desc = ", ".join(f"p = {p}: {loss:.4f} ({_pct(d)})" for (p, loss), (_, d) in zip(stashed, rel))
     if worse and all(b[1] >= a[1] for a, b in zip(rel, rel[1:])):
         parts.append(f"Staleness cost convergence, more the deeper the pipeline: held-out loss {sync:.4f} "
                      f"synchronous, {desc} with weight stashing after the same number of micro-batches.")
@@ -951,6 +951,11 @@ def staleness_reading(conv: list[dict], gaps: dict[int, float], equal: bool, noi
     return " ".join(parts)
 
 
+def _pct(d: float) -> str:
+    """A relative difference to 0.1 %, signed, with no "-0.0%" for a difference that rounds to nothing."""
+    return f"{d:+.1%}" if f"{abs(d):.1%}" != "0.0%" else "0.0%"
+
+
 def _unstashed_cost(conv: list[dict], stashed: dict[int, float], noise: float) -> list[str]:
     """What dropping the stash cost in held-out loss, depth by depth against the stashed run (#37, full run of
     2026-12-03, read r10d: the markdown promised the held-out loss "stashed and not" and the reading gave the stashed
@@ -960,7 +965,7 @@ def _unstashed_cost(conv: list[dict], stashed: dict[int, float], noise: float) -
     if not pairs:
         return []
     rel = [(loss - ref) / ref for _, loss, ref in pairs]
-    desc = ", ".join(f"p = {p}: {loss:.4f} against {ref:.4f} ({d:+.1%})" for (p, loss, ref), d in zip(pairs, rel))
+    desc = ", ".join(f"p = {p}: {loss:.4f} against {ref:.4f} ({_pct(d)})" for (p, loss, ref), d in zip(pairs, rel))
     worse = [p for (p, _, _), d in zip(pairs, rel) if d > noise]
     return [f"Dropping the stash: held-out loss {desc} stashed; "
             + (f"it cost convergence at p = {', '.join(map(str, worse))}." if worse else
