@@ -498,7 +498,7 @@ def test_verdict_says_what_ran():
 
     host = CollectivesResult(_rows(HOST_SIZES, HOST_US))
     on_links = study.verdict(host, 43e-6, 1 / 2.8e9, links=_links())
-    assert on_links.splitlines()[-1].startswith("Measured on the independent links at p = 4: the tree/butterfly won "
+    assert on_links.splitlines()[-1].startswith("Measured on the independent links at p = 4: the tree won "
                                                 "the smallest message and the ring the largest")
     alone = study.verdict(host, 43e-6, 1 / 2.8e9, links={"ran": False, "why": "not root"})
     assert "Measured on this host at p = 4 this did not show" in alone.splitlines()[-1]

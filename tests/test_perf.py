@@ -271,7 +271,8 @@ def test_stops_paying_and_verdict_read_the_rows():
     assert text.startswith(f"Median prediction error over 3 steps (2 calibration step(s) left out: bert-mini at "
                            f"{tiny} on 1 rank(s), bert-mini at {2 * tiny} on 2 rank(s), where the per-step overhead "
                            "was measured; each is the same step timed twice, and the two timings were +0% and +0% "
-                           "apart: this machine's repeatability): 25% (within")
+                           "apart: the repeatability of bert-mini's steps; neumf has no calibration step here, so its "
+                           "repeatability is not measured): 25% (within")
     assert "nothing to test the model on" in study.verdict(calib)
 
 

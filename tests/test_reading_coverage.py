@@ -337,6 +337,10 @@ COVERAGE = {
     "course_lib.lessons.l02_linear_scaling.rule_reading": (
         'tests/test_reading_r10b.py::test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target',
         'tests/test_reading_r10b.py::test_lesson_02_says_up_to_which_batch_each_rule_reached_the_target'),
+    # r10d
+    "course_lib.lessons.l08_collectives.busbw_reading": (
+        'tests/test_reading_r10d.py::test_the_busbw_reading_quotes_the_ring_tree_table',
+        'tests/test_reading_r10d.py::test_the_busbw_reading_says_whether_busbw_stayed_the_same_across_p'),
 }
 # fmt: on
 

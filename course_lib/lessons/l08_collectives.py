@@ -136,9 +136,33 @@ def bandwidth_table(result: CollectivesResult, p: int) -> Table:
     return t
 
 
+def lesson06_fit_line(saved06: dict | None, alpha: float, beta: float) -> str:
+    """Lesson 06's all-reduce fit read as a ring's per-message alpha and beta, beside this lesson's ping-pong
+    (#37, full run of 2026-12-03, read r10d, S: "alpha = 727.3 us, 1/beta = 0.45 GB/s" printed under the ping-pong's
+    86.2 us and 2.70 GB/s with no word on the difference)."""
+    if not (saved06 and saved06.get("allreduce_alpha_s") is not None and saved06.get("world_size", 1) > 1):
+        return "lesson 06 has not saved an all-reduce fit here (run it first to compare)"
+    p = saved06["world_size"]
+    a06, b06 = cost.link_alpha_beta_from_ring_fit(saved06["allreduce_alpha_s"], saved06["allreduce_beta_s_per_byte"],
+                                                  p)
+    if b06 <= 0:
+        return "lesson 06's fit has no bandwidth term"
+    line = (f"lesson 06's all-reduce fit, read as a ring on {p} ranks: alpha = {a06 * 1e6:.1f} us, "
+            f"1/beta = {1 / b06 / 1e9:.2f} GB/s")
+    ra, rb = a06 / alpha if alpha > 0 else math.inf, beta / b06 if beta > 0 else math.inf
+    if 1 / 1.5 <= ra <= 1.5 and 1 / 1.5 <= rb <= 1.5:
+        return line + ": within 1.5x of the ping-pong's, as a ring of its messages would be"
+    return (line + f": {ra:.2g}x the ping-pong's alpha and {rb:.2g}x its bandwidth, so the library's all-reduce, as "
+            "lesson 06 timed it, costs more than a ring of these messages" if ra > 1 and rb < 1 else
+            line + f": {ra:.2g}x the ping-pong's alpha and {rb:.2g}x its bandwidth")
+
+
+MEASURED_LINK = "this machine (measured)"  # the name :func:`links` gives the learner's own link
+
+
 def links(alpha: float, beta: float) -> dict[str, tuple[float, float]]:
     """The learner's link (measured) next to the quoted interconnects: name -> (alpha, beta)."""
-    out = {"this machine (measured)": (alpha, beta)}
+    out = {MEASURED_LINK: (alpha, beta)}
     for name, q in cost.QUOTED_INTERCONNECTS.items():
         out[f"{name} (quoted)"] = (q["alpha_s"], 1.0 / q["bandwidth_Bps"])
     return out
@@ -157,6 +181,22 @@ def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20),
                 t.add(**{"link": link, "size": cost.human_bytes(n), "p": p,
                          **{f"{k} (ms)": v * 1e3 for k, v in times.items()}, "cheapest": min(times, key=times.get)})
     return t
+
+
+def _other_p(result: CollectivesResult, p: int, alpha: float, beta: float, gamma: float) -> str:
+    """The verdict's crossover at ``p`` beside the crossover table's other p: those whose measured ring/recursive
+    doubling crossover is more than one step of the sweep from the model's (#37, full run of 2026-12-03, read r10d:
+    the verdict quoted p = 4, 1.8 MiB measured against 1.5 MiB modelled, where the table above gave never against
+    5.8 MiB at p = 2 and 828.0 KiB against 128.6 KiB at p = 3)."""
+    sizes = sorted({r["size_bytes"] for r in result.rows})
+    off = [(q, measured_crossover(result, q), model_crossover(q, alpha, beta, gamma))
+           for q in result.world_sizes if q != p]
+    off = [(q, m, x) for q, m, x in off if not crossover_agrees(m, x, sizes)]
+    if not off:
+        return ""
+    return (f"; at p = {', '.join(str(q) for q, _, _ in off)} the crossover table's measured and modelled sizes are "
+            "more than one step of the sweep apart (" + ", ".join(f"{_size(m)} against {_size(x)}" for _, m, x in off)
+            + "): on this host the model's crossover did not hold at every p")
 
 
 def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0, p_far: int = 1024,
@@ -182,7 +222,8 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
         lines.append(f"At p = {p} on this machine the ring was faster than recursive doubling from about "
                      f"{_size(measured)} on, {under} (measured; of these two: the table above "
                      f"says which algorithm was fastest at each size); the alpha-beta-gamma model with your "
-                     f"ping-pong's alpha and beta puts their crossover at {_size(model)}.")
+                     f"ping-pong's alpha and beta puts their crossover at {_size(model)}"
+                     f"{_other_p(result, p, alpha, beta, gamma)}.")
     elif len(n) and (t_ring <= t_rd).all():
         lines.append(
             f"At p = {p} on this machine the ring was at least as fast as recursive doubling at every size "
@@ -312,6 +353,8 @@ def ring_tree_rows(result: CollectivesResult) -> list[dict]:
                      "links_model": critical_path_bytes("ring", p, size) / critical_path_bytes("tree", p, size),
                      "shared_model": total_bytes("ring", p, size) / total_bytes("tree", p, size),
                      "ring_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9,
+                     # nccl-tests' busbw, algbw x 2(p-1)/p: the ring's total bytes per second per rank
+                     "ring_busbw_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9 / p,
                      "tree_GBps": total_bytes("tree", p, size) / float(t_tree[-1]) / 1e9})
     return rows
 
@@ -331,7 +374,7 @@ def ring_tree_table(host_rows: list[dict], link_rows: list[dict] | None = None, 
     """The rows :func:`ring_tree_reading` reads (:func:`ring_tree_rows`), on one host and, where they ran, on the
     links: the ring's time over the tree's at the largest size, the two views' predictions, the bytes per second."""
     t = Table(["measured on", "p", "size", "ring/tree measured", "predicted: links", "predicted: shared",
-               "ring GB/s sent", "tree GB/s sent"],
+               "ring GB/s sent", "tree GB/s sent", "ring busbw (GB/s)"],
               title="ring against tree at the largest size measured: which view the times follow")
     where = [("one host", host_rows)] + ([(f"{links['nodes']} virtual nodes, {links['rate']} links", link_rows)]
                                          if link_rows and links else [])
@@ -339,8 +382,37 @@ def ring_tree_table(host_rows: list[dict], link_rows: list[dict] | None = None, 
         for r in rows:
             t.add(**{"measured on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree measured":
                      r["measured"], "predicted: links": r["links_model"], "predicted: shared": r["shared_model"],
-                     "ring GB/s sent": r["ring_GBps"], "tree GB/s sent": r["tree_GBps"]})
+                     "ring GB/s sent": r["ring_GBps"], "tree GB/s sent": r["tree_GBps"],
+                     "ring busbw (GB/s)": r["ring_busbw_GBps"]})
     return t
+
+
+BUSBW_ALIKE = 0.1  # busbw across p within this (max / min - 1): comparable, as nccl-tests means it to be
+
+
+def busbw_reading(host_rows: list[dict], link_rows: list[dict] | None = None, links: dict | None = None) -> str:
+    """Whether the ring's busbw at the largest size (:func:`ring_tree_rows`, the ring-tree table's column) stayed
+    the same across p, the property the convention is for, on one host and, where they ran, on the links (#37, full
+    run of 2026-12-03, read r10d: the bandwidth table was shown at p = 2 alone, where busbw = algbw x 1, under a
+    takeaway that busbw "makes all-reduce figures comparable across P")."""
+    where = [("On one host", host_rows)] + ([(f"On {links['nodes']} virtual nodes' {links['rate']} links", link_rows)]
+                                            if link_rows and links else [])
+    lines = []
+    for name, rows in where:
+        if len(rows) < 2:
+            lines.append(f"{name}: one p only, so busbw cannot be compared across p.")
+            continue
+        bw = [r["ring_busbw_GBps"] for r in rows]
+        text = (f"{name} the ring's busbw at the largest size was {'/'.join(f'{b:.3g}' for b in bw)} GB/s at p = "
+                f"{'/'.join(str(r['p']) for r in rows)}")
+        if max(bw) <= (1 + BUSBW_ALIKE) * min(bw):
+            lines.append(text + f": within {BUSBW_ALIKE:.0%}, comparable across p, as the convention means"
+                         + (" where each rank has a link of its own." if "links" in name else "."))
+        else:
+            lines.append(text + f": {max(bw) / min(bw):.2f}x apart, not comparable across p here"
+                         + (": the ranks share one memory, so what a rank sends is not what a link of its own carries."
+                            if "host" in name else "."))
+    return "\n".join(lines)
 
 
 def ring_tree_reading(rows: list[dict], where: str) -> str:
@@ -505,7 +577,10 @@ def links_small_large(links: dict | None, result: CollectivesResult) -> str:
     fast = [min(res.times(p, a)[1][i] for a in ("tree", "recursive doubling")) for i in range(len(n))] if len(n) else []
     where = "on the independent links" if ran else "on this host"
     if len(n) and fast[0] < t_ring[0] and t_ring[-1] <= fast[-1]:
-        return (f"Measured {where} at p = {p}: the tree/butterfly won the smallest message and the ring the largest: "
+        # #37 (read r10d, S): "the tree/butterfly won" where the tree took 2463 us and the butterfly 4587: the winner
+        small = min(("tree", "recursive doubling"), key=lambda a: res.times(p, a)[1][0])
+        small = "the tree" if small == "tree" else "recursive doubling (the butterfly)"
+        return (f"Measured {where} at p = {p}: {small} won the smallest message and the ring the largest: "
                 "why NCCL picks its algorithm per size and scale.")
     return (f"Measured {where} at p = {p} this did not show (ring/fastest other at {_size(n[0]) if len(n) else '-'}: "
             f"{t_ring[0] / fast[0]:.2f}x, at {_size(n[-1]) if len(n) else '-'}: {t_ring[-1] / fast[-1]:.2f}x); the "
@@ -791,8 +866,15 @@ def topk_reading(summary: list[dict], model: str, ef: str = "top-0.1% + error fe
     if verdict is None:
         return f"{model}: {nums}; one seed only, so noise cannot be told from effect (the full profile runs more)"
     if verdict:
-        return (f"{model}: without error feedback top-k ends measurably worse: {nums}. The entries it never sends "
-                f"are lost for good; with error feedback they accumulate until they are among the largest.")
+        # #37 (full run of 2026-12-03, read r10d): "ends measurably worse" from the training loss, while the held-out
+        # metric the steps lost read (HR@10 0.3579..0.3687 without, 0.3609..0.3667 with) lost 0 of 128 steps either way
+        held = (f"{a['metric_name']} {_span(a['metrics'])} without, {_span(b['metrics'])} with, {a['steps_lost']} and "
+                f"{b['steps_lost']} of {a['steps']} steps lost")
+        held = (f"; on the held-out metric it did not show ({held})" if a["steps_lost"] <= b["steps_lost"] else
+                f"; held-out too ({held})")
+        return (f"{model}: without error feedback top-k ends measurably worse in training loss: {nums}{held}. The "
+                f"entries it never sends are lost for good; with error feedback they accumulate until they are among "
+                f"the largest.")
     return (f"{model}: no measurable difference here: {nums}. In this many steps the dropped entries did not "
             f"matter more than seed noise (with more steps, or a smaller density, they do).")
 
@@ -853,7 +935,7 @@ def predicted_step_s(row: dict, compute_s: float, link: tuple[float, float], p: 
 
 
 def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64), reference: str = "fp32 all-reduce",
-                             no_comm: str = NO_COMM_METHOD) -> list[dict]:
+                             no_comm: str = NO_COMM_METHOD, measured_p: int | None = 2) -> list[dict]:
     """Per model, link and ``p``: each method's predicted time to the quality it reached, against the
     reference's time to the same quality (its steps less the steps the method lost); speedup > 1 pays.
 
@@ -861,6 +943,11 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
     of the model -- on a quiet machine that of ``no_comm``, whose steps send nothing; on a shared one the
     smallest is the least disturbed. A method's own compute (top-k's selection, PowerSGD's products) is
     left out of the prediction; the measured step times show it on this machine.
+
+    On :data:`MEASURED_LINK` at ``measured_p`` (the ranks the runs themselves ran on) the runs are that
+    configuration, so each row also carries the measured speedup, from the measured step times (#37, full run of
+    2026-12-03, read r10d: "NeuMF on this machine (measured), p = 2: delayed averaging pays most ...: 1.22x faster"
+    beside a measured delayed-averaging step of 12.33 ms against fp32's 12.78 and local SGD H=4's 8.032).
     """
     out = []
     for model in dict.fromkeys(r["model"] for r in summary):
@@ -879,7 +966,11 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
                     out.append({"model": model, "link": name, "p": p, "method": r["method"],
                                 "bytes_ratio": r["bytes_ratio"], "steps_lost": r["steps_lost"], "steps": r["steps"],
                                 "step_s": t, "reference_step_s": t_ref, "compute_s": compute,
-                                "speedup": (ref_steps * t_ref) / (r["steps"] * t) if t > 0 else math.inf})
+                                "speedup": (ref_steps * t_ref) / (r["steps"] * t) if t > 0 else math.inf,
+                                "measured_speedup": ((ref_steps * ref["step_s"]) / (r["steps"] * r["step_s"])
+                                                     if name == MEASURED_LINK and p == measured_p and r["step_s"] > 0
+                                                     else None),
+                                "measured_step_s": r["step_s"], "measured_reference_step_s": ref["step_s"]})
     return out
 
 
@@ -904,7 +995,36 @@ def compression_verdict(rows: list[dict], margin: float = 1.05) -> str:
             comm_ms = (best["reference_step_s"] - best["compute_s"]) * 1e3
             lines.append(f"{where}: nothing pays: an fp32 step is predicted at {best['reference_step_s'] * 1e3:.3g} ms,"
                          f" {comm_ms:.3g} ms of it communication; {_why_nothing_pays(best, margin)}")
+        lines[-1] += _measured_clause(group, best, margin)
     return "\n".join(lines)
+
+
+def _measured_clause(group: list[dict], predicted: dict, margin: float) -> str:
+    """Where the runs themselves are the configuration a verdict line predicts (``measured_speedup`` set: this
+    machine's link at the runs' ranks), what they measured: the method that paid most, and the predicted one's
+    measured speedup where the two differ (#37, read r10d: the p = 2 line on this machine named delayed averaging,
+    1.22x, whose measured step, 12.33 ms against fp32's 12.78, was 1.04x, while local SGD H=4 measured 1.59x)."""
+    measured = [r for r in group if r.get("measured_speedup") is not None]
+    if not measured:
+        return ""
+    top = max(measured, key=lambda r: r["measured_speedup"])
+    ref_ms = top["measured_reference_step_s"] * 1e3
+
+    def said(r):
+        return (f"{r['method']} {r['measured_speedup']:.2f}x (its step {r['measured_step_s'] * 1e3:.4g} against "
+                f"fp32's {ref_ms:.4g} ms, {r['steps_lost']} of {r['steps']} steps lost)")
+    if top["measured_speedup"] <= margin:
+        head = f"; measured on these {top['p']} ranks nothing paid (the best, {said(top)})"
+    else:
+        head = f"; measured on these {top['p']} ranks, {said(top)} paid most"
+    pays = predicted["speedup"] > margin
+    if top["method"] == predicted["method"] or not pays:
+        return head + (": the prediction held" if (top["measured_speedup"] > margin) == pays else
+                       ": the prediction did not hold here")
+    if predicted.get("measured_speedup") is not None and predicted["measured_speedup"] > margin:
+        return head + f", and {said(predicted)}: it paid, as predicted, if less than {top['method']}"
+    return (head + f", and {said(predicted)}: the prediction did not hold here (the methods' own compute, and "
+            "communication that shares the cores with it, are not in the model)")
 
 
 def _why_nothing_pays(best: dict, margin: float) -> str:
@@ -933,6 +1053,9 @@ def named_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
         key = (r["model"], r["link"], r["p"])
         if key not in best or r["speedup"] > best[key]["speedup"]:
             best[key] = r
+        if r.get("measured_speedup") is not None and (  # the one its measured clause names (_measured_clause)
+                (key, "m") not in best or r["measured_speedup"] > best[(key, "m")]["measured_speedup"]):
+            best[(key, "m")] = r
     return {(r["model"], r["link"], r["method"]) for r in best.values()}
 
 
@@ -945,8 +1068,11 @@ def compression_verdict_table(rows: list[dict], p: int | None = None, named_only
     ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
     per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
     named = named_methods(rows) if named_only else None
+    measured = [r for r in rows if r.get("measured_speedup") is not None and r["p"] in ps]
+    m_col = f"measured speedup at p = {measured[0]['p']}" if measured else None  # the runs' own (_measured_clause)
     t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "compute (ms)"]
-              + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")],
+              + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")]
+              + ([m_col] if m_col else []),
               title=f"predicted at p = {', '.join(map(str, ps))} (this machine's compute; links as above; speedup: "
                     "to the same quality)" + ("; the methods the verdict names, per model and link (all of them: "
                                               "study.compression_verdict_table(compression_verdict))" if named_only
@@ -965,6 +1091,9 @@ def compression_verdict_table(rows: list[dict], p: int | None = None, named_only
                 row.update({f"step (ms){tag}": mine[q]["step_s"] * 1e3,
                             f"fp32 step (ms){tag}": mine[q]["reference_step_s"] * 1e3,
                             f"speedup{tag}": mine[q]["speedup"]})
+        if m_col:
+            got = [r["measured_speedup"] for r in mine.values() if r.get("measured_speedup") is not None]
+            row[m_col] = got[0] if got else "-"
         t.add(**row)
     return t
 

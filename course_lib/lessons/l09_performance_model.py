@@ -381,6 +381,17 @@ def calibration_step(row: dict) -> bool:
     return row["batch"] == TINY_BATCH * row["ranks"]
 
 
+def _repeatability_of(rows: list[dict], left: list[dict]) -> str:
+    """Whose repeatability the calibration steps ``left`` measure: their models' steps, and which models of ``rows``
+    have none (#37, full run of 2026-12-03, read r10d: "-1% and -2% apart: this machine's repeatability" from two
+    bert-mini steps of 230 ms, where NeuMF's tiny step, 9.124 ms, was slower than its batch-1024 step, 8.518 ms)."""
+    timed = list(dict.fromkeys(r["model"] for r in left))
+    untimed = [m for m in dict.fromkeys(r["model"] for r in rows) if m not in timed]
+    return (f"the repeatability of {' and '.join(timed)}'s steps" if untimed else "this machine's repeatability") + (
+        f"; {' and '.join(untimed)} {'has' if len(untimed) == 1 else 'have'} no calibration step here, so "
+        f"{'its' if len(untimed) == 1 else 'their'} repeatability is not measured" if untimed else "")
+
+
 def verdict(rows: list[dict], goal: float = 0.25) -> str:
     """How far the model was off here, read from the rows; the calibration steps (:func:`calibration_step`) are
     left out, and said so (#37, full run of 2026-12-01: BERT at 8 on 1 rank and 16 on 2 ranks, -2 % and +4 %,
@@ -399,7 +410,7 @@ def verdict(rows: list[dict], goal: float = 0.25) -> str:
             # read +59% (bert-mini at 16 on 2 ranks: 347.5 against 218 ms); left out unread, that repeatability was
             # hidden from the medians it bounds
             + "; each is the same step timed twice, and the two timings were "
-            + " and ".join(f"{r['error']:+.0%}" for r in left) + " apart: this machine's repeatability)")
+            + " and ".join(f"{r['error']:+.0%}" for r in left) + " apart: " + _repeatability_of(rows, left) + ")")
     rows = held
     med = median_error(rows)
     worst = max(rows, key=lambda r: abs(r["error"]))
@@ -536,10 +547,13 @@ def steps_fit(rows: list[dict] | None) -> tuple[tuple[float, float] | None, str]
 
 
 def time_to_target_title(fitted) -> str:
-    """The title of lesson 09's time-to-target table: "predicted" from lesson 02's fit, or "illustrative"."""
+    """The title of lesson 09's time-to-target table: "predicted" from lesson 02's fit, or "illustrative". Its step
+    times are the model's (#37, full run of 2026-12-03, read r10d: "step times measured here" over a step of 25.05 ms
+    at batch 16384, where the step measured at that batch was 50.16 ms)."""
     where = ("steps from lesson 02's fit" if fitted else
              "steps from the illustrative S_min and B_crit above, not from this machine's runs")
-    return f"NeuMF on one rank of this machine: time to target, predicted (step times measured here; {where})"
+    return (f"NeuMF on one rank of this machine: time to target, predicted (step times: the model's, from this "
+            f"machine's probe and per-step overhead; {where})")
 
 
 def knee_line(knee: int | None, fitted) -> str:
@@ -594,6 +608,14 @@ def plot_scaling(rows_by_name: dict[str, list[dict]], title: str = ""):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig, ax
+
+
+def far_scaling_lines(far: dict[str, dict]) -> str:
+    """The last point of each scaling curve, one line each: its efficiency to two significant figures (#37, full run
+    of 2026-12-03, read r10d: "efficiency 0.00" and "0.01" at p = 1024, two decimals that could not say by how much
+    weak scaling looked better than strong, the markdown's promise)."""
+    return "\n".join(f"{k:32s} p = {r['p']:5d}: efficiency {r['efficiency']:.2g}, global batch {r['global batch']:.0f}"
+                     for k, r in far.items())
 
 
 def lesson06_scaling_line(saved06: dict | None) -> str:

@@ -382,13 +382,32 @@ def server_reading(records: list) -> str:
             f"updates {a1['mean_staleness']:.1f})" + _final_losses(s0, s1, a0, a1))
 
 
+def _best_loss(run: dict) -> float | None:
+    """The lowest loss on ``run``'s curve, where the final one is more than 10 % above it (None otherwise)."""
+    best = min((run.get("curve") or {}).get("loss") or [], default=None)
+    return best if best is not None and run["final_loss"] > 1.1 * best else None
+
+
+def _sync_rose_too(s0: dict, s1: dict, a1: dict) -> str:
+    """Where the asynchronous run's loss rose after its best and the synchronous run's without the straggler rose
+    too, say so (#37, full run of 2026-12-03, read r10d: "its loss rose again after it reached the target (best
+    0.965, final 1.519)" said of the asynchronous run alone, while the synchronous one rose from about 0.91 to 1.075
+    over its 743 updates and the straggler's, 88 updates, ended lowest: the rise follows the updates, not asynchrony
+    alone)."""
+    best = _best_loss(s0)
+    if best is None or _best_loss(a1) is None:
+        return ""
+    return (f"; so did the synchronous run's without the straggler (best {best:.3f}, final {s0['final_loss']:.3f} "
+            f"after {s0['updates']} updates): the loss climbs with updates in either schedule, and the final losses "
+            f"set {a1['updates']} asynchronous updates against {s1['updates']} synchronous ones")
+
+
 def _rose_again(run: dict) -> str:
     """Where a run reached the target and ended well above its own best loss, say so (#37, full run of
     2026-12-02: "reached the target loss 16.5x sooner ... the asynchronous loss was 1.767" beside a target of
     1.07 that it had reached: its loss rose after it, which "only its final loss is worse" did not say)."""
-    losses = (run.get("curve") or {}).get("loss") or []
-    best = min(losses, default=None)
-    if best is None or run["final_loss"] <= 1.1 * best:
+    best = _best_loss(run)
+    if best is None:
         return ""
     return (f"; its loss rose again after it reached the target (best {best:.3f}, final "
             f"{run['final_loss']:.3f}), so which run is ahead depends on when they are read")
@@ -404,7 +423,8 @@ def _final_losses(s0: dict, s1: dict, a0: dict, a1: dict) -> str:
     ta, ts = a1.get("time_to_target_s"), s1.get("time_to_target_s")
     if ta is not None and ts is not None and ta < ts:
         return (f"; yet the asynchronous run reached the target loss {ts / ta:.3g}x sooner ({ta:.3g} s against "
-                f"{ts:.3g} s), and only its final loss is worse: {losses}{_rose_again(a1)}.")
+                f"{ts:.3g} s), and only its final loss is worse: {losses}{_rose_again(a1)}"
+                f"{_sync_rose_too(s0, s1, a1)}.")
     if ta is not None and ts is None:
         return f"; yet only the asynchronous run reached the target loss ({ta:.3g} s), and {losses}."
     return f", and {losses}."
