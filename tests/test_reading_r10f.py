@@ -43,3 +43,84 @@ def test_the_pruning_reading_says_when_the_trials_straddle_the_limit():
     assert {r["trials over the limit"] for r in none.rows} == {"no limit"}
     assert L12.pruning_reading(none).startswith("No limit to prune on")
 
+
+POOL_MILLI = [  # this run's pool: 40 configurations x 16 evaluation points, HR@10 x 1000 (replay cell 16)
+    [330, 292, 324, 378, 434, 490, 535, 564, 594, 604, 612, 621, 626, 624, 637, 656],
+    [134, 326, 319, 299, 301, 362, 417, 467, 464, 433, 379, 397, 405, 373, 349, 322],
+    [105, 110, 113, 117, 121, 130, 137, 143, 153, 171, 185, 205, 220, 231, 253, 258],
+    [314, 288, 266, 229, 120, 112, 90, 114, 115, 113, 118, 135, 88, 69, 85, 102],
+    [325, 321, 313, 313, 330, 393, 461, 531, 557, 593, 603, 622, 634, 638, 649, 659],
+    [117, 228, 317, 328, 319, 323, 324, 314, 323, 327, 327, 326, 322, 326, 343, 343],
+    [295, 333, 323, 316, 303, 319, 316, 317, 329, 343, 378, 422, 490, 562, 579, 606],
+    [257, 323, 320, 313, 315, 321, 338, 348, 383, 418, 468, 504, 540, 581, 592, 596],
+    [304, 262, 311, 333, 363, 391, 431, 421, 423, 367, 382, 436, 317, 278, 235, 289],
+    [233, 321, 322, 332, 313, 318, 322, 329, 327, 330, 327, 327, 329, 329, 339, 339],
+    [261, 176, 90, 77, 81, 98, 74, 99, 85, 66, 103, 71, 86, 76, 139, 105],
+    [104, 113, 112, 119, 125, 130, 144, 166, 191, 204, 229, 255, 275, 283, 295, 300],
+    [318, 318, 321, 348, 380, 415, 457, 493, 528, 525, 550, 593, 604, 601, 626, 623],
+    [321, 294, 316, 326, 356, 387, 402, 454, 484, 487, 504, 518, 564, 563, 576, 578],
+    [112, 209, 258, 254, 228, 270, 278, 248, 275, 283, 278, 242, 263, 264, 258, 281],
+    [155, 331, 320, 299, 304, 326, 358, 469, 513, 549, 542, 540, 541, 521, 499, 498],
+    [308, 293, 303, 335, 354, 387, 344, 92, 94, 82, 152, 127, 153, 94, 104, 147],
+    [119, 269, 321, 326, 310, 317, 327, 322, 326, 330, 333, 343, 408, 469, 537, 574],
+    [267, 320, 319, 315, 306, 322, 329, 324, 323, 326, 328, 324, 321, 316, 327, 331],
+    [324, 312, 320, 315, 304, 319, 321, 322, 326, 327, 329, 331, 320, 316, 327, 328],
+    [325, 313, 308, 301, 307, 308, 305, 298, 307, 312, 330, 311, 296, 308, 325, 317],
+    [303, 251, 193, 84, 87, 92, 102, 111, 138, 124, 125, 86, 93, 80, 89, 93],
+    [103, 120, 125, 170, 250, 308, 324, 331, 334, 332, 330, 327, 324, 323, 324, 325],
+    [105, 122, 176, 293, 318, 335, 330, 329, 332, 331, 326, 324, 324, 318, 326, 321],
+    [311, 287, 309, 315, 328, 257, 215, 138, 109, 104, 89, 113, 100, 85, 70, 120],
+    [117, 170, 294, 317, 329, 329, 329, 330, 328, 329, 322, 323, 322, 318, 325, 322],
+    [299, 333, 322, 294, 304, 342, 436, 506, 524, 538, 534, 529, 507, 500, 490, 488],
+    [332, 309, 300, 303, 303, 315, 314, 307, 307, 319, 328, 309, 315, 317, 321, 325],
+    [259, 325, 319, 321, 312, 323, 328, 329, 325, 332, 335, 345, 353, 385, 394, 404],
+    [114, 119, 126, 140, 152, 188, 212, 236, 265, 289, 300, 309, 313, 326, 325, 324],
+    [113, 116, 143, 132, 166, 130, 174, 231, 157, 187, 238, 210, 139, 210, 147, 174],
+    [119, 241, 318, 329, 315, 323, 323, 319, 329, 325, 328, 325, 325, 336, 348, 353],
+    [257, 315, 320, 301, 295, 315, 320, 314, 324, 323, 319, 318, 322, 320, 324, 324],
+    [106, 113, 117, 124, 137, 181, 218, 253, 282, 294, 301, 319, 323, 326, 330, 328],
+    [114, 145, 298, 323, 332, 329, 331, 328, 325, 325, 322, 325, 320, 323, 323, 328],
+    [119, 257, 321, 328, 307, 323, 320, 319, 327, 326, 330, 326, 327, 350, 369, 379],
+    [299, 330, 304, 262, 281, 294, 152, 112, 107, 85, 80, 91, 99, 84, 135, 91],
+    [120, 270, 322, 332, 332, 325, 331, 327, 325, 324, 324, 325, 321, 323, 327, 327],
+    [222, 312, 318, 314, 301, 319, 319, 323, 324, 326, 329, 325, 320, 324, 327, 327],
+    [222, 105, 94, 104, 101, 146, 78, 103, 132, 77, 93, 107, 96, 105, 101, 72],
+]
+
+
+def _replay_rows(curves, seeds):
+    spec = {**L12.lesson_spec("full"), "replay_seeds": seeds}
+    rep = L12.replay({"curves": curves}, spec)
+    t = L12.replay_table(rep, spec)
+    return {r["strategy"]: r for r in t.rows}, t
+
+
+def test_the_replays_brackets_draw_configurations_as_random_search_does():
+    """r10f 12-C1: random search drew the pool's configurations with replacement and the brackets without, so a
+    bracket of 16 of the 40 held one of the 2 top configurations more often (0.65) than 16 of random search's draws
+    would (1 - 0.95^16 = 0.56). The verdict read "hyperband ... ratio 0.63, 90% interval 0.59-0.91 ...
+    successive_halving: ratio 1.07 (0.80-1.15), not decided"; drawn alike, this run's pool gives 0.85 (0.63-0.91) and
+    0.86 (0.80-0.92). Opposite: on a pool whose top configurations lead at no rung the brackets cannot find them
+    early, and random search is not beaten."""
+    pool = [[v / 1000 for v in c] for c in POOL_MILLI]
+    rows, t = _replay_rows(pool, 1000)
+    assert rows["random"]["median epochs to target"] == 56 and rows["random"]["reached"] == "801/1000"
+    assert (rows["hyperband"]["vs random (median ratio)"], rows["hyperband"]["90% interval"]) == (0.85, "0.63-0.91")
+    assert (rows["successive_halving"]["vs random (median ratio)"],
+            rows["successive_halving"]["90% interval"]) == (0.86, "0.80-0.92")
+    said = L12.replay_verdict(t)
+    assert "Decided: hyperband's early cuts" in said and "successive_halving: ratio 0.86 (0.80-0.92), fewer" in said
+
+    # the mechanism, at this run's sizes: 2 top curves of 40 that lead at every point; a budget of 16 points trains
+    # the first 16 draws of a successive-halving bracket (R 16, eta 2) to its first rung, where a top one shows
+    from course_lib import optuna_search as search
+
+    leaders = [[0.1] * 16 for _ in range(38)] + [[0.9] * 16, [0.9] * 16]
+    runs = [search.replay_search(leaders, "successive_halving", budget=16, target=0.5, seed=s, reduction_factor=2)
+            for s in range(4000)]
+    found = sum(r["reached_at"] is not None for r in runs) / len(runs)  # a top one among the bracket's 16 first draws
+    assert abs(found - (1 - 0.95 ** 16)) < 0.03, found  # without replacement it was 1 - (24 * 23) / (40 * 39) = 0.65
+
+    late = [[0.3] * 15 + [0.3] for _ in range(38)] + [[0.05] * 15 + [0.9], [0.05] * 15 + [0.9]]
+    rows, _ = _replay_rows(late, 200)
+    assert rows["hyperband"]["vs random (median ratio)"] == "inf" or rows["hyperband"]["vs random (median ratio)"] > 1
