@@ -124,3 +124,15 @@ def test_the_replays_brackets_draw_configurations_as_random_search_does():
     late = [[0.3] * 15 + [0.3] for _ in range(38)] + [[0.05] * 15 + [0.9], [0.05] * 15 + [0.9]]
     rows, _ = _replay_rows(late, 200)
     assert rows["hyperband"]["vs random (median ratio)"] == "inf" or rows["hyperband"]["vs random (median ratio)"] > 1
+
+
+def test_the_brackets_and_replay_tables_print_their_numbers_as_they_are():
+    """r10f 12-S1: "fraction past each rung 0.5, 0.25, 0.12" for 1/8; 12-S2: "quartiles 28.0 to 104.0" beside a median
+    cell of 56. Opposite: a half-epoch quartile keeps its digit."""
+    rows = L12.brackets_table(L12.hyperband_brackets(8, 1, 2), 0.5).rows
+    assert rows[0]["fraction past each rung"] == "1/2, 1/4, 1/8", rows[0]
+    assert L12.brackets_table(L12.hyperband_brackets(9, 1, 3), 1).rows[0]["fraction past each rung"] == "1/3, 1/9"
+    pool = [[v / 1000 for v in c] for c in POOL_MILLI]
+    got, _ = _replay_rows(pool, 200)
+    assert got["random"]["quartiles (epochs)"] == "24 to 100", got["random"]
+    assert got["hyperband"]["quartiles (epochs)"] == "23.5 to 81.5", got["hyperband"]

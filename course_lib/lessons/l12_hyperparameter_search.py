@@ -275,9 +275,10 @@ def brackets_table(brackets: list[dict], per_point: float) -> Table:
     t = Table(["bracket", "share of trials", "rungs (epochs)", "fraction past each rung"],
               title="The brackets of Hyperband (Li et al. 2018) as Optuna runs them")
     for b in brackets:
+        # r10f 12-S1: 1/8 printed "0.12"; a fraction of eta^-k reads exactly as 1/eta^k
         t.add(**{"bracket": b["bracket"], "share of trials": f"{b['share']:.0%}",
                  "rungs (epochs)": ", ".join(f"{r * per_point:g}" for r in b["rungs"]) or "none: runs to the end",
-                 "fraction past each rung": ", ".join(f"{f:.2g}" for f in b["survivors"]) or "-"})
+                 "fraction past each rung": ", ".join(f"1/{round(1 / f)}" for f in b["survivors"]) or "-"})
     return t
 
 
@@ -728,7 +729,7 @@ def replay_table(rep: dict, spec: dict) -> Table:
         fmt = lambda x: "not reached" if math.isinf(x) else round(x * per, 2)
         rows.append({"strategy": st, "seeds": len(v), "reached": f"{sum(not math.isinf(x) for x in v)}/{len(v)}",
                      "median epochs to target": fmt(q[1]),
-                     "quartiles (epochs)": f"{fmt(q[0])} to {fmt(q[2])}",
+                     "quartiles (epochs)": f"{cell_text(fmt(q[0]))} to {cell_text(fmt(q[2]))}",  # r10f: not "28.0"
                      "vs random (median ratio)": "-" if st == "random" else
                      (round(ratio, 2) if math.isfinite(ratio) else "inf"),
                      "90% interval": "-" if st == "random" else f"{lo:.2f}-{hi:.2f}"})
