@@ -333,6 +333,13 @@ COVERAGE = {
          "loopback fit gives NeuMF's gradient bytes, over k x the micro-batch, printed in cell 7 above both tables; "
          "checked in tests/test_reading_r10g.py::test_the_compute_line_shows_the_values_across_k_it_was_taken_from"),
         'tests/test_reading_r10g.py::test_the_compute_line_shows_the_values_across_k_it_was_taken_from'),
+
+    # r10f
+    "course_lib.lessons.l12_hyperparameter_search.cut_best_reading": (
+        ("no table: the live searches' trials (their states, budgets, HR@10 curves and parameters, as the journals "
+         "hold them), printed under the equal-budget table whose best HR@10 column holds the best it names; checked "
+         "in tests/test_reading_r10f.py::test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration"),
+        'tests/test_reading_r10f.py::test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration'),
 }
 # fmt: on
 

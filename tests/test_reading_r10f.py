@@ -136,3 +136,32 @@ def test_the_brackets_and_replay_tables_print_their_numbers_as_they_are():
     got, _ = _replay_rows(pool, 200)
     assert got["random"]["quartiles (epochs)"] == "24 to 100", got["random"]
     assert got["hyperband"]["quartiles (epochs)"] == "23.5 to 81.5", got["hyperband"]
+
+
+# this run's live searches (journals of /tmp/l12rerun): the configurations by their base lr, with their HR@10 curves
+_A = [0.11, 0.292, 0.378, 0.49, 0.564, 0.604, 0.621, 0.624, 0.656]  # trial 0 of every search (adam, lr 0.00229)
+_B = [0.11, 0.321, 0.313, 0.393, 0.531, 0.593, 0.622, 0.638, 0.659]  # hyperband's trial 4 (adam, lr 0.00196)
+
+
+def _t(lr, state, curve, budget=None):
+    return {"state": state, "budget": budget or len(curve) - 1, "curve_hr": curve, "params": {"base_lr": lr}}
+
+
+def test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration():
+    """r10f 12-H2: the takeaway said the pruners stop "the bad ones"; this run's successive halving cut at 1 epoch
+    (HR@10 0.313) the configuration Hyperband's search trained to 0.659, the best HR@10 of all the searches, and no
+    line said so. Opposite: where every search that drew the best configuration trained it to the end, none cut it."""
+    sha = {"strategy": "successive_halving", "seed": 0,
+           "trials": [_t(0.00229, "COMPLETE", _A), _t(0.00196, "PRUNED", _B[:3])]}
+    hb = {"strategy": "hyperband", "seed": 0, "trials": [_t(0.00229, "COMPLETE", _A), _t(0.00196, "COMPLETE", _B)]}
+    rnd = {"strategy": "random", "seed": 0, "trials": [_t(0.00229, "COMPLETE", _A)]}
+    said = L12.cut_best_reading([rnd, sha, hb], 0.5)
+    assert said.startswith("The best configuration the searches trained to the end (HR@10 0.659, in hyperband's "
+                           "search) was cut early by a pruner: successive_halving cut it at epoch 1, at HR@10 0.313 "
+                           "there. It was a late bloomer"), said
+    kept = {**sha, "trials": [_t(0.00229, "COMPLETE", _A), _t(0.00196, "COMPLETE", _B)]}
+    said = L12.cut_best_reading([rnd, kept, hb], 0.5)
+    assert said.endswith("was drawn by 2 searches, and no pruner cut it."), said
+    assert L12.cut_best_reading([rnd, hb], 0.5).endswith("was drawn by no other search here.")
+    assert L12.cut_best_reading([{"strategy": "random", "seed": 0, "trials": []}], 0.5) == ""
+

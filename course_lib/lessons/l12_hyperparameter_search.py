@@ -217,6 +217,34 @@ def tpe_reading(rows: list[dict], startup: int = TPE_STARTUP_TRIALS) -> str:
             f"the other {n - startup:g}.")
 
 
+def cut_best_reading(records: list[dict], per_point: float) -> str:
+    """Whether a pruner cut the best configuration the live searches trained to the end, from their trials (#37,
+    read r10f 12-H2: successive halving cut at 1 epoch, at HR@10 0.313, the configuration Hyperband's search trained
+    to 0.659, the best of all the searches, while the takeaway said the pruners stop "the bad ones"). The searches
+    share the sampler's seed, so one configuration is often drawn by several of them; "" without a finished trial."""
+    def best_of(t):
+        return max((v for v in t["curve_hr"][1:] if v is not None and math.isfinite(v)), default=None)
+
+    done = [(best_of(t), r, t) for r in records for t in r["trials"] if t["state"] == "COMPLETE"]
+    done = [d for d in done if d[0] is not None]
+    if not done:
+        return ""
+    hr, home, best = max(done, key=lambda d: d[0])
+    seed = f" (seed {home['seed']})" if len({r["seed"] for r in records}) > 1 else ""
+    out = (f"The best configuration the searches trained to the end (HR@10 {hr:.3g}, in {home['strategy']}'s "
+           f"search{seed})")
+    cuts = [(r, t) for r in records for t in r["trials"] if t["state"] == "PRUNED" and t["params"] == best["params"]]
+    if not cuts:
+        drew = sum(any(t["params"] == best["params"] for t in r["trials"]) for r in records)
+        return out + (" was drawn by no other search here." if drew < 2 else
+                      f" was drawn by {drew} searches, and no pruner cut it.")
+    said = [r["strategy"] + (f" (seed {r['seed']})" if seed else "")
+            + f" cut it at epoch {t['budget'] * per_point:g}, at HR@10 {t['curve_hr'][round(t['budget'])]:.3g} there"
+            for r, t in cuts]
+    return (out + " was cut early by a pruner: " + "; ".join(said) + ". It was a late bloomer: a rung compares runs "
+            "where they stand at that point, and this one looked bad there.")
+
+
 def strategy_table(rows: list[dict], target_hr: float) -> Table:
     t = Table(["strategy", "seeds", "epochs to target (per seed)", "median epochs to target", "trials (median)",
                "pruned (median)", "best HR@10 (median)", "epochs spent (median)", "seconds (median)"],
