@@ -165,3 +165,38 @@ def test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration():
     assert L12.cut_best_reading([rnd, hb], 0.5).endswith("was drawn by no other search here.")
     assert L12.cut_best_reading([{"strategy": "random", "seed": 0, "trials": []}], 0.5) == ""
 
+
+def _brackets(study, n=10):
+    """The Hyperband bracket Optuna gives trials 0 .. n - 1 of ``study`` (its own hash of the study's name)."""
+    import types
+
+    study.pruner._try_initialization(study)
+    return [study.pruner._get_bracket_id(study, types.SimpleNamespace(number=k)) for k in range(n)]
+
+
+def test_tpe_hyperband_gets_hyperbands_brackets(tmp_path, monkeypatch):
+    """r10f 12-H3: the markdown sets tpe_hyperband against hyperband to show "what a model of the results adds to the
+    same cuts", but Optuna brackets a trial by a hash of the study's name: tpe_hyperband-seed0's trials 0-3, the same
+    4 configurations as hyperband's, sat in brackets 3, 0, 1, 3 against 0, 1, 1, 0, and hyperband cut 2 of them,
+    tpe_hyperband none. Opposite: successive halving (one bracket) keeps a study of its own name."""
+    opened = {}
+
+    def fake_search(st, objective, *, budget):
+        opened[st.study_name] = st
+        return {}
+
+    monkeypatch.setattr(L12, "run_search", fake_search)
+    monkeypatch.setattr(L12, "neumf_objective", lambda *a, **k: None)
+    monkeypatch.setattr(L12, "trial_records", lambda st: [])
+    spec = L12.lesson_spec("full")
+    for strategy in ("hyperband", "tpe_hyperband", "successive_halving"):
+        L12.run_one(None, spec, 0.5, strategy, 0, tmp_path)
+    assert sorted(opened) == ["hyperband-seed0", "successive_halving-seed0"]
+    assert {p.name for p in tmp_path.glob("*.log")} == {"hyperband-seed0.log", "tpe_hyperband-seed0.log",
+                                                       "successive_halving-seed0.log"}
+    hb = L12.open_study("hyperband-seed0", tmp_path / "hyperband-seed0.log", strategy="hyperband", seed=0,
+                        max_resource=spec["max_resource"], reduction_factor=spec["reduction_factor"])
+    assert _brackets(hb)[:4] == [0, 1, 1, 0]
+    own = L12.open_study("tpe_hyperband-seed0", tmp_path / "own.log", strategy="tpe_hyperband", seed=0,
+                         max_resource=spec["max_resource"], reduction_factor=spec["reduction_factor"])
+    assert _brackets(own)[:4] == [3, 0, 1, 3]  # what this run's tpe_hyperband study, named for itself, got
