@@ -200,3 +200,25 @@ def test_tpe_hyperband_gets_hyperbands_brackets(tmp_path, monkeypatch):
     own = L12.open_study("tpe_hyperband-seed0", tmp_path / "own.log", strategy="tpe_hyperband", seed=0,
                          max_resource=spec["max_resource"], reduction_factor=spec["reduction_factor"])
     assert _brackets(own)[:4] == [3, 0, 1, 3]  # what this run's tpe_hyperband study, named for itself, got
+
+
+def test_the_progress_figure_shows_every_search_and_ends_each_at_its_own_spend():
+    """r10f 12-S4: random search's line, the same as tpe_hyperband's (0.656 from 4 to 16 epochs), lay hidden under it,
+    and every line ran on to 18 epochs, successive halving's spend; 12-S5: the BERT target read "target 4.58593"
+    beside the table's 4.586. Opposite: a search that spent the most runs to the figure's end."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_lib.plots import plot_search_progress
+
+    same = [(4.0, 0.656), (8.0, 0.656), (12.0, 0.656), (16.0, 0.656)]
+    fig = plot_search_progress({"random": [same], "successive_halving": [[(4.0, 0.656), (18.0, 0.656)]],
+                                "tpe_hyperband": [same]}, target_hr=4.585932945555142)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    rnd, sha, tpe = (lines[f"{s} (median of 1)"] for s in ("random", "successive_halving", "tpe_hyperband"))
+    assert rnd.get_linestyle() != tpe.get_linestyle()
+    last = lambda ln: max(x for x, y in zip(ln.get_xdata(), ln.get_ydata()) if not math.isnan(y))
+    assert last(rnd) <= 16.0 and last(sha) == 18.0
+    assert "target 4.586" in lines
