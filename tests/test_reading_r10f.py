@@ -222,3 +222,12 @@ def test_the_progress_figure_shows_every_search_and_ends_each_at_its_own_spend()
     last = lambda ln: max(x for x, y in zip(ln.get_xdata(), ln.get_ydata()) if not math.isnan(y))
     assert last(rnd) <= 16.0 and last(sha) == 18.0
     assert "target 4.586" in lines
+
+
+def test_the_grid_table_prints_whole_epochs():
+    """r10f 12-S6: "3125 runs, 1.25e+04 epochs" beside 128, 972 and 4096. Opposite: a quarter-epoch run keeps its
+    fraction."""
+    t = L12.grid_cost_table(4.0)
+    assert [r["epochs (runs x epochs per run)"] for r in t.rows] == [128, 972, 4096, 12500]
+    assert "12500" in str(t) and "e+04" not in str(t)
+    assert L12.grid_cost_table(0.25).rows[1]["epochs (runs x epochs per run)"] == 60.75

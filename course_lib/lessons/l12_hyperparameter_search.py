@@ -72,8 +72,9 @@ def grid_cost_table(max_epochs: float, axes: int = 5, points=(2, 3, 4, 5)) -> Ta
     t = Table(["points per axis", "runs (k^axes)", "epochs (runs x epochs per run)"],
               title=f"A grid over {axes} hyperparameters, {max_epochs:g} epochs per run")
     for k in points:
+        e = k ** axes * max_epochs  # r10f 12-S6: a whole number of epochs as one ("12500", not "1.25e+04")
         t.add(**{"points per axis": k, "runs (k^axes)": k ** axes,
-                 "epochs (runs x epochs per run)": k ** axes * max_epochs})
+                 "epochs (runs x epochs per run)": round(e) if e == round(e) else e})
     return t
 
 
