@@ -421,20 +421,22 @@ def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=Non
     fig, ax = _axes(ax, figsize=(7, 3.8))
     end = max((p[-1][0] for runs in curves.values() for p in runs if p), default=1.0)
     grid = np.linspace(0.0, end, 200)
-    for strategy, runs in curves.items():
+    # r10f 12-S4: searches that saw the same best hid each other's lines, and each ran on to the longest search's spend
+    for k, (strategy, runs) in enumerate(curves.items()):
         ys = []
         for pts in runs:
             xs, best = [p[0] for p in pts], [p[1] for p in pts]
             idx = np.searchsorted(xs, grid, side="right") - 1  # the last finished trial at or before x
-            ys.append(np.where(idx >= 0, np.array(best + [0.0])[idx], np.nan))
+            ys.append(np.where((idx >= 0) & (grid <= (xs[-1] if xs else -1.0)), np.array(best + [0.0])[idx], np.nan))
         ys = np.array(ys)
         with warnings.catch_warnings():  # before a seed's first trial its column is all NaN: no line there
             warnings.simplefilter("ignore", RuntimeWarning)
             med, lo, hi = np.nanmedian(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
-        (line,) = ax.step(grid, med, where="post", label=f"{strategy} (median of {len(runs)})")
+        (line,) = ax.step(grid, med, where="post", ls=("-", "--", "-.", ":")[k % 4],
+                          label=f"{strategy} (median of {len(runs)})")
         ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=line.get_color())
     if target_hr is not None:
-        ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:g}")
+        ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:.4g}")  # r10f: not 4.58593
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(loc="best", fontsize=8)

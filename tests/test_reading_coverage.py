@@ -341,6 +341,13 @@ COVERAGE = {
     "course_lib.lessons.l08_collectives.busbw_reading": (
         'tests/test_reading_r10d.py::test_the_busbw_reading_quotes_the_ring_tree_table',
         'tests/test_reading_r10d.py::test_the_busbw_reading_says_whether_busbw_stayed_the_same_across_p'),
+
+    # r10f
+    "course_lib.lessons.l12_hyperparameter_search.cut_best_reading": (
+        ("no table: the live searches' trials (their states, budgets, HR@10 curves and parameters, as the journals "
+         "hold them), printed under the equal-budget table whose best HR@10 column holds the best it names; checked "
+         "in tests/test_reading_r10f.py::test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration"),
+        'tests/test_reading_r10f.py::test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration'),
 }
 # fmt: on
 

@@ -45,8 +45,9 @@ def pool_spec(profile: str, max_epochs: float) -> dict:
     target only the top ``top_fraction`` of the pool reaches; the winner's pick retrained on
     ``confirm_seeds`` fresh seeds. Full: 40 configurations x 4 epochs (the 2-core CPU, 2026-12-01:
     about 2 s a trial, as many epochs as the 3 seeds of live searches this replaces), R = 16, eta = 2;
-    1000 replay seeds take about a second (on its pool of 2026-12-01: Hyperband 0.63x random search,
-    90% interval 0.59-0.91; at 200 seeds the interval was 0.59-0.99)."""
+    1000 replay seeds take a few seconds (on its pool of 2026-12-01, the tenth full run's too, every strategy
+    drawing as random search does: Hyperband 0.85x random search, 90% interval 0.63-0.91; at 200 seeds the
+    interval was 0.59-0.99)."""
     every = pick(profile, full=0.25, smoke=0.0625)
     resource = round(max_epochs / every)
     full_trials = pick(profile, full=30, smoke=6)
@@ -71,8 +72,9 @@ def grid_cost_table(max_epochs: float, axes: int = 5, points=(2, 3, 4, 5)) -> Ta
     t = Table(["points per axis", "runs (k^axes)", "epochs (runs x epochs per run)"],
               title=f"A grid over {axes} hyperparameters, {max_epochs:g} epochs per run")
     for k in points:
+        e = k ** axes * max_epochs  # r10f 12-S6: a whole number of epochs as one ("12500", not "1.25e+04")
         t.add(**{"points per axis": k, "runs (k^axes)": k ** axes,
-                 "epochs (runs x epochs per run)": k ** axes * max_epochs})
+                 "epochs (runs x epochs per run)": round(e) if e == round(e) else e})
     return t
 
 
@@ -99,7 +101,12 @@ def trial_records(study) -> list[dict]:
 def run_one(data, spec: dict, target_hr: float, strategy: str, seed: int, directory, *, device=None) -> dict:
     """One search of ``strategy`` at seed ``seed`` in its own journal under ``directory``; its record."""
     path = Path(directory) / f"{strategy}-seed{seed}.log"
-    study = open_study(f"{strategy}-seed{seed}", path, strategy=strategy, seed=seed,
+    # #37 (tenth full run, read r10f 12-H3): Optuna puts a trial in a Hyperband bracket by a hash of the study's name
+    # and the trial's number, so tpe_hyperband's study, named for itself, put the 4 configurations it shared with
+    # hyperband in other brackets (3, 0, 1, 3 against 0, 1, 1, 0): hyperband cut 2 of them, tpe_hyperband none, with
+    # no model involved. In its own journal it takes hyperband's name, and both cut the same trials the same way.
+    name = "hyperband" if strategy == "tpe_hyperband" else strategy
+    study = open_study(f"{name}-seed{seed}", path, strategy=strategy, seed=seed,
                        max_resource=spec["max_resource"], reduction_factor=spec["reduction_factor"])
     start = time.perf_counter()
     run_search(study, neumf_objective(data, base_config(spec, target_hr), device=device), budget=spec["budget"])
@@ -216,6 +223,34 @@ def tpe_reading(rows: list[dict], startup: int = TPE_STARTUP_TRIALS) -> str:
             f"the other {n - startup:g}.")
 
 
+def cut_best_reading(records: list[dict], per_point: float) -> str:
+    """Whether a pruner cut the best configuration the live searches trained to the end, from their trials (#37,
+    read r10f 12-H2: successive halving cut at 1 epoch, at HR@10 0.313, the configuration Hyperband's search trained
+    to 0.659, the best of all the searches, while the takeaway said the pruners stop "the bad ones"). The searches
+    share the sampler's seed, so one configuration is often drawn by several of them; "" without a finished trial."""
+    def best_of(t):
+        return max((v for v in t["curve_hr"][1:] if v is not None and math.isfinite(v)), default=None)
+
+    done = [(best_of(t), r, t) for r in records for t in r["trials"] if t["state"] == "COMPLETE"]
+    done = [d for d in done if d[0] is not None]
+    if not done:
+        return ""
+    hr, home, best = max(done, key=lambda d: d[0])
+    seed = f" (seed {home['seed']})" if len({r["seed"] for r in records}) > 1 else ""
+    out = (f"The best configuration the searches trained to the end (HR@10 {hr:.3g}, in {home['strategy']}'s "
+           f"search{seed})")
+    cuts = [(r, t) for r in records for t in r["trials"] if t["state"] == "PRUNED" and t["params"] == best["params"]]
+    if not cuts:
+        drew = sum(any(t["params"] == best["params"] for t in r["trials"]) for r in records)
+        return out + (" was drawn by no other search here." if drew < 2 else
+                      f" was drawn by {drew} searches, and no pruner cut it.")
+    said = [r["strategy"] + (f" (seed {r['seed']})" if seed else "")
+            + f" cut it at epoch {t['budget'] * per_point:g}, at HR@10 {t['curve_hr'][round(t['budget'])]:.3g} there"
+            for r, t in cuts]
+    return (out + " was cut early by a pruner: " + "; ".join(said) + ". It was a late bloomer: a rung compares runs "
+            "where they stand at that point, and this one looked bad there.")
+
+
 def strategy_table(rows: list[dict], target_hr: float) -> Table:
     t = Table(["strategy", "seeds", "epochs to target (per seed)", "median epochs to target", "trials (median)",
                "pruned (median)", "best HR@10 (median)", "epochs spent (median)", "seconds (median)"],
@@ -274,9 +309,10 @@ def brackets_table(brackets: list[dict], per_point: float) -> Table:
     t = Table(["bracket", "share of trials", "rungs (epochs)", "fraction past each rung"],
               title="The brackets of Hyperband (Li et al. 2018) as Optuna runs them")
     for b in brackets:
+        # r10f 12-S1: 1/8 printed "0.12"; a fraction of eta^-k reads exactly as 1/eta^k
         t.add(**{"bracket": b["bracket"], "share of trials": f"{b['share']:.0%}",
                  "rungs (epochs)": ", ".join(f"{r * per_point:g}" for r in b["rungs"]) or "none: runs to the end",
-                 "fraction past each rung": ", ".join(f"{f:.2g}" for f in b["survivors"]) or "-"})
+                 "fraction past each rung": ", ".join(f"1/{round(1 / f)}" for f in b["survivors"]) or "-"})
     return t
 
 
@@ -348,14 +384,20 @@ def _limit_cells(seconds: float, time_limit_s: float | None) -> dict:
     return {"limit (s)": time_limit_s, "pruned before training": "yes" if seconds > time_limit_s else "no"}
 
 
-def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: float, time_limit_s: float) -> Table:
-    """Lesson 09's question before training: per optimizer, a full trial's predicted seconds from the
-    measured throughput (samples/s of the trials) against a time limit; over it, prune unseen."""
+def _trial_speeds(records: list[dict]) -> dict[str, list[float]]:
+    """Per optimizer, the samples per second each trial of the searches trained at."""
     speeds: dict[str, list[float]] = {}
     for r in records:
         for t in r["trials"]:
             if t["samples_per_s"]:
                 speeds.setdefault(t["params"].get("optimizer", "?"), []).append(t["samples_per_s"])
+    return speeds
+
+
+def too_slow_table(records: list[dict], samples_per_epoch: int, max_epochs: float, time_limit_s: float) -> Table:
+    """Lesson 09's question before training: per optimizer, a full trial's predicted seconds from the
+    measured throughput (samples/s of the trials) against a time limit; over it, prune unseen."""
+    speeds = _trial_speeds(records)
     tab = Table(["optimizer", "samples/s (median of trials)", "predicted s per full trial", "limit (s)",
                  "pruned before training"], title="Pruning before training: predicted time of a full trial")
     for opt, v in sorted(speeds.items()):
@@ -386,6 +428,7 @@ def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_pe
     was missing)."""
     measured = {r["optimizer"]: r["predicted s per full trial"]
                 for r in too_slow_table(records, samples_per_epoch, max_epochs, time_limit_s).rows}
+    speeds = _trial_speeds(records)
     tab = Table(
         [
             "optimizer",
@@ -394,14 +437,20 @@ def pruning_table(records: list[dict], predicted_s: dict[str, float], samples_pe
             "model / trials",
             "limit (s)",
             "pruned before training",
+            "trials over the limit",
         ],
         title="Pruning before training: a full trial's time, predicted",
     )
     for opt, s in sorted(predicted_s.items()):
-        m = measured.get(opt)
+        m, v = measured.get(opt), speeds.get(opt, [])
+        # #37 (tenth full run, read r10f 12-H1): "lamb: pruned (model 3.84 s, trials 3.15 s, limit 3.05 s): the
+        # trials agree" read the median trial alone, 3.5% over the limit, while 9 of its 19 trials ran under it
+        over = ("no limit" if time_limit_s is None else "no trial" if not v else
+                f"{sum(samples_per_epoch * max_epochs / x > time_limit_s for x in v)} of {len(v)}")
         tab.add(**{"optimizer": opt, "lesson 09's model (s per full trial)": s,
                    "the trials' throughput (s)": "no trial" if m is None else m,
-                   "model / trials": "-" if m is None else round(s / m, 2), **_limit_cells(s, time_limit_s)})
+                   "model / trials": "-" if m is None else round(s / m, 2), **_limit_cells(s, time_limit_s),
+                   "trials over the limit": over})
     return tab
 
 
@@ -413,10 +462,11 @@ def demo_time_limit(predicted_s: dict[str, float]) -> float | None:
     return None if hi <= 1.1 * lo else (lo + hi) / 2
 
 
-def pruning_reading(table: Table) -> str:
+def pruning_reading(table: Table, agree: float = 0.75) -> str:
     """Whether the model's prunes agree with what the trials' own throughput says, from the pruning
-    table's rows: an optimizer pruned (or kept) rightly when its measured full trial is on the same side
-    of the limit."""
+    table's rows: an optimizer pruned (or kept) rightly when at least ``agree`` of its trials' full-trial
+    seconds lie on the side of the limit the model put it, wrongly when at most ``1 - agree`` do; in
+    between the trials' spread straddles the limit and they do not decide."""
     model_key, trials_key = "lesson 09's model (s per full trial)", "the trials' throughput (s)"
     if table.rows and all(r["limit (s)"] == "none" for r in table.rows):
         checks = [f"{r['optimizer']}: model {r[model_key]:.3g} s, trials {r[trials_key]:.3g} s (model / trials "
@@ -432,11 +482,19 @@ def pruning_reading(table: Table) -> str:
         if measured == "no trial":
             out.append(f"{r['optimizer']}: {'pruned' if pruned else 'kept'}; no trial measured it")
             continue
-        right = (measured > r["limit (s)"]) == pruned
+        over, n = (int(x) for x in r["trials over the limit"].split(" of "))
+        side = (over if pruned else n - over) / n  # the share of its trials on the side the model put it
         model = r["lesson 09's model (s per full trial)"]
-        out.append(f"{r['optimizer']}: {'pruned' if pruned else 'kept'} (model {model:.3g} s, trials {measured:.3g} s, "
-                   f"limit {r['limit (s)']:.3g} s): "
-                   + ("the trials agree" if right else "the trials disagree: the model put it on the wrong side"))
+        said = (f"{r['optimizer']}: {'pruned' if pruned else 'kept'} (model {model:.3g} s, trials {measured:.3g} s, "
+                f"limit {r['limit (s)']:.3g} s): ")
+        if side >= agree:
+            said += f"the trials agree ({over} of {n} over the limit)"
+        elif side <= 1 - agree:
+            said += f"the trials disagree: the model put it on the wrong side ({over} of {n} over the limit)"
+        else:
+            said += (f"the trials do not decide: {over} of its {n} trials ran over the limit, the rest under it, so "
+                     "the limit lies within the trials' own spread")
+        out.append(said)
     return "; ".join(out) + "."
 
 
@@ -705,7 +763,7 @@ def replay_table(rep: dict, spec: dict) -> Table:
         fmt = lambda x: "not reached" if math.isinf(x) else round(x * per, 2)
         rows.append({"strategy": st, "seeds": len(v), "reached": f"{sum(not math.isinf(x) for x in v)}/{len(v)}",
                      "median epochs to target": fmt(q[1]),
-                     "quartiles (epochs)": f"{fmt(q[0])} to {fmt(q[2])}",
+                     "quartiles (epochs)": f"{cell_text(fmt(q[0]))} to {cell_text(fmt(q[2]))}",  # r10f: not "28.0"
                      "vs random (median ratio)": "-" if st == "random" else
                      (round(ratio, 2) if math.isfinite(ratio) else "inf"),
                      "90% interval": "-" if st == "random" else f"{lo:.2f}-{hi:.2f}"})
