@@ -94,7 +94,10 @@ def test_the_optimizer_reading_names_the_fastest_step_the_table_shows():
     assert "the fastest whole step: dense Adam, foreach" not in said
     assert ("the largest measurable whole-step gain: dense Adam, foreach (1.10x; dense Adam, fused's 1.15x is "
             "larger, but within the repeats' noise)") in said
-    assert disagreements(said, L01.optimizer_table(comp), extra=[27.37 / 24.79, 27.37 / 23.73]) == []
+    from test_reading_r10a import optimizer_derived  # r10a 01-C1: what each phase accounts for
+
+    assert disagreements(said, L01.optimizer_table(comp), extra=[27.37 / 24.79, 27.37 / 23.73,
+                                                                  *optimizer_derived(comp)]) == []
     fused["step_ratios"] = [1.12, 1.15, 1.18]  # opposite: fused measurably faster too
     assert "the fastest whole step: dense Adam, fused" in L01.optimizer_reading(comp)
 
