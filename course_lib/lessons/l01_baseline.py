@@ -592,7 +592,43 @@ def accuracy_reading(rows: list[dict], step_ms: dict[str, float] | None = None, 
             text += (f", a difference the paired repeats did not resolve (the whole step's "
                      f"{step_ms[dense_name] / step_ms[lazy_name]:.2f}x is within their noise): neither is measurably "
                      "cheaper on the clock")
+        elif d_s != l_s:
+            text += _same_seconds_clause(by, step_ms, steps, noise, d_mean, l_mean)
     return text
+
+
+def _hr_at_step(curve: dict, step: float) -> tuple[float, int, int] | None:
+    """HR@10 on a run's curve at ``step``, on a straight line between the evaluations around it, with their steps;
+    None where ``step`` is outside the curve."""
+    pts = list(zip(curve["step"], curve["hr"]))
+    for (s0, h0), (s1, h1) in zip(pts, pts[1:]):
+        if s0 <= step <= s1 and s1 > s0:
+            return h0 + (h1 - h0) * (step - s0) / (s1 - s0), s0, s1
+    return None
+
+
+def _same_seconds_clause(by: dict, step_ms: dict, steps: int, noise: float, d_mean: float, l_mean: float) -> str:
+    """Lesson 01's second question, "and after the same number of seconds?" (read r10a 01-H1, tenth full run: the
+    reading gave "53.0 s of training with dense Adam and 31.5 s with lazy Adam" and no verdict, while its figure's
+    right panel had lazy Adam at 0.57 at 31.5 s and dense Adam near 0.45): the cheaper optimizer's HR@10 at its
+    budget against the other's curves at the same seconds (at the paired step times), against the same noise."""
+    (dense_name, dense), (lazy_name, lazy) = by.items()
+    cheap, dear = ((lazy_name, dense_name) if step_ms[lazy_name] < step_ms[dense_name] else (dense_name, lazy_name))
+    at = steps * step_ms[cheap] / step_ms[dear]  # the steps the dearer one runs in the cheaper one's seconds
+    points = [_hr_at_step(r["curve"], at) for r in by[dear] if r.get("curve")]
+    if not points or any(p is None for p in points):
+        return ""
+    dear_hr = statistics.mean(p[0] for p in points)
+    cheap_hr = l_mean if cheap == lazy_name else d_mean
+    short = {dense_name: "dense Adam", lazy_name: "lazy Adam"}
+    evals = sorted({p[1] for p in points} | {p[2] for p in points})
+    diff = cheap_hr - dear_hr
+    verdict = ("no measurable difference on the training clock" if abs(diff) <= noise else
+               f"{short[cheap]} is {'ahead' if diff > 0 else 'behind'} by more than the noise on the training clock")
+    return (f". In the same {steps * step_ms[cheap] / 1000:.1f} s {short[dear]} runs {at:,.0f} steps, where its curves "
+            f"read HR@10 {dear_hr:.4f} (mean of {len(points)} seeds, on a straight line between their evaluations at "
+            f"steps {' and '.join(str(s) for s in evals)}) against {short[cheap]}'s {cheap_hr:.4f}: a difference of "
+            f"{diff:+.4f} against the same noise ({noise:.4f}): {verdict}")
 
 
 # --------------------------------------------------------------------------- torch.compile
