@@ -120,3 +120,32 @@ def test_the_lazy_adam_reading_answers_the_same_seconds_question():
     assert "lazy Adam runs 5,755 steps" in dear and "against dense Adam's 0.6122" in dear, dear
     # a step difference the repeats did not resolve: no clock verdict beyond "neither is measurably cheaper"
     assert "In the same" not in L01.accuracy_reading(rows, ms, resolved=False)
+
+
+RUN_THROUGHPUT = ((256, 2343, 34172, 7.492), (1024, 585, 166161, 6.163), (4096, 146, 408298, 10.03),
+                  (16384, 36, 546119, 30.0), (65536, 9, 466982, 140.3))
+
+
+def _throughput(rows=RUN_THROUGHPUT):
+    from course_lib.tables import Table
+
+    t = Table(["batch size", "steps", "samples/s", "ms/step"], title="Training throughput vs batch size")
+    for b, n, sps, ms in rows:
+        t.add(**{"batch size": b, "steps": n, "samples/s": sps, "ms/step": ms})
+    return t
+
+
+def test_the_throughput_reading_says_when_a_larger_batch_stepped_faster_than_a_smaller_one():
+    """r10a 01-H2: "from batch 256 to 65536 (256x) samples/s went from 34,172 to 466,982 (13.7x)" over a table whose
+    batch 256 ran 7.492 ms per step and batch 1024 6.163: four times the samples in less time, the machine's pace
+    moving between the single runs, unsaid, under a ratio that rests on that first point."""
+    t = _throughput()
+    text = L01.throughput_reading(t)
+    assert ("; but batch 256's step took 7.492 ms and batch 1024's 6.163, 4x the samples in less time, which no step "
+            "does by itself (the same optimizer step, more of everything else): the machine's pace moved between "
+            "these runs, one per batch, so every ratio here is uncertain by at least 1.22x") in text, text
+    assert disagreements(text, t, extra=(20,)) == []
+    # opposite: steps that grow with the batch (batch 256 at the paired runs' 5.48 ms): nothing to say
+    steady = list(RUN_THROUGHPUT)
+    steady[0] = (256, 2343, 46715, 5.48)
+    assert "less time" not in L01.throughput_reading(_throughput(steady))
