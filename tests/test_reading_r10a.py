@@ -149,3 +149,43 @@ def test_the_throughput_reading_says_when_a_larger_batch_stepped_faster_than_a_s
     steady = list(RUN_THROUGHPUT)
     steady[0] = (256, 2343, 46715, 5.48)
     assert "less time" not in L01.throughput_reading(_throughput(steady))
+
+
+def test_the_bottleneck_reading_says_the_optimizers_share_once_and_whose_share_the_shuffle_raised():
+    """r10a 01-S1: "the largest phase of the baseline's training clock is optimizer (54%); the optimizer phase took 54%
+    (2.92 ms per step), sampling 1%; ... the optimizer took 55% and sampling 11% ... — more, because the profiled run
+    starts an epoch": one share twice, and "more" of the optimizer's 55% too, which the shuffle does not raise."""
+    from types import SimpleNamespace
+
+    from course_lib.train import TrainConfig, build_model
+    from test_reading_r3a import _result
+
+    model = build_model(SimpleNamespace(num_users=50, num_items=80), TrainConfig(factors=4, layers=(8, 4)))
+    phases = {"sampling": 1.371, "forward_backward": 39.88, "optimizer": 50.81, "evaluation": 3.535}
+    r = _result(phases, 94.4)
+    r.steps, r.steps_per_epoch = 17406, 19337
+    prof = SimpleNamespace(phase_s={"optimizer": 0.178961, "forward_backward": 0.112356, "sampling": 0.035426},
+                           steps=50)
+    said = L01.bottleneck_reading(r, model, prof)
+    assert "is optimizer (54%), 2.92 ms per step, sampling 1%;" in said and "the optimizer phase took" not in said
+    assert "— sampling's share is larger, because the profiled run starts an epoch" in said
+    # opposite: forward and backward the largest phase: the optimizer's own share follows
+    other = _result({**phases, "forward_backward": 60.0}, 114.5)
+    other.steps, other.steps_per_epoch = 17406, 19337
+    assert "is forward_backward (52%); the optimizer phase took 44% (2.92 ms per step)" in L01.bottleneck_reading(
+        other, model)
+
+
+def test_the_compile_reading_says_no_measurable_difference_as_a_sentence():
+    """r10a 01-S2: "at batch 256: compiled steps no measurable difference (0.83x) (7.207 -> 8.692 ms per step)"."""
+    from test_reading_r5a import _compile_comp
+
+    comp = _compile_comp([(256, 7.207, 8.692, 16.08, [0.8, 1.02, 0.83]), (16384, 44.78, 40.83, 6.3, [1.2, 0.98, 1.1])])
+    text = L01.compile_reading(comp)
+    assert ("at batch 256: no measurable difference between eager and compiled steps (0.83x: 7.207 -> 8.692 ms per "
+            "step), so the 16.1 s of compiling never pays back") in text, text
+    assert "(1.10x: 44.78 -> 40.83 ms per step)" in text
+    assert disagreements(text, L01.compile_table(comp)) == []
+    # opposite: a measurable slowdown keeps its verb
+    slower = L01.compile_reading(_compile_comp([(256, 7.207, 8.692, 16.08, [0.8, 0.82, 0.83])]))
+    assert "at batch 256: compiled steps 1.21x slower (7.207 -> 8.692 ms per step), so the 16.1 s" in slower

@@ -52,7 +52,7 @@ def test_the_bottleneck_reading_says_what_its_profile_shares_are_of():
     prof = SimpleNamespace(phase_s={"optimizer": 0.111293, "forward_backward": 0.074505, "sampling": 0.026764},
                            steps=50)
     said = L01.bottleneck_reading(r, model, prof)
-    assert "is optimizer (52%); the optimizer phase took 52% (1.41 ms per step), sampling 2%" in said
+    assert "is optimizer (52%), 1.41 ms per step, sampling 2%" in said  # r10a 01-S1: the share said once
     assert "the optimizer took 52% and sampling 13% of the phase rows' time" in said
     assert "of all its self time" in said
     extra = [*L01.profile_phase_shares(prof.phase_s).values(), 1000 * 24.47 / r.steps, 19337, 50,
