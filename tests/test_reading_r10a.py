@@ -189,3 +189,31 @@ def test_the_compile_reading_says_no_measurable_difference_as_a_sentence():
     # opposite: a measurable slowdown keeps its verb
     slower = L01.compile_reading(_compile_comp([(256, 7.207, 8.692, 16.08, [0.8, 0.82, 0.83])]))
     assert "at batch 256: compiled steps 1.21x slower (7.207 -> 8.692 ms per step), so the 16.1 s" in slower
+
+
+def test_the_lr_sweep_table_prints_each_lr_and_metric_alike(monkeypatch):
+    """r10a 01-S3: the lr sweep's table printed "5.000e-04" over "0.001" and HR@10 "0.519" and "0.625" over "0.6028"
+    (and train loss "0.409"), while the SGD line under it quotes the best run's HR@10 as "0.6250"."""
+    from types import SimpleNamespace
+
+    from course_lib import sweeps as search
+    from course_lib.train.ncf import TrainConfig
+
+    run = {5e-4: (0.5190, 0.3118, 0.4345), 1e-3: (0.6250, 0.3943, 0.4090), 2e-3: (0.6028, 0.3743, 0.4075),
+           5e-3: (0.5374, 0.3268, 0.4062)}
+
+    def fake_train(data, cfg, **kw):
+        hr, ndcg, loss = run.get(cfg.base_lr, (0.3907, 0.2263, 0.4686))
+        return SimpleNamespace(final_hr=hr, final_ndcg=ndcg, epochs=0.5, steps=9669, curve={"loss": [loss]},
+                               config={"optimizer": cfg.optimizer, "peak_lr": cfg.base_lr, "base_lr": cfg.base_lr})
+
+    monkeypatch.setattr(search, "train_to_target", fake_train)
+    cfg = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=1e-3)
+    table, best, _ = search.lr_sweep(None, cfg, (1e-3, 2e-3, 5e-3), max_epochs=0.5, max_extensions=2,
+                                     extra=(cfg.replace(optimizer="sgd", base_lr=0.1),))
+    text = str(table)
+    assert best == 1e-3 and "e-04" not in text
+    assert "adam       0.0005  9669   0.5     0.5190  0.3118   0.4345" in text, text
+    assert "adam       0.001   9669   0.5     0.6250  0.3943   0.4090" in text
+    # opposite: an lr of two significant figures and a metric of four keep their digits
+    assert "sgd        0.1     9669   0.5     0.3907  0.2263   0.4686" in text
