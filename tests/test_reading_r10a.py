@@ -217,3 +217,59 @@ def test_the_lr_sweep_table_prints_each_lr_and_metric_alike(monkeypatch):
     assert "adam       0.001   9669   0.5     0.6250  0.3943   0.4090" in text
     # opposite: an lr of two significant figures and a metric of four keep their digits
     assert "sgd        0.1     9669   0.5     0.3907  0.2263   0.4686" in text
+
+
+# lesson 01 cell 21 of the run: rung index -> (first batch s, loading samples/s, training samples/s), the kept pass
+RUN_LOADER = {0: (0.3977, 298_743, 37_264), 1: (0.4987, 49_485, 23_719), 3: (0.4093, 56_263, 19_838),
+              4: (0.5468, 63_265, 18_874), 5: (0.4552, 102_041, 28_890), 6: (0.3283, 1_486_491, 55_351),
+              7: (0.0262, 14_804_749, 61_364)}
+
+
+def _loader_comp(values=RUN_LOADER):
+    """The run's ladder in loader_comparison's shape (test_loader_ladder's constructed comparison, its rates replaced):
+    the other pass 2% slower everywhere, so every kept ratio is also each pass's."""
+    from test_loader_ladder import constructed_comparison
+
+    comp = constructed_comparison()
+    for i, (first, load, train) in values.items():
+        kept = {"first_batch_s": first, "load_sps": load, "train_sps": train}
+        other = {"first_batch_s": first * 1.02, "load_sps": load / 1.02, "train_sps": train / 1.02}
+        comp["rows"][i].update(kept, passes=[other, kept])
+    comp["epoch_samples"] = 4_950_135
+    return comp
+
+
+def loader_derived(comp) -> list[float]:
+    """The training speedups the loader reading says loading alone accounts for: per pair of rungs without workers,
+    the reference's training time per sample less the loading time the other saves."""
+    out = []
+    for a in comp["rows"]:
+        for b in comp["rows"]:
+            if a is not b and a.get("measured") and b.get("measured"):
+                acc = L01._loading_accounts(a, b)
+                out += [] if acc is None else [acc]
+    return out
+
+
+def test_the_loader_reading_says_how_much_of_a_training_gain_loading_alone_accounts_for():
+    """r10a 01-H3: "training went from 37,264 samples/s to 55,351 at the best DataLoader rung (batched Dataset, no
+    workers: 1.49x)" and "the device sampler trained at 61,364: against the best DataLoader, 1.11x", where these
+    rungs load in the training process: the per-sample rung's loading is 1/298,743 s = 3.35 us of its 26.84 us a
+    sample, the batched one's 0.67 us, so loading alone accounts for 1.11x of the 1.49x (and 1.03x of the 1.11x)."""
+    comp = _loader_comp()
+    text = L01.loader_reading(comp)
+    per = {i: (1 / v[2], 1 / v[1]) for i, v in RUN_LOADER.items()}  # training and loading seconds per sample
+    first = per[0][0] / (per[0][0] - (per[0][1] - per[6][1]))
+    second = per[6][0] / (per[6][0] - (per[6][1] - per[7][1]))
+    assert f"(batched Dataset, no workers: 1.49x, of which loading alone accounts for {first:.2f}x)" in text, text
+    assert f"against the best DataLoader, 1.11x, of which loading alone accounts for {second:.2f}x;" in text
+    assert "a training gain beyond that came off the work every rung shares" in text
+    from test_reading_agreement import _pass_ratios
+
+    assert disagreements(text, L01.comparison_table(comp), extra=(1, 2, 0.0047, *_pass_ratios(comp), first,
+                                                                   second)) == []
+    # opposite: training rates that loading accounts for (each rung's training time per sample is its loading time
+    # plus the same 15.4 us of model step): no such clause
+    additive = {i: (f, load, round(1 / (1 / load + 15.4e-6))) for i, (f, load, _) in RUN_LOADER.items()}
+    plain = L01.loader_reading(_loader_comp(additive))
+    assert "accounts for" not in plain and "every rung shares" not in plain, plain

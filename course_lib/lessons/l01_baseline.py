@@ -904,6 +904,25 @@ def _first_wait_clause(first: dict, before: dict, change: str) -> str:
     return ": keeping the workers alive did not shorten it here"
 
 
+def _loading_accounts(fast: dict, ref: dict) -> float | None:
+    """The training speedup of rung ``fast`` over rung ``ref`` that their loading alone accounts for, where it
+    falls more than 5 % short of the measured one: both rungs load in the training process (no workers, the rungs
+    whose names do not start with "+"), so loading and training take turns and a sample's training time holds its
+    loading time; ``ref``'s training time per sample less the loading time ``fast`` saves per sample. None for a rung
+    with workers, rates not measured, or a measured speedup that loading accounts for (read r10a 01-H3, tenth full
+    run: "training went from 37,264 samples/s to 55,351 at the best DataLoader rung (batched Dataset, no workers:
+    1.49x)" where loading alone went from 298,743 to 1,486,491 samples/s, 2.68 us a sample of the first rung's 26.84:
+    1.11x; the device sampler's 1.11x over it, 1.03x from loading)."""
+    if any(r["rung"].startswith("+") for r in (fast, ref)):
+        return None
+    rates = (fast["load_sps"], ref["load_sps"], ref["train_sps"], fast["train_sps"])
+    if not all(x == x and x for x in rates):
+        return None
+    rest = 1 / ref["train_sps"] - (1 / ref["load_sps"] - 1 / fast["load_sps"])
+    accounted = 1 / ref["train_sps"] / rest if rest > 0 else math.inf
+    return accounted if fast["train_sps"] / ref["train_sps"] > 1.05 * accounted else None
+
+
 def loader_reading(comp: dict) -> str:
     """What the data-loading ladder shows, read from the rows :func:`comparison_table` prints (each rung's
     better pass; a ratio is the ratio of two of its cells); a step between two rungs counts only when
@@ -917,15 +936,27 @@ def loader_reading(comp: dict) -> str:
              f"{_rate(best_load['load_sps'])} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
              f"{_paired(best_load, first, 'load_sps')}) and {_rate(device['load_sps'])} with the device-resident "
              f"sampler ({_paired(device, first, 'load_sps')})"]
+    def accounts(fast, ref):
+        said = _paired(fast, ref, "train_sps")
+        acc = None if said.startswith("no measurable") else _loading_accounts(fast, ref)
+        return said + ("" if acc is None else f", of which loading alone accounts for {acc:.2f}x"), acc is not None
+
     if best_train is first:
-        trained = (f"training ran at {_rate(first['train_sps'], ' samples/s')} with it, "
-                   "and no later DataLoader rung trained faster")
+        trained, short = (f"training ran at {_rate(first['train_sps'], ' samples/s')} with it, "
+                          "and no later DataLoader rung trained faster"), False
     else:
+        said, short = accounts(best_train, first)
         trained = (f"training went from {_rate(first['train_sps'], ' samples/s')} to "
                    f"{_rate(best_train['train_sps'])} at the best "
-                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {_paired(best_train, first, 'train_sps')})")
+                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {said})")
+    said, short_device = accounts(device, best_train)
     parts.append(f"{trained}; the device sampler trained at {_rate(device['train_sps'])}: against the best "
-                 f"DataLoader, {_paired(device, best_train, 'train_sps')}")
+                 f"DataLoader, {said}")
+    if short or short_device:
+        parts.append("a rung without workers loads and trains in turn, so the loading a rung saves per sample comes "
+                     "off its training time per sample; a training gain beyond that came off the work every rung "
+                     "shares: inside training, loading cost more than loading alone measured, or the machine moved "
+                     "between the runs (no cell here measured which)")
     workers, cores = comp["workers"], comp["cpu_cores"]
     parts.append(f"{workers} worker process{'es' if workers > 1 else ''} changed loading by "
                  f"{_paired(rows[1], first, 'load_sps')} and training by {_paired(rows[1], first, 'train_sps')}: a "
