@@ -273,3 +273,20 @@ def test_the_loader_reading_says_how_much_of_a_training_gain_loading_alone_accou
     additive = {i: (f, load, round(1 / (1 / load + 15.4e-6))) for i, (f, load, _) in RUN_LOADER.items()}
     plain = L01.loader_reading(_loader_comp(additive))
     assert "accounts for" not in plain and "every rung shares" not in plain, plain
+
+
+def test_the_compile_reading_says_when_inductors_cache_served_every_graph():
+    """r10a 01-S4: "so the 16.1 s of compiling never pays back", under a markdown that calls inductor's first compile
+    "code generation and a build, timed in the full profile's table", over a table whose graphs came "2 of 2" from
+    inductor's on-disk cache: no code was generated or built in those 16.1 s."""
+    from test_reading_r5a import _compile_comp
+
+    comp = _compile_comp([(256, 7.207, 8.692, 16.08, [0.8, 1.02, 0.83]), (16384, 44.78, 40.83, 6.3, [1.2, 0.98, 1.1])])
+    text = L01.compile_reading(comp)
+    assert ("inductor's on-disk cache served every graph at batch 256 and 16384: those compile times hold no code "
+            "generation or build, which a first compile on a fresh machine pays") in text, text
+    assert disagreements(text, L01.compile_table(comp)) == []
+    # opposite: a compile that generated its graphs (cache misses) says nothing of the cache
+    for r in comp["rows"]:
+        r["cache_hits"], r["cache_misses"] = 0, 2
+    assert "on-disk cache" not in L01.compile_reading(comp)

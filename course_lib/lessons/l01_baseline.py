@@ -752,6 +752,14 @@ def compile_reading(comp: dict, baseline: TrainResult | None = None) -> str:
                            (baseline.steps, "steps (it missed its target)"))
             text += f", {'within' if n <= steps else 'beyond'} the baseline's {steps} {what}"
         parts.append(text)
+    # read r10a 01-S4 (tenth full run): "the 16.1 s of compiling" and the markdown's "code generation and a build,
+    # timed in the full profile's table" over a table whose graphs came "2 of 2" from inductor's cache
+    cached = [r["batch size"] for r in comp["rows"] if comp["backend"] == "inductor" and r.get("cache_hits")
+              and not r.get("cache_misses")]
+    if cached:
+        at = " and ".join(str(b) for b in cached)
+        parts.append(f"inductor's on-disk cache served every graph at batch {at}: those compile times hold no code "
+                     "generation or build, which a first compile on a fresh machine pays")
     if comp["error"]:
         parts.append(f"then torch.compile failed ({comp['error']}): the larger batches stay eager")
     return "; ".join(parts)
