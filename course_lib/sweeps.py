@@ -165,9 +165,12 @@ def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0
     # the loop runs ceil(0.5 x 19337) = 9669 steps, the baseline's evaluation point sits at 2 x round(0.25 x 19337)
     t = Table(["optimizer", "lr", "steps", "epochs", "HR@10", "NDCG@10", "train loss"],
               title=f"lr sweep at batch {cfg.global_batch_size}, {max_epochs:g} epoch each")
+    # read r10a 01-S3 (tenth full run): "5.000e-04" over "0.001" in the lr column, "0.519" and "0.625" over "0.6028":
+    # the generic four significant figures; an lr as the runs' lines say it, the metrics to four decimals throughout
     for r in results:
-        t.add(optimizer=r.config["optimizer"], lr=r.config["peak_lr"], steps=r.steps, epochs=round(r.epochs, 2),
-              **{"HR@10": r.final_hr, "NDCG@10": r.final_ndcg, "train loss": r.curve["loss"][-1]})
+        t.add(optimizer=r.config["optimizer"], lr=f"{r.config['peak_lr']:g}", steps=r.steps, epochs=round(r.epochs, 2),
+              **{k: f"{v:.4f}" for k, v in (("HR@10", r.final_hr), ("NDCG@10", r.final_ndcg),
+                                            ("train loss", r.curve["loss"][-1]))})
     best = max(own.values(), key=lambda r: r.final_hr)
     return t, best.config["base_lr"], results
 

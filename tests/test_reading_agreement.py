@@ -90,8 +90,10 @@ def test_the_loader_reading_quotes_the_loader_table():
 
     for comp in (constructed_comparison(), constructed_comparison(second={1: 3.0}), constructed_comparison(cores=8)):
         # 2: the cores; 0.06 %: the first batch's share of an epoch (epoch_samples / loading rate)
+        from test_reading_r10a import loader_derived  # r10a 01-H3: what loading alone accounts for
+
         assert disagreements(L01.loader_reading(comp), L01.comparison_table(comp),
-                             extra=(1, 2, 0.0006, 6, *_pass_ratios(comp))) == []
+                             extra=(1, 2, 0.0006, 6, *_pass_ratios(comp), *loader_derived(comp))) == []
     # a rung's best pass against another's: 4.31x in the table is 4.31x in the line, not a paired median
     comp = constructed_comparison()
     comp["rows"][-1]["passes"][0]["load_sps"] *= 0.9  # the passes move apart; the kept (better) pass stays
@@ -185,7 +187,10 @@ def test_a_loader_pass_that_measured_nothing_is_not_the_best_rung():
     rung["passes"][1]["train_sps"] = None
     rung["train_sps"] = rung["passes"][0]["train_sps"]
     text = L01.loader_reading(comp)
-    assert disagreements(text, L01.comparison_table(comp), extra=(1, 2, 0.0006, 6, *_pass_ratios(comp))) == []
+    from test_reading_r10a import loader_derived  # r10a 01-H3: what loading alone accounts for
+
+    assert disagreements(text, L01.comparison_table(comp),
+                         extra=(1, 2, 0.0006, 6, *_pass_ratios(comp), *loader_derived(comp))) == []
     both = constructed_comparison()
     both["rows"][4]["passes"] = [{**p, "train_sps": None} for p in both["rows"][4]["passes"]]
     both["rows"][4]["train_sps"] = float("nan")

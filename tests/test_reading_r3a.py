@@ -52,7 +52,7 @@ def test_the_bottleneck_reading_says_what_its_profile_shares_are_of():
     prof = SimpleNamespace(phase_s={"optimizer": 0.111293, "forward_backward": 0.074505, "sampling": 0.026764},
                            steps=50)
     said = L01.bottleneck_reading(r, model, prof)
-    assert "is optimizer (52%); the optimizer phase took 52% (1.41 ms per step), sampling 2%" in said
+    assert "is optimizer (52%), 1.41 ms per step, sampling 2%" in said  # r10a 01-S1: the share said once
     assert "the optimizer took 52% and sampling 13% of the phase rows' time" in said
     assert "of all its self time" in said
     extra = [*L01.profile_phase_shares(prof.phase_s).values(), 1000 * 24.47 / r.steps, 19337, 50,
@@ -94,7 +94,10 @@ def test_the_optimizer_reading_names_the_fastest_step_the_table_shows():
     assert "the fastest whole step: dense Adam, foreach" not in said
     assert ("the largest measurable whole-step gain: dense Adam, foreach (1.10x; dense Adam, fused's 1.15x is "
             "larger, but within the repeats' noise)") in said
-    assert disagreements(said, L01.optimizer_table(comp), extra=[27.37 / 24.79, 27.37 / 23.73]) == []
+    from test_reading_r10a import optimizer_derived  # r10a 01-C1: what each phase accounts for
+
+    assert disagreements(said, L01.optimizer_table(comp), extra=[27.37 / 24.79, 27.37 / 23.73,
+                                                                  *optimizer_derived(comp)]) == []
     fused["step_ratios"] = [1.12, 1.15, 1.18]  # opposite: fused measurably faster too
     assert "the fastest whole step: dense Adam, fused" in L01.optimizer_reading(comp)
 

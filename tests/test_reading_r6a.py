@@ -119,7 +119,9 @@ def test_the_optimizer_reading_says_which_rungs_keep_dense_adam():
     ms = {(r["batch size"], r["variant"]): r["step_ms"] for r in comp["rows"]}
     moved = (ms[256, "dense Adam, for-loop"] / ms[256, "dense Adam, fused"]) / (
         ms[16384, "dense Adam, for-loop"] / ms[16384, "dense Adam, fused"])
-    assert disagreements(text, L01.optimizer_table(comp), extra=(moved,)) == [], text
+    from test_reading_r10a import optimizer_derived  # r10a 01-C1: what each phase accounts for
+
+    assert disagreements(text, L01.optimizer_table(comp), extra=(moved, *optimizer_derived(comp))) == [], text
     # opposite: no dense variant measurably faster at either batch: nothing said about what the rungs keep
     text = L01.optimizer_reading(_sixth_run_opt_comp(fused_faster=False))
     assert "keep dense Adam" not in text and "Every such rung" not in text

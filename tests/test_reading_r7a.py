@@ -93,12 +93,15 @@ def test_the_optimizer_reading_does_not_count_a_gain_within_the_repeats_noise_to
     assert "dense Adam, fused: optimizer 1.88x faster, whole step no measurable difference (1.21x)" in text
     assert ("fused made the whole step 1.81x faster at batch 256 and 1.21x at 16384 (within the repeats' noise), so on "
             "it the baseline would gain more than a rung at batch 16384, and the ladder's speedups of such rungs would "
-            "be about 1.5x smaller; about 1.8x smaller if the gain at batch 16384 is none (TrainConfig.adam_impl"
+            "be about 1.5x smaller; about 1.8x smaller if the gain at batch 16384 is none"
             ) in text
     ms = {(r["batch size"], r["variant"]): r["step_ms"] for r in comp["rows"]}
     gain = {b: ms[b, "dense Adam, for-loop"] / ms[b, "dense Adam, fused"] for b in (256, 16384)}
     ratios = [r for row in comp["rows"] for r in row["optimizer_ratios"] + row["step_ratios"]]
-    assert disagreements(text, L01.optimizer_table(comp), extra=(gain[256] / gain[16384], gain[256], *ratios)) == []
+    from test_reading_r10a import optimizer_derived  # r10a 01-C1: what each phase accounts for
+
+    assert disagreements(text, L01.optimizer_table(comp),
+                         extra=(gain[256] / gain[16384], gain[256], *ratios, *optimizer_derived(comp))) == []
     # opposite: the fused step measurably faster at 16384 too (every repeat above 1.05): no qualifier, one factor
     resolved = L01.optimizer_reading(_run_opt_comp([1.19, 1.21, 1.23]))
     assert "whole step 1.21x faster" in resolved and "within the repeats' noise" not in resolved

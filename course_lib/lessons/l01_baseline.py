@@ -92,9 +92,12 @@ def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None
     name, sec = max(phases.items(), key=lambda kv: kv[1])
     share = result.clock_shares()  # of the training clock, as the phase table shows them
     per_step = 1000 * phases.get("optimizer", 0.0) / max(1, result.steps)
-    text = (f"the largest phase of the baseline's training clock is {name} ({share[name]:.0%}); the optimizer "
-            f"phase took {share.get('optimizer', 0.0):.0%} ({per_step:.2f} ms per step), sampling "
-            f"{share.get('sampling', 0.0):.0%}")
+    # read r10a 01-S1 (tenth full run): "is optimizer (54%); the optimizer phase took 54% (2.92 ms per step)": one
+    # share said twice when the largest phase is the optimizer
+    text = (f"the largest phase of the baseline's training clock is {name} ({share[name]:.0%})"
+            + (f", {per_step:.2f} ms per step" if name == "optimizer" else
+               f"; the optimizer phase took {share.get('optimizer', 0.0):.0%} ({per_step:.2f} ms per step)")
+            + f", sampling {share.get('sampling', 0.0):.0%}")
     if profile is not None and profile.phase_s:
         prof = profile_phase_shares(profile.phase_s)
         # of the three phase rows' time, not the profile's "CPU total %" (of all its self time: read r3a 01-2,
@@ -103,9 +106,9 @@ def bottleneck_reading(result: TrainResult, model: torch.nn.Module, profile=None
                  f"sampling {prof.get('sampling', 0.0):.0%} of the phase rows' time (the profile's own percentages "
                  "are of all its self time)")
         if prof.get("sampling", 0.0) > 2 * share.get("sampling", 0.0) + 0.02:
-            text += (f" — more, because the profiled run starts an epoch: its shuffle, paid once per "
-                     f"{result.steps_per_epoch} steps in a run, falls into {profile.steps} steps here, so the run's "
-                     "own shares are the ones to go by")
+            text += (" — sampling's share is larger, because the profiled run starts an epoch: its shuffle, paid "
+                     f"once per {result.steps_per_epoch} steps in a run, falls into {profile.steps} steps here, so the "
+                     "run's own shares are the ones to go by")
     optimizer = {"adam": "Adam", "sgd": "SGD", "lars": "LARS", "lamb": "LAMB"}.get(result.config.get("optimizer"),
                                                                                   "optimizer")
     text += (f". The embedding tables hold {embedding_share(model):.0%} of the parameters, and a dense {optimizer} "
@@ -351,6 +354,13 @@ def _ladder_clause(comp: dict, dense_faster: list[dict]) -> str:
     alt = _ladder_factor(none[lo_b] / none[hi_b])
     other = (f"; {alt} if the gain at batch {unresolved[0]} is none" if unresolved and alt != _ladder_factor(moved)
              else "")
+    # read r10a 01-C1 (tenth full run): "fused made the whole step 2.00x faster at batch 256 and 1.26x at 16384" where
+    # its optimizer phase saved 2.07 and 1.53 ms of steps that fell 2.74 and 8.18 ms: the factor again from the part
+    # the implementation certainly owns, its optimizer phase's saving
+    if any(_outside_optimizer(ref[b], row[b]) for b in (lo_b, hi_b)):
+        own = {b: _optimizer_explained(ref[b], row[b]) for b in (lo_b, hi_b)}
+        other += (f"; from its optimizer phase's saving alone ({own[lo_b]:.2f}x at batch {lo_b}, {own[hi_b]:.2f}x at "
+                  f"{hi_b}) {_ladder_factor(own[lo_b] / own[hi_b])}")
     if moved > 1.05:
         return (said + f", so on it the baseline would gain more than a rung at batch {hi_b}, and the ladder's "
                 f"speedups of such rungs would be {_ladder_factor(moved)}{other}")
@@ -358,6 +368,27 @@ def _ladder_clause(comp: dict, dense_faster: list[dict]) -> str:
         return (said + f", so on it a rung at batch {hi_b} would gain more than the baseline, and the ladder's "
                 f"speedups of such rungs would be {_ladder_factor(moved)}{other}")
     return said + ", about alike, so the ladder's ratios would barely move" + other
+
+
+def _optimizer_explained(ref: dict, row: dict) -> float:
+    """The whole-step speedup ``row``'s optimizer phase accounts for: the baseline's step with only its optimizer
+    phase changed to ``row``'s (the rows :func:`optimizer_table` prints)."""
+    return ref["step_ms"] / (ref["step_ms"] - ref["optimizer_ms"] + row["optimizer_ms"])
+
+
+def _outside_optimizer(ref: dict, row: dict) -> float | None:
+    """The ms a dense variant's whole step saved beyond what its optimizer phase saved (negative: lost beyond it),
+    where that is more than 5 % of the baseline's step (paired_speedup's min_effect) and the paired repeats resolved
+    the whole step's difference; None otherwise, and for a variant that changes more than the optimizer (SparseAdam's
+    sparse gradients change backward too). The dense implementations run the same sampling, forward and backward:
+    time that moved there is not their arithmetic (read r10a 01-C1, tenth full run: "dense Adam, foreach: optimizer
+    no measurable difference (0.95x), whole step 1.14x faster" and fused's "whole step 1.26x faster" at batch 16384,
+    where the optimizer was 8 % of the step: at zero cost it could give 1.08x)."""
+    if (row["baseline"] or not row["variant"].startswith("dense")
+            or not table_speedup(ref["step_ms"], row["step_ms"], row["step_ratios"])[1]):
+        return None
+    outside = (ref["step_ms"] - row["step_ms"]) - (ref["optimizer_ms"] - row["optimizer_ms"])
+    return outside if abs(outside) > 0.05 * ref["step_ms"] else None
 
 
 def _ladder_factor(moved: float) -> str:
@@ -380,6 +411,8 @@ def optimizer_reading(comp: dict) -> str:
         opt = lambda r: (ref["optimizer_ms"], r["optimizer_ms"], r["optimizer_ratios"])  # noqa: E731
         step = lambda r: (ref["step_ms"], r["step_ms"], r["step_ratios"])  # noqa: E731
         said = "; ".join(f"{r['variant']}: optimizer {_ratio_text(*opt(r))}, whole step {_ratio_text(*step(r))}"
+                         + (f" (its optimizer phase accounts for {_optimizer_explained(ref, r):.2f}x)"
+                            if _outside_optimizer(ref, r) is not None else "")
                          for r in others)
         faster = [r for r in others if table_speedup(*step(r))[1] and table_speedup(*step(r))[0] > 1]
         best = max(faster, key=lambda r: table_speedup(*step(r))[0], default=None)
@@ -400,8 +433,24 @@ def optimizer_reading(comp: dict) -> str:
     def step_gain(r):
         return table_speedup(_baseline_row(comp, r["batch size"])["step_ms"], r["step_ms"], r["step_ratios"])
 
+    def optimizer_gain(r):
+        return table_speedup(_baseline_row(comp, r["batch size"])["optimizer_ms"], r["optimizer_ms"],
+                             r["optimizer_ratios"])
+
+    outside = [(r, _outside_optimizer(_baseline_row(comp, r["batch size"]), r)) for r in comp["rows"]]
+    outside = [(r, ms) for r, ms in outside if ms is not None]
+    if outside:
+        moved = "; ".join(f"{r['variant']} at batch {r['batch size']}: {abs(ms):.2f} ms "
+                          f"{'more saved' if ms > 0 else 'more lost'}" for r, ms in outside)
+        parts.append("the dense implementations run the same sampling, forward and backward and differ only in the "
+                     f"optimizer step, yet some whole steps moved more than their optimizer phase did ({moved}): that "
+                     "time came off phases they run alike, the machine's movement between the paired runs or the "
+                     "implementation's effect on the rest of the step (caches, the allocator), which no cell here "
+                     "measured; only the optimizer phase's part is certainly the implementation's")
+    # a dense implementation counts as faster only where its own phase, the optimizer step, is measurably faster too
+    # (read r10a 01-C1: "although foreach and fused made the whole step measurably faster" over foreach's 0.95x)
     dense_faster = [r for r in comp["rows"] if r["variant"].startswith("dense") and not r["baseline"]
-                    and step_gain(r)[1] and step_gain(r)[0] > 1]
+                    and step_gain(r)[1] and step_gain(r)[0] > 1 and optimizer_gain(r)[1] and optimizer_gain(r)[0] > 1]
     if dense_faster:
         # #37 (review 01 #4): a faster implementation of the same update was measured; say what the course keeps
         names = sorted({r["variant"].split(", ")[1] for r in dense_faster})
@@ -546,7 +595,43 @@ def accuracy_reading(rows: list[dict], step_ms: dict[str, float] | None = None, 
             text += (f", a difference the paired repeats did not resolve (the whole step's "
                      f"{step_ms[dense_name] / step_ms[lazy_name]:.2f}x is within their noise): neither is measurably "
                      "cheaper on the clock")
+        elif d_s != l_s:
+            text += _same_seconds_clause(by, step_ms, steps, noise, d_mean, l_mean)
     return text
+
+
+def _hr_at_step(curve: dict, step: float) -> tuple[float, int, int] | None:
+    """HR@10 on a run's curve at ``step``, on a straight line between the evaluations around it, with their steps;
+    None where ``step`` is outside the curve."""
+    pts = list(zip(curve["step"], curve["hr"]))
+    for (s0, h0), (s1, h1) in zip(pts, pts[1:]):
+        if s0 <= step <= s1 and s1 > s0:
+            return h0 + (h1 - h0) * (step - s0) / (s1 - s0), s0, s1
+    return None
+
+
+def _same_seconds_clause(by: dict, step_ms: dict, steps: int, noise: float, d_mean: float, l_mean: float) -> str:
+    """Lesson 01's second question, "and after the same number of seconds?" (read r10a 01-H1, tenth full run: the
+    reading gave "53.0 s of training with dense Adam and 31.5 s with lazy Adam" and no verdict, while its figure's
+    right panel had lazy Adam at 0.57 at 31.5 s and dense Adam near 0.45): the cheaper optimizer's HR@10 at its
+    budget against the other's curves at the same seconds (at the paired step times), against the same noise."""
+    (dense_name, dense), (lazy_name, lazy) = by.items()
+    cheap, dear = ((lazy_name, dense_name) if step_ms[lazy_name] < step_ms[dense_name] else (dense_name, lazy_name))
+    at = steps * step_ms[cheap] / step_ms[dear]  # the steps the dearer one runs in the cheaper one's seconds
+    points = [_hr_at_step(r["curve"], at) for r in by[dear] if r.get("curve")]
+    if not points or any(p is None for p in points):
+        return ""
+    dear_hr = statistics.mean(p[0] for p in points)
+    cheap_hr = l_mean if cheap == lazy_name else d_mean
+    short = {dense_name: "dense Adam", lazy_name: "lazy Adam"}
+    evals = sorted({p[1] for p in points} | {p[2] for p in points})
+    diff = cheap_hr - dear_hr
+    verdict = ("no measurable difference on the training clock" if abs(diff) <= noise else
+               f"{short[cheap]} is {'ahead' if diff > 0 else 'behind'} by more than the noise on the training clock")
+    return (f". In the same {steps * step_ms[cheap] / 1000:.1f} s {short[dear]} runs {at:,.0f} steps, where its curves "
+            f"read HR@10 {dear_hr:.4f} (mean of {len(points)} seeds, on a straight line between their evaluations at "
+            f"steps {' and '.join(str(s) for s in evals)}) against {short[cheap]}'s {cheap_hr:.4f}: a difference of "
+            f"{diff:+.4f} against the same noise ({noise:.4f}): {verdict}")
 
 
 # --------------------------------------------------------------------------- torch.compile
@@ -650,8 +735,13 @@ def compile_reading(comp: dict, baseline: TrainResult | None = None) -> str:
         times = f"{cell_text(round(r['eager_ms'], 3))} -> {cell_text(round(r['compiled_ms'], 3))} ms per step"
         if n is None:
             said = _ratio_text(r["eager_ms"], r["compiled_ms"], r["ratios"])
-            parts.append(f"at batch {r['batch size']}: compiled steps {said} ({times}), so the "
-                         f"{r['compile_s']:.1f} s of compiling never pays back")
+            # read r10a 01-S2 (tenth full run): "compiled steps no measurable difference (0.83x) (7.207 -> 8.692 ms
+            # per step)": a verdict that is not a verb of "compiled steps", two parentheses in a row
+            said = (f"compiled steps {said} ({times})" if not said.startswith("no measurable") else
+                    f"no measurable difference between eager and compiled steps ({said.partition('(')[2][:-1]}: "
+                    f"{times})")
+            parts.append(f"at batch {r['batch size']}: {said}, so the {r['compile_s']:.1f} s of compiling never pays "
+                         "back")
             continue
         epochs = n * r["batch size"] / comp["epoch_samples"]
         said = _ratio_text(r["eager_ms"], r["compiled_ms"], r["ratios"])
@@ -662,6 +752,14 @@ def compile_reading(comp: dict, baseline: TrainResult | None = None) -> str:
                            (baseline.steps, "steps (it missed its target)"))
             text += f", {'within' if n <= steps else 'beyond'} the baseline's {steps} {what}"
         parts.append(text)
+    # read r10a 01-S4 (tenth full run): "the 16.1 s of compiling" and the markdown's "code generation and a build,
+    # timed in the full profile's table" over a table whose graphs came "2 of 2" from inductor's cache
+    cached = [r["batch size"] for r in comp["rows"] if comp["backend"] == "inductor" and r.get("cache_hits")
+              and not r.get("cache_misses")]
+    if cached:
+        at = " and ".join(str(b) for b in cached)
+        parts.append(f"inductor's on-disk cache served every graph at batch {at}: those compile times hold no code "
+                     "generation or build, which a first compile on a fresh machine pays")
     if comp["error"]:
         parts.append(f"then torch.compile failed ({comp['error']}): the larger batches stay eager")
     return "; ".join(parts)
@@ -814,6 +912,25 @@ def _first_wait_clause(first: dict, before: dict, change: str) -> str:
     return ": keeping the workers alive did not shorten it here"
 
 
+def _loading_accounts(fast: dict, ref: dict) -> float | None:
+    """The training speedup of rung ``fast`` over rung ``ref`` that their loading alone accounts for, where it
+    falls more than 5 % short of the measured one: both rungs load in the training process (no workers, the rungs
+    whose names do not start with "+"), so loading and training take turns and a sample's training time holds its
+    loading time; ``ref``'s training time per sample less the loading time ``fast`` saves per sample. None for a rung
+    with workers, rates not measured, or a measured speedup that loading accounts for (read r10a 01-H3, tenth full
+    run: "training went from 37,264 samples/s to 55,351 at the best DataLoader rung (batched Dataset, no workers:
+    1.49x)" where loading alone went from 298,743 to 1,486,491 samples/s, 2.68 us a sample of the first rung's 26.84:
+    1.11x; the device sampler's 1.11x over it, 1.03x from loading)."""
+    if any(r["rung"].startswith("+") for r in (fast, ref)):
+        return None
+    rates = (fast["load_sps"], ref["load_sps"], ref["train_sps"], fast["train_sps"])
+    if not all(x == x and x for x in rates):
+        return None
+    rest = 1 / ref["train_sps"] - (1 / ref["load_sps"] - 1 / fast["load_sps"])
+    accounted = 1 / ref["train_sps"] / rest if rest > 0 else math.inf
+    return accounted if fast["train_sps"] / ref["train_sps"] > 1.05 * accounted else None
+
+
 def loader_reading(comp: dict) -> str:
     """What the data-loading ladder shows, read from the rows :func:`comparison_table` prints (each rung's
     better pass; a ratio is the ratio of two of its cells); a step between two rungs counts only when
@@ -827,15 +944,27 @@ def loader_reading(comp: dict) -> str:
              f"{_rate(best_load['load_sps'])} at the best DataLoader rung ({best_load['rung'].lstrip('+ ')}, "
              f"{_paired(best_load, first, 'load_sps')}) and {_rate(device['load_sps'])} with the device-resident "
              f"sampler ({_paired(device, first, 'load_sps')})"]
+    def accounts(fast, ref):
+        said = _paired(fast, ref, "train_sps")
+        acc = None if said.startswith("no measurable") else _loading_accounts(fast, ref)
+        return said + ("" if acc is None else f", of which loading alone accounts for {acc:.2f}x"), acc is not None
+
     if best_train is first:
-        trained = (f"training ran at {_rate(first['train_sps'], ' samples/s')} with it, "
-                   "and no later DataLoader rung trained faster")
+        trained, short = (f"training ran at {_rate(first['train_sps'], ' samples/s')} with it, "
+                          "and no later DataLoader rung trained faster"), False
     else:
+        said, short = accounts(best_train, first)
         trained = (f"training went from {_rate(first['train_sps'], ' samples/s')} to "
                    f"{_rate(best_train['train_sps'])} at the best "
-                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {_paired(best_train, first, 'train_sps')})")
+                   f"DataLoader rung ({best_train['rung'].lstrip('+ ')}: {said})")
+    said, short_device = accounts(device, best_train)
     parts.append(f"{trained}; the device sampler trained at {_rate(device['train_sps'])}: against the best "
-                 f"DataLoader, {_paired(device, best_train, 'train_sps')}")
+                 f"DataLoader, {said}")
+    if short or short_device:
+        parts.append("a rung without workers loads and trains in turn, so the loading a rung saves per sample comes "
+                     "off its training time per sample; a training gain beyond that came off the work every rung "
+                     "shares: inside training, loading cost more than loading alone measured, or the machine moved "
+                     "between the runs (no cell here measured which)")
     workers, cores = comp["workers"], comp["cpu_cores"]
     parts.append(f"{workers} worker process{'es' if workers > 1 else ''} changed loading by "
                  f"{_paired(rows[1], first, 'load_sps')} and training by {_paired(rows[1], first, 'train_sps')}: a "
@@ -900,8 +1029,21 @@ def throughput_reading(table: Table) -> str:
         trend = "samples/s is flattening: the last step up gained less than 20 %"
     else:
         trend = "samples/s was still growing at the largest batch measured"
-    return (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
+    text = (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
             f"batch {bp} -> {b1}: {last:.2f}x; {trend}")
+    # read r10a 01-H2 (tenth full run): "from batch 256 to 65536 (256x) ... 13.7x" over a table where batch 256 ran
+    # 7.492 ms per step and batch 1024 6.163: a step of more samples does at least the same work (the same optimizer
+    # step, more sampling, forward and backward), so a larger batch's shorter step is the machine's pace moving
+    # between these single runs, and it bounds what every ratio of the table can resolve
+    ms = [(r["batch size"], r["ms/step"]) for r in table.rows]
+    inverted = [(a, b) for i, a in enumerate(ms) for b in ms[i + 1:] if b[0] > a[0] and b[1] < a[1] / 1.05]
+    if inverted:
+        (ba, ma), (bb, mb) = max(inverted, key=lambda p: p[0][1] / p[1][1])
+        text += (f"; but batch {ba}'s step took {cell_text(ma)} ms and batch {bb}'s {cell_text(mb)}, {bb // ba}x the "
+                 "samples in less time, which no step does by itself (the same optimizer step, more of everything "
+                 "else): the machine's pace moved between these runs, one per batch, so every ratio here is "
+                 f"uncertain by at least {ma / mb:.2f}x")
+    return text
 
 
 @dataclass
