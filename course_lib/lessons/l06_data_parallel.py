@@ -481,16 +481,26 @@ def _against_reference(per_rank: float) -> str:
     return f"{where} {NVIDIA_NCF_QUOTE} (another model size, GPUs and link: a scale to compare, not a check)"
 
 
+def _allreduce_per_step(row: dict) -> float:
+    """The seconds per step a row's run had a gradient all-reduce pending (its timed ``comm_share`` of the step): what
+    only a run on more than one rank pays."""
+    return (row.get("comm_share") or 0.0) * row["global_batch"] / row["samples_per_s"]
+
+
 def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
-    """Least-squares ``step_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling rows.
+    """Least-squares ``step_s - all-reduce_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling rows.
 
     Strong scaling keeps the global batch, so each size gives another per-rank batch: the
     intercept is what a step costs whatever the batch (the optimizer's step over every
-    parameter, the gradient all-reduce, launches), the slope the compute per sample. None
-    with fewer than two sizes.
+    parameter, launches), the slope the compute per sample. The all-reduce each run timed
+    (:func:`_allreduce_per_step`) is taken out first: one rank does not pay it, so left in, a line through one rank
+    and two puts it in the slope as well as the intercept (read r10c 06-C1, tenth full run: "each step costs 26.55 ms
+    whatever the batch ... plus 0.96 us per sample" over one rank at 42.2 ms per step and two at 34.4 ms, 11.1 ms of
+    it the timed all-reduce: without it 4.29 ms + 2.32 us per sample). None with fewer than two sizes.
     """
     strong = [r for r in rows if r["mode"] == "strong" and r["samples_per_s"]]
-    return line_fit([r["per_rank_batch"] for r in strong], [r["global_batch"] / r["samples_per_s"] for r in strong])
+    return line_fit([r["per_rank_batch"] for r in strong],
+                    [r["global_batch"] / r["samples_per_s"] - _allreduce_per_step(r) for r in strong])
 
 
 def _no_shrink_reading(strong: list[dict]) -> str:
@@ -580,13 +590,26 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
         return lead + ". " + _no_shrink_reading(strong)
     fixed, per_sample = fit
     step = top["global_batch"] / top["samples_per_s"]
-    fixed_share = min(1.0, max(0.0, fixed / step))
+    allreduce = _allreduce_per_step(top)  # timed in the run: paid on every step of the largest size, whatever its batch
+    fixed_share = min(1.0, max(0.0, (max(fixed, 0.0) + allreduce) / step))
+    if allreduce > 0:
+        cost = (f"each step costs {1e3 * max(fixed, 0.0):.3g} ms whatever the batch (optimizer step over every "
+                f"parameter, launches) plus {1e6 * per_sample:.3g} us per sample, and on {top['world_size']} ranks "
+                f"the timed all-reduce, pending {1e3 * allreduce:.3g} ms per step (taken out before the fit: one rank "
+                "does not pay it)")
+        if fixed < 0:
+            cost += (f"; the fit's intercept came out below zero ({1e3 * fixed:.3g} ms): the pending time also counts "
+                     "all-reduce time that overlapped compute, so it over-counts what the step waited for, and the "
+                     "fixed cost is read as 0")
+    else:
+        cost = (f"each step costs {1e3 * max(fixed, 0.0):.3g} ms whatever the batch (optimizer step over every "
+                f"parameter, all-reduce, launches) plus {1e6 * per_sample:.3g} us per sample")
     unresolved = _unresolved_fit(strong, repeats)
     if unresolved:
-        return (lead + f". Fitted over the {len(strong)} sizes with the table's run, each step would cost "
-                f"{1e3 * max(fixed, 0.0):.3g} ms whatever the batch plus {1e6 * per_sample:.3g} us per sample "
-                f"({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
-    need = compute_share / (1 - compute_share) * max(fixed, 0.0) / per_sample
+        return (lead + f". Fitted over the {len(strong)} sizes with the table's run, "
+                + cost.replace("costs", "would cost", 1)
+                + f" ({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
+    need = compute_share / (1 - compute_share) * (max(fixed, 0.0) + allreduce) / per_sample
     suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
     # #37 (full run of 2026-12-01): the reference was compared with the power of two (262,144: "2x above"), not
     # with the fit's 141,000 (1.1x): the fit's own figure, to 2 significant figures, is what is compared
@@ -594,14 +617,14 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
     points = len([r for r in strong if r["samples_per_s"]])
     caveat = ""
     if points == 2:
-        # two points: a line through them, not a test of the model; and only the larger size pays the all-reduce
-        caveat = (f" A line through {points} points fits them exactly, and only the {top['world_size']}-rank point "
-                  "pays the all-reduce, so the fixed cost mixes the optimizer step with the all-reduce: a tendency, "
-                  "not "
-                  "a measured split.")
-    return (lead + f". Fitted over the {points} sizes: each step costs {1e3 * max(fixed, 0.0):.2f} ms whatever the "
-            f"batch (optimizer step over every parameter, all-reduce, launches) plus {1e6 * per_sample:.2f} us per "
-            f"sample, so at {top['per_rank_batch']} samples per rank {fixed_share:.0%} of the step does not "
+        # two points: a line through them, not a test of the model
+        caveat = (f" A line through {points} points fits them exactly: a tendency, not a measured split"
+                  + (" (and the pending time is at most what the step waited for the all-reduce)."
+                     if allreduce > 0 else
+                     f"; only the {top['world_size']}-rank point pays the all-reduce, and with none timed, the fixed "
+                     "cost mixes the optimizer step with it."))
+    return (lead + f". Fitted over the {points} sizes: {cost}, so at {top['per_rank_batch']} samples per rank "
+            f"{fixed_share:.0%} of the step does not "
             f"shrink when ranks are added. Compute would be {compute_share:.0%} of the step from about {about:,} "
             f"samples per rank (the next power of two: {suggest:,}, a global batch of "
             f"{suggest * top['world_size']:,} on {top['world_size']} ranks); the fit's {about:,} is "
