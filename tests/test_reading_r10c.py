@@ -51,3 +51,45 @@ def test_the_step_fit_takes_out_the_all_reduce_one_rank_does_not_pay():
     plain = L06.scaling_reading(L06.scaling_rows(untimed, {}))
     assert "26.5 ms whatever the batch (optimizer step over every parameter, all-reduce, launches)" in plain, plain
     assert "pending" not in plain and "with none timed, the fixed cost mixes the optimizer step with it" in plain
+
+
+# --------------------------------------------------------------------------- lesson 05
+
+
+def _tenth_speed():
+    """The tenth run's cell 11: fastest of 3 interleaved repeats, with the phases of the fastest."""
+    from test_mixed_precision import _speed
+
+    return _speed({"fp32": 4.906e5, "bf16": 7.438e5, "fp16": 6.701e4},
+                  {"fp32": {"sampling": 0.686e-3, "forward_backward": 29.63e-3, "optimizer": 2.954e-3},
+                   "bf16": {"sampling": 0.5551e-3, "forward_backward": 18.57e-3, "optimizer": 2.762e-3},
+                   "fp16": {"sampling": 0.8756e-3, "forward_backward": 239.6e-3, "optimizer": 3.957e-3}},
+                  repeats={"fp32": [4.12e5, 4.78e5, 4.906e5], "bf16": [5.97e5, 7.11e5, 7.438e5],
+                           "fp16": [6.701e4, 6.49e4, 6.44e4]})
+
+
+def test_the_time_to_target_runs_are_read_against_the_rounds_ratios():
+    """r10c 05-C1: "bf16 1.44x against 1.52x here, 0.07 apart, beyond the tolerance. They disagree by more than the
+    noise the repeats measured ... rerun both cells", where the interleaved rounds, each one pair of runs as the
+    time-to-target runs are, gave 1.45x, 1.49x and 1.52x: a pair's ratio moved by 0.07 within the measurement
+    itself. Opposite: a time-to-target pair at 1.30x lies beyond the rounds' range and its tolerance."""
+    from test_mixed_precision import AMX_SERVER, _Run
+
+    from course_lib.lessons import l05_mixed_precision as MP
+
+    speed = _tenth_speed()
+    runs = [_Run("fp32", 5.08e5, 285), _Run("bf16", 7.34e5, 285)]
+    text = MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=runs, load_now=1.4)
+    assert "bf16 1.44x against 1.52x here (its 3 interleaved rounds, each one pair of runs back to back as these " \
+        "are: 1.45x, 1.49x, 1.52x), 0.07 apart, within the rounds' range and the 4% tolerance. The two agree." in text
+    assert "They disagree" not in text and "rerun" not in text
+    table = MP.speed_table(speed, 16384, "cpu")
+    rounds = [a / b for a, b in zip(speed.repeats["bf16"], speed.repeats["fp32"])]
+    extra = rounds + [7.34 / 5.08, 7.438 / 4.906 - 7.34 / 5.08, 285, 29.63 / 18.57, 29.63 / 239.6,
+                      29.63 / 33.27, 1 / (1 - 29.63 / 33.27), 0.044, 16, 2.954 / 33.27]
+    assert disagreements(text, table, extra=extra) == [], text
+
+    slow = MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=[_Run("fp32", 5.08e5, 285), _Run("bf16", 6.6e5, 285)],
+                              load_now=1.4)
+    assert "bf16 1.30x against 1.52x here" in slow and "beyond the tolerance of the rounds' range" in slow, slow
+    assert "They disagree by more than the noise the repeats measured" in slow
