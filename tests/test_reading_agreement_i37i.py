@@ -175,10 +175,10 @@ def test_the_overlap_reading_follows_the_buckets():
     from test_data_parallel_study import _result, _row, cpu_tier, eight_gpu_tier
 
     cpu, gpus = L06.overlap_reading(cpu_tier()), L06.overlap_reading(eight_gpu_tier())
-    costly = L06.overlap_reading(_result(2, "gloo", [_row("DDP buckets", 1.0, True, "none", [12.0, 12.5]),
+    costly = L06.overlap_reading(_result(2, "gloo", [_row("DDP buckets", 1.0, True, "none", [12.0, 12.5], n=5),
                                                      _row("one all-reduce after backward", 4.0, False, "none",
                                                           [9.0, 9.5])]))
-    assert "What overlap saved: nothing measurable" in cpu
+    assert "What overlap saved: the fastest bucket setting made one bucket" in cpu  # r10c 06-H1: it cannot overlap
     assert "What overlap saved: the best bucket setting took 2.62 ms per step, 0.98 ms less" in gpus
     assert "What overlap saved: nothing — one all-reduce after backward took 9" in costly
     assert len({cpu.split("What overlap saved")[1][:40], gpus.split("What overlap saved")[1][:40],

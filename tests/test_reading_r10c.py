@@ -93,3 +93,41 @@ def test_the_time_to_target_runs_are_read_against_the_rounds_ratios():
                               load_now=1.4)
     assert "bf16 1.30x against 1.52x here" in slow and "beyond the tolerance of the rounds' range" in slow, slow
     assert "They disagree by more than the noise the repeats measured" in slow
+
+
+def _tenth_buckets():
+    """The tenth run's cell 22 (bucket table): 2 gloo ranks, step = median of 3 interleaved repeats."""
+    from test_data_parallel_study import _result, _row
+
+    rows = (  # variant, cap (MiB), overlap, repeats (ms), all-reduces per step, pending (ms per step)
+        ("DDP buckets", 0.25, True, [114, 118, 123], 17, 114), ("DDP buckets", 1.0, True, [62.9, 57.6, 66.3], 5, 46.83),
+        ("DDP buckets", 25.0, True, [40.2, 52.6, 33], 1, 20.07),
+        ("one all-reduce after backward", 4.276, False, [39.2, 45.1, 46.1], 1, 26),
+        ("no communication (floor)", 0.0, None, [19.9, 19.1, 17.2], 0, 0.0))
+    return _result(2, "gloo", [_row(v, cap, ov, None if ov is None else "none", reps, n=n, comm_ms=c,
+                                    nbytes=0 if ov is None else 4e6) for v, cap, ov, reps, n, c in rows])
+
+
+def test_what_overlap_saved_is_read_from_the_settings_that_can_overlap():
+    """r10c 06-H1: "What overlap saved: nothing measurable — no measurable difference between the best bucket setting
+    and one all-reduce after backward", the best being the 25 MiB buckets: one bucket per step, ready only when
+    backward ended (its timeline: 0 ms of the all-reduce under backward), so it could not overlap. The settings that
+    could, 1 MiB (5 buckets, 57.6-66.3 ms) and 0.25 MiB (17), were slower than one all-reduce after backward
+    (39.2-46.1 ms). Opposite: where the fastest setting has several buckets it is the one compared, as before."""
+    result = _tenth_buckets()
+    text = L06.overlap_reading(result)
+    assert "no measurable difference between the best bucket setting and one all-reduce after backward" not in text
+    assert "What overlap saved: the fastest bucket setting made one bucket, ready only when backward ended, so it " \
+        "had nothing to overlap; of the settings with more than one bucket, the fastest is the 1 MiB buckets (5 " \
+        "all-reduces per step): nothing — one all-reduce after backward took 45.1 ms per step, 17.8 ms less than the " \
+        "1 MiB buckets (28%)" in text, text
+    table = result.table()
+    steps = [r["step_ms"] for r in result.bucket_rows]
+    extra = ([a - b for a in steps for b in steps] + [(a - b) / a for a in steps for b in steps if a] + [1])
+    assert disagreements(text, table, extra=extra) == [], text
+
+    several = _tenth_buckets()
+    several.rows[2]["allreduces_per_step"] = 2  # the fastest setting split into two buckets: it can overlap
+    other = L06.overlap_reading(several)
+    assert "What overlap saved: nothing measurable — no measurable difference between the best bucket setting and " \
+        "one all-reduce after backward" in other and "made one bucket" not in other, other
