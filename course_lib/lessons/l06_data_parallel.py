@@ -719,18 +719,25 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=())
             steps = sorted({r.get("steps_to_target") for r in [top, *repeats] if r.get("steps_to_target")})
             same = f", the same {steps[0]} steps" if len(steps) == 1 else ""
             head = (f"Time to target: {listed} s on {top['world_size']} ranks ({len(times)} runs of one setting at "
-                    f"different seeds{same}: {hi / lo:.2g}x apart) against {t1:.3g} s on one rank of the same threads")
+                    f"different seeds{same}: {hi / lo:.3g}x apart) against {t1:.3g} s on one rank of the same threads")
             nearest = lo if t1 < lo else hi
+            # the resolution these runs had: how far the runs of one setting moved (at least PAIRED_MIN_EFFECT), not a
+            # constant (read r10c 06-H2, tenth full run: "one rank's time is within the 30% one run can resolve ...
+            # so these runs do not say whether the ranks scaled" for 12.04 s against 9.8 and 9.35 s, 5% apart)
+            spread = hi / lo - 1
+            res = max(spread, PAIRED_MIN_EFFECT)
+            resolved = (f"the {res:.0%} the runs of one setting differed by" if spread >= PAIRED_MIN_EFFECT else
+                        f"{res:.0%} (the runs of one setting differed by {spread:.1%}; "
+                        f"at least {PAIRED_MIN_EFFECT:.0%})")
             if lo <= t1 <= hi:
                 verdict = ("one rank's time lies within the range of the runs of one setting, so these runs do not say "
                            "whether the ranks scaled")
-            elif abs(math.log(t1 / nearest)) <= math.log(1 + ONE_RUN_RESOLUTION):
-                verdict = (f"one rank's time is within the {ONE_RUN_RESOLUTION:.0%} one run can resolve on a shared "
-                           "machine of the nearest of them, so these runs do not say whether the ranks scaled")
+            elif abs(math.log(t1 / nearest)) <= math.log(1 + res):
+                verdict = (f"one rank's time is within {resolved} of the nearest of them, so these runs do not say "
+                           "whether the ranks scaled")
             else:
                 faster = t1 > hi
-                verdict = (f"every run {'faster' if faster else 'slower'} than one rank by more than the "
-                           f"{ONE_RUN_RESOLUTION:.0%} one run resolves: "
+                verdict = (f"every run {'faster' if faster else 'slower'} than one rank by more than {resolved}: "
                            + ("the ranks scaled" if faster else "adding ranks lengthened the run"))
             parts.append(head + f" (the table's run: time-to-target efficiency {top['ttt_efficiency']:.2f}): "
                          + verdict + ". Whether data parallelism beat one process using all the same cores is the "
