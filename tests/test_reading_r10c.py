@@ -150,3 +150,44 @@ def test_the_time_to_target_verdict_uses_the_spread_the_runs_of_one_setting_had(
     wide = L06.optimization_reading(rows, 0.05, repeats=[_rec(16384, 285 * 16384 / 11.5, 11.5, 0.9406, 3.0, 11.5)])
     assert "within the 17% the runs of one setting differed by of the nearest" in wide, wide
     assert "do not say whether the ranks scaled" in wide and ": the ranks scaled" not in wide
+
+
+# --------------------------------------------------------------------------- lesson 07
+
+
+def _tenth_bert_runs():
+    """The tenth run's cell 12 tables: sequences/s of every run (the sweeps and the seeds), at batch 32 and 256."""
+    def run(sps, batch):
+        return {"seqs_per_s": sps, "config": {"global_batch_size": batch}}
+
+    small = {f"{o} b=32, base lr x{f}": run(v, 32) for o, rates in (("adam", (109.9, 102, 104.5)),
+                                                                    ("lamb", (108.1, 91.3, 103.4)))
+             for f, v in zip(("0.5", "1", "2"), rates)}
+    large = {f"{o} b=256, sqrt rule x{f}": run(v, 256) for o, rates in (("adam", (114.8, 117.6, 112.9)),
+                                                                        ("lamb", (110.7, 113.7, 106.2, 107.2)))
+             for f, v in zip(("0.25", "0.5", "1", "2"), rates)}
+    seeds = {"adam b=256 (best lr, seed 1)": run(110.8, 256), "lamb b=256 (best lr, seed 1)": run(114.4, 256)}
+    return {**small, **large, **seeds}
+
+
+def test_the_bert_and_neumf_precision_ratios_are_read_against_the_lessons_rate_noise():
+    """r10c 07-H1: "bf16 vs fp32: 1.38x for this BERT, 1.52x for lesson 05's NeuMF on the same machine: here NeuMF
+    gained more than the transformer (its step is smaller, so what 16 bits save in memory traffic shows more)": 10.07%
+    apart against the fixed 10% margin, from one 8-step run per mode, while this lesson's runs of the same work moved
+    91.3-108.1 sequences/s (18%); and the cause in parentheses was measured by nothing. Opposite: with runs that moved
+    2%, the gap is read, and still without a cause nobody measured."""
+    from course_lib.lessons import l07_bert_lamb as L07
+
+    noise = L07.rate_noise(_tenth_bert_runs())
+    assert round(noise, 3) == round(108.1 / 91.3 - 1, 3)
+    bert, neumf = 120.1 / 87.2, 7.438 / 4.906
+    text = L07.precision_reading(bert, neumf, noise=noise)
+    assert "memory traffic" not in text and "NeuMF gained more" not in text, text
+    assert "within 18% of each other, the most that runs of the same work moved in sequences/s in this lesson" in text
+    tp = {"fp32": {"seqs_per_s": 87.2, "tokens_per_s": 5583.0}, "bf16": {"seqs_per_s": 120.1, "tokens_per_s": 7684.0}}
+    table = L07.throughput_table(tp, "mini BERT training throughput, batch 64 x 64 tokens")
+    assert disagreements(text, table, extra=[neumf, noise, 5, 16]) == [], text
+
+    quiet = L07.precision_reading(bert, neumf, noise=0.02)
+    assert "here NeuMF gained more than the transformer" in quiet and "memory traffic" not in quiet, quiet
+    assert "no cell here measured why" in quiet
