@@ -216,3 +216,19 @@ def test_lesson_05_says_the_matmul_share_is_an_expectation_that_lesson_07_measur
     assert disagreements(second, table, extra=extra) == [], second
     more = MP.speedup_reading(speed, AMX_SERVER, "cpu", neumf_share=0.011, bert=("mini", 0.99), bert_ratio=1.9)
     assert "1.90x fp32 on this machine (its saved result), more than NeuMF's 1.52x here, as expected." in more
+
+
+def test_the_lars_unscale_reading_quotes_the_factor_at_the_tables_figures():
+    """r10c 05-S2: "they are all 1.53e-05 times the true ones (1/S = 1.53e-05)" beside the table's 1.526e-05 in every
+    row. Opposite: factors that differ are given as a range at the same figures."""
+    from course_lib.lessons import l05_mixed_precision as MP
+
+    def rows(factors):
+        return [{"layer": f"l{i}", "||w||": 2.0, "||g||": 1e-3, "trust ratio, fp32": 1.0,
+                 "trust ratio, Precision.step": 1.0, "trust ratio on S x g": f, "on S x g / true": f}
+                for i, f in enumerate(factors)]
+
+    text = MP.lars_unscale_reading(rows([1 / 65536] * 7), 2.0 ** 16)
+    assert "all 1.526e-05 times the true ones (1/S = 1.526e-05)" in text and "1.53e-05" not in text, text
+    spread = MP.lars_unscale_reading(rows([1.5e-5, 1.526e-5]), 2.0 ** 16)
+    assert "1.5e-05 to 1.526e-05 times the true ones" in spread, spread

@@ -527,8 +527,9 @@ def lars_unscale_reading(rows: list[dict], scale: float) -> str:
     """Unscale-before-LARS, read from :func:`lars_unscale_rows`."""
     rel = max(abs(r["trust ratio, Precision.step"] - r["trust ratio, fp32"]) / r["trust ratio, fp32"] for r in rows)
     factors = [r["on S x g / true"] for r in rows]
-    spread = (f"all {factors[0]:.3g}" if f"{min(factors):.3g}" == f"{max(factors):.3g}"
-              else f"{min(factors):.3g} to {max(factors):.3g}")
+    # the table's four figures (read r10c 05-S2: "1.53e-05 times the true ones" beside the table's 1.526e-05)
+    spread = (f"all {factors[0]:.4g}" if f"{min(factors):.4g}" == f"{max(factors):.4g}"
+              else f"{min(factors):.4g} to {max(factors):.4g}")
     if rel > UNSCALE_TOLERANCE:
         # #37 item 2: the opening follows the rows; ratios that differ are not said to have been unscaled
         head = (f"Precision.step's trust ratios differ from the fp32 ones by up to {rel:.1e} (relative), more than "
@@ -538,7 +539,7 @@ def lars_unscale_reading(rows: list[dict], scale: float) -> str:
         head = (f"Precision.step unscaled before LARS read the gradients: its trust ratios {same} the fp32 ones in "
                 f"all {len(rows)} adapted layers. ")
     return (head + f"Computed on the gradients still scaled by S = 2^{math.log2(scale):.0f}, "
-            f"they are {spread} times the true ones (1/S = {1 / scale:.3g}): a LARS "
+            f"they are {spread} times the true ones (1/S = {1 / scale:.4g}): a LARS "
             "that took its ratio there and unscaled only afterwards (apex#1030) would shrink every adapted layer's "
             "step by that factor, and clipping or LAMB's gradient norm would compare a norm S times too large "
             "with its threshold.")
