@@ -232,3 +232,29 @@ def test_the_lars_unscale_reading_quotes_the_factor_at_the_tables_figures():
     assert "all 1.526e-05 times the true ones (1/S = 1.526e-05)" in text and "1.53e-05" not in text, text
     spread = MP.lars_unscale_reading(rows([1.5e-5, 1.526e-5]), 2.0 ** 16)
     assert "1.5e-05 to 1.526e-05 times the true ones" in spread, spread
+
+
+# the tenth run's cell 17 (all-reduce sweep, 2 gloo ranks): size, median time and its blocks' min-max (us)
+TENTH_SWEEP = ((4, 786.7, 318.4, 3236), (16, 3396, 730.4, 5111), (64, 2253, 1839, 3187), (256, 2713, 543.6, 5369),
+               (1024, 5549, 3315, 11920), (4096, 4685, 2232, 4974), (16384, 3882, 2448, 4351),
+               (65536, 1435, 554, 4077), (262144, 2036, 1538, 5118), (1048576, 12460, 9349, 13070),
+               (4194304, 10550, 6393, 12620), (16777216, 38690, 27040, 50660), (67108864, 187000, 151900, 221300))
+
+
+def _sweep_of(points):
+    from course_lib import comm
+
+    rows = [{"size_bytes": n, "time_s": t * 1e-6, "time_min_s": lo * 1e-6, "time_max_s": hi * 1e-6,
+             "algbw_GBps": n / t / 1e3, "busbw_GBps": comm.busbw(n / (t * 1e-6), 2) / 1e9} for n, t, lo, hi in points]
+    return comm.BenchResult(rows=rows, world_size=2, backend="gloo")
+
+
+def test_the_bandwidth_regime_says_where_the_time_did_not_grow_with_the_size():
+    """r10c 06-S1: "Bandwidth regime above it: the time grows with the size" (a fixed clause) over 1 MiB at 12.46 ms
+    and 4 MiB at 10.55 ms, within their blocks' spread. Opposite: times that grow at every size keep the clause."""
+    bench = _sweep_of(TENTH_SWEEP)
+    text = L06.allreduce_reading(bench)
+    assert "Bandwidth regime above it: the time grows from" in text, text
+    assert "though 4 MiB took less than 1 MiB (1.055e+04 vs 1.246e+04 us) within their blocks' spread" in text, text
+    grown = _sweep_of([p if p[0] != 4194304 else (4194304, 13000, 12000, 14000) for p in TENTH_SWEEP])
+    assert "Bandwidth regime above it: the time grows with the size, and" in L06.allreduce_reading(grown)
