@@ -146,10 +146,10 @@ def test_the_lars_unscale_reading_says_when_the_ratios_were_not_unscaled():
     bad = L05.lars_unscale_reading(rows(True), 2.0 ** 16)
     assert "did NOT read the unscaled gradients" in bad and "unscaled before LARS" not in bad
     assert "by up to 1.0e+00 (relative)" in bad
-    # 1.0 and 0: "1.0e+00" as the checker splits it; 1e-3 as "1e-03" (1, 3): the tolerance; 1.53e-05 (1.53, 5);
+    # 1.0 and 0: "1.0e+00" as the checker splits it; 1e-3 as "1e-03" (1, 3): the tolerance; 1.526e-05 (1.526, 5);
     # 16: S's exponent; 1030: apex#1030
     assert disagreements(bad, L05.lars_unscale_table(rows(True), 2.0 ** 16),
-                         extra=[1.0, 0, 3, 1.53, 5, 16, 1030]) == []
+                         extra=[1.0, 0, 3, 1e5 / 65536, 5, 16, 1030]) == []
 
 
 # --------------------------------------------------------------------------- lesson 06
@@ -175,10 +175,10 @@ def test_the_overlap_reading_follows_the_buckets():
     from test_data_parallel_study import _result, _row, cpu_tier, eight_gpu_tier
 
     cpu, gpus = L06.overlap_reading(cpu_tier()), L06.overlap_reading(eight_gpu_tier())
-    costly = L06.overlap_reading(_result(2, "gloo", [_row("DDP buckets", 1.0, True, "none", [12.0, 12.5]),
+    costly = L06.overlap_reading(_result(2, "gloo", [_row("DDP buckets", 1.0, True, "none", [12.0, 12.5], n=5),
                                                      _row("one all-reduce after backward", 4.0, False, "none",
                                                           [9.0, 9.5])]))
-    assert "What overlap saved: nothing measurable" in cpu
+    assert "What overlap saved: the fastest bucket setting made one bucket" in cpu  # r10c 06-H1: it cannot overlap
     assert "What overlap saved: the best bucket setting took 2.62 ms per step, 0.98 ms less" in gpus
     assert "What overlap saved: nothing — one all-reduce after backward took 9" in costly
     assert len({cpu.split("What overlap saved")[1][:40], gpus.split("What overlap saved")[1][:40],

@@ -198,7 +198,7 @@ def test_lesson_05s_lars_unscale_reading_quotes_its_table():
     for off in (0.0, 1e-6):
         text = L05.lars_unscale_reading(rows(off), 2.0 ** 16)
         assert ("equal the fp32" in text) == (off == 0.0) and ("match to 1.0e-06" in text) == (off > 0)
-        # 1.53 and 5, 1.0 and 6: "1.53e-05", "1.0e-06" as the checker splits them (it reads no exponents); 1030: apex#
+        # 1.526 and 5, 1.0 and 6: "1.526e-05", "1.0e-06" as the checker splits them (it reads no exponents); 1030: apex#
         assert disagreements(text, L05.lars_unscale_table(rows(off), 2.0 ** 16),
                              extra=[3, 2, 16, 1e-6, 1030, 65536 / 2 ** 32 * 1e5, 5, 6]) == []
 

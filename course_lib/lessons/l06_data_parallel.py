@@ -174,8 +174,18 @@ def allreduce_reading(bench) -> str:
     if large:
         best = max(large, key=lambda r: r["busbw_GBps"])
         asymptote = allreduce_busbw_factor(bench.world_size) / beta / 1e9
+        # read r10c 06-S1 (tenth full run): "the time grows with the size" over 1 MiB at 12.46 ms and 4 MiB at 10.55
+        dips = [(a, b) for a, b in zip(large, large[1:]) if b["time_s"] < a["time_s"]]
+        grows = "the time grows with the size"
+        if dips:
+            overlap = all(b.get("time_max_s", b["time_s"]) >= a.get("time_min_s", a["time_s"]) for a, b in dips)
+            grows = (f"the time grows from {large[0]['time_s'] * 1e6:.3g} to {large[-1]['time_s'] * 1e6:.3g} us over "
+                     "these sizes, though " + ", ".join(
+                         f"{human_bytes(b['size_bytes'])} took less than {human_bytes(a['size_bytes'])} "
+                         f"({b['time_s'] * 1e6:.4g} vs {a['time_s'] * 1e6:.4g} us)" for a, b in dips)
+                     + (" within their blocks' spread" if overlap else ", by more than their blocks' spread"))
         parts.append(
-            f"Bandwidth regime {'above it' if small else 'at every size measured'}: the time grows with the size, "
+            f"Bandwidth regime {'above it' if small else 'at every size measured'}: {grows}, "
             f"and the largest busbw measured is "
             f"{best['busbw_GBps']:.3g} GB/s at {human_bytes(best['size_bytes'])}, {best['busbw_GBps'] / asymptote:.0%} "
             f"of the fit's asymptote ({asymptote:.3g} GB/s = 2(p-1)/p / beta)."
@@ -253,16 +263,31 @@ def overlap_reading(result) -> str:
                     + (f"{rounds})." if same else "); one repeat only, so no noise estimate.")
                 )
     if serial is not None:
-        verdict = measurably_different(best, serial)
+        # read r10c 06-H1 (tenth full run): "What overlap saved: nothing measurable — no measurable difference between
+        # the best bucket setting and one all-reduce after backward", the best being 25 MiB buckets, one bucket per
+        # step, ready only when backward ended (the timeline: 0 ms under backward): it cannot overlap. The settings
+        # with more than one bucket are the ones that can, so they are the ones set against the serial all-reduce
+        ov, what, head = best, "the best bucket setting", "What overlap saved: "
+        several = [r for r in buckets if (r.get("allreduces_per_step") or 0) > 1]
+        if (best.get("allreduces_per_step") or 0) <= 1:
+            if several:
+                ov = min(several, key=lambda r: r["step_ms"])
+                what = f"the {ov['bucket_cap_mb']:g} MiB buckets"
+                head += (f"the fastest bucket setting made one bucket, ready only when backward ended, so it had "
+                         f"nothing to overlap; of the settings with more than one bucket, the fastest is {what} "
+                         f"({ov['allreduces_per_step']:.3g} all-reduces per step): ")
+            else:
+                head += ("not measured: every bucket setting made one bucket per step, ready only when backward "
+                         "ended, so none had anything to overlap; ")
+        verdict = measurably_different(ov, serial)
         if verdict is False:
-            parts.append(f"What overlap saved: nothing measurable — "
-                         f"{_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
-        elif best["step_ms"] < serial["step_ms"]:
-            parts.append(f"What overlap saved: "
-                         f"{_vs(best, serial, 'the best bucket setting', 'one all-reduce after backward')}.")
+            parts.append(f"{head}nothing measurable — "
+                         f"{_vs(ov, serial, what, 'one all-reduce after backward')}.")
+        elif ov["step_ms"] < serial["step_ms"]:
+            parts.append(f"{head}{_vs(ov, serial, what, 'one all-reduce after backward')}.")
         else:
-            parts.append(f"What overlap saved: nothing — "
-                         f"{_vs(serial, best, 'one all-reduce after backward', 'the best bucket setting')}: "
+            parts.append(f"{head}nothing — "
+                         f"{_vs(serial, ov, 'one all-reduce after backward', what)}: "
                          "overlapping bought nothing here (backward and the all-reduce compete for the same "
                          "cores, or each extra message costs more than the overlap hides).")
     if len(buckets) > 1 and worst is not best:
@@ -481,16 +506,26 @@ def _against_reference(per_rank: float) -> str:
     return f"{where} {NVIDIA_NCF_QUOTE} (another model size, GPUs and link: a scale to compare, not a check)"
 
 
+def _allreduce_per_step(row: dict) -> float:
+    """The seconds per step a row's run had a gradient all-reduce pending (its timed ``comm_share`` of the step): what
+    only a run on more than one rank pays."""
+    return (row.get("comm_share") or 0.0) * row["global_batch"] / row["samples_per_s"]
+
+
 def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
-    """Least-squares ``step_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling rows.
+    """Least-squares ``step_s - all-reduce_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling rows.
 
     Strong scaling keeps the global batch, so each size gives another per-rank batch: the
     intercept is what a step costs whatever the batch (the optimizer's step over every
-    parameter, the gradient all-reduce, launches), the slope the compute per sample. None
-    with fewer than two sizes.
+    parameter, launches), the slope the compute per sample. The all-reduce each run timed
+    (:func:`_allreduce_per_step`) is taken out first: one rank does not pay it, so left in, a line through one rank
+    and two puts it in the slope as well as the intercept (read r10c 06-C1, tenth full run: "each step costs 26.55 ms
+    whatever the batch ... plus 0.96 us per sample" over one rank at 42.2 ms per step and two at 34.4 ms, 11.1 ms of
+    it the timed all-reduce: without it 4.29 ms + 2.32 us per sample). None with fewer than two sizes.
     """
     strong = [r for r in rows if r["mode"] == "strong" and r["samples_per_s"]]
-    return line_fit([r["per_rank_batch"] for r in strong], [r["global_batch"] / r["samples_per_s"] for r in strong])
+    return line_fit([r["per_rank_batch"] for r in strong],
+                    [r["global_batch"] / r["samples_per_s"] - _allreduce_per_step(r) for r in strong])
 
 
 def _no_shrink_reading(strong: list[dict]) -> str:
@@ -580,13 +615,26 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
         return lead + ". " + _no_shrink_reading(strong)
     fixed, per_sample = fit
     step = top["global_batch"] / top["samples_per_s"]
-    fixed_share = min(1.0, max(0.0, fixed / step))
+    allreduce = _allreduce_per_step(top)  # timed in the run: paid on every step of the largest size, whatever its batch
+    fixed_share = min(1.0, max(0.0, (max(fixed, 0.0) + allreduce) / step))
+    if allreduce > 0:
+        cost = (f"each step costs {1e3 * max(fixed, 0.0):.3g} ms whatever the batch (optimizer step over every "
+                f"parameter, launches) plus {1e6 * per_sample:.3g} us per sample, and on {top['world_size']} ranks "
+                f"the timed all-reduce, pending {1e3 * allreduce:.3g} ms per step (taken out before the fit: one rank "
+                "does not pay it)")
+        if fixed < 0:
+            cost += (f"; the fit's intercept came out below zero ({1e3 * fixed:.3g} ms): the pending time also counts "
+                     "all-reduce time that overlapped compute, so it over-counts what the step waited for, and the "
+                     "fixed cost is read as 0")
+    else:
+        cost = (f"each step costs {1e3 * max(fixed, 0.0):.3g} ms whatever the batch (optimizer step over every "
+                f"parameter, all-reduce, launches) plus {1e6 * per_sample:.3g} us per sample")
     unresolved = _unresolved_fit(strong, repeats)
     if unresolved:
-        return (lead + f". Fitted over the {len(strong)} sizes with the table's run, each step would cost "
-                f"{1e3 * max(fixed, 0.0):.3g} ms whatever the batch plus {1e6 * per_sample:.3g} us per sample "
-                f"({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
-    need = compute_share / (1 - compute_share) * max(fixed, 0.0) / per_sample
+        return (lead + f". Fitted over the {len(strong)} sizes with the table's run, "
+                + cost.replace("costs", "would cost", 1)
+                + f" ({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
+    need = compute_share / (1 - compute_share) * (max(fixed, 0.0) + allreduce) / per_sample
     suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
     # #37 (full run of 2026-12-01): the reference was compared with the power of two (262,144: "2x above"), not
     # with the fit's 141,000 (1.1x): the fit's own figure, to 2 significant figures, is what is compared
@@ -594,14 +642,14 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
     points = len([r for r in strong if r["samples_per_s"]])
     caveat = ""
     if points == 2:
-        # two points: a line through them, not a test of the model; and only the larger size pays the all-reduce
-        caveat = (f" A line through {points} points fits them exactly, and only the {top['world_size']}-rank point "
-                  "pays the all-reduce, so the fixed cost mixes the optimizer step with the all-reduce: a tendency, "
-                  "not "
-                  "a measured split.")
-    return (lead + f". Fitted over the {points} sizes: each step costs {1e3 * max(fixed, 0.0):.2f} ms whatever the "
-            f"batch (optimizer step over every parameter, all-reduce, launches) plus {1e6 * per_sample:.2f} us per "
-            f"sample, so at {top['per_rank_batch']} samples per rank {fixed_share:.0%} of the step does not "
+        # two points: a line through them, not a test of the model
+        caveat = (f" A line through {points} points fits them exactly: a tendency, not a measured split"
+                  + (" (and the pending time is at most what the step waited for the all-reduce)."
+                     if allreduce > 0 else
+                     f"; only the {top['world_size']}-rank point pays the all-reduce, and with none timed, the fixed "
+                     "cost mixes the optimizer step with it."))
+    return (lead + f". Fitted over the {points} sizes: {cost}, so at {top['per_rank_batch']} samples per rank "
+            f"{fixed_share:.0%} of the step does not "
             f"shrink when ranks are added. Compute would be {compute_share:.0%} of the step from about {about:,} "
             f"samples per rank (the next power of two: {suggest:,}, a global batch of "
             f"{suggest * top['world_size']:,} on {top['world_size']} ranks); the fit's {about:,} is "
@@ -681,18 +729,25 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=())
             steps = sorted({r.get("steps_to_target") for r in [top, *repeats] if r.get("steps_to_target")})
             same = f", the same {steps[0]} steps" if len(steps) == 1 else ""
             head = (f"Time to target: {listed} s on {top['world_size']} ranks ({len(times)} runs of one setting at "
-                    f"different seeds{same}: {hi / lo:.2g}x apart) against {t1:.3g} s on one rank of the same threads")
+                    f"different seeds{same}: {hi / lo:.3g}x apart) against {t1:.3g} s on one rank of the same threads")
             nearest = lo if t1 < lo else hi
+            # the resolution these runs had: how far the runs of one setting moved (at least PAIRED_MIN_EFFECT), not a
+            # constant (read r10c 06-H2, tenth full run: "one rank's time is within the 30% one run can resolve ...
+            # so these runs do not say whether the ranks scaled" for 12.04 s against 9.8 and 9.35 s, 5% apart)
+            spread = hi / lo - 1
+            res = max(spread, PAIRED_MIN_EFFECT)
+            resolved = (f"the {res:.0%} the runs of one setting differed by" if spread >= PAIRED_MIN_EFFECT else
+                        f"{res:.0%} (the runs of one setting differed by {spread:.1%}; "
+                        f"at least {PAIRED_MIN_EFFECT:.0%})")
             if lo <= t1 <= hi:
                 verdict = ("one rank's time lies within the range of the runs of one setting, so these runs do not say "
                            "whether the ranks scaled")
-            elif abs(math.log(t1 / nearest)) <= math.log(1 + ONE_RUN_RESOLUTION):
-                verdict = (f"one rank's time is within the {ONE_RUN_RESOLUTION:.0%} one run can resolve on a shared "
-                           "machine of the nearest of them, so these runs do not say whether the ranks scaled")
+            elif abs(math.log(t1 / nearest)) <= math.log(1 + res):
+                verdict = (f"one rank's time is within {resolved} of the nearest of them, so these runs do not say "
+                           "whether the ranks scaled")
             else:
                 faster = t1 > hi
-                verdict = (f"every run {'faster' if faster else 'slower'} than one rank by more than the "
-                           f"{ONE_RUN_RESOLUTION:.0%} one run resolves: "
+                verdict = (f"every run {'faster' if faster else 'slower'} than one rank by more than {resolved}: "
                            + ("the ranks scaled" if faster else "adding ranks lengthened the run"))
             parts.append(head + f" (the table's run: time-to-target efficiency {top['ttt_efficiency']:.2f}): "
                          + verdict + ". Whether data parallelism beat one process using all the same cores is the "
