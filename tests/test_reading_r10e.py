@@ -205,3 +205,17 @@ def test_curve_resolution_reads_the_interval_before_the_count():
                       {"label": "adam b=256 (best lr)", "global_batch_size": 256, "steps": 40, "steps_to_loss": 22,
                        "eval_loss_curve": curve256}]}
     assert L11.bert_setting(saved, "full", plan)["rows"] == TENTH_BERT_ROWS
+
+
+def test_the_law_prints_its_exponent_with_one_sign():
+    """r10e 11-S3 (the smoke copy of the tenth run): "err(N) = 6.7 N^--0.001 + 0.000" for an exponent of -0.001, in
+    the verdict and the table's title. Opposite: the full run's 0.236 still reads "N^-0.236"."""
+    rising = {"fit": {"a": 6.7, "b": -0.001, "c": 0.0}, "size": 1266, "predicted_error": 6.7353,
+              "measured_error": 6.7174, "relative_error": -0.0027, "size_for_measured": None, "largest_fitted": 633,
+              "largest_fitted_error": 6.73}
+    said = L11.scaling_verdict(rising, unit="sequences")
+    assert "err(N) = 6.7 N^+0.001 + 0.000." in said and "--" not in said, said
+    rows = [{"fraction": 0.5, "size": 633, "metric": 6.73, "error": 6.73}]
+    assert "N^+0.001" in L11.scaling_table(rows, rising).title
+    pred = L11.scaling_prediction(TENTH_NEUMF, TENTH_HELD)
+    assert "err(N) = 8.15 N^-0.236 + 0.000." in L11.scaling_verdict(pred)

@@ -1508,12 +1508,18 @@ def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
     return cfg, epochs_to_steps(pick(profile, full=1.5, smoke=1.0), data, cfg)
 
 
+def law_text(fit: dict) -> str:
+    """``a N^-b + c`` as the fit gives it, the exponent's sign as it came out (#37, r10e 11-S3: the smoke run's
+    "err(N) = 6.7 N^--0.001" for an exponent of -0.001)."""
+    return f"{fit['a']:.3g} N^{-fit['b']:+.3f} + {fit['c']:.3f}"
+
+
 def scaling_table(rows: list[dict], pred: dict, held_out: dict | None = None, size: str = "training interactions",
                   metric: str = "held-out HR@10", error: str = "error 1 - HR") -> Table:
     """The fitted sizes, then the held-out one (``held_out``: its row), with the law's error at each. The
     column names say what was measured (NeuMF's defaults; BERT: sequences, held-out loss)."""
     t = Table([size, "fraction", metric, error, "the law's error"],
-              title=f"err(N) = {pred['fit']['a']:.3g} N^-{pred['fit']['b']:.3f} + {pred['fit']['c']:.3f} "
+              title=f"err(N) = {law_text(pred['fit'])} "
                     "(fitted on all rows but the held-out one)")
     for r in rows:
         t.add(**{size: f"{r['size']:,}", "fraction": f"{r['fraction']:.3g}", metric: f"{r['metric']:.4f}",
@@ -1585,9 +1591,9 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
     held them."""
     fit = pred["fit"]
     not_the_data = _held_by_steps(pred, longer, goal) or _NOT_THE_DATA
-    head = (f"Fitted on sizes up to {pred['largest_fitted']:,}: err(N) = {fit['a']:.3g} N^-{fit['b']:.3f} + "
-            f"{fit['c']:.3f}. At {pred['size']:,} {unit} it predicted an error of {pred['predicted_error']:.4f}; "
-            f"measured {pred['measured_error']:.4f} ({pred['relative_error']:+.1%}).")
+    head = (f"Fitted on sizes up to {pred['largest_fitted']:,}: err(N) = {law_text(fit)}. At {pred['size']:,} {unit} "
+            f"it predicted an error of {pred['predicted_error']:.4f}; measured {pred['measured_error']:.4f} "
+            f"({pred['relative_error']:+.1%}).")
     if fit["b"] <= 0:
         return head + " The error did not fall with the data at these sizes: no power law to extrapolate."
     need = pred["size_for_measured"]
