@@ -219,3 +219,34 @@ def test_the_law_prints_its_exponent_with_one_sign():
     assert "N^+0.001" in L11.scaling_table(rows, rising).title
     pred = L11.scaling_prediction(TENTH_NEUMF, TENTH_HELD)
     assert "err(N) = 8.15 N^-0.236 + 0.000." in L11.scaling_verdict(pred)
+
+
+# --------------------------------------------------------------------------- 11-H6: the Hessian trace's error
+
+def test_the_sharpness_verdict_reads_the_trace_within_its_standard_error():
+    """r10e 11-H6: "by the Hessian trace flatter (5.54 vs 6.86)" from Hutchinson's estimate over 10 sign vectors,
+    quoted and read (10% apart) with no error. With the samples' standard error the trace decides only beyond two of
+    the difference's: errors of 0.6 leave 5.54 and 6.86 no different; errors of 0.2 keep them apart. The table shows
+    the error."""
+    small, large = TENTH_SHARP
+    wide = L11.sharpness_verdict({**small, "trace +/- (stderr)": 0.6}, {**large, "trace +/- (stderr)": 0.6})
+    assert ("by the Hessian trace no different within two standard errors (5.54 +/- 0.6 vs 6.86 +/- 0.6); one run "
+            "each, and the trace, within its errors, does not bear the eigenvalue out, so there is no sharpness to set "
+            "against the gap.") in wide, wide
+    tight = L11.sharpness_verdict({**small, "trace +/- (stderr)": 0.2}, {**large, "trace +/- (stderr)": 0.2})
+    assert "by the Hessian trace flatter (5.54 +/- 0.2 vs 6.86 +/- 0.2); one run each, and the two measures" in tight
+    rows = [{**small, "trace +/- (stderr)": 0.61234}, {**large, "trace +/- (stderr)": 0.6}]
+    table = L11.sharpness_table(rows)
+    assert "trace +/- (stderr)" in table.columns and [r["trace +/- (stderr)"] for r in table.rows] == ["0.61", "0.6"]
+    assert "trace +/- (stderr)" not in L11.sharpness_table(list(TENTH_SHARP)).columns
+
+
+def test_hutchinson_trace_gives_its_standard_error_from_the_samples():
+    from course_lib import batch_science as bs
+    from test_batch_science import _quadratic
+
+    model, loss_fn, a = _quadratic([4.0, 3.0, 2.0, 1.0] * 5, seed=1)
+    mean, se = bs.hutchinson_trace(model, loss_fn, a, samples=50, with_stderr=True)
+    assert mean == bs.hutchinson_trace(model, loss_fn, a, samples=50) and 0 < se < 0.2 * mean
+    one = bs.hutchinson_trace(model, loss_fn, a, samples=1, with_stderr=True)
+    assert one[1] != one[1]  # nan: one sample has no spread

@@ -875,11 +875,12 @@ def sharpness(model: torch.nn.Module, data, *, batch_size: int, iters: int, trac
     was_training = model.training
     model.eval()  # NeuMF has no dropout or BatchNorm; eval() states that the landscape is read, not trained
     top = bs.top_hessian_eigenvalue(model, ncf_loss, batch, iters=iters, tol=1e-3, seed=seed)
-    trace = bs.hutchinson_trace(model, ncf_loss, batch, samples=trace_samples, seed=seed) if trace_samples else None
+    trace, trace_se = (bs.hutchinson_trace(model, ncf_loss, batch, samples=trace_samples, seed=seed, with_stderr=True)
+                       if trace_samples else (None, None))
     with torch.no_grad():
         loss = float(ncf_loss(model, batch))
     model.train(was_training)
-    return {"top_eigenvalue": top, "hessian_trace": trace, "train_loss": loss}
+    return {"top_eigenvalue": top, "hessian_trace": trace, "hessian_trace_stderr": trace_se, "train_loss": loss}
 
 
 def sharpness_rows(runs: dict, measured: dict) -> list[dict]:
@@ -890,18 +891,37 @@ def sharpness_rows(runs: dict, measured: dict) -> list[dict]:
         rows.append({"run": label, "batch": r.config["global_batch_size"], "lr": r.config["peak_lr"],
                      "steps": r.steps, "epochs": round(r.epochs, 2), "reached": r.reached,
                      "top eigenvalue": m["top_eigenvalue"], "Hessian trace": m["hessian_trace"],
+                     "trace +/- (stderr)": m.get("hessian_trace_stderr"),
                      "train loss": m["train_loss"], "train HR@10": r.final_train_hr, "test HR@10": r.final_hr,
                      "gap": r.generalization_gap})
     return rows
 
 
 def sharpness_table(rows: list[dict]) -> Table:
-    cols = ["run", "batch", "lr", "steps", "epochs", "reached", "top eigenvalue", "Hessian trace", "train loss",
-            "train HR@10", "test HR@10", "gap"]
+    se = any(r.get("trace +/- (stderr)") is not None for r in rows)
+    cols = ["run", "batch", "lr", "steps", "epochs", "reached", "top eigenvalue", "Hessian trace"] \
+        + (["trace +/- (stderr)"] if se else []) + ["train loss", "train HR@10", "test HR@10", "gap"]
     t = Table(cols, title="sharpness at the end of each run, next to its generalization gap")
     for r in rows:
-        t.add(**{c: ("n/a" if r[c] is None else r[c]) for c in cols})
+        t.add(**{c: ("n/a" if r.get(c) is None else (f"{_sig(r[c]):g}" if c == "trace +/- (stderr)" else r[c]))
+                 for c in cols})
     return t
+
+
+def _trace_move(small: dict, large: dict, rel: float) -> tuple[str, str]:
+    """Sharper, flatter or about as sharp by the Hessian trace (``rel`` apart, and, where both carry Hutchinson's
+    standard error, more than two of the difference's standard errors apart), and the two traces as quoted (#37,
+    tenth full run, read r10e 11-H6: "by the Hessian trace flatter (5.54 vs 6.86)" from 10 sign vectors, unerrored)."""
+    tr_s, tr_l = small["Hessian trace"], large["Hessian trace"]
+    se_s, se_l = small.get("trace +/- (stderr)"), large.get("trace +/- (stderr)")
+    t_ratio = tr_l / tr_s
+    move = "sharper" if t_ratio > 1 + rel else ("flatter" if t_ratio < 1 - rel else "about as sharp")
+    if se_s is None or se_l is None or not (math.isfinite(se_s) and math.isfinite(se_l)):
+        return move, f"{tr_l:.3g} vs {tr_s:.3g}"
+    quoted = f"{tr_l:.3g} +/- {_sig(se_l):g} vs {tr_s:.3g} +/- {_sig(se_s):g}"
+    if move != "about as sharp" and abs(tr_l - tr_s) <= 2 * math.hypot(se_l, se_s):
+        return "no different within two standard errors", quoted
+    return move, quoted
 
 
 def sharpness_verdict(small: dict, large: dict, rel: float = 0.1, gap_points: float = 0.005) -> str:
@@ -918,8 +938,7 @@ def sharpness_verdict(small: dict, large: dict, rel: float = 0.1, gap_points: fl
             f"{large['top eigenvalue']:.3g} vs {small['top eigenvalue']:.3g}, x{ratio:.2f})")
     tr_s, tr_l = small.get("Hessian trace"), large.get("Hessian trace")
     if tr_s and tr_l is not None and math.isfinite(tr_s) and math.isfinite(tr_l) and sharper != "about as sharp":
-        t_ratio = tr_l / tr_s
-        by_trace = "sharper" if t_ratio > 1 + rel else ("flatter" if t_ratio < 1 - rel else "about as sharp")
+        by_trace, traces = _trace_move(small, large, rel)
         if by_trace != sharper:  # review 2026-12-01 #21: "sharper" by the eigenvalue, flatter by the trace
             # #37 (tenth full run, read r10e 11-H2): the gap, the other half of Keskar's question, went unread here
             # (0.04636 against 0.05033, the same within gap_points)
@@ -930,8 +949,10 @@ def sharpness_verdict(small: dict, large: dict, rel: float = 0.1, gap_points: fl
                                                     f"beyond {gap_points:g})") + ".")
             return (f"Not decided: by its top eigenvalue batch {large['batch']:,} ended {sharper} than batch "
                     f"{small['batch']:,} ({large['top eigenvalue']:.3g} vs {small['top eigenvalue']:.3g}), by the "
-                    f"Hessian trace {by_trace} ({tr_l:.3g} vs {tr_s:.3g}); one run each, and the two measures of "
-                    "sharpness disagree, so there is no sharpness to set against the gap." + gap_said)
+                    f"Hessian trace {by_trace} ({traces}); one run each, and "
+                    + ("the trace, within its errors, does not bear the eigenvalue out" if by_trace.startswith("no ")
+                       else "the two measures of sharpness disagree")
+                    + ", so there is no sharpness to set against the gap." + gap_said)
     if gap_move == "unknown":
         return both + "; the gap was not measured (evaluation off), so there is nothing to set it against."
     gap = f"its generalization gap was {gap_move} ({large['gap']:+.3f} vs {small['gap']:+.3f})"
