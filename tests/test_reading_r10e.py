@@ -250,3 +250,15 @@ def test_hutchinson_trace_gives_its_standard_error_from_the_samples():
     assert mean == bs.hutchinson_trace(model, loss_fn, a, samples=50) and 0 < se < 0.2 * mean
     one = bs.hutchinson_trace(model, loss_fn, a, samples=1, with_stderr=True)
     assert one[1] != one[1]  # nan: one sample has no spread
+
+
+def test_the_bert_verdict_says_how_the_steps_fell_as_the_neumf_one_does():
+    """r10e 11-S2: "lesson 07's Adam needed x1.64 fewer steps to its target" (a ratio said as a number of steps
+    fewer): it now reads as section 2's last_doubling does, the counts and their ratio. Opposite: steps that fell
+    in proportion read x8."""
+    said = L11.bert_noise_verdict(86.35293614353206, TENTH_BERT_ROWS, stderr=23.867852239558406)
+    assert said.startswith("From batch 32 to 256 (x8) lesson 07's Adam's steps to its target fell 36 -> 22 (x1.64; "
+                           "perfect scaling: x8); with B_crit = B_simple = 86 sequences"), said
+    assert "fewer steps" not in said
+    perfect = [{"batch size": 32, "steps to target": 80}, {"batch size": 256, "steps to target": 10}]
+    assert "fell 80 -> 10 (x8.00; perfect scaling: x8)" in L11.bert_noise_verdict(50.0, perfect)

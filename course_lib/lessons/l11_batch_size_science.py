@@ -246,8 +246,8 @@ def _bert_noise_reading(b_simple: float, rows: list[dict] | None, factor: float,
                 "missing here (run lesson 07 in this profile first, with both Adam runs reaching the target).")
     (b1, s1), (b2, s2) = sorted((r["batch size"], r["steps to target"]) for r in rows)
     predicted = (1 + b_simple / b1) / (1 + b_simple / b2)
-    head = (f"From batch {b1} to {b2} (x{b2 / b1:g}) lesson 07's Adam needed x{s1 / s2:.2f} fewer steps to its target "
-            f"(perfect scaling: x{b2 / b1:g}); with B_crit = B_simple = {b_simple:,.0f} sequences, "
+    head = (f"From batch {b1} to {b2} (x{b2 / b1:g}) lesson 07's Adam's steps to its target fell {s1} -> {s2} "
+            f"(x{s1 / s2:.2f}; perfect scaling: x{b2 / b1:g}); with B_crit = B_simple = {b_simple:,.0f} sequences, "
             f"S = S_min (1 + B_crit / B) predicts x{predicted:.2f}. ")
     b_crit = two_point_critical_batch(rows)
     if b_crit is None:
