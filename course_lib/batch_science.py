@@ -235,17 +235,24 @@ def top_hessian_eigenvalue(model: torch.nn.Module, loss_fn: LossFn, batch, iters
     return eig
 
 
-def hutchinson_trace(model: torch.nn.Module, loss_fn: LossFn, batch, samples: int = 32, seed: int = 0) -> float:
+def hutchinson_trace(model: torch.nn.Module, loss_fn: LossFn, batch, samples: int = 32, seed: int = 0,
+                     with_stderr: bool = False):
     """``tr(H)`` by Hutchinson's estimator: the mean of ``v . H v`` over random sign vectors ``v``
-    (unbiased; its variance is ``2 * sum of the squared off-diagonal entries`` per sample)."""
+    (unbiased; its variance is ``2 * sum of the squared off-diagonal entries`` per sample). With
+    ``with_stderr``: ``(trace, standard error)``, the error from the samples' spread (nan for one sample)."""
     params = trainable(model)
     grads = torch.autograd.grad(_mean_loss(model, loss_fn, batch), params, create_graph=True)
     gen = torch.Generator().manual_seed(seed)
-    total = 0.0
+    values = []
     for _ in range(samples):
         v = [(torch.randint(0, 2, p.shape, generator=gen) * 2 - 1).to(p) for p in params]
-        total += _dot(v, hessian_vector_product(model, loss_fn, batch, v, grads))
-    return total / samples
+        values.append(_dot(v, hessian_vector_product(model, loss_fn, batch, v, grads)))
+    mean = sum(values) / samples
+    if not with_stderr:
+        return mean
+    if samples < 2:
+        return mean, math.nan
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in values) / (samples - 1) / samples)
 
 
 # --------------------------------------------------------------------------- loss slices

@@ -405,7 +405,9 @@ def test_bert_setting_repeats_lesson07s_small_adam_run_and_reads_its_steps():
     cfg = got["config"]
     assert ((cfg.optimizer, cfg.global_batch_size, cfg.max_steps, cfg.peak_lr, cfg.dropout)
             == ("adam", 32, 240, 1e-3, 0.0))
-    assert got["rows"] == [{"batch size": 32, "steps to target": 228}, {"batch size": 256, "steps to target": 48}]
+    # no saved curves here: the counts' resolution is unknown (r10e 11-H5)
+    assert got["rows"] == [{"batch size": 32, "steps to target": 228, "resolution (steps)": None},
+                           {"batch size": 256, "steps to target": 48, "resolution (steps)": None}]
     assert (got["small_batch"], got["large_batch"], got["target_loss"]) == (32, 256, 5.1)
     other = study.bert_setting(saved, "smoke", plan)  # another profile's result is not compared
     assert other["rows"] is None and other["target_loss"] is None and "defaults" in other["source"]

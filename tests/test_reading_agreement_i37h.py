@@ -431,8 +431,9 @@ def test_lesson11s_sharpness_verdict_quotes_the_sharpness_table():
                     "large batch": {"top_eigenvalue": t2, "hessian_trace": h2, "train_loss": 0.3}}
         rows = L11.sharpness_rows(runs, measured)
         said = L11.sharpness_verdict(*rows)
-        # 2017: Keskar et al.'s and Dinh et al.'s year (quoted literature)
-        assert disagreements(said, L11.sharpness_table(rows), extra=(2017,)) == [], said
+        # 2017: Keskar et al.'s and Dinh et al.'s year (quoted literature); 0.005: the verdict's gap_points, the
+        # tolerance the gap is read within where the two measures of sharpness disagree (r10e 11-H2)
+        assert disagreements(said, L11.sharpness_table(rows), extra=(2017, 0.005)) == [], said
 
 
 def _growth_run(batch, lr, steps, reached, hr, ttt, at_milestone, factor=2.0):

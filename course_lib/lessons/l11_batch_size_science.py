@@ -140,12 +140,41 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
                 if r["label"].startswith("adam") and r["global_batch_size"] == large), None) \
         if ok else None
     if base and top and base.get("steps_to_loss") and top.get("steps_to_loss"):
-        rows = [{"batch size": small, "steps to target": base["steps_to_loss"]},
-                {"batch size": large, "steps to target": top["steps_to_loss"]}]
+        rows = [{"batch size": r["global_batch_size"], "steps to target": r["steps_to_loss"],
+                 "resolution (steps)": curve_resolution(r.get("eval_loss_curve"), r["steps_to_loss"])}
+                for r in (base, top)]
     source = ("lesson 07's small-batch Adam run" if base else
               "lesson 07's defaults (run lesson 07 first to compare with its measurements)")
     return {"config": cfg, "seq_len": lesson07["seq_len"], "vocab_size": lesson07["vocab_size"], "small_batch": small,
             "large_batch": large, "target_loss": lesson07["target_loss"], "rows": rows, "source": source}
+
+
+def curve_resolution(curve, at: int) -> int | None:
+    """How precisely a saved run's steps to target ``at`` are known: the steps between the evaluation there and the
+    one before, from its ``[[step, loss], ...]`` curve (lesson 07's ``eval_loss_curve``); None without one."""
+    steps = [int(p[0]) for p in curve or []]
+    if at not in steps:
+        return None
+    i = steps.index(at)
+    return at - steps[i - 1] if i > 0 else at
+
+
+def _two_point_range(rows: list[dict]) -> tuple[float, float] | None:
+    """The two-point ``B_crit`` over the counts each row's resolution leaves (the target crossed in ``(steps -
+    resolution, steps]``): it grows with the small batch's steps and falls with the large batch's, so its ends are two
+    corners; ``math.inf`` at the top where the steps there could have fallen in proportion, 0 at the bottom where they
+    could have not fallen at all. None where a row has no resolution."""
+    (b1, s1, r1), (b2, s2, r2) = sorted((r["batch size"], r["steps to target"], r.get("resolution (steps)"))
+                                        for r in rows)
+    if not (r1 and r2):
+        return None
+
+    def at(x1, x2):
+        c = two_point_critical_batch([{"batch size": b1, "steps to target": x1},
+                                      {"batch size": b2, "steps to target": x2}])
+        return 0.0 if c is None else c
+
+    return at(s1 - r1, s2), at(s1, s2 - r2)
 
 
 def mlm_b_simple_at_target(record: dict, target_loss: float | None) -> dict:
@@ -186,10 +215,13 @@ def bert_steps_table(rows: list[dict] | None, target_loss: float | None = None) 
     """Lesson 07's two measured points, the rows :func:`bert_noise_verdict` reads (#37: it quoted their ratio
     with no table of them in this lesson): Adam's steps to the target loss at each batch."""
     at = "" if target_loss is None else f" {target_loss:.3g}"
-    t = Table(["batch size", "steps to target"], title=f"lesson 07's Adam: steps to its target loss{at}"
+    res = bool(rows) and all(r.get("resolution (steps)") for r in rows)
+    t = Table(["batch size", "steps to target"] + (["resolution (steps)"] if res else []),
+              title=f"lesson 07's Adam: steps to its target loss{at}"
               + ("" if rows else " (missing: run lesson 07 in this profile first)"))
     for r in sorted(rows or [], key=lambda r: r["batch size"]):
-        t.add(**{"batch size": r["batch size"], "steps to target": r["steps to target"]})
+        t.add(**{"batch size": r["batch size"], "steps to target": r["steps to target"],
+                 **({"resolution (steps)": r["resolution (steps)"]} if res else {})})
     return t
 
 
@@ -214,8 +246,8 @@ def _bert_noise_reading(b_simple: float, rows: list[dict] | None, factor: float,
                 "missing here (run lesson 07 in this profile first, with both Adam runs reaching the target).")
     (b1, s1), (b2, s2) = sorted((r["batch size"], r["steps to target"]) for r in rows)
     predicted = (1 + b_simple / b1) / (1 + b_simple / b2)
-    head = (f"From batch {b1} to {b2} (x{b2 / b1:g}) lesson 07's Adam needed x{s1 / s2:.2f} fewer steps to its target "
-            f"(perfect scaling: x{b2 / b1:g}); with B_crit = B_simple = {b_simple:,.0f} sequences, "
+    head = (f"From batch {b1} to {b2} (x{b2 / b1:g}) lesson 07's Adam's steps to its target fell {s1} -> {s2} "
+            f"(x{s1 / s2:.2f}; perfect scaling: x{b2 / b1:g}); with B_crit = B_simple = {b_simple:,.0f} sequences, "
             f"S = S_min (1 + B_crit / B) predicts x{predicted:.2f}. ")
     b_crit = two_point_critical_batch(rows)
     if b_crit is None:
@@ -229,15 +261,32 @@ def _bert_noise_reading(b_simple: float, rows: list[dict] | None, factor: float,
     ratio = b_simple / b_crit
     lo, hi = _ratio_band(b_simple, stderr, b_crit)
     band = f" ({lo:.2f}-{hi:.2f}x within two standard errors)" if math.isfinite(stderr) else ""
+    spread = _two_point_range(rows)
+
+    def shown(x):
+        return "unbounded" if math.isinf(x) else f"{x:,.{1 if x < 100 else 0}f}"  # r8d 11-S5: "26" over 25.6
+
+    crit = shown(b_crit)
+    errors = "B_simple's error"
+    if spread is not None:
+        # #37 (tenth full run, read r10e 11-H5): "B_crit = 25.6: B_simple is 3.37x it (1.51-5.24x within two standard
+        # errors)" read the two counts as exact, where lesson 07 evaluated every 4 steps at batch 32 (36: in (32, 36])
+        # and every 2 at 256 (22: in (20, 22]): B_crit 17.8-33.0 from those counts
+        (r1, r2), (c_lo, c_hi) = [r["resolution (steps)"] for r in sorted(rows, key=lambda r: r["batch size"])], spread
+        crit += f" ({shown(c_lo)}-{shown(c_hi)} with each count known to its evaluation spacing, {r1} and {r2} steps)"
+        lo_b, hi_b = _ratio_band(b_simple, stderr, 1.0)
+        lo, hi = lo_b / c_hi, (hi_b / c_lo if c_lo > 0 else math.inf)
+        top = "unbounded" if math.isinf(hi) else f"{hi:.2f}x"
+        band = f" ({lo:.2f}x-{top} within {'two standard errors and ' if math.isfinite(stderr) else ''}that spacing)"
+        errors = "the errors of B_simple and of the two counts"
     if 1 / factor <= lo and hi <= factor:
         tail = f"within the factor {factor:g} McCandlish et al. report."
     elif hi < 1 / factor or lo > factor:
         tail = (f"outside the factor {factor:g} McCandlish et al. report (two points at the granularity of "
                 "lesson 07's evaluations, and a target set by the small-batch run, make this a rough check).")
     else:
-        tail = f"not decided: the factor {factor:g} boundary lies inside B_simple's error."
-    shown = f"{b_crit:,.{1 if b_crit < 100 else 0}f}"  # r8d 11-S5: "26" over the 25.6 the ratio divides by
-    return head + f"The two points give B_crit = {shown}: B_simple is {ratio:.2f}x it{band}, " + tail
+        tail = f"not decided: the factor {factor:g} boundary lies inside {errors}."
+    return head + f"The two points give B_crit = {crit}: B_simple is {ratio:.2f}x it{band}, " + tail
 
 
 def plot_mlm_noise(record: dict, setting: dict):
@@ -826,11 +875,12 @@ def sharpness(model: torch.nn.Module, data, *, batch_size: int, iters: int, trac
     was_training = model.training
     model.eval()  # NeuMF has no dropout or BatchNorm; eval() states that the landscape is read, not trained
     top = bs.top_hessian_eigenvalue(model, ncf_loss, batch, iters=iters, tol=1e-3, seed=seed)
-    trace = bs.hutchinson_trace(model, ncf_loss, batch, samples=trace_samples, seed=seed) if trace_samples else None
+    trace, trace_se = (bs.hutchinson_trace(model, ncf_loss, batch, samples=trace_samples, seed=seed, with_stderr=True)
+                       if trace_samples else (None, None))
     with torch.no_grad():
         loss = float(ncf_loss(model, batch))
     model.train(was_training)
-    return {"top_eigenvalue": top, "hessian_trace": trace, "train_loss": loss}
+    return {"top_eigenvalue": top, "hessian_trace": trace, "hessian_trace_stderr": trace_se, "train_loss": loss}
 
 
 def sharpness_rows(runs: dict, measured: dict) -> list[dict]:
@@ -841,18 +891,37 @@ def sharpness_rows(runs: dict, measured: dict) -> list[dict]:
         rows.append({"run": label, "batch": r.config["global_batch_size"], "lr": r.config["peak_lr"],
                      "steps": r.steps, "epochs": round(r.epochs, 2), "reached": r.reached,
                      "top eigenvalue": m["top_eigenvalue"], "Hessian trace": m["hessian_trace"],
+                     "trace +/- (stderr)": m.get("hessian_trace_stderr"),
                      "train loss": m["train_loss"], "train HR@10": r.final_train_hr, "test HR@10": r.final_hr,
                      "gap": r.generalization_gap})
     return rows
 
 
 def sharpness_table(rows: list[dict]) -> Table:
-    cols = ["run", "batch", "lr", "steps", "epochs", "reached", "top eigenvalue", "Hessian trace", "train loss",
-            "train HR@10", "test HR@10", "gap"]
+    se = any(r.get("trace +/- (stderr)") is not None for r in rows)
+    cols = ["run", "batch", "lr", "steps", "epochs", "reached", "top eigenvalue", "Hessian trace"] \
+        + (["trace +/- (stderr)"] if se else []) + ["train loss", "train HR@10", "test HR@10", "gap"]
     t = Table(cols, title="sharpness at the end of each run, next to its generalization gap")
     for r in rows:
-        t.add(**{c: ("n/a" if r[c] is None else r[c]) for c in cols})
+        t.add(**{c: ("n/a" if r.get(c) is None else (f"{_sig(r[c]):g}" if c == "trace +/- (stderr)" else r[c]))
+                 for c in cols})
     return t
+
+
+def _trace_move(small: dict, large: dict, rel: float) -> tuple[str, str]:
+    """Sharper, flatter or about as sharp by the Hessian trace (``rel`` apart, and, where both carry Hutchinson's
+    standard error, more than two of the difference's standard errors apart), and the two traces as quoted (#37,
+    tenth full run, read r10e 11-H6: "by the Hessian trace flatter (5.54 vs 6.86)" from 10 sign vectors, unerrored)."""
+    tr_s, tr_l = small["Hessian trace"], large["Hessian trace"]
+    se_s, se_l = small.get("trace +/- (stderr)"), large.get("trace +/- (stderr)")
+    t_ratio = tr_l / tr_s
+    move = "sharper" if t_ratio > 1 + rel else ("flatter" if t_ratio < 1 - rel else "about as sharp")
+    if se_s is None or se_l is None or not (math.isfinite(se_s) and math.isfinite(se_l)):
+        return move, f"{tr_l:.3g} vs {tr_s:.3g}"
+    quoted = f"{tr_l:.3g} +/- {_sig(se_l):g} vs {tr_s:.3g} +/- {_sig(se_s):g}"
+    if move != "about as sharp" and abs(tr_l - tr_s) <= 2 * math.hypot(se_l, se_s):
+        return "no different within two standard errors", quoted
+    return move, quoted
 
 
 def sharpness_verdict(small: dict, large: dict, rel: float = 0.1, gap_points: float = 0.005) -> str:
@@ -869,13 +938,21 @@ def sharpness_verdict(small: dict, large: dict, rel: float = 0.1, gap_points: fl
             f"{large['top eigenvalue']:.3g} vs {small['top eigenvalue']:.3g}, x{ratio:.2f})")
     tr_s, tr_l = small.get("Hessian trace"), large.get("Hessian trace")
     if tr_s and tr_l is not None and math.isfinite(tr_s) and math.isfinite(tr_l) and sharper != "about as sharp":
-        t_ratio = tr_l / tr_s
-        by_trace = "sharper" if t_ratio > 1 + rel else ("flatter" if t_ratio < 1 - rel else "about as sharp")
+        by_trace, traces = _trace_move(small, large, rel)
         if by_trace != sharper:  # review 2026-12-01 #21: "sharper" by the eigenvalue, flatter by the trace
+            # #37 (tenth full run, read r10e 11-H2): the gap, the other half of Keskar's question, went unread here
+            # (0.04636 against 0.05033, the same within gap_points)
+            gap_said = ("" if gap_move == "unknown" else
+                        f" The gap, read alone: batch {large['batch']:,}'s was {gap_move} ({large['gap']:+.3f} vs "
+                        f"{small['gap']:+.3f}, " + (f"within {gap_points:g}): the large batch did not generalize "
+                                                    "worse here" if gap_move == "the same" else
+                                                    f"beyond {gap_points:g})") + ".")
             return (f"Not decided: by its top eigenvalue batch {large['batch']:,} ended {sharper} than batch "
                     f"{small['batch']:,} ({large['top eigenvalue']:.3g} vs {small['top eigenvalue']:.3g}), by the "
-                    f"Hessian trace {by_trace} ({tr_l:.3g} vs {tr_s:.3g}); one run each, and the two measures of "
-                    "sharpness disagree, so there is no sharpness to set against the gap.")
+                    f"Hessian trace {by_trace} ({traces}); one run each, and "
+                    + ("the trace, within its errors, does not bear the eigenvalue out" if by_trace.startswith("no ")
+                       else "the two measures of sharpness disagree")
+                    + ", so there is no sharpness to set against the gap." + gap_said)
     if gap_move == "unknown":
         return both + "; the gap was not measured (evaluation off), so there is nothing to set it against."
     gap = f"its generalization gap was {gap_move} ({large['gap']:+.3f} vs {small['gap']:+.3f})"
@@ -1064,9 +1141,13 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
             else:
                 # #37 (eighth full run, read r8d 11-1): "the few samples per rank were not what cost accuracy" over a
                 # table where every variant fell from 256 to 4 per rank: what sync rules out is the statistics' noise
+                # #37 (tenth full run, read r10e 11-H4): "so their noise was not what cost this" from statistics over
+                # 8 samples against 4: a factor of the ranks, the noise of the statistics sqrt(2) smaller, no more
+                ranks = _ranks(rows)
                 out.append(f" Synchronized statistics did not help ({sync['test_accuracy']:.3f}): statistics over "
-                           f"both ranks' samples did no better than each rank's own {small}, so their noise was not "
-                           "what cost this.")
+                           f"both ranks' samples did no better than each rank's own {small}; their noise is only "
+                           f"sqrt({ranks}) smaller than one rank's, so this rules out what {ranks}x the samples would "
+                           "recover, not the statistics' noise itself.")
         rec_s, rec_l = at.get("local BN, recomputed stats"), big.get("local BN, recomputed stats")
         if rec_s is not None and rec_l is not None and "local BN" in big:
             d_s = rec_s["test_accuracy"] - local["test_accuracy"]
@@ -1162,9 +1243,23 @@ def samples_to_target(r) -> int | None:
     return int(round(r.epochs_to_target * r.samples / r.epochs))
 
 
+def samples_resolution(r) -> int | None:
+    """How precisely a run's samples to target are known: the samples between the evaluation that first reached the
+    target and the one before it (as :func:`course_lib.sweeps.target_resolution` counts steps; None when missed)."""
+    if not r.reached or not r.epochs or r.steps_to_target is None:
+        return None
+    steps, epochs = r.curve.get("step", []), r.curve.get("epoch", [])
+    i = steps.index(r.steps_to_target) if r.steps_to_target in steps else 0
+    span = epochs[i] - epochs[i - 1] if i > 0 else epochs[i]
+    return int(round(span * r.samples / r.epochs))
+
+
 def adaptive_rows(runs: dict, policy=None) -> list[dict]:
     """One row per run (label -> TrainResult; the adaptive one last, with its ``policy``): steps and samples to
-    the target, and the batches it used (the adaptive run's in the order the policy chose them)."""
+    the target, each with its resolution (the last evaluation interval before it), and the batches it used (the
+    adaptive run's in the order the policy chose them)."""
+    from ..sweeps import target_resolution
+
     rows = []
     for n, (label, r) in enumerate(runs.items()):
         if policy is not None and n == len(runs) - 1:
@@ -1176,19 +1271,56 @@ def adaptive_rows(runs: dict, policy=None) -> list[dict]:
             batches = sorted({_batch_at(r.config, e) for e in range(int(math.ceil(r.epochs or 1)))})
         rows.append({"run": label, "reached": r.reached, "steps_to_target": r.steps_to_target,
                      "samples_to_target": samples_to_target(r), "batches": batches, "final_hr": r.final_hr,
-                     "steps": r.steps, "samples": r.samples})
+                     "steps": r.steps, "samples": r.samples, "steps_resolution": target_resolution(r),
+                     "samples_resolution": samples_resolution(r)})
     return rows
 
 
+def _resolved(rows: list[dict]) -> bool:
+    """Every run that reached the target carries its resolutions (rows from :func:`adaptive_rows`)."""
+    return all(r.get("steps_resolution") and r.get("samples_resolution") for r in rows if r["reached"])
+
+
 def adaptive_table(rows: list[dict]) -> Table:
-    t = Table(["run", "batches used", "steps to target", "samples to target", "final HR@10"],
-              title="to the target: a fixed batch, the batch grown at milestones, the batch from the noise scale")
+    res = any(r["reached"] for r in rows) and _resolved(rows)
+    t = Table(["run", "batches used", "steps to target"] + (["resolution (steps)"] if res else [])
+              + ["samples to target"] + (["resolution (samples)"] if res else []) + ["final HR@10"],
+              title="to the target: a fixed batch, the batch grown at milestones, the batch from the noise scale"
+              + (" (each count known to its last evaluation interval, the resolution)" if res else ""))
     for r in rows:
         t.add(**{"run": r["run"], "batches used": " -> ".join(f"{b:,}" for b in r["batches"]),
                  "steps to target": r["steps_to_target"] if r["reached"] else f"not reached ({r['steps']})",
+                 **({"resolution (steps)": f"{r['steps_resolution']:,}" if r["reached"] else "-"} if res else {}),
                  "samples to target": f"{r['samples_to_target']:,}" if r["reached"] else "not reached",
+                 **({"resolution (samples)": f"{r['samples_resolution']:,}" if r["reached"] else "-"} if res else {}),
                  "final HR@10": r["final_hr"]})
     return t
+
+
+def _ratio_interval(a: dict, b: dict, key: str) -> tuple[float, float]:
+    """``a``'s count over ``b``'s where each is known only to its last evaluation interval: the target was crossed
+    in ``(count - resolution, count]``, so the ratio lies in ``[(a - res_a) / b, a / (b - res_b)]``."""
+    na, nb = a[f"{key}_to_target"], b[f"{key}_to_target"]
+    ra, rb = a[f"{key}_resolution"], b[f"{key}_resolution"]
+    return max(na - ra, 0) / nb, (na / (nb - rb) if nb > rb else math.inf)
+
+
+def _against(ada: dict, r: dict) -> str:
+    """The adaptive run's steps and samples against ``r``'s, each ratio with the range its evaluation spacing leaves
+    (#37, tenth full run, read r10e 11-H1: "0.75x the steps, 1.00x the samples" for three runs that each first met
+    the target at their evaluation at 1.00 epoch, every 0.25 epoch: 906 steps in (604, 906] against 1,208 in (906,
+    1,208], and the samples' "tie" the grid's)."""
+    out = []
+    for key, noun in (("steps", "steps"), ("samples", "samples")):
+        point = ada[f"{key}_to_target"] / r[f"{key}_to_target"]
+        lo, hi = _ratio_interval(ada, r, key)
+        said = ("fewer, decided" if hi <= 1 else "more, decided" if lo >= 1 else
+                "not decided at the evaluation spacing")
+        top = "unbounded" if math.isinf(hi) else f"{hi:.2f}x"
+        out.append(f"{point:.2f}x the {noun} ({lo:.2f}x-{top}: {said})")
+    return (f" Against {r['run']}: {out[0]}, {out[1]}; each count is known to its last evaluation interval "
+            f"({ada['steps_resolution']:,} and {r['steps_resolution']:,} steps, {ada['samples_resolution']:,} and "
+            f"{r['samples_resolution']:,} samples).")
 
 
 def adaptive_verdict(rows: list[dict]) -> str:
@@ -1222,9 +1354,24 @@ def adaptive_verdict(rows: list[dict]) -> str:
     others = [r for r in others if not any(r is a for a, _ in same)]
     if not ada["reached"]:
         return text + f" The adaptive batch did NOT reach the target in {ada['steps']:,} steps."
+    resolved = _resolved(rows)
     for r in others:
-        text += (f" Against {r['run']}: {ada['steps_to_target'] / r['steps_to_target']:.2f}x the steps, "
+        text += (_against(ada, r) if resolved else
+                 f" Against {r['run']}: {ada['steps_to_target'] / r['steps_to_target']:.2f}x the steps, "
                  f"{ada['samples_to_target'] / r['samples_to_target']:.2f}x the samples.")
+    if resolved and others and ada is fewest:
+        steps_hi = max(_ratio_interval(ada, r, "steps")[1] for r in others)
+        samples = [_ratio_interval(ada, r, "samples") for r in others]
+        if steps_hi > 1:
+            return text + (" The adaptive batch's fewer steps are not decided at the evaluation spacing: evaluate "
+                           "more often near the target to tell them apart.")
+        if all(hi <= 1.1 for _, hi in samples):
+            return text + (" The noise scale bought fewer steps for (almost) no extra samples: the larger batches "
+                           "came when the gradient's noise allowed them.")
+        if all(lo > 1.1 for lo, _ in samples):
+            return text + " Fewer steps, paid for in samples: the batch outgrew what the noise justified at some point."
+        return text + (" The noise scale bought fewer steps; what they cost in samples lies within the evaluation "
+                       "spacing, so it is not measured here.")
     if others and ada is fewest and ada["samples_to_target"] <= 1.1 * min(r["samples_to_target"] for r in others):
         text += " The noise scale bought fewer steps for (almost) no extra samples: the larger batches came when " \
                 "the gradient's noise allowed them."
@@ -1382,12 +1529,18 @@ def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
     return cfg, epochs_to_steps(pick(profile, full=1.5, smoke=1.0), data, cfg)
 
 
+def law_text(fit: dict) -> str:
+    """``a N^-b + c`` as the fit gives it, the exponent's sign as it came out (#37, r10e 11-S3: the smoke run's
+    "err(N) = 6.7 N^--0.001" for an exponent of -0.001)."""
+    return f"{fit['a']:.3g} N^{-fit['b']:+.3f} + {fit['c']:.3f}"
+
+
 def scaling_table(rows: list[dict], pred: dict, held_out: dict | None = None, size: str = "training interactions",
                   metric: str = "held-out HR@10", error: str = "error 1 - HR") -> Table:
     """The fitted sizes, then the held-out one (``held_out``: its row), with the law's error at each. The
     column names say what was measured (NeuMF's defaults; BERT: sequences, held-out loss)."""
     t = Table([size, "fraction", metric, error, "the law's error"],
-              title=f"err(N) = {pred['fit']['a']:.3g} N^-{pred['fit']['b']:.3f} + {pred['fit']['c']:.3f} "
+              title=f"err(N) = {law_text(pred['fit'])} "
                     "(fitted on all rows but the held-out one)")
     for r in rows:
         t.add(**{size: f"{r['size']:,}", "fraction": f"{r['fraction']:.3g}", metric: f"{r['metric']:.4f}",
@@ -1414,12 +1567,54 @@ _NOT_THE_DATA = ("Something other than the data limits these runs, which this le
                  "cannot predict either.")
 
 
-def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "interactions") -> str:
-    """How well the law fitted on the smaller sizes predicted the held-out one, from the numbers."""
+# what a run must share with the scaling runs to stand for their whole-set run trained longer (#37, r10e 11-H3)
+_SAME_SETTING = ("global_batch_size", "peak_lr", "optimizer", "warmup", "warmup_steps", "decay", "seed", "precision")
+
+
+def longer_run(result, cfg, steps: int, label: str = "section 1's run") -> dict | None:
+    """``result`` (a NeuMF run on the whole training set) as the scaling runs' whole-set run trained past their
+    ``steps``, where it is in ``cfg``'s setting (the same batch, lr, optimizer, schedule and seed): its HR@10 at the
+    evaluation nearest ``steps`` and its best, for :func:`scaling_verdict`. None in another setting, or when it
+    trained no further than ``steps``."""
+    c = result.config
+    for k in _SAME_SETTING:
+        if k in c and hasattr(cfg, k):
+            a, b = c[k], getattr(cfg, k)
+            same = math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and isinstance(b, float) else a == b
+            if not same:
+                return None
+    pts = [(st, h) for st, h in zip(result.curve.get("step", []), result.curve.get("hr", [])) if h is not None]
+    if not pts or pts[-1][0] <= steps:
+        return None
+    near = min(pts, key=lambda p: abs(p[0] - steps))
+    best = max(pts, key=lambda p: p[1])
+    return {"label": label, "scaling_steps": steps, "steps": near[0], "metric": near[1], "best_steps": best[0],
+            "best": best[1]}
+
+
+def _held_by_steps(pred: dict, longer: dict | None, goal: float) -> str | None:
+    """Where the same model on the whole set went well past the held-out error with more steps (``longer``, from
+    :func:`longer_run`), the sentence that says the steps held the runs; else None (:data:`_NOT_THE_DATA` stands)."""
+    if not longer or 1 - longer["best"] >= pred["measured_error"] * (1 - goal):
+        return None
+    return (f"{longer['label'][:1].upper()}{longer['label'][1:]}, the same model and setting on the whole set, had "
+            f"HR@10 {longer['metric']:.4f} at step {longer['steps']:,} (the held-out size's run: "
+            f"{1 - pred['measured_error']:.4f} in {longer['scaling_steps']:,} steps) and reached {longer['best']:.4f} "
+            f"by step {longer['best_steps']:,}: with more steps the same model went well past this error, so the "
+            "steps held these runs, not the model's size or the data; a law of the data size at fixed steps cannot "
+            "predict that.")
+
+
+def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "interactions",
+                    longer: dict | None = None) -> str:
+    """How well the law fitted on the smaller sizes predicted the held-out one, from the numbers. ``longer``
+    (:func:`longer_run`): the whole-set run trained past the scaling runs' steps, which says whether their steps
+    held them."""
     fit = pred["fit"]
-    head = (f"Fitted on sizes up to {pred['largest_fitted']:,}: err(N) = {fit['a']:.3g} N^-{fit['b']:.3f} + "
-            f"{fit['c']:.3f}. At {pred['size']:,} {unit} it predicted an error of {pred['predicted_error']:.4f}; "
-            f"measured {pred['measured_error']:.4f} ({pred['relative_error']:+.1%}).")
+    not_the_data = _held_by_steps(pred, longer, goal) or _NOT_THE_DATA
+    head = (f"Fitted on sizes up to {pred['largest_fitted']:,}: err(N) = {law_text(fit)}. At {pred['size']:,} {unit} "
+            f"it predicted an error of {pred['predicted_error']:.4f}; measured {pred['measured_error']:.4f} "
+            f"({pred['relative_error']:+.1%}).")
     if fit["b"] <= 0:
         return head + " The error did not fall with the data at these sizes: no power law to extrapolate."
     need = pred["size_for_measured"]
@@ -1455,7 +1650,7 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
     if side == "worse" and last is not None and round(pred["measured_error"], 4) >= round(last, 4):
         return (head + f" Off by more than {goal:.0%} (worse than predicted): the held-out size's error is no lower "
                 f"than that of {pred['largest_fitted']:,} {unit} ({last:.4f}) at the same steps, so at these steps "
-                "more data did not help at all. " + _NOT_THE_DATA + size_text)
+                "more data did not help at all. " + not_the_data + size_text)
     # #37 (sixth full run, read r6c): the same reasons for NeuMF's 0.3005 predicted against 0.3361 measured (+11.9%),
     # where the whole set's error was only 1.4% below half of it (0.3409) at the same steps: the error all but stopped
     # falling at the largest sizes (the opposite end from the small-data region), and "no change" came nearer than
@@ -1465,7 +1660,7 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
         return (head + f" Off by more than {goal:.0%} (worse than predicted): the held-out size's error is "
                 f"{naive:+.1%} from that of {pred['largest_fitted']:,} {unit} ({last:.4f}) at the same steps, nearer "
                 f"than the law: with the data x{pred['size'] / pred['largest_fitted']:.2g} the error moved less than "
-                "the goal, so at these steps more data barely helped. " + _NOT_THE_DATA + size_text)
+                "the goal, so at these steps more data barely helped. " + not_the_data + size_text)
     return (head + f" Off by more than {goal:.0%} ({side} than predicted): with this few points, or with sizes still "
             "in the small-data region, the fit does not extrapolate." + size_text)
 
