@@ -431,6 +431,13 @@ def _below_cell(r: dict) -> str:
             return f"{cell} in paced seconds (the ± is the pace drift alone, not the seeds' spread): {r['vs_noise']}"
         return f"{cell}: {r['vs_noise']}"
     if r.get("decided"):
+        u = r.get("vs_previous_uncertainty")
+        if u is not None and vs * (1 - u) <= 1 <= vs * (1 + u):
+            # read r11 05-H1 (eleventh full run): "+bf16 ... 1x (±62%) in paced seconds; decided by bf16 against fp32
+            # on the same setting in its lesson: bf16 lower on every seed", a level-looking ratio beside a win
+            # (1.28x in the lesson): the paced ratio is said to resolve nothing, and where the decision came from
+            return (f"{cell} in paced seconds against {below!r}: the pace drift alone leaves that unresolved (1 lies "
+                    f"within its ±); decided in its own lesson, both at one pace, by {r['decided']}")
         return f"{cell} in paced seconds; decided by {r['decided']}"
     if vs >= 1:
         return cell + (f" (vs {below!r}, the best rung below)" if below else "")

@@ -1022,27 +1022,38 @@ def throughput_reading(table: Table) -> str:
     (bp, sp) = rows[-2]
     last = s1 / sp
     bm, sm = max(rows, key=lambda r: r[1])
-    if sm > s1:  # a peak below the largest batch: the curve turned down, it did not merely flatten
-        trend = (f"samples/s stopped growing: it peaked at batch {bm} ({sm:,}) and the largest batch ran at "
-                 f"{s1 / sm:.2f}x of that peak")
-    elif last < 1.2:
-        trend = "samples/s is flattening: the last step up gained less than 20 %"
-    else:
-        trend = "samples/s was still growing at the largest batch measured"
-    text = (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
-            f"batch {bp} -> {b1}: {last:.2f}x; {trend}")
     # read r10a 01-H2 (tenth full run): "from batch 256 to 65536 (256x) ... 13.7x" over a table where batch 256 ran
     # 7.492 ms per step and batch 1024 6.163: a step of more samples does at least the same work (the same optimizer
     # step, more sampling, forward and backward), so a larger batch's shorter step is the machine's pace moving
     # between these single runs, and it bounds what every ratio of the table can resolve
     ms = [(r["batch size"], r["ms/step"]) for r in table.rows]
     inverted = [(a, b) for i, a in enumerate(ms) for b in ms[i + 1:] if b[0] > a[0] and b[1] < a[1] / 1.05]
+    spread = 1.0
     if inverted:
         (ba, ma), (bb, mb) = max(inverted, key=lambda p: p[0][1] / p[1][1])
+        spread = ma / mb
+    # read r11 01-H1 (eleventh full run): "it peaked at batch ... and the largest batch ran at 0.9x of that peak" in the
+    # reading that then says every ratio is uncertain by at least a larger factor: a trend inside that uncertainty is
+    # one these runs cannot tell
+    if sm > s1:  # a peak below the largest batch: the curve turned down, it did not merely flatten
+        trend = (f"samples/s peaked at batch {bm} ({sm:,}) and the largest batch ran at {s1 / sm:.2f}x of that peak")
+        trend = (trend + ", less than the uncertainty below: these runs cannot tell whether it stopped growing"
+                 if sm / s1 < spread else "samples/s stopped growing: it p" + trend[len("samples/s p"):])
+    elif last < 1.2:
+        trend = ("the last step up gained less than 20 %, but by less than the uncertainty below: these runs cannot "
+                 "tell whether samples/s is flattening" if last * spread >= 1.2 else
+                 "samples/s is flattening: the last step up gained less than 20 %")
+    else:
+        trend = ("the last step up gained more than 20 %, but by less than the uncertainty below: these runs cannot "
+                 "tell whether samples/s was still growing at the largest batch" if last < spread else
+                 "samples/s was still growing at the largest batch measured")
+    text = (f"from batch {b0} to {b1} ({b1 // b0}x) samples/s went from {s0:,} to {s1:,} ({s1 / s0:.1f}x); "
+            f"batch {bp} -> {b1}: {last:.2f}x; {trend}")
+    if inverted:
         text += (f"; but batch {ba}'s step took {cell_text(ma)} ms and batch {bb}'s {cell_text(mb)}, {bb // ba}x the "
                  "samples in less time, which no step does by itself (the same optimizer step, more of everything "
                  "else): the machine's pace moved between these runs, one per batch, so every ratio here is "
-                 f"uncertain by at least {ma / mb:.2f}x")
+                 f"uncertain by at least {spread:.2f}x")
     return text
 
 

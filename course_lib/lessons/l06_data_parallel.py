@@ -586,6 +586,27 @@ def _unresolved_fit(strong: list[dict], repeats=()) -> str:
             "per-rank batch from which compute would dominate (rerun on a quieter machine, or with more sizes).")
 
 
+def _negative_intercept_reading(strong: list[dict], fixed: float, per_sample: float, allreduce: float,
+                                last: bool = True) -> str:
+    """Where :func:`step_time_fit`'s intercept came out below zero: what the fit gives, and that it gives no fixed cost.
+
+    Read r11 06-C1 (eleventh full run): "each step costs 0 ms whatever the batch (optimizer step over every parameter,
+    launches) plus ... us per sample", the fit's intercept (-1.95 ms) read as 0, while lesson 05 had timed NeuMF's
+    optimizer step alone at 3.99 ms; the intercept's sign moved with which seed's run the table held. No cost per step
+    is below zero, so the line through these sizes resolves none, and no per-rank batch is read from it."""
+    top = strong[-1]
+    why = (f"on {top['world_size']} ranks the timed all-reduce was pending {1e3 * allreduce:.3g} ms per step, taken "
+           "out before the fit (one rank does not pay it), and pending time also counts all-reduce time that "
+           "overlapped compute, so it can over-count what the step waited for" if allreduce > 0 else
+           "no all-reduce was timed, so the line mixes it into both terms")
+    return (f"Fitted over the {len(strong)} sizes, the line gives {1e6 * per_sample:.3g} us per sample and an "
+            f"intercept below zero ({1e3 * fixed:.3g} ms per step), which no cost per step can be: every step pays the "
+            "optimizer's step over every parameter (the mixed-precision lesson timed it apart). So these runs resolve "
+            f"no fixed cost, and no share of the step that does not shrink ({why})"
+            + ("; they give no per-rank batch from which compute would dominate: rerun on a quieter machine, or with "
+               "more sizes." if last else "."))
+
+
 def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) -> str:
     """What the learner's own strong-scaling rows show, and the per-rank batch that would scale.
 
@@ -616,25 +637,25 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
     fixed, per_sample = fit
     step = top["global_batch"] / top["samples_per_s"]
     allreduce = _allreduce_per_step(top)  # timed in the run: paid on every step of the largest size, whatever its batch
-    fixed_share = min(1.0, max(0.0, (max(fixed, 0.0) + allreduce) / step))
+    if fixed < 0:
+        unresolved = _unresolved_fit(strong, repeats)
+        return (lead + ". " + _negative_intercept_reading(strong, fixed, per_sample, allreduce, last=not unresolved)
+                + (" " + unresolved if unresolved else ""))
+    fixed_share = min(1.0, max(0.0, (fixed + allreduce) / step))
     if allreduce > 0:
-        cost = (f"each step costs {1e3 * max(fixed, 0.0):.3g} ms whatever the batch (optimizer step over every "
+        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (optimizer step over every "
                 f"parameter, launches) plus {1e6 * per_sample:.3g} us per sample, and on {top['world_size']} ranks "
                 f"the timed all-reduce, pending {1e3 * allreduce:.3g} ms per step (taken out before the fit: one rank "
                 "does not pay it)")
-        if fixed < 0:
-            cost += (f"; the fit's intercept came out below zero ({1e3 * fixed:.3g} ms): the pending time also counts "
-                     "all-reduce time that overlapped compute, so it over-counts what the step waited for, and the "
-                     "fixed cost is read as 0")
     else:
-        cost = (f"each step costs {1e3 * max(fixed, 0.0):.3g} ms whatever the batch (optimizer step over every "
+        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (optimizer step over every "
                 f"parameter, all-reduce, launches) plus {1e6 * per_sample:.3g} us per sample")
     unresolved = _unresolved_fit(strong, repeats)
     if unresolved:
         return (lead + f". Fitted over the {len(strong)} sizes with the table's run, "
                 + cost.replace("costs", "would cost", 1)
                 + f" ({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
-    need = compute_share / (1 - compute_share) * (max(fixed, 0.0) + allreduce) / per_sample
+    need = compute_share / (1 - compute_share) * (fixed + allreduce) / per_sample
     suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
     # #37 (full run of 2026-12-01): the reference was compared with the power of two (262,144: "2x above"), not
     # with the fit's 141,000 (1.1x): the fit's own figure, to 2 significant figures, is what is compared

@@ -1,0 +1,66 @@
+"""Readings fixed after the eleventh full-profile read (#37: lessons 00-06 of the fresh-clone run of head 3d94f8d).
+Each test feeds the reading the numbers that printed a statement its outputs contradict or hide, and the opposite."""
+
+from test_reading_agreement import disagreements
+from test_reading_r10a import RUN_THROUGHPUT, _throughput
+from test_reading_r10c import TENTH, TENTH_WEAK, _rec
+
+from course_lib import ladder
+from course_lib.lessons import l01_baseline as L01
+from course_lib.lessons import l06_data_parallel as L06
+
+
+def test_the_throughput_trend_inside_the_tables_own_uncertainty_is_not_read_as_a_peak():
+    """r11 01-H1: "samples/s stopped growing: it peaked at batch 16384 (546,119) and the largest batch ran at 0.86x of
+    that peak; ... every ratio here is uncertain by at least 1.22x": a drop of 1.17x inside the 1.22x the same reading
+    gives. Opposite: a drop beyond it is a peak, and with no inverted steps the trend is read as before."""
+    text = L01.throughput_reading(_throughput())
+    assert "stopped growing: it peaked" not in text, text
+    assert ("samples/s peaked at batch 16384 (546,119) and the largest batch ran at 0.86x of that peak, less than the "
+            "uncertainty below: these runs cannot tell whether it stopped growing") in text, text
+    assert "uncertain by at least 1.22x" in text
+    assert disagreements(text, _throughput(), extra=(20,)) == []
+    deep = list(RUN_THROUGHPUT)
+    deep[-1] = (65536, 9, 300000, 218.0)  # 0.55x of the peak: beyond 1.22x
+    assert "samples/s stopped growing: it peaked at batch 16384" in L01.throughput_reading(_throughput(deep))
+    flat = [(256, 100, 40000, 6.4), (1024, 100, 100000, 10.2), (4096, 100, 110000, 8.0)]  # 1.10x gained, spread 1.28x
+    read = L01.throughput_reading(_throughput(flat))
+    assert "cannot tell whether samples/s is flattening" in read and "samples/s is flattening:" not in read, read
+    steady = [(256, 100, 40000, 6.4), (1024, 100, 100000, 10.2), (4096, 100, 110000, 37.2)]
+    assert "samples/s is flattening: the last step up gained less than 20 %" in L01.throughput_reading(
+        _throughput(steady))
+
+
+def test_a_negative_step_fit_intercept_is_not_read_as_a_step_that_costs_nothing():
+    """r11 06-C1: "each step costs 0 ms whatever the batch (optimizer step over every parameter, launches)", the fit's
+    intercept (-1.95 ms) read as 0, while lesson 05 timed the optimizer step alone at 3.99 ms. Here one rank 42.3 ms
+    per step and two 31.6 ms, 12.3 ms of it the timed all-reduce: the line's intercept is -1.8 ms. Opposite: the
+    tenth run's rows (intercept 4.3 ms) keep the split."""
+    two = _rec(16384, 285 * 16384 / 9.0, 9.0, 0.9406, 3.5, 9.0)
+    rows = L06.scaling_rows({1: TENTH[1], 2: two}, {1: TENTH_WEAK[1], 2: two})
+    text = L06.scaling_reading(rows)
+    assert "costs 0 ms" not in text and "read as 0" not in text and "Compute would be" not in text, text
+    step1, step2 = 16384 / TENTH[1]["samples_per_s"], 16384 / two["samples_per_s"]
+    comm2 = 3.5 / 9.0 * step2
+    fixed = 2 * (step2 - comm2) - step1
+    slope = (step1 - (step2 - comm2)) / 8192
+    assert fixed < 0
+    assert (f"an intercept below zero ({1e3 * fixed:.3g} ms per step), which no cost per step can be") in text, text
+    assert "these runs resolve no fixed cost" in text and "with more sizes" in text
+    assert disagreements(text, L06.scaling_table(rows), extra=[1e3 * fixed, 1e6 * slope, 1e3 * comm2]) == [], text
+    kept = L06.scaling_reading(L06.scaling_rows(TENTH, TENTH_WEAK))
+    assert "each step costs 4.3 ms whatever the batch" in kept and "below zero" not in kept, kept
+
+
+def test_a_rung_decided_in_its_lesson_does_not_sit_beside_a_level_paced_ratio_unexplained():
+    """r11 05-H1: the ladder's '+bf16' cell read "1x (±62%) in paced seconds; decided by bf16 against fp32 on the same
+    setting in its lesson: bf16 lower on every seed": a ratio that looks level beside a win. Opposite: a paced ratio
+    whose ± leaves out 1 keeps the short cell."""
+    decided = "bf16 against fp32 on the same setting in its lesson: bf16 lower on every seed"
+    cell = ladder._below_cell({"vs_previous": 1.0, "vs_previous_uncertainty": 0.62, "decided": decided,
+                               "previous_name": "+sqrt scaling"})
+    assert cell.startswith("1x (±62%) in paced seconds against '+sqrt scaling': the pace drift alone leaves that "
+                           "unresolved (1 lies within its ±); decided in its own lesson, both at one pace, by "), cell
+    assert cell.endswith(decided)
+    sure = ladder._below_cell({"vs_previous": 2.0, "vs_previous_uncertainty": 0.1, "decided": decided})
+    assert sure == f"2x (±10%) in paced seconds; decided by {decided}", sure
