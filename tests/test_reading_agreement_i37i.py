@@ -221,9 +221,11 @@ def test_lesson_13s_layout_verdict_quotes_the_layout_table():
     rows = layout_rows(VIRTUAL_LAYOUTS, "virtual")
     heavy = L13.predicted_layouts(1.5e-3, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6))
     table = L13.layout_table(rows, heavy)
-    for said in (L13.layout_verdict(rows), L13.layout_verdict(heavy)):
-        # HIDDEN_AT (80 %): the share of one node's throughput that counts as hidden; 1 - it (20 %)
-        assert disagreements(said, table, extra=[L13.HIDDEN_AT, 1 - L13.HIDDEN_AT]) == []
+    for said, these in ((L13.layout_verdict(rows), rows), (L13.layout_verdict(heavy), heavy)):
+        # HIDDEN_AT (80 %): the share of one node's throughput that counts as hidden; 1 - it (20 %); r11 13-H: how
+        # much more to accumulate, from a line through each layout's step times (extrapolated_k)
+        extra = [L13.HIDDEN_AT, 1 - L13.HIDDEN_AT, *(L13.extrapolated_k(these) or ())]
+        assert disagreements(said, table, extra=extra) == []
 
 
 def test_lesson_13s_ttt_verdict_quotes_the_time_to_target_table():
@@ -236,6 +238,8 @@ def test_lesson_13s_ttt_verdict_quotes_the_time_to_target_table():
     # TTT_MARGIN (25 %) and TTT_NOISE (10 %): the verdict's stated margin and noise band; 9: "lesson 09's model";
     # 6: "lesson 06" (compress the gradients)
     extra = [L13.TTT_MARGIN, L13.TTT_NOISE, 9, 6]
+    # r11 13-H: how much more to accumulate, from a line through each layout's step times (extrapolated_k)
+    extra += [x for rows in (measured, model) for x in (L13.extrapolated_k(rows, 1 / (1 + L13.TTT_MARGIN)) or ())]
     assert disagreements(said, L13.ttt_table(measured, model, POINTS), extra=extra) == []
 
 

@@ -64,3 +64,28 @@ def test_a_rung_decided_in_its_lesson_does_not_sit_beside_a_level_paced_ratio_un
     assert cell.endswith(decided)
     sure = ladder._below_cell({"vs_previous": 2.0, "vs_previous_uncertainty": 0.1, "decided": decided})
     assert sure == f"2x (±10%) in paced seconds; decided by {decided}", sure
+
+
+def test_advice_to_accumulate_more_says_how_much_more():
+    """r11 13-H: "even at k=8 ... accumulate more than k=8, or compress the gradients" with no size, while the
+    lesson's own model (``hiding_k`` over more ks) put it at k=128. A line through each layout's step times over k
+    gives the k; on the model's rows, which are such lines, it is ``hiding_k``'s. Opposite: where the far layout's
+    compute per k grows faster than the near one's, no k gets there, and the reading says so."""
+    from course_lib.lessons import l13_multi_node as L13
+
+    near, far = (20e-6, 1e-9), (100e-6, 8 / 100e6)
+    model = L13.predicted_layouts(10e-6, 617_604, 64, near=near, far=far)
+    k, k2, batch = L13.extrapolated_k(model)
+    big = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    assert k2 == L13.hiding_k(10e-6, 617_604, 64, near, far, ks=big) and 2 ** (k2.bit_length() - 2) < k <= k2
+    assert batch == 4 * 64 * k2
+    reading = L13.layout_verdict(model)
+    assert f"accumulate more than k=8 (a line through each layout's step times over k gets there at about k={k:.3g}: " \
+        f"the next power of two, k={k2}, is a global batch of {batch:,}, which must still train" in reading, reading
+    rows = []
+    for lay, c, a in (("1 node x 4", 1e-3, 0.05), ("4 nodes x 1", 2e-3, 0.15)):  # far: dearer per k
+        for kk in (1, 2, 4, 8):
+            rows.append({"layout": lay, "k": kk, "global_batch": 256 * kk, "samples_per_s": 256 * kk / (a + c * kk),
+                         "step_s": a + c * kk, "source": "virtual"})
+    assert L13.extrapolated_k(rows) is None
+    assert "gives no k that gets there" in L13.layout_verdict(rows)

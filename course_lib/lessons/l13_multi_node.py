@@ -373,6 +373,43 @@ def layout_ratios(rows: list[dict]) -> dict[int, float]:
     return {k: far[k] / near[k] for k in near if k in far}
 
 
+def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[float, int, int] | None:
+    """Beyond the measured ks: a line ``step_s = a + c k`` through each layout's rows (per k: k micro-batches of
+    compute, one all-reduce), and the k at which W nodes x 1 would run at ``hidden_at`` of 1 node x W's throughput
+    (the same samples per step, so the ratio of their step times): ``(k, k as the next power of two, that k's global
+    batch)``, or None where the lines never get there (the far layout's compute per k no cheaper than ``hidden_at`` of
+    the near one's) or a layout has fewer than two ks.
+
+    Read r11 13-H (eleventh full run): "accumulate more than k=8" gave no size, while the lesson's model (its
+    :func:`hiding_k` over more ks) had one: k=128."""
+    from ..metrics import line_fit
+
+    fits, per_k = {}, {}
+    for side, pick in (("near", lambda n: n.startswith("1 node x ")), ("far", lambda n: n.endswith(" nodes x 1"))):
+        rs = [r for r in rows if pick(r["layout"]) and r.get("step_s")]
+        fits[side] = line_fit([r["k"] for r in rs], [r["step_s"] for r in rs]) if len(rs) >= 2 else None
+        per_k.update({r["k"]: r["global_batch"] / r["k"] for r in rs})
+    if fits["near"] is None or fits["far"] is None or not per_k:
+        return None
+    (a_n, c_n), (a_f, c_f) = fits["near"], fits["far"]
+    gain = c_n - hidden_at * c_f
+    if gain <= 0 or c_n <= 0:
+        return None
+    k = max(1.0, (hidden_at * a_f - a_n) / gain)
+    k2 = 1 << math.ceil(math.log2(k))
+    return k, k2, int(round(k2 * next(iter(per_k.values()))))
+
+
+def _beyond(rows: list[dict], hidden_at: float) -> str:
+    """The clause :func:`extrapolated_k` adds to "accumulate more than k=...": the size, or that the lines give none."""
+    got = extrapolated_k(rows, hidden_at)
+    if got is None:
+        return " (a line through each layout's step times over k gives no k that gets there)"
+    k, k2, batch = got
+    return (f" (a line through each layout's step times over k gets there at about k={k:.3g}: the next power of two, "
+            f"k={k2}, is a global batch of {batch:,}, which must still train to the target)")
+
+
 def layout_verdict(rows: list[dict], hidden_at: float = HIDDEN_AT) -> str:
     """Where accumulation stops the slow link from mattering, read from the rows (measured or predicted)."""
     ratios = layout_ratios(rows)
@@ -395,8 +432,8 @@ def layout_verdict(rows: list[dict], hidden_at: float = HIDDEN_AT) -> str:
                    "(noise on a busy machine? measure more steps)")
     else:
         reading = (f"even at k={ks[-1]} the nodes reach only {ratios[ks[-1]]:.0%} of one node's throughput, short "
-                   f"of the {hidden_at:.0%} at which the slow link stops mattering: accumulate more than k={ks[-1]}, "
-                   "or compress the gradients (lesson 06)")
+                   f"of the {hidden_at:.0%} at which the slow link stops mattering: accumulate more than k={ks[-1]}"
+                   + _beyond(rows, hidden_at) + ", or compress the gradients (lesson 06)")
     names = sorted({r["layout"] for r in rows})
     far = next(n for n in names if n.endswith(" nodes x 1"))
     near = next(n for n in names if n.startswith("1 node x "))
@@ -566,7 +603,8 @@ def _ttt_reading(rows: list[dict], margin: float, noise: float) -> tuple[str, di
         say = f"within {margin:.0%} from k={h['k']} on: accumulation hides the slow link there"
     elif h["status"] == "never":
         say = (f"never within {margin:.0%} up to k={max(ratios)}: the slow link still sets the time to target "
-               "(accumulate more, or compress the gradients: lesson 06)")
+               f"(accumulate more than k={max(ratios)}" + _beyond(rows, 1 / (1 + margin))
+               + ", or compress the gradients: lesson 06)")
     elif not ratios:
         say = "cannot decide: no k has a time to target for both layouts"
     else:
