@@ -89,3 +89,23 @@ def test_advice_to_accumulate_more_says_how_much_more():
                          "step_s": a + c * kk, "source": "virtual"})
     assert L13.extrapolated_k(rows) is None
     assert "gives no k that gets there" in L13.layout_verdict(rows)
+
+
+def test_the_tuned_sweep_says_which_batches_best_lr_was_never_bracketed():
+    """r10 11-H7 (tenth full run, seen again in the eleventh): at batch 65,536 the fewest steps came at the grid's
+    largest lr after its one extension, and the fit took them as that batch's tuned steps with nothing said.
+    Opposite: a best lr inside its grid adds nothing."""
+    from course_lib.lessons import l11_batch_size_science as L11
+
+    def row(b, f, steps, chosen=False):
+        return {"batch size": b, "x rule lr": f, "lr": 1e-3 * f, "steps to target": steps, "capped at": None,
+                "wall_s": 1.0, "chosen": chosen}
+
+    edge = [row(4096, 0.5, 1200), row(4096, 1.0, 1020, True), row(4096, 2.0, 1100),
+            row(65536, 0.5, 140), row(65536, 1.0, 100), row(65536, 2.0, 90), row(65536, 4.0, 80, True)]
+    text = L11.sweep_cost_sentence(edge)
+    assert ("Not bracketed: batch 65,536 at its grid's largest lr (x4 the rule's): that sweep ended on an edge, so a "
+            "lr beyond it was never tried and the steps there are an upper bound") in text, text
+    assert "4,096 at" not in text
+    inside = edge[:3] + [row(65536, 0.5, 140), row(65536, 1.0, 100, True), row(65536, 2.0, 120)]
+    assert "Not bracketed" not in L11.sweep_cost_sentence(inside)

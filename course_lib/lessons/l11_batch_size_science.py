@@ -533,7 +533,32 @@ def sweep_cost_sentence(sweep: list[dict]) -> str:
     reused = sum(r.get("from") == "lesson 02" for r in sweep)
     return (f"{len(sweep) - reused} runs at {len(batches)} batches took {sum(r['wall_s'] for r in sweep):.1f} s "
             f"(training and evaluation); {capped} stopped at their batch's best steps so far"
-            + (f"; {reused} rule-lr points are lesson 02's runs of the same setting, not run again" if reused else ""))
+            + (f"; {reused} rule-lr points are lesson 02's runs of the same setting, not run again" if reused else "")
+            + unbracketed_sentence(sweep))
+
+
+def unbracketed_sentence(sweep: list[dict]) -> str:
+    """The batches whose chosen lr sits on the edge of the grid their sweep ended with (after its extensions): there
+    a larger (or smaller) lr was not tried, so the steps are an upper bound on that batch's tuned steps; "" when every
+    chosen lr is bracketed.
+
+    Read r10 11-H7 (tenth full run): at batch 65,536 the fewest steps came at the grid's largest lr, after its one
+    extension, and the fit and its readings took them as that batch's tuned steps."""
+    edges = []
+    for b in sorted({r["batch size"] for r in sweep}):
+        runs = [r for r in sweep if r["batch size"] == b]
+        chosen = next((r for r in runs if r["chosen"]), None)
+        if chosen is None or len(runs) < 2:
+            continue
+        fs = [r["x rule lr"] for r in runs]
+        if chosen["x rule lr"] in (min(fs), max(fs)):
+            side = "largest" if chosen["x rule lr"] == max(fs) else "smallest"
+            edges.append(f"batch {b:,} at its grid's {side} lr (x{chosen['x rule lr']:g} the rule's)")
+    if not edges:
+        return ""
+    return (". Not bracketed: " + "; ".join(edges) + f": {'that sweep' if len(edges) == 1 else 'those sweeps'} "
+            "ended on an edge, so a lr beyond it was never tried and the steps there are an upper bound on the "
+            "tuned steps (a wider grid, SWEEP_LR_FACTORS, or more extensions would tell)")
 
 
 def _fieller(a: float, b: float, vaa: float, vbb: float, vab: float, k: float = 2.0) -> tuple[float, float]:
