@@ -444,8 +444,8 @@ def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=Non
 
 
 def plot_hyperband_brackets(brackets: list[dict], *, max_resource: int, per_point: float = 1.0, ax=None):
-    """Lesson 12: each Hyperband bracket as a bar per rung: how many of 100 trials entering the bracket
-    still train at each resource (a bracket's trials are compared only at its own rungs)."""
+    """Lesson 12: each Hyperband bracket as a bar per rung: the fraction of the trials entering the bracket that
+    still trains at each resource (a bracket's trials are compared only at its own rungs)."""
     fig, ax = _axes(ax, figsize=(7, 0.9 + 0.7 * len(brackets)))
     for b in brackets:
         edges = [0] + b["rungs"] + [max_resource]
@@ -453,12 +453,15 @@ def plot_hyperband_brackets(brackets: list[dict], *, max_resource: int, per_poin
         for (lo, hi), frac in zip(zip(edges[:-1], edges[1:]), alive):
             ax.barh(b["bracket"], (hi - lo) * per_point, left=lo * per_point, height=0.6 * max(frac, 0.08) ** 0.5,
                     color="C0", alpha=0.35 + 0.6 * frac, edgecolor="k", lw=0.5)
-            ax.text((lo + hi) / 2 * per_point, b["bracket"], f"{100 * frac:.0f}", ha="center", va="center", fontsize=8)
+            # read r11 12-S (eleventh full run): "12" on the bar of 1/8 (12.5 of 100 trials), beside the brackets
+            # table's "1/8": the fraction as the table prints it
+            ax.text((lo + hi) / 2 * per_point, b["bracket"], "all" if frac == 1 else f"1/{round(1 / frac)}",
+                    ha="center", va="center", fontsize=8)
         ax.text(max_resource * per_point * 1.01, b["bracket"], f"{b['share']:.0%} of trials", va="center", fontsize=8)
     ax.set_yticks([b["bracket"] for b in brackets])
     ax.set_yticklabels([f"bracket {b['bracket']}" for b in brackets])
     ax.invert_yaxis()
     ax.set_xlim(0, max_resource * per_point * 1.22)
-    ax.set_xlabel("epochs of training (numbers: of 100 trials entering, how many train this far)")
+    ax.set_xlabel("epochs of training (on each bar: the fraction of the bracket's trials that trains this far)")
     ax.set_title("Hyperband's brackets: early, aggressive cuts (top) to none (bottom)", fontsize=9)
     return fig

@@ -109,3 +109,20 @@ def test_the_tuned_sweep_says_which_batches_best_lr_was_never_bracketed():
     assert "4,096 at" not in text
     inside = edge[:3] + [row(65536, 0.5, 140), row(65536, 1.0, 100, True), row(65536, 2.0, 120)]
     assert "Not bracketed" not in L11.sweep_cost_sentence(inside)
+
+
+def test_the_bracket_figure_labels_its_bars_with_the_tables_fractions():
+    """r11 12-S: the Hyperband figure wrote "12" on the bar of 1/8 (12.5 of 100 trials) beside the brackets table's
+    "1/8"; it now writes the fraction as the table does."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_lib.lessons import l12_hyperparameter_search as L12
+    from course_lib.plots import plot_hyperband_brackets
+
+    brackets = L12.hyperband_brackets(27, 1, 2)
+    fig = plot_hyperband_brackets(brackets, max_resource=27)
+    labels = {t.get_text() for t in fig.axes[0].texts}
+    assert {"all", "1/2", "1/4", "1/8", "1/16"} <= labels and "12" not in labels, labels
+    table = str(L12.brackets_table(brackets, 1.0))
+    assert "1/8" in table and "1/16" in table
