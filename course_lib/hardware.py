@@ -35,8 +35,8 @@ class Hardware:
     gloo_available: bool = False
     nccl_available: bool = False
     # "native": the processor has instructions (CPU) or tensor cores (GPU) for the format; it says
-    # nothing about speed, which lesson 05 measures. "emulated (slow)": converted in software.
-    bf16_autocast: str = "no"  # "native", "emulated (slow)" or "no"
+    # nothing about speed, which lesson 05 measures. EMULATED: converted in software (no speed either).
+    bf16_autocast: str = "no"  # "native", EMULATED or "no"
     fp16_autocast: str = "no"
     torch_version: str = torch.__version__
     cpu_isa16: tuple[str, ...] = ()  # the CPU's 16-bit flags found in /proc/cpuinfo (CPU_ISA16)
@@ -83,6 +83,12 @@ class Hardware:
         return str(self.table())
 
     __repr__ = __str__
+
+
+# read f12a 00-H1 (twelfth full run): "fp16 autocast  emulated (slow): no fp16 instructions or tensor cores" two rows
+# above "16-bit speed  not measured here": "(slow)" was a speed claim about this machine that nothing here measured
+# (its evidence was bf16 on another, AVX2-only server); the label names the mechanism, and lesson 05 the speed
+EMULATED = "emulated (converted in software)"
 
 
 def _yes(flag: bool) -> str:
@@ -191,13 +197,14 @@ def detect() -> Hardware:
     model, flags = cpu_info()
     if gpus and cuda:
         major = min(int(g.compute_capability.split(".")[0]) for g in gpus)
-        bf16 = "native" if major >= 8 else "emulated (slow)"  # bf16 tensor cores from Ampere (8.0)
+        bf16 = "native" if major >= 8 else EMULATED  # bf16 tensor cores from Ampere (8.0)
         fp16 = "native" if major >= 7 else "yes"  # fp16 tensor cores from Volta (7.0)
     else:
-        # CPU autocast always works functionally, but without AVX512-BF16/AMX it is emulated
-        # and much slower than fp32 (about 20x for NeuMF on an AVX2-only server, measured).
-        bf16 = "native" if flags & {"avx512_bf16", "amx_bf16"} else "emulated (slow)"
-        fp16 = "native" if flags & {"avx512_fp16", "amx_fp16"} else "emulated (slow)"
+        # CPU autocast always works functionally, but without AVX512-BF16/AMX it is emulated (on an
+        # AVX2-only server about 20x slower than fp32 for NeuMF: a measurement of that machine, not of
+        # this one, so the label does not say "slow"; lesson 05 measures this machine's speed).
+        bf16 = "native" if flags & {"avx512_bf16", "amx_bf16"} else EMULATED
+        fp16 = "native" if flags & {"avx512_fp16", "amx_fp16"} else EMULATED
     return Hardware(
         cpu_cores=usable_cpu_cores(),
         cpu_model=model,

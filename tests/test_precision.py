@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from course_lib.hardware import detect
+from course_lib.hardware import EMULATED, detect
 from course_lib.optim import LAMB, param_groups
 from course_lib.precision import Precision, auto_mode
 
@@ -99,8 +99,8 @@ def test_auto_mode_rules():
             self.bf16_autocast, self.gpu_count = bf16, gpus
 
     assert auto_mode(HW("native", 1), "cuda") == "bf16"
-    assert auto_mode(HW("emulated (slow)", 1), "cuda") == "fp16"
-    assert auto_mode(HW("emulated (slow)", 0), "cpu") == "fp32"
+    assert auto_mode(HW(EMULATED, 1), "cuda") == "fp16"
+    assert auto_mode(HW(EMULATED, 0), "cpu") == "fp32"
     assert auto_mode(HW("native", 0), "cpu") == "bf16"
 
 

@@ -71,7 +71,8 @@ def test_the_loader_reading_says_what_the_first_batch_wait_is_when_persistent_wo
     text, table = L01.loader_reading(comp), L01.comparison_table(comp)
     assert ("went from 304.6 to 332.8 ms (1.09x longer): the per-sample DataLoader, with no worker to start, waited "
             "237.1 ms for its first batch too, so the wait is mostly the epoch's own set-up, which keeping the "
-            "workers alive does not skip; paid once per epoch, it is 0.71% of an epoch's loading here") in text, text
+            "workers alive does not skip; paid once per epoch, the wait without them (304.6 ms) is 0.71% of an epoch's "
+            "loading at that rung's rate here") in text, text  # read f12a 01-S4: the wait named
     share = 0.3046 / (4_950_135 / 115_122)
     assert disagreements(text, table, extra=(1, 2, share, 0.05, *_pass_ratios(comp))) == [], text
     # opposite: persistent workers shortened the wait (the fifth run's 328.1 -> 252.7 ms): no clause

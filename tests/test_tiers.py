@@ -3,7 +3,7 @@
 import pytest
 
 from course_lib.config import BatchConfig
-from course_lib.hardware import GPU, Hardware
+from course_lib.hardware import EMULATED, GPU, Hardware
 from course_lib.tiers import largest_power_of_two_at_most, plan
 
 
@@ -12,8 +12,8 @@ def machine(gpus: int = 0, *, cores: int = 8, bf16: str | None = None, cuda: boo
     return Hardware(cpu_cores=cores, cpu_model="test CPU",
                     gpus=tuple(GPU(i, "NVIDIA H100 80GB HBM3", 80.0, "9.0") for i in range(gpus)),
                     cuda_available=cuda, gloo_available=True, nccl_available=cuda and gpus > 0,
-                    bf16_autocast=bf16 or ("native" if gpus else "emulated (slow)"),
-                    fp16_autocast="native" if gpus else "emulated (slow)")
+                    bf16_autocast=bf16 or ("native" if gpus else EMULATED),
+                    fp16_autocast="native" if gpus else EMULATED)
 
 
 LAPTOP, ONE, TWO, THREE, FOUR, EIGHT = (machine(0, cores=4), machine(1), machine(2), machine(3), machine(4),

@@ -165,7 +165,7 @@ def pace_drift_reading(pace: dict) -> str:
     rungs at the mean of the two measurements; the movement within the lesson is what it cannot correct, so
     it is the least uncertainty of every paced speedup (each rung adds its own lesson's movement), and it sets
     the significant figures the ladder shows (:func:`course_lib.ladder.speedup_figures`)."""
-    from ..ladder import pace_uncertainty, run_off_pace, speedup_figures
+    from ..ladder import run_off_pace, speedup_figures
 
     before, after = pace.get("before"), pace.get("after")
     if not before or not after:
@@ -182,7 +182,7 @@ def pace_drift_reading(pace: dict) -> str:
     # read r5a 01-1 (fifth full run): "+1% ... uncertain by at least ±1% ... 2 significant figures" under a baseline
     # that trained at 49,592 samples/s, -47% from the bursts around it: the ladder then showed 17x (±34%)
     off = run_off_pace({**pace, "rate": mean})
-    uncertainty = pace_uncertainty({"pace": {**pace, "rate": mean}})
+    uncertainty = pace_noise({**pace, "rate": mean})
     if off is not None and abs(off) > abs(moved):
         # no cause named: no cell measured one (read r3a 01-3's rule for the pace reading)
         text += (f". But the baseline run itself trained at {pace['run']:,.0f} samples/s, {off:+.0%} from that pace: "
@@ -797,8 +797,9 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
     favours no rung); each rung keeps its better pass and ``passes`` keeps both, so a comparison
     between two rungs can be paired pass by pass (:func:`loader_reading`). ``comp["rows"]`` holds
     the rungs; the first and the last (per-sample DataLoader, device sampler) also under their old
-    keys, with their ratios. Worker processes (``workers`` of them) are shut down after each rung,
-    also when the measurement is interrupted. ``pin_memory`` is measured on CUDA only."""
+    keys, with their ratios; ``comp["train_steps"]`` the steps each training rate was timed over. Worker
+    processes (``workers`` of them) are shut down after each rung, also when the measurement is interrupted.
+    ``pin_memory`` is measured on CUDA only."""
     cfg = cfg or TrainConfig()
     device = torch.device(device) if device is not None else default_device()
     data = data.to(device)
@@ -838,6 +839,7 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
     first, last = rows[0], rows[-1]
     out = {"batch_size": cfg.global_batch_size, "device": str(device), "workers": workers,
            "cpu_cores": usable_cpu_cores(), "epoch_samples": samples_per_epoch(data, cfg), "rows": rows,
+           "train_steps": train_steps,
            "device_load_sps": last["load_sps"], "dataloader_load_sps": first["load_sps"],
            "device_train_sps": last["train_sps"], "dataloader_train_sps": first["train_sps"]}
     out["ratio_loading"] = out["device_load_sps"] / out["dataloader_load_sps"]
@@ -931,6 +933,25 @@ def _loading_accounts(fast: dict, ref: dict) -> float | None:
     return accounted if fast["train_sps"] / ref["train_sps"] > 1.05 * accounted else None
 
 
+def _persistent_training_clause(comp: dict, before: dict, persistent: dict) -> str:
+    """The persistent-workers rung's training step over the rung before it (read f12a 01-H2, twelfth full run: the
+    table's "+ prefetch_factor=4 ... 37233 0.83x" then "+ persistent_workers ... 27144 0.60x", 0.73x from one rung to
+    the next, printed and never read, under a markdown that promises a step beyond the passes' disagreement counts).
+    Keeping the workers alive changes only what happens at an epoch's end; where training was timed inside one epoch
+    (``comp["train_steps"]`` steps of an epoch's ``epoch_samples / batch_size``), a measurable step cannot be the
+    setting's, so it measures how far the same work's rate moved between two rungs' runs."""
+    said = _paired(persistent, before, "train_sps")
+    text = (f"the persistent-workers rung trained at {_rate(persistent['train_sps'])}: against the rung before it "
+            f"({_rate(before['train_sps'])}), {said}")
+    steps, epoch = comp.get("train_steps"), math.ceil(comp["epoch_samples"] / comp["batch_size"])
+    if said.startswith(("no measurable", "not measured")) or not steps or steps >= epoch:
+        return text
+    return text + (f": keeping the workers alive changes only an epoch's end, and training was timed over {steps} "
+                   f"steps inside one epoch (of {epoch:,}), so that step is not the setting's: the same work's rate "
+                   "moved that much between two rungs' runs (on a shared machine, other jobs' load; no cell here "
+                   "measured its cause), and a step of that size between other rungs may be the machine's too")
+
+
 def loader_reading(comp: dict) -> str:
     """What the data-loading ladder shows, read from the rows :func:`comparison_table` prints (each rung's
     better pass; a ratio is the ratio of two of its cells); a step between two rungs counts only when
@@ -981,10 +1002,14 @@ def loader_reading(comp: dict) -> str:
         change = ("no measurable change" if not measurable or (median > 1) != (ratio > 1) else
                   f"{ratio:.2f}x shorter" if ratio > 1 else f"{1 / ratio:.2f}x longer")
         epoch_s = comp["epoch_samples"] / before["load_sps"]
+        # read f12a 01-S4 (twelfth full run): "went from 316.1 to 333.4 ms ...; paid once per epoch, it is 0.65% of an
+        # epoch's loading here": "it" was the first of the two waits (the rung without persistent workers), at its rate
         parts.append(f"with persistent workers the wait for an epoch's first batch went from "
                      f"{1000 * before['first_batch_s']:.1f} to {1000 * persistent['first_batch_s']:.1f} ms ({change})"
                      f"{_first_wait_clause(first, before, change)}; "
-                     f"paid once per epoch, it is {before['first_batch_s'] / epoch_s:.2%} of an epoch's loading here")
+                     f"paid once per epoch, the wait without them ({1000 * before['first_batch_s']:.1f} ms) is "
+                     f"{before['first_batch_s'] / epoch_s:.2%} of an epoch's loading at that rung's rate here")
+        parts.append(_persistent_training_clause(comp, before, persistent))
     if len(rows) < len(comp["rows"]):
         parts.append("pin_memory was not measured: it speeds up copies to a GPU, and there is none")
     return "; ".join(parts)
@@ -1013,8 +1038,22 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
     return t
 
 
-def throughput_reading(table: Table) -> str:
-    """What a :func:`throughput_vs_batch` table shows, read from its rows."""
+def pace_noise(pace: dict) -> float:
+    """The least uncertainty (a fraction) of a ratio of two timings taken at different moments in lesson 01: what
+    :func:`pace_drift_reading` states for the speedups over the baseline (:func:`course_lib.ladder.pace_uncertainty`
+    of the yardstick's record, ``pace``: :meth:`course_lib.ladder.Pace.finish`'s), 0 when it was timed once only."""
+    from ..ladder import pace_uncertainty
+
+    if not pace.get("before") or not pace.get("after"):
+        return 0.0
+    return pace_uncertainty({"pace": {**pace, "rate": pace.get("rate") or (pace["before"] + pace["after"]) / 2}})
+
+
+def throughput_reading(table: Table, *, noise: float = 0.0) -> str:
+    """What a :func:`throughput_vs_batch` table shows, read from its rows. ``noise``: the least uncertainty of a ratio
+    of two timings taken at different moments in this lesson, measured elsewhere (:func:`pace_noise` of the
+    yardstick's record): the table's points are single runs, one per batch size, so none of its ratios resolves less
+    than a factor of ``1 / (1 - noise)``; 0 (the default) when nothing else measured it."""
     rows = [(r["batch size"], r["samples/s"]) for r in table.rows]
     if len(rows) < 2:
         return "one batch size measured: nothing to compare"
@@ -1032,6 +1071,12 @@ def throughput_reading(table: Table) -> str:
     if inverted:
         (ba, ma), (bb, mb) = max(inverted, key=lambda p: p[0][1] / p[1][1])
         spread = ma / mb
+    # read f12a 01-H1 (twelfth full run): "samples/s stopped growing: it peaked at batch 16384 (676,073) and the largest
+    # batch ran at 0.87x of that peak" over a table without an inverted pair, in the lesson whose yardstick moved -14%
+    # across its baseline run (and whose baseline ran 2.62 to 3.48 ms per step within one run): a dip of 1.16x inside
+    # the 1.17x that movement means for a ratio of single runs is one these runs cannot tell
+    drift = 1.0 if noise <= 0 else 1 / (1 - noise) if noise < 1 else math.inf  # ±100 % or more: no ratio resolves
+    spread = max(spread, drift)
     # read r11 01-H1 (eleventh full run): "it peaked at batch ... and the largest batch ran at 0.9x of that peak" in the
     # reading that then says every ratio is uncertain by at least a larger factor: a trend inside that uncertainty is
     # one these runs cannot tell
@@ -1053,7 +1098,12 @@ def throughput_reading(table: Table) -> str:
         text += (f"; but batch {ba}'s step took {cell_text(ma)} ms and batch {bb}'s {cell_text(mb)}, {bb // ba}x the "
                  "samples in less time, which no step does by itself (the same optimizer step, more of everything "
                  "else): the machine's pace moved between these runs, one per batch, so every ratio here is "
-                 f"uncertain by at least {spread:.2f}x")
+                 f"uncertain by at least {ma / mb:.2f}x")
+    if drift > 1.005 and drift > (ma / mb if inverted else 1.0):
+        text += (f"; the yardstick's own timings in this lesson put ±{noise:.0%} on a ratio of timings taken at "
+                 "different moments (the line under the baseline run): each point here is one run at its own moment, "
+                 + (f"so every ratio here is uncertain by at least {drift:.2f}x (the same work {noise:.0%} slower)"
+                    if drift < math.inf else "so no ratio here can be told from no change"))
     return text
 
 
