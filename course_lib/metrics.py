@@ -119,6 +119,7 @@ def noise_verdict(
     quantity: str = "time to target",
     unit: str = " s",
     resolution: float = 0.0,
+    steps: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> tuple[int | None, str]:
     """Which of two settings measured lower ``quantity`` (a time, a step count), read against the
     measured noise: ``(0 | 1 | None, sentence)``.
@@ -128,7 +129,10 @@ def noise_verdict(
     seeds that disagree on which is lower, is "no measurable difference" (``None``). With one value
     each there is no noise to compare with: the lower one is named, and the sentence says so.
     ``resolution``: how finely the quantity is measured at all (steps between evaluations): a gap
-    within it is no measurable difference either, however close the seeds."""
+    within it is no measurable difference either, however close the seeds.
+    ``steps``: the steps each seed's time covers (``a``'s and ``b``'s, a time to target's steps to it): where the
+    range is not the steps' (:func:`_pace_range_note`), it is called the run-to-run range and said to be the
+    machine's pace between runs, not the seed's."""
     a, b = [float(x) for x in a], [float(x) for x in b]
     if not a or not b:
         raise ValueError(f"noise_verdict needs at least one value each, got {len(a)} and {len(b)}")
@@ -141,12 +145,44 @@ def noise_verdict(
     if len(a) < 2 or len(b) < 2:
         return lower, f"{names[lower]} lower on one seed ({means}); noise not measured"
     spread = max(max(a) - min(a), max(b) - min(b))
+    note = _pace_range_note((a, b), steps, names, spread) if steps is not None else ""
+    range_name = "run-to-run range" if note else "seed range"
     pairs = list(zip(a, b))
     if len({x < y for x, y in pairs}) > 1 or any(x == y for x, y in pairs):
         return None, f"no measurable difference: the seeds disagree ({means} on average)"
     if abs(ma - mb) <= spread:
-        return None, f"no measurable difference ({means}, within the seed range {spread:.2g}{unit})"
-    return lower, f"{names[lower]} lower on every seed ({means}; seed range {spread:.2g}{unit})"
+        return None, f"no measurable difference ({means}, within the {range_name} {spread:.2g}{unit}{note})"
+    return lower, f"{names[lower]} lower on every seed ({means}; {range_name} {spread:.2g}{unit}{note})"
+
+
+def _pace_range_note(times, steps, names, spread: float) -> str:
+    """Where a range of times to target is not the seeds' steps, what it is: the machine's pace between runs; ""
+    where the steps account for it (or are unknown).
+
+    Read f12b 02-H1 (twelfth full run): "no measurable difference (time to target: batch 16384, sqrt rule 6.42 s vs
+    batch 4096, sqrt rule 7.57 s, within the seed range 1.3 s)" where each setting took the same steps on both
+    seeds (285 and 285, 1020 and 1020): the 1.3 s was the pace of two runs of identical steps (0.0248 and 0.0202 s
+    per step), which "the seed range" told a learner a seed did; and lesson 04's "seed range 11 s" was LAMB's 392 and
+    380 steps in 20.15 and 31.51 s, the seed with fewer steps the slower. The range is the larger of the two
+    settings' (``spread``); where that setting's seeds took the same steps, or steps whose difference at its mean s
+    per step accounts for under half of it, the rest is the pace, and the note says so with the steps."""
+    steps = [[int(s) if s is not None else None for s in ss] for ss in steps]
+    if any(len(ss) != len(ts) or None in ss or 0 in ss for ss, ts in zip(steps, times)):
+        return ""
+    j = max(range(2), key=lambda i: max(times[i]) - min(times[i]))  # the setting whose range is the noise
+    if all(len(set(ss)) == 1 for ss in steps):
+        return (f": each setting took the same steps on every seed, {steps[0][0]} and {steps[1][0]} in that order, "
+                f"so that range is the machine's pace between runs, not the seed's")
+    if len(set(steps[j])) == 1:
+        return (f": {names[j]} took {steps[j][0]} steps on every seed, so that range is the machine's "
+                "pace between runs, not the seed's")
+    per_step = sum(t / s for t, s in zip(times[j], steps[j])) / len(steps[j])
+    apart = max(steps[j]) - min(steps[j])
+    if per_step * apart > spread / 2:
+        return ""
+    return (f": {names[j]}'s seeds took {' and '.join(map(str, steps[j]))} steps, {apart} apart, about "
+            f"{per_step * apart:.2g} s of it at its mean {per_step:.2g} s per step; the rest is the machine's pace "
+            "between runs, not the seed's")
 
 
 def paired_speedup(ratios: Sequence[float], min_effect: float = 0.05) -> tuple[float, bool]:

@@ -348,6 +348,11 @@ COVERAGE = {
          "hold them), printed under the equal-budget table whose best HR@10 column holds the best it names; checked "
          "in tests/test_reading_r10f.py::test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration"),
         'tests/test_reading_r10f.py::test_the_strategy_table_says_when_a_pruner_cut_the_best_configuration'),
+
+    # f12b
+    "course_lib.lessons.l03_warmup.chosen_verdict": (
+        'tests/test_reading_f12b.py::test_the_chosen_warmup_says_when_it_is_level_with_the_runner_up',
+        'tests/test_reading_f12b.py::test_the_chosen_warmup_says_when_it_is_level_with_the_runner_up'),
 }
 # fmt: on
 

@@ -62,18 +62,38 @@ def _pace_clause(best, base) -> str:
             "not warmup's")
 
 
+def _edge_clause(best, base, lengths, others) -> str:
+    """Whether the best warmup's length sits at an edge of the lengths of its kind that ran, the run without warmup
+    counted as length 0 (read f12b 03-H2, twelfth full run: "best warmup: linear warmup, 19 steps (the edge of the
+    lengths tried: a better one may lie beyond)" where the shortest warmup's "beyond" was measured: no warmup, 0
+    steps, 9.955 s / 100 steps against 19 steps' 9.371 s / 95 and 38 steps' 9.579 s / 96). Only the longest length is
+    an edge then; the shortest is bracketed by no warmup and the next length when both did worse, and where no
+    warmup did better, shorter was better still: the edge is no warmup's, which the rest of the line reads."""
+    n = best.config["warmup_steps"]
+    if len(lengths) < 2:
+        return ""
+    if n == lengths[-1]:
+        return " (the edge of the lengths tried: a better one may lie beyond)"
+    if n != lengths[0]:
+        return ""
+    if race_score(base) < race_score(best):
+        return " (the shortest tried; no warmup, shorter still, did better on this seed)"
+    nxt = next(r for r in others if r.config["warmup_steps"] == lengths[1])
+    worse = race_score(base) > race_score(best) and race_score(nxt) > race_score(best)
+    return f" (between no warmup and {lengths[1]} steps, {'both worse' if worse else 'neither better'} on this seed)"
+
+
 def warmup_reading(results, labels, *, baseline_label: str = "no warmup") -> str:
     """Warmup against none, read from the runs (lesson 03): the best warmup run (by ``race_score``),
-    its length (flagged at the edge of the lengths tried), and what it changed against the run
-    without warmup: time to target, or reaching it at all."""
+    its length (flagged at the edge of the lengths tried, no warmup counted as 0: :func:`_edge_clause`), and what
+    it changed against the run without warmup: time to target, or reaching it at all."""
     base = next(r for r, lab in zip(results, labels) if lab == baseline_label)
     warm = [(r, lab) for r, lab in zip(results, labels) if lab != baseline_label]
     if not warm:
         return "no warmup run to compare"
     best, label = min(warm, key=lambda rl: race_score(rl[0]))
-    lengths = sorted({r.config["warmup_steps"] for r, _ in warm if r.config["warmup"] == best.config["warmup"]})
-    edge = (" (the edge of the lengths tried: a better one may lie beyond)"
-            if len(lengths) > 1 and best.config["warmup_steps"] in (lengths[0], lengths[-1]) else "")
+    kind = [r for r, _ in warm if r.config["warmup"] == best.config["warmup"]]  # the best's kind of warmup
+    edge = _edge_clause(best, base, sorted({r.config["warmup_steps"] for r in kind}), kind)
 
     def did(r):
         if r.time_to_target_s is not None:
@@ -193,3 +213,33 @@ def takeaway(decide, rung: str, baseline_label: str = "no warmup") -> str:
     return (f"Here warmup made no measurable difference{said} without it nothing blew up{start}. {quoted}; "
             "with Adam at this batch and lr the scaled step was already safe on this machine, so warmup keeps its "
             "rung as measured, and the next lessons build on the best rung below it.")
+
+
+def chosen_verdict(decide, rung: str, baseline_label: str = "no warmup") -> str:
+    """The ``chosen:`` line over the deciding comparison (notebook 03): the chosen warmup ``rung`` against no warmup,
+    and, where another warmup was compared at every seed too, whether the choice among the warmups is resolved.
+
+    Read f12b 03-H1 (twelfth full run): "chosen: linear warmup, 38 steps; no measurable difference: the seeds
+    disagree (... vs no warmup ...)" over the 19-step warmup at 9.371 s / 95 steps and 9.914 s / 96 against the
+    38-step one's 9.579 s / 96 and 9.547 s / 100: means 0.08 s apart, the seeds disagreeing on which was faster, and
+    the 19-step warmup in fewer steps on both seeds. The line compared the chosen warmup with none only, while the
+    ladder recorded "linear warmup 38 steps" as if measured the better length. Where the runner-up warmup
+    (:meth:`course_lib.sweeps.Confirmed.best_of` of the others) is level with it
+    (:meth:`~course_lib.sweeps.Confirmed.winner` is None), a second line says so: the rung records the faster mean,
+    and the runner-up's steps when they were fewer on every seed."""
+    line = f"chosen: {rung}; {decide.compare(rung, baseline_label)}"
+    others = [label for label in decide.labels if label not in (rung, baseline_label)]
+    if not others:
+        return line
+    other = decide.best_of(others)
+    if decide.winner(rung, other) is not None:
+        return line
+    line += (f"\nover {other}: {decide.compare(rung, other)}; the rung records the faster mean time, not a warmup "
+             "measured better")
+    mine, theirs = decide.runs_of(rung), decide.runs_of(other)
+    if _fewer_steps_on_every_seed(theirs, mine):
+        line += (f", and {other} took fewer steps to the target on every seed, "
+                 f"{' and '.join(str(r.steps_to_target) for r in theirs)} against "
+                 f"{' and '.join(str(r.steps_to_target) for r in mine)}: which warmup length is best is not resolved "
+                 "here")
+    return line

@@ -371,6 +371,19 @@ def _fewer_steps_clause(best, reached) -> str:
             f"{cell_text(least.samples_per_s)}), not by their lr: which lr is best is not resolved here")
 
 
+def _still_rising_clause(r) -> str:
+    """For a run that missed the target: where its best HR@10 is its last evaluation, above the one before, the
+    race's epochs ended it while it was still improving (read f12b 04-H1, twelfth full run: "lars (lr 1, 2, 4, 8):
+    best at lr 8 ..., did not reach 0.75: best HR@10 0.672" over a curve rising at every evaluation of its last epoch,
+    about 0.545, 0.59, 0.63, 0.672, cut at 2.704 epochs by the budget, where LAMB at lr 0.0453 had levelled off, best
+    0.6671 and final 0.6281). Its epochs are the table's "epochs run"; "" for a run that levelled off or fell."""
+    hrs = [x for x in (getattr(r, "curve", None) or {}).get("hr", []) if x is not None]
+    if len(hrs) < 2 or getattr(r, "diverged", False) or not hrs[-1] > hrs[-2] or hrs[-1] < max(hrs):
+        return ""
+    return (f", still rising at its last evaluation when the race's epochs ran out ({r.epochs:.3f} epochs): "
+            "where it would level off is not measured")
+
+
 def race_reading(results, *, target_hr: float, floor_hr: float | None = None, users: int | None = None) -> str:
     """Per optimizer, what its best run did (from the records only), then the fastest overall.
 
@@ -410,11 +423,15 @@ def race_reading(results, *, target_hr: float, floor_hr: float | None = None, us
                 if where == "below" and noise is not None and floor_hr - hr <= noise:
                     # read r9a 04-C1 (ninth full run): "best HR@10 0.3925, below the popularity ranking's 0.3929",
                     # 0.0004 apart, where lesson 01 calls 0.0022 apart "level with" (twice the error: 0.0126)
+                    # read f12b 04-S1 (twelfth full run): "0.3925, level with ... 0.3929 (a difference of -0.0003":
+                    # the exact 0.39255 - 0.39288; the difference of the two values as printed, which a reader takes
+                    shown = float(f"{hr:.4f}") - float(f"{floor_hr:.4f}")
                     what = (f"did not reach {target_hr}: best HR@10 {hr:.4f}, level with the popularity ranking's "
-                            f"{floor_hr:.4f} (a difference of {hr - floor_hr:+.4f} against twice the evaluation's "
+                            f"{floor_hr:.4f} (a difference of {shown:+.4f} against twice the evaluation's "
                             f"sampling error, {noise:.4f})")
             else:
                 what = f"did not reach {target_hr}: best HR@10 {hr:.3f}"
+            what += _still_rising_clause(best)
         blown = [f"{r.config['peak_lr']:.3g}" for r in runs if blew_up(r)]
         what += f"; lr {', '.join(blown)} blew up" if blown else ""
         what += _collapsed_clause([r for r in runs if not blew_up(r) and r.time_to_target_s is None])
