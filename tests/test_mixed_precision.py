@@ -146,11 +146,13 @@ def test_the_two_throughput_measurements_are_compared_with_the_noise():
     speed = _speed({"fp32": 4e5, "bf16": 3.6e5})
     agree = MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=[_Run("fp32", 4.1e5), _Run("bf16", 3.65e5)])
     assert "bf16 0.89x against 0.90x here (its 2 interleaved rounds" in agree and "The two agree." in agree
-    assert "within the rounds' range and the 3% tolerance" in agree  # r10c 05-C1: one pair's ratio, as a round is
+    # r10c 05-C1: one pair's ratio, as a round is; f12c 05-C1: 0.89x lies outside the rounds' 0.90x, inside it widened
+    assert "outside the rounds' range (0.90x), inside it only widened by the 3% tolerance (0.87x-0.93x)" in agree
     differ = [_Run("fp32", 4.1e5), _Run("bf16", 4.9e5)]
     speed.load = 1.9
     busier = MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=differ, load_now=3.0)
-    assert "beyond the tolerance" in busier and "They disagree by more than the noise" in busier
+    assert "outside the rounds' range (0.90x) even widened by the 3% tolerance" in busier  # f12c 05-C1
+    assert "They disagree by more than the noise" in busier
     assert "load average was 1.9 when the short runs ended and is 3.0 now" in busier
     assert "hardly changed (1.9 then, 2.0 now)" in MP.speedup_reading(speed, AMX_SERVER, "cpu", runs=differ,
                                                                        load_now=2.0)
