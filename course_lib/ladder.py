@@ -416,6 +416,28 @@ def _steps_cell(r: dict):
     return round(steps)
 
 
+# what each rung's lesson compared on its own, at one pace (the ``reason`` it saved: ``decide.compare``'s verdict)
+OWN_COMPARISON = {"+warmup": "warmup against none", "+LARS": "the layer-wise optimizer against Adam",
+                  "+mixed precision": "16 bits against fp32"}
+
+
+def _own_comparison(r: dict) -> str:
+    """A rung's saved ``reason`` introduced as what it is: its lesson's own comparison, within that lesson at one pace,
+    not the ladder's comparison with the rung below ("" without a reason).
+
+    Read f12d 06-H3 (twelfth full run): "+warmup was slower than '+sqrt scaling' (0.5x (±75%)): at batch 65536: no
+    measurable difference: the seeds disagree (time to target: linear warmup, 38 steps 9.56 s vs no warmup 9.31 s on
+    average)": lesson 03's warmup against no warmup at batch 65536, quoted after a colon as if it were the reason for a
+    verdict on batch 65536 against '+sqrt scaling''s 16384, so a "slower" stood beside "no measurable difference"."""
+    if not r.get("reason"):
+        return ""
+    lesson = next((n for n, step in LESSON_RUNGS.items() if step == r.get("step")), None)
+    what = OWN_COMPARISON.get(r.get("step"))
+    return (f"{'lesson ' + lesson if lesson else 'its lesson'}'s own comparison"
+            + (f" ({what}, at one pace)" if what else " (at one pace)")
+            + f": {r['reason']}")
+
+
 def _below_cell(r: dict) -> str:
     vs = r.get("vs_previous")
     if vs is None:
@@ -441,7 +463,7 @@ def _below_cell(r: dict) -> str:
         return f"{cell} in paced seconds; decided by {r['decided']}"
     if vs >= 1:
         return cell + (f" (vs {below!r}, the best rung below)" if below else "")
-    why = f" ({r['reason']})" if r.get("reason") else ""
+    why = f"; {_own_comparison(r)}" if r.get("reason") else ""  # read f12d 06-H3: another comparison, said as such
     return f"{cell}: slower than {below!r}, this trick did not help here{why}"
 
 
@@ -525,12 +547,13 @@ def ladder_reading(directory: Path | None = None) -> str:
             else f"{vs:.2f}x"
         lines.append(f"{r.get('name') or r['step']} was slower than {r.get('previous_name') or r['previous_step']!r} "
                      f"({cell})"
-                     + (f": {r['reason']}" if r.get("reason") else ""))
+                     # read f12d 06-H3: the lesson's own comparison in its own sentence, not the verdict's reason
+                     + (f". {_own_comparison(r)[0].upper()}{_own_comparison(r)[1:]}" if r.get("reason") else ""))
     for r in rows:
         if not r.get("time_to_target_s"):
             lines.append(f"{r.get('name') or r['step']}: "
                          + (f"not run ({r['not_run']})" if r.get("not_run") else "did not reach the target")
-                         + (f" — {r['reason']}" if r.get("reason") else ""))
+                         + (f" — {_own_comparison(r)}" if r.get("reason") else ""))
     flagged = [r.get("name") or r["step"] for r in rows if r["flags"]]  # as the table names them (#37)
     if flagged:
         lines.append(f"paced seconds are unreliable for {', '.join(flagged)} (the machine's pace drifted more than "

@@ -39,11 +39,14 @@ def test_ladder_rows_order_speedup_and_not_reached(tmp_path):
                                directory=tmp_path, reason="LAMB needed 2x Adam's steps here")
     rows = ladder.ladder_rows(tmp_path)  # +LARS is compared with +linear scaling (+warmup never reached)
     assert rows[3]["vs_previous"] == pytest.approx(0.5) and rows[3]["previous_step"] == "+linear scaling"
-    assert "slower than '+linear scaling', this trick did not help here (LAMB needed 2x Adam's steps here)" in \
+    # read f12d 06-H3: the rung's reason is its lesson's own comparison, introduced as such
+    assert "slower than '+linear scaling', this trick did not help here; lesson 04's own comparison (the layer-wise " \
+        "optimizer against Adam, at one pace): LAMB needed 2x Adam's steps here" in \
         ladder.ladder_table(tmp_path).to_markdown()
     reading = ladder.ladder_reading(tmp_path)
     assert "the fastest rung is '+linear scaling': 4.0x" in reading
-    assert "+LAMB was slower than '+linear scaling' (0.50x): LAMB needed 2x" in reading  # #37: named by what ran
+    assert "+LAMB was slower than '+linear scaling' (0.50x). Lesson 04's own comparison (the layer-wise optimizer " \
+        "against Adam, at one pace): LAMB needed 2x" in reading  # #37: named by what ran; f12d 06-H3: whose reason
     assert "+warmup: did not reach the target" in reading
     with pytest.raises(ValueError):
         ladder.save_ladder_row("+magic", time_to_target_s=1.0, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
@@ -299,8 +302,9 @@ def test_the_ladder_reading_is_true_for_what_each_tier_records(tier, tmp_path):
                                            precision=carry.precision))
     reading = ladder.ladder_reading(tmp_path)
     if slower:
-        assert ("+bf16 (the mixed-precision rung) was slower than '+LAMB' (0.714x): bf16 ran at 0.70x fp32's "
-                "throughput here") in reading  # three figures: the pace did not move
+        assert ("+bf16 (the mixed-precision rung) was slower than '+LAMB' (0.714x). Lesson 05's own comparison (16 "
+                "bits against fp32, at one pace): bf16 ran at 0.70x fp32's throughput here") in reading  # three
+        # figures: the pace did not move; the reason introduced as lesson 05's own comparison (read f12d 06-H3)
     else:
         assert "+bf16 (the mixed-precision rung)" in reading.split("faster than the rung below: ")[1].splitlines()[0]
         assert "slower" not in reading

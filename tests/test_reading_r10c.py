@@ -33,8 +33,9 @@ def test_the_step_fit_takes_out_the_all_reduce_one_rank_does_not_pay():
     rows = L06.scaling_rows(TENTH, TENTH_WEAK)
     text = L06.scaling_reading(rows, repeats=TENTH_AGAIN)
     assert "26.55" not in text and "0.96 us" not in text and "110,000" not in text, text
-    assert "each step costs 4.3 ms whatever the batch (optimizer step over every parameter, launches) plus 2.32 us " \
-        "per sample, and on 2 ranks the timed all-reduce, pending 11.1 ms per step" in text, text
+    # read f12d 06-H2: the intercept is the fit's, its parts not named (no cell of lesson 06 times them)
+    assert "each step costs 4.3 ms whatever the batch (the fit's intercept: no cell of this lesson timed its parts) " \
+        "plus 2.32 us per sample, and on 2 ranks the timed all-reduce, pending 11.1 ms per step" in text, text
     assert "45% of the step does not shrink" in text and "from about 27,000 samples per rank" in text, text
     assert "32,768" in text and "4.9x below NVIDIA's" in text, text
     step1, step2 = 16384 / TENTH[1]["samples_per_s"], 16384 / TENTH[2]["samples_per_s"]
@@ -49,8 +50,9 @@ def test_the_step_fit_takes_out_the_all_reduce_one_rank_does_not_pay():
 
     untimed = {w: {**r, "comm_time_s": 0.0} for w, r in TENTH.items()}
     plain = L06.scaling_reading(L06.scaling_rows(untimed, {}))
-    assert "26.5 ms whatever the batch (optimizer step over every parameter, all-reduce, launches)" in plain, plain
-    assert "pending" not in plain and "with none timed, the fixed cost mixes the optimizer step with it" in plain
+    assert "26.5 ms whatever the batch (the fit's intercept: no cell of this lesson timed its parts, and with no " \
+        "all-reduce timed it holds the 2-rank run's all-reduce too)" in plain, plain  # read f12d 06-H2
+    assert "pending" not in plain and "with none timed, the fixed cost mixes it with what every step pays" in plain
 
 
 # --------------------------------------------------------------------------- lesson 05

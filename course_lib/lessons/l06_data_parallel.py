@@ -517,7 +517,8 @@ def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
 
     Strong scaling keeps the global batch, so each size gives another per-rank batch: the
     intercept is what a step costs whatever the batch (the optimizer's step over every
-    parameter, launches), the slope the compute per sample. The all-reduce each run timed
+    parameter and the launches are candidates; lesson 06 does not time them apart, so its readings do not name them:
+    read f12d 06-H2), the slope the compute per sample. The all-reduce each run timed
     (:func:`_allreduce_per_step`) is taken out first: one rank does not pay it, so left in, a line through one rank
     and two puts it in the slope as well as the intercept (read r10c 06-C1, tenth full run: "each step costs 26.55 ms
     whatever the batch ... plus 0.96 us per sample" over one rank at 42.2 ms per step and two at 34.4 ms, 11.1 ms of
@@ -642,14 +643,21 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
         return (lead + ". " + _negative_intercept_reading(strong, fixed, per_sample, allreduce, last=not unresolved)
                 + (" " + unresolved if unresolved else ""))
     fixed_share = min(1.0, max(0.0, (fixed + allreduce) / step))
+    # read f12d 06-H2 (twelfth full run): "each step costs 7.19 ms whatever the batch (optimizer step over every
+    # parameter, launches)": the intercept's parts named as if timed, while no cell of this lesson timed them (lesson
+    # 05's phase table, on its own threads, put the optimizer and the sampling at about a third of 7.19 ms). The
+    # intercept is said as what it is: what a step pays whatever its batch, not split into parts here
     if allreduce > 0:
-        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (optimizer step over every "
-                f"parameter, launches) plus {1e6 * per_sample:.3g} us per sample, and on {top['world_size']} ranks "
+        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (the fit's intercept: no cell of this lesson "
+                f"timed its parts) plus "
+                f"{1e6 * per_sample:.3g} us per sample, and on {top['world_size']} ranks "
                 f"the timed all-reduce, pending {1e3 * allreduce:.3g} ms per step (taken out before the fit: one rank "
                 "does not pay it)")
     else:
-        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (optimizer step over every "
-                f"parameter, all-reduce, launches) plus {1e6 * per_sample:.3g} us per sample")
+        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (the fit's intercept: no cell of this lesson "
+                f"timed its parts, and with no all-reduce timed it holds the {top['world_size']}-rank run's all-reduce "
+                f"too) plus "
+                f"{1e6 * per_sample:.3g} us per sample")
     unresolved = _unresolved_fit(strong, repeats)
     if unresolved:
         return (lead + f". Fitted over the {len(strong)} sizes with the table's run, "
@@ -664,11 +672,12 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
     caveat = ""
     if points == 2:
         # two points: a line through them, not a test of the model
-        caveat = (f" A line through {points} points fits them exactly: a tendency, not a measured split"
-                  + (" (and the pending time is at most what the step waited for the all-reduce)."
+        caveat = (f" A line through {points} points fits them exactly: a tendency, not a measured split (a cost per "
+                  "sample that does not grow linearly lands in the intercept too"
+                  + ("; and the pending time is at most what the step waited for the all-reduce)."
                      if allreduce > 0 else
-                     f"; only the {top['world_size']}-rank point pays the all-reduce, and with none timed, the fixed "
-                     "cost mixes the optimizer step with it."))
+                     f"); only the {top['world_size']}-rank point pays the all-reduce, and with none timed, the fixed "
+                     "cost mixes it with what every step pays."))
     return (lead + f". Fitted over the {points} sizes: {cost}, so at {top['per_rank_batch']} samples per rank "
             f"{fixed_share:.0%} of the step does not "
             f"shrink when ranks are added. Compute would be {compute_share:.0%} of the step from about {about:,} "
@@ -680,7 +689,14 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
 ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: "a few tens of percent" (lesson 06)
 
 
-def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=()) -> str:
+def _pace_drift(pace: dict | None) -> float | None:
+    """How far the yardstick's pace moved over this lesson's runs (``after / before - 1`` of
+    :meth:`course_lib.ladder.Pace.finish`'s record), None when it was not timed both times."""
+    p = pace or {}
+    return p["after"] / p["before"] - 1 if p.get("before") and p.get("after") else None
+
+
+def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=(), pace: dict | None = None) -> str:
     """Whether strong scaling kept the optimization and weak scaling changed it, and what the largest
     run gained in time to target over one rank: read from the rows.
 
@@ -698,6 +714,12 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=())
     within their range, or within one run's resolution of the nearest of them, it gives none (read r6b 06-2, sixth
     full run: "10.3 s on 2 ranks against 5.96 s on one rank ..., 1.7x slower: adding ranks lengthened the run", and
     the same 2-rank setting's second seed, later in the lesson, took 5.7 s for the same 285 steps).
+
+    ``pace``: the yardstick's pace timed before and after this lesson's runs (:meth:`course_lib.ladder.Pace.finish`'s
+    record). A time-to-target verdict then resolves no less than the pace moved: the seconds of runs minutes apart
+    differ by that much with nothing else changed (read f12d 06-H1, twelfth full run: "every run faster than one rank
+    by more than 5% (the runs of one setting differed by 1.6%; at least 5%): the ranks scaled" on 6.576 s against
+    6.257 and 6.158 s, 1.051x, while the yardstick's pace moved -9% over the same lesson, 97,017 to 88,315 samples/s).
     """
     parts = []
     # the resolution the runs had: near the target they evaluated every dense_eval_every_epochs (ladder.NEAR_TARGET)
@@ -740,6 +762,7 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=())
     strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
     one = next((r for r in strong if r["world_size"] == 1), None)
     top = strong[-1] if strong else None
+    drift = _pace_drift(pace)
     if one is not None and top is not None and top is not one:
         t1, tw = one["time_to_target_s"], top["time_to_target_s"]
         more = [r["time_to_target_s"] for r in repeats if r.get("time_to_target_s")]
@@ -756,10 +779,16 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=())
             # constant (read r10c 06-H2, tenth full run: "one rank's time is within the 30% one run can resolve ...
             # so these runs do not say whether the ranks scaled" for 12.04 s against 9.8 and 9.35 s, 5% apart)
             spread = hi / lo - 1
-            res = max(spread, PAIRED_MIN_EFFECT)
-            resolved = (f"the {res:.0%} the runs of one setting differed by" if spread >= PAIRED_MIN_EFFECT else
-                        f"{res:.0%} (the runs of one setting differed by {spread:.1%}; "
-                        f"at least {PAIRED_MIN_EFFECT:.0%})")
+            res = max(spread, PAIRED_MIN_EFFECT, abs(drift) if drift is not None else 0.0)
+            if drift is not None and abs(drift) > max(spread, PAIRED_MIN_EFFECT):
+                # read f12d 06-H1: the yardstick moved more than the runs of one setting did
+                resolved = (f"{res:.0%} (the yardstick's pace moved {drift:+.0%} over this lesson's runs, more than "
+                            f"the {spread:.1%} the runs of one setting differed by)")
+            elif spread >= PAIRED_MIN_EFFECT:
+                resolved = f"the {res:.0%} the runs of one setting differed by"
+            else:
+                resolved = (f"{res:.0%} (the runs of one setting differed by {spread:.1%}; "
+                            f"at least {PAIRED_MIN_EFFECT:.0%})")
             if lo <= t1 <= hi:
                 verdict = ("one rank's time lies within the range of the runs of one setting, so these runs do not say "
                            "whether the ranks scaled")
@@ -779,7 +808,12 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=())
             # #37 (full run 2026-12-01): "1.1x faster (...; one run each, so rerun before trusting a few tens of
             # percent): the ranks scaled": the verdict contradicted its own resolution. One run each resolves
             # ONE_RUN_RESOLUTION (a few tens of percent); a ratio within it gets no verdict
-            if abs(math.log(ratio)) <= math.log(1 + ONE_RUN_RESOLUTION):
+            if drift is not None and abs(drift) > ONE_RUN_RESOLUTION and abs(math.log(ratio)) <= math.log1p(abs(drift)):
+                # read f12d 06-H1: a pace that moved more than one run resolves is the resolution
+                verdict = (f"within the {abs(drift):.0%} the yardstick's pace moved over this lesson's runs (more than "
+                           f"the {ONE_RUN_RESOLUTION:.0%} one run each can resolve on a shared machine), so these two "
+                           "runs do not say whether the ranks scaled")
+            elif abs(math.log(ratio)) <= math.log(1 + ONE_RUN_RESOLUTION):
                 verdict = (f"within the {ONE_RUN_RESOLUTION:.0%} one run each can resolve on a shared machine, so "
                            "these two runs do not say whether the ranks scaled")
             else:
