@@ -392,13 +392,15 @@ def test_batch_reading_leaves_the_throughput_unresolved_where_runs_at_one_batch_
     sweeps = {"adam b=32, base lr x0.5": _mlm(60, 4.0, seqs_per_s=54.5, batch=32),
               "adam b=32, base lr x2": _mlm(None, 4.5, seqs_per_s=182.0, batch=32),
               "adam b=256, sqrt rule x0.25": _mlm(None, 4.6, seqs_per_s=109.7, batch=256),
-              "lamb b=32, base lr x1": _mlm(40, 4.0, seqs_per_s=500.0, batch=32)}  # another optimizer: not counted
+              "lamb b=32, base lr x1": _mlm(40, 4.0, seqs_per_s=500.0, batch=32)}  # another optimizer
     assert rate_spread({**sweeps, **runs}, "adam", 32) == (47.5, 182.0)
+    # read f12e 07-C1: the batch's spread is every run's at it, whichever optimizer (the same work per step)
+    assert rate_spread({**sweeps, **runs}, None, 32) == (47.5, 500.0)
     busy = batch_reading(runs, 4.1, 32, 256, "adam", others=sweeps)
     assert "ran at 2.56x the sequences/s" in busy  # 121.7 / 47.5, the two runs' cells
-    assert ("but runs at one batch ran at 47.5-182 sequences/s at batch 32 and 109.7-121.7 at batch 256 (the same "
-            "work per step, so something outside the step moved: on a shared machine, other jobs; no cell here "
-            "measured which), so the throughput side is not resolved here") in busy  # read r4b 07-1: no cause named
+    assert ("but runs at one batch, both optimizers', ran at 47.5-500 sequences/s at batch 32 and 109.7-121.7 at "
+            "batch 256 (the same work per step, so something outside the step moved: on a shared machine, other jobs; "
+            "no cell here measured which), so the throughput side is not resolved here") in busy  # read r4b 07-1
     assert "the machine's load" not in busy
     assert busy.endswith(": the extra sequences it needed are what the measurement can tell (sample efficiency)")
     assert "gain" not in busy

@@ -307,12 +307,15 @@ def large_batch_reading(small: tuple[str | None, str], large: tuple[str | None, 
     return f"{why_l}, while at the small batch {why_s.split(': ', 1)[-1]}: the lead opens with the batch"
 
 
-def rate_spread(records: dict, optimizer: str, batch: int) -> tuple[float, float] | None:
+def rate_spread(records: dict, optimizer: str | None, batch: int) -> tuple[float, float] | None:
     """The lowest and highest sequences/s (as :func:`results_table` shows them) of ``optimizer``'s runs at ``batch``
     among ``records`` (the sweeps and the seeds): runs of one model at one batch differ in their lr only, which does
-    not change the work of a step, so their spread is the machine's, not the batch's. None with fewer than two."""
+    not change the work of a step, so their spread is the machine's, not the batch's. ``optimizer`` None: every run
+    at ``batch``, whichever optimizer (the same model, micro batch and precision per step; :func:`batch_reading`).
+    None with fewer than two."""
     rates = [round(r["seqs_per_s"], 1) for name, r in records.items()
-             if name.startswith(f"{optimizer} b={batch}") and r["config"]["global_batch_size"] == batch]
+             if (optimizer is None or name.startswith(f"{optimizer} b={batch}"))
+             and r["config"]["global_batch_size"] == batch]
     return (min(rates), max(rates)) if len(rates) > 1 else None
 
 
@@ -321,9 +324,10 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     """The lesson's question for one optimizer: did the large batch reach the target sooner on the clock?
     Its time at both batches, the sequences each needed (steps x batch: sample efficiency) and the
     throughput each ran at — so a slower large batch says which of the two made it slower. ``others``: every run
-    of the lesson (the sweeps); where the sequences/s of runs at one batch spread so far that the two batches'
-    ranges overlap (:func:`rate_spread`: a busy machine), the throughput side is said to be unresolved, and the
-    clock's verdict is read from the sequences alone."""
+    of the lesson (the sweeps); where the sequences/s of runs at one batch, whichever optimizer, spread so far that the
+    two batches' ranges overlap (:func:`rate_spread`: a busy machine), the throughput side is said to be unresolved,
+    and the clock's verdict is read from the sequences alone (read f12e 07-C1: from one optimizer's runs, Adam's slow
+    stretch at 256 read as the batch's)."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
     # #37 item 1: the times and rates as the results table above shows them (time to loss at 3 figures, sequences/s
@@ -341,17 +345,22 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
     if tl == ts:
         return head + ": on the clock the two batches are level here"
     # #37 (third full run, read r3b): on a busy machine the runs at one batch ran at very different rates, so a rate
-    # ratio of two single runs named a "throughput gain" that runs at one batch spread wider than
-    spread = {b: rate_spread({**(others or {}), **runs}, optimizer, b) for b in (small_batch, large_batch)}
+    # ratio of two single runs named a "throughput gain" that runs at one batch spread wider than.
+    # read f12e 07-C1 (twelfth full run): 'ran at 0.73x the sequences/s: there was no throughput gain ... (the large
+    # batch ran no faster per sequence here), so both went against it' rested on Adam's runs alone (101.5-119.1 at
+    # 256 against 139.1-159.8 at 32), while LAMB's runs at 256, the same model, micro batch and precision per step,
+    # ran at 149.3-165.6: the spread per batch is read from every run at it, whichever optimizer
+    spread = {b: rate_spread({**(others or {}), **runs}, None, b) for b in (small_batch, large_batch)}
     if all(spread.values()) and not (spread[large_batch][0] > spread[small_batch][1]
                                      or spread[large_batch][1] < spread[small_batch][0]):
         (a, b), (c, d) = spread[small_batch], spread[large_batch]
         # read r4b 07-1 (H, fourth full run): "(the same work per step: the machine's load)" named a cause no cell
         # measured (as r3a 01-3 in lesson 01's pace reading); the same work at other rates says only that something
         # outside the step moved
-        head += (f"; but runs at one batch ran at {a:g}-{b:g} sequences/s at batch {small_batch} and {c:g}-{d:g} at "
-                 f"batch {large_batch} (the same work per step, so something outside the step moved: on a shared "
-                 "machine, other jobs; no cell here measured which), so the throughput side is not resolved here")
+        head += (f"; but runs at one batch, both optimizers', ran at {a:g}-{b:g} sequences/s at batch {small_batch} "
+                 f"and {c:g}-{d:g} at batch {large_batch} (the same work per step, so something outside the step "
+                 "moved: on a shared machine, other jobs; no cell here measured which), so the throughput side is not "
+                 "resolved here")
         if (tl > ts) == (seqs > 1):
             return head + (": the " + ("extra" if seqs > 1 else "fewer") + " sequences it needed are what the "
                            "measurement can tell (sample efficiency)")
@@ -365,8 +374,17 @@ def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int,
                            ": sooner with no throughput gain and more sequences: within the noise of single timings")
         return head + ": with no throughput gain, it got there sooner by needing fewer sequences"
     if not gain:
-        return head + (": there was no throughput gain to pay for the extra sequences it needed (the large batch "
-                       "ran no faster per sequence here), so both went against it")
+        # read f12e 07-C1: "ran no faster per sequence here" is said of the batch only where every run at it, whichever
+        # optimizer, ran below every run at the small batch (the spreads above, apart); with one run at a batch, of
+        # those two runs
+        why = (f"every run at batch {large_batch}, both optimizers', ran fewer sequences/s than every run at batch "
+               f"{small_batch}: {spread[large_batch][0]:g}-{spread[large_batch][1]:g} against "
+               f"{spread[small_batch][0]:g}-{spread[small_batch][1]:g}"
+               if all(spread.values()) and spread[large_batch][1] < spread[small_batch][0] else
+               "the large batch's runs ran faster, by less than the ratio's 2 decimals show" if all(spread.values())
+               else "one run at each batch: the large batch's ran no faster per sequence than the small batch's")
+        return head + (f": there was no throughput gain to pay for the extra sequences it needed ({why}), so both "
+                       "went against it")
     return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
 
 
@@ -546,38 +564,71 @@ def lead_by_batch(runs: dict, target: float, small_batch: int, large_batch: int,
     else:
         trend = (f"Adam needed fewer steps at batch {small_batch if ss == 'adam' else large_batch}; at batch "
                  f"{large_batch if ss == 'adam' else small_batch} the two are level within the evaluation interval")
-    res = max(resolution(small_batch), resolution(large_batch))
+    # read f12e 07-S6 (twelfth full run): "at batch 256: no measurable difference (... within the measurement's
+    # resolution of 2)" and, a line below, "at batch 256 the two are level within the evaluation interval (steps known
+    # to within 4 at most)", the 4 being batch 32's: each batch's own resolution, as the bounds above use it
+    rs_, rl_ = resolution(small_batch), resolution(large_batch)
+    known = (f"steps known to within {rs_} at both batches" if rs_ == rl_ else
+             f"steps known to within {rs_} at batch {small_batch}, {rl_} at batch {large_batch}")
     return (f"LAMB/Adam steps to the target: {rs:.2f} at batch {small_batch} ({ls:g}/{as_:g}), {rl:.2f} at batch "
-            f"{large_batch} ({ll:g}/{al:g}): {trend} (steps known to within {res} at most).")
+            f"{large_batch} ({ll:g}/{al:g}): {trend} ({known}).")
+
+
+def rate_noise_source(records: dict) -> dict | None:
+    """Where :func:`rate_noise` comes from: the optimizer and batch whose runs (among ``records``) spread the most
+    (``noise``: highest / lowest - 1 of their sequences/s as :func:`results_table` shows them), their ``low`` and
+    ``high`` rates and the runs that ran them (``slowest``, ``fastest``). None with no two such runs."""
+    groups = sorted({(name.split(" ", 1)[0], r["config"]["global_batch_size"]) for name, r in records.items()})
+    best = None
+    for o, b in groups:
+        s = rate_spread(records, o, b)
+        if s and s[0] > 0 and (best is None or s[1] / s[0] - 1 > best["noise"]):
+            named = {name: round(r["seqs_per_s"], 1) for name, r in records.items()
+                     if name.startswith(f"{o} b={b}") and r["config"]["global_batch_size"] == b}
+            best = {"noise": s[1] / s[0] - 1, "optimizer": o, "batch": b, "low": s[0], "high": s[1],
+                    "slowest": min(named, key=named.get), "fastest": max(named, key=named.get)}
+    return best
 
 
 def rate_noise(records: dict) -> float | None:
     """How far the sequences/s of runs doing the same work moved in this lesson: the largest ``highest / lowest - 1``
     of :func:`rate_spread` over each optimizer and batch among ``records`` (the sweeps and the seeds). None with no
-    two such runs."""
-    groups = {(name.split(" ", 1)[0], r["config"]["global_batch_size"]) for name, r in records.items()}
-    spreads = [s[1] / s[0] - 1 for o, b in groups if (s := rate_spread(records, o, b)) and s[0] > 0]
-    return max(spreads) if spreads else None
+    two such runs. Which runs set it: :func:`rate_noise_source`."""
+    src = rate_noise_source(records)
+    return None if src is None else src["noise"]
 
 
-def precision_reading(bert: float, neumf: float | None, margin: float = 1.1, noise: float | None = None) -> str:
+def precision_reading(bert: float, neumf: float | None, margin: float = 1.1, noise: float | None = None,
+                      source: dict | None = None) -> str:
     """bf16's speedup over fp32 for lesson 07's BERT next to lesson 05's NeuMF on the same machine
     (``neumf``: None when lesson 05 did not run here), and what a gap between them means. ``noise``: how far runs of the
     same work moved in this lesson (:func:`rate_noise`); the BERT ratio is one short run per mode, so a gap within it
     is none this measurement resolves (read r10c 07-H1, tenth full run: "1.38x for this BERT, 1.52x for lesson 05's
     NeuMF ...: here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save in memory
     traffic shows more)", 10.07% apart against a 10% margin, while the lesson's runs at one batch moved up to 18%, and
-    a cause no cell measured)."""
+    a cause no cell measured). ``source``: :func:`rate_noise_source`, the runs that set ``noise``, named beside it.
+
+    Read f12e 07-H1 (twelfth full run): "1.36x for this BERT, 1.19x for lesson 05's NeuMF ...: within 96% of each
+    other, the most that runs of the same work moved ...: no difference between the models this measurement
+    resolves": the ratios are 1.14x apart, the 96% was one slow run's (LAMB at 256, 84.3 against 165.6 sequences/s),
+    and BERT's own 1.36x, one short run per mode as well, lay inside that same noise unsaid. The gap is stated first,
+    then the gauge and the runs that set it, and whether BERT's own ratio over fp32 is within it."""
     line = f"bf16 vs fp32: {bert:.2f}x for this BERT"
     if neumf is None:
         return line + " (lesson 05's NeuMF ratio is not saved here)"
     line += f", {neumf:.2f}x for lesson 05's NeuMF on the same machine"
     if noise is not None and 1 + noise > margin:
         margin = 1 + noise
-        if max(bert / neumf, neumf / bert) < margin:
-            return line + (f": within {noise:.0%} of each other, the most that runs of the same work moved in "
-                           "sequences/s in this lesson (BERT's ratio is one short run per mode): no difference "
-                           "between the models this measurement resolves")
+        gap = max(bert / neumf, neumf / bert)
+        if gap < margin:
+            where = ("" if source is None else
+                     f" ({source['optimizer']}'s runs at batch {source['batch']}: [{source['slowest']}] at "
+                     f"{source['low']:g}, [{source['fastest']}] at {source['high']:g})")
+            own = (f", nor BERT's own {bert:.2f}x over fp32, which is within that noise too"
+                   if max(bert, 1 / bert) < margin else f"; BERT's own {bert:.2f}x over fp32 lies beyond that noise")
+            return line + (f": {gap:.2f}x apart, within {noise:.0%}, the most that runs of the same work moved in "
+                           f"sequences/s in this lesson{where}. BERT's ratio is one short run per mode, so this "
+                           f"measurement resolves no difference between the models{own}")
     if bert >= neumf * margin and neumf >= margin:
         # #37 (full runs of 2026-12-01): NeuMF measured 1.43x and 1.48x faster in bf16, so "which they do not" speed
         # up was contradicted by the ratio it followed; the clause is chosen by NeuMF's own ratio
