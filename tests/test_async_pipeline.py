@@ -77,6 +77,13 @@ def test_the_pipeline_equals_its_replay_and_stashing_matters_more_with_depth(fou
     text = study.staleness_reading([{"p": 1, "mode": "synchronous", "held_out_loss": 1.0}], gaps, True)
     assert "more the deeper" in text and "equals" in text
     assert "replay" in str(study.async_table(rows)) and "stage 3" in str(study.versions_table(rows[-1]))
+    # read f12h 10-H5: each stage's record is (forward's, backward's, updated): stashed, the backward's is the
+    # forward's; not stashed, the one updated
+    for r in rows:
+        for stage in r["versions"]:
+            assert all(b == (f if r["mode"] == "stashed" else u) for f, b, u in stage)
+    # read f12h 10-H2: the steady state replayed with each op's duration is computed for every run
+    assert all(r["steady_replayed"] is not None and r["steady_replayed"] >= -1e-9 for r in rows)
 
 
 def _conv(sync, *stashed):
@@ -111,7 +118,10 @@ def test_the_bubble_reading_follows_the_numbers():
     row = {"p": 4, "mode": "stashed", "bubble_measured": 0.2, "bubble_formula": 0.2, "steady_simulated": 0.0,
            "forward_ms": 1.0}
     assert "within 3 points of none" in study.async_bubble_reading([{**row, "steady_measured": 0.03}])
-    assert "went between the ops" in study.async_bubble_reading([{**row, "steady_measured": 0.6}])
+    # read f12h 10-H2: without the per-op replay the idle is not split; with it, the larger part is named
+    assert "this run does not split" in study.async_bubble_reading([{**row, "steady_measured": 0.6}])
+    assert "The larger part went between the ops." in study.async_bubble_reading(
+        [{**row, "steady_measured": 0.6, "steady_replayed": 0.1, "cpu_share": 1.0}])
 
 
 def test_the_checked_cell_says_only_what_one_depth_resolves():

@@ -317,7 +317,9 @@ def test_lesson10s_model_reading_quotes_the_memory_table():
         table = L10.memory_table(outs, predicted)
         said = L10.model_reading(outs, predicted)
         errors = [float(r["predicted step (ms)"]) / float(r["step (ms)"]) - 1 for r in table.rows]
-        assert disagreements(said, table, extra=(*errors, 9)) == [], said  # 9: "Lesson 09's model"
+        # read f12h 10-H1: the ms not predicted, step - predicted step of one row
+        missed = [float(r["step (ms)"]) - float(r["predicted step (ms)"]) for r in table.rows]
+        assert disagreements(said, table, extra=(*errors, *missed, 9)) == [], said  # 9: "Lesson 09's model"
 
 
 def _node_pred(scheme, step_s, memory, *, w=8, sent=0.0, exposed=0.0):
@@ -379,6 +381,7 @@ def test_lesson10s_verdict_quotes_the_tables_it_reads():
     ddp = sum(outs[0]["DDP"][k] for k in ("parameters", "gradients", "optimizer_state"))
     steps = {r["scheme"]: float(r["step (ms)"]) for r in memory.rows}
     errors = [float(r["predicted step (ms)"]) / float(r["step (ms)"]) - 1 for r in memory.rows]
+    errors += [float(r["step (ms)"]) - float(r["predicted step (ms)"]) for r in memory.rows]  # f12h 10-H1: ms missed
     stated = [len(outs), 1, L10.BUBBLE_GOAL_POINTS,  # the ranks; "stage 1"; the bubble's goal
               bound / ddp,  # cell 29's bound (1/W of DDP's bytes plus the largest unit), over DDP's total
               steps["FSDP2"] / steps["DDP"],  # FSDP2's step over DDP's: two cells of the step column

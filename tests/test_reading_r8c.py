@@ -160,9 +160,12 @@ def test_the_model_reading_says_how_much_of_each_step_the_model_leaves_out():
     eighth = case(0.0539, 0.0438, 0.0926, 0.0324, 0.0306, 0.0322)
     assert "DDP -40%, ZeRO-1 -30%, FSDP2 -65%" in eighth
     assert "most of a step this small" not in eighth
-    assert "which is most of FSDP2's step here and less than half of DDP's and ZeRO-1's)." in eighth, eighth
-    assert "which is most of every step this small)." in case(0.0539, 0.0438, 0.0926, 0.02, 0.02, 0.03)
-    assert "which is less than half of every step here)." in case(0.0539, 0.0438, 0.0926, 0.04, 0.04, 0.06)
+    # read f12h 10-H1 (twelfth full run): "most of FSDP2's step here and less than half of DDP's and ZeRO-1's" said
+    # of the whole -error, which is the overhead and any under-pricing of the operations together: the ms not
+    # predicted are given instead, and the split is said not to be measured (tests/test_reading_f12h.py)
+    assert "make up together 21.5 of DDP's 53.9 ms, 13.2 of ZeRO-1's 43.8 ms and 60.4 of FSDP2's 92.6 ms" in eighth, \
+        eighth
+    assert "how much of that is which it does not say" in case(0.0539, 0.0438, 0.0926, 0.02, 0.02, 0.03)
 
 
 def test_the_async_reading_names_shared_cores_only_where_the_processes_outnumber_them():
@@ -173,7 +176,8 @@ def test_the_async_reading_names_shared_cores_only_where_the_processes_outnumber
     rows = [_async(2, 0.187), _async(4, 0.499), _async(4, 0.494, "not stashed")]
     rows[0]["steady_simulated"] = -1e-17
     crowded = L10.async_bubble_reading(rows, cores=2)
-    assert "(messages, and the launch's 4 processes sharing this machine's 2 cores), not to the schedule." in crowded
+    # read f12h 10-H2: without the per-op replay the reading no longer rules the schedule out ("not to the schedule")
+    assert "(messages, and the launch's 4 processes sharing this machine's 2 cores) this run does not split" in crowded
     roomy = L10.async_bubble_reading(rows, cores=16)
-    assert "(messages, and waking the stage that waits), not to the schedule." in roomy and "cores" not in roomy
+    assert "(messages, and waking the stage that waits) this run does not split" in roomy and "cores" not in roomy
     assert "-0.000" not in str(L10.async_table(rows)) and "0.000" in str(L10.async_table(rows))

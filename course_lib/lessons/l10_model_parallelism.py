@@ -358,8 +358,12 @@ def fsdp_step_reading(table: Table) -> str:
                     # the gap as the sentence before it prints it (a check of the fix below: "(-0.8 ms)" then
                     # "the model puts FSDP2 1 ms faster")
                     f"FSDP2 {_gap_ms(model_gap)[1:]} ms {'faster' if model_gap < 0 else 'slower'} than DDP)"))
-    return out + (explained + "; the rest is outside the model "
-                  "(per-unit hooks and the Python around each gather, which a step this small is mostly made of).")
+    # read f12h 10-H1 (twelfth full run): "the rest is outside the model (per-unit hooks and the Python around each
+    # gather, which a step this small is mostly made of)": lesson 10 times no step without the hooks, and lesson 09
+    # finds the model under-pricing the operations themselves too; the rest is either, and this run does not split it
+    return out + (explained + "; the rest the model does not predict: what it leaves out (per-unit hooks and the "
+                  "Python around each gather) or prices too low (the gathers and the copies around them), which "
+                  "this lesson does not time apart.")
 
 
 def prediction_error(outs: list[dict], predicted: dict) -> dict:
@@ -676,15 +680,27 @@ def model_reading(sharded_outs: list[dict], predicted: dict, exact: float = 0.02
                        "themselves were above what they took here" + (f"; {' and '.join(low)} under" if low else "")
                        + ").")
     # #37 (eighth full run, read r8c): "(all under: ... which is most of a step this small)" over DDP -40% and
-    # ZeRO-1 -30%: what the model leaves out is -error of each measured step, most of it only where that is over half
-    most = [name for name, e in err.items() if e["step"] <= -0.5]
-    rest = [name for name in err if name not in most]
-    share = ("which is most of every step this small" if not rest else
-             "which is less than half of every step here" if not most else
-             f"which is most of {' and '.join(n + chr(39) + 's' for n in most)} step here and less than half of "
-             f"{' and '.join(n + chr(39) + 's' for n in rest)}")
-    return text + (" (all under: it leaves out the per-step overhead of Python and of DDP's and FSDP2's hooks, "
-                   f"which lesson 09 measures apart, {share}).")
+    # ZeRO-1 -30%. read f12h 10-H1 (twelfth full run): "(all under: it leaves out the per-step overhead ..., which is
+    # most of FSDP2's step here and less than half of DDP's and ZeRO-1's)": the -error of a step is the overhead the
+    # model leaves out and any under-pricing of the operations it counts together (lesson 09's compute-bound steps
+    # were under-predicted too); lesson 10 times no step without the overhead, so the reading gives the ms not
+    # predicted, from the memory table's two step cells, and says the split is not measured here
+    parts = []
+    for name in err:
+        cell = _ms(max(x[name]["step_s"] for x in sharded_outs))
+        parts.append(f"{_cell_gap(cell, _ms(predicted[name].step_s))} of {name}'s {cell} ms")
+    rest = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+    return text + (" (all under: the per-step overhead the model leaves out, of Python and of DDP's and FSDP2's hooks, "
+                   "which lesson 09 measures apart for its own models, and any under-pricing of the operations it "
+                   f"counts make up together {rest}; this lesson times no step without the overhead, so how much "
+                   "of that is which it does not say).")
+
+
+def _cell_gap(a: str, b: str) -> str:
+    """``a - b`` of two table cells (ms), to the decimals of the coarser one (no more digits than both have):
+    50.6 - 27.6 -> "23.0", 53.5 - 8.12 -> "45.4"."""
+    places = min(len(c.split(".")[1]) if "." in c else 0 for c in (a, b))
+    return f"{float(a) - float(b):.{places}f}"
 
 
 def _largest_gaps(rows: list[dict]) -> dict[int, tuple[dict, float]]:
@@ -797,8 +813,13 @@ def async_spec(profile: str) -> dict:
 def async_rows(outs: list[dict], spec: dict) -> list[dict]:
     """The pipeline's runs (one row per depth and mode) with what lesson 10 reads from them: each stage's
     staleness and peak versions held, the whole run's bubble (formula and measured), the steady state's
-    (simulated with the measured mean op times, and measured), and the largest difference from the
-    one-process replay of the same stale updates (weights and losses)."""
+    (simulated with the measured mean op times, replayed with each op's measured duration and nothing between the
+    ops, and measured), the stages' CPU share while computing (on a CPU), and the largest difference from the
+    one-process replay of the same stale updates (weights and losses).
+
+    read f12h 10-H2 (twelfth full run): the simulation uses one mean forward and one mean backward for every stage,
+    so its 0.000 cannot show idle from unequal stages; ``steady_replayed`` (:func:`pipeline.replay`, as
+    :func:`pipeline.measured_bubbles`' "from unequal ops") can, and splits the measured steady-state idle."""
     from ..parallel import async_pipeline as ap
 
     rows = []
@@ -813,7 +834,11 @@ def async_rows(outs: list[dict], spec: dict) -> list[dict]:
                      "versions": r["versions"], "weights": r["weights"], "losses": r["losses"],
                      "bubble_formula": pipeline.bubble_fraction(p, n), "bubble_measured": pipeline.idle_fraction(ev),
                      "steady_simulated": ap.steady_idle_fraction(pipeline.simulate(sched, tf, tb)),
+                     "steady_replayed": ap.steady_idle_fraction(pipeline.replay(sched, ev)),
                      "steady_measured": ap.steady_idle_fraction(ev), "forward_ms": 1e3 * tf,
+                     "cpu_share": (sum(e.cpu for e in ev) / sum(e.end - e.start for e in ev)
+                                   if all(e.cpu is not None for e in ev) and sum(e.end - e.start for e in ev) > 0
+                                   else None),
                      "replay_diff": max(ap.max_difference(r["weights"], ref["weights"]),
                                         max(abs(a - b) for a, b in zip(r["losses"], ref["losses"])))})
     return rows
@@ -822,23 +847,49 @@ def async_rows(outs: list[dict], spec: dict) -> list[dict]:
 def async_bubble_reading(rows: list[dict], goal: float = BUBBLE_GOAL_POINTS, cores: int | None = None,
                          processes: int = 4) -> str:
     """The asynchronous runs' bubbles against the schedule's, from the rows: the steady state (simulated with the
-    measured op times: zero) and the whole run (``(p - 1) / (n + p - 1)``), within ``goal`` points or not, and why
+    mean op times: zero) and the whole run (``(p - 1) / (n + p - 1)``), within ``goal`` points or not, and why
     (the launch's ``processes`` sharing the cores named only where they outnumber ``cores``: #37, eighth full run,
-    read r8c)."""
+    read r8c).
+
+    read f12h 10-H2 (twelfth full run): "Measured, the steady state idled 54% ...: the time went between the ops
+    (messages, and the launch's 4 processes sharing this machine's 2 cores), not to the schedule", from a simulation
+    with one mean op time for every stage, which cannot show idle from unequal stages. Where the rows carry
+    ``steady_replayed`` (each op's measured duration, nothing between the ops) the idle is split into unequal ops
+    and between the ops and the larger part named; where the stages had less than ``BUSY_CPU_SHARE`` of a core
+    the replayed op times include waiting for one, and the reading says the split is not the stages' alone;
+    without the replay it says the split is not made."""
     cores = usable_cores() if cores is None else cores
     worst = max(rows, key=lambda r: r["steady_measured"] - r["steady_simulated"])
     gap = 100 * (worst["steady_measured"] - worst["steady_simulated"])
     whole = ", ".join(f"p = {r['p']}: {r['bubble_measured']:.2f} (formula {r['bubble_formula']:.2f})"
                       for r in rows if r["mode"] == "stashed")
-    text = (f"Without flushes the schedule has no bubble in its steady state (simulated with the measured op times: "
-            f"{max(r['steady_simulated'] for r in rows):.3f}); the whole run idles {whole}. ")
+    text = (f"Without flushes the schedule has no bubble in its steady state when its stages are equal (simulated "
+            f"with the mean measured op times, one forward and one backward time for every stage: "
+            f"{max(max(r['steady_simulated'] for r in rows), 0.0):.3f}); the whole run idles {whole}. ")
     if gap <= goal:
         return text + f"Measured, the steady state idles within {gap:.0f} points of none (the goal: {goal:.0f})."
-    return text + (f"Measured, the steady state idled {worst['steady_measured']:.0%} (p = {worst['p']}, "
-                   f"{worst['mode']}), with {worst['forward_ms']:.2f} ms per forward: the time went between the ops "
-                   + (f"(messages, and the launch's {processes} processes sharing this machine's {cores} cores)"
-                      if processes > cores else "(messages, and waking the stage that waits)")
-                   + ", not to the schedule.")
+    between_why = (f"messages, and the launch's {processes} processes sharing this machine's {cores} cores"
+                   if processes > cores else "messages, and waking the stage that waits")
+    text += (f"Measured, the steady state idled {worst['steady_measured']:.0%} (p = {worst['p']}, {worst['mode']}), "
+             f"with {worst['forward_ms']:.2f} ms per forward. ")
+    if worst.get("steady_replayed") is None:
+        return text + ("The mean-time simulation cannot show idle from unequal stages (the first skips its input's "
+                       f"gradient, the last computes the loss), so how much of it is unequal stages and how much "
+                       f"went between the ops ({between_why}) this run does not split.")
+    ops = 100 * (worst["steady_replayed"] - max(worst["steady_simulated"], 0.0))
+    between = 100 * (worst["steady_measured"] - worst["steady_replayed"])
+    text += (f"Replayed with each op's measured duration and nothing between the ops it idles "
+             f"{max(worst['steady_replayed'], 0.0):.3f}: {ops:+.1f} points from unequal op times (the first stage "
+             f"skips its input's gradient, the last computes the loss), {between:+.1f} between the ops "
+             f"({between_why}). ")
+    share = worst.get("cpu_share")
+    if share is not None and share < BUSY_CPU_SHARE:
+        return text + (f"But the stages had {share:.0%} of a core while they computed (CPU share), so the op times "
+                       "replayed include waiting for a core: how much of the unequal-ops part is the stages' and how "
+                       "much the shared cores', this run cannot split.")
+    return text + ("The larger part went between the ops." if abs(between) > abs(ops) else
+                   "The larger part is unequal op times: the schedule's idle with these stages, which the simulation "
+                   "with equal ones does not show.")
 
 
 def stash_gaps(rows: list[dict]) -> dict[int, float]:
@@ -866,28 +917,44 @@ def async_equal(rows: list[dict], tol: float = ASYNC_TOLERANCE) -> bool:
 def async_table(rows: list[dict]) -> Table:
     """Per depth and mode: staleness and versions held per stage, bubbles, the difference from the replay."""
     title = f"PipeDream's 1F1B without flushes, {rows[0]['n']} micro-batches, one SGD step each" if rows else ""
+    # read f12h 10-H2: the steady state replayed with each op's duration (unequal ops) and the CPU share beside it
     t = Table(["p", "weights", "staleness per stage (updates)", "versions held at once per stage",
-               "bubble, whole run: formula", "measured", "steady state: simulated", "measured ",
-               "forward per micro-batch (ms)", "|pipeline - replay|"], title=title)
+               "bubble, whole run: formula", "measured", "steady state: simulated (mean ops)", "replayed (each op)",
+               "measured ", "forward per micro-batch (ms)", "CPU share", "|pipeline - replay|"], title=title)
     for r in rows:
         t.add(**{"p": r["p"], "weights": r["mode"], "staleness per stage (updates)": " ".join(map(str, r["staleness"])),
                  "versions held at once per stage": " ".join(map(str, r["held"])),
                  "bubble, whole run: formula": f"{r['bubble_formula']:.3f}", "measured": f"{r['bubble_measured']:.3f}",
                  # #37 (eighth full run, read r8c): "-0.000" for a simulated idle fraction of float rounding below 0
-                 "steady state: simulated": f"{max(r['steady_simulated'], 0.0):.3f}",
+                 "steady state: simulated (mean ops)": f"{max(r['steady_simulated'], 0.0):.3f}",
+                 "replayed (each op)": ("-" if r.get("steady_replayed") is None
+                                        else f"{max(r['steady_replayed'], 0.0):.3f}"),
                  "measured ": f"{max(r['steady_measured'], 0.0):.3f}",
                  "forward per micro-batch (ms)": f"{r['forward_ms']:.2f}",
+                 "CPU share": "-" if r.get("cpu_share") is None else f"{r['cpu_share']:.0%}",
                  "|pipeline - replay|": f"{r['replay_diff']:.1e}"})
     return t
 
 
 def versions_table(row: dict, shown: int = 8) -> Table:
-    """One run's first micro-batches: the version (updates applied) each stage's forward and backward used."""
-    t = Table(["micro-batch"] + [f"stage {s}: forward / backward" for s in range(row["p"])],
-              title=f"weight versions, p = {row['p']}, {row['mode']}")
+    """One run's first micro-batches: per stage, the version (updates applied) its forward used, the one its
+    backward took the gradient at, and the one the update was applied to.
+
+    read f12h 10-H5 (twelfth full run): the stashed run's table read "1 / 4" under "forward / backward" for
+    micro-batch 4 on stage 0, the 4 being the version the update landed on, where the backward used version 1 (the
+    stash). Rows recorded as pairs (forward's, updated) by older runs are read by the run's mode: stashed, the
+    backward used the forward's version; not stashed, the current one (the updated)."""
+    cols = [f"stage {s}: forward / backward / updated" for s in range(row["p"])]
+    t = Table(["micro-batch"] + cols, title=f"weight versions, p = {row['p']}, {row['mode']} (updates applied)")
+
+    def cell(v) -> str:
+        if len(v) == 2:
+            f, u = v
+            v = (f, f if row["mode"] == "stashed" else u, u)
+        return "{} / {} / {}".format(*v)
+
     for i in range(min(shown, row["n"])):
-        t.add(**{"micro-batch": i}, **{f"stage {s}: forward / backward":
-                                       "{} / {}".format(*row["versions"][s][i]) for s in range(row["p"])})
+        t.add(**{"micro-batch": i}, **{cols[s]: cell(row["versions"][s][i]) for s in range(row["p"])})
     return t
 
 
@@ -1048,12 +1115,27 @@ def depth_reading(rows: list[dict], cores: int, goal: float = BUBBLE_GOAL_POINTS
                 f"; outside the goal of {goal:g} points at p = {', '.join(map(str, outside))}. "))
     crowded = [p for p in ps if p > cores and at[p]["cpu_share"] is not None]
     if crowded:
+        # read f12h 10-H4 (twelfth full run): "so an op's time there includes waiting for a core ... the schedule's
+        # own is the formula plus the 'from unequal ops' column": that column replays those same op times, so where
+        # the stages waited for a core (CPU share below BUSY_CPU_SHARE) it holds the stack's unequal stages and the
+        # waits together, and this run cannot split them; only where they had their cores is it the schedule's own
+        waited = [p for p in crowded if at[p]["cpu_share"] < BUSY_CPU_SHARE]
+        had = [p for p in crowded if p not in waited]
         shares = ", ".join(f"{at[p]['cpu_share']:.0%} at p = {p}" for p in crowded)
         between = ", ".join(f"{100 * (at[p]['measured'] - at[p]['replayed']):+.1f}" for p in crowded)
         text += (f"At p = {', '.join(map(str, crowded))} the stages outnumber this machine's {cores} cores: while "
-                 f"computing they had {shares} of a core (CPU share), so an op's time there includes waiting for a "
-                 f"core and the time between ops ({between} points at m = {m}) includes a stage not yet scheduled. "
-                 "There the measured bubble is this machine's, not the schedule's; the schedule's own is the formula "
-                 "plus the 'from unequal ops' column (the measured op times replayed with nothing between them). "
-                 "The gradients are the check that does not depend on cores.")
+                 f"computing they had {shares} of a core (CPU share), and the time between ops ({between} points "
+                 f"at m = {m}) includes a stage not yet scheduled. There the measured bubble is this machine's, not "
+                 "the schedule's. ")
+        if waited:
+            at_w = ", ".join(map(str, waited))
+            text += (f"At p = {at_w} an op's time also includes waiting for a core, and the 'from unequal ops' "
+                     "column replays those op times (with nothing between them): it holds the stack's unequal "
+                     f"stages and the waits for a core together, which this run cannot split at p = {at_w}, so the "
+                     "schedule's own bubble there is not measured. ")
+        if had:
+            text += (f"At p = {', '.join(map(str, had))} the ops had their cores while they computed: the schedule's "
+                     "own is the formula plus the 'from unequal ops' column (the measured op times replayed with "
+                     "nothing between them). ")
+        text += "The gradients are the check that does not depend on cores."
     return text

@@ -127,9 +127,11 @@ class StageWeights:
     current version, each backward at the stashed one (``stash=True``) or at the current one, SGD with
     ``lr`` after every backward. Passed to ``run_stage(..., weights=)``.
 
-    Records: ``versions[mb] = (forward's version, backward's version)``, ``held``: after every op the
-    number of distinct versions the stage holds (the current and the stashed ones), ``losses`` (last
-    stage: each micro-batch's loss, in order)."""
+    Records: ``versions[mb] = (forward's version, the version its backward took the gradient at, the version
+    the update is applied to)`` (read f12h 10-H5, twelfth full run: the pair recorded was the forward's and the
+    version current when the backward ended, so the stashed run's table read "1 / 4" where its backward used
+    version 1), ``held``: after every op the number of distinct versions the stage holds (the current and the
+    stashed ones), ``losses`` (last stage: each micro-batch's loss, in order)."""
 
     def __init__(self, module: nn.Module, lr: float, stash: bool):
         self.module, self.lr, self.stash = module, lr, stash
@@ -138,7 +140,7 @@ class StageWeights:
         self.version = 0
         self.stashed: dict[int, tuple[int, list[torch.Tensor]]] = {}  # mb -> (version, its weights)
         self.grads: dict[int, list[torch.Tensor]] = {}
-        self.versions: dict[int, tuple[int, int]] = {}
+        self.versions: dict[int, tuple[int, int, int]] = {}
         self.held: list[int] = []
         self.losses: list[float] = []
         self._anchor = torch.zeros((), requires_grad=True)
@@ -166,7 +168,9 @@ class StageWeights:
 
     def after_backward(self, mb: int) -> None:
         v_forward, _ = self.stashed.pop(mb)
-        self.versions[mb] = (v_forward, self.version)
+        # the backward took its gradient at the stashed (forward's) version, or at the current one; the update lands
+        # on the current one either way
+        self.versions[mb] = (v_forward, v_forward if self.stash else self.version, self.version)
         with torch.no_grad():
             self.current = [w - self.lr * g for w, g in zip(self.current, self.grads.pop(mb))]
         self.version += 1
