@@ -24,7 +24,7 @@ every trainable parameter of ``model``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -68,6 +68,10 @@ class NoiseScale:
     b_small: int
     b_big: int
     repeats: int
+    # each pair's unbiased (|G|^2, tr(Sigma)): what a pooled estimate over several measurements is jackknifed over
+    # (read f12i 11-H2: lesson 11's adaptive batch pools three measurements and never showed that pool's error)
+    g2s: tuple = field(default=(), repr=False)
+    traces: tuple = field(default=(), repr=False)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -153,7 +157,36 @@ def _estimate(g2s: list[float], traces: list[float], b_small: int, b_big: int) -
     g2, trace = sum(g2s) / n, sum(traces) / n
     b_simple = trace / g2 if g2 > 0 else math.inf  # |G|^2 <= 0: the noise swamps the signal at these batches
     return NoiseScale(b_simple=b_simple, trace_cov=trace, grad_sq_norm=g2, stderr=_ratio_stderr(g2s, traces),
-                      b_small=b_small, b_big=b_big, repeats=n)
+                      b_small=b_small, b_big=b_big, repeats=n, g2s=tuple(g2s), traces=tuple(traces))
+
+
+def pooled_noise_scale(measurements: Sequence[tuple[Sequence[float], Sequence[float]]]) -> tuple[float, float]:
+    """``(B_simple, stderr)`` of several measurements pooled as ``sum_i mean tr(Sigma)_i / sum_i mean |G|^2_i`` (each
+    measurement's ``(g2s, traces)`` pairs, :class:`NoiseScale`'s), the error by the jackknife over every pair, each
+    left out of its own measurement's means; ``(inf, nan)`` when the pooled ``|G|^2`` is not positive, the error nan
+    with fewer than two pairs in all."""
+    ms = [(list(g), list(t)) for g, t in measurements if len(g)]
+    if not ms or any(len(g) != len(t) for g, t in ms):
+        raise ValueError("pooled_noise_scale: give each measurement's equal-length (g2s, traces) pairs")
+    mg = [sum(g) / len(g) for g, _ in ms]
+    mt = [sum(t) / len(t) for _, t in ms]
+    sg, st = sum(mg), sum(mt)
+    if not sg > 0:
+        return math.inf, math.nan
+    loo = []
+    for i, (g, t) in enumerate(ms):
+        n = len(g)
+        if n < 2:
+            continue
+        for gj, tj in zip(g, t):
+            dg = (n * mg[i] - gj) / (n - 1) - mg[i]
+            dt = (n * mt[i] - tj) / (n - 1) - mt[i]
+            loo.append((st + dt) / (sg + dg) if sg + dg != 0 else math.nan)
+    k = len(loo)
+    if k < 2:
+        return st / sg, math.nan
+    m = sum(loo) / k
+    return st / sg, math.sqrt((k - 1) / k * sum((x - m) ** 2 for x in loo))
 
 
 def least_squares_noise_scale(delta_sq_norm: float, dim: int, noise_var: float) -> dict:

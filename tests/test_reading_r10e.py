@@ -45,6 +45,13 @@ def _bn_rows(table, ranks=2, batches=(4, 16, 64, 256)):
             for v, (acc, ms) in table.items() for i, b in enumerate(batches)]
 
 
+def _wn_gaps(rows):
+    """f12i 11-H4: bn_verdict quotes weight norm's gaps to local BN at every per-rank batch (cells rounded)."""
+    acc = {(r["variant"], r["per_rank_batch"]): round(r["test_accuracy"], 3) for r in rows}
+    return [acc[("local BN", b)] - acc[("weight norm (no BN)", b)] for v, b in acc if v == "local BN"
+            and ("weight norm (no BN)", b) in acc]
+
+
 def test_the_bn_verdict_says_what_synchronizing_two_ranks_can_rule_out():
     """r10e 11-H4: "Synchronized statistics did not help (0.857): statistics over both ranks' samples did no better
     than each rank's own 4, so their noise was not what cost this": on 2 ranks the synchronized statistics are over
@@ -59,7 +66,7 @@ def test_the_bn_verdict_says_what_synchronizing_two_ranks_can_rule_out():
     at = {r["variant"]: r["test_accuracy"] for r in rows if r["per_rank_batch"] == 4}
     big = {r["variant"]: r["test_accuracy"] for r in rows if r["per_rank_batch"] == 256}
     extra = (at["local BN, recomputed stats"] - at["local BN"], big["local BN, recomputed stats"] - big["local BN"],
-             0.01, 4, 256)
+             0.01, 4, 256, *_wn_gaps(rows))  # f12i 11-H4: weight norm's gaps to local BN
     assert disagreements(said, L11.bn_table(rows), extra=extra) == [], said
     four = L11.bn_verdict(_bn_rows(TENTH_BN, ranks=4))
     assert "only sqrt(4) smaller than one rank's, so this rules out what 4x the samples would recover" in four, four

@@ -59,7 +59,8 @@ def noise_probe(data, b_small: int, b_big: int, repeats: int, seed: int = 0, *, 
         est = bs.noise_scale(model, ncf_loss, sample, b_small, b_big, repeats=repeats, rel_error=rel_error,
                              max_repeats=max_repeats)
         return {"b_simple": est.b_simple, "stderr": est.stderr, "trace_cov": est.trace_cov,
-                "grad_sq_norm": est.grad_sq_norm, "repeats": est.repeats}
+                "grad_sq_norm": est.grad_sq_norm, "repeats": est.repeats, "b_small": b_small, "b_big": b_big,
+                "pairs_g2": list(est.g2s), "pairs_trace": list(est.traces)}
 
     return probe
 
@@ -105,7 +106,7 @@ def mlm_noise_probe(data, b_small: int, b_big: int, repeats: int, at_steps=None,
         finally:
             model.train(was_training)
         return {"b_simple": est.b_simple, "stderr": est.stderr, "trace_cov": est.trace_cov,
-                "grad_sq_norm": est.grad_sq_norm}
+                "grad_sq_norm": est.grad_sq_norm, "repeats": est.repeats, "b_small": b_small, "b_big": b_big}
 
     return probe
 
@@ -367,12 +368,33 @@ def b_simple_at_target(result) -> dict:
     return {**result.probes[-1], "at": "the last evaluation point (the run did not reach the target)"}
 
 
+def _passes_text(probes: list[dict]) -> str:
+    """What each measurement ran, from the probes' own records: its gradient pairs, one backward pass at each of
+    the two batches per pair; "" for records that do not carry them (results saved before they did)."""
+    pairs = [p["repeats"] for p in probes if p.get("repeats")]
+    if not probes or len(pairs) < len(probes) or not all(p.get("b_small") and p.get("b_big") for p in probes):
+        return ""
+    b_small, b_big = probes[0]["b_small"], probes[0]["b_big"]
+    lo, hi = min(pairs), max(pairs)
+    each = f"{lo:,}" if lo == hi else f"{lo:,}-{hi:,}"
+    total = f"{2 * lo:,}" if lo == hi else f"{2 * lo:,}-{2 * hi:,}"
+    return (f" ({each} gradient pairs each, one backward pass at batch {b_small:,} and one at {b_big:,} per pair: "
+            f"{total} backward passes a measurement)")
+
+
 def probe_cost_sentence(result) -> str:
-    """What tracking B_simple cost this run, from its own clocks (a NeuMF result or a BERT record)."""
+    """What tracking B_simple cost this run, from its own clocks (a NeuMF result or a BERT record), and what each
+    measurement ran: its gradient pairs and backward passes, from the probes' records.
+
+    Read f12i 11-C1 (twelfth full run): the takeaways said "at the cost of a few extra backward passes per
+    measurement" while this line said "4 noise-scale measurements took 7.8 s, 84% of the 9.2 s training clock"
+    (108% for BERT), each of 96-192 gradient pairs, 192-384 backward passes; the takeaway now points here, and
+    this line counts the passes."""
     get = result.get if isinstance(result, dict) else lambda key: getattr(result, key)
-    n, probe_s, train_s = len(get("probes")), get("probe_time_s"), get("train_time_s")
+    probes = get("probes")
+    n, probe_s, train_s = len(probes), get("probe_time_s"), get("train_time_s")
     share = probe_s / max(train_s, 1e-9)
-    return (f"{n} noise-scale measurements took {probe_s:.1f} s, {share:.0%} of the "
+    return (f"{n} noise-scale measurements{_passes_text(probes)} took {probe_s:.1f} s, {share:.0%} of the "
             f"{train_s:.1f} s training clock (off the clock, like evaluation)")
 
 
@@ -427,10 +449,10 @@ def tuned_sweep(data, base_cfg, batches, factors=SWEEP_LR_FACTORS, *, rule: str 
                 known: dict[int, dict] | None = None) -> list[dict]:
     """Steps to the target at each batch of ``batches``, each at its own best lr: ``base_cfg`` scaled to the
     batch by ``rule`` (lesson 02), then its lr times each of ``factors`` (the rule's own lr first), the
-    grid extended while the best sits on an edge. Evaluation grows dense near the target (lesson 02's
-    ``ladder.NEAR_TARGET``), so the steps are resolved to 0.05 epoch. One row per run (``chosen``: the
-    fewest steps at its batch, ties to the lr nearest the rule's); ``capped at``: the best steps so far,
-    where a run that had not reached the target was stopped. ``known``: runs at the rule's lr measured
+    grid extended while the best sits on an edge (or an edge ties it: :func:`_edge_first`). Evaluation grows
+    dense near the target (lesson 02's ``ladder.NEAR_TARGET``), so the steps are resolved to 0.05 epoch. One row
+    per run (``chosen``: the fewest steps at its batch, ties to the lr nearest the rule's); ``capped at``: the best
+    steps so far, where a run that had not reached the target was stopped. ``known``: runs at the rule's lr measured
     already (:func:`rule_runs_from_lesson02`), used instead of running them again (``from``: "lesson 02")."""
     import time
 
@@ -474,7 +496,7 @@ def tuned_sweep(data, base_cfg, batches, factors=SWEEP_LR_FACTORS, *, rule: str 
         else:  # the rule's lr first: the others are capped by it
             first = {f: run(f) for f in factors if f == 1.0}
         done = sweep_with_edge_extension(lambda f: first.pop(f) if f in first else run(f), factors,
-                                         _fewest_steps, max_extensions=max_extensions)
+                                         _edge_first, max_extensions=max_extensions)
         chosen = min(done, key=lambda f: _fewest_steps(done[f]))
         for f, row in done.items():
             rows.append({**row, "chosen": f == chosen and row["steps to target"] is not None})
@@ -497,6 +519,28 @@ def _fewest_steps(row: dict) -> tuple:
     if row["steps to target"] is not None:
         return (0, row["steps to target"], abs(math.log(row["x rule lr"])))
     return (1, -(row["best HR@10"] or 0.0), 0.0)
+
+
+def _edge_first(row: dict) -> tuple:
+    """The search's score: :func:`_fewest_steps`, its ties broken toward the lr farthest from the rule's, so a run
+    on the grid's edge tied with the best extends the grid past that edge (the chosen run still breaks ties toward
+    the rule's lr).
+
+    Read f12i 11-H1 (twelfth full run): at batch 65,536 x1 and x2 both reached the target at 100 steps; the tie went
+    to x1, inside the grid, so the search stopped and no lr above x2 was tried, with nothing said."""
+    key = _fewest_steps(row)
+    return key[:2] + (-key[2],)
+
+
+def _tied_edge(runs: list[dict], chosen: dict) -> dict | None:
+    """The run on its grid's edge that reached the target in the chosen run's steps (the chosen one itself when it
+    sits there), else None: there the fewest steps were not bracketed (read f12i 11-H1)."""
+    fs = [r["x rule lr"] for r in runs]
+    tied = [r for r in runs if r["steps to target"] is not None and r["steps to target"] == chosen["steps to target"]
+            and r["x rule lr"] in (min(fs), max(fs))]
+    if not tied:
+        return None
+    return next((r for r in tied if r is chosen), tied[0])
 
 
 def tuned_rows(sweep: list[dict]) -> list[dict]:
@@ -543,7 +587,11 @@ def unbracketed_sentence(sweep: list[dict]) -> str:
     chosen lr is bracketed.
 
     Read r10 11-H7 (tenth full run): at batch 65,536 the fewest steps came at the grid's largest lr, after its one
-    extension, and the fit and its readings took them as that batch's tuned steps."""
+    extension, and the fit and its readings took them as that batch's tuned steps.
+
+    Read f12i 11-H1 (twelfth full run): "a tie at the grid's edge hides an unbracketed lr": at 65,536 the grid's
+    largest lr, x2, tied the chosen x1 at 100 steps, and only the chosen lr was looked at, so nothing was said. A
+    run on the edge tied with the chosen one counts as the chosen one sitting there."""
     edges = []
     for b in sorted({r["batch size"] for r in sweep}):
         runs = [r for r in sweep if r["batch size"] == b]
@@ -551,9 +599,14 @@ def unbracketed_sentence(sweep: list[dict]) -> str:
         if chosen is None or len(runs) < 2:
             continue
         fs = [r["x rule lr"] for r in runs]
-        if chosen["x rule lr"] in (min(fs), max(fs)):
-            side = "largest" if chosen["x rule lr"] == max(fs) else "smallest"
-            edges.append(f"batch {b:,} at its grid's {side} lr (x{chosen['x rule lr']:g} the rule's)")
+        edge = _tied_edge(runs, chosen)
+        if edge is not None:
+            side = "largest" if edge["x rule lr"] == max(fs) else "smallest"
+            if edge is chosen:
+                edges.append(f"batch {b:,} at its grid's {side} lr (x{chosen['x rule lr']:g} the rule's)")
+            else:
+                edges.append(f"batch {b:,}, whose grid's {side} lr (x{edge['x rule lr']:g} the rule's) tied the "
+                             f"chosen x{chosen['x rule lr']:g} at {chosen['steps to target']:,} steps")
     if not edges:
         return ""
     return (". Not bracketed: " + "; ".join(edges) + f": {'that sweep' if len(edges) == 1 else 'those sweeps'} "
@@ -1182,6 +1235,7 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
                            f"({d_l:+.3f}) alike: the running averages cost accuracy at every batch here, not only at "
                            "the small one.")
     out.append(_batch_drop(at, big, small, large, margin))
+    out.append(_weight_norm_against_local(rows, margin))
     if "synchronized BN" in big and "local BN" in big:
         extra = big["synchronized BN"]["step_ms"] / max(big["local BN"]["step_ms"], 1e-9)
         # #37 (ninth full run, read r9d 11-S1): the cost and its cause were printed whatever the ratio, so a sync step
@@ -1194,6 +1248,40 @@ def bn_verdict(rows: list[dict], margin: float = 0.01) -> str:
             out.append(f" Synchronizing the statistics did not slow the step at {large} per rank here (x{extra:.1f} "
                        "the local step time, one timing each): its all-reduces of the batch statistics did not show.")
     return "".join(out)
+
+
+def _weight_norm_against_local(rows: list[dict], margin: float) -> str:
+    """Weight norm, the remedy without batch statistics, against local BN at every per-rank batch of the table (rows
+    at its rounding).
+
+    Read f12i 11-H4 (twelfth full run): the takeaways offered "doing without them" among the remedies and deferred
+    "which remedy helped" to this verdict, which named weight norm only as a control (0.921 -> 0.733), while the
+    table had it below local BN at every batch, 0.733/0.826/0.863/0.921 against 0.858/0.879/0.906/0.938."""
+    acc = {(r["variant"], r["per_rank_batch"]): r["test_accuracy"] for r in rows}
+    batches = sorted(b for v, b in acc if v == "weight norm (no BN)" and ("local BN", b) in acc)
+    if not batches:
+        return ""
+    d = {b: acc[("weight norm (no BN)", b)] - acc[("local BN", b)] for b in batches}
+    worse = [b for b in batches if d[b] < -margin]
+    better = [b for b in batches if d[b] > margin]
+    lo, hi = batches[0], batches[-1]
+    ends = (f"{acc[('weight norm (no BN)', lo)]:.3f} vs {acc[('local BN', lo)]:.3f} at {lo} per rank"
+            + (f", {acc[('weight norm (no BN)', hi)]:.3f} vs {acc[('local BN', hi)]:.3f} at {hi}" if hi != lo else ""))
+    span = (f"{min(abs(d[b]) for b in batches):.3f}-{max(abs(d[b]) for b in batches):.3f}" if len(batches) > 1
+            else f"{abs(d[lo]):.3f}")
+    every = "every per-rank batch" if len(batches) > 1 else f"{lo} per rank"
+    if len(worse) == len(batches):
+        return (f" Weight norm, the remedy without batch statistics, did worse than local BN at {every} here, by "
+                f"{span} ({ends}): doing without the statistics cost more here than keeping each rank's own.")
+    if len(better) == len(batches):
+        return (f" Weight norm, the remedy without batch statistics, did better than local BN at {every} here, by "
+                f"{span} ({ends}).")
+    parts = [f"worse at {', '.join(map(str, worse))}" if worse else "", f"better at {', '.join(map(str, better))}"
+             if better else "", "within {:g} at {}".format(margin, ", ".join(str(b) for b in batches
+                                                                               if b not in worse and b not in better))
+             if len(worse) + len(better) < len(batches) else ""]
+    return (f" Weight norm, the remedy without batch statistics, against local BN: {'; '.join(p for p in parts if p)} "
+            f"per rank ({ends}).")
 
 
 def _batch_drop(at: dict, big: dict, small: int, large: int, margin: float) -> str:
@@ -1226,7 +1314,12 @@ def adaptive_batch_policy(base_lr: float, base_batch: int, b_min: int, b_max: in
     last ``window`` records, ``sum tr(Sigma) / sum |G|^2`` (numerator and denominator averaged apart, as
     McCandlish et al. do: one record's ratio is noisy, and its ``|G|^2`` can come out negative); an estimate
     that is not a positive number keeps the current batch. ``policy.chosen`` lists ``(step, B_simple, batch,
-    lr)`` at every record."""
+    lr)`` at every record; ``policy.estimates`` the same with the estimate's standard error and gradient pairs.
+
+    Read f12i 11-H2 (twelfth full run): the batch went 4,096 -> 8,192 -> 4,096 on 8-pair estimates (2,600, 11,261,
+    3,369) whose errors were never shown, beside section 1's 192-pair 9,100 +/- 1,400 at the same step. The pooled
+    estimate's error is the jackknife over all its gradient pairs (:func:`_pooled_stderr`); :func:`adaptive_verdict`
+    reads each switch against it."""
     from ..optim.schedules import LR_RULES
 
     if rule not in LR_RULES:
@@ -1246,12 +1339,26 @@ def adaptive_batch_policy(base_lr: float, base_batch: int, b_min: int, b_max: in
             batch = int(min(b_max, max(b_min, 2 ** math.floor(math.log2(b_simple)))))
         lr = LR_RULES[rule](base_lr, batch, base_batch)
         policy.chosen.append((record["step"], b_simple, batch, lr))
+        policy.estimates.append({"step": record["step"], "b_simple": b_simple,
+                                 "stderr": _pooled_stderr(state["records"], g2), "before": state["batch"],
+                                 "batch": batch, "pairs": sum(r.get("repeats") or 0 for r in state["records"]),
+                                 "records": len(state["records"])})
         changed = batch != state["batch"]
         state["batch"] = batch
         return (batch, lr) if changed else None
 
     policy.chosen = []
+    policy.estimates = []
     return policy
+
+
+def _pooled_stderr(records: list[dict], g2: float) -> float:
+    """The standard error of ``sum tr(Sigma) / sum |G|^2`` over ``records``: the jackknife over every gradient pair
+    of the pool (:func:`course_lib.batch_science.pooled_noise_scale`, from each record's ``pairs_g2`` and
+    ``pairs_trace``); nan where a record does not carry its pairs or the pooled ``|G|^2`` is not positive."""
+    if not g2 > 0 or any(not r.get("pairs_g2") for r in records):
+        return math.nan
+    return bs.pooled_noise_scale([(r["pairs_g2"], r["pairs_trace"]) for r in records])[1]
 
 
 def epoch_budget(max_epochs: float):
@@ -1279,12 +1386,19 @@ def samples_resolution(r) -> int | None:
     return int(round(span * r.samples / r.epochs))
 
 
-def adaptive_rows(runs: dict, policy=None) -> list[dict]:
+def adaptive_rows(runs: dict, policy=None, reference=None) -> list[dict]:
     """One row per run (label -> TrainResult; the adaptive one last, with its ``policy``): steps and samples to
     the target, each with its resolution (the last evaluation interval before it), and the batches it used (the
-    adaptive run's in the order the policy chose them)."""
+    adaptive run's in the order the policy chose them). ``reference``: a run whose noise-scale probes were measured
+    with more pairs (section 1's); where it started in the adaptive run's setting, its probe at the adaptive run's
+    first estimate (same weights: no switch yet) is kept beside that estimate (read f12i 11-H2)."""
     from ..sweeps import target_resolution
 
+    ref = None
+    if policy is not None and reference is not None and runs and getattr(policy, "estimates", None):
+        first, ada_cfg = policy.estimates[0], list(runs.values())[-1].config
+        same = all(reference.config.get(k) == ada_cfg.get(k) for k in _SAME_SETTING if k in ada_cfg)
+        ref = next((p for p in reference.probes if p["step"] == first["step"]), None) if same else None
     rows = []
     for n, (label, r) in enumerate(runs.items()):
         if policy is not None and n == len(runs) - 1:
@@ -1297,8 +1411,79 @@ def adaptive_rows(runs: dict, policy=None) -> list[dict]:
         rows.append({"run": label, "reached": r.reached, "steps_to_target": r.steps_to_target,
                      "samples_to_target": samples_to_target(r), "batches": batches, "final_hr": r.final_hr,
                      "steps": r.steps, "samples": r.samples, "steps_resolution": target_resolution(r),
-                     "samples_resolution": samples_resolution(r)})
+                     "samples_resolution": samples_resolution(r),
+                     **({"estimates": list(getattr(policy, "estimates", [])), "reference": ref}
+                        if policy is not None and n == len(runs) - 1 else {})})
     return rows
+
+
+def _estimates_text(estimates: list[dict]) -> str:
+    """The B_simple estimates the policy followed, each with its standard error, by step (read f12i 11-H2)."""
+    return "; ".join(f"{e['step']:,}: " + (with_error(e["b_simple"], e["stderr"]) if math.isfinite(e["b_simple"])
+                                          else "n/a") for e in estimates)
+
+
+def _switch_within_error(e: dict, k: float = 2.0) -> bool | None:
+    """Whether the power of two a batch switch crossed lies within ``k`` standard errors of the estimate that made
+    it (upward to ``batch``: the estimate had to reach ``batch``; downward: to fall below twice ``batch``); None
+    without an error."""
+    if not (math.isfinite(e["b_simple"]) and math.isfinite(e.get("stderr", math.nan))):
+        return None
+    if e["batch"] > e["before"]:
+        return e["b_simple"] - k * e["stderr"] < e["batch"]
+    return e["b_simple"] + k * e["stderr"] >= 2 * e["batch"]
+
+
+def _reference_check(estimates: list[dict], ref: dict | None, k: float = 2.0) -> tuple[str, bool]:
+    """The adaptive run's first estimate against the reference probe at the same step and weights (more pairs), and
+    whether they disagree beyond ``k`` combined standard errors: then the few pairs' error understates their scatter,
+    and no switch is decided by it."""
+    if not estimates or not ref:
+        return "", False
+    e = estimates[0]
+    if not all(math.isfinite(x) for x in (e["b_simple"], e["stderr"], ref["b_simple"], ref["stderr"])):
+        return "", False
+    z = abs(e["b_simple"] - ref["b_simple"]) / math.hypot(e["stderr"], ref["stderr"])
+    pairs = f" from {e['pairs']:,} pairs" if e.get("pairs") else ""
+    head = (f" At step {e['step']:,}, on the same weights as section 1's run (no switch yet), the estimate"
+            f"{pairs} was {with_error(e['b_simple'], e['stderr'])} against section 1's "
+            f"{with_error(ref['b_simple'], ref['stderr'])}"
+            + (f" from {ref['repeats']:,}" if ref.get("repeats") else "")
+            + f", {z:.1f} combined standard errors apart")
+    if z > k:
+        return head + (": the few pairs' standard error understates their scatter, so no switch below is decided by "
+                       "it."), True
+    return head + ": within two, so the few pairs' errors can be read as stated.", False
+
+
+def _switches_sentence(estimates: list[dict], ref: dict | None = None) -> tuple[str, bool]:
+    """What the adaptive batch's switches rest on, and whether they followed the estimator's noise: every one within
+    its estimate's two standard errors, or the first estimate off the reference's beyond them (read f12i 11-H2:
+    "4,096 -> 8,192 -> 4,096" on 8-pair estimates, their errors never shown; the first, 2,600 +/- 1,100 from 8
+    pairs, on the weights where section 1's 192 pairs gave 9,100 +/- 1,400)."""
+    switches = [e for e in estimates if e["batch"] != e["before"]]
+    if not switches:
+        return "", False
+    within = [_switch_within_error(e) for e in switches]
+    if any(w is None for w in within):
+        return "", False
+    checked, off = _reference_check(estimates, ref)
+    pairs = sorted({e["pairs"] for e in switches if e.get("pairs")})
+    said = "; ".join(f"to {e['batch']:,} at step {e['step']:,} on {with_error(e['b_simple'], e['stderr'])}"
+                     for e in switches)
+    basis = (f" (pooled from {' and '.join(f'{p:,}' for p in pairs)} gradient pairs)" if pairs else "")
+    if all(within):
+        return (checked + f" The batch switched {said}{basis}: each switch crossed a power of two within two standard "
+                "errors of the estimate that made it, so the batch followed the estimator's noise, not a measured "
+                "change of B_simple."), True
+    if not any(within):
+        return (checked + f" The batch switched {said}{basis}: each switch crossed a power of two beyond two standard "
+                "errors of the estimate that made it" + (", as those errors are stated." if off else "."), off)
+    n, rest = sum(within), len(switches) - sum(within)
+    return (checked + f" The batch switched {said}{basis}: {n} of the {len(switches)} switches crossed a power of two "
+            f"within two standard errors of the estimate that made it, so {'it' if n == 1 else 'those'} followed the "
+            "estimator's noise" + ((f", and the {'other rests' if rest == 1 else 'others rest'} on errors the check "
+                                    "above finds too small.") if off else "."), off)
 
 
 def _resolved(rows: list[dict]) -> bool:
@@ -1307,13 +1492,20 @@ def _resolved(rows: list[dict]) -> bool:
 
 
 def adaptive_table(rows: list[dict]) -> Table:
+    """The three runs to the target; with the adaptive run's estimates (:func:`adaptive_rows`), the B_simple it
+    followed at each evaluation with its standard error (read f12i 11-H2: the batch went 4,096 -> 8,192 -> 4,096
+    on 8-pair estimates whose errors were never shown)."""
     res = any(r["reached"] for r in rows) and _resolved(rows)
-    t = Table(["run", "batches used", "steps to target"] + (["resolution (steps)"] if res else [])
+    est = any(r.get("estimates") for r in rows)
+    col = "B_simple it followed, by step (+/- stderr)"
+    t = Table(["run", "batches used"] + ([col] if est else []) + ["steps to target"]
+              + (["resolution (steps)"] if res else [])
               + ["samples to target"] + (["resolution (samples)"] if res else []) + ["final HR@10"],
               title="to the target: a fixed batch, the batch grown at milestones, the batch from the noise scale"
               + (" (each count known to its last evaluation interval, the resolution)" if res else ""))
     for r in rows:
         t.add(**{"run": r["run"], "batches used": " -> ".join(f"{b:,}" for b in r["batches"]),
+                 **({col: _estimates_text(r["estimates"]) if r.get("estimates") else "-"} if est else {}),
                  "steps to target": r["steps_to_target"] if r["reached"] else f"not reached ({r['steps']})",
                  **({"resolution (steps)": f"{r['steps_resolution']:,}" if r["reached"] else "-"} if res else {}),
                  "samples to target": f"{r['samples_to_target']:,}" if r["reached"] else "not reached",
@@ -1379,6 +1571,9 @@ def adaptive_verdict(rows: list[dict]) -> str:
     others = [r for r in others if not any(r is a for a, _ in same)]
     if not ada["reached"]:
         return text + f" The adaptive batch did NOT reach the target in {ada['steps']:,} steps."
+    switched, noise = _switches_sentence(ada.get("estimates") or [], ada.get("reference"))
+    text += switched
+    what = ("The larger batches, which followed the estimates' noise," if noise else "The noise scale")
     resolved = _resolved(rows)
     for r in others:
         text += (_against(ada, r) if resolved else
@@ -1391,15 +1586,16 @@ def adaptive_verdict(rows: list[dict]) -> str:
             return text + (" The adaptive batch's fewer steps are not decided at the evaluation spacing: evaluate "
                            "more often near the target to tell them apart.")
         if all(hi <= 1.1 for _, hi in samples):
-            return text + (" The noise scale bought fewer steps for (almost) no extra samples: the larger batches "
-                           "came when the gradient's noise allowed them.")
+            return text + (f" {what} bought fewer steps for (almost) no extra samples"
+                           + (": the larger batches came when the gradient's noise allowed them." if not noise
+                              else "."))
         if all(lo > 1.1 for lo, _ in samples):
             return text + " Fewer steps, paid for in samples: the batch outgrew what the noise justified at some point."
-        return text + (" The noise scale bought fewer steps; what they cost in samples lies within the evaluation "
+        return text + (f" {what} bought fewer steps; what they cost in samples lies within the evaluation "
                        "spacing, so it is not measured here.")
     if others and ada is fewest and ada["samples_to_target"] <= 1.1 * min(r["samples_to_target"] for r in others):
-        text += " The noise scale bought fewer steps for (almost) no extra samples: the larger batches came when " \
-                "the gradient's noise allowed them."
+        text += (f" {what} bought fewer steps for (almost) no extra samples"
+                 + (": the larger batches came when the gradient's noise allowed them." if not noise else "."))
     elif others and ada is fewest:
         text += " Fewer steps, paid for in samples: the batch outgrew what the noise justified at some point."
     elif others:
@@ -1532,8 +1728,15 @@ def scaling_prediction(rows: list[dict], held_out: dict) -> dict:
         needed = size_for_error(fit, held_out["error"])
     except ValueError:
         needed = None
+    # read f12i 11-H3: the law's own misses at the sizes it was fitted on, as relative_error counts the held-out one's
+    residuals = [{"size": r["size"], "error": r["error"], "law": power_law_error(fit, r["size"]),
+                  "relative": (r["error"] - power_law_error(fit, r["size"])) / power_law_error(fit, r["size"])}
+                 for r in rows if power_law_error(fit, r["size"]) > 0]
     return {"fit": fit, "size": held_out["size"], "predicted_error": predicted, "measured_error": held_out["error"],
             "relative_error": (held_out["error"] - predicted) / predicted if predicted > 0 else math.inf,
+            "fit_residuals": residuals,
+            "residual_rms": (math.sqrt(sum(q["relative"] ** 2 for q in residuals) / len(residuals))
+                             if residuals else None),
             "size_for_measured": needed, "largest_fitted": max(r["size"] for r in rows),
             "largest_fitted_error": next(r["error"] for r in rows if r["size"] == max(q["size"] for q in rows))}
 
@@ -1667,7 +1870,26 @@ def scaling_verdict(pred: dict, goal: float = PREDICTION_GOAL, unit: str = "inte
                     + f"): with the data x{pred['size'] / pred['largest_fitted']:.2g} the error moved less than the "
                     f"goal, so this check cannot tell the law from no change at all; it does not show the scaling "
                     f"predictable here." + size_text)
-        return head + f" Within {goal:.0%}: the scaling was predictable here." + size_text
+        # read f12i 11-H3 (twelfth full run): "Within 5%: the scaling was predictable here." for +4.4% at the held-out
+        # size, while the same table's law missed its own fitted sizes by -12% to +20% (0.5647 measured against 0.4727
+        # at 129,075): a hit inside a fit that far off its own points is the curve crossing the data, not a prediction
+        # to 5%; and the held-out run was held by its steps (section 1's run went on from 0.7343 to 0.7709)
+        rms = pred.get("residual_rms")
+        held = _held_by_steps(pred, longer, goal)
+        if rms is not None and rms > goal:
+            worst = max(pred["fit_residuals"], key=lambda q: abs(q["relative"]))
+            return (head + f" Within {goal:.0%}, but the law misses the sizes it was fitted on by more than that: "
+                    f"{rms:.1%} rms, up to {worst['relative']:+.1%} at {worst['size']:,} {unit} ({worst['error']:.4f} "
+                    f"measured, {worst['law']:.4f} the law's): a hit this near inside a fit this far off its own "
+                    f"points is the curve crossing the data there, so the {goal:.0%} goal is not decided by this "
+                    "check; it does not show the scaling predictable here." + (f" {held}" if held else "") + size_text)
+        if held:
+            return (head + f" Within {goal:.0%} (the law's rms miss at its fitted sizes: {rms:.1%}), at these runs' "
+                    f"steps. {held}" + size_text) if rms is not None else (
+                head + f" Within {goal:.0%}, at these runs' steps. {held}" + size_text)
+        return (head + f" Within {goal:.0%}" + (f", as the law is at the sizes it was fitted on ({rms:.1%} rms)"
+                                               if rms is not None else "")
+                + ": the scaling was predictable here." + size_text)
     side = "better" if pred["relative_error"] < 0 else "worse"
     # #37 (fourth full run, read r4c): "with this few points, or with sizes still in the small-data region, the fit
     # does not extrapolate" where the whole set ended worse than half of it (0.3588 against 0.3551) at the same
