@@ -353,6 +353,11 @@ COVERAGE = {
     "course_lib.lessons.l03_warmup.chosen_verdict": (
         'tests/test_reading_f12b.py::test_the_chosen_warmup_says_when_it_is_level_with_the_runner_up',
         'tests/test_reading_f12b.py::test_the_chosen_warmup_says_when_it_is_level_with_the_runner_up'),
+
+    # f12j
+    "course_lib.lessons.l12_hyperparameter_search.tpe_gap_reading": (
+        'tests/test_reading_f12j.py::test_tpes_best_is_set_against_one_configurations_training_seed_spread',
+        'tests/test_reading_f12j.py::test_tpes_best_is_set_against_one_configurations_training_seed_spread'),
 }
 # fmt: on
 
