@@ -353,6 +353,11 @@ COVERAGE = {
     "course_lib.lessons.l03_warmup.chosen_verdict": (
         'tests/test_reading_f12b.py::test_the_chosen_warmup_says_when_it_is_level_with_the_runner_up',
         'tests/test_reading_f12b.py::test_the_chosen_warmup_says_when_it_is_level_with_the_runner_up'),
+
+    # f12k
+    "course_lib.lessons.l13_multi_node.ttt_steps_reading": (
+        'tests/test_reading_f12k.py::test_the_time_to_target_verdict_says_what_accumulation_cost_in_steps',
+        'tests/test_reading_f12k.py::test_the_time_to_target_verdict_says_what_accumulation_cost_in_steps'),
 }
 # fmt: on
 
