@@ -358,6 +358,10 @@ COVERAGE = {
     "course_lib.lessons.l12_hyperparameter_search.tpe_gap_reading": (
         'tests/test_reading_f12j.py::test_tpes_best_is_set_against_one_configurations_training_seed_spread',
         'tests/test_reading_f12j.py::test_tpes_best_is_set_against_one_configurations_training_seed_spread'),
+    # f12k
+    "course_lib.lessons.l13_multi_node.ttt_steps_reading": (
+        'tests/test_reading_f12k.py::test_the_time_to_target_verdict_says_what_accumulation_cost_in_steps',
+        'tests/test_reading_f12k.py::test_the_time_to_target_verdict_says_what_accumulation_cost_in_steps'),
 }
 # fmt: on
 

@@ -265,11 +265,33 @@ def link_rate(rows: list[dict], ranks: int = 2) -> dict:
     alpha, beta = cost.fit_alpha_beta([r["size_bytes"] for r in rows], [r["time_s"] for r in rows])
     a_link, b_link = cost.link_alpha_beta_from_ring_fit(alpha, beta, ranks)
     return {"alpha_s": a_link, "beta_s_per_byte": b_link, "rate_bits_per_s": 8 / b_link if b_link > 0 else None,
-            "fit": cost.fit_text(alpha, beta)}
+            "fit": cost.fit_text(alpha, beta), "alpha_err_s": alpha_error(rows, ranks)}
 
 
-def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolerance: float = LINK_TOLERANCE) -> str:
-    """What the fit says about the link, on each path (a set rate exists only on the virtual cluster)."""
+def alpha_error(rows: list[dict], ranks: int = 2) -> float | None:
+    """The jackknife standard error of :func:`link_rate`'s per-message alpha: the fit redone without each size in
+    turn, ``sqrt((m-1)/m * sum (a_i - mean)^2)``; None with fewer than 3 distinct sizes (no fit is left to redo).
+
+    read f12k 13-C1 (twelfth full run): "Its 516 us per message ... is what a message costs gloo's processes on this
+    machine's cores, on loopback as across the links" beside a loopback fit of 977 us: two intercepts can be called
+    one cost only when they agree within their errors, and a fit gave none."""
+    sizes = sorted({r["size_bytes"] for r in rows})
+    if len(sizes) < 3:
+        return None
+    alphas = []
+    for drop in sizes:
+        kept = [r for r in rows if r["size_bytes"] != drop]
+        a, b = cost.fit_alpha_beta([r["size_bytes"] for r in kept], [r["time_s"] for r in kept])
+        alphas.append(cost.link_alpha_beta_from_ring_fit(a, b, ranks)[0])
+    m, mean = len(alphas), sum(alphas) / len(alphas)
+    return math.sqrt((m - 1) / m * sum((a - mean) ** 2 for a in alphas))
+
+
+def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolerance: float = LINK_TOLERANCE,
+                 near: dict | None = None) -> str:
+    """What the fit says about the link, on each path (a set rate exists only on the virtual cluster). ``near``: the
+    loopback fit (:func:`link_rate` within one node), whose intercept the links' is read against
+    (:func:`_intercepts`)."""
     rate = fit["rate_bits_per_s"]
     if path == "model":
         return ("PREDICTION, not a measurement: no cluster here, so no link was measured; lesson 09's model assumes "
@@ -282,15 +304,41 @@ def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolera
                 "message, as gloo's TCP sees it (NCCL over InfiniBand would see more).")
     ratio = rate / set_rate_bits_per_s
     # the virtual cluster sets a rate only (vc.LATENCY_NOTE): the fit's intercept is no latency of the link
-    alpha = (f" Its {fit['alpha_s'] * 1e6:.0f} us per message is not the link's latency (the virtual cluster "
-             "emulates none, only a rate): it is what a message costs gloo's processes on this machine's cores, on "
-             "loopback as across the links.")
+    alpha = _intercepts(fit, near)
     if abs(ratio - 1) <= tolerance:
         return (f"the fit recovers the link: {_bits(rate)} against the {_bits(set_rate_bits_per_s)} it was set to "
                 f"({ratio:.0%}, within the {tolerance:.0%} tolerance); on loopback there is no link to find." + alpha)
     return (f"the fit does NOT recover the link: {_bits(rate)} against {_bits(set_rate_bits_per_s)} set ({ratio:.0%}, "
             f"outside {tolerance:.0%}). " + ("Something slower than the link set the pace (a busy CPU, too few "
                                              "iterations)." if ratio < 1 else "The shaping did not hold.") + alpha)
+
+
+def _intercepts(far: dict, near: dict | None) -> str:
+    """The links' intercept read against the loopback one, on the virtual cluster (which emulates no latency).
+
+    read f12k 13-C1 (twelfth full run): "Its 516 us per message is not the link's latency ...: it is what a message
+    costs gloo's processes on this machine's cores, on loopback as across the links" where the table right above gave
+    977.3 us on loopback and 516.4 us across the links (1.9x apart on the same cores): one cost only when the two
+    agree within their errors (:func:`alpha_error`, the sum of both); otherwise both are quoted and left apart."""
+    from ..tables import cell_text as _fmt  # the link table's own cells (read f12k 13-S2: one number, one precision)
+
+    a_far = _fmt(far["alpha_s"] * 1e6)
+    none = " (the virtual cluster emulates none, only a rate)"
+    if near is None:
+        return f" Its {a_far} us per message is not the link's latency{none}."
+    a_near = _fmt(near["alpha_s"] * 1e6)
+    e_far, e_near = far.get("alpha_err_s"), near.get("alpha_err_s")
+    both = f"{a_near} us per message on loopback and {a_far} us across the links"
+    if e_far is None or e_near is None:
+        return (f" The two fits' intercepts, {both}, are not the link's latency{none}; the fits carry no errors to "
+                "read them against, so whether they are one cost of gloo's processes on these cores is not known.")
+    err = f"(+/- {_fmt(e_near * 1e6)} and {_fmt(e_far * 1e6)} us)"
+    if abs(near["alpha_s"] - far["alpha_s"]) <= e_near + e_far:
+        return (f" The two fits' intercepts, {both}, agree within their errors {err}: not the link's latency{none} "
+                "but one per-message cost of gloo's processes on this machine's cores.")
+    return (f" The two fits' intercepts, {both}, differ by more than their errors {err}: neither is the link's "
+            f"latency{none}, and they are not one per-message cost of gloo's processes on these cores (the links' "
+            "is what the fit leaves over once its bandwidth term is fitted).")
 
 
 def link_table(near: dict, far: dict, nodes: int, measured: bool):
@@ -362,7 +410,9 @@ def layout_table(rows: list[dict], predicted: list[dict]):
               title="NeuMF, micro-batch fixed: measured rows, then lesson 09's predictions")
     for r in list(rows) + list(predicted):
         t.add(**{"layout": r["layout"], "k": r["k"], "global batch": f"{r['global_batch']:,}",
-                 "samples/s": f"{r['samples_per_s']:,.0f}", "step (ms)": r["step_s"] * 1e3, "source": r["source"]})
+                 "samples/s": f"{r['samples_per_s']:,.0f}",
+                 # read f12k 13-S2 (twelfth full run): "563" here beside "536.7" and the time-to-target table's "563.04"
+                 "step (ms)": f"{r['step_s'] * 1e3:.2f}", "source": r["source"]})
     return t
 
 
@@ -637,6 +687,36 @@ def _model_gap(measured: list[dict], model: list[dict], noise: float = TTT_NOISE
             "measured")
 
 
+def ttt_steps_reading(rows: list[dict], noise: float = TTT_NOISE) -> str:
+    """What accumulation cost in steps to the target, from the rows' "steps to target" (the same for both layouts at
+    one k: lesson 02's steps at the global batch): a k-fold batch that takes k-fold fewer steps or more costs none;
+    otherwise each k's samples to the target against k=1's say how much more it took ("" when no two k have steps).
+
+    read f12k 13-H1 (twelfth full run): cell 12 says "Across k the table shows what accumulation costs in steps" and
+    the verdict read no steps, where they fell 4,356 -> 539 from k=1 to k=8 (8.08x for 8x the batch): none."""
+    layout = next((r["layout"] for r in rows if r["layout"].startswith("1 node x ")), rows[0]["layout"] if rows else "")
+    steps = {r["k"]: r["steps"] for r in rows if r["layout"] == layout and r["steps"]}
+    if len(steps) < 2:
+        return ""
+    ks = sorted(steps)
+    k0, k1 = ks[0], ks[-1]
+    extra = {k: steps[k] * k / (steps[k0] * k0) - 1 for k in ks[1:]}  # more samples to the target than the first k
+    worst = max(extra, key=extra.get)
+    fold = " and ".join([", ".join(f"{steps[k0] / steps[k]:.2f}x" for k in ks[1:-1]), f"{steps[k0] / steps[k1]:.2f}x"]
+                        if len(ks) > 2 else [f"{steps[k0] / steps[k1]:.2f}x"])
+    times = " and ".join([", ".join(f"{k / k0:g}x" for k in ks[1:-1]), f"{k1 / k0:g}x"] if len(ks) > 2 else
+                         [f"{k1 / k0:g}x"])
+    head = (f"steps to target fell {' -> '.join(f'{steps[k]:,.0f}' for k in ks)} from k={k0} to k={k1} ({fold} fewer "
+            f"for {times} the batch)")
+    if extra[worst] < 0.005:  # under the 1 % the next clause prints: k-fold as the folds above print
+        return head + ": k-fold fewer or more at every k, so accumulation cost no steps here"
+    if extra[worst] <= noise:
+        return (head + f": at most {extra[worst]:.0%} more samples to the target (k={worst}), within the {noise:.0%} "
+                "noise band, so accumulation cost about no steps here")
+    return (head + f": fewer than k-fold, so accumulation cost steps: at k={worst} {extra[worst]:.0%} more samples to "
+            f"the target than at k={k0}")
+
+
 def ttt_verdict(measured: list[dict], model: list[dict], margin: float = TTT_MARGIN, noise: float = TTT_NOISE) -> str:
     """At which k the W nodes' time to target comes within ``margin`` of one node's, measured and by lesson 09's
     model, and whether they agree; read from the rows of :func:`ttt_rows` (the same steps for both layouts at one
@@ -648,8 +728,9 @@ def ttt_verdict(measured: list[dict], model: list[dict], margin: float = TTT_MAR
     near = next((n for n in names if n.startswith("1 node x ")), "1 node x W")
     pred, hp = _ttt_reading(model, margin, 0.0)  # a prediction has no timing noise to allow for
     if not measured:
+        steps = ttt_steps_reading(model, noise)  # read f12k 13-H1: what accumulation cost in steps
         return (f"time to target, {far} over {near}, PREDICTED by lesson 09's model only (no cluster measured "
-                f"here): {pred}.")
+                f"here): {pred}." + (f" Across k, {steps}." if steps else ""))
     meas, hm = _ttt_reading(measured, margin, noise)
     if "cannot decide" in (hm["status"], hp["status"]):
         agree = "Whether the model agrees cannot be decided from these rows"
@@ -662,8 +743,10 @@ def ttt_verdict(measured: list[dict], model: list[dict], margin: float = TTT_MAR
     best = ""
     if best_m:
         best = (f" Fastest measured: {best_m['layout']} at k={best_m['k']} ({best_m['time_to_target_s']:.2f} s).")
+    steps = ttt_steps_reading(measured or model, noise)  # read f12k 13-H1: what accumulation cost in steps
+    steps = f" Across k, {steps}." if steps else ""
     return (f"time to target, {far} over {near}, measured ({', '.join(src)}): {meas}. Lesson 09's model: {pred}. "
-            f"{agree}.{best}")
+            f"{agree}.{steps}{best}")
 
 
 # --------------------------------------------------------------------------- figures
@@ -802,7 +885,8 @@ def hierarchy_table(rows: list[dict]):
 
     t = Table(["bytes", "algorithm", "time (ms)"], title="flat ring against two-level, 2 nodes x 2 ranks")
     for r in rows:
-        t.add(**{"bytes": f"{r['size_bytes']:,}", "algorithm": r["algorithm"], "time (ms)": r["time_s"] * 1e3})
+        # read f12k 13-S2 (twelfth full run): "2185" here where the verdict says "2184.8 ms": the verdict's :.1f
+        t.add(**{"bytes": f"{r['size_bytes']:,}", "algorithm": r["algorithm"], "time (ms)": f"{r['time_s'] * 1e3:.1f}"})
     return t
 
 
@@ -1030,6 +1114,7 @@ def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int 
     if slow_rate:
         c.set_rate(slow_rate)
     try:
+        t_start = time.monotonic()
         job = _start_job(c, workdir, "interrupted", port + 1, nproc, base + ["--checkpoint-dir", str(lost_dir)])
         deadline = time.monotonic() + timeout_s
         while not (lost_dir / CHECKPOINT_NAME).exists():
@@ -1039,6 +1124,7 @@ def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int 
                 raise RuntimeError("the job ended or stalled before its first checkpoint")
             time.sleep(0.02)
         t_kill = time.monotonic()
+        written_s = time.time() - (lost_dir / CHECKPOINT_NAME).stat().st_mtime  # the checkpoint's age at the kill
         killed = c.kill_node(lost)
         survivor = c.nodes[0].name
         code = job["procs"][survivor].wait(timeout_s)
@@ -1071,6 +1157,7 @@ def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int 
             "lost_node": lost, "killed_processes": len(killed), "step_at_loss": step_at_loss,
             "survivor_exit": code, "noticed_s": noticed_s, "message": said, "left_after": len(left),
             "reference_s": reference_s, "resumed_s": resumed_s, "resumed_steps": s_res, "reference_steps": s_ref,
+            "interrupted_s": t_kill - t_start, "kill_after_checkpoint_s": max(0.0, written_s),
             "max_relative_difference": max_relative_difference(m_res, m_ref),
             "final_hr": {"uninterrupted": rec_ref["final_hr"], "resumed": rec_res["final_hr"]},
             "collective_timeout_s": 300}
@@ -1098,8 +1185,36 @@ def node_loss_verdict(r: dict, tolerance: float = 1e-6, hr_tolerance: float = 2e
               f"parameters within {r['max_relative_difference']:.1e} of the uninterrupted run's")
     tail = (f"Resubmitted with the same checkpoint folder it resumed at step {r['step_at_loss']} and ended at step "
             f"{r['resumed_steps']} with {params} and HR@10 {hr['resumed']:.4f} against {hr['uninterrupted']:.4f}: ")
+    cost_line = "\n" + node_loss_cost(r)
     if same and d_hr <= hr_tolerance:
         return head + tail + ("the same result" + ("" if exact else " (up to float rounding)")
-                              + ", as a checkpoint promises.")
+                              + ", as a checkpoint promises.") + cost_line
     return head + tail + (f"NOT the same result (tolerance {tolerance:g} on the parameters, {hr_tolerance:g} on "
-                          "HR@10): something the checkpoint does not hold (the data order? the optimizer state?).")
+                          "HR@10): something the checkpoint does not hold (the data order? the optimizer state?)."
+                          + cost_line)
+
+
+def node_loss_cost(r: dict) -> str:
+    """What the lost node cost, from :func:`stage_node_loss`'s times: the resubmitted job's seconds for the steps left
+    against the uninterrupted job's for all, the steps redone (those the killed job ran past its last checkpoint:
+    fewer than ``checkpoint_every``), and, where the stage recorded the killed job's time to the kill, the whole.
+
+    read f12k 13-H2 (twelfth full run): cell 0 asks "what a lost node costs" and cell 19 gave the time to notice
+    (1.3 s) and the bitwise resume, not the resubmitted job's 17.61 s for steps 10-40 against 25.46 s for all 40."""
+    left = r["resumed_steps"] - r["step_at_loss"]
+    line = (f"What the loss cost: the resubmitted job took {r['resumed_s']:.1f} s for steps {r['step_at_loss']}-"
+            f"{r['resumed_steps']} ({left} steps, its start-up included) against {r['reference_s']:.1f} s for all "
+            f"{r['reference_steps']} uninterrupted; ")
+    after = r.get("kill_after_checkpoint_s")
+    redone = (f"steps redone: those the killed job ran past step {r['step_at_loss']}'s checkpoint, fewer than the "
+              f"{r['checkpoint_every']} between checkpoints")
+    line += redone + (f" (it was killed {after:.2f} s after that checkpoint was written)" if after is not None else
+                      "") + "; "
+    if r.get("interrupted_s") is None:
+        return line + ("the loss cost the killed job's time to the kill (not recorded in this result), "
+                       f"{r['noticed_s']:.1f} s to notice and the resubmission's {r['resumed_s']:.1f} s, against "
+                       f"{r['reference_s']:.1f} s for the uninterrupted job.")
+    total = r["interrupted_s"] + r["noticed_s"] + r["resumed_s"]
+    return line + (f"in all, the killed job's {r['interrupted_s']:.1f} s to the kill, {r['noticed_s']:.1f} s to notice "
+                   f"and the resubmission's {r['resumed_s']:.1f} s make {total:.1f} s against {r['reference_s']:.1f} s "
+                   f"uninterrupted: the loss cost {total - r['reference_s']:+.1f} s.")
