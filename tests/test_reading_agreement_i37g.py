@@ -283,6 +283,7 @@ def test_lesson_08s_verdict_quotes_the_tables_above_it():
     terms 2(p-1) alpha and log2(p) alpha from the ping-pong's alpha (cell 14)."""
     import matplotlib.pyplot as plt
     from test_collectives import ALPHA, BETA, GAMMA, _fake_collectives, _links
+    from test_reading_f12f import model_extra
 
     from course_lib.widgets import allreduce_explorer
 
@@ -317,6 +318,9 @@ def test_lesson_08s_verdict_quotes_the_tables_above_it():
                     L08.model_crossover(1024, alpha, beta, gamma) / 2**10,  # ... or KiB, as human_bytes says it
                     2 * 1023 * alpha * 1e3, 10 * alpha * 1e3,  # the latency terms, ms
                     1024, 100, 2, 1])  # P_FAR, GRADIENT_MIB; the "2(p-1)" of the formula
+        if ran:  # read f12f 08-H2: the last line counts the links' crossovers the model placed (the links' table)
+            rows = L08.links_crossover_rows(links, gamma)
+            extra += _cells(L08.links_table(rows, L08.ring_tree_rows(shown), links)) + model_extra(links, gamma)
         assert disagreements(text, tables[0], extra=extra) == [], text
     assert "Measured on the independent links" in texts[0] and "did not show" in texts[1]
     assert "Measured on the independent links at p = 4 this did not show" in texts[2]
@@ -357,6 +361,7 @@ def test_lesson_08s_links_reading_quotes_the_links_tables():
     import os
 
     from test_collectives import HOST_SIZES, HOST_US, _links
+    from test_reading_f12f import tied_extra
 
     host = _host()
     for links in (_links(), _links(HOST_SIZES, HOST_US)):
@@ -366,7 +371,9 @@ def test_lesson_08s_links_reading_quotes_the_links_tables():
         tables = [L08.links_table(rows, ratios, links), L08.ring_tree_table(L08.ring_tree_rows(host), ratios, links)]
         seen = [r["alpha_seen_s"] / r["alpha_s"] for r in rows if r["alpha_seen_s"] and r["alpha_s"]]
         extra = (_cells(tables[1]) + seen + list(range(2 * len(rows) + 1)) + [2 * (p - 1) for p in (2, 3, 4)]
-                 + [os.cpu_count(), L08.TIE_WITHIN, 2, 1, 8])  # 8: "lesson 08's caveat"
+                 + [os.cpu_count(), L08.TIE_WITHIN, 2, 1, 8]  # 8: "lesson 08's caveat"
+                 + tied_extra(links))  # read f12f 08-H1: the tied rounds' times, which no table shows
+
         assert disagreements(text, tables[0], extra=extra) == [], text
     off = L08.links_reading({"ran": False, "why": "the virtual cluster needs root"}, host)
     assert disagreements(off, L08.ring_tree_table(L08.ring_tree_rows(host)), extra=[L08.TIE_WITHIN, 2, 1, 8]) == [], \

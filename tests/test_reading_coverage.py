@@ -362,6 +362,10 @@ COVERAGE = {
     "course_lib.lessons.l13_multi_node.ttt_steps_reading": (
         'tests/test_reading_f12k.py::test_the_time_to_target_verdict_says_what_accumulation_cost_in_steps',
         'tests/test_reading_f12k.py::test_the_time_to_target_verdict_says_what_accumulation_cost_in_steps'),
+    # f12f
+    "course_lib.lessons.l08_collectives.compression_takeaway": (
+        'tests/test_reading_f12f.py::test_the_error_feedback_takeaway_follows_the_held_out_runs',
+        'tests/test_reading_f12f.py::test_the_error_feedback_takeaway_follows_the_held_out_runs'),
 }
 # fmt: on
 

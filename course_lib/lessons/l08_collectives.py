@@ -199,6 +199,35 @@ def _other_p(result: CollectivesResult, p: int, alpha: float, beta: float, gamma
             + "): on this host the model's crossover did not hold at every p")
 
 
+def _fewest_rounds(result: CollectivesResult, p: int, below: float) -> str:
+    """Whether the fewest rounds won below the ring's measured crossover at ``p``: the all-reduce table's "fastest"
+    column at those sizes, counted per algorithm, with each course algorithm's rounds.
+
+    read f12f 08-S1 (twelfth full run): md 19's "the fewest rounds win (recursive doubling: log2 p)" over a p = 4
+    table whose fastest, below the 1.9 MiB crossover, was the tree (4 rounds) at 4 B, 64 B, 1 KiB and 64 KiB and
+    recursive doubling (2 rounds) at 16 B, 256 B, 4 KiB and 1 MiB (the backend at 16 KiB and 256 KiB)."""
+    names = [a for a in result.algorithms if len(result.times(p, a)[0])]
+    n = result.times(p, names[0])[0] if names else np.array([])
+    sizes = [i for i, x in enumerate(n) if x < below]
+    if not sizes:
+        return ""
+    winners = [min(names, key=lambda a: result.times(p, a)[1][i]) for i in sizes]
+    course = [a for a in ALGORITHM_SCHEDULES if a in names]
+    fewest = min(course, key=lambda a: _rounds(a, p))
+
+    def label(a: str) -> str:
+        if a in ALGORITHM_SCHEDULES:
+            return f"{'the tree' if a == 'tree' else a} ({_rounds(a, p)} rounds)"
+        return f"the {a}" if a == "backend" else a
+
+    where = f" Below {_size(below)} at p = {p}"
+    if all(w == fewest for w in winners):
+        return f"{where} the fewest rounds won: {label(fewest)} was the fastest at all {len(sizes)} sizes."
+    counts = sorted(dict.fromkeys(winners), key=lambda a: -winners.count(a))
+    return (f"{where} the fewest rounds did not decide: the table's fastest at those {len(sizes)} sizes was "
+            + ", ".join(f"{label(a)} at {winners.count(a)}" for a in counts) + ".")
+
+
 def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0, p_far: int = 1024,
             gradient_bytes: float = 100 * 2**20, links: dict | None = None) -> str:
     """What the learner's numbers say: crossovers here, and what they predict for ``p_far`` ranks; with ``links``
@@ -223,7 +252,7 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
                      f"{_size(measured)} on, {under} (measured; of these two: the table above "
                      f"says which algorithm was fastest at each size); the alpha-beta-gamma model with your "
                      f"ping-pong's alpha and beta puts their crossover at {_size(model)}"
-                     f"{_other_p(result, p, alpha, beta, gamma)}.")
+                     f"{_other_p(result, p, alpha, beta, gamma)}.{_fewest_rounds(result, p, measured)}")
     elif len(n) and (t_ring <= t_rd).all():
         lines.append(
             f"At p = {p} on this machine the ring was at least as fast as recursive doubling at every size "
@@ -250,7 +279,7 @@ def verdict(result: CollectivesResult, alpha: float, beta: float, gamma: float =
         gradient_line += (f"; Rabenseifner's reduce-scatter + all-gather, {t_rab * 1e3:.4g} ms, is cheaper than "
                           f"both ({min(t_ring, t_rd) / t_rab:.3g}x the faster of them)")
     lines.append(gradient_line + ".")
-    lines.append(links_small_large(links, result))
+    lines.append(links_small_large(links, result, gamma))
     return "\n".join(lines)
 
 
@@ -522,6 +551,64 @@ def _rounds(algorithm: str, p: int) -> int:
     return len(SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, 64).rounds)
 
 
+def _messages_per_round(algorithm: str, p: int) -> float:
+    from ..comm.collectives import SCHEDULES
+
+    rounds = SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, 64).rounds
+    return sum(len(r) for r in rounds) / len(rounds)
+
+
+def _below_crossover(result: CollectivesResult, p: int, small: str, measured: float | None) -> list[tuple]:
+    """(size, ``small``'s time, the ring's) at each size of the sweep below the measured ring/``small`` crossover
+    (every size where the ring never caught up)."""
+    n, t_small = result.times(p, small)
+    _, t_ring = result.times(p, "ring")
+    return [(int(x), float(a), float(b)) for x, a, b in zip(n, t_small, t_ring) if measured is None or x < measured]
+
+
+def _tied_rounds(result: CollectivesResult, ties: list[tuple[int, str, float | None]]) -> str:
+    """The clause on the crossovers the model cannot place: the ring against an algorithm of as many rounds at ``p``,
+    which the model ties on latency (its crossover: every size), read from the times below the measured crossover.
+
+    read f12f 08-H1 (twelfth full run): "(p = 2 ring/tree, p = 3 ring/tree: the same number of rounds, so the model
+    ties them on latency and noise picks the small-message winner)" where the links' saved times had the tree ahead
+    of the ring at all 6 sizes below the two crossovers (911 against 2199 us at 1 KiB, 561 against 2014 at 8 KiB,
+    503 against 950 at 64 KiB at p = 2; 1075/1832, 693/2354, 1121/1752 at p = 3), by 1.6x to 3.6x: one sign at every
+    size is not noise. "Noise" now only where the winner was mixed; where the small-message side won at every size,
+    the times it won by are printed (the links' times table shows only the largest p), with each side's time per
+    round at the smallest size and how many messages a round of each carries."""
+    mixed, steady = [], []
+    for p, small, measured in ties:
+        below = _below_crossover(result, p, small, measured)
+        won = [b for b in below if b[1] < b[2]]
+        (steady if below and len(won) == len(below) else mixed).append((p, small, below, won))
+    name = lambda a: "the tree" if a == "tree" else a  # noqa: E731
+    parts = []
+    if steady:
+        names = " / ".join(sorted({name(small) for _, small, _, _ in steady}))
+        count = sum(len(below) for _, _, below, _ in steady)
+        ratios = [ring / t for _, _, below, _ in steady for _, t, ring in below]
+        times = "; ".join(f"p = {p}: " + ", ".join(f"{t * 1e6:.0f} against {ring * 1e6:.0f} us at {_size(n)}"
+                                                     for n, t, ring in below) for p, _, below, _ in steady)
+        per_round = "; ".join(
+            f"p = {p}: {name(small)}'s {below[0][1] / _rounds(small, p) * 1e6:.0f} us "
+            f"({_messages_per_round(small, p):g} message(s) a round), the ring's "
+            f"{below[0][2] / _rounds('ring', p) * 1e6:.0f} us ({_messages_per_round('ring', p):g})"
+            for p, small, below, _ in steady)
+        parts.append(
+            f". At {' and '.join(f'p = {p}' for p, _, _, _ in steady)} the ring and {names} have the same number of "
+            f"rounds, so the model ties them on latency; yet {names} was faster at all {count} sizes below the "
+            f"measured crossover ({name(steady[0][1])} against the ring, {times}), by {min(ratios):.1f}x to "
+            f"{max(ratios):.1f}x: the same sign at every size, not noise. A round at the smallest size, {per_round}: "
+            "the ring's rounds, every rank sending and receiving at once, took longer")
+    if mixed:
+        parts.append(". " + "; ".join(
+            f"At p = {p} the ring and {name(small)} have the same number of rounds and the model ties them on latency: "
+            f"{name(small)} was faster at {len(won)} of the {len(below)} sizes below the measured crossover"
+            for p, small, below, won in mixed) + ": noise picks the small-message winner there")
+    return "".join(parts)
+
+
 def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> str:
     """What the independent links showed about ring and tree, against the model and against the host -- or,
     where the virtual cluster could not run, why they tie on one host (computed from the host's sweep)."""
@@ -546,13 +633,12 @@ def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> s
             "one step of the sweep "
             f"({_size(sizes[0])} to {_size(sizes[-1])})")
     if bad:
-        ties = [f"p = {p} ring/{small}" for p, small, c in bad
+        ties = [(p, small, c["measured"]) for p, small, c in bad
                 if c["model"] == 0 and _rounds("ring", p) == _rounds(small, p)]
         text += "; off: " + ", ".join(f"p = {p} ring < {small} measured from {_size(c['measured'])}, modelled "
                                       f"{_size(c['model'])}" for p, small, c in bad)
         if ties:
-            text += (f" ({', '.join(ties)}: the same number of rounds, so the model ties them on latency and noise "
-                     "picks the small-message winner)")
+            text += _tied_rounds(result, ties)
         top = rows[-1]
         if top["alpha_seen_s"]:
             text += (f". At the smallest size each of the ring's {_rounds('ring', top['p'])} rounds at p = "
@@ -567,25 +653,67 @@ def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> s
     return "\n".join(lines)
 
 
-def links_small_large(links: dict | None, result: CollectivesResult) -> str:
+def links_small_large(links: dict | None, result: CollectivesResult, gamma: float = 0.0) -> str:
     """The closing clause of the verdict: whether small messages wanting the tree/butterfly and large ones the
-    ring was seen here (on the links if they ran, else on the host), or only predicted."""
+    ring was seen here (on the links if they ran, else on the host), or only predicted; on the links, how many of
+    their crossovers the model placed (:func:`links_model_clause`)."""
     ran = bool(links and links.get("ran"))
     res = links_collectives(links) if ran else result
     p = max(res.world_sizes)
     n, t_ring = res.times(p, "ring")
     fast = [min(res.times(p, a)[1][i] for a in ("tree", "recursive doubling")) for i in range(len(n))] if len(n) else []
     where = "on the independent links" if ran else "on this host"
+    model = links_model_clause(links, gamma) if ran else ""
     if len(n) and fast[0] < t_ring[0] and t_ring[-1] <= fast[-1]:
         # #37 (read r10d, S): "the tree/butterfly won" where the tree took 2463 us and the butterfly 4587: the winner
         small = min(("tree", "recursive doubling"), key=lambda a: res.times(p, a)[1][0])
         small = "the tree" if small == "tree" else "recursive doubling (the butterfly)"
         return (f"Measured {where} at p = {p}: {small} won the smallest message and the ring the largest: "
-                "why NCCL picks its algorithm per size and scale.")
+                f"why NCCL picks its algorithm per size and scale.{model}")
     return (f"Measured {where} at p = {p} this did not show (ring/fastest other at {_size(n[0]) if len(n) else '-'}: "
             f"{t_ring[0] / fast[0]:.2f}x, at {_size(n[-1]) if len(n) else '-'}: {t_ring[-1] / fast[-1]:.2f}x); the "
             "model's prediction, that small messages want the tree/butterfly and large ones the ring, is why NCCL "
-            "picks its algorithm per size and scale." if len(n) else "No all-reduce times to read.")
+            f"picks its algorithm per size and scale.{model}" if len(n) else "No all-reduce times to read.")
+
+
+def _from(n: float | None) -> str:
+    """A crossover as a clause: "from 365.8 KiB", "at every size", "never"."""
+    return "never" if n is None else "at every size" if n == 0 else f"from {_size(n)}"
+
+
+def links_model_clause(links: dict, gamma: float = 0.0) -> str:
+    """How many of the links' crossovers (ring against the tree and recursive doubling, at each p) the model placed
+    within one step of the sweep (:func:`crossover_agrees`, as :func:`links_reading` counts them), and by how much
+    the others were off: the measured size against the modelled, as a factor where the model gave a size.
+
+    read f12f 08-H2 (twelfth full run): the verdict's "Measured on the independent links at p = 4: the tree won the
+    smallest message and the ring the largest: why NCCL picks its algorithm per size and scale" read the links only
+    in order, where the links' table above gave 1 of 6 crossovers within one step of the model's (492.2 KiB against
+    5.2 MiB, 122.9 KiB against 5.2 KiB, 195.7 KiB against 7.0 KiB; and from 365.8 KiB and 80.5 KiB where the model
+    had the ring ahead at every size): said of the host, not of the links."""
+    rows = links_crossover_rows(links, gamma)
+    sizes = sorted({r["size_bytes"] for r in links["allreduce"]})
+    pairs = [(r["p"], small, r[small]) for r in rows for small in ("tree", "recursive doubling")]
+    bad = [(p, small, c) for p, small, c in pairs if not crossover_agrees(c["measured"], c["model"], sizes)]
+    if not pairs:
+        return ""
+    if not bad:
+        return (f" Where the links' algorithms cross, the model's sizes agreed within one step of the sweep at "
+                f"{'both' if len(pairs) == 2 else f'all {len(pairs)}'} (the links' table above).")
+    sized = [(p, small, c) for p, small, c in bad if c["measured"] and c["model"]]
+    other = [(p, small, c) for p, small, c in bad if not (c["measured"] and c["model"])]
+    off = []
+    if sized:
+        off.append("off by " + ", ".join(
+            f"{max(c['measured'] / c['model'], c['model'] / c['measured']):.1f}x at p = {p} ring/{small} "
+            f"({_size(c['measured'])} measured, {'above' if c['measured'] > c['model'] else 'below'} the model's "
+            f"{_size(c['model'])})" for p, small, c in sized))
+    if other:
+        off.append(", ".join(f"p = {p} ring/{small} measured {_from(c['measured'])}, modelled {_from(c['model'])}"
+                             for p, small, c in other))
+    return (f" Where the links' algorithms cross, the model's sizes agreed within one step of the sweep at "
+            f"{len(pairs) - len(bad)} of {len(pairs)} (the links' table above); the other {len(bad)}: "
+            + "; ".join(off) + ".")
 
 
 # --------------------------------------------------------------------------- communication-efficient data parallelism
@@ -877,6 +1005,57 @@ def topk_reading(summary: list[dict], model: str, ef: str = "top-0.1% + error fe
                 f"the largest.")
     return (f"{model}: no measurable difference here: {nums}. In this many steps the dropped entries did not "
             f"matter more than seed noise (with more steps, or a smaller density, they do).")
+
+
+def compression_takeaway(summary: list[dict], ef: str = "top-0.1% + error feedback",
+                         no_ef: str = "top-0.1%, no error feedback") -> str:
+    """The takeaway on error feedback, from these runs (per model, as :func:`topk_reading` reads them: the training
+    loss seed by seed, then the held-out metric's steps lost, the quality measure the verdict prices), then the
+    literature's claim, quoted as the literature's, with whether these runs bear it out.
+
+    read f12f 08-H3 (twelfth full run): md 41's static "Error feedback is what makes aggressive compression safe: it
+    does not lose information, it postpones it", stated as a finding over runs where it changed nothing held-out
+    (NeuMF: HR@10 0.3579..0.3687 without, 0.3609..0.3667 with, 0 and 0 of 128 steps lost; BERT-mini: no measurable
+    difference in training loss, 3 and 3 of 32 steps lost)."""
+    said, helped, hurt = [], [], []
+    for model in dict.fromkeys(r["model"] for r in summary):
+        a, b = _row(summary, model, no_ef), _row(summary, model, ef)
+        if a is None or b is None:
+            continue
+        worse = measurably_worse(a["final_losses"], b["final_losses"])
+        train = ("one seed each, so the training loss cannot tell" if worse is None else
+                 "without it top-k ended measurably worse in training loss" if worse else
+                 "no measurable difference in training loss")
+        lost = f"{a['steps_lost']} and {b['steps_lost']} of {a['steps']} steps lost without and with"
+        metric = a["metric_name"] if a["metric_name"].startswith("held-out") else f"held-out {a['metric_name']}"
+        if a["steps_lost"] > b["steps_lost"]:
+            held = f"and worse on {metric}{' too' if worse else ''} ({lost})"
+            helped.append(model)
+        elif a["steps_lost"] < b["steps_lost"]:
+            held = f"and on {metric} error feedback lost more ({lost})"
+            hurt.append(model)
+        else:
+            held = f"and no difference on {metric} ({lost})"
+        said.append(f"{model}: {train}, {held}")
+    if not said:
+        return "Error feedback: the top-k runs with and without it are missing, so these runs do not say what it did."
+    models = len(said)
+    literature = ("In the literature (Stich, Cordonnier and Jaggi's Sparsified SGD with Memory; Lin et al.'s Deep "
+                  "Gradient Compression) "
+                  "error feedback is what makes aggressive compression safe: it does not lose information, it "
+                  "postpones it")
+    if helped and len(helped) == models:
+        here = "these runs bear that out on the held-out metric"
+    elif helped:
+        here = (f"these runs bear that out on the held-out metric for {', '.join(helped)} only"
+                + (f" (for {', '.join(hurt)} error feedback lost more steps)" if hurt else ""))
+    elif hurt:
+        here = (f"in these runs it did not: held out, error feedback lost more steps for {', '.join(hurt)} and "
+                "fewer for none")
+    else:
+        here = ("in runs this short it changed nothing the held-out metric could see, so they neither bear the "
+                "claim out nor refute it")
+    return f"Error feedback, measured here: {'; '.join(said)}. {literature}; {here}."
 
 
 def powersgd_reading(summary: list[dict], model: str, method: str = "PowerSGD rank 4", goal: float = 10.0) -> str:
