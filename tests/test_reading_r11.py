@@ -126,3 +126,18 @@ def test_the_bracket_figure_labels_its_bars_with_the_tables_fractions():
     assert {"all", "1/2", "1/4", "1/8", "1/16"} <= labels and "12" not in labels, labels
     table = str(L12.brackets_table(brackets, 1.0))
     assert "1/8" in table and "1/16" in table
+
+
+def test_one_sign_at_every_size_is_not_called_more_than_noise_where_the_leads_are_close():
+    """Lessons 08-13 re-run on the twelfth run's results after f12f: "the tree was faster at all 7 sizes below the
+    measured crossover (... 1866 against 1906 us at 64 KiB, 4160 against 4163 us at 512 KiB ...), by 1.0x to 2.8x:
+    the same sign at every size, not noise": a 0.07 % lead among them. Opposites: every lead clear (the twelfth
+    run's 1.6x-3.6x), and every lead close."""
+    from course_lib.lessons import l08_collectives as L08
+
+    rerun = [1006 / 361, 842 / 423, 1906 / 1866, 4163 / 4160, 1945 / 979, 2071 / 1112, 2140 / 1021]
+    text = L08._sign_clause(rerun)
+    assert text == ("the same sign at every size, by more than 10% at 5 of them, not noise; at the other 2 by less, "
+                    "too close for one timing each to tell"), text
+    assert L08._sign_clause([1.6, 2.4, 3.6]) == "the same sign at every size, not noise"
+    assert "does not tell from noise" in L08._sign_clause([1.001, 1.05])

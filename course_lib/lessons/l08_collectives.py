@@ -599,7 +599,7 @@ def _tied_rounds(result: CollectivesResult, ties: list[tuple[int, str, float | N
             f". At {' and '.join(f'p = {p}' for p, _, _, _ in steady)} the ring and {names} have the same number of "
             f"rounds, so the model ties them on latency; yet {names} was faster at all {count} sizes below the "
             f"measured crossover ({name(steady[0][1])} against the ring, {times}), by {min(ratios):.1f}x to "
-            f"{max(ratios):.1f}x: the same sign at every size, not noise. A round at the smallest size, {per_round}: "
+            f"{max(ratios):.1f}x: {_sign_clause(ratios)}. A round at the smallest size, {per_round}: "
             "the ring's rounds, every rank sending and receiving at once, took longer")
     if mixed:
         parts.append(". " + "; ".join(
@@ -607,6 +607,25 @@ def _tied_rounds(result: CollectivesResult, ties: list[tuple[int, str, float | N
             f"{name(small)} was faster at {len(won)} of the {len(below)} sizes below the measured crossover"
             for p, small, below, won in mixed) + ": noise picks the small-message winner there")
     return "".join(parts)
+
+
+CLOSE_LEAD = 0.10  # a lead under 10 %: what one timing per size does not tell from the run-to-run movement
+
+
+def _sign_clause(ratios: list[float]) -> str:
+    """Whether one sign at every size is more than noise: it is where the leads are clear of :data:`CLOSE_LEAD`;
+    leads under it, at the sizes nearest the crossover, are said to be too close for one timing each.
+
+    Read (lead, re-run of lessons 08-13 on the twelfth run's results, after f12f): "4160 against 4163 us at 512 KiB
+    ..., by 1.0x to 2.8x: the same sign at every size, not noise", a lead of 0.07 % called not noise."""
+    close = [r for r in ratios if r < 1 + CLOSE_LEAD]
+    if not close:
+        return "the same sign at every size, not noise"
+    if len(close) == len(ratios):
+        return (f"the same sign at every size, but by less than {CLOSE_LEAD:.0%} at each, which one timing per size "
+                "does not tell from noise")
+    return (f"the same sign at every size, by more than {CLOSE_LEAD:.0%} at {len(ratios) - len(close)} of them, not "
+            f"noise; at the other {len(close)} by less, too close for one timing each to tell")
 
 
 def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> str:
