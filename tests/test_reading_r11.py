@@ -141,3 +141,18 @@ def test_one_sign_at_every_size_is_not_called_more_than_noise_where_the_leads_ar
                     "too close for one timing each to tell"), text
     assert L08._sign_clause([1.6, 2.4, 3.6]) == "the same sign at every size, not noise"
     assert "does not tell from noise" in L08._sign_clause([1.001, 1.05])
+
+
+def test_the_extrapolated_k_is_written_as_a_count():
+    """Lesson 13 re-run on the twelfth run's results: "gets there at about k=9.24e+03". Opposite: a k under 1,000
+    keeps its three significant figures."""
+    from course_lib.lessons import l13_multi_node as L13
+
+    rows = []
+    for lay, a, c in (("1 node x 4", 0.02, 0.002), ("4 nodes x 1", 1.0, 0.0021)):
+        for kk in (1, 2, 4, 8):
+            rows.append({"layout": lay, "k": kk, "global_batch": 1024 * kk, "samples_per_s": 1024 * kk / (a + c * kk),
+                         "step_s": a + c * kk, "source": "virtual"})
+    k, k2, batch = L13.extrapolated_k(rows)
+    assert k > 1000 and f"gets there at about k={k:,.0f}: the next power of two, k={k2}" in L13.layout_verdict(rows)
+    assert "e+0" not in L13.layout_verdict(rows)

@@ -456,7 +456,9 @@ def _beyond(rows: list[dict], hidden_at: float) -> str:
     if got is None:
         return " (a line through each layout's step times over k gives no k that gets there)"
     k, k2, batch = got
-    return (f" (a line through each layout's step times over k gets there at about k={k:.3g}: the next power of two, "
+    # read (lead, re-run of lesson 13 on the twelfth run's results): "at about k=9.24e+03": a count in full
+    about = f"{k:,.0f}" if k >= 1000 else f"{k:.3g}"
+    return (f" (a line through each layout's step times over k gets there at about k={about}: the next power of two, "
             f"k={k2}, is a global batch of {batch:,}, which must still train to the target)")
 
 
