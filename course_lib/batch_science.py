@@ -29,6 +29,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from .metrics import jackknife_stderr
+
 LossFn = Callable[[torch.nn.Module, object], torch.Tensor]  # (model, batch) -> mean loss, 0-d
 
 
@@ -100,13 +102,10 @@ def two_batch_estimates(sq_small: float, sq_big: float, b_small: int, b_big: int
 
 def _ratio_stderr(g2s: list[float], traces: list[float]) -> float:
     """Jackknife standard error of ``mean(trace) / mean(g2)`` over the repeats."""
-    n = len(g2s)
-    if n < 2:
+    if len(g2s) < 2:
         return math.nan
     sg, st = sum(g2s), sum(traces)
-    loo = [(st - t) / (sg - g) if sg - g != 0 else math.nan for g, t in zip(g2s, traces)]
-    m = sum(loo) / n
-    return math.sqrt((n - 1) / n * sum((x - m) ** 2 for x in loo))
+    return jackknife_stderr([(st - t) / (sg - g) if sg - g != 0 else math.nan for g, t in zip(g2s, traces)])
 
 
 def noise_scale(model: torch.nn.Module, loss_fn: LossFn, sample: Callable[[int], object], b_small: int, b_big: int,
@@ -182,11 +181,7 @@ def pooled_noise_scale(measurements: Sequence[tuple[Sequence[float], Sequence[fl
             dg = (n * mg[i] - gj) / (n - 1) - mg[i]
             dt = (n * mt[i] - tj) / (n - 1) - mt[i]
             loo.append((st + dt) / (sg + dg) if sg + dg != 0 else math.nan)
-    k = len(loo)
-    if k < 2:
-        return st / sg, math.nan
-    m = sum(loo) / k
-    return st / sg, math.sqrt((k - 1) / k * sum((x - m) ** 2 for x in loo))
+    return st / sg, jackknife_stderr(loo)
 
 
 def least_squares_noise_scale(delta_sq_norm: float, dim: int, noise_var: float) -> dict:

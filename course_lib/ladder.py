@@ -252,10 +252,17 @@ def _pace_of(r: dict) -> float | None:
     return (r.get("pace") or {}).get("rate")
 
 
+def pace_drift(pace: dict | None) -> float | None:
+    """How far the yardstick's pace moved over a lesson's runs, signed (``after / before - 1`` of :meth:`Pace.finish`'s
+    record); None when it was not timed both times."""
+    p = pace or {}
+    return p["after"] / p["before"] - 1 if p.get("before") and p.get("after") else None
+
+
 def _pace_moved(r: dict) -> float:
     """How far the yardstick's pace moved between the start and the end of a rung's lesson (0 unknown)."""
-    p = r.get("pace") or {}
-    return abs(p["after"] / p["before"] - 1) if p.get("before") and p.get("after") else 0.0
+    drift = pace_drift(r.get("pace"))
+    return abs(drift) if drift is not None else 0.0
 
 
 def run_off_pace(pace: dict | None) -> float | None:
@@ -438,6 +445,11 @@ def _own_comparison(r: dict) -> str:
             + f": {r['reason']}")
 
 
+def _capitalized(text: str) -> str:
+    """``text`` with its first letter upper-cased and the rest as it is (``str.capitalize`` lowers the rest)."""
+    return text[:1].upper() + text[1:]
+
+
 def _below_cell(r: dict) -> str:
     vs = r.get("vs_previous")
     if vs is None:
@@ -548,7 +560,7 @@ def ladder_reading(directory: Path | None = None) -> str:
         lines.append(f"{r.get('name') or r['step']} was slower than {r.get('previous_name') or r['previous_step']!r} "
                      f"({cell})"
                      # read f12d 06-H3: the lesson's own comparison in its own sentence, not the verdict's reason
-                     + (f". {_own_comparison(r)[0].upper()}{_own_comparison(r)[1:]}" if r.get("reason") else ""))
+                     + (". " + _capitalized(_own_comparison(r)) if r.get("reason") else ""))
     for r in rows:
         if not r.get("time_to_target_s"):
             lines.append(f"{r.get('name') or r['step']}: "

@@ -86,6 +86,16 @@ def speedup(baseline_s: float | None, new_s: float | None) -> float | None:
     return baseline_s / new_s
 
 
+def jackknife_stderr(leave_one_out: Sequence[float]) -> float:
+    """The jackknife standard error from the leave-one-out estimates of a statistic: ``sqrt((k-1)/k * sum (x_i -
+    mean)^2)`` over its ``k`` estimates; nan with fewer than two."""
+    k = len(leave_one_out)
+    if k < 2:
+        return math.nan
+    m = sum(leave_one_out) / k
+    return math.sqrt((k - 1) / k * sum((x - m) ** 2 for x in leave_one_out))
+
+
 def line_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
     """Ordinary least squares ``y = intercept + slope * x``: ``(intercept, slope)``, or None
     with fewer than two distinct ``x`` (no slope to fit)."""

@@ -1081,9 +1081,9 @@ def throughput_reading(table: Table, *, noise: float = 0.0) -> str:
     # reading that then says every ratio is uncertain by at least a larger factor: a trend inside that uncertainty is
     # one these runs cannot tell
     if sm > s1:  # a peak below the largest batch: the curve turned down, it did not merely flatten
-        trend = (f"samples/s peaked at batch {bm} ({sm:,}) and the largest batch ran at {s1 / sm:.2f}x of that peak")
-        trend = (trend + ", less than the uncertainty below: these runs cannot tell whether it stopped growing"
-                 if sm / s1 < spread else "samples/s stopped growing: it p" + trend[len("samples/s p"):])
+        peak = f"peaked at batch {bm} ({sm:,}) and the largest batch ran at {s1 / sm:.2f}x of that peak"
+        trend = (f"samples/s {peak}, less than the uncertainty below: these runs cannot tell whether it stopped growing"
+                 if sm / s1 < spread else f"samples/s stopped growing: it {peak}")
     elif last < 1.2:
         trend = ("the last step up gained less than 20 %, but by less than the uncertainty below: these runs cannot "
                  "tell whether samples/s is flattening" if last * spread >= 1.2 else

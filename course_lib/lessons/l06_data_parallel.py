@@ -689,13 +689,6 @@ def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) ->
 ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: "a few tens of percent" (lesson 06)
 
 
-def _pace_drift(pace: dict | None) -> float | None:
-    """How far the yardstick's pace moved over this lesson's runs (``after / before - 1`` of
-    :meth:`course_lib.ladder.Pace.finish`'s record), None when it was not timed both times."""
-    p = pace or {}
-    return p["after"] / p["before"] - 1 if p.get("before") and p.get("after") else None
-
-
 def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=(), pace: dict | None = None) -> str:
     """Whether strong scaling kept the optimization and weak scaling changed it, and what the largest
     run gained in time to target over one rank: read from the rows.
@@ -762,7 +755,9 @@ def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=(),
     strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
     one = next((r for r in strong if r["world_size"] == 1), None)
     top = strong[-1] if strong else None
-    drift = _pace_drift(pace)
+    from ..ladder import pace_drift
+
+    drift = pace_drift(pace)
     if one is not None and top is not None and top is not one:
         t1, tw = one["time_to_target_s"], top["time_to_target_s"]
         more = [r["time_to_target_s"] for r in repeats if r.get("time_to_target_s")]

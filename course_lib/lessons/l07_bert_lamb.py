@@ -313,10 +313,16 @@ def rate_spread(records: dict, optimizer: str | None, batch: int) -> tuple[float
     not change the work of a step, so their spread is the machine's, not the batch's. ``optimizer`` None: every run
     at ``batch``, whichever optimizer (the same model, micro batch and precision per step; :func:`batch_reading`).
     None with fewer than two."""
-    rates = [round(r["seqs_per_s"], 1) for name, r in records.items()
-             if (optimizer is None or name.startswith(f"{optimizer} b={batch}"))
-             and r["config"]["global_batch_size"] == batch]
+    rates = list(_rates_at(records, optimizer, batch).values())
     return (min(rates), max(rates)) if len(rates) > 1 else None
+
+
+def _rates_at(records: dict, optimizer: str | None, batch: int) -> dict[str, float]:
+    """{run name: sequences/s as :func:`results_table` shows them} of ``optimizer``'s runs at ``batch`` among
+    ``records`` (every optimizer's with None): the runs :func:`rate_spread` spans."""
+    return {name: round(r["seqs_per_s"], 1) for name, r in records.items()
+            if (optimizer is None or name.startswith(f"{optimizer} b={batch}"))
+            and r["config"]["global_batch_size"] == batch}
 
 
 def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str,
@@ -583,8 +589,7 @@ def rate_noise_source(records: dict) -> dict | None:
     for o, b in groups:
         s = rate_spread(records, o, b)
         if s and s[0] > 0 and (best is None or s[1] / s[0] - 1 > best["noise"]):
-            named = {name: round(r["seqs_per_s"], 1) for name, r in records.items()
-                     if name.startswith(f"{o} b={b}") and r["config"]["global_batch_size"] == b}
+            named = _rates_at(records, o, b)
             best = {"noise": s[1] / s[0] - 1, "optimizer": o, "batch": b, "low": s[0], "high": s[1],
                     "slowest": min(named, key=named.get), "fastest": max(named, key=named.get)}
     return best

@@ -640,13 +640,8 @@ def links_reading(links: dict, host: CollectivesResult, gamma: float = 0.0) -> s
     alpha, beta = rows[0]["alpha_s"], rows[0]["beta_s_per_byte"]
     lines = [ring_tree_reading(ring_tree_rows(result), f"On {links['nodes']} virtual nodes with a {links['rate']} "
                                                        "link each"), host_line]
-    ok, bad, seen_ok = [], [], []
-    for r in rows:
-        for small in ("tree", "recursive doubling"):
-            c = r[small]
-            (ok if crossover_agrees(c["measured"], c["model"], sizes) else bad).append((r["p"], small, c))
-            if crossover_agrees(c["measured"], c["model_seen"], sizes):
-                seen_ok.append((r["p"], small))
+    ok, bad = _links_crossovers(rows, sizes)
+    seen_ok = [(p, small) for p, small, c in ok + bad if crossover_agrees(c["measured"], c["model_seen"], sizes)]
     text = (f"Crossovers on the links against the model (the link's ping-pong: alpha = {alpha * 1e6:.0f} us, "
             f"{8 / beta / 1e6:.0f} Mbit/s from its largest message): {len(ok)} of {len(ok) + len(bad)} agree within "
             "one step of the sweep "
@@ -700,6 +695,18 @@ def _from(n: float | None) -> str:
     return "never" if n is None else "at every size" if n == 0 else f"from {_size(n)}"
 
 
+def _links_crossovers(rows: list[dict], sizes: list[int]) -> tuple[list, list]:
+    """The links' crossovers (the ring against the tree and recursive doubling, at each p of ``rows``) as ``(p, small,
+    crossover)``, split into those the model placed within one step of the sweep (:func:`crossover_agrees`) and the
+    others: what :func:`links_reading` and :func:`links_model_clause` count."""
+    ok, bad = [], []
+    for r in rows:
+        for small in ("tree", "recursive doubling"):
+            c = r[small]
+            (ok if crossover_agrees(c["measured"], c["model"], sizes) else bad).append((r["p"], small, c))
+    return ok, bad
+
+
 def links_model_clause(links: dict, gamma: float = 0.0) -> str:
     """How many of the links' crossovers (ring against the tree and recursive doubling, at each p) the model placed
     within one step of the sweep (:func:`crossover_agrees`, as :func:`links_reading` counts them), and by how much
@@ -710,10 +717,9 @@ def links_model_clause(links: dict, gamma: float = 0.0) -> str:
     in order, where the links' table above gave 1 of 6 crossovers within one step of the model's (492.2 KiB against
     5.2 MiB, 122.9 KiB against 5.2 KiB, 195.7 KiB against 7.0 KiB; and from 365.8 KiB and 80.5 KiB where the model
     had the ring ahead at every size): said of the host, not of the links."""
-    rows = links_crossover_rows(links, gamma)
     sizes = sorted({r["size_bytes"] for r in links["allreduce"]})
-    pairs = [(r["p"], small, r[small]) for r in rows for small in ("tree", "recursive doubling")]
-    bad = [(p, small, c) for p, small, c in pairs if not crossover_agrees(c["measured"], c["model"], sizes)]
+    ok, bad = _links_crossovers(links_crossover_rows(links, gamma), sizes)
+    pairs = ok + bad
     if not pairs:
         return ""
     if not bad:

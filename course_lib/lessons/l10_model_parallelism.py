@@ -22,7 +22,7 @@ from ..config import pick
 from ..models.bert import BertForMLM, bert_config
 from ..parallel import hybrid, pipeline, sharded, spatial, tensor
 from ..perf import schemes
-from ..tables import Table
+from ..tables import Table, join_and
 
 GiB = 2**30
 # BERT-large (Devlin et al. 2018): 24 layers, hidden 1024, 16 heads, MLP 4096; both with
@@ -689,7 +689,7 @@ def model_reading(sharded_outs: list[dict], predicted: dict, exact: float = 0.02
     for name in err:
         cell = _ms(max(x[name]["step_s"] for x in sharded_outs))
         parts.append(f"{_cell_gap(cell, _ms(predicted[name].step_s))} of {name}'s {cell} ms")
-    rest = ", ".join(parts[:-1]) + f" and {parts[-1]}" if len(parts) > 1 else parts[0]
+    rest = join_and(parts)
     return text + (" (all under: the per-step overhead the model leaves out, of Python and of DDP's and FSDP2's hooks, "
                    "which lesson 09 measures apart for its own models, and any under-pricing of the operations it "
                    f"counts make up together {rest}; this lesson times no step without the overhead, so how much "
@@ -836,9 +836,7 @@ def async_rows(outs: list[dict], spec: dict) -> list[dict]:
                      "steady_simulated": ap.steady_idle_fraction(pipeline.simulate(sched, tf, tb)),
                      "steady_replayed": ap.steady_idle_fraction(pipeline.replay(sched, ev)),
                      "steady_measured": ap.steady_idle_fraction(ev), "forward_ms": 1e3 * tf,
-                     "cpu_share": (sum(e.cpu for e in ev) / sum(e.end - e.start for e in ev)
-                                   if all(e.cpu is not None for e in ev) and sum(e.end - e.start for e in ev) > 0
-                                   else None),
+                     "cpu_share": pipeline.cpu_share(ev),
                      "replay_diff": max(ap.max_difference(r["weights"], ref["weights"]),
                                         max(abs(a - b) for a, b in zip(r["losses"], ref["losses"])))})
     return rows

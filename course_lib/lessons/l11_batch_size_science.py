@@ -1729,9 +1729,9 @@ def scaling_prediction(rows: list[dict], held_out: dict) -> dict:
     except ValueError:
         needed = None
     # read f12i 11-H3: the law's own misses at the sizes it was fitted on, as relative_error counts the held-out one's
-    residuals = [{"size": r["size"], "error": r["error"], "law": power_law_error(fit, r["size"]),
-                  "relative": (r["error"] - power_law_error(fit, r["size"])) / power_law_error(fit, r["size"])}
-                 for r in rows if power_law_error(fit, r["size"]) > 0]
+    laws = [(r, power_law_error(fit, r["size"])) for r in rows]
+    residuals = [{"size": r["size"], "error": r["error"], "law": law, "relative": (r["error"] - law) / law}
+                 for r, law in laws if law > 0]
     return {"fit": fit, "size": held_out["size"], "predicted_error": predicted, "measured_error": held_out["error"],
             "relative_error": (held_out["error"] - predicted) / predicted if predicted > 0 else math.inf,
             "fit_residuals": residuals,

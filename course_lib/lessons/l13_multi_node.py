@@ -51,6 +51,8 @@ from pathlib import Path
 
 from .. import cluster as vc
 from ..comm import cost
+from ..metrics import jackknife_stderr, line_fit
+from ..tables import join_and
 
 PATHS = ("slurm", "virtual", "model")
 K_VALUES = (1, 2, 4, 8)
@@ -283,8 +285,7 @@ def alpha_error(rows: list[dict], ranks: int = 2) -> float | None:
         kept = [r for r in rows if r["size_bytes"] != drop]
         a, b = cost.fit_alpha_beta([r["size_bytes"] for r in kept], [r["time_s"] for r in kept])
         alphas.append(cost.link_alpha_beta_from_ring_fit(a, b, ranks)[0])
-    m, mean = len(alphas), sum(alphas) / len(alphas)
-    return math.sqrt((m - 1) / m * sum((a - mean) ** 2 for a in alphas))
+    return jackknife_stderr(alphas)
 
 
 def link_verdict(fit: dict, set_rate_bits_per_s: float | None, path: str, tolerance: float = LINK_TOLERANCE,
@@ -432,8 +433,6 @@ def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[floa
 
     Read r11 13-H (eleventh full run): "accumulate more than k=8" gave no size, while the lesson's model (its
     :func:`hiding_k` over more ks) had one: k=128."""
-    from ..metrics import line_fit
-
     fits, per_k = {}, {}
     for side, pick in (("near", lambda n: n.startswith("1 node x ")), ("far", lambda n: n.endswith(" nodes x 1"))):
         rs = [r for r in rows if pick(r["layout"]) and r.get("step_s")]
@@ -704,10 +703,8 @@ def ttt_steps_reading(rows: list[dict], noise: float = TTT_NOISE) -> str:
     k0, k1 = ks[0], ks[-1]
     extra = {k: steps[k] * k / (steps[k0] * k0) - 1 for k in ks[1:]}  # more samples to the target than the first k
     worst = max(extra, key=extra.get)
-    fold = " and ".join([", ".join(f"{steps[k0] / steps[k]:.2f}x" for k in ks[1:-1]), f"{steps[k0] / steps[k1]:.2f}x"]
-                        if len(ks) > 2 else [f"{steps[k0] / steps[k1]:.2f}x"])
-    times = " and ".join([", ".join(f"{k / k0:g}x" for k in ks[1:-1]), f"{k1 / k0:g}x"] if len(ks) > 2 else
-                         [f"{k1 / k0:g}x"])
+    fold = join_and([f"{steps[k0] / steps[k]:.2f}x" for k in ks[1:]])
+    times = join_and([f"{k / k0:g}x" for k in ks[1:]])
     head = (f"steps to target fell {' -> '.join(f'{steps[k]:,.0f}' for k in ks)} from k={k0} to k={k1} ({fold} fewer "
             f"for {times} the batch)")
     if extra[worst] < 0.005:  # under the 1 % the next clause prints: k-fold as the folds above print

@@ -181,6 +181,15 @@ def idle_fraction(events: list[Event]) -> float:
     return sum(1 - b / (t1 - t0) for b in busy) / len(stages)
 
 
+def cpu_share(events: list[Event]) -> float | None:
+    """CPU seconds over wall seconds of the ops (on a CPU; None on a GPU, where events carry no ``cpu``, or with no
+    time timed): below 1, the stages were not computing all the time they were timed (another process had their
+    core)."""
+    wall = sum(e.end - e.start for e in events)
+    cpu = [e.cpu for e in events]
+    return sum(cpu) / wall if None not in cpu and wall > 0 else None
+
+
 # --------------------------------------------------------------------------- the model and its stages
 
 
@@ -595,15 +604,13 @@ def measured_bubbles(per_rank: list[dict]) -> list[dict]:
         sched = SCHEDULES[key[0]](p, m)
         runs = [[e for r in rows for e in r["runs"][k]] for k in range(len(row0["runs"]))]
         ops = [e for run in runs for e in run]
-        wall = sum(e.end - e.start for e in ops)
-        cpu = [e.cpu for e in ops]
         forward = [e.end - e.start for e in ops if e.kind == "F"]
         backward = [e.end - e.start for e in ops if e.kind == "B"]
         out.append({"schedule": key[0], "p": p, "m": m, "predicted": bubble_fraction(p, m),
                     "measured": _median([idle_fraction(run) for run in runs]),
                     "replayed": _median([idle_fraction(replay(sched, run)) for run in runs]),
                     "forward_ms": 1e3 * sum(forward) / len(forward), "backward_ms": 1e3 * sum(backward) / len(backward),
-                    "cpu_share": sum(cpu) / wall if None not in cpu and wall > 0 else None,
+                    "cpu_share": cpu_share(ops),
                     "runs": len(runs), "grad_diff": max(r["grad_diff"] for r in rows),
                     "native_grad_diff": max((r["native_grad_diff"] for r in rows if "native_grad_diff" in r),
                                             default=None)})
