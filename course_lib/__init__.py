@@ -34,6 +34,8 @@ MAP = (
         ("budget", "each lesson's time budget, and its runs sized to it from the measured pace (fewer sweep "
                    "points or steps, down to a floor)"),
         ("results", "each lesson's measurements saved as JSON"),
+        ("compare", "Comparison: the one place a difference is decided (estimate, 95% interval, the effect "
+                    "that counts, a fixed outcome word); Estimate rows; the verdict tables"),
         ("plots", "the lessons' figures, one function per figure, each naming its lesson (pyplot imported "
                   "inside each function)"),
         ("diagrams", "the lessons' drawings, made from the learner's objects (launch, NeuMF, k steps vs one, "

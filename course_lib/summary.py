@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .compare import RESULT_PREFIX, summary_table
 from .ladder import LADDER_STEPS, LESSON_RUNGS, ladder_reading, ladder_table, mark_failed_lesson, started_below
 from .results import load_results, save_result
 from .tables import Table
@@ -68,8 +69,11 @@ def summary_markdown(directory: Path | None = None) -> str:
     if any(n.startswith("ladder_") for n in results):
         reading = ladder_reading(directory).splitlines()
         parts += [ladder_table(directory).to_markdown(), "", *[f"- {line}" for line in reading], ""]
+    verdicts = summary_table(directory)
+    if verdicts is not None:
+        parts += [verdicts.to_markdown(), ""]
     for name, rec in results.items():
-        if name.startswith("ladder_") or name == FAILURES:
+        if name.startswith(("ladder_", RESULT_PREFIX)) or name == FAILURES:
             continue
         scalars = {k: v for k, v in rec.items() if isinstance(v, (int, float, str, bool)) or v is None}
         t = Table(["quantity", "value"], title=name)

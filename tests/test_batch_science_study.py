@@ -202,44 +202,6 @@ def test_the_tuned_sweep_takes_lesson02s_run_at_the_rules_lr_instead_of_running_
     assert "1 rule-lr points are lesson 02's runs" in study.sweep_cost_sentence(sweep)
 
 
-def _disagree(reading, first, *more, extra=()):
-    """:func:`test_reading_agreement.disagreements` over several tables: cells (and the ratios of a column) of
-    the first, cells of the others, and the stated ``extra``."""
-    from test_reading_agreement import _columns, disagreements
-
-    cells = [v for t in more for col in _columns(t) for v in col]
-    return disagreements(reading, first, extra=[*cells, *extra])
-
-
-def test_lesson11s_readings_quote_their_tables():
-    """#37 item 1 for lesson 11's fit: the bend, the noise verdict, the trend and the repeats quote the tables
-    printed above them (the tuned sweep's, the fit's, the noise table) or numbers derived from them by a stated
-    rule (named here)."""
-    sweep = [{"batch size": b, "lr": 1e-3 * f, "x rule lr": f, "steps to target": s, "resolution (steps)": r,
-              "epochs to target": 1.0, "samples to target": s * b, "capped at": None, "best HR@10": 0.8,
-              "chosen": True, "wall_s": 1.0}
-             for b, f, s, r in ((4096, 1.0, 1020, 60), (16384, 2.0, 285, 15), (65536, 1.0, 100, 4),
-                                (262144, 2.0, 32, 1))]
-    tab = study.tuned_table(sweep)
-    for rows in (study.tuned_rows(sweep), study.tuned_rows(sweep)[:3]):
-        fit = study.critical_batch(rows)
-        ftab = study.fit_table(fit)
-        said = study.bend_reading(fit)
-        assert _disagree(said, tab, ftab) == [], said
-        noise = _noise_tab([4906, 29838, 6613], [1574, 29029, 1796], repeats=[24, 384, 96])
-        verdict = study.noise_verdict(6613, fit, stderr=1796)
-        lo, hi = study._ratio_range(6613, 1796, fit)
-        derived = [6613 / fit["b_crit"], lo, hi, 3]  # B_simple / B_crit, its range with both errors; the factor
-        assert _disagree(verdict, tab, ftab, noise, extra=derived) == [], verdict
-    trend = study.noise_trend(noise)
-    tf = study.trend_fit(noise)
-    # the slope and its two standard errors, as quoted: at the error's precision (r8d 11-3)
-    quoted = [study.at_its_error(tf["slope"], 2 * tf["stderr"]), study._sig(2 * tf["stderr"]), 2]
-    assert _disagree(trend, noise, extra=quoted) == [], trend
-    said = study.repeats_sentence(noise, 0.15, 384)
-    assert _disagree(said, noise, extra=[0.15, 384]) == [], said
-
-
 def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():
     saved = {"rows": [{"batch size": 1024, "steps to target": 300}, {"batch size": 1024, "steps to target": 250},
                       {"batch size": 4096, "steps to target": None}, {"batch size": 256, "steps to target": 900},

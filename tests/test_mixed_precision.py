@@ -393,22 +393,6 @@ def test_a_static_scale_that_skipped_every_step_is_read_as_overflow():
     assert "overflowed on" not in few and "(static scaling)" in few
 
 
-def test_the_loss_scaling_reading_quotes_its_table():
-    """#37 item 1: every number of the reading is a cell of loss_scaling_table, a difference of two HR@10 cells,
-    or a stated constant (the scales' exponents, HR@10's 10, the users, the noise: twice the binomial standard
-    error)."""
-    from test_reading_agreement import disagreements
-
-    from course_lib.metrics import hr_standard_error
-
-    for rows in (_rows(), _rows(none_hr=0.70), _rows(static_hr=0.095)):
-        if rows[2]["HR@10"] < 0.5:
-            rows[2]["skipped steps"] = 1209
-        hr = [r["HR@10"] for r in rows]
-        extra = [a - b for a in hr for b in hr] + [2, 16, 10, 6040, 2 * hr_standard_error(rows[0]["HR@10"], 6040)]
-        assert disagreements(MP.loss_scaling_reading(rows, 6040), MP.loss_scaling_table(rows), extra=extra) == []
-
-
 def test_the_static_scale_fits_the_gradients_the_runs_start_with(data):
     """#37: the static scale also sees the initial model's gradients (the largest a run meets): a scale chosen
     from the others alone overflows the start; with them, the chosen scale moves the largest start gradient

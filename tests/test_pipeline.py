@@ -118,20 +118,3 @@ def _at(p, m, measured, replayed=None, cpu=1.0, schedule="GPipe"):
             "predicted": P.bubble_fraction(p, m)}
 
 
-def test_the_depth_reading_for_each_outcome():
-    """#37: lesson 10 at 3 and 4 stages. Opposite results: a bubble that grows with depth and one that does not;
-    within the goal and outside it; stages that outnumber the cores (CPU share said) and stages that do not."""
-    from course_lib.lessons import l10_model_parallelism as study
-    from test_reading_agreement import disagreements
-
-    good = [_at(2, 8, 0.15), _at(3, 8, 0.24), _at(4, 8, 0.31, 0.29, cpu=0.55), _at(4, 1, 0.78)]
-    said = study.depth_reading(good, cores=2)
-    assert "p = 2: 0.111, p = 3: 0.200, p = 4: 0.273); measured 0.150, 0.240, 0.310: it grew with depth" in said
-    assert "all within the goal of 10 points" in said
-    assert "At p = 3, 4 the stages outnumber this machine's 2 cores" in said and "55% at p = 4" in said
-    assert disagreements(said, study.bubble_table(good), extra=[2, 10]) == [], said  # the cores, the goal
-    flat = [_at(2, 8, 0.30), _at(3, 8, 0.25), _at(4, 8, 0.45)]
-    said = study.depth_reading(flat, cores=8)
-    assert "did NOT grow with depth" in said and "outside the goal of 10 points at p = 2, 4" in said
-    assert "outnumber" not in said  # 8 cores: every stage had one
-    assert disagreements(said, study.bubble_table(flat), extra=[8, 10]) == [], said
