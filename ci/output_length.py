@@ -1,4 +1,4 @@
-"""How many lines each cell of an executed lesson prints (#37 item 8: at most ~40 per cell).
+"""How many lines each cell of an executed lesson prints (at most ~40 per cell).
 
     python ci/output_length.py runs/latest/notebooks            # a full run's executed lessons
     python ci/output_length.py --max 40 ci/executed/notebooks a.ipynb

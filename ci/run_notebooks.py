@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-# A lesson cell quiet this long gets a line saying the lesson is still running (issue 36 item 5: on a loaded
+# A lesson cell quiet this long gets a line saying the lesson is still running (on a loaded
 # 2-core machine lesson 01's lr sweep printed nothing for 23 minutes; cells of 1-2 minutes quiet on a quiet
 # machine, lessons 05, 08, 12 and 13, take 3-5x that under load).
 HEARTBEAT_S = float(os.environ.get("COURSE_HEARTBEAT_S") or 120)

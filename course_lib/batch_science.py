@@ -71,7 +71,7 @@ class NoiseScale:
     b_big: int
     repeats: int
     # each pair's unbiased (|G|^2, tr(Sigma)): what a pooled estimate over several measurements is jackknifed over
-    # (read f12i 11-H2: lesson 11's adaptive batch pools three measurements and never showed that pool's error)
+    # (lesson 11's adaptive batch pools several measurements and shows that pool's error)
     g2s: tuple = field(default=(), repr=False)
     traces: tuple = field(default=(), repr=False)
 
@@ -119,7 +119,7 @@ def noise_scale(model: torch.nn.Module, loss_fn: LossFn, sample: Callable[[int],
     each is not). ``stderr`` is the jackknife standard error of that ratio over the repeats.
     Cost: ``repeats`` backward passes at each batch size; the weights are not changed.
 
-    ``rel_error`` (lesson 11, #37): the repeats are *chosen for a stated standard error*: after
+    ``rel_error`` (lesson 11): the repeats are *chosen for a stated standard error*: after
     ``repeats`` pairs, while ``stderr`` is above ``rel_error`` times ``b_simple`` (or ``|G|^2`` is not
     yet positive), the pairs are doubled, up to ``max_repeats`` in all (default ``16 * repeats``).
     Doubling, not one pair at a time, so the stopping rule looks at the jackknife error a few times

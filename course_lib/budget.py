@@ -1,4 +1,4 @@
-"""Each lesson's time budget, and the sizing of a lesson's runs from this machine's measured pace (issue 36).
+"""Each lesson's time budget, and the sizing of a lesson's runs from this machine's measured pace.
 
 ``make course`` promises about an hour on a 2-4 core CPU. A fixed number of steps cannot keep that
 promise: the same lesson 07 took 1110 s on one 2-core host and 2646 s on another (and 1390 s on the

@@ -1,4 +1,4 @@
-"""torch.compile's caches in the learner's own folder, set by every lesson's ``setup()`` (issue 32).
+"""torch.compile's caches in the learner's own folder, set by every lesson's ``setup()``.
 
 torch's inductor keeps compiled kernels and FX graphs (pickles it loads back) in
 ``$TORCHINDUCTOR_CACHE_DIR``, by default ``<temp dir>/torchinductor_<user>``, made with

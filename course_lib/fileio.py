@@ -42,7 +42,7 @@ def atomic_path(dest: str | os.PathLike, suffix: str = ".part") -> Iterator[Path
     from .userdirs import private_dir
 
     dest = Path(dest)
-    private_dir(dest.parent)  # made 0700 where missing; refused when it is another user's (issue 32)
+    private_dir(dest.parent)  # made 0700 where missing; refused when it is another user's
     remove_stale_partials(dest.parent)
     # the owner's host and pid in the name: a later process can tell when the writer was killed
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{owner_tag()}.", suffix=suffix, dir=dest.parent)
@@ -111,7 +111,7 @@ def _host_tag(hostname: str | None = None) -> str:
 
     The name alone cut to 16 characters made ``cn-gpu-a100-rack01-01`` and ``...-02`` one host, and
     each node's stale-file cleanup removed the other's live ``.part`` files on a shared file system
-    (issue 32). Letters and digits only, as the tag patterns below expect."""
+    Letters and digits only, as the tag patterns below expect."""
     name = socket.gethostname() if hostname is None else hostname
     readable = re.sub(r"[^A-Za-z0-9]", "", name)[:16] or "host"
     return readable + hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:10]

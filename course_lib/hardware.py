@@ -85,9 +85,7 @@ class Hardware:
     __repr__ = __str__
 
 
-# read f12a 00-H1 (twelfth full run): "fp16 autocast  emulated (slow): no fp16 instructions or tensor cores" two rows
-# above "16-bit speed  not measured here": "(slow)" was a speed claim about this machine that nothing here measured
-# (its evidence was bf16 on another, AVX2-only server); the label names the mechanism, and lesson 05 the speed
+# The label names the mechanism, not a speed: nothing here measures it (lesson 05 does)
 EMULATED = "emulated (converted in software)"
 
 

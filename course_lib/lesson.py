@@ -36,7 +36,7 @@ class Lesson:
     data: ImplicitData | None = None
     target_hr: float | None = None
     base_cfg: TrainConfig | None = None
-    base_lr_source: str = ""  # where the baseline's lr came from (issue 36: a lesson run alone says so)
+    base_lr_source: str = ""  # where the baseline's lr came from (a lesson run alone says so)
 
     @property
     def base_lr(self) -> float | None:

@@ -235,8 +235,8 @@ def plot_loss_curves(results, *, labels=None, ax=None, x: str = "epoch", y: str 
         if r.diverged:
             name += " (diverged)"
         if pts:
-            # past the colour cycle's 10 colours a new line style, so no two runs look alike (read r5a: lesson 04's
-            # race drew its 16 runs in 10 colours, "adam lr 0.0226" and "lars lr 2" both solid red)
+            # past the colour cycle's 10 colours a new line style, so no two runs look alike (lesson 04's race
+            # draws more than 10 runs)
             ax.plot(*zip(*pts), marker="o", ms=3, label=name, ls=("-", "--", ":", "-.")[i // 10 % 4])
     ax.set_xlabel(x)
     ax.set_ylabel({"loss": "training loss (mean BCE since the last point)", "hr": "HR@10"}.get(y, y))
@@ -421,7 +421,7 @@ def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=Non
     fig, ax = _axes(ax, figsize=(7, 3.8))
     end = max((p[-1][0] for runs in curves.values() for p in runs if p), default=1.0)
     grid = np.linspace(0.0, end, 200)
-    # r10f 12-S4: searches that saw the same best hid each other's lines, and each ran on to the longest search's spend
+    # a line style per search (searches that saw the same best would hide each other), each ending at its own spend
     for k, (strategy, runs) in enumerate(curves.items()):
         ys = []
         for pts in runs:
@@ -436,7 +436,7 @@ def plot_search_progress(curves: dict, *, target_hr: float | None = None, ax=Non
                           label=f"{strategy} (median of {len(runs)})")
         ax.fill_between(grid, lo, hi, step="post", alpha=0.2, color=line.get_color())
     if target_hr is not None:
-        ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:.4g}")  # r10f: not 4.58593
+        ax.axhline(target_hr, ls="--", color="gray", lw=1, label=f"target {target_hr:.4g}")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(loc="best", fontsize=8)
@@ -453,8 +453,7 @@ def plot_hyperband_brackets(brackets: list[dict], *, max_resource: int, per_poin
         for (lo, hi), frac in zip(zip(edges[:-1], edges[1:]), alive):
             ax.barh(b["bracket"], (hi - lo) * per_point, left=lo * per_point, height=0.6 * max(frac, 0.08) ** 0.5,
                     color="C0", alpha=0.35 + 0.6 * frac, edgecolor="k", lw=0.5)
-            # read r11 12-S (eleventh full run): "12" on the bar of 1/8 (12.5 of 100 trials), beside the brackets
-            # table's "1/8": the fraction as the table prints it
+            # the fraction as the brackets table prints it ("1/8", not "12")
             ax.text((lo + hi) / 2 * per_point, b["bracket"], "all" if frac == 1 else f"1/{round(1 / frac)}",
                     ha="center", va="center", fontsize=8)
         ax.text(max_resource * per_point * 1.01, b["bracket"], f"{b['share']:.0%} of trials", va="center", fontsize=8)

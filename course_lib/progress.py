@@ -34,14 +34,14 @@ def resolve_progress(progress: str = "auto") -> str:
 
 
 def time_to_go(step: int, total: int, seconds: float) -> str:
-    """``"  ~42s to go"``: a run's remaining training time at its pace so far (a log line's end, issue 36:
+    """``"  ~42s to go"``: a run's remaining training time at its pace so far (a log line's end:
     ``make course`` shows each run's progress); "" before the first step or at the end."""
     if step <= 0 or step >= total or seconds <= 0:
         return ""
     return f"  ~{seconds / step * (total - step):.0f}s to go"
 
 
-# --------------------------------------------------------------------------- log lines (#37 item 8)
+# --------------------------------------------------------------------------- log lines
 
 LOG_EVERY_S = 60.0  # under papermill, a long run says it is alive at most this often; a short one prints one line
 

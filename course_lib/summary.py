@@ -13,7 +13,7 @@ from .ladder import LADDER_STEPS, LESSON_RUNGS, ladder_reading, ladder_table, ma
 from .results import load_results, save_result
 from .tables import Table
 
-FAILURES = "course_failures"  # the record of the lessons that failed in this run (issue 36)
+FAILURES = "course_failures"  # the record of the lessons that failed in this run
 
 
 def record_failure(notebook: str, cell: int | None, error: str, *, directory: Path | None = None,

@@ -150,8 +150,8 @@ def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0
     of ``lrs`` gets up to that many more points beyond it (``sweep_with_edge_extension``).
 
     ``progress="log"``: one line per run as it ends (and one a minute in a long run), in a notebook too:
-    lesson 01's sweep printed nothing for 23 minutes of a loaded machine's ``make course`` (issue 36 item 5),
-    and a bar and live figure per run would bury the table. ``$COURSE_PROGRESS`` overrides it."""
+    a long sweep on a loaded machine must say it is alive, and a bar and live figure per run would bury the
+    table. ``$COURSE_PROGRESS`` overrides it."""
     short = dict(max_epochs=float(max_epochs), max_steps=None, stop_at_target=False)
 
     def run(c):
@@ -160,13 +160,11 @@ def lr_sweep(data: ImplicitData, cfg: TrainConfig, lrs, *, max_epochs: float = 0
     own = sweep_with_edge_extension(lambda lr: run(cfg.replace(base_lr=lr, **short)), lrs,
                                     lambda r: -r.final_hr, max_extensions=max_extensions)
     results = list(own.values()) + [run(c.replace(**short)) for c in extra]
-    # the steps too (read r8a 01-2, eighth full run): "adam 0.001 | 0.5 | HR@10 0.625" here and lesson 01's lazy Adam
-    # table's "dense Adam | seed 0 | 9668 steps | 0.5 | 0.6247" read one setting at "0.5 epochs" twice, with two HRs;
-    # the loop runs ceil(0.5 x 19337) = 9669 steps, the baseline's evaluation point sits at 2 x round(0.25 x 19337)
+    # the steps too: "0.5 epochs" is ceil(0.5 x steps per epoch) here but 2 x round(0.25 x ...) at an evaluation
+    # point elsewhere, so the same setting can differ by a step
     t = Table(["optimizer", "lr", "steps", "epochs", "HR@10", "NDCG@10", "train loss"],
               title=f"lr sweep at batch {cfg.global_batch_size}, {max_epochs:g} epoch each")
-    # read r10a 01-S3 (tenth full run): "5.000e-04" over "0.001" in the lr column, "0.519" and "0.625" over "0.6028":
-    # the generic four significant figures; an lr as the runs' lines say it, the metrics to four decimals throughout
+    # an lr as the runs' lines say it, the metrics to four decimals throughout (not the generic four figures)
     for r in results:
         t.add(optimizer=r.config["optimizer"], lr=f"{r.config['peak_lr']:g}", steps=r.steps, epochs=round(r.epochs, 2),
               **{k: f"{v:.4f}" for k, v in (("HR@10", r.final_hr), ("NDCG@10", r.final_ndcg),
@@ -231,7 +229,7 @@ def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, devic
             label = f"b{c.global_batch_size} {name} lr {c.peak_lr:.3g}"
             return label, train_to_target(data, c, device=device, progress=progress, label=label)
 
-        # #37: a run that blew up ranks below every run that did not, the smaller lr first, so a grid where every
+        # a run that blew up ranks below every run that did not, the smaller lr first, so a grid where every
         # lr blew up extends downward instead of ranking chance-level HR@10s
         score = lambda done, cfg=cfg: ((2, done[1].config["peak_lr"]) if blew_up(done[1])  # noqa: E731
                                        else race_score(done[1]))
@@ -273,8 +271,7 @@ class Confirmed:
     def _versus(self, a: str, b: str) -> tuple[str | None, str]:
         ra, rb = self.runs_of(a), self.runs_of(b)
         if all(r.time_to_target_s is not None for r in ra + rb):
-            # read f12b 02-H1 (twelfth full run): the steps too, so that a range of runs of identical steps is said to
-            # be the machine's pace, not the seed's ("within the seed range 1.3 s" over 285 and 285 steps)
+            # the steps too, so that a range of runs of identical steps is said to be the machine's pace
             won, text = noise_verdict([r.time_to_target_s for r in ra], [r.time_to_target_s for r in rb], names=(a, b),
                                       steps=([r.steps_to_target for r in ra], [r.steps_to_target for r in rb]))
             return (None if won is None else (a, b)[won]), text
@@ -284,7 +281,7 @@ class Confirmed:
 
     def compare(self, a: str, b: str) -> str:
         """``a`` against ``b``, seed by seed, read against the seed-to-seed range (or reached on how many seeds); a
-        range over seeds that took the same steps is said to be the machine's pace (read f12b 02-H1)."""
+        range over seeds that took the same steps is said to be the machine's pace."""
         return self._versus(a, b)[1]
 
     def winner(self, a: str, b: str) -> str | None:

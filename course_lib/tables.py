@@ -23,7 +23,7 @@ def _fmt(value) -> str:
 
 
 def cell_text(value) -> str:
-    """A value as a :class:`Table` cell prints it: a reading that quotes a cell quotes this text (#37 item 1)."""
+    """A value as a :class:`Table` cell prints it: text that quotes a cell quotes this."""
     return _fmt(value)
 
 

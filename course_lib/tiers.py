@@ -101,9 +101,7 @@ class TierPlan:
     def __str__(self) -> str:
         return str(self.table())
 
-    # read f12a 00-S1 (twelfth full run): lesson 00's cell 5 printed, in its text/plain form, "TierPlan(tier='cpu',
-    # profile='full', ... compile_backend='inductor')" on one 700-character line under the Hardware table, which
-    # prints its table in both forms: a notebook's last expression shows its repr outside HTML
+    # a notebook's last expression shows its repr outside HTML: the table, not a 700-character dataclass line
     __repr__ = __str__
 
 

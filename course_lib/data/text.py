@@ -410,7 +410,7 @@ def build_mlm_data(corpus: Corpus, *, vocab_size: int = 8192, seq_len: int = 128
     stream = []
     documents = iter(corpus.documents)
     # a chunk of documents at a time: with max_tokens (smoke runs, every rank of lesson 07 on
-    # WikiText-103) only what is kept is tokenized, not the whole corpus first (issue 32)
+    # WikiText-103) only what is kept is tokenized, not the whole corpus first
     while chunk := list(itertools.islice(documents, ENCODE_CHUNK_DOCUMENTS)):
         for enc in tok.encode_batch(chunk, add_special_tokens=False):
             stream.extend(enc.ids)

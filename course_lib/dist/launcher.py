@@ -233,7 +233,7 @@ def _worker_main(spec: _WorkerSpec) -> None:
             torch.cuda.set_device(spec.rank)
         # The rendezvous waits for the slowest rank to start (spawn, import torch: 2-3 s here, several
         # times that on a busy machine), so it has its own, longer bound; the collectives get theirs
-        # once every rank is in (issue 36: a 15 s collective timeout failed a slow start).
+        # once every rank is in (a 15 s collective timeout failed a slow start on a loaded machine).
         meet = _dt.timedelta(seconds=spec.rendezvous_timeout_s or spec.collective_timeout_s)
         store = dist.TCPStore(LOOPBACK, spec.port, world_size=None, is_master=False, timeout=meet)
         dist.init_process_group(spec.backend, store=store, rank=spec.rank, world_size=spec.world_size, timeout=meet)
@@ -377,7 +377,7 @@ def _loopback_store(timeout_s: float) -> "dist.TCPStore":
         sock.close()
         import warnings
 
-        # not silently (issue 32): on a shared login node every user can reach this port meanwhile
+        # not silently: on a shared login node every user can reach this port meanwhile
         warnings.warn(f"launch: this torch cannot take a listening socket for its rendezvous store "
                       f"(TCPStore(master_listen_fd=...): {type(exc).__name__}: {exc}); the store of this launch "
                       "listens on all interfaces instead of 127.0.0.1 only, reachable by other users and hosts "

@@ -128,9 +128,8 @@ class StageWeights:
     ``lr`` after every backward. Passed to ``run_stage(..., weights=)``.
 
     Records: ``versions[mb] = (forward's version, the version its backward took the gradient at, the version
-    the update is applied to)`` (read f12h 10-H5, twelfth full run: the pair recorded was the forward's and the
-    version current when the backward ended, so the stashed run's table read "1 / 4" where its backward used
-    version 1), ``held``: after every op the number of distinct versions the stage holds (the current and the
+    the update is applied to)`` (the backward's version is the one it used, not the one current when it
+    ended), ``held``: after every op the number of distinct versions the stage holds (the current and the
     stashed ones), ``losses`` (last stage: each micro-batch's loss, in order)."""
 
     def __init__(self, module: nn.Module, lr: float, stash: bool):

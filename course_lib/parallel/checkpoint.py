@@ -6,7 +6,7 @@ the previous one and says so; when neither can, the error names the files, says 
 wrong with each, and how to start fresh. A file that ``torch.load(weights_only=True)``
 refuses is not a checkpoint this course wrote, and is never loaded.
 
-A checkpoint knows its run (issue 32): it records the settings that made it and the world size,
+A checkpoint knows its run: it records the settings that made it and the world size,
 and resuming with other settings or another world size is refused, saying what differs and how to
 start fresh (a resubmission with other arguments silently continued the old run). One run at a
 time writes a directory: rank 0 holds ``.lock`` (its host, pid and SLURM job) while it runs; a

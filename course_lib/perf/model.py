@@ -342,8 +342,8 @@ class StepPrediction:
         return self.flops / self.step_s / peak_flops
 
     def layer_table(self, top: int = 12) -> Table:
-        """The ``top`` layers by time; the title says how many it shows of how many (#37, eighth full run, read r8c:
-        "top 12 by time" over NeuMF's 11 layers)."""
+        """The ``top`` layers by time; the title says how many it shows of how many (a model
+        may have fewer layers than ``top``)."""
         shown = sorted(self.layers, key=lambda r: -r["time_s"])[:top]
         which = (f"all {len(shown)} layers, by time" if len(shown) == len(self.layers) else
                  f"top {len(shown)} of {len(self.layers)} layers by time")

@@ -78,7 +78,7 @@ class MLMTrainConfig(RunSettings):
         if self.max_steps is None or self.eval_every_steps < 1:
             raise ValueError(f"MLMTrainConfig needs max_steps (its budget) and eval_every_steps >= 1, got "
                              f"{self.max_steps}, {self.eval_every_steps}")
-        # a warmup longer than max_steps is shortened by fit_to_run (train_mlm), with a note: issue 36
+        # a warmup longer than max_steps is shortened by fit_to_run (train_mlm), with a note
         self.batch(1)  # a global batch that does not divide is an error here, not mid-run
 
     def _fit_budget(self, planned_steps: int) -> tuple[dict, list[str]]:
@@ -184,7 +184,7 @@ def train_mlm(cfg: MLMTrainConfig, data: MLMData, *, device: torch.device | str 
     (lesson 12: a pruner's decision), asked after every evaluation but step 0's with ``step`` and
     ``eval_loss``; True ends the run there (rank 0 decides for all ranks).
     """
-    cfg = fit_run(cfg, cfg.max_steps, world_size=cdist.world_size(), label=cfg.name(),  # issue 36: what can run
+    cfg = fit_run(cfg, cfg.max_steps, world_size=cdist.world_size(), label=cfg.name(),  # what can run
                   quiet=not cdist.is_main_process())
     run = _MLMRun(cfg, data, device, progress, model, hooks or RunHooks())
     run.eval_point(0, float("nan"))

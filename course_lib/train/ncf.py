@@ -621,8 +621,7 @@ class TrainResult:
         return phases
 
     # The timed phases do not cover the whole training clock: the loop's own work between them (the schedule,
-    # the evaluation checks, the progress line) is on the clock too (the full run of 2026-12-01, read r3a 01-1:
-    # 46.2 s of phases in a 47.5 s clock, shown as shares of the 46.2 s under "share of the training clock").
+    # the evaluation checks, the progress line) is on the clock too, so shares of the clock name that rest.
     REST_OF_THE_LOOP = "rest of the loop (between the timed phases)"
 
     def clock_shares(self) -> dict[str, float]:
@@ -717,7 +716,7 @@ class _NeuMFRun:
         self.device = device = torch.device(device) if device is not None else default_device()
         self.world_size = world_size = cdist.world_size()
         self.data = data = data.to(device)
-        # issue 36: a setting this run cannot take (a carried warmup longer than it, ...) changed here, and said
+        # a setting this run cannot take (a carried warmup longer than it, ...) changed here, and said
         self.cfg = cfg = fit_to_data(data, cfg, world_size=world_size, label=label, quiet=cdist.rank() != 0)
         if world_size > 1 and (cfg.sparse_embeddings or cfg.compile != "none"):
             raise NotImplementedError("TrainConfig.sparse_embeddings and compile are lesson 01's single-process "
@@ -734,7 +733,7 @@ class _NeuMFRun:
         self.batches = self.source = make_batches(data, cfg)  # global batches, the same on every rank
         if hooks.checkpoint is not None:
             self.batches = hooks.checkpoint.track(self.batches)
-            hooks.checkpoint.for_run(config=cfg, data=data.name)  # a resume with other settings is refused (issue 32)
+            hooks.checkpoint.for_run(config=cfg, data=data.name)  # a resume with other settings is refused
         self._plan(data, cfg)
         self.history = _History(self.model, hooks.record_every or max(1, self.schedule_steps // 250))
         self.bar = _Progress(resolve_progress(progress) if cdist.rank() == 0 else "none", self.total_steps,
@@ -800,7 +799,7 @@ class _NeuMFRun:
             self.epoch_start_step, self.epoch_len = self.step, len(self.batches)
             # the new epoch's cadence, but not past an evaluation already due: the one the last epoch's cadence set
             # just past its end (a 303-step epoch's 1.0-epoch point at step 304) was skipped, and the growing run's
-            # first evaluation after the milestone came 18 steps later than the fixed batch's (issue 37's read)
+            # first evaluation after the milestone would come later than the fixed batch's
             self.next_eval_step = min(self.next_eval_step,
                                       self.step + max(1, round(cfg.eval_every_epochs * self.epoch_len)))
         if not cfg.uses_schedule:
