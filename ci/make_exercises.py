@@ -3,8 +3,9 @@
     python ci/make_exercises.py           # (re)write exercises/ (what `make exercises` runs)
     python ci/make_exercises.py --check   # exit 1 and list the files when exercises/ is out of date
 
-Solutions mark what the learner writes in nbgrader's convention, so instructors who use
-nbgrader can take solutions/ as it is:
+Solutions mark what the learner writes in nbgrader's convention, and carry nbgrader's cell
+metadata (written here, ``grading_metadata``), so instructors who use nbgrader can take
+solutions/ as its ``source/`` as it is:
 
     ### BEGIN SOLUTION
     ...the answer...
@@ -15,6 +16,12 @@ In a code cell the region becomes nbgrader's stub at the region's indentation
 ``YOUR ANSWER HERE``. Outputs and execution counts are dropped, cell ids are the
 solution's, and the JSON is written with sorted keys, so regenerating is byte-identical
 and ``--check`` can compare bytes.
+
+nbgrader's cell metadata: a cell with a solution region is a *solution* cell; a check cell (a cell
+that only calls ``checks.check_...``) a locked, autograded *test* cell worth ``CHECK_POINTS`` (a
+failing check raises where ``COURSE_CHECKS_STRICT=1``, which the autograder's environment sets); every
+other cell is locked (read-only). ``make exercises`` writes that metadata into solutions/ too, and
+``--check`` fails where it is missing. tests/test_nbgrader.py runs nbgrader itself on them.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ END = re.compile(r"^[ \t]*### END SOLUTION[ \t]*$")
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 TEXT_STUB = "YOUR ANSWER HERE"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+CHECK = re.compile(r"^checks\.check_\w+\(.*\)\s*$", re.S)  # a check cell: one call to a check, nothing else
+CHECK_POINTS = 1
 # Cell metadata that records a run, not the notebook.
 RUN_METADATA = ("execution", "collapsed", "scrolled", "papermill", "ExecuteTime")
 
@@ -70,9 +79,29 @@ def strip_solutions(source: str, cell_type: str, where: str = "") -> tuple[str, 
     return "\n".join(out), regions
 
 
+def grading_metadata(nb, stem: str) -> None:
+    """Set nbgrader's metadata on every cell of ``nb`` (a solution notebook), in place (module docstring)."""
+    for cell in nb.cells:
+        solution = cell.cell_type != "raw" and any(BEGIN.match(line) for line in cell.source.split("\n"))
+        check = cell.cell_type == "code" and bool(CHECK.match(cell.source.strip()))
+        meta = {"grade": check, "grade_id": f"{stem}-{cell.get('id', '')}", "locked": not solution,
+                "schema_version": 3, "solution": solution, "task": False}
+        if check:
+            meta["points"] = CHECK_POINTS
+        cell.metadata["nbgrader"] = meta
+
+
+def with_grading_metadata(solution: Path) -> str:
+    """The solution notebook with nbgrader's metadata set, as the exact text to write."""
+    nb = nbformat.read(solution, as_version=4)
+    grading_metadata(nb, solution.stem)
+    text = nbformat.writes(nb, version=4)
+    return text if text.endswith("\n") else text + "\n"
+
+
 def make_exercise(solution: Path) -> str:
     """The exercise notebook for ``solution``, as the exact text to write."""
-    nb = nbformat.read(solution, as_version=4)
+    nb = nbformat.reads(with_grading_metadata(solution), as_version=4)
     regions = 0
     for i, cell in enumerate(nb.cells):
         if cell.cell_type in ("code", "markdown"):
@@ -114,6 +143,8 @@ def out_of_date(solutions: Path | None = None, exercises: Path | None = None) ->
         elif path.read_bytes() != text.encode():
             stale.append(f"exercises/{name} (differs from solutions/{name})")
     stale += [f"exercises/{name} (no solutions/{name})" for name in sorted(present - set(wanted))]
+    stale += [f"solutions/{p.name} (nbgrader metadata)" for p in sorted(solutions.glob("*.ipynb"))
+              if p.read_bytes() != with_grading_metadata(p).encode()]
     return stale
 
 
@@ -122,6 +153,11 @@ def write_exercises(solutions: Path | None = None, exercises: Path | None = None
     solutions, exercises = solutions or SOLUTIONS, exercises or EXERCISES
     exercises.mkdir(exist_ok=True)
     changed = []
+    for path in sorted(solutions.glob("*.ipynb")):
+        text = with_grading_metadata(path)
+        if path.read_bytes() != text.encode():
+            path.write_bytes(text.encode())
+            changed.append(f"solutions/{path.name} (nbgrader metadata)")
     wanted = expected_exercises(solutions)
     for name, text in wanted.items():
         path = exercises / name

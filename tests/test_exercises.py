@@ -56,7 +56,8 @@ def test_check_mode_lists_what_is_out_of_date(tmp_path, capsys, monkeypatch):
     stale = make_exercises.out_of_date(sol, ex)
     assert stale == [f"exercises/{SOLUTIONS[0].name} (differs from solutions/{SOLUTIONS[0].name})",
                      f"exercises/{SOLUTIONS[1].name} (missing)",
-                     "exercises/99_orphan.ipynb (no solutions/99_orphan.ipynb)"]
+                     "exercises/99_orphan.ipynb (no solutions/99_orphan.ipynb)",
+                     f"solutions/{SOLUTIONS[0].name} (nbgrader metadata)"]
 
     # the command line: --check exits 1 and names the files; plain mode brings them back in sync
     monkeypatch.setattr(make_exercises, "SOLUTIONS", sol)
