@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 KERNEL := largebatch-course
 TS     := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: course test lint lab kernel install exercises clean wheelhouse
+.PHONY: course test lint lab kernel install exercises clean wheelhouse image
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ wheelhouse: $(STAMP)
 	  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 	  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -r wheelhouse/requirements.txt
 	@echo "wheelhouse/: $$(ls wheelhouse/*.whl | wc -l) wheels for Python $(WHEEL_PYTHON) (torch not included: the GPU node's own)"
+
+# The course as an OCI image (CPU), built with podman from Debian's packages and PyPI's wheels (container/build.sh);
+# its last line is the image's name. container/course.def turns it into an Apptainer .sif (docs/instructors.md).
+image: $(STAMP)
+	@bash ci/container-deps.sh
+	@PY=$(PY) bash container/build.sh
 
 lab: kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=.

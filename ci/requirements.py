@@ -1,12 +1,14 @@
 """Print the requirements a GPU check installs from a wheelhouse: the course's, minus torch.
 
     python ci/requirements.py            # one requirement per line, from pyproject.toml
+    python ci/requirements.py --image    # what the course's OCI image installs (container/build.sh)
 
 GPU nodes bring their own CUDA build of torch (a wheelhouse torch would be the wrong build
 and several GB); JupyterLab is for people, not for the check, so it stays out too, and so do
 the browser and JupyterHub tests' packages (they run on CPU machines, in `make test`). Used by
 ``make wheelhouse`` (which downloads them) and ``ci/gpu-check.sh`` (which installs them
-with no index).
+with no index). The image (``--image``) is the other way round: the course's own dependencies, torch
+included (the CPU wheel), and pytest to run the suite's tier tests inside it; no dev tools.
 """
 
 from __future__ import annotations
@@ -33,18 +35,30 @@ def _parse_lists(text: str) -> dict:
             "optional": lists(sections.get("project.optional-dependencies", ""))}
 
 
-def requirements(pyproject: Path = PYPROJECT) -> list[str]:
+def _name(r: str) -> str:
+    return re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].strip().lower()
+
+
+def _lists(pyproject: Path) -> tuple[list[str], dict[str, list[str]]]:
     text = pyproject.read_text()
     if tomllib is not None:
         project = tomllib.loads(text)["project"]
-        reqs = list(project["dependencies"]) + [r for extra in project.get("optional-dependencies", {}).values()
-                                                for r in extra]
-    else:
-        lists = _parse_lists(text)
-        reqs = lists["dependencies"] + [r for extra in lists["optional"].values() for r in extra]
-    name = lambda r: re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].strip().lower()
-    return [r for r in reqs if name(r) not in LEFT_OUT]
+        return list(project["dependencies"]), dict(project.get("optional-dependencies", {}))
+    lists = _parse_lists(text)
+    return lists["dependencies"], lists["optional"]
+
+
+def requirements(pyproject: Path = PYPROJECT) -> list[str]:
+    deps, extras = _lists(pyproject)
+    reqs = deps + [r for extra in extras.values() for r in extra]
+    return [r for r in reqs if _name(r) not in LEFT_OUT]
+
+
+def image_requirements(pyproject: Path = PYPROJECT) -> list[str]:
+    deps, extras = _lists(pyproject)
+    return deps + [r for r in extras.get("dev", []) if _name(r) == "pytest"]
 
 
 if __name__ == "__main__":
-    sys.stdout.write("".join(f"{r}\n" for r in requirements()))
+    reqs = image_requirements() if "--image" in sys.argv[1:] else requirements()
+    sys.stdout.write("".join(f"{r}\n" for r in reqs))
