@@ -38,6 +38,8 @@ start=$(date +%s)
 
 # System packages for tests/test_slurm.py (SLURM and MUNGE from apt, as root only; else the tests skip)
 bash ci/install-slurm.sh
+# System packages for tests/test_image.py (podman, mmdebstrap and runc from apt, as root only; else the tests skip)
+bash ci/container-deps.sh
 
 # Every temporary file of the suite goes into one private folder (mode 0700, a random name),
 # removed when the suite ends, however it ends short of SIGKILL. Tools the tests drive leave
