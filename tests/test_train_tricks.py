@@ -129,8 +129,9 @@ def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_t
     assert "(chosen)" in table and "not reached" in table
     only = confirm(data, results, labels, seeds=(), top=1, device="cpu", progress="none")
     assert only.verdict == f"only one setting was compared: {c.labels[0]}, at 1 seed"
-    from course_lib.lessons.l02_linear_scaling import deciding_comparisons  # the lessons read a real Confirmed
+    from course_lib.lessons.l03_warmup import deciding_comparisons, deciding_table  # lessons read a real Confirmed
 
-    assert deciding_comparisons(c) == []  # the reference never reached the target: no time to set against
+    assert deciding_comparisons(c, c.labels[0]) == []  # the reference never reached the target: nothing to set against
+    assert len(deciding_table(c, c.labels[0]).rows) == 4
 
 
