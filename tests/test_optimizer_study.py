@@ -113,30 +113,6 @@ def test_race_gives_each_optimizer_its_own_best_lr_and_extends_an_edge(monkeypat
     assert min(results[:3], key=search.race_score).config["peak_lr"] == 1e-3
 
 
-def test_warmup_reading_compares_the_best_warmup_with_none():
-    from types import SimpleNamespace
-
-    from course_lib.lessons.l03_warmup import warmup_reading
-
-    def run(t, steps, warm, kind="linear", diverged=False, hr=0.8):
-        return SimpleNamespace(time_to_target_s=t, steps_to_target=steps, diverged=diverged, best_hr=hr, final_hr=hr,
-                               config={"warmup_steps": warm, "warmup": kind})
-
-    labels = ["no warmup", "linear 10", "linear 20", "linear 40", "exponential 20"]
-    results = [run(None, None, 0, diverged=True, hr=None), run(9.0, 90, 10), run(6.0, 60, 20), run(8.0, 80, 40),
-               run(7.0, 70, 20, "exponential")]
-    text = warmup_reading(results, labels)
-    assert text.startswith("best warmup: linear 20, reached the target in 6.0 s (60 steps)")
-    assert "without warmup the run diverged" in text and "made this batch reach the target at all" in text
-    results[0] = run(12.0, 120, 0)
-    results[3] = run(5.0, 50, 40)  # the longest warmup wins: flagged
-    text = warmup_reading(results, labels)
-    assert "linear 40 (the edge of the lengths tried" in text
-    assert "On this seed warmup took fewer steps: without it 2.40x the steps" in text and "two seeds decides" in text
-    results[0] = run(5.1, 50, 0)
-    assert "On this seed no difference in steps to target" in warmup_reading(results, labels)
-
-
 def test_lr_sweep_extends_a_best_at_the_edge(monkeypatch):
     """Lesson 01's sweep: the best of (1e-3, 2e-3, 5e-3) was 1e-3, the grid's edge; with
     ``max_extensions`` the sweep tries 5e-4 (and 2.5e-4) before it settles."""

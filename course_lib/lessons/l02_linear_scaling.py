@@ -1,11 +1,22 @@
-"""Lesson 02, the linear scaling rule: what a batch sweep shows (Shallue's regimes from the
-steps-to-target slope, the generalization gap against its sampling error).
+"""Lesson 02, the linear scaling rule: what a batch sweep shows, as tables and verdicts.
+
+- :func:`rule_table`: per rule, the batches that reached the target and those that did not;
+- :func:`scaling_regimes` / :func:`regime_table`: Shallue's regimes from the steps-to-target slope, each
+  slope with the evaluation spacing's uncertainty;
+- :func:`gap_table` / :func:`gap_comparisons`: the generalization gap and whether it changed with the
+  batch beyond its sampling error;
+- :func:`deciding_comparisons`: the deciding runs at every seed (:func:`course_lib.sweeps.confirm`).
 """
 
 from __future__ import annotations
+
 import math
+
+from .. import compare
+from ..compare import Comparison
 from ..metrics import hr_standard_error
-from ..tables import Table, cell_text
+from ..sweeps import target_resolution
+from ..tables import Table
 
 
 REGIMES = ("perfect scaling", "diminishing returns", "maximal data parallelism")
@@ -44,94 +55,59 @@ def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[
             # the regime across the nearest threshold: a diminishing slope can lie near either neighbour
             near = REGIMES[1] if regime != REGIMES[1] else (
                 REGIMES[0] if abs(slope - perfect) <= abs(slope - flat) else REGIMES[2])
-            row.update({"slope": slope, "resolved": min(abs(slope - perfect), abs(slope - flat)) > uncertainty,
+            row.update({"slope": slope, "slope uncertainty": uncertainty,
+                        "resolved": min(abs(slope - perfect), abs(slope - flat)) > uncertainty,
                         "regime": regime, "near regime": near})
         out.append(row)
         prev = best
     return out
 
 
-def regime_reading(regimes: list[dict]) -> str:
-    """The regimes as sentences: each step up in batch, its slope and regime, and where perfect scaling ended."""
-    lines, boundary, last = [], None, None  # last: the latest batch that reached the target
-    tendency = False  # #37 (full run 2026-12-01): the end of perfect scaling rests on a step known only as a tendency
+def regime_table(regimes: list[dict]) -> Table:
+    """:func:`scaling_regimes` as a table: each step up in batch, its slope with the uncertainty one evaluation
+    interval at either end leaves, its regime, and whether that uncertainty could move it across a threshold
+    (then "tendency", and the regime it leans to)."""
+    t = Table(["from batch", "batch size", "rule", "steps to target", "slope", "± (evaluations)", "regime",
+               "resolved"], title="Shallue's regimes: the log-log slope of steps to target per step up in batch")
     for r in regimes:
-        if r["steps to target"] is None:
-            lines.append(f"batch {r['batch size']}: {r['regime']}")
-            boundary = boundary or last
-            continue
-        if r["slope"] is not None:
-            coarse = "" if r["resolved"] else f" (within one evaluation interval of {r['near regime']}: a tendency)"
-            lines.append(f"batch {r['from batch']} -> {r['batch size']}: slope {r['slope']:.2f}, {r['regime']}{coarse}")
-            if r["regime"] != REGIMES[0] and boundary is None:
-                boundary, tendency = r["from batch"], not r["resolved"]
-        last = r["batch size"]
-    if not any(r["slope"] is not None for r in regimes):
-        return "\n".join(lines + ["fewer than two batch sizes reached the target: no slope to read"])
-    if boundary and tendency:
-        lines.append(f"perfect scaling tended to end after batch {boundary}: the step that says so is within one "
-                     "evaluation interval of perfect scaling, so it is a tendency, not a measured end")
-    else:
-        lines.append(f"perfect scaling ended after batch {boundary}" if boundary else
-                     "perfect scaling held over every batch measured")
-    return "\n".join(lines)
+        if r["from batch"] is None and r["steps to target"] is not None:
+            continue  # the smallest batch: no step up to it
+        tendency = f"tendency: near {r['near regime']}" if r.get("near regime") else "—"
+        t.add(**{"from batch": r["from batch"], "batch size": r["batch size"], "rule": r["rule"],
+                 "steps to target": r["steps to target"], "slope": r["slope"],
+                 "± (evaluations)": r.get("slope uncertainty"), "regime": r["regime"],
+                 "resolved": "—" if r["resolved"] is None else "yes" if r["resolved"] else tendency})
+    return t
 
 
-def rule_reading(rows) -> str:
-    """Per rule, up to which batch it reached the target and how it missed beyond it, then which rules reached it at
-    the largest batch: the verdicts on the lesson's "Predict first" questions, read from the sweep table's rows
-    (:func:`course_lib.sweeps.sweep_rows`; read r10b 02-H2, tenth full run: the linear rule missed the target at
-    16384 and 65536, final HR@10 0.6273 and 0.4184 after 3 epochs, while the sqrt rule reached it at every batch,
-    and no sentence said so: :func:`regime_reading` reads only the better rule at each batch). HR@10 and epochs are
-    quoted as the table's cells print them."""
+def rule_table(rows) -> Table:
+    """Per rule, from the sweep table's rows (:func:`course_lib.sweeps.sweep_rows`): the batches at which it reached
+    the target, those at which it did not (diverged or out of budget), and the largest it reached it at."""
     by_rule: dict[str, list[dict]] = {}
     for r in rows:
         by_rule.setdefault(r["rule"], []).append(r)
-    if not by_rule:
-        return "no runs to read"
-
-    def how(missed):
-        said = "; ".join(f"batch {r['batch size']}: diverged" if r.get("diverged") else
-                         f"batch {r['batch size']}: final HR@10 {cell_text(r['final HR@10'])} after "
-                         f"{cell_text(r['epochs run'])} epochs" for r in missed)
-        return f" ({said}{'' if any(r.get('diverged') for r in missed) else '; none diverged'})"
-
-    lines = []
+    t = Table(["rule", "reached the target at batch", "missed it at batch", "diverged at batch", "largest reached"],
+              title="Where each rule reached the target")
     for rule, rs in by_rule.items():
         rs = sorted(rs, key=lambda r: r["batch size"])
-        hit = [r for r in rs if r["time to target (s)"] is not None]
-        miss = [r for r in rs if r["time to target (s)"] is None]
-        if not miss:
-            lines.append(f"{rule}: reached the target at every batch measured, {rs[0]['batch size']} to "
-                         f"{rs[-1]['batch size']}")
-        elif not hit:
-            lines.append(f"{rule}: reached the target at no batch measured{how(miss)}")
-        elif miss[0]["batch size"] > hit[-1]["batch size"]:
-            lines.append(f"{rule}: reached the target up to batch {hit[-1]['batch size']}, missed it from batch "
-                         f"{miss[0]['batch size']} on{how(miss)}")
-        else:
-            lines.append(f"{rule}: missed the target at batch {', '.join(str(r['batch size']) for r in miss)}"
-                         f"{how(miss)}, reached it at batch {', '.join(str(r['batch size']) for r in hit)}")
-    top = max(r["batch size"] for r in rows)
-    at_top = {rule: any(r["batch size"] == top and r["time to target (s)"] is not None for r in rs)
-              for rule, rs in by_rule.items() if any(r["batch size"] == top for r in rs)}
-    yes, no = [k for k, v in at_top.items() if v], [k for k, v in at_top.items() if not v]
-    if len(at_top) > 1:
-        lines.append(f"at the largest batch, {top}: " + (
-            "every rule reached the target" if not no else "no rule reached the target" if not yes else
-            f"{' and '.join(yes)} reached the target, {' and '.join(no)} did not"))
-    return "\n".join(lines)
+        hit = [r["batch size"] for r in rs if r["time to target (s)"] is not None]
+        miss = [r["batch size"] for r in rs if r["time to target (s)"] is None and not r.get("diverged")]
+        diverged = [r["batch size"] for r in rs if r.get("diverged")]
+        t.add(**{"rule": rule, "reached the target at batch": _batches(hit), "missed it at batch": _batches(miss),
+                 "diverged at batch": _batches(diverged), "largest reached": max(hit) if hit else "—"})
+    return t
+
+
+def _batches(batches: list[int]) -> str:
+    return ", ".join(str(b) for b in batches) or "—"
 
 
 def gap_table(results, labels, *, baseline=None):
-    """The table :func:`gap_reading` reads (lesson 02, #37 item 1: one source for a table and its reading):
-    train-side vs test HR@10 at the end of each run, a ``baseline`` run (lesson 01's) labelled "baseline"."""
+    """Train-side vs test HR@10 at the end of each run, a ``baseline`` run (lesson 01's) labelled "baseline"; the gap
+    to the HR@10 cells' four decimals."""
     gap = Table(["rule", "batch size", "epochs run", "train-side HR@10", "test HR@10", "gap"],
                 title="Train-side vs test HR@10 at the end of each run")
     for label, r in zip(labels, results):
-        # the gap as gap_reading quotes it, to the HR@10 cells' four decimals (read r8a 02-2, eighth full run:
-        # "0.04338", "0.01109" in the table, "+0.0434", "+0.0111" in the reading, whose noise is "twice the sampling
-        # error, 0.0213")
         g = r.generalization_gap
         gap.add(**{"rule": "baseline" if r is baseline else label, "batch size": r.config["global_batch_size"],
                    "epochs run": round(r.epochs, 2), "train-side HR@10": r.final_train_hr,
@@ -139,48 +115,60 @@ def gap_table(results, labels, *, baseline=None):
     return gap
 
 
-def gap_reading(results, labels, *, users: int) -> str:
-    """The generalization gap (train-side minus test HR@10 at the end) against the batch, per rule, read
-    from the runs (lesson 02): at the smallest and the largest batch, whether it grew or shrank by more
-    than twice its sampling error (each HR@10 is a fraction of ``users`` users: a binomial standard
-    error), and the epochs each had run — a run that trained longer has seen its training items more often.
+def _gap_se(r, users: int) -> float:
+    """The gap's standard error: each HR@10 is a fraction of ``users`` users (a binomial error each)."""
+    return math.hypot(hr_standard_error(r.final_hr, users), hr_standard_error(r.final_train_hr, users))
 
-    Only runs that reached the target are compared (read r10b 02-H1, tenth full run: "linear: gap +0.0434 at batch
-    256 (0.90 epochs) -> +0.0111 at batch 65536 (3.00 epochs): it shrank by 0.0323" over a 65536 run that missed the
-    target at test HR@10 0.4184, train side 0.4295: a model that learned little has little to overfit, so its small
-    gap says nothing of generalization). The runs that missed it are named, with their test HR@10 and gap."""
+
+def gap_comparisons(results, labels, *, users: int) -> list[Comparison]:
+    """Per rule, the generalization gap (train-side minus test HR@10 at the end) at its largest batch that reached
+    the target minus at its smallest, against the two gaps' sampling errors. Only runs that reached the target are
+    compared: a run that missed it learned less, and a model that learned little has little to overfit."""
     by_rule: dict[str, list] = {}
     for r, label in zip(results, labels):
-        if r.generalization_gap is not None:
+        if r.generalization_gap is not None and r.reached:
             by_rule.setdefault(label, []).append(r)
-    lines = []
+    out = []
     for rule, runs in by_rule.items():
         runs = sorted(runs, key=lambda r: r.config["global_batch_size"])
         if len(runs) < 2:
             continue
-        reached = [r for r in runs if r.reached]
-        missed = [r for r in runs if not r.reached]
-        batches = lambda rs: ", ".join(str(r.config["global_batch_size"]) for r in rs)  # noqa: E731
-        low = "" if not missed else (
-            f"; batch {batches(missed)} missed the target (test HR@10 {', '.join(f'{r.final_hr:.4f}' for r in missed)}"
-            f"): {'its gap' if len(missed) == 1 else 'their gaps'} "
-            f"({', '.join(f'{r.generalization_gap:+.4f}' for r in missed)}) "
-            f"{'is that of a model' if len(missed) == 1 else 'are those of models'} that learned less, not a "
-            "measure of generalization")
-        if len(reached) < 2:
-            lines.append(f"{rule}: fewer than two of its runs reached the target, so no gap compares like with like"
-                         + low)
+        a, b = runs[0], runs[-1]
+        out.append(compare.difference(
+            f"generalization gap, {rule} rule: batch {b.config['global_batch_size']} - {a.config['global_batch_size']}",
+            a.generalization_gap, _gap_se(a, users), b.generalization_gap, _gap_se(b, users),
+            needed=compare.HR_EFFECT, n="1 run each", basis=f"binomial errors over {users} users"))
+    return out
+
+
+ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: runs of one setting move tens of percent
+STEPS_EFFECT = compare.TIME_EFFECT  # at one batch a step costs the same whatever the setting: steps count as time
+
+
+def _times(runs) -> list[float] | None:
+    times = [r.time_to_target_s for r in runs]
+    return None if any(t is None for t in times) else times
+
+
+def deciding_comparisons(decide, chosen: str | None = None, *, steps: bool = False) -> list[Comparison]:
+    """Every other candidate of a deciding comparison (:func:`course_lib.sweeps.confirm`) against ``chosen`` (its
+    winner by default): time to target over every seed (candidate / chosen: *higher* is the chosen faster), and
+    with ``steps`` the steps to target too, widened by the evaluation spacing near the target. A candidate that
+    missed the target on a seed gives no ratio (the seed-by-seed table shows it)."""
+    chosen = chosen or decide.best_label
+    mine = decide.runs_of(chosen)
+    out = []
+    for label in decide.labels:
+        theirs = decide.runs_of(label)
+        if label == chosen or _times(mine) is None or _times(theirs) is None:
             continue
-        a, b = reached[0], reached[-1]
-        se = lambda r: math.hypot(hr_standard_error(r.final_hr, users), hr_standard_error(r.final_train_hr, users))  # noqa: E731
-        noise = 2 * math.hypot(se(a), se(b))
-        change = b.generalization_gap - a.generalization_gap
-        trend = (f"it grew by {change:.4f}" if change > noise else f"it shrank by {-change:.4f}" if change < -noise
-                 else f"no measurable change (within twice the sampling error, {noise:.4f})")
-        largest = ", the largest that reached the target" if b is not runs[-1] else ""
-        lines.append(f"{rule}: gap {a.generalization_gap:+.4f} at batch {a.config['global_batch_size']} "
-                     f"({a.epochs:.2f} epochs) -> {b.generalization_gap:+.4f} at batch {b.config['global_batch_size']} "
-                     f"({b.epochs:.2f} epochs{largest}): {trend}{low}")
-    if not lines:
-        return "fewer than two runs per rule were evaluated on the train side: no gap to compare"
-    return "\n".join(lines)
+        once = min(len(mine), len(theirs)) < 2
+        out.append(compare.ratio(f"time to target, {label} / {chosen}", _times(mine), _times(theirs),
+                                 needed=compare.TIME_EFFECT, resolution=ONE_RUN_RESOLUTION if once else 0.0,
+                                 basis="one seed each on a shared machine" if once else ""))
+        if steps:
+            window = max(target_resolution(r) / r.steps_to_target for r in [*mine, *theirs])
+            out.append(compare.ratio(f"steps to target, {label} / {chosen}", [r.steps_to_target for r in mine],
+                                     [r.steps_to_target for r in theirs], needed=STEPS_EFFECT, resolution=window,
+                                     basis=f"{len(mine)} and {len(theirs)} seeds; evaluations {window:.0%} apart"))
+    return out

@@ -1,310 +1,186 @@
-"""What lesson 06 measures, read from the learner's own numbers.
+"""Lesson 06's measurements as tables and verdicts.
 
-Each reading takes the rows a benchmark returned and says what they show, in words that stay
-true on any tier (CPU processes over gloo, one GPU whose ranks are CPU processes, several GPUs
-over NCCL) and at any world size, including one. A difference is called a difference only when
-it beats the noise measured next to it: the spread of the all-reduce sweep's blocks, the range
-of the bucket benchmark's repeats (or, the variants running interleaved, every round: :func:`measurably_different`).
+Each function takes the rows a benchmark or a training run returned; none needs a process group, so
+they hold on any tier (CPU processes over gloo, one GPU whose ranks are CPU processes, several GPUs over
+NCCL) and at any world size, including one. Quantities (a fit, a count) are table rows; every "is this
+difference real?" is a :class:`course_lib.compare.Comparison` whose interval comes from the noise measured
+next to it: the interleaved rounds of the bucket benchmark, the blocks of the all-reduce sweep, the
+spacing of evaluations, the runs of one setting at other seeds and the drift of the yardstick's pace.
 
-- :func:`ring_reading` — what the ring all-reduce's schedule sends, counted from lesson 08's schedules;
-- :func:`allreduce_reading` — the sweep: where latency ends and bandwidth begins, and whether the
-  small messages really lie on a flat line;
-- :func:`overlap_reading` — the bucket benchmark: the share of a step that is communication,
+- :func:`ring_table`: what the ring all-reduce's schedule sends, counted from lesson 08's schedules;
+- :func:`allreduce_estimates` / :func:`allreduce_comparisons`: the sweep's alpha-beta fit, and whether
+  the fit describes the smallest and largest messages and the small ones lie on a flat line;
+- :func:`overlap_comparisons`, :func:`timeline_table`: the bucket benchmark: the cost of communication,
   what overlapping it with backward saved, what the bucket size changed;
-- :func:`compression_reading` — fp16/bf16 gradient compression: bytes, time, and whether the
-  training stayed the same.
-
-- :func:`scaling_rows` / :func:`scaling_reading` / :func:`optimization_reading` — strong and weak scaling:
-  throughput, and epochs and time to the target, from the data-parallel runs.
+- :func:`compression_comparisons`: fp16/bf16 gradient compression: time, and whether training changed;
+- :func:`scaling_rows`, :func:`scaling_estimates`, :func:`optimization_comparisons`: strong and weak
+  scaling: throughput, the step's fixed and per-sample cost, epochs and time to the target.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..comm.collectives import ring_allreduce_schedule
-from ..comm.cost import human_bytes, allreduce_busbw_factor
 import matplotlib.pyplot as plt
-from ..metrics import line_fit, paired_speedup
+
+from .. import compare
+from ..comm.collectives import ring_allreduce_schedule
+from ..comm.cost import allreduce_busbw_factor, human_bytes
+from ..compare import Comparison, Estimate
 from ..tables import Table
 
-# unit roundoff of each 16-bit format (half the distance from 1 to the next number): 2^-11, 2^-8
-UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 TORCH_HOOK_NAMES = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
+# unit roundoff of fp32 (half the distance from 1 to the next number): the least two equal losses can differ by
+FP32_ROUNDOFF = 2.0 ** -24
+
+ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: runs of one setting move tens of percent
+RUN_TO_RUN_FLOOR = 0.05  # runs of one setting at other seeds resolve no better than this, however close they came
+EPOCHS_EFFECT = 0.10  # epochs to target within 10%: two of the dense evaluations (0.05 epochs) of a ~1-epoch run
+COMPRESSION_TOLERANCE = 0.01  # a loss within 1% of what the uncompressed run gained is the same training
+COMPUTE_SHARE = 0.8  # the per-rank batch quoted is the one at which compute is this share of the step
 
 
-# --------------------------------------------------------------------------- noise
+def _interval(question: str, a: list[float], b: list[float], *, needed: float, basis: str = "") -> Comparison:
+    """``b`` relative to ``a`` from step times: paired where both ran the same number of interleaved rounds
+    (a busy round slows every variant in it), from each arm's spread where they did not, and at
+    :data:`ONE_RUN_RESOLUTION` where an arm ran once."""
+    if len(a) == len(b) >= 2:
+        return compare.paired_ratio(question, a, b, needed=needed, basis=basis)
+    if min(len(a), len(b)) >= 2:
+        return compare.ratio(question, a, b, needed=needed, basis=basis)
+    return compare.ratio(question, a, b, needed=needed, resolution=ONE_RUN_RESOLUTION,
+                         basis="one repeat: the resolution one run has on a shared machine")
 
 
-# the step's cost over the floor beyond the all-reduces' pending time, as a share of that cost, from which the
-# overlap reading says that part is not the all-reduces (read r6b 06-3)
-EXPOSED_BEYOND_PENDING = 0.2
+def _repeats(row: dict) -> list[float]:
+    return list(row.get("step_ms_repeats") or [row["step_ms"]])
 
 
-def repeat_range(row: dict) -> tuple[float, float]:
-    """Fastest and slowest repeat of a bucket-benchmark row (ms)."""
-    reps = row.get("step_ms_repeats") or [row["step_ms"]]
-    return min(reps), max(reps)
-
-
-def interleaved_rounds(a: dict, b: dict) -> list[tuple[float, float]] | None:
-    """The two rows' repeats paired round by round (ms), or None where they cannot be: the bucket benchmark runs
-    its variants interleaved (A, B, C, A, B, C, ...: :func:`course_lib.comm.bench.ddp_bucket_benchmark`), so
-    repeat i of every row ran in the same round, under the same load; rows with unequal counts are not paired."""
-    ra, rb = a.get("step_ms_repeats") or [], b.get("step_ms_repeats") or []
-    return list(zip(ra, rb)) if len(ra) == len(rb) >= 2 else None
-
-
-PAIRED_MIN_EFFECT = 0.05  # a round-by-round difference must exceed this in every round (metrics.paired_speedup's)
-
-
-def measurably_different(a: dict, b: dict, min_effect: float = PAIRED_MIN_EFFECT) -> bool | None:
-    """True when the repeats' ranges of two rows do not overlap, or when every interleaved round
-    (:func:`interleaved_rounds`) ran one of them slower by more than ``min_effect`` (lesson 01's paired rule,
-    :func:`course_lib.metrics.paired_speedup`): a round the machine's load slowed slows every variant in it, and
-    widens each row's range without moving their order. None with fewer than 2 repeats each (then there is no
-    noise to compare with). (Read r4b 06-1, fourth full run: the floor at 14.9, 6.72, 6.68 ms and the 25 MiB buckets
-    at 26.4, 14.1, 15.2 ms, slower in every round by 1.8-2.3x, read "as long as with no communication at all, within
-    the noise" because the first round was slow for every variant.)"""
-    if min(len(a.get("step_ms_repeats") or []), len(b.get("step_ms_repeats") or [])) < 2:
-        return None
-    (lo_a, hi_a), (lo_b, hi_b) = repeat_range(a), repeat_range(b)
-    if hi_a < lo_b or hi_b < lo_a:
-        return True
-    rounds = interleaved_rounds(a, b)
-    return bool(rounds) and paired_speedup([y / x for x, y in rounds], min_effect)[1]
-
-
-def _rounds_text(a: dict, b: dict, what_a: str, what_b: str) -> str:
-    """Where the ranges overlap but every round agrees: the rounds, so the verdict can be checked in the table."""
-    (lo_a, hi_a), (lo_b, hi_b) = repeat_range(a), repeat_range(b)
-    rounds = interleaved_rounds(a, b)
-    if rounds is None or hi_a < lo_b or hi_b < lo_a:
-        return ""
-    pairs = ", ".join(f"{x:.3g} vs {y:.3g}" for x, y in rounds)
-    return (f"; their repeats' ranges overlap, but every interleaved round ran {what_a} and {what_b} in the same "
-            f"order ({pairs} ms)")
-
-
-def _vs(a: dict, b: dict, what_a: str, what_b: str) -> str:
-    """'A took x ms, y ms less than B (z %)' or 'no measurable difference ...', from two rows."""
-    d = b["step_ms"] - a["step_ms"]
-    verdict = measurably_different(a, b)
-    ra, rb = repeat_range(a), repeat_range(b)
-    ranges = f"{what_a} {ra[0]:.3g}-{ra[1]:.3g} ms, {what_b} {rb[0]:.3g}-{rb[1]:.3g} ms over the repeats"
-    if verdict is False:
-        rounds = (f", and the interleaved rounds do not all put one ahead by more than {PAIRED_MIN_EFFECT:.0%}"
-                  if interleaved_rounds(a, b) else "")
-        return f"no measurable difference between {what_a} and {what_b} (their repeats overlap{rounds}: {ranges})"
-    word = "less" if d > 0 else "more"
-    tail = (_rounds_text(a, b, what_a, what_b) if verdict else
-            " (one repeat only: no noise estimate, so this may be noise)")
-    return (f"{what_a} took {a['step_ms']:.3g} ms per step, {abs(d):.3g} ms {word} than {what_b} "
-            f"({abs(d) / b['step_ms']:.0%}){tail}")
+def _step_ratio(question: str, a: dict, b: dict) -> Comparison:
+    """Step time of bucket-benchmark row ``b`` relative to row ``a`` (their repeats ran interleaved)."""
+    return _interval(question, _repeats(a), _repeats(b), needed=compare.SPEED_EFFECT)
 
 
 # --------------------------------------------------------------------------- the ring
 
 
-def ring_reading(p: int, n_elements: int | None = None) -> str:
+def ring_rows(p: int, n_elements: int | None = None) -> dict:
     """What each rank sends in a ring all-reduce on ``p`` ranks, counted on the schedule itself."""
+    n = n_elements or 1000 * max(p, 1)
     if p < 2:
-        return "one rank: an all-reduce has nothing to send (the ring has no rounds)."
-    n = n_elements or 1000 * p
+        return {"ranks": p, "rounds": 0, "messages": 0, "elements": n, "sent per rank": 0, "sent / tensor": 0.0,
+                "2(p-1)/p": 0.0}
     s = ring_allreduce_schedule(p, n)
     sent = max(s.elements_sent_by(r) for r in range(p))
-    return (f"ring all-reduce on {p} ranks: {len(s.rounds)} rounds (reduce-scatter, then all-gather), {s.messages} "
-            f"messages; each rank sends {sent:,} of the tensor's {n:,} elements, {sent / n:.3g}x the tensor "
-            f"= 2(p-1)/p = {allreduce_busbw_factor(p):.3g}: the factor nccl-tests multiplies algbw by to get busbw. "
-            "It stays below 2 however many ranks join, which is why the ring is bandwidth-optimal; the "
-            f"{len(s.rounds)} rounds are its latency cost, and they grow with p.")
+    return {"ranks": p, "rounds": len(s.rounds), "messages": s.messages, "elements": n, "sent per rank": sent,
+            "sent / tensor": sent / n, "2(p-1)/p": allreduce_busbw_factor(p)}
+
+
+def ring_table(world_size: int) -> Table:
+    """The ring on this lesson's ranks and on 2, 4 and 8: the rounds grow with p, the bytes sent stay below 2x."""
+    t = Table(["ranks", "rounds", "messages", "elements", "sent per rank", "sent / tensor", "2(p-1)/p"],
+              title="Ring all-reduce, counted on its schedule (reduce-scatter, then all-gather)")
+    for p in sorted({2, 4, 8, world_size}):
+        t.add(**ring_rows(p))
+    return t
 
 
 # --------------------------------------------------------------------------- the all-reduce sweep
 
 
-def allreduce_reading(bench) -> str:
-    """Where the sweep's latency regime ends, whether its small messages lie on a flat line
-    (compared with the spread of the blocks), and how close the largest came to the fit's bandwidth."""
-    rows = sorted(bench.rows, key=lambda r: r["size_bytes"])
-    if bench.world_size < 2:
-        return ("one rank: an all-reduce has nobody to exchange with, so these times are the call's own "
-                "overhead, not a link; run with 2 or more ranks to measure one.")
+def _blocks_spread(row: dict) -> float:
+    """A sweep row's blocks' spread relative to its median: the resolution of that size's time."""
+    if "time_max_s" not in row:
+        return ONE_RUN_RESOLUTION
+    return (row["time_max_s"] - row["time_min_s"]) / row["time_s"]
+
+
+def allreduce_estimates(bench) -> list[Estimate]:
+    """The sweep's alpha-beta fit (:meth:`BenchResult.fit`, robust on relative errors) as rows with standard
+    errors from the least-squares line on relative errors through the same sizes, the size where the
+    bandwidth term reaches the latency, and the largest busbw measured against the fit's asymptote."""
+    if bench.world_size < 2 or len(bench.rows) < 2:
+        return []
     alpha, beta = bench.fit()
-    n_half = alpha / beta if beta > 0 else math.inf  # the size where n x beta = alpha
-    small = [r for r in rows if r["size_bytes"] <= n_half]
-    large = [r for r in rows if r["size_bytes"] > n_half]
-    parts = []
-    if small:
-        times = [r["time_s"] * 1e6 for r in small]
-        lo, hi = min(times), max(times)
-        level = sorted(times)[len(times) // 2]  # the flat line's height: the median size's time
-        spread = {r["size_bytes"]: (r["time_max_s"] - r["time_min_s"]) * 1e6 if "time_max_s" in r else 0.0
-                  for r in small}
-        # a size lies off the line when it is farther from the level than its own blocks spread
-        off = [r for r, t in zip(small, times) if abs(t - level) > spread[r["size_bytes"]]]
-        if len(small) == 1:
-            shape = "a single size, so no line to judge"
-        elif not off:
-            shape = (f"a flat line within the noise: every size lies within its own blocks' spread of the median, "
-                     f"{level:.3g} us")
-        elif times[-1] >= 1.5 * times[0] and times == sorted(times):
-            shape = (f"not flat: the time already grows with the size ({times[0]:.3g} to {times[-1]:.3g} us), "
-                     "by more than the blocks' spread")
-        else:
-            names = ", ".join(f"{human_bytes(r['size_bytes'])} ({t:.3g} us)" for r, t in zip(small, times) if r in off)
-            shape = (
-                f"not a flat line: {names} {'lies' if len(off) == 1 else 'lie'} off the median {level:.3g} us by "
-                f"more than {'its' if len(off) == 1 else 'their'} blocks' spread, "
-                f"without a trend in size ({hi / lo:.2g}-fold from fastest to slowest): per-call costs that change "
-                "from size to size (buffer allocation, the library switching algorithms) or a busy machine, "
-                "not the bytes"
-            )
-        where = (f"up to the largest size measured ({human_bytes(small[-1]['size_bytes'])})" if not large else
-                 f"up to about {human_bytes(n_half)}, where the fit's bandwidth term n x beta reaches its latency "
-                 f"alpha = {alpha * 1e6:.3g} us")
-        parts.append(f"Latency regime {where}: {len(small)} size(s) from {human_bytes(small[0]['size_bytes'])}, "
-                     f"measured {lo:.3g}-{hi:.3g} us, {shape}.")
-    if alpha <= 0:
-        # the fit's alpha is 0 (cost.fit_alpha_beta: a negative intercept is set to 0), so n_half is 0 and no size
-        # is in a latency regime; lesson 08's ping-pong did the same on a busy CI machine (commit 19edebe)
-        parts.append("The fit resolved no latency at all (its alpha is zero: at the smallest sizes the noise is "
-                     "larger than the call's latency, or the times grow faster than the size), so there is no "
-                     "latency regime to read.")
-    if large:
-        best = max(large, key=lambda r: r["busbw_GBps"])
-        asymptote = allreduce_busbw_factor(bench.world_size) / beta / 1e9
-        # read r10c 06-S1 (tenth full run): "the time grows with the size" over 1 MiB at 12.46 ms and 4 MiB at 10.55
-        dips = [(a, b) for a, b in zip(large, large[1:]) if b["time_s"] < a["time_s"]]
-        grows = "the time grows with the size"
-        if dips:
-            overlap = all(b.get("time_max_s", b["time_s"]) >= a.get("time_min_s", a["time_s"]) for a, b in dips)
-            grows = (f"the time grows from {large[0]['time_s'] * 1e6:.3g} to {large[-1]['time_s'] * 1e6:.3g} us over "
-                     "these sizes, though " + ", ".join(
-                         f"{human_bytes(b['size_bytes'])} took less than {human_bytes(a['size_bytes'])} "
-                         f"({b['time_s'] * 1e6:.4g} vs {a['time_s'] * 1e6:.4g} us)" for a, b in dips)
-                     + (" within their blocks' spread" if overlap else ", by more than their blocks' spread"))
-        parts.append(
-            f"Bandwidth regime {'above it' if small else 'at every size measured'}: {grows}, "
-            f"and the largest busbw measured is "
-            f"{best['busbw_GBps']:.3g} GB/s at {human_bytes(best['size_bytes'])}, {best['busbw_GBps'] / asymptote:.0%} "
-            f"of the fit's asymptote ({asymptote:.3g} GB/s = 2(p-1)/p / beta)."
-        )
-    else:
-        parts.append("No size measured here is large enough for the bandwidth term to dominate"
-                     + (" (the fit found no bandwidth term at all)" if beta <= 0 else "")
-                     + ": the full profile's sizes (up to 64 MiB on CPUs, 256 MiB on GPUs) reach it.")
-    return " ".join(parts)
+    sizes, times = [r["size_bytes"] for r in bench.rows], [r["time_s"] for r in bench.rows]
+    fit = compare.line_fit(sizes, times, weights=[1 / t ** 2 for t in times])
+    a_se, b_se = fit.intercept_se, fit.slope_se
+    df = fit.df if fit.df > 0 else None
+    basis = f"{len(sizes)} sizes; standard error of the least-squares line on relative errors"
+    out = [compare.estimate("alpha: latency per all-reduce", alpha * 1e6, a_se * 1e6, df=df, unit="us", basis=basis)]
+    if beta > 0:
+        bw = 1 / beta / 1e9
+        out.append(compare.estimate("1 / beta: bandwidth", bw, bw * b_se / beta, df=df, unit="GB/s", basis=basis))
+        if alpha > 0:
+            rel = math.hypot(a_se / alpha, b_se / beta)
+            out.append(compare.estimate("alpha / beta: the size where n x beta = alpha", alpha / beta,
+                                        alpha / beta * rel, df=df, unit="B", basis=basis))
+        asymptote = allreduce_busbw_factor(bench.world_size) * bw
+        out.append(compare.estimate("the fit's busbw asymptote, 2(p-1)/p / beta", asymptote, asymptote * b_se / beta,
+                                    df=df, unit="GB/s", basis=basis))
+    best = max(bench.rows, key=lambda r: r["busbw_GBps"])
+    out.append(compare.estimate(f"largest busbw measured ({human_bytes(best['size_bytes'])})", best["busbw_GBps"],
+                                math.nan, unit="GB/s", basis="median block"))
+    return out
+
+
+def allreduce_comparisons(bench) -> list[Comparison]:
+    """Does the alpha-beta fit describe the smallest and the largest message (measured / predicted, within
+    :data:`course_lib.compare.MODEL_EFFECT`), and do the sizes the fit puts in the latency regime (bandwidth term
+    at most :data:`course_lib.compare.TIME_EFFECT` of alpha) lie on a flat line? Each time's resolution is its
+    blocks' spread. One rank has no link to describe: no comparisons."""
+    if bench.world_size < 2 or len(bench.rows) < 2:
+        return []
+    alpha, beta = bench.fit()
+    rows = sorted(bench.rows, key=lambda r: r["size_bytes"])
+    out = []
+    for r in (rows[0], rows[-1]):
+        predicted = alpha + beta * r["size_bytes"]
+        if predicted > 0:
+            out.append(compare.quantity_ratio(
+                f"all-reduce time at {human_bytes(r['size_bytes'])}, measured / alpha + n beta",
+                r["time_s"] / predicted, 0.0, needed=compare.MODEL_EFFECT, resolution=_blocks_spread(r),
+                basis="the blocks' spread", n="1 size"))
+    flat = [r for r in rows if alpha > 0 and beta * r["size_bytes"] <= compare.TIME_EFFECT * alpha]
+    if len(flat) >= 2:
+        lo, hi = flat[0], flat[-1]
+        out.append(compare.quantity_ratio(
+            f"all-reduce time, {human_bytes(hi['size_bytes'])} / {human_bytes(lo['size_bytes'])} (latency regime)",
+            hi["time_s"] / lo["time_s"], 0.0, needed=compare.TIME_EFFECT,
+            resolution=max(_blocks_spread(lo), _blocks_spread(hi)), basis="the blocks' spread", n="2 sizes"))
+    return out
 
 
 # --------------------------------------------------------------------------- buckets and overlap
 
 
-def _largest_tensor_mb(spec) -> float | None:
-    try:
-        return max(p.numel() for p in spec.build().parameters()) * 4 / 2**20
-    except Exception:  # a spec without build(): say nothing about tensor sizes
-        return None
-
-
-def overlap_reading(result) -> str:
-    """The communication share of a step and what overlap saved, from the bucket benchmark's rows,
-    each difference compared with the range of its repeats."""
-    rows = result.bucket_rows
-    buckets = [r for r in rows if r["overlap"] is True and r.get("step_ms") is not None]
+def overlap_comparisons(result) -> list[Comparison]:
+    """Three questions on the bucket benchmark's step times, each from its interleaved rounds: what the
+    fastest bucket setting costs over no communication at all (the floor); what overlapping saved, the
+    fastest setting that made more than one bucket (one bucket is ready only when backward ends, so it
+    cannot overlap) against one all-reduce after backward; and the smallest bucket cap against the largest."""
+    rows = [r for r in result.bucket_rows if r.get("step_ms") is not None]
+    buckets = [r for r in rows if r["overlap"] is True]
     floor = next((r for r in rows if r["overlap"] is None), None)
     serial = next((r for r in rows if r["overlap"] is False), None)
     if not buckets:
-        return "no DDP bucket rows to read."
+        return []
     best = min(buckets, key=lambda r: r["step_ms"])
-    worst = max(buckets, key=lambda r: r["step_ms"])
-    reps = min(len(r.get("step_ms_repeats") or []) for r in rows if r.get("step_ms") is not None)
-    parts = []
-    if result.world_size < 2:
-        parts.append("One rank: DDP has nobody to all-reduce with, so every variant is compute plus the call's "
-                     "overhead.")
-    n = best.get("allreduces_per_step") or 0
-    cap = f"{best['bucket_cap_mb']:g} MiB buckets ({n:.3g} all-reduce{'' if n == 1 else 's'} per step)"
-    # read r3a 06-1 (full run 2026-12-01, /tmp/mc3): "with the fastest setting, 25 MiB buckets ... 21.9 ms" over a
-    # table whose one all-reduce after backward ran 20.26 ms: the best is the fastest of the bucket settings
-    faster_serial = serial is not None and serial.get("step_ms") is not None and serial["step_ms"] < best["step_ms"]
-    which = "bucket setting" if faster_serial else "setting"
+    out = []
     if floor is not None:
-        exposed = best["step_ms"] - floor["step_ms"]
-        same = measurably_different(best, floor)
-        if same is False:
-            parts.append(f"Communication share: not measurable here. With {cap} a step took as long as with no "
-                         f"communication at all, within the noise ({_vs(best, floor, 'buckets', 'the floor')}): "
-                         "either the all-reduces hid behind backward, or the machine's noise is larger than what "
-                         "they cost (rerun on a quieter machine to tell).")
-        else:
-            head = (f"Communication share: with the fastest {which}, {cap}, a step took {best['step_ms']:.3g} ms "
-                    f"against {floor['step_ms']:.3g} ms with no communication, so "
-                    f"{max(exposed, 0) / best['step_ms']:.0%} of the step is communication")
-            pending = best.get("comm_ms") or 0.0
-            rest = max(exposed, 0.0) - pending
-            rounds = _rounds_text(best, floor, "the buckets", "the floor") if same else ""
-            if pending and rest > EXPOSED_BEYOND_PENDING * max(exposed, 0.0):
-                # read r6b 06-3 (sixth full run): "53% of the step is communication that did not hide behind backward
-                # (all-reduces were pending 7.45 ms per step)": 23.2 - 10.9 = 12.3 ms, of which the all-reduces were
-                # pending 7.45 (32% of the step); the other 4.84 ms is not the all-reduces, and the reading says so
-                parts.append(
-                    head + f"'s cost that did not hide behind backward ({max(exposed, 0):.3g} ms): the all-reduces "
-                    f"themselves were pending {pending:.3g} ms per step ({pending / best['step_ms']:.0%} of the step), "
-                    f"and the other {rest:.3g} ms is time spent outside them (DDP's hooks and bucket copies, or "
-                    + ("gloo's threads taking the cores from the computation" if result.backend == "gloo" else
-                       f"{result.backend}'s kernels competing with the computation")
-                    + ": no cell here measured which)"
-                    + (f" ({rounds[2:]})." if rounds else "." if same else "; one repeat only, so no noise estimate."))
-            else:
-                parts.append(
-                    head + " that did not hide behind backward (all-reduces were pending "
-                    f"{pending:.3g} ms per step"
-                    + (f"{rounds})." if same else "); one repeat only, so no noise estimate.")
-                )
-    if serial is not None:
-        # read r10c 06-H1 (tenth full run): "What overlap saved: nothing measurable — no measurable difference between
-        # the best bucket setting and one all-reduce after backward", the best being 25 MiB buckets, one bucket per
-        # step, ready only when backward ended (the timeline: 0 ms under backward): it cannot overlap. The settings
-        # with more than one bucket are the ones that can, so they are the ones set against the serial all-reduce
-        ov, what, head = best, "the best bucket setting", "What overlap saved: "
-        several = [r for r in buckets if (r.get("allreduces_per_step") or 0) > 1]
-        if (best.get("allreduces_per_step") or 0) <= 1:
-            if several:
-                ov = min(several, key=lambda r: r["step_ms"])
-                what = f"the {ov['bucket_cap_mb']:g} MiB buckets"
-                head += (f"the fastest bucket setting made one bucket, ready only when backward ended, so it had "
-                         f"nothing to overlap; of the settings with more than one bucket, the fastest is {what} "
-                         f"({ov['allreduces_per_step']:.3g} all-reduces per step): ")
-            else:
-                head += ("not measured: every bucket setting made one bucket per step, ready only when backward "
-                         "ended, so none had anything to overlap; ")
-        verdict = measurably_different(ov, serial)
-        if verdict is False:
-            parts.append(f"{head}nothing measurable — "
-                         f"{_vs(ov, serial, what, 'one all-reduce after backward')}.")
-        elif ov["step_ms"] < serial["step_ms"]:
-            parts.append(f"{head}{_vs(ov, serial, what, 'one all-reduce after backward')}.")
-        else:
-            parts.append(f"{head}nothing — "
-                         f"{_vs(serial, ov, 'one all-reduce after backward', what)}: "
-                         "overlapping bought nothing here (backward and the all-reduce compete for the same "
-                         "cores, or each extra message costs more than the overlap hides).")
-    if len(buckets) > 1 and worst is not best:
-        names = (f"{best['bucket_cap_mb']:g} MiB", f"{worst['bucket_cap_mb']:g} MiB")
-        parts.append(f"Bucket size: {_vs(best, worst, *names)}.")
-        counts = {}
-        for r in buckets:
-            counts.setdefault(r.get("allreduces_per_step"), []).append(r["bucket_cap_mb"])
-        same = [caps for n, caps in counts.items() if n is not None and len(caps) > 1]
-        if same:
-            big = _largest_tensor_mb(result.model_spec)
-            parts.append(f"Caps {', '.join(f'{c:g}' for c in same[0])} MiB made the same number of buckets: a bucket "
-                         "takes whole tensors until it reaches its cap"
-                         + (f", and this model's largest gradient is {big:.3g} MiB." if big else "."))
-    if reps < 2:
-        parts.append("(With one repeat there is no noise estimate: run with repeats >= 2 before drawing conclusions.)")
-    return " ".join(parts)
+        out.append(_step_ratio(f"step time, fastest buckets ({best['bucket_cap_mb']:g} MiB) / no communication",
+                               floor, best))
+    several = [r for r in buckets if (r.get("allreduces_per_step") or 0) > 1]
+    if serial is not None and several:
+        ov = min(several, key=lambda r: r["step_ms"])
+        out.append(_step_ratio(f"step time, {ov['bucket_cap_mb']:g} MiB buckets (overlapped) / one all-reduce "
+                               "after backward", serial, ov))
+    caps = sorted(buckets, key=lambda r: r["bucket_cap_mb"])
+    if len(caps) > 1:
+        small, large = caps[0], caps[-1]
+        out.append(_step_ratio(f"step time, {small['bucket_cap_mb']:g} MiB / {large['bucket_cap_mb']:g} MiB buckets",
+                               large, small))
+    return out
 
 
 def _union(intervals) -> list[tuple[float, float]]:
@@ -317,11 +193,13 @@ def _union(intervals) -> list[tuple[float, float]]:
     return out
 
 
+
+
 def timeline_rows(result) -> list[dict]:
     """Per variant, from its recorded step (rank 0's step of median length, the one
     :func:`course_lib.comm.plots.plot_bucket_timeline` draws): how many all-reduces, how long one was
     pending (their union), and how much of that lay while backward was still computing (overlap)
-    rather than after it (waiting). The rows of :func:`timeline_table` and :func:`timeline_reading`."""
+    rather than after it (waiting). The rows of :func:`timeline_table`."""
     out = []
     for r in result.rows:
         tl = r.get("timeline")
@@ -338,16 +216,18 @@ def timeline_rows(result) -> list[dict]:
             if r.get("compression") not in (None, "none")
             else f"{r['bucket_cap_mb']:g} MiB buckets"
         )
-        three = lambda x: float(f"{x:.3g}")  # noqa: E731  (the precision the reading quotes, cell for cell)
+        three = lambda x: float(f"{x:.3g}")  # noqa: E731  (three significant figures: one step, not a mean)
         out.append({"variant": name, "all-reduces": len(tl["allreduces_ms"]), "step (ms)": three(tl["step_ms"]),
                     "pending (ms)": three(pending), "under backward (ms)": three(under),
                     "share under backward": f"{under / pending:.0%}" if pending > 0 else "—"})
     return out
 
 
+
+
 def timeline_table(result) -> Table:
-    """The steps :func:`timeline_reading` reads, one row per variant (#37 item 1: the reading quotes these
-    cells; the bucket table above holds other numbers, the median over repeats of the slowest rank)."""
+    """The steps the timeline draws, one row per variant (one step of rank 0; the bucket table above holds
+    other numbers, the median over repeats of the slowest rank)."""
     t = Table(["variant", "all-reduces", "step (ms)", "pending (ms)", "under backward (ms)", "share under backward"],
               title="The steps drawn: rank 0's median step per variant (one step, not the bucket table's median "
                     "over repeats)")
@@ -356,80 +236,54 @@ def timeline_table(result) -> Table:
     return t
 
 
-def timeline_reading(result) -> str:
-    """From each variant's recorded step (:func:`timeline_rows`): how long an all-reduce was pending, and
-    how much of that lay while backward was still computing (overlap) rather than after it (waiting);
-    then which variant hid the most, or that none hid any."""
-    rows = timeline_rows(result)
-    if not rows:
-        return "no recorded all-reduces to read."
-    parts = []
-    for r in rows:
-        n, share = r["all-reduces"], r["share under backward"]
-        parts.append(f"{r['variant']}: {n} all-reduce{'s' if n != 1 else ''} pending {r['pending (ms)']:g} ms "
-                     f"of a {r['step (ms)']:g} ms step, {r['under backward (ms)']:g} ms of it"
-                     + (f" ({share})" if share != "—" else "") + " while backward was still computing")
-    most = max(rows, key=lambda r: r["under backward (ms)"] / r["pending (ms)"] if r["pending (ms)"] else 0.0)
-    if most["under backward (ms)"] > 0:
-        end = (f". What lies under backward's compute overlapped it, the rest the step waited for: {most['variant']} "
-               f"hid the largest share ({most['share under backward']}).")
-    else:
-        end = (". None of the all-reduces lay under backward's compute: every step waited for all of its "
-               "communication.")
-    return "In the steps drawn (rank 0's median step per variant): " + "; ".join(parts) + end
-
-
 # --------------------------------------------------------------------------- compression
 
 
-def compression_reading(result, tolerance: float = 0.01) -> str:
-    """What fp16/bf16 gradient compression did: bytes (counted), time (against the repeats' noise),
-    and whether training stayed the same: the loss after the run's steps, within ``tolerance`` of the
-    loss decrease the uncompressed run made, and the parameters' distance in the format's rounding units."""
+def _loss_resolution(result, ref: dict) -> float:
+    """How far two runs of the same training end apart here: the fp32 variants' final losses (another bucket
+    layout, another summation order), at least fp32's rounding of the loss."""
+    same = [r["final_loss"] for r in result.bucket_rows
+            if r["overlap"] is not None and r.get("final_loss") is not None]
+    spread = max((abs(x - ref["final_loss"]) for x in same), default=0.0)
+    return max(spread, FP32_ROUNDOFF * abs(ref["final_loss"]))
+
+
+def compression_comparisons(result) -> list[Comparison]:
+    """Per compressed variant that ran: its step time against the uncompressed run at the same bucket cap
+    (interleaved rounds), and its loss after the same steps, the difference as a share of the loss the
+    uncompressed run gained (within :data:`COMPRESSION_TOLERANCE`: the same training)."""
     rows = result.compression_rows
     if not rows:
-        return "gradient compression was not measured in this run."
-    ref, comps = rows[0], rows[1:]
-    parts = []
-    for r in comps:
-        c = r["compression"]
+        return []
+    ref, out = rows[0], []
+    decrease = ref["first_loss"] - ref["final_loss"]
+    for r in rows[1:]:
         if r.get("step_ms") is None:
-            reduces = r.get("backend_reduces_dtype")
-            backend_says = ("" if reduces is None else
-                            f" It checks how torch was built, not the process group: {r.get('backend', 'the backend')} "
-                            f"itself {'summed' if reduces else 'could not sum'} {c} tensors correctly in this run.")
-            parts.append(f"{c}: not run here. DDP refuses torch's {TORCH_HOOK_NAMES.get(c, c)} in this build of torch "
-                         f"(\"{r.get('refused')}\").{backend_says}")
             continue
-        ratio = r["bytes_per_step"] / ref["bytes_per_step"] if ref.get("bytes_per_step") else math.nan
-        time_part = _vs(r, ref, f"{c}", "uncompressed")
-        decrease = ref["first_loss"] - ref["final_loss"]
-        loss_diff = abs(r["final_loss"] - ref["final_loss"])
-        u = UNIT_ROUNDOFF.get(c)
-        units = f" ({r['update_rel_diff'] / u:.2g} units of {c}'s rounding, 2^{int(math.log2(u))})" if u else ""
+        c = r["compression"]
+        out.append(_step_ratio(f"step time, {c}-compressed / uncompressed", ref, r))
         if decrease > 0:
-            same = loss_diff <= tolerance * decrease
-            train = (f"training {'unchanged' if same else 'changed'} within {tolerance:.0%}: "
-                     f"after {r['steps']} timed steps "
-                     f"(plus warm-up) the loss is {r['final_loss']:.5g} against {ref['final_loss']:.5g}, a difference "
-                     f"{loss_diff / decrease:.2%} of the {decrease:.3g} the uncompressed run gained")
-        else:
-            train = "the uncompressed run did not lower the loss, so the loss cannot say whether training changed"
-        u_flow = r.get("underflow") or {}
-        flushed = ((u_flow["nonzero"] - u_flow["nonzero_sent"]) / u_flow["nonzero"]) if u_flow.get("nonzero") else None
-        sub = (u_flow["subnormal_sent"] / u_flow["nonzero"]) if u_flow.get("nonzero") else None
-        flow = ("" if flushed is None else
-                f"; of the nonzero gradients, {flushed:.2%} became zero in {c} and {sub:.2%} were subnormal there "
-                "(fewer bits kept)")
-        parts.append(
-            f"{c}: {human_bytes(r['bytes_per_step'])} all-reduced per step instead of "
-            f"{human_bytes(ref['bytes_per_step'])} ({ratio:.2g}x, counted on the tensors handed to all_reduce); "
-            f"{time_part}; all-reduces pending {r['comm_ms']:.3g} ms per step against {ref['comm_ms']:.3g}; "
-            f"{train}; the parameters ended {r['update_rel_diff']:.2g} away from the uncompressed run's "
-            f"(relative to how far training moved them){units}, most in {r['worst_tensor']} "
-            f"({r['worst_tensor_rel_diff']:.2g}){flow}."
-        )
-    return " ".join(parts)
+            out.append(compare.quantity(
+                f"loss after {r['steps']} steps, {c} - uncompressed, per unit the uncompressed run gained",
+                (r["final_loss"] - ref["final_loss"]) / decrease, 0.0, needed=COMPRESSION_TOLERANCE,
+                resolution=_loss_resolution(result, ref) / decrease, n="1 run each",
+                basis="the fp32 variants' spread (summation order)"))
+    return out
+
+
+def refusals(result) -> list[str]:
+    """One status line per compression DDP refused in this build of torch, with torch's message."""
+    out = []
+    for r in result.compression_rows[1:]:
+        if r.get("step_ms") is None:
+            c = r["compression"]
+            out.append(f"{c}: not run: DDP refuses torch's {TORCH_HOOK_NAMES.get(c, c)} here (\"{r.get('refused')}\"); "
+                       f"{r.get('backend', 'the backend')} itself sums {c} tensors correctly: "
+                       f"{r.get('backend_reduces_dtype')}")
+    return out
+
+
+# --------------------------------------------------------------------------- scaling
 
 
 def _resolution(config: dict) -> float | None:
@@ -437,24 +291,6 @@ def _resolution(config: dict) -> float | None:
     if config.get("dense_eval_margin") and config.get("dense_eval_every_epochs"):
         return config["dense_eval_every_epochs"]
     return config.get("eval_every_epochs")
-
-
-def sbatch_summary(path) -> str:
-    """The lines of a SLURM batch script a learner adapts (its ``#SBATCH`` options and the launch line),
-    with the file's path and length, instead of the whole file (item 8 of #37: no file printed whole)."""
-    from pathlib import Path
-
-    text = Path(path).read_text()
-    lines = text.splitlines()
-    # the launch is a command, not a comment that names one (the fourth read: a comment cut off mid-sentence was
-    # kept for naming torchrun), and it is kept whole, with its continuation lines
-    keep, going_on = [], False
-    for ln in lines:
-        launch = going_on or (not ln.lstrip().startswith("#") and ln.split()[:1] in (["srun"], ["torchrun"]))
-        if ln.startswith("#SBATCH") or launch:
-            keep.append(ln)
-        going_on = launch and ln.rstrip().endswith("\\")
-    return "\n".join([f"{path}: {len(lines)} lines; the options and the launch:"] + keep[:30])
 
 
 def scaling_rows(strong: dict, weak: dict) -> list[dict]:
@@ -494,334 +330,131 @@ NVIDIA_NCF_SAMPLES_PER_GPU = 131_072
 NVIDIA_NCF_QUOTE = "NVIDIA's NCF reference, quoted: 131,072 samples per GPU on 8 GPUs for ml-20m, with Adam"
 
 
-def _against_reference(per_rank: float) -> str:
-    """The fit's per-rank batch against NVIDIA's, a clause chosen by the two numbers."""
-    ref = NVIDIA_NCF_SAMPLES_PER_GPU
-    if f"{max(per_rank / ref, ref / per_rank):.2g}" == "1":
-        where = "about the same per-rank batch as"
-    elif per_rank < ref:
-        where = f"{ref / per_rank:.2g}x below"
-    else:
-        where = f"{per_rank / ref:.2g}x above"
-    return f"{where} {NVIDIA_NCF_QUOTE} (another model size, GPUs and link: a scale to compare, not a check)"
-
-
 def _allreduce_per_step(row: dict) -> float:
     """The seconds per step a row's run had a gradient all-reduce pending (its timed ``comm_share`` of the step): what
     only a run on more than one rank pays."""
     return (row.get("comm_share") or 0.0) * row["global_batch"] / row["samples_per_s"]
 
 
-def step_time_fit(rows: list[dict]) -> tuple[float, float] | None:
-    """Least-squares ``step_s - all-reduce_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling rows.
+def step_time_fit(rows: list[dict]) -> compare.Fit | None:
+    """Least squares ``step_s - all-reduce_s = fixed_s + per_sample_s x per-rank batch`` over the strong-scaling
+    rows, with the standard errors of :func:`course_lib.compare.line_fit` (NaN with two sizes); None with fewer
+    than two sizes.
 
-    Strong scaling keeps the global batch, so each size gives another per-rank batch: the
-    intercept is what a step costs whatever the batch (the optimizer's step over every
-    parameter and the launches are candidates; lesson 06 does not time them apart, so its readings do not name them:
-    read f12d 06-H2), the slope the compute per sample. The all-reduce each run timed
-    (:func:`_allreduce_per_step`) is taken out first: one rank does not pay it, so left in, a line through one rank
-    and two puts it in the slope as well as the intercept (read r10c 06-C1, tenth full run: "each step costs 26.55 ms
-    whatever the batch ... plus 0.96 us per sample" over one rank at 42.2 ms per step and two at 34.4 ms, 11.1 ms of
-    it the timed all-reduce: without it 4.29 ms + 2.32 us per sample). None with fewer than two sizes.
-    """
+    Strong scaling keeps the global batch, so each size gives another per-rank batch: the intercept is what a
+    step costs whatever the batch (this lesson does not time its parts), the slope the compute per sample. The
+    all-reduce each run timed (:func:`_allreduce_per_step`) is taken out first: one rank does not pay it, so
+    left in, a line through one rank and two would put it in the slope as well as the intercept."""
     strong = [r for r in rows if r["mode"] == "strong" and r["samples_per_s"]]
-    return line_fit([r["per_rank_batch"] for r in strong],
-                    [r["global_batch"] / r["samples_per_s"] - _allreduce_per_step(r) for r in strong])
+    if len({r["per_rank_batch"] for r in strong}) < 2:
+        return None
+    return compare.line_fit([r["per_rank_batch"] for r in strong],
+                            [r["global_batch"] / r["samples_per_s"] - _allreduce_per_step(r) for r in strong])
 
 
-def _no_shrink_reading(strong: list[dict]) -> str:
-    """Why a strong-scaling step did not shrink with the per-rank batch, from the rows' timed all-reduce (lesson 06).
-
-    Read r6b 06-1 (sixth full run): "The step time did not shrink ..., so fixed costs (the optimizer's step over every
-    parameter, the all-reduce, launches) or noise dominate" over one rank at 20.9 ms per step and two at 36.1 ms, of
-    which the timed all-reduce was 11.3 ms: without it the 2-rank step (24.8 ms) was still slower than one rank's at
-    twice the samples, which no cost that does not depend on the batch can make. The fifth run's two ranks (22.7 ms,
-    7.9 ms of it all-reduce, 14.8 ms without) against one rank's 19.5 ms: there the all-reduce outweighed the saving.
-    """
+def _efficiency(rows: list[dict], repeats) -> Estimate | None:
+    """The largest strong-scaling run's efficiency, with the same setting's other seeds where they ran."""
+    strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
     one, top = strong[0], strong[-1]
-    step1, step_w = one["global_batch"] / one["samples_per_s"], top["global_batch"] / top["samples_per_s"]
-    comm_w = (top.get("comm_share") or 0.0) * step_w  # the all-reduce pending per step, timed in the run
-    comm_1 = (one.get("comm_share") or 0.0) * step1
-    head = (f"The step time did not shrink with the per-rank batch: {1e3 * step_w:.3g} ms per step on "
-            f"{top['world_size']} ranks ({top['per_rank_batch']} samples each) against {1e3 * step1:.3g} ms on "
-            f"{one['world_size']} ({one['per_rank_batch']})")
-    advice = f"measure again, or give each rank more samples ({NVIDIA_NCF_QUOTE})."
-    if comm_w <= comm_1:  # no all-reduce timed on the larger size: nothing to split the step by
-        return (head + ", so fixed costs (the optimizer's step over every parameter, the all-reduce, launches) or "
-                "noise dominate: " + advice)
-    rest_w, rest_1 = step_w - comm_w, step1 - comm_1
-    head += (f"; its all-reduce, which the {top['world_size']}-rank run pays and one rank does not, was pending "
-             f"{1e3 * comm_w:.3g} ms of it (timed), and without that time the step would take {1e3 * rest_w:.3g} ms")
-    if rest_w < rest_1:
-        return (head + ", below one rank's: the all-reduce can account for it (it outweighed what the smaller share "
-                "saved, as far as the step waited for it), so the fit gives no split into a fixed and a per-sample "
-                "cost: " + advice)
-    times = one["per_rank_batch"] / top["per_rank_batch"]
-    return (head + f", still more than one rank's {1e3 * rest_1:.3g} ms at {times:.3g}x the samples per rank. The "
-            "optimizer's step over every parameter and the launches, which one rank pays too, cannot make a step with "
-            f"fewer samples slower: the rest of the {top['world_size']}-rank step grew (its forward and backward, and "
-            "whatever DDP adds besides the timed all-reduce), from the ranks sharing this machine's cores, DDP's own "
-            "work, or the machine's load moving between the runs (no cell here measured which), so the fit gives no "
-            "split: " + advice)
+    if top["efficiency"] is None or one["world_size"] != 1:
+        return None
+    effs = [top["efficiency"]] + [r["samples_per_s"] / (one["samples_per_s"] * top["world_size"])
+                                  for r in repeats if r.get("samples_per_s")]
+    name = f"strong-scaling efficiency, {top['world_size']} ranks"
+    if len(effs) > 1:
+        return compare.mean_estimate(name, effs, basis=f"{len(effs)} seeds")
+    return compare.estimate(name, effs[0], math.nan, basis="one run")
 
 
-def _unresolved_fit(strong: list[dict], repeats=()) -> str:
-    """Where another run of the largest strong-scaling setting (``repeats``: other seeds) took a step no shorter than
-    one rank's, no split into a cost per step and a cost per sample fits it: the sentence that says so, else "".
-    Read r8b 06-1 (eighth full run): "each step costs 13.61 ms whatever the batch ... plus 1.13 us per sample, so at
-    8192 samples per rank 60% of the step does not shrink", fitted to a 2-rank run at 22.8 ms per step, while the same
-    setting's second seed took 40.7 ms per step (efficiency 0.39), longer than one rank's 32.0 ms at twice the
-    samples per rank, which :func:`_no_shrink_reading` says such a split cannot make."""
-    one, top = strong[0], strong[-1]
-    if one["world_size"] != 1 or not one.get("samples_per_s"):
-        return ""
-    step1 = one["global_batch"] / one["samples_per_s"]
-    slower = [top["global_batch"] / r["samples_per_s"] for r in repeats if r.get("samples_per_s")]
-    slower = [x for x in slower if x >= step1]
-    if not slower:
-        return ""
-    times = one["per_rank_batch"] / top["per_rank_batch"]
-    return (f"But the same setting at another seed took {1e3 * max(slower):.3g} ms per step, no shorter than one "
-            f"rank's {1e3 * step1:.3g} ms at {times:.3g}x the samples per rank, which no such split fits: between "
-            "runs of one setting the step moved more than the split, so these runs give no fixed cost and no "
-            "per-rank batch from which compute would dominate (rerun on a quieter machine, or with more sizes).")
-
-
-def _negative_intercept_reading(strong: list[dict], fixed: float, per_sample: float, allreduce: float,
-                                last: bool = True) -> str:
-    """Where :func:`step_time_fit`'s intercept came out below zero: what the fit gives, and that it gives no fixed cost.
-
-    Read r11 06-C1 (eleventh full run): "each step costs 0 ms whatever the batch (optimizer step over every parameter,
-    launches) plus ... us per sample", the fit's intercept (-1.95 ms) read as 0, while lesson 05 had timed NeuMF's
-    optimizer step alone at 3.99 ms; the intercept's sign moved with which seed's run the table held. No cost per step
-    is below zero, so the line through these sizes resolves none, and no per-rank batch is read from it."""
-    top = strong[-1]
-    why = (f"on {top['world_size']} ranks the timed all-reduce was pending {1e3 * allreduce:.3g} ms per step, taken "
-           "out before the fit (one rank does not pay it), and pending time also counts all-reduce time that "
-           "overlapped compute, so it can over-count what the step waited for" if allreduce > 0 else
-           "no all-reduce was timed, so the line mixes it into both terms")
-    return (f"Fitted over the {len(strong)} sizes, the line gives {1e6 * per_sample:.3g} us per sample and an "
-            f"intercept below zero ({1e3 * fixed:.3g} ms per step), which no cost per step can be: every step pays the "
-            "optimizer's step over every parameter (the mixed-precision lesson timed it apart). So these runs resolve "
-            f"no fixed cost, and no share of the step that does not shrink ({why})"
-            + ("; they give no per-rank batch from which compute would dominate: rerun on a quieter machine, or with "
-               "more sizes." if last else "."))
-
-
-def scaling_reading(rows: list[dict], compute_share: float = 0.8, repeats=()) -> str:
-    """What the learner's own strong-scaling rows show, and the per-rank batch that would scale.
-
-    From :func:`step_time_fit`: the share of the largest run's step that does not shrink
-    with the per-rank batch, and the per-rank batch at which compute would be
-    ``compute_share`` of the step (a power of two). True on any tier: every number is read
-    from ``rows``. ``repeats``: more runs of the largest setting (other seeds, :func:`optimization_reading`'s); their
-    efficiency is set beside the table's (read r6b 06-2: the sixth run's table read 0.29 from a 2-rank run at
-    453,650 samples/s, and the same setting's second seed ran about 1.8x faster).
-    """
+def scaling_estimates(rows: list[dict], repeats=()) -> list[Estimate]:
+    """The strong-scaling rows as quantities: the largest run's efficiency (over every seed of its setting),
+    :func:`step_time_fit`'s fixed and per-sample cost, the all-reduce the largest run timed, the share of its
+    step that does not shrink with the per-rank batch, and the per-rank batch at which compute would be
+    :data:`COMPUTE_SHARE` of the step. The last two only where the fit resolves a split (a positive intercept
+    and slope); NVIDIA's reference per-GPU batch is quoted beside it as a scale, not a check."""
     strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
     if len(strong) < 2:
-        return "one data-parallel size only: no scaling to read (a machine with more devices adds the others)."
+        return []
     top = strong[-1]
-    eff = top["efficiency"]
-    lead = (f"strong scaling to {top['world_size']} ranks at a global batch of {top['global_batch']} "
-            f"({top['per_rank_batch']} per rank): efficiency {eff:.2f}" if eff is not None else
-            f"strong scaling to {top['world_size']} ranks")
-    one = strong[0]
-    others = [r["samples_per_s"] / (one["samples_per_s"] * top["world_size"]) for r in repeats
-              if r.get("samples_per_s") and one.get("samples_per_s") and one["world_size"] == 1]
-    if eff is not None and others:
-        lead += (f" (the table's run; the same setting at another seed ran at efficiency "
-                 f"{', '.join(f'{e:.2f}' for e in others)}: how far one run's pace moves it)")
+    out = [e for e in [_efficiency(rows, repeats)] if e is not None]
     fit = step_time_fit(rows)
-    if fit is None or fit[1] <= 0:
-        return lead + ". " + _no_shrink_reading(strong)
-    fixed, per_sample = fit
-    step = top["global_batch"] / top["samples_per_s"]
-    allreduce = _allreduce_per_step(top)  # timed in the run: paid on every step of the largest size, whatever its batch
-    if fixed < 0:
-        unresolved = _unresolved_fit(strong, repeats)
-        return (lead + ". " + _negative_intercept_reading(strong, fixed, per_sample, allreduce, last=not unresolved)
-                + (" " + unresolved if unresolved else ""))
-    fixed_share = min(1.0, max(0.0, (fixed + allreduce) / step))
-    # read f12d 06-H2 (twelfth full run): "each step costs 7.19 ms whatever the batch (optimizer step over every
-    # parameter, launches)": the intercept's parts named as if timed, while no cell of this lesson timed them (lesson
-    # 05's phase table, on its own threads, put the optimizer and the sampling at about a third of 7.19 ms). The
-    # intercept is said as what it is: what a step pays whatever its batch, not split into parts here
-    if allreduce > 0:
-        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (the fit's intercept: no cell of this lesson "
-                f"timed its parts) plus "
-                f"{1e6 * per_sample:.3g} us per sample, and on {top['world_size']} ranks "
-                f"the timed all-reduce, pending {1e3 * allreduce:.3g} ms per step (taken out before the fit: one rank "
-                "does not pay it)")
+    if fit is None:
+        return out
+    df = fit.df if fit.df > 0 else None
+    basis = f"line through {fit.n} strong-scaling sizes"
+    step, allreduce = top["global_batch"] / top["samples_per_s"], _allreduce_per_step(top)
+    out += [compare.estimate("fixed cost per step (the fit's intercept)", 1e3 * fit.intercept,
+                             1e3 * fit.intercept_se, df=df, unit="ms", basis=basis),
+            compare.estimate("cost per sample (the fit's slope)", 1e6 * fit.slope, 1e6 * fit.slope_se, df=df,
+                             unit="us", basis=basis),
+            compare.estimate(f"all-reduce pending per step, {top['world_size']} ranks", 1e3 * allreduce, math.nan,
+                             unit="ms", basis="timed in the run")]
+    if fit.intercept <= 0 or fit.slope <= 0:
+        return out
+    fixed = fit.intercept + allreduce
+    out.append(compare.estimate(f"share of the {top['world_size']}-rank step that does not shrink", fixed / step,
+                                fit.intercept_se / step, df=df, basis=basis))
+    need = COMPUTE_SHARE / (1 - COMPUTE_SHARE) * fixed / fit.slope
+    rel = math.hypot(fit.intercept_se / fixed, fit.slope_se / fit.slope)
+    out += [compare.estimate(f"per-rank batch at which compute is {COMPUTE_SHARE:.0%} of the step", need, need * rel,
+                             df=df, basis=basis),
+            compare.estimate("NVIDIA's NCF reference, samples per GPU", NVIDIA_NCF_SAMPLES_PER_GPU, math.nan,
+                             basis=NVIDIA_NCF_QUOTE)]
+    return out
+
+
+def _epochs(mode: str, rs: list[dict], resolution: float) -> Comparison | None:
+    lo, hi = rs[0], rs[-1]
+    e1, ew = lo["epochs_to_target"], hi["epochs_to_target"]
+    if not e1 or not ew:
+        return None
+    return compare.ratio(f"epochs to target, {mode} scaling, {hi['world_size']} / {lo['world_size']} ranks (global "
+                         f"batch {hi['global_batch']} / {lo['global_batch']})", [e1], [ew], needed=EPOCHS_EFFECT,
+                         resolution=resolution / min(e1, ew), basis=f"evaluations {resolution:g} epochs apart")
+
+
+def _time_to_target(one: dict, top: dict, repeats, drift: float | None) -> Comparison | None:
+    """The largest strong-scaling setting's time to target (every seed of it) over one rank's. The resolution is
+    how far the runs of that setting moved (at least :data:`RUN_TO_RUN_FLOOR`), or :data:`ONE_RUN_RESOLUTION` with
+    one run each, and no less than the yardstick's pace moved over the lesson."""
+    t1 = one["time_to_target_s"]
+    times = [t for t in [top["time_to_target_s"], *(r.get("time_to_target_s") for r in repeats)] if t]
+    if not t1 or not top["time_to_target_s"]:
+        return None
+    if len(times) > 1:
+        res, basis = max(max(times) / min(times) - 1, RUN_TO_RUN_FLOOR), f"{len(times)} seeds' spread"
     else:
-        cost = (f"each step costs {1e3 * fixed:.3g} ms whatever the batch (the fit's intercept: no cell of this lesson "
-                f"timed its parts, and with no all-reduce timed it holds the {top['world_size']}-rank run's all-reduce "
-                f"too) plus "
-                f"{1e6 * per_sample:.3g} us per sample")
-    unresolved = _unresolved_fit(strong, repeats)
-    if unresolved:
-        return (lead + f". Fitted over the {len(strong)} sizes with the table's run, "
-                + cost.replace("costs", "would cost", 1)
-                + f" ({fixed_share:.0%} of the {top['world_size']}-rank step). " + unresolved)
-    need = compute_share / (1 - compute_share) * (fixed + allreduce) / per_sample
-    suggest = 1 << max(0, math.ceil(math.log2(max(need, 1.0))))
-    # #37 (full run of 2026-12-01): the reference was compared with the power of two (262,144: "2x above"), not
-    # with the fit's 141,000 (1.1x): the fit's own figure, to 2 significant figures, is what is compared
-    about = int(float(f"{max(need, 1.0):.2g}"))
-    points = len([r for r in strong if r["samples_per_s"]])
-    caveat = ""
-    if points == 2:
-        # two points: a line through them, not a test of the model
-        caveat = (f" A line through {points} points fits them exactly: a tendency, not a measured split (a cost per "
-                  "sample that does not grow linearly lands in the intercept too"
-                  + ("; and the pending time is at most what the step waited for the all-reduce)."
-                     if allreduce > 0 else
-                     f"); only the {top['world_size']}-rank point pays the all-reduce, and with none timed, the fixed "
-                     "cost mixes it with what every step pays."))
-    return (lead + f". Fitted over the {points} sizes: {cost}, so at {top['per_rank_batch']} samples per rank "
-            f"{fixed_share:.0%} of the step does not "
-            f"shrink when ranks are added. Compute would be {compute_share:.0%} of the step from about {about:,} "
-            f"samples per rank (the next power of two: {suggest:,}, a global batch of "
-            f"{suggest * top['world_size']:,} on {top['world_size']} ranks); the fit's {about:,} is "
-            f"{_against_reference(about)}.{caveat}")
+        res, basis = ONE_RUN_RESOLUTION, "one run each on a shared machine"
+    if drift is not None and abs(drift) > res:
+        res, basis = abs(drift), f"{basis}; the yardstick's pace moved {drift:+.0%}"
+    return compare.ratio(f"time to target, {top['world_size']} ranks / 1 rank (same threads per rank)", [t1], times,
+                         needed=compare.TIME_EFFECT, resolution=res, basis=basis)
 
 
-ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: "a few tens of percent" (lesson 06)
+def optimization_comparisons(rows: list[dict], eval_every_epochs: float, repeats=(),
+                             pace: dict | None = None) -> list[Comparison]:
+    """Three verdicts from the scaling rows: did strong scaling keep the epochs to target (it must: the same
+    global batch is the same optimization), did weak scaling's larger global batch change them, and did the
+    largest strong-scaling run reach the target sooner than one rank of the same threads.
 
-
-def optimization_reading(rows: list[dict], eval_every_epochs: float, repeats=(), pace: dict | None = None) -> str:
-    """Whether strong scaling kept the optimization and weak scaling changed it, and what the largest
-    run gained in time to target over one rank: read from the rows.
-
-    Epochs to target are measured at evaluation points ``eval_every_epochs`` apart (closer near the target:
-    each row's ``resolution_epochs``, from its run's ``dense_eval_every_epochs``, is used when given), so two
-    runs whose epochs to target differ by less than one interval are the same within the measurement.
-    Runs that did not reach the target are compared by final HR@10.
-
-    Whether data parallelism shortened the course's run is one verdict, the ladder's "+data parallel" row
-    (against the rung it built on, a single process on every core): this reading compares ranks at the
-    same threads per rank, and says so rather than give a second verdict.
-
-    ``repeats``: more runs (records) of the largest strong-scaling setting, at other seeds (the ladder rung's
-    confirming runs). The time-to-target verdict then reads every run of that setting: where one rank's time lies
-    within their range, or within one run's resolution of the nearest of them, it gives none (read r6b 06-2, sixth
-    full run: "10.3 s on 2 ranks against 5.96 s on one rank ..., 1.7x slower: adding ranks lengthened the run", and
-    the same 2-rank setting's second seed, later in the lesson, took 5.7 s for the same 285 steps).
-
-    ``pace``: the yardstick's pace timed before and after this lesson's runs (:meth:`course_lib.ladder.Pace.finish`'s
-    record). A time-to-target verdict then resolves no less than the pace moved: the seconds of runs minutes apart
-    differ by that much with nothing else changed (read f12d 06-H1, twelfth full run: "every run faster than one rank
-    by more than 5% (the runs of one setting differed by 1.6%; at least 5%): the ranks scaled" on 6.576 s against
-    6.257 and 6.158 s, 1.051x, while the yardstick's pace moved -9% over the same lesson, 97,017 to 88,315 samples/s).
-    """
-    parts = []
-    # the resolution the runs had: near the target they evaluated every dense_eval_every_epochs (ladder.NEAR_TARGET)
-    res = min([eval_every_epochs] + [r["resolution_epochs"] for r in rows if r.get("resolution_epochs")])
-    for mode in ("strong", "weak"):
-        rs = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["world_size"])
-        if len(rs) < 2:
-            continue
-        lo, hi = rs[0], rs[-1]
-        sizes = (f"{lo['world_size']} and {hi['world_size']} ranks "
-                 f"(global batch {lo['global_batch']} and {hi['global_batch']})")
-        if lo["epochs_to_target"] is not None and hi["epochs_to_target"] is not None:
-            d = hi["epochs_to_target"] - lo["epochs_to_target"]
-            status = "same" if abs(d) <= res + 1e-9 else "changed"
-            if status == "same":
-                what = (f"no measurable change in epochs to target between {sizes}: {lo['epochs_to_target']:.3g} and "
-                        f"{hi['epochs_to_target']:.3g}, within one evaluation interval ({res:g} epochs)")
-            else:
-                what = (
-                    f"epochs to target {'grew' if d > 0 else 'shrank'} from {lo['epochs_to_target']:.3g} to "
-                    f"{hi['epochs_to_target']:.3g} between {sizes}, more than one evaluation interval ({res:g} epochs)"
-                )
-        else:
-            status = "unreached"
-            reached = [r["world_size"] for r in (lo, hi) if r["epochs_to_target"] is not None]
-            what = (f"{'only ' + str(reached[0]) + ' rank(s)' if reached else 'neither run'} "
-                    f"reached the target between "
-                    f"{sizes}; final HR@10 {lo['final_hr']:.4f} and {hi['final_hr']:.4f}")
-        if mode == "strong":
-            lead = "Strong scaling (the same global batch)"
-            same = "as it must: the same batch and the same sample order make it the same optimization"
-            changed = ("which strong scaling should not do: the same global batch is the same optimization, "
-                       "so check the batch arithmetic or the evaluation points")
-        else:
-            lead = "Weak scaling (the global batch grows with the ranks)"
-            same = ("so at these batches the larger global batch cost no extra epochs here, and each rank's "
-                    "throughput is the whole gain")
-            changed = "the larger global batch changed the optimization (lessons 02-04: lr rules, warmup, LARS)"
-        parts.append(f"{lead}: {what}" + {"same": f", {same}.", "changed": f"; {changed}.", "unreached": "."}[status])
-    strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
-    one = next((r for r in strong if r["world_size"] == 1), None)
-    top = strong[-1] if strong else None
+    Epochs to target are known to within the evaluation spacing near the target (each row's
+    ``resolution_epochs``, the coarser ``eval_every_epochs`` where none is recorded). ``repeats``: more runs of
+    the largest strong-scaling setting at other seeds; ``pace``: the yardstick's pace before and after this
+    lesson's runs (:meth:`course_lib.ladder.Pace.finish`). Whether data parallelism beat one process on all
+    the same cores is the ladder's '+data parallel' row, not a verdict here. Runs that did not reach the
+    target give no verdict on that question (the table shows their final HR@10)."""
     from ..ladder import pace_drift
 
-    drift = pace_drift(pace)
-    if one is not None and top is not None and top is not one:
-        t1, tw = one["time_to_target_s"], top["time_to_target_s"]
-        more = [r["time_to_target_s"] for r in repeats if r.get("time_to_target_s")]
-        if t1 and tw and more:
-            times = [tw, *more]
-            lo, hi = min(times), max(times)
-            listed = " and ".join(f"{t:.3g}" for t in times)
-            steps = sorted({r.get("steps_to_target") for r in [top, *repeats] if r.get("steps_to_target")})
-            same = f", the same {steps[0]} steps" if len(steps) == 1 else ""
-            head = (f"Time to target: {listed} s on {top['world_size']} ranks ({len(times)} runs of one setting at "
-                    f"different seeds{same}: {hi / lo:.3g}x apart) against {t1:.3g} s on one rank of the same threads")
-            nearest = lo if t1 < lo else hi
-            # the resolution these runs had: how far the runs of one setting moved (at least PAIRED_MIN_EFFECT), not a
-            # constant (read r10c 06-H2, tenth full run: "one rank's time is within the 30% one run can resolve ...
-            # so these runs do not say whether the ranks scaled" for 12.04 s against 9.8 and 9.35 s, 5% apart)
-            spread = hi / lo - 1
-            res = max(spread, PAIRED_MIN_EFFECT, abs(drift) if drift is not None else 0.0)
-            if drift is not None and abs(drift) > max(spread, PAIRED_MIN_EFFECT):
-                # read f12d 06-H1: the yardstick moved more than the runs of one setting did
-                resolved = (f"{res:.0%} (the yardstick's pace moved {drift:+.0%} over this lesson's runs, more than "
-                            f"the {spread:.1%} the runs of one setting differed by)")
-            elif spread >= PAIRED_MIN_EFFECT:
-                resolved = f"the {res:.0%} the runs of one setting differed by"
-            else:
-                resolved = (f"{res:.0%} (the runs of one setting differed by {spread:.1%}; "
-                            f"at least {PAIRED_MIN_EFFECT:.0%})")
-            if lo <= t1 <= hi:
-                verdict = ("one rank's time lies within the range of the runs of one setting, so these runs do not say "
-                           "whether the ranks scaled")
-            elif abs(math.log(t1 / nearest)) <= math.log(1 + res):
-                verdict = (f"one rank's time is within {resolved} of the nearest of them, so these runs do not say "
-                           "whether the ranks scaled")
-            else:
-                faster = t1 > hi
-                verdict = (f"every run {'faster' if faster else 'slower'} than one rank by more than {resolved}: "
-                           + ("the ranks scaled" if faster else "adding ranks lengthened the run"))
-            parts.append(head + f" (the table's run: time-to-target efficiency {top['ttt_efficiency']:.2f}): "
-                         + verdict + ". Whether data parallelism beat one process using all the same cores is the "
-                         "ladder's '+data parallel' row below, the lesson's one verdict on it.")
-        elif t1 and tw:
-            ratio = t1 / tw
-            how = f"{ratio:.2g}x faster" if ratio >= 1 else f"{1 / ratio:.2g}x slower"
-            # #37 (full run 2026-12-01): "1.1x faster (...; one run each, so rerun before trusting a few tens of
-            # percent): the ranks scaled": the verdict contradicted its own resolution. One run each resolves
-            # ONE_RUN_RESOLUTION (a few tens of percent); a ratio within it gets no verdict
-            if drift is not None and abs(drift) > ONE_RUN_RESOLUTION and abs(math.log(ratio)) <= math.log1p(abs(drift)):
-                # read f12d 06-H1: a pace that moved more than one run resolves is the resolution
-                verdict = (f"within the {abs(drift):.0%} the yardstick's pace moved over this lesson's runs (more than "
-                           f"the {ONE_RUN_RESOLUTION:.0%} one run each can resolve on a shared machine), so these two "
-                           "runs do not say whether the ranks scaled")
-            elif abs(math.log(ratio)) <= math.log(1 + ONE_RUN_RESOLUTION):
-                verdict = (f"within the {ONE_RUN_RESOLUTION:.0%} one run each can resolve on a shared machine, so "
-                           "these two runs do not say whether the ranks scaled")
-            else:
-                verdict = "the ranks scaled" if ratio >= 1 else "adding ranks lengthened the run"
-            parts.append(f"Time to target: {tw:.3g} s on {top['world_size']} ranks against {t1:.3g} s on one rank of "
-                         f"the same threads, {how} (time-to-target efficiency {top['ttt_efficiency']:.2f}; one run "
-                         f"each): " + verdict
-                         + ". Whether data parallelism beat one process using all the same cores is the ladder's "
-                         "'+data parallel' row below, the lesson's one verdict on it.")
-        else:
-            parts.append("Time to target: not reached by " + " and ".join(
-                f"{r['world_size']} rank(s)" for r in (one, top) if not r["time_to_target_s"]) + ", so no comparison.")
-    return " ".join(parts) or "one data-parallel size only: nothing to compare."
+    res = min([eval_every_epochs] + [r["resolution_epochs"] for r in rows if r.get("resolution_epochs")])
+    out = []
+    for mode in ("strong", "weak"):
+        rs = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["world_size"])
+        if len(rs) >= 2:
+            out.append(_epochs(mode, rs, res))
+    strong = sorted((r for r in rows if r["mode"] == "strong"), key=lambda r: r["world_size"])
+    if strong and strong[0]["world_size"] == 1 and len(strong) > 1:
+        out.append(_time_to_target(strong[0], strong[-1], repeats, pace_drift(pace)))
+    return [c for c in out if c is not None]
 
 
 def scaling_table(rows: list[dict]) -> Table:
@@ -861,3 +494,20 @@ def plot_scaling(rows: list[dict]):
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def sbatch_summary(path) -> str:
+    """The lines of a SLURM batch script a learner adapts (its ``#SBATCH`` options and the launch line),
+    with the file's path and length, instead of the whole file."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    lines = text.splitlines()
+    # the launch is a command, not a comment that names one, and it is kept whole, with its continuation lines
+    keep, going_on = [], False
+    for ln in lines:
+        launch = going_on or (not ln.lstrip().startswith("#") and ln.split()[:1] in (["srun"], ["torchrun"]))
+        if ln.startswith("#SBATCH") or launch:
+            keep.append(ln)
+        going_on = launch and ln.rstrip().endswith("\\")
+    return "\n".join([f"{path}: {len(lines)} lines; the options and the launch:"] + keep[:30])

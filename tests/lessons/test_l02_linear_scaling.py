@@ -1,0 +1,104 @@
+"""Lesson 02 (course_lib.lessons.l02_linear_scaling): the regimes and the rules' reach are counted from the sweep's
+rows, and each verdict's outcome follows from its own interval."""
+
+from types import SimpleNamespace
+
+import pytest
+
+import course_lib.train.ncf as train
+from course_lib.compare import HIGHER, LOWER, SAME, UNRESOLVED
+from course_lib.lessons import l02_linear_scaling as study
+
+
+def _sweep(resolution=20):
+    return [{"batch size": 256, "rule": "baseline", "steps to target": 19200, "resolution (steps)": 100},
+            {"batch size": 1024, "rule": "sqrt", "steps to target": 4800, "resolution (steps)": 30},
+            {"batch size": 4096, "rule": "linear", "steps to target": 2400, "resolution (steps)": resolution},
+            {"batch size": 4096, "rule": "sqrt", "steps to target": 2600, "resolution (steps)": resolution},
+            {"batch size": 16384, "rule": "sqrt", "steps to target": 2300, "resolution (steps)": resolution},
+            {"batch size": 65536, "rule": "sqrt", "steps to target": None, "resolution (steps)": None}]
+
+
+def test_regimes_are_read_from_the_steps_to_target_slope():
+    regimes = study.scaling_regimes(_sweep())
+    assert [r["regime"] for r in regimes] == [None, "perfect scaling", "diminishing returns",
+                                              "maximal data parallelism", "not reached (the rules broke)"]
+    assert regimes[1]["slope"] == pytest.approx(-1.0) and regimes[2]["rule"] == "linear"  # the better rule per batch
+    assert regimes[2]["slope"] == pytest.approx(-0.5) and regimes[2]["resolved"]
+    table = study.regime_table(regimes)
+    assert [r["batch size"] for r in table.rows] == [1024, 4096, 16384, 65536]  # the smallest batch has no step up
+    assert table.rows[0]["resolved"] == "yes" and table.rows[-1]["resolved"] == "—"
+
+
+def test_a_slope_one_evaluation_could_move_across_a_threshold_is_a_tendency():
+    coarse = study.scaling_regimes([{"batch size": 256, "steps to target": 200, "resolution (steps)": 100},
+                                    {"batch size": 1024, "steps to target": 60, "resolution (steps)": 30}])
+    assert not coarse[1]["resolved"] and coarse[1]["slope uncertainty"] == pytest.approx((0.5 + 0.5) / 1.3863, 1e-3)
+    assert study.regime_table(coarse).rows[0]["resolved"].startswith("tendency: near")
+
+
+def test_the_rule_table_says_where_each_rule_reached_the_target():
+    rows = [{"rule": "linear", "batch size": b, "time to target (s)": t, "diverged": d}
+            for b, t, d in ((1024, 5.0, False), (16384, None, False), (65536, None, True))]
+    rows += [{"rule": "sqrt", "batch size": b, "time to target (s)": 4.0, "diverged": False} for b in (1024, 65536)]
+    linear, sqrt = study.rule_table(rows).rows
+    assert linear["reached the target at batch"] == "1024" and linear["missed it at batch"] == "16384"
+    assert linear["diverged at batch"] == "65536" and sqrt["largest reached"] == 65536
+
+
+def _run(batch, test_hr, train_hr, epochs=1.0, reached=True):
+    return train.TrainResult(config={"global_batch_size": batch}, dataset="x", data_source="", synthetic=True,
+                             device="cpu", world_size=1, target_hr=0.7, time_to_target_s=1.0 if reached else None,
+                             steps_to_target=1 if reached else None, epochs_to_target=1.0 if reached else None,
+                             epochs=epochs, steps=1, samples=1, train_time_s=1.0, eval_time_s=0.0, samples_per_s=1.0,
+                             phase_time_s={}, final_hr=test_hr, final_train_hr=train_hr)
+
+
+def test_a_gap_that_grew_by_ten_points_is_higher_and_one_that_held_is_not():
+    runs = [_run(256, 0.77, 0.81), _run(65536, 0.76, 0.90, 3.0), _run(256, 0.77, 0.81), _run(65536, 0.77, 0.815)]
+    linear, sqrt = study.gap_comparisons(runs, ["linear", "linear", "sqrt", "sqrt"], users=6040)
+    assert linear.outcome == HIGHER and linear.estimate == pytest.approx(0.10)
+    assert sqrt.outcome in (SAME, UNRESOLVED) and not sqrt.decided
+    assert study.gap_comparisons(runs, ["linear", "linear", "sqrt", "sqrt"], users=50)[1].outcome == UNRESOLVED
+
+
+def test_a_run_that_missed_the_target_is_not_compared_for_its_gap():
+    runs = [_run(256, 0.7563, 0.7997, 0.9), _run(65536, 0.4184, 0.4295, 3.0, reached=False)]
+    assert study.gap_comparisons(runs, ["linear", "linear"], users=6040) == []
+
+
+def _confirmed(times: dict, steps: dict | None = None, best: str = "a"):
+    def run(t, n):  # evaluated 5 steps apart near the target
+        return SimpleNamespace(time_to_target_s=t, steps_to_target=n, curve={"step": [0, n - 5, n]})
+
+    def runs(label):
+        return [run(t, (steps or {}).get(label, [100] * len(times[label]))[i]) for i, t in enumerate(times[label])]
+
+    return SimpleNamespace(labels=list(times), best_label=best, runs_of=runs)
+
+
+def test_a_runner_up_slower_on_every_seed_beyond_their_spread_is_higher():
+    comps = study.deciding_comparisons(_confirmed({"a": [6.0, 6.1], "b": [9.0, 9.2]}))
+    assert [c.outcome for c in comps] == [HIGHER] and comps[0].question == "time to target, b / a"
+
+
+def test_seeds_that_disagree_leave_the_choice_unresolved():
+    (c,) = study.deciding_comparisons(_confirmed({"a": [9.764, 10.87], "b": [14.51, 11.43]}))
+    assert c.outcome == UNRESOLVED
+
+
+def test_one_seed_each_is_judged_at_one_runs_resolution_and_a_missed_target_gives_no_ratio():
+    (c,) = study.deciding_comparisons(_confirmed({"a": [6.0], "b": [7.0]}))
+    assert c.outcome == UNRESOLVED and "one seed" in c.basis
+    assert study.deciding_comparisons(_confirmed({"a": [6.0, 6.1], "b": [None, 9.0]})) == []
+
+
+def test_steps_to_target_are_widened_by_the_evaluation_spacing():
+    comps = study.deciding_comparisons(_confirmed({"a": [6.0, 6.1], "b": [9.0, 9.2]}, {"a": [95, 95], "b": [100, 100]}),
+                                       steps=True)
+    steps = comps[1]
+    assert steps.question == "steps to target, b / a" and steps.outcome == UNRESOLVED  # 5% apart, 5% evaluations
+    far = study.deciding_comparisons(_confirmed({"a": [6.0, 6.1], "b": [9.0, 9.2]}, {"a": [50, 50], "b": [100, 100]}),
+                                     steps=True)[1]
+    assert far.outcome == HIGHER and far.low > 1.5
+    assert LOWER not in [c.outcome for c in comps]
