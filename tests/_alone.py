@@ -18,7 +18,7 @@ ALONE = {
     "03_warmup.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
     "04_lars.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
     "05_mixed_precision.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting",
-                                 "Lesson 07 measures BERT's ratio on this machine (no result of this profile"],
+                                 "not saved here (lesson 07 measures it)"],
     "06_data_parallel.ipynb": ["rung is saved: this lesson's default setting"],
     "07_bert_lamb.ipynb": ["lesson 05's NeuMF ratio is not saved here"],
     "08_collectives.ipynb": ["lesson 06 has not saved an all-reduce fit here"],

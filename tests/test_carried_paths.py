@@ -175,7 +175,7 @@ def test_lesson02_linear_scaling_from_lesson01s_record(history, lesson, data, tm
 
 @pytest.mark.parametrize("history", list(H.LESSON07))
 def test_lesson05_reads_lesson07s_bf16_ratio(history, tmp_path, monkeypatch):
-    from course_lib.lessons.l05_mixed_precision import saved_bert_ratio
+    from course_lib.lessons.l05_speed import saved_bert_ratio
     from course_lib.results import load_results
 
     H.write_record("07_bert_lamb", H.LESSON07[history], tmp_path)

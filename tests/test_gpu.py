@@ -70,18 +70,19 @@ def test_lesson_05s_measurements_run_on_the_gpu(data):
     """Static loss scaling, steady-state throughput by phase, the activation-gradient probe and the
     trust ratio through Precision.step, on the device (lesson 05)."""
     from course_lib.lessons import l05_mixed_precision as MP
+    from course_lib.lessons import l05_speed as SP
 
     r = train_to_target(data, CFG.replace(precision="fp16", loss_scaling="static", loss_scale=1024.0), device="cuda",
                         progress="none", hooks=RunHooks(keep_model=True))
     assert r.precision["loss_scaling"] == "static" and r.precision["loss_scale"] == 1024.0
-    speed = MP.precision_throughput(data, CFG, ("fp32", "fp16"), steps=3, device="cuda", repeats=2, warmup_steps=1)
+    speed = SP.precision_throughput(data, CFG, ("fp32", "fp16"), steps=3, device="cuda", repeats=2, warmup_steps=1)
     assert all(v > 0 for run in speed.values() for v in run.phase_s.values())  # CUDA events, read at the end
     grads = MP.autocast_gradients(r.model, data, CFG)
     assert set(grads["dtypes"].values()) == {"float16"} and grads["count"]["activation"] > 0
     rows = MP.lars_unscale_rows(r.model, data, CFG, scale=2.0 ** 16)
     assert all(abs(x["trust ratio, Precision.step"] / x["trust ratio, fp32"] - 1) < 1e-4 for x in rows)
-    text = MP.speedup_reading(speed, hardware.detect(), "cuda")
-    assert "fp16 ran" in text and "tensor cores" in text
+    assert "tensor cores" in SP.speed_causes_table(speed, hardware.detect(), "cuda").rows[0]["16-bit units here"]
+    assert SP.speed_comparisons(speed)[0].question == "samples/s, fp16 / fp32 (interleaved rounds)"
 
 
 def test_fused_adam_is_used_on_the_gpu(data):

@@ -235,33 +235,6 @@ def test_at_batch_keeps_a_rule_or_scales_an_lr_given_as_is():
     assert at_batch(given, 16384).peak_lr == pytest.approx(8e-3)  # sqrt by default
 
 
-def test_race_reading_states_each_optimizers_best_from_the_records():
-    from course_lib.lessons.l04_lars import race_reading
-
-    runs = [
-        fake_result(16384, 1e-2, 12.0),
-        fake_result(16384, 2e-2, None, hr=0.70),
-        fake_result(16384, 8.0, None, hr=0.10, optimizer="sgd"),
-        fake_result(16384, 32.0, None, hr=0.05, optimizer="sgd"),
-        fake_result(16384, 5.0, 30.0, optimizer="lars"),
-    ]
-    text = race_reading(runs, target_hr=0.75, floor_hr=0.39)
-    assert "adam (lr 0.01, 0.02): best at lr 0.01 (the edge of its grid" in text and "in 12.0 s (100 steps)" in text
-    assert ("sgd (lr 8, 32): best at lr 8 (the edge" in text
-            and "best HR@10 0.1000, below the popularity ranking's 0.3900" in text)
-    assert "lars (lr 5): best at lr 5, reached" in text and text.endswith("fastest to the target: adam at lr 0.01")
-    # #37 (review 04 #12): every SGD lr blew up (lr 8: loss 2.93, then chance; lr 32: NaN): no "best at lr 16"
-    blown = [fake_result(131072, lr, None, hr=hr, optimizer="sgd") for lr, hr in ((8.0, 0.1073), (16.0, 0.1068))]
-    blown[0].curve = {"loss": [None, 2.93, 0.69]}
-    blown[1].diverged = True
-    text = race_reading(blown + [fake_result(131072, 1e-2, 12.0)], target_hr=0.75, floor_hr=0.39)
-    assert "sgd (lr 8, 16): every lr tried blew up" in text and "down to 8, the smallest tried" in text
-    assert "best at lr 16" not in text and "best at lr 8" not in text
-    blown[0].curve = {"loss": [None, 0.6, 0.5]}  # lr 8 trains (badly): it is the best, and lr 16's blow-up is said
-    text = race_reading(blown, target_hr=0.75, floor_hr=0.39)
-    assert "sgd (lr 8, 16): best at lr 8 (the edge of its grid" in text and "; lr 16 blew up" in text
-
-
 def test_a_race_whose_every_lr_blew_up_extends_its_grid_downward():
     from course_lib.sweeps import blew_up, sweep_with_edge_extension
 
@@ -361,20 +334,6 @@ def test_speedups_carry_the_figures_their_pace_drift_allows(tmp_path):
     lin = ladder.ladder_rows(tmp_path)[1]
     assert lin["speedup_uncertainty"] == pytest.approx(0.39)
     assert "| 8x (±39%) |" in ladder.ladder_table(tmp_path).to_markdown()
-
-
-def test_a_run_at_the_popularity_floor_is_not_read_as_below_it():
-    """#37 (full run 2026-12-01, lesson 04 cell 10): "best HR@10 0.393, below the popularity ranking's 0.393". Near the
-    floor both are quoted at four decimals; equal ones are "at" it. Opposite results: below it, above it."""
-    from course_lib.lessons.l04_lars import race_reading
-
-    def text(hr):
-        return race_reading([fake_result(32768, 1.0, None, hr=hr, optimizer="sgd")], target_hr=0.75, floor_hr=0.3929)
-
-    assert "best HR@10 0.3925, below the popularity ranking's 0.3929" in text(0.3925)
-    assert "best HR@10 0.3929, at the popularity ranking's 0.3929" in text(0.39286)
-    above = text(0.697)
-    assert "best HR@10 0.697" in above and "popularity" not in above
 
 
 def test_a_rung_within_the_noise_of_the_one_below_names_it_as_the_table_shows_it(tmp_path):

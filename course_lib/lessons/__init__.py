@@ -11,7 +11,8 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l02_linear_scaling.py        Shallue's regimes from a batch sweep, the generalization gap
     l03_warmup.py                warmup against none
     l04_lars.py                  per-layer gradient and weight norms, the optimizer race's reading
-    l05_mixed_precision.py       gradients on fp16's number line, loss scaling, throughput per precision
+    l05_mixed_precision.py       gradients on fp16's number line, loss scaling, unscale before LARS
+    l05_speed.py                 throughput per precision and why, the fifth rung's decision
     l06_data_parallel.py         the ring, the all-reduce sweep, communication share, compression, scaling
     l07_bert_lamb.py             Adam vs LAMB at a large batch: settings, sweeps, verdicts
     l08_collectives.py           the algorithms measured, their crossovers, extrapolation, staleness

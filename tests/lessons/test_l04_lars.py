@@ -1,0 +1,161 @@
+"""Lesson 04 (course_lib.lessons.l04_lars): an embedding row's gradient grows with its frequency, layers'
+gradient scales differ by orders of magnitude, a trust ratio stuck at the fallback is a dead layer, and the
+race's table and verdicts follow the runs."""
+
+import math
+
+import pytest
+import torch
+
+from course_lib import compare
+from course_lib.lessons import l04_lars as study
+from course_lib.train import TrainConfig
+from course_lib.train.ncf import TrainResult
+
+CFG = TrainConfig(factors=8, layers=(16, 8))
+
+
+def test_row_gradients_grow_with_frequency_and_layers_differ_by_orders_of_magnitude(data):
+    m = study.layer_gradient_norms(data, CFG, (256, 4096))
+    comps = study.frequency_comparisons(m)  # measured slopes 0.50 and 0.69 (per-sample gradients partly cancel)
+    assert len(comps) == 2 and all(0.3 < c.estimate < 1.2 for c in comps), comps
+    ratio = {(r["batch"], r["layer"]): r["grad_to_weight"] for r in m["layers"]}
+    layers = {layer for _, layer in ratio}
+    spreads = study.layer_spread(m)
+    assert len(spreads) == 2 and all(e.value > 10 for e in spreads)  # an order of magnitude apart or more
+    # a mean over 16x the samples: at most the noise's 1/sqrt(16) = 4x fall (signal stays), never 16x
+    assert all(ratio[(256, x)] / ratio[(4096, x)] < 8 for x in layers)
+    assert {r["regime"] for r in study.layer_scaling(m)} <= {"noise", "signal", "mixed"}
+    t = study.layer_norms_table(m)
+    assert len(t.rows) == len(layers) and "B=4096" in str(t)
+    assert len(study.layer_scaling_table(m).rows) == len(layers)
+    study.plot_row_gradients(m)
+
+
+def _measured(changes, lo=256, hi=131072, slopes=(0.73, 0.09), rows=40):
+    """Constructed norms: each layer's ||g||/||w|| at ``lo`` and ``lo``'s over ``changes[layer]`` at ``hi``; item rows
+    whose gradient is their frequency to the power ``slopes`` (with a little noise, so a fit has residuals)."""
+    base = {"gmf_user.weight": 1e-2, "gmf_item.weight": 2e-2, "mlp.2.weight": 1e-4, "out.weight": 5e-5}
+    layers = [{"batch": b, "layer": name, "weight_norm": 1.0, "grad_norm": g / (changes[name] if b == hi else 1),
+               "grad_to_weight": g / (changes[name] if b == hi else 1)} for b in (lo, hi) for name, g in base.items()]
+    gen = torch.Generator().manual_seed(0)
+    freq = torch.logspace(-4, -1, rows)
+    noise = lambda: torch.exp(0.05 * torch.randn(rows, generator=gen))  # noqa: E731
+    return {"layers": layers, "rows": {b: (freq, freq ** s * noise()) for b, s in zip((lo, hi), slopes)}}
+
+
+def test_noise_falls_as_one_over_sqrt_b_and_signal_stays():
+    """Embeddings that fell sqrt(512) = 22.6x are noise; layers that did not fall are signal; the signal's share at the
+    large batch follows ||g||² = S + N / B."""
+    m = _measured({"gmf_user.weight": 22.6, "gmf_item.weight": 22.9, "mlp.2.weight": 0.92, "out.weight": 0.93})
+    regimes = {r["layer"]: r["regime"] for r in study.layer_scaling(m)}
+    assert regimes == {"gmf_user.weight": "noise", "gmf_item.weight": "noise", "mlp.2.weight": "signal",
+                       "out.weight": "signal"}
+    assert study.signal_share(math.sqrt(512), 512) == pytest.approx(0.0)
+    assert study.signal_share(1.0, 512) == pytest.approx(1.0)
+    assert study.signal_share(2.0, 16) == pytest.approx(12 / 15)
+
+
+def test_the_frequency_verdict_follows_the_slope():
+    """A slope of 0.73 clears 0.5 (higher: grows with frequency); 0.09 lies within it of 0 (same: does not follow)."""
+    small, large = study.frequency_comparisons(_measured({k: 1.0 for k in ("gmf_user.weight", "gmf_item.weight",
+                                                                             "mlp.2.weight", "out.weight")}))
+    assert small.estimate == pytest.approx(0.73, abs=0.02) and small.outcome == compare.HIGHER
+    assert large.estimate == pytest.approx(0.09, abs=0.02) and large.outcome == compare.SAME
+    # two distinct frequencies leave no residual to measure a slope's error: no verdict, not a guess
+    m = _measured({k: 1.0 for k in ("gmf_user.weight", "gmf_item.weight", "mlp.2.weight", "out.weight")})
+    m["rows"] = {256: (torch.tensor([1e-3, 1e-3, 2e-3]), torch.tensor([1.0, 1.1, 2.0]))}
+    assert study.frequency_comparisons(m) == []
+
+
+def test_dead_layers_are_read_from_a_trust_ratio_stuck_at_the_fallback():
+    """A LARS run whose MLP ratios spike, then sit at exactly 1: the layer is dead from the first 1 of the tail."""
+    history = {"step": list(range(0, 40, 2)),
+               "trust_ratio": {"mlp.0.weight": [14.2, 43.7, 394, 1490] + [1.0] * 16,
+                               "gmf_user.weight": [394 - i for i in range(20)],
+                               "out.weight": [0.14, 1.0] + [0.5] * 18}}  # a single 1 mid-run is not a dead layer
+    assert study.dead_layers(history) == {"mlp.0.weight": 8}
+    rows = {r["layer"]: r for r in study.trust_ratio_table(history).rows}
+    assert rows["mlp.0.weight"]["exactly 1 (no gradient) from step"] == 8
+    assert rows["out.weight"]["exactly 1 (no gradient) from step"] == "—"
+    assert rows["mlp.0.weight"]["peak / median"] == "1.49e+03x"  # the peak against the median of 1
+    alive = {"step": history["step"], "trust_ratio": {"mlp.0.weight": [14.2 + i for i in range(20)]}}
+    assert study.dead_layers(alive) == {}
+
+
+def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", steps=100) -> TrainResult:
+    cfg = TrainConfig(global_batch_size=batch, base_lr=lr, optimizer=optimizer)
+    return TrainResult(config=cfg.to_dict(), dataset="synthetic-tiny", data_source="test", synthetic=True,
+                       device="cpu", world_size=1, target_hr=0.75, time_to_target_s=ttt,
+                       steps_to_target=None if ttt is None else steps, epochs_to_target=None if ttt is None else 1.0,
+                       epochs=1.0, steps=steps, samples=batch * steps, train_time_s=ttt or 50.0, eval_time_s=1.0,
+                       samples_per_s=1e5, phase_time_s={}, final_hr=hr, precision={"mode": "fp32"})
+
+
+def test_the_race_table_names_each_optimizers_best_run_and_what_blew_up():
+    runs = [fake_result(16384, 1e-2, 12.0), fake_result(16384, 2e-2, None, hr=0.70),
+            fake_result(16384, 8.0, None, hr=0.30, optimizer="sgd"),
+            fake_result(16384, 32.0, None, hr=0.05, optimizer="sgd"),
+            fake_result(16384, 5.0, 30.0, optimizer="lars")]
+    runs[3].diverged = True
+    runs[2].curve = {"hr": [0.1, 0.2, 0.3], "loss": [0.6, 0.55, 0.52]}  # still rising when the race ended
+    rows = {r["optimizer"]: r for r in study.race_table(runs).rows}
+    assert rows["adam"]["best lr"] == "0.01" and rows["adam"]["at the grid's edge"] is True
+    assert rows["adam"]["time to target (s)"] == 12.0
+    assert rows["sgd"]["best lr"] == "8" and rows["sgd"]["blew up at lr"] == "32"
+    assert rows["sgd"]["time to target (s)"] == "not reached" and rows["sgd"]["still rising at the end"] is True
+    assert rows["lars"]["at the grid's edge"] is False and rows["lars"]["blew up at lr"] == "—"
+    # every lr blew up: no best run is ranked among chance-level noise
+    blown = [fake_result(131072, lr, None, hr=0.107, optimizer="sgd") for lr in (8.0, 16.0)]
+    for r in blown:
+        r.diverged = True
+    assert study.race_table(blown).rows[0]["best lr"] == "—"
+    assert study.race_comparisons(blown, floor_hr=0.39, users=6040) == []
+
+
+def test_a_constant_predictor_is_told_from_a_blow_up():
+    r = fake_result(16384, 4.0, None, hr=0.106, optimizer="sgd")
+    r.curve = {"loss": [0.69, 0.5006]}  # the labels' entropy at 4 negatives per positive: 0.5004
+    assert study.collapsed(r)
+    r.curve = {"loss": [0.69, 0.40]}
+    assert not study.collapsed(r)
+
+
+def test_a_run_that_missed_the_target_is_judged_against_the_popularity_ranking():
+    """Its best HR@10 minus the popularity ranking's, with the evaluation's sampling error: a run at the floor is
+    not lower (nor higher) than it; one well above it is higher; one at chance is lower."""
+    def outcome(hr):
+        runs = [fake_result(32768, 1.0, None, hr=hr, optimizer="sgd"), fake_result(32768, 1e-2, 10.0)]
+        (c,) = study.race_comparisons(runs, floor_hr=0.3929, users=6040)  # the run that reached it: no row
+        return c.outcome
+
+    assert outcome(0.3925) in (compare.SAME, compare.UNRESOLVED)
+    assert outcome(0.697) == compare.HIGHER
+    assert outcome(0.106) == compare.LOWER
+
+
+class _Decided:
+    def __init__(self, runs):
+        self.runs = runs
+
+    def runs_of(self, label):
+        return self.runs[label]
+
+
+def test_the_layerwise_optimizer_is_compared_with_adam_over_the_seeds():
+    def seeds(*times):
+        out = [fake_result(32768, 1e-2, t, steps=400) for t in times]
+        for r in out:
+            r.curve = {"step": [360, 380, 400]}  # evaluations 20 steps apart near the target: 5%
+        return out
+
+    clear = study.time_to_target_comparison(_Decided({"adam": seeds(20.0, 21.0), "lamb": seeds(10.0, 10.4)}),
+                                            "adam", "lamb")
+    assert clear.question == "time to target, lamb / adam" and clear.outcome == compare.LOWER
+    tied = study.time_to_target_comparison(_Decided({"adam": seeds(20.0, 12.0), "lamb": seeds(13.0, 19.0)}),
+                                           "adam", "lamb")
+    assert tied.outcome == compare.UNRESOLVED
+    missed = _Decided({"adam": seeds(20.0, 21.0), "lamb": seeds(10.0) + [fake_result(32768, 1e-2, None)]})
+    assert study.time_to_target_comparison(missed, "adam", "lamb") is None
+    assert study.outcomes_line([clear]) == "time to target, lamb / adam: lower"
+    assert study.outcomes_line([]) == "not reached on every seed"
