@@ -96,7 +96,7 @@ def test_lr_sweep_extends_a_best_at_the_edge(monkeypatch):
 
 
 def test_lr_sweep_says_each_run_as_it_ends(data, capsys, monkeypatch):
-    """Issue 36 item 5: a sweep's runs each print a line as they end (papermill streams it to make course's
+    """A sweep's runs each print a line as they end (papermill streams it to make course's
     output), not nothing until the table; one line per run, not one per evaluation."""
     from course_lib import sweeps as search
     from course_lib.train.ncf import TrainConfig
