@@ -461,15 +461,6 @@ def links_comparisons(links: dict, host: CollectivesResult, gamma: float = 0.0) 
             + crossover_comparisons(result, alpha, beta, gamma, "links") + tied_round_comparisons(result, "links"))
 
 
-def verdict_comparisons(result: CollectivesResult, alpha: float, beta: float, gamma: float,
-                        links: dict | None = None) -> list[compare.Comparison]:
-    """The lesson's verdict: the host's crossovers at its largest p against the model, and whether small messages
-    wanted the tree or the butterfly and large ones the ring (on the links where they ran, else on the host)."""
-    ran = bool(links and links.get("ran"))
-    return (crossover_comparisons(result, alpha, beta, gamma, "one host", ps=[max(result.world_sizes)])
-            + small_large_comparisons(links_collectives(links) if ran else result, "links" if ran else "one host"))
-
-
 SERVER_MODES = ("sync", "async")
 
 
