@@ -192,7 +192,7 @@ def test_lesson07_reads_lesson05s_speeds(history, lesson, tmp_path):
     lesson("07_bert_lamb.ipynb")  # the environment: this results folder
     ns = {"results": results, "study": l07_bert_lamb,  # as the notebook imports them
           "tp": {"fp32": {"seqs_per_s": 100.0}, "bf16": {"seqs_per_s": 50.0}},
-          # the lesson's own runs, which the reading's noise is taken from (r10c 07-H1): none here, so no noise
+          # the lesson's own runs, which the pace's drift is taken from: none here, so the stated resolution
           "small_sweep": {}, "sweep": {}, "runs": {}}
     exec(lesson_lines("07_bert_lamb.ipynb", "saved05 = ", start="saved05 = ", until="t"), ns)
 

@@ -16,6 +16,7 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l06_data_parallel.py         the ring, the all-reduce sweep, communication share, compression, scaling
     l07_bert_lamb.py             Adam vs LAMB at a large batch: settings, sweeps, verdicts
     l08_collectives.py           the algorithms measured, their crossovers, extrapolation, staleness
+    l08_compression.py           lesson 08's last section: sending fewer bytes, measured and priced
     l09_performance_model.py     the step model against the course's step, strong/weak scaling
     l10_model_parallelism.py     equality with one process, the bubble, bytes per rank, the decision table
     l11_batch_size_science.py    B_simple against the bend, sharpness against the gap, BatchNorm per rank

@@ -3,20 +3,21 @@
 Every run is ``train_mlm`` (the one engine); this module states the study's settings once
 (:class:`Study`), sweeps each optimizer's lr with a grid that extends at its edge
 (:func:`course_lib.sweeps.sweep_with_edge_extension`), and reads the records: time and
-steps to a target loss, a results table, the verdicts (Adam vs LAMB over seeds, small vs large batch
-on the clock, the lr choice, the ablations), what gets saved.
-Readings are computed from the learner's own records, so they stay true on any hardware.
+steps to a target loss, the results tables, and the lesson's questions as
+:class:`course_lib.compare.Comparison` rows (Adam vs LAMB at each batch, small vs large batch on
+the clock, the tuned lr against the sqrt rule, the lr choice, the ablations, bf16), what gets saved.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import torch
 
+from .. import compare
 from ..budget import Runs, SizedPlan, size_plan
-from ..metrics import noise_verdict
 from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
@@ -59,8 +60,9 @@ def budget(large_batch: int, num_train: int, *, large_batches: int, large_factor
     """``(small_seqs, large_seqs, note)``: the study's budget in sequences for a corpus of ``num_train``.
 
     The small-batch runs see ``large_batches`` large batches' worth of sequences, the large
-    ones ``large_factor`` times that (the large batch gets more samples, as in the talk),
-    but no run passes over the corpus more than ``max_epochs`` times: on a small corpus
+    ones ``large_factor`` times that (a choice of this lesson: the seed talk trains every rung for the
+    same 10 epochs, but at the large batch a budget of this model's few dozen steps would not leave the
+    early plateau), and no run passes over the corpus more than ``max_epochs`` times: on a small corpus
     (the offline pydoc text on a GPU: ~950 sequences, ~100 epochs uncapped) more passes
     train the model to recite its data, and the comparison would be of memorization. The
     note says when the cap cut the budget (empty otherwise).
@@ -100,8 +102,7 @@ def make_study(large_batches: int, *, small_batch: int, large_batch: int, num_tr
 def budget_line(study: Study, large_batches: int, cut: bool, note: str = "") -> str:
     """The line under the sizing line: each batch's budget in sequences and, where the sizing cut the plan, the
     steps it gives at each batch (what the runs then take: :meth:`Study.config`). ``note``: :func:`budget`'s, said
-    instead when the corpus capped the budget. (#37, third full run: "10240 at the large one (10 large batches'
-    worth ...)": 10240 sequences are 40 large batches; the 10 were the small batch's budget.)"""
+    instead when the corpus capped the budget."""
     if note:
         return note
     line = f"budget: {study.small_seqs} sequences at the small batch, {study.large_seqs} at the large one"
@@ -133,8 +134,8 @@ def time_to_loss(record: dict, target: float) -> tuple[float | None, int | None]
 
 def quiet_progress(progress: str = "auto") -> str:
     """A bar where a person watches (JupyterLab); nothing under papermill and CI, where :func:`train`
-    prints one summary line per run instead of a line per evaluation (the full profile's 13 runs
-    printed ~290 lines: review 2026-12-01)."""
+    prints one summary line per run instead of a line per evaluation (a line per evaluation is hundreds of
+    lines over the full profile's runs)."""
     return "bar" if resolve_progress(progress) == "bar" else "none"
 
 
@@ -174,7 +175,7 @@ def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensi
 LARGE_BATCHES = 30  # the full plan: the small-batch runs see 30 large batches' worth of sequences (CPU)
 FLOOR_SCALE = 1 / 3  # the shortest plan: a third of the steps (10 large batches' worth: 40 steps at the large
 # batch, 80 at the small one); shorter, the runs barely leave the early plateau and no target is reached
-OVERHEAD_S = 3.0  # per run: 20 evaluations of the held-out set and the model's build (measured 2026-12-01: ~2 s)
+OVERHEAD_S = 3.0  # per run: 20 evaluations of the held-out set and the model's build (measured: ~2 s on 2 cores)
 
 
 def measure_step_s(study: Study, data, *, device, steps: int = 3, repeats: int = 2,
@@ -182,9 +183,8 @@ def measure_step_s(study: Study, data, *, device, steps: int = 3, repeats: int =
     """Seconds per training step of this lesson's own model at each of its two batches, now, on this machine
     (``throughput``: ``steps`` timed steps after ``warmup_steps`` untimed ones), ``repeats`` times with the batches
     interleaved; each batch keeps its fastest repeat, the least disturbed (lesson 05's rule,
-    :func:`course_lib.lessons.l05_mixed_precision.precision_throughput`). Read r5b 07-1 (fifth full run): one
-    repeat after one untimed step measured batch 32 at 0.518 s/step, and every batch-32 run of the lesson then ran
-    at 0.126-0.229 s/step (80 steps in 10.1-18.3 s): the plan was priced 2.3-4x too slow at that batch."""
+    :func:`course_lib.lessons.l05_mixed_precision.precision_throughput`): one repeat after one untimed step can
+    price a batch several times slower than its runs then train."""
     from ..train.mlm import throughput
 
     best: dict[int, float] = {}
@@ -218,30 +218,6 @@ def size(study: Study, step_s: dict[int, float], budget: float, *, small_factors
     return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=1)
 
 
-def tuning_reading(small_sweep: dict, large_sweep: dict, optimizer: str, small_batch: int, large_batch: int) -> str:
-    """Each batch at its own tuned lr: the best peak lr of the sweep at each batch (lowest held-out loss), their
-    ratio against the sqrt rule's sqrt(large / small), and whether either best sits at its grid's edge."""
-    def best(sweep):
-        mine = [r for name, r in sweep.items() if name.startswith(f"{optimizer} b=")]
-        if not mine:
-            return None, False
-        lrs = sorted(r["config"]["peak_lr"] for r in mine)
-        top = min(mine, key=best_loss_key)
-        return top, top["config"]["peak_lr"] in (lrs[0], lrs[-1]) and len(lrs) > 1
-
-    (s, s_edge), (l, l_edge) = best(small_sweep), best(large_sweep)
-    if s is None or l is None or math.isinf(best_loss_key(s)) or math.isinf(best_loss_key(l)):
-        return f"{optimizer}: no tuned lr at both batches (a sweep missing or every run diverged)"
-    ls, ll = s["config"]["peak_lr"], l["config"]["peak_lr"]
-    ratio, rule = ll / ls, math.sqrt(large_batch / small_batch)
-    how = ("close to" if abs(math.log(ratio / rule)) < math.log(1.5) else "above" if ratio > rule else "below")
-    edges = [f"batch {b}" for b, e in ((small_batch, s_edge), (large_batch, l_edge)) if e]
-    line = (f"{optimizer}: tuned peak lr {ls:.2e} at batch {small_batch}, {ll:.2e} at batch {large_batch}: "
-            f"{ratio:.2f}x, {how} the sqrt rule's {rule:.2f}x")
-    return line + (f" (best at the edge of its grid at {' and '.join(edges)}: the tuned lr may lie beyond)"
-                   if edges else "")
-
-
 def best_of(records: dict[str, dict], prefix: str) -> dict:
     """The record with the lowest held-out loss among those whose label starts with ``prefix``."""
     return min((r for name, r in records.items() if name.startswith(prefix)), key=best_loss_key)
@@ -255,15 +231,9 @@ def results_table(records: dict[str, dict], target: float, title: str) -> Table:
         t.add(**{"run": name, "steps": r["steps"], "peak lr": f"{r['config']['peak_lr']:.2e}",
                  "best eval loss": None if r["best_eval_loss"] is None else round(r["best_eval_loss"], 3),
                  "final eval loss": "diverged" if r["diverged"] else round(r["final_eval_loss"], 3),
-                 "time to loss (s)": "not reached" if secs is None else shown_seconds(secs),
+                 "time to loss (s)": "not reached" if secs is None else float(f"{secs:.3g}"),
                  "steps to loss": "-" if steps is None else steps, "sequences/s": round(r["seqs_per_s"], 1)})
     return t
-
-
-def shown_seconds(t: float) -> float:
-    """A time to the loss as :func:`results_table` shows it and :func:`batch_reading` quotes it: 3 figures (at 0.1 s,
-    a GPU's or the smoke profile's sub-second runs all read 0.1 s: #37, the smoke run of 2026-12-01)."""
-    return float(f"{t:.3g}")
 
 
 def eval_interval(record: dict) -> int:
@@ -272,130 +242,8 @@ def eval_interval(record: dict) -> int:
     return max((b - a for a, b in zip(steps, steps[1:])), default=1)
 
 
-def seeds_verdict(adam: list[dict], lamb: list[dict], target: float, batch: int) -> tuple[str | None, str]:
-    """Adam against LAMB at one batch over their seeds (paired by index): ``("adam" | "lamb" | None, why)``.
-
-    Both reached the target on every seed: their steps to it, read against the seed-to-seed range and
-    the evaluation interval (:func:`course_lib.metrics.noise_verdict`) — a gap within either is no
-    measurable difference. Otherwise the one that reached it on more seeds, or (neither) the lower
-    mean best loss, said with the best losses' own seed range."""
-    steps = {name: [time_to_loss(r, target)[1] for r in runs] for name, runs in (("adam", adam), ("lamb", lamb))}
-    if all(s is not None for v in steps.values() for s in v):
-        res = max(eval_interval(r) for r in adam + lamb)
-        won, why = noise_verdict(steps["adam"], steps["lamb"], names=("adam", "lamb"), quantity="steps to the target",
-                                 unit="", resolution=res)
-        return (None if won is None else ("adam", "lamb")[won]), f"at batch {batch}: {why}"
-    hit = {name: sum(s is not None for s in v) for name, v in steps.items()}
-    if hit["adam"] != hit["lamb"]:
-        won = max(hit, key=hit.get)
-        return won, (f"at batch {batch}: {won} reached the target on {hit[won]} of {len(steps[won])} seeds, "
-                     f"the other on {min(hit.values())}")
-    won, why = noise_verdict([best_loss_key(r) for r in adam], [best_loss_key(r) for r in lamb], names=("adam", "lamb"),
-                             quantity="best held-out loss", unit="")
-    return (None if won is None else ("adam", "lamb")[won]), (f"at batch {batch}: neither reached the target on every "
-                                                              f"seed; {why}")
-
-
-def large_batch_reading(small: tuple[str | None, str], large: tuple[str | None, str]) -> str:
-    """What the two verdicts (small batch, large batch) support about a *large-batch* advantage."""
-    (ws, why_s), (wl, why_l) = small, large
-    if wl is None:
-        return f"{why_l}: at the large batch the optimizers are level here. ({why_s})"
-    if ws == wl:
-        return (f"{why_l}; but {wl} was ahead at the small batch as well ({why_s}), so its lead is not shown to "
-                "come from the batch")
-    return f"{why_l}, while at the small batch {why_s.split(': ', 1)[-1]}: the lead opens with the batch"
-
-
-def rate_spread(records: dict, optimizer: str | None, batch: int) -> tuple[float, float] | None:
-    """The lowest and highest sequences/s (as :func:`results_table` shows them) of ``optimizer``'s runs at ``batch``
-    among ``records`` (the sweeps and the seeds): runs of one model at one batch differ in their lr only, which does
-    not change the work of a step, so their spread is the machine's, not the batch's. ``optimizer`` None: every run
-    at ``batch``, whichever optimizer (the same model, micro batch and precision per step; :func:`batch_reading`).
-    None with fewer than two."""
-    rates = list(_rates_at(records, optimizer, batch).values())
-    return (min(rates), max(rates)) if len(rates) > 1 else None
-
-
-def _rates_at(records: dict, optimizer: str | None, batch: int) -> dict[str, float]:
-    """{run name: sequences/s as :func:`results_table` shows them} of ``optimizer``'s runs at ``batch`` among
-    ``records`` (every optimizer's with None): the runs :func:`rate_spread` spans."""
-    return {name: round(r["seqs_per_s"], 1) for name, r in records.items()
-            if (optimizer is None or name.startswith(f"{optimizer} b={batch}"))
-            and r["config"]["global_batch_size"] == batch}
-
-
-def batch_reading(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str,
-                  others: dict | None = None) -> str:
-    """The lesson's question for one optimizer: did the large batch reach the target sooner on the clock?
-    Its time at both batches, the sequences each needed (steps x batch: sample efficiency) and the
-    throughput each ran at — so a slower large batch says which of the two made it slower. ``others``: every run
-    of the lesson (the sweeps); where the sequences/s of runs at one batch, whichever optimizer, spread so far that the
-    two batches' ranges overlap (:func:`rate_spread`: a busy machine), the throughput side is said to be unresolved,
-    and the clock's verdict is read from the sequences alone (read f12e 07-C1: from one optimizer's runs, Adam's slow
-    stretch at 256 read as the batch's)."""
-    s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
-    (ts, ss), (tl, sl) = time_to_loss(s, target), time_to_loss(l, target)
-    # #37 item 1: the times and rates as the results table above shows them (time to loss at 3 figures, sequences/s
-    # at 0.1), so the times are its cells and the rate the ratio of two of them
-    rate = round(l["seqs_per_s"], 1) / round(s["seqs_per_s"], 1)
-    if ts is None or tl is None:
-        which = [f"batch {b}" for b, t in ((small_batch, ts), (large_batch, tl)) if t is None]
-        return f"{optimizer}: {' and '.join(which)} did not reach the target; throughput {rate:.2f}x at the large batch"
-    seqs = (sl * large_batch) / (ss * small_batch)
-    tl, ts = shown_seconds(tl), shown_seconds(ts)
-    when = "sooner" if tl < ts else "later" if tl > ts else "at the same time (to the 3 figures shown)"
-    head = (f"{optimizer}: the large batch reached the target {when} ({tl:g} s vs {ts:g} s at batch {small_batch}); "
-            f"it needed {seqs:.2f}x the sequences ({sl} steps x {large_batch} vs {ss} x {small_batch}) and ran at "
-            f"{rate:.2f}x the sequences/s")
-    if tl == ts:
-        return head + ": on the clock the two batches are level here"
-    # #37 (third full run, read r3b): on a busy machine the runs at one batch ran at very different rates, so a rate
-    # ratio of two single runs named a "throughput gain" that runs at one batch spread wider than.
-    # read f12e 07-C1 (twelfth full run): 'ran at 0.73x the sequences/s: there was no throughput gain ... (the large
-    # batch ran no faster per sequence here), so both went against it' rested on Adam's runs alone (101.5-119.1 at
-    # 256 against 139.1-159.8 at 32), while LAMB's runs at 256, the same model, micro batch and precision per step,
-    # ran at 149.3-165.6: the spread per batch is read from every run at it, whichever optimizer
-    spread = {b: rate_spread({**(others or {}), **runs}, None, b) for b in (small_batch, large_batch)}
-    if all(spread.values()) and not (spread[large_batch][0] > spread[small_batch][1]
-                                     or spread[large_batch][1] < spread[small_batch][0]):
-        (a, b), (c, d) = spread[small_batch], spread[large_batch]
-        # read r4b 07-1 (H, fourth full run): "(the same work per step: the machine's load)" named a cause no cell
-        # measured (as r3a 01-3 in lesson 01's pace reading); the same work at other rates says only that something
-        # outside the step moved
-        head += (f"; but runs at one batch, both optimizers', ran at {a:g}-{b:g} sequences/s at batch {small_batch} "
-                 f"and {c:g}-{d:g} at batch {large_batch} (the same work per step, so something outside the step "
-                 "moved: on a shared machine, other jobs; no cell here measured which), so the throughput side is not "
-                 "resolved here")
-        if (tl > ts) == (seqs > 1):
-            return head + (": the " + ("extra" if seqs > 1 else "fewer") + " sequences it needed are what the "
-                           "measurement can tell (sample efficiency)")
-        return head + ": the clock's difference is within that load's noise"
-    # #37 (full run of 2026-12-01): "ran at 0.70x the sequences/s: the throughput gain did not pay ...": a gain is
-    # named only where the large batch ran faster (at the figures printed)
-    gain = round(rate, 2) > 1
-    if tl < ts:
-        if gain or seqs >= 1:
-            return head + (": the throughput gain paid for the extra sequences" if gain else
-                           ": sooner with no throughput gain and more sequences: within the noise of single timings")
-        return head + ": with no throughput gain, it got there sooner by needing fewer sequences"
-    if not gain:
-        # read f12e 07-C1: "ran no faster per sequence here" is said of the batch only where every run at it, whichever
-        # optimizer, ran below every run at the small batch (the spreads above, apart); with one run at a batch, of
-        # those two runs
-        why = (f"every run at batch {large_batch}, both optimizers', ran fewer sequences/s than every run at batch "
-               f"{small_batch}: {spread[large_batch][0]:g}-{spread[large_batch][1]:g} against "
-               f"{spread[small_batch][0]:g}-{spread[small_batch][1]:g}"
-               if all(spread.values()) and spread[large_batch][1] < spread[small_batch][0] else
-               "the large batch's runs ran faster, by less than the ratio's 2 decimals show" if all(spread.values())
-               else "one run at each batch: the large batch's ran no faster per sequence than the small batch's")
-        return head + (f": there was no throughput gain to pay for the extra sequences it needed ({why}), so both "
-                       "went against it")
-    return head + ": the throughput gain did not pay for the extra sequences it needed (sample efficiency decided)"
-
-
 def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> dict:
-    """The one comparison :func:`equal_sequences_reading` reads and :func:`equal_sequences_table` shows: the
+    """The point :func:`equal_sequences_comparisons` compares and :func:`equal_sequences_table` shows: the
     small-batch run's whole budget of sequences and its last held-out loss, and the large batch's first evaluation
     past that budget (``step``, ``seqs``, ``loss``; ``step`` None when the large run stopped before it)."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
@@ -407,8 +255,7 @@ def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimi
 
 
 def equal_sequences_table(runs: dict, small_batch: int, large_batch: int, optimizers=("adam", "lamb")) -> Table:
-    """Per optimizer, the held-out losses at equal sequences seen (:func:`equal_sequences_point`): the numbers
-    :func:`equal_sequences_reading` quotes (#37 item 1: it had quoted a point of the figure that no table printed)."""
+    """Per optimizer, the held-out losses at equal sequences seen (:func:`equal_sequences_point`)."""
     t = Table(["optimizer", f"batch {small_batch}: sequences", f"batch {small_batch}: held-out loss at its end",
                f"batch {large_batch}: step", f"batch {large_batch}: sequences", f"batch {large_batch}: held-out loss"],
               title="at equal sequences seen: the large batch at its first evaluation past the small batch's budget")
@@ -421,236 +268,9 @@ def equal_sequences_table(runs: dict, small_batch: int, large_batch: int, optimi
     return t
 
 
-def equal_sequences_reading(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> str:
-    """Per sequence seen: the large batch's held-out loss at its first evaluation past the small-batch run's
-    whole budget of sequences, against the small-batch run's loss at its end (sample efficiency, without
-    the clock). The large batch's extra budget is left out of the comparison. Its numbers are the row of
-    :func:`equal_sequences_table`."""
-    q = equal_sequences_point(runs, small_batch, large_batch, optimizer)
-    seqs, small_loss, step, loss = q["small_seqs"], q["small_loss"], q["step"], q["loss"]
-    if step is None:
-        return f"{optimizer}: the large-batch run stopped before {seqs:,} sequences"
-    if not (math.isfinite(loss) and math.isfinite(small_loss)):
-        return f"{optimizer}: a diverged run: no loss to compare at equal sequences"
-    how = "lower" if loss < small_loss else "higher"
-    return (f"{optimizer}, at equal sequences seen: after {step * large_batch:,} sequences (step {step}) the large "
-            f"batch's held-out loss was {loss:.3f}, {how} than the small batch's {small_loss:.3f} after its "
-            f"{seqs:,}: per sequence, the large batch learned {'more' if loss < small_loss else 'less'}")
-
-
-def shown_loss(loss: float) -> float:
-    """A held-out loss as :func:`results_table` shows it (3 decimals): readings compare the cells a learner sees."""
-    return round(loss, 3) if math.isfinite(loss) else loss
-
-
-def spread_shown(losses: list[float]) -> float:
-    """The seed-to-seed range of best losses, from their cells (:func:`shown_loss`); 0 with fewer than two."""
-    shown = [shown_loss(x) for x in losses]
-    return shown_loss(max(shown) - min(shown)) if len(shown) > 1 else 0.0
-
-
-def lr_choice_reading(sweep: dict, optimizer: str, seed_losses: list[float]) -> str:
-    """Whether an optimizer's best swept lr is distinguishable from the runner-up: the difference of their
-    best losses against the seed-to-seed difference at the best lr (two seeds measured)."""
-    mine = sorted((r for name, r in sweep.items() if name.startswith(optimizer)), key=best_loss_key)
-    if len(mine) < 2:
-        return f"{optimizer}: one lr swept"
-    best, second = mine[0], mine[1]
-    tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
-    if math.isinf(best_loss_key(second)):  # #37 item 2: not "inf lower in loss" where the runner-up diverged
-        return (f"{optimizer}: every lr swept diverged" if math.isinf(best_loss_key(best)) else
-                f"{optimizer}: best lr {tag(best)}, the only one swept that did not diverge")
-    # #37 item 1: the difference of the best-loss cells as the tables show them (3 decimals), not of the raw losses
-    # (4.0924 and 4.1786 print as 4.092 and 4.179: 0.087 apart, where the raw difference prints 0.086)
-    gap = shown_loss(shown_loss(best_loss_key(second)) - shown_loss(best_loss_key(best)))
-    noise = spread_shown(seed_losses)
-    if gap <= noise:
-        return (f"{optimizer}: best lr {tag(best)}, but {tag(second)} is within the seed-to-seed noise "
-                f"(best losses {gap:.3f} apart, seeds {noise:.3f} apart): either is the best lr here")
-    return f"{optimizer}: best lr {tag(best)}, {gap:.3f} lower in loss than {tag(second)} (seeds {noise:.3f} apart)"
-
-
-def ablation_reading(ablations: dict, reference: str, target: float, seed_losses: list[float],
-                     seed_steps: list[int | None] | None = None, floor: float | None = None) -> str:
-    """Each ablation against the full LAMB run (``reference``), read from the runs: diverged, reached the
-    target (its steps against the full run's, within the evaluation interval and the full run's own seeds'
-    steps, ``seed_steps``, is no difference), and its best loss against the full run's, compared with
-    LAMB's seed-to-seed difference of best loss. ``floor``: what token frequencies alone score
-    (:meth:`MLMData.unigram_loss`); an ablation whose best loss is not below it learned nothing beyond them,
-    and says so (the fourth read: "it did not diverge" at 4.960 beside a floor of 4.940)."""
-    ref = ablations[reference]
-    noise = spread_shown(seed_losses)
-    _, ref_steps = time_to_loss(ref, target)
-    seen = [s for s in (seed_steps or [ref_steps]) if s is not None]
-    lines = []
-    for name, r in ablations.items():
-        if name == reference:
-            continue
-        if r["diverged"]:
-            lines.append(f"{name}: diverged")
-            continue
-        _, steps = time_to_loss(r, target)
-        gap = shown_loss(shown_loss(best_loss_key(r)) - shown_loss(best_loss_key(ref)))  # the cells (lr_choice_reading)
-        # #37 (full run): "later by more than an evaluation interval; ...: no measurable effect": the loss's verdict
-        effect = (f"best loss {gap:+.3f} vs the full LAMB, within the seed-to-seed noise ({noise:.3f}): no measurable "
-                  "effect on the best loss" if abs(gap) <= noise
-                  else f"best loss {gap:+.3f} vs the full LAMB (seeds {noise:.3f} apart)")
-        if steps is None:
-            reach = "did not reach the target"
-        elif not seen:
-            reach = f"reached the target at step {steps} (full LAMB did not)"
-        else:
-            res = max(eval_interval(r), eval_interval(ref))
-            lo, hi = min(seen) - res, max(seen) + res
-            within = lo <= steps <= hi
-            reach = (f"reached the target at step {steps} (full LAMB: {', '.join(map(str, seen))} on its seeds, "
-                     f"evaluations every {res}): "
-                     + ("no measurable difference in steps" if within else
-                        ("sooner" if steps < lo else "later") + " by more than an evaluation interval"))
-        learned = ""
-        if floor is not None and shown_loss(best_loss_key(r)) >= shown_loss(floor):
-            learned = (f", but its best loss, {shown_loss(best_loss_key(r)):.3f}, is no lower than token frequencies "
-                       f"alone score ({shown_loss(floor):.3f}): it learned nothing beyond them")
-        lines.append(f"{name}: {reach}; {effect}; it did not diverge{learned}")
-    return "\n".join(lines)
-
-
-def lead_by_batch(runs: dict, target: float, small_batch: int, large_batch: int, seed_tags=("best lr",)) -> str:
-    """LAMB's steps to the target over Adam's at the small batch and at the large one (the large one's
-    mean over ``seed_tags``): a lead that opens or shrinks with the batch (review 2026-12-01 #2). Which optimizer is
-    ahead at each batch is :func:`seeds_verdict`'s (the lesson's verdict on those runs); the ratios' bounds, one
-    evaluation interval either way, say whether the lead changed between the batches."""
-    def keys_of(opt, batch):
-        keys = ([f"{opt} b={small_batch}"] if batch == small_batch
-                else [f"{opt} b={large_batch} ({t})" for t in seed_tags])
-        return [k for k in keys if k in runs]
-
-    def steps(opt, batch):
-        got = [time_to_loss(runs[k], target)[1] for k in keys_of(opt, batch)]
-        return None if not got or any(g is None for g in got) else sum(got) / len(got)
-
-    def resolution(batch):  # steps between evaluations of the runs read at this batch
-        keys = ([f"{o} b={small_batch}" for o in ("adam", "lamb")] if batch == small_batch
-                else [f"{o} b={large_batch} ({t})" for o in ("adam", "lamb") for t in seed_tags])
-        return max((eval_interval(runs[k]) for k in keys if k in runs), default=1)
-
-    ratios, bounds, side = {}, {}, {}
-    for b in (small_batch, large_batch):
-        a, l = steps("adam", b), steps("lamb", b)
-        ratios[b] = None if a is None or l is None else (l, a, l / a)
-        if ratios[b] is not None:
-            # #37 (full run of 2026-12-01): "1.00 at batch 256 (22/22): Adam needed fewer steps at both batches",
-            # and earlier a "shrank" from 0.71 to 0.78 with steps known to 12: each ratio is read with the
-            # resolution of its steps (one evaluation interval either way)
-            res = resolution(b)
-            lo, hi = max(l - res, 0) / (a + res), (l + res) / max(a - res, 1e-9)
-            bounds[b] = (lo, hi)
-            # who is ahead at a batch is the lesson's one verdict on its seeds (seeds_verdict, printed in the line
-            # above this one): read r7b 07-1, seventh full run: 'at batch 256: lamb lower on every seed (steps to the
-            # target: adam 23 vs lamb 20; seed range 2)' and then, from these wider bounds, 'at batch 256 the two are
-            # level within the evaluation interval', over LAMB at 20, 20 and Adam at 22, 24 on one evaluation grid
-            won = seeds_verdict([runs[k] for k in keys_of("adam", b)], [runs[k] for k in keys_of("lamb", b)],
-                                target, b)[0]
-            side[b] = won or "level"
-    if any(v is None for v in ratios.values()):
-        return "LAMB/Adam steps to the target: not every run reached it, so the lead cannot be followed over the batch"
-    (ls, as_, rs), (ll, al, rl) = ratios[small_batch], ratios[large_batch]
-    ss, sl = side[small_batch], side[large_batch]
-    apart = bounds[large_batch][0] > bounds[small_batch][1] or bounds[small_batch][0] > bounds[large_batch][1]
-    if ss == sl == "lamb":
-        trend = ("LAMB's lead " + ("shrank" if rl > rs else "grew") + " as the batch grew" if apart else
-                 "LAMB ahead at both batches; whether its lead changed with the batch is within the evaluation "
-                 "intervals")
-    elif ss == sl == "adam":
-        trend = "Adam needed fewer steps at both batches"
-    elif ss == sl == "level":
-        trend = "neither needed measurably fewer steps at either batch (within the evaluation intervals)"
-    elif "lamb" in (ss, sl):
-        trend = "LAMB ahead at batch " + (f"{large_batch} only" if sl == "lamb" else f"{small_batch} only")
-    else:
-        trend = (f"Adam needed fewer steps at batch {small_batch if ss == 'adam' else large_batch}; at batch "
-                 f"{large_batch if ss == 'adam' else small_batch} the two are level within the evaluation interval")
-    # read f12e 07-S6 (twelfth full run): "at batch 256: no measurable difference (... within the measurement's
-    # resolution of 2)" and, a line below, "at batch 256 the two are level within the evaluation interval (steps known
-    # to within 4 at most)", the 4 being batch 32's: each batch's own resolution, as the bounds above use it
-    rs_, rl_ = resolution(small_batch), resolution(large_batch)
-    known = (f"steps known to within {rs_} at both batches" if rs_ == rl_ else
-             f"steps known to within {rs_} at batch {small_batch}, {rl_} at batch {large_batch}")
-    return (f"LAMB/Adam steps to the target: {rs:.2f} at batch {small_batch} ({ls:g}/{as_:g}), {rl:.2f} at batch "
-            f"{large_batch} ({ll:g}/{al:g}): {trend} ({known}).")
-
-
-def rate_noise_source(records: dict) -> dict | None:
-    """Where :func:`rate_noise` comes from: the optimizer and batch whose runs (among ``records``) spread the most
-    (``noise``: highest / lowest - 1 of their sequences/s as :func:`results_table` shows them), their ``low`` and
-    ``high`` rates and the runs that ran them (``slowest``, ``fastest``). None with no two such runs."""
-    groups = sorted({(name.split(" ", 1)[0], r["config"]["global_batch_size"]) for name, r in records.items()})
-    best = None
-    for o, b in groups:
-        s = rate_spread(records, o, b)
-        if s and s[0] > 0 and (best is None or s[1] / s[0] - 1 > best["noise"]):
-            named = _rates_at(records, o, b)
-            best = {"noise": s[1] / s[0] - 1, "optimizer": o, "batch": b, "low": s[0], "high": s[1],
-                    "slowest": min(named, key=named.get), "fastest": max(named, key=named.get)}
-    return best
-
-
-def rate_noise(records: dict) -> float | None:
-    """How far the sequences/s of runs doing the same work moved in this lesson: the largest ``highest / lowest - 1``
-    of :func:`rate_spread` over each optimizer and batch among ``records`` (the sweeps and the seeds). None with no
-    two such runs. Which runs set it: :func:`rate_noise_source`."""
-    src = rate_noise_source(records)
-    return None if src is None else src["noise"]
-
-
-def precision_reading(bert: float, neumf: float | None, margin: float = 1.1, noise: float | None = None,
-                      source: dict | None = None) -> str:
-    """bf16's speedup over fp32 for lesson 07's BERT next to lesson 05's NeuMF on the same machine
-    (``neumf``: None when lesson 05 did not run here), and what a gap between them means. ``noise``: how far runs of the
-    same work moved in this lesson (:func:`rate_noise`); the BERT ratio is one short run per mode, so a gap within it
-    is none this measurement resolves (read r10c 07-H1, tenth full run: "1.38x for this BERT, 1.52x for lesson 05's
-    NeuMF ...: here NeuMF gained more than the transformer (its step is smaller, so what 16 bits save in memory
-    traffic shows more)", 10.07% apart against a 10% margin, while the lesson's runs at one batch moved up to 18%, and
-    a cause no cell measured). ``source``: :func:`rate_noise_source`, the runs that set ``noise``, named beside it.
-
-    Read f12e 07-H1 (twelfth full run): "1.36x for this BERT, 1.19x for lesson 05's NeuMF ...: within 96% of each
-    other, the most that runs of the same work moved ...: no difference between the models this measurement
-    resolves": the ratios are 1.14x apart, the 96% was one slow run's (LAMB at 256, 84.3 against 165.6 sequences/s),
-    and BERT's own 1.36x, one short run per mode as well, lay inside that same noise unsaid. The gap is stated first,
-    then the gauge and the runs that set it, and whether BERT's own ratio over fp32 is within it."""
-    line = f"bf16 vs fp32: {bert:.2f}x for this BERT"
-    if neumf is None:
-        return line + " (lesson 05's NeuMF ratio is not saved here)"
-    line += f", {neumf:.2f}x for lesson 05's NeuMF on the same machine"
-    if noise is not None and 1 + noise > margin:
-        margin = 1 + noise
-        gap = max(bert / neumf, neumf / bert)
-        if gap < margin:
-            where = ("" if source is None else
-                     f" ({source['optimizer']}'s runs at batch {source['batch']}: [{source['slowest']}] at "
-                     f"{source['low']:g}, [{source['fastest']}] at {source['high']:g})")
-            own = (f", nor BERT's own {bert:.2f}x over fp32, which is within that noise too"
-                   if max(bert, 1 / bert) < margin else f"; BERT's own {bert:.2f}x over fp32 lies beyond that noise")
-            return line + (f": {gap:.2f}x apart, within {noise:.0%}, the most that runs of the same work moved in "
-                           f"sequences/s in this lesson{where}. BERT's ratio is one short run per mode, so this "
-                           f"measurement resolves no difference between the models{own}")
-    if bert >= neumf * margin and neumf >= margin:
-        # #37 (full runs of 2026-12-01): NeuMF measured 1.43x and 1.48x faster in bf16, so "which they do not" speed
-        # up was contradicted by the ratio it followed; the clause is chosen by NeuMF's own ratio
-        return line + (": 16-bit units sped up both steps here, the transformer's, made of matmuls, more; how much of "
-                       "NeuMF's step its matmuls are at lesson 05's batch is in lesson 05's phase table")
-    if bert >= neumf * margin:
-        return line + (": the transformer's step is mostly matmuls, which 16-bit units speed up; NeuMF's is mostly "
-                       "embedding lookups and the optimizer's pass over its tables, which they did not speed up here")
-    if neumf >= bert * margin:
-        return line + (": here NeuMF gained more than the transformer, whose step is mostly matmuls (no cell here "
-                       "measured why; lesson 05's phase table times NeuMF's step by phase)")
-    return line + f": within {margin - 1:.0%} of each other, no difference between the models worth reading into"
-
-
 def throughput_table(tp: dict[str, dict], title: str) -> Table:
     """Section 5's throughput per precision (``tp``: mode -> :func:`course_lib.train.mlm.throughput`'s result, fp32
-    first) with each mode's speedup over fp32: the cells :func:`precision_reading`'s BERT ratio is read from."""
+    first) with each mode's speedup over fp32 (:func:`precision_comparisons` decides bf16's)."""
     t = Table(["precision", "sequences/s", "tokens/s", "speedup vs fp32"], title=title)
     for mode, r in tp.items():
         t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
@@ -670,8 +290,7 @@ def trust_ratio_spread(record: dict) -> dict:
 def peak_step_line(record: dict, adam_peak_lr: float, spread: dict) -> str:
     """LAMB's step per element at its peak lr (``record``: the LAMB run, ``spread``: its :func:`trust_ratio_spread`)
     beside Adam's best peak lr: lr x the median trust ratio at that step, the product of the two factors as printed
-    (read r8b 07-1, eighth full run: "LAMB lr 2.83e-02 x median ratio 0.047 = 1.34e-03", where 2.83e-02 x 0.047 is
-    1.33e-03: the product was taken before the ratio was rounded to 0.047)."""
+    (each rounded to 3 figures first, so the product is the one of the printed factors)."""
     lrs = record["curves"]["lr"]
     peak = lrs.index(max(lrs))
     lr = float(f"{lrs[peak]:.3g}")
@@ -693,13 +312,13 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     return {"model": saved07["model"] if ok else plan.bert_model,
             "seq_len": saved07.get("seq_len", plan.bert_seq_len) if ok else plan.bert_seq_len,
             "vocab_size": plan.bert_vocab_size, "target_loss": saved07.get("target_loss") if ok else None,
-            "source": f"lesson 07's {profile} run" if ok else  # issue 36: a lesson run alone says so
+            "source": f"lesson 07's {profile} run" if ok else  # a lesson run alone says where its setting came from
             f"the tier plan's BERT, with no target loss: lesson 07 has not saved a {profile}-profile run here",
             "target_steps": None if base is None else base.get("steps_to_loss"),
             "target_batch": None if base is None else base.get("global_batch_size"),
-            # its small-batch LAMB run's steps to the same target (lesson 12 searches LAMB: #37, read r3b)
+            # its small-batch LAMB run's steps to the same target (lesson 12 searches LAMB)
             "lamb_steps": None if lamb is None else lamb.get("steps_to_loss"),
-            # its held-out curve and peak lr: where it stood at a search trial's last step (#37, read r9e 12-H1)
+            # its held-out curve and peak lr: where it stood at a search trial's last step (lesson 12)
             "lamb_curve": None if lamb is None else [list(p) for p in lamb.get("eval_loss_curve", [])],
             "lamb_lr": None if lamb is None else lamb.get("peak_lr")}
 
@@ -714,3 +333,198 @@ def summary(record: dict, target: float, label: str | None = None) -> dict:
             "final_eval_loss": record["final_eval_loss"], "diverged": record["diverged"], "time_to_loss_s": secs,
             "steps_to_loss": steps, "seqs_per_s": record["seqs_per_s"],
             "eval_loss_curve": list(zip(c["eval_step"], c["eval_loss"]))}
+
+
+# --------------------------------------------------------------------------- the lesson's questions, decided
+LOSS_SHOWN = 0.001  # held-out losses as the tables show them (3 decimals): the resolution of a single run's loss
+LR_EFFECT = 0.5  # a tuned lr within 1.5x of the sqrt rule's: as close as a grid of factor-2 steps places it
+THROUGHPUT_RESOLUTION = 0.1  # one short throughput run per mode, where no run of the lesson measured the pace's drift
+
+
+def _steps(records: list[dict], target: float) -> list[int] | None:
+    got = [time_to_loss(r, target)[1] for r in records]
+    return None if not got or any(g is None for g in got) else got
+
+
+def _at(runs: dict, optimizer: str, batch: int, small_batch: int, seed_tags) -> list[dict]:
+    """The runs of ``optimizer`` read at ``batch``: the tuned small-batch run, or the large batch's seeds."""
+    keys = [f"{optimizer} b={batch}"] if batch == small_batch else [f"{optimizer} b={batch} ({t})" for t in seed_tags]
+    return [runs[k] for k in keys if k in runs]
+
+
+def pace_drift(records: dict, batch: int | None = None) -> float | None:
+    """How far the sequences/s of runs doing the same work moved (highest / lowest - 1) among ``records`` at ``batch``
+    (every batch where None: the largest of them). Runs at one batch differ in their lr and optimizer only, which
+    do not change the work of a step, so their spread is the machine's. None with fewer than two runs at a batch."""
+    batches = [batch] if batch is not None else sorted({r["config"]["global_batch_size"] for r in records.values()})
+    drifts = []
+    for b in batches:
+        rates = [r["seqs_per_s"] for r in records.values() if r["config"]["global_batch_size"] == b]
+        if len(rates) > 1 and min(rates) > 0:
+            drifts.append(max(rates) / min(rates) - 1)
+    return max(drifts) if drifts else None
+
+
+def optimizer_comparisons(runs: dict, target: float, small_batch: int, large_batch: int,
+                          seed_tags=("best lr",)) -> list[compare.Comparison]:
+    """LAMB against Adam at each batch: steps to the target, LAMB / Adam (a step count does not depend on how busy
+    the machine was). The large batch's seeds give a spread; every step count is known to within one evaluation
+    interval, the resolution. A batch where a run missed the target has no row (the table shows it)."""
+    out = []
+    for b in (small_batch, large_batch):
+        adam, lamb = _at(runs, "adam", b, small_batch, seed_tags), _at(runs, "lamb", b, small_batch, seed_tags)
+        sa, sl = _steps(adam, target), _steps(lamb, target)
+        if sa is None or sl is None:
+            continue
+        res = max(eval_interval(r) for r in adam + lamb) / max(1, min(sa + sl))
+        out.append(compare.ratio(f"steps to the target, LAMB / Adam, batch {b}", sa, sl, needed=compare.TIME_EFFECT,
+                                 resolution=res, basis=f"{len(sa)} seed(s) each; evaluations every "
+                                                       f"{max(eval_interval(r) for r in adam + lamb)} steps"))
+    return out
+
+
+def batch_comparisons(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str,
+                      others: dict | None = None, seed_tags=("best lr",)) -> list[compare.Comparison]:
+    """The lesson's question for one optimizer: did the large batch reach the target sooner on the clock? Its time
+    (large / small; resolution: the pace's drift over every run at the batches, :func:`pace_drift`, and the time
+    between evaluations) and the sequences each needed (sample efficiency; resolution: the evaluation interval)."""
+    s, large = _at(runs, optimizer, small_batch, small_batch, seed_tags), _at(runs, optimizer, large_batch,
+                                                                               small_batch, seed_tags)
+    ss, sl = _steps(s, target), _steps(large, target)
+    if not s or not large or ss is None or sl is None:
+        return []
+    ts, tl = [time_to_loss(r, target)[0] for r in s], [time_to_loss(r, target)[0] for r in large]
+    spacing = max(eval_interval(r) / max(1, n) for r, n in zip(s + large, ss + sl))
+    drift = pace_drift({**(others or {}), **runs}) or 0.0
+    return [compare.ratio(f"{optimizer}: time to the target, batch {large_batch} / batch {small_batch}", ts, tl,
+                          needed=compare.TIME_EFFECT, resolution=drift + spacing,
+                          basis=f"pace drift {drift:.0%}; evaluation spacing"),
+            compare.ratio(f"{optimizer}: sequences to the target, batch {large_batch} / batch {small_batch}",
+                          [n * small_batch for n in ss], [n * large_batch for n in sl], needed=compare.TIME_EFFECT,
+                          resolution=spacing, basis="evaluation spacing")]
+
+
+def throughput_comparisons(records: dict, small_batch: int, large_batch: int) -> list[compare.Comparison]:
+    """Did the large batch process sequences faster? Every run at each batch (both optimizers, sweeps and seeds:
+    the same work per step) is one measurement of its rate."""
+    rates = {b: [r["seqs_per_s"] for r in records.values() if r["config"]["global_batch_size"] == b]
+             for b in (small_batch, large_batch)}
+    if min(len(v) for v in rates.values()) < 2:
+        return []
+    return [compare.ratio(f"sequences/s, batch {large_batch} / batch {small_batch} (every run)", rates[small_batch],
+                          rates[large_batch], needed=compare.SPEED_EFFECT)]
+
+
+def _best_losses(records: list[dict]) -> list[float]:
+    return [best_loss_key(r) for r in records if math.isfinite(best_loss_key(r))]
+
+
+def _seed_spread(records: list[dict]) -> float:
+    """The large batch's seed-to-seed range of best losses, at least :data:`LOSS_SHOWN`: the resolution of one run's
+    loss."""
+    losses = _best_losses(records)
+    return max(LOSS_SHOWN, max(losses) - min(losses)) if len(losses) > 1 else LOSS_SHOWN
+
+
+def equal_sequences_comparisons(runs: dict, small_batch: int, large_batch: int, optimizer: str,
+                                seed_tags=("best lr",)) -> list[compare.Comparison]:
+    """Per sequence seen: the large batch's held-out loss at its first evaluation past the small-batch run's budget
+    less the small-batch run's at its end (:func:`equal_sequences_point`), each a single run, read with the large
+    batch's seed-to-seed range as resolution."""
+    q = equal_sequences_point(runs, small_batch, large_batch, optimizer)
+    if q["loss"] is None or not (math.isfinite(q["loss"]) and math.isfinite(q["small_loss"])):
+        return []
+    res = _seed_spread(_at(runs, optimizer, large_batch, small_batch, seed_tags))
+    return [compare.difference(f"{optimizer}: held-out loss at equal sequences, batch {large_batch} - batch "
+                               f"{small_batch}", q["small_loss"], 0.0, q["loss"], 0.0, needed=compare.LOSS_EFFECT,
+                               resolution=res, basis="one run each; seed range as resolution")]
+
+
+def tuning_comparisons(small_sweep: dict, large_sweep: dict, optimizer: str, small_batch: int,
+                       large_batch: int) -> list[compare.Comparison]:
+    """Each batch at its own tuned lr: the best peak lr at the large batch over the small one's, against the sqrt
+    rule's sqrt(large / small). Each best is known to one step of its grid, the resolution."""
+    def swept(sweep):
+        mine = [r for name, r in sweep.items() if name.startswith(f"{optimizer} b=")]
+        lrs = sorted({r["config"]["peak_lr"] for r in mine})
+        step = max([b / a for a, b in zip(lrs, lrs[1:])] or [2.0])
+        return (min(mine, key=best_loss_key) if mine else None), step
+
+    (s, s_step), (lg, l_step) = swept(small_sweep), swept(large_sweep)
+    if s is None or lg is None or math.isinf(best_loss_key(s)) or math.isinf(best_loss_key(lg)):
+        return []
+    value = lg["config"]["peak_lr"] / s["config"]["peak_lr"] / math.sqrt(large_batch / small_batch)
+    return [compare.quantity_ratio(f"{optimizer}: tuned lr, batch {large_batch} / batch {small_batch}, over the sqrt "
+                                   "rule's", value, 0.0, needed=LR_EFFECT, resolution=max(s_step, l_step) - 1,
+                                   basis="one step of the lr grids")]
+
+
+def lr_choice_comparisons(sweep: dict, optimizer: str, seeds: list[dict]) -> list[compare.Comparison]:
+    """Is an optimizer's best swept lr distinguishable from the runner-up? Their best losses' difference, each a
+    single run, read with the seed-to-seed range at the best lr (``seeds``) as resolution."""
+    mine = sorted((r for name, r in sweep.items() if name.startswith(optimizer)), key=best_loss_key)
+    if len(mine) < 2 or math.isinf(best_loss_key(mine[1])):
+        return []
+    tag = lambda r: r["label"].rsplit(" ", 1)[-1]  # noqa: E731  the "x0.5" of "..., sqrt rule x0.5"
+    return [compare.difference(f"{optimizer}: best loss, lr {tag(mine[1])} - lr {tag(mine[0])} (the best)",
+                               best_loss_key(mine[0]), 0.0, best_loss_key(mine[1]), 0.0, needed=compare.LOSS_EFFECT,
+                               resolution=_seed_spread(seeds), basis="one run each; seed range as resolution")]
+
+
+def ablation_comparisons(ablations: dict, reference: str, target: float, seeds: list[dict]) -> list[compare.Comparison]:
+    """Each ablation against the full LAMB (its ``seeds``: the full run's seeds at the same settings): best loss,
+    ablation - full (the seeds' standard error, plus the losses' 3 decimals), and steps to the target, ablation /
+    full (resolution: the evaluation interval). A diverged ablation, or one that missed the target, has no row
+    for what it has no number for (the table shows it)."""
+    full = _best_losses(seeds)
+    full_steps = _steps(seeds, target)
+    out = []
+    for name, r in ablations.items():
+        if name == reference or r["diverged"] or math.isinf(best_loss_key(r)):
+            continue
+        se = statistics.stdev(full) / math.sqrt(len(full)) if len(full) > 1 else 0.0
+        out.append(compare.difference(f"{name}: best loss - full LAMB's", statistics.mean(full), se,
+                                      best_loss_key(r), 0.0, needed=compare.LOSS_EFFECT,
+                                      df=len(full) - 1 if len(full) > 1 else None, resolution=LOSS_SHOWN,
+                                      n=f"{len(full)}/1", basis=f"{len(full)} seeds of the full LAMB"))
+        steps = time_to_loss(r, target)[1]
+        if steps is not None and full_steps:
+            res = max(eval_interval(x) for x in seeds + [r]) / max(1, min(full_steps + [steps]))
+            out.append(compare.ratio(f"{name}: steps to the target / full LAMB's", full_steps, [steps],
+                                     needed=compare.TIME_EFFECT, resolution=res, basis="evaluation spacing"))
+    return out
+
+
+def precision_comparisons(tp: dict, saved05: dict | None, records: dict) -> list[compare.Comparison]:
+    """bf16 against fp32 for this BERT (``tp``: :func:`course_lib.train.mlm.throughput` per mode), and its speedup
+    over lesson 05's NeuMF's on the same machine (``saved05``: lesson 05's saved speeds, None where it did not run
+    here). One short run per mode: the resolution is how far the lesson's runs of the same work moved
+    (:func:`pace_drift` over ``records``), else :data:`THROUGHPUT_RESOLUTION`."""
+    if "bf16" not in tp:
+        return []
+    drift = pace_drift(records) or THROUGHPUT_RESOLUTION
+    basis = f"one run per mode; pace drift {drift:.0%}"
+    bert = tp["bf16"]["seqs_per_s"] / tp["fp32"]["seqs_per_s"]
+    out = [compare.quantity_ratio("bf16 / fp32 sequences/s, this BERT", bert, 0.0, needed=compare.SPEED_EFFECT,
+                                  resolution=drift, basis=basis)]
+    if saved05 and saved05.get("bf16") and saved05.get("fp32"):
+        neumf = saved05["bf16"] / saved05["fp32"]
+        out.append(compare.quantity_ratio("bf16's speedup, this BERT / lesson 05's NeuMF", bert / neumf, 0.0,
+                                          needed=compare.SPEED_EFFECT, resolution=(1 + drift) ** 2 - 1,
+                                          basis=basis + ", both lessons"))
+    return out
+
+
+def comparisons(runs: dict, small_sweep: dict, sweep: dict, target: float, small_batch: int, large_batch: int,
+                seed_tags=("best lr",)) -> list[compare.Comparison]:
+    """Section 3's questions: Adam against LAMB at each batch, then per optimizer the tuned lr against the sqrt
+    rule, the lr choice, the clock, the sequences and the loss at equal sequences; and the throughput per batch."""
+    every = {**small_sweep, **sweep, **runs}
+    out = optimizer_comparisons(runs, target, small_batch, large_batch, seed_tags)
+    for opt in ("adam", "lamb"):
+        seeds = _at(runs, opt, large_batch, small_batch, seed_tags)
+        out += (tuning_comparisons(small_sweep, sweep, opt, small_batch, large_batch)
+                + lr_choice_comparisons(sweep, opt, seeds)
+                + batch_comparisons(runs, target, small_batch, large_batch, opt, every, seed_tags)
+                + equal_sequences_comparisons(runs, small_batch, large_batch, opt, seed_tags))
+    return out + throughput_comparisons(every, small_batch, large_batch)

@@ -6,13 +6,14 @@ update is rescaled by a trust ratio ``||w|| / ||update||``, so every layer moves
 about ``lr`` times its own norm, whatever the scale of its gradients.
 
 The semantics are those of the LAMB in NVIDIA's BERT recipe (apex ``FusedLAMB``, the
-"NVLAMB" of NVIDIA's BERT pretraining blog post), which adds two things the paper's
-algorithm does not have:
+"NVLAMB" of NVIDIA's BERT pretraining blog post):
 
-- global gradient pre-normalization: before the moments, all gradients (of all groups)
-  are divided by ``max(1, ||g||_global / max_grad_norm)``, so one huge batch gradient
-  cannot blow up the moments;
-- Adam's bias correction of ``m`` and ``v``.
+- global gradient pre-normalization, which the paper's algorithm does not have: before the
+  moments, all gradients (of all groups) are divided by ``max(1, ||g||_global / max_grad_norm)``,
+  so one huge batch gradient cannot blow up the moments;
+- Adam's bias correction of ``m`` and ``v``, as in the paper's algorithm. The seed talk: "the
+  lamb paper does use bias correction", and mentions that it converged without it, which
+  NVIDIA did not see: without bias correction their runs diverged (lesson 07's ablation).
 """
 
 from __future__ import annotations
