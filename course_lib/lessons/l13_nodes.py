@@ -179,6 +179,43 @@ def _wait_job(c: vc.Cluster, job: dict, timeout_s: float) -> dict[str, int]:
             p.read_text(errors="replace")[-1500:] for p in job["logs"].values()))
 
 
+def _run_to_end(c: vc.Cluster, workdir: Path, tag: str, port: int, nproc: int, args: list[str],
+                timeout_s: float) -> float:
+    """One job on every node of ``c`` to its end; its seconds (raises with the first node's log where it failed)."""
+    t0 = time.monotonic()
+    job = _start_job(c, workdir, tag, port, nproc, args)
+    codes = _wait_job(c, job, timeout_s)
+    if any(codes.values()):
+        raise RuntimeError(f"the {tag} job failed ({codes}):\n" + job["logs"][c.nodes[0].name].read_text())
+    return time.monotonic() - t0
+
+
+def _kill_after_first_checkpoint(c: vc.Cluster, job: dict, checkpoint: Path, timeout_s: float) -> dict:
+    """Kill the last node of ``c`` as soon as ``job`` writes ``checkpoint``; how the first node's torchrun ended."""
+    deadline = time.monotonic() + timeout_s
+    while not checkpoint.exists():
+        if time.monotonic() > deadline or any(p.poll() is not None for p in job["procs"].values()):
+            for n in job["procs"]:
+                c.kill_node(n)
+            raise RuntimeError("the job ended or stalled before its first checkpoint")
+        time.sleep(0.02)
+    t_kill = time.monotonic()
+    written_s = time.time() - checkpoint.stat().st_mtime  # the checkpoint's age at the kill
+    killed = c.kill_node(c.nodes[-1].name)
+    survivor = c.nodes[0].name
+    code = job["procs"][survivor].wait(timeout_s)
+    noticed_s = time.monotonic() - t_kill
+    for n, p in job["procs"].items():
+        if n != survivor:
+            p.wait(30)
+    log = job["logs"][survivor].read_text(errors="replace")
+    said = next((line.strip() for line in log.splitlines() if "lost its connection to node" in line), None)
+    if said:  # the sentence that names the node and its ranks (the transport's own words follow in brackets)
+        said = said[said.find("rank "):].split(": that node", 1)[0]
+    return {"t_kill": t_kill, "killed_processes": len(killed), "survivor_exit": code, "noticed_s": noticed_s,
+            "message": said, "kill_after_checkpoint_s": max(0.0, written_s)}
+
+
 def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int = 60, every: int = 10, nproc: int = 1,
                     slow_rate: str | None = None, timeout_s: float = 300.0, nodes: int = 2) -> dict:
     """notebooks/beyond/ncf_ddp.sbatch's worker (``course_lib.train_ddp``, smoke data) on every node of ``c``: once
@@ -199,35 +236,14 @@ def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int 
             "--checkpoint-every", str(every), "--no-target"]
     ref_dir, lost_dir = workdir / "uninterrupted", workdir / "interrupted"
     port = 29700 + os.getpid() % 200
-    t0 = time.monotonic()
-    ref = _start_job(c, workdir, "uninterrupted", port, nproc, base + ["--checkpoint-dir", str(ref_dir), "--out",
-                                                                       str(workdir / "uninterrupted.json")])
-    codes = _wait_job(c, ref, timeout_s)
-    reference_s = time.monotonic() - t0
-    if any(codes.values()):
-        raise RuntimeError(f"the uninterrupted job failed ({codes}):\n" + ref["logs"][c.nodes[0].name].read_text())
-    lost = c.nodes[-1].name
+    reference_s = _run_to_end(c, workdir, "uninterrupted", port, nproc, base + [
+        "--checkpoint-dir", str(ref_dir), "--out", str(workdir / "uninterrupted.json")], timeout_s)
     if slow_rate:
         c.set_rate(slow_rate)
     try:
         t_start = time.monotonic()
         job = _start_job(c, workdir, "interrupted", port + 1, nproc, base + ["--checkpoint-dir", str(lost_dir)])
-        deadline = time.monotonic() + timeout_s
-        while not (lost_dir / CHECKPOINT_NAME).exists():
-            if time.monotonic() > deadline or any(p.poll() is not None for p in job["procs"].values()):
-                for n in job["procs"]:
-                    c.kill_node(n)
-                raise RuntimeError("the job ended or stalled before its first checkpoint")
-            time.sleep(0.02)
-        t_kill = time.monotonic()
-        written_s = time.time() - (lost_dir / CHECKPOINT_NAME).stat().st_mtime  # the checkpoint's age at the kill
-        killed = c.kill_node(lost)
-        survivor = c.nodes[0].name
-        code = job["procs"][survivor].wait(timeout_s)
-        noticed_s = time.monotonic() - t_kill
-        for n, p in job["procs"].items():
-            if n != survivor:
-                p.wait(30)
+        kill = _kill_after_first_checkpoint(c, job, lost_dir / CHECKPOINT_NAME, timeout_s)
     finally:
         if slow_rate:
             c.set_rate(c.rate)
@@ -235,25 +251,16 @@ def stage_node_loss(cluster: vc.Cluster, workdir: str | os.PathLike, steps: int 
         c.kill_node(n)  # nothing of the failed job is left in any node
     left = c.processes()
     step_at_loss, _ = checkpoint_params(lost_dir)
-    log = job["logs"][survivor].read_text(errors="replace")
-    said = next((line.strip() for line in log.splitlines() if "lost its connection to node" in line), None)
-    if said:  # the sentence that names the node and its ranks (the transport's own words follow in brackets)
-        said = said[said.find("rank "):].split(": that node", 1)[0]
-    t1 = time.monotonic()
-    resumed = _start_job(c, workdir, "resumed", port + 2, nproc, base + ["--checkpoint-dir", str(lost_dir), "--out",
-                                                                         str(workdir / "resumed.json")])
-    codes = _wait_job(c, resumed, timeout_s)
-    resumed_s = time.monotonic() - t1
-    if any(codes.values()):
-        raise RuntimeError(f"the resumed job failed ({codes}):\n" + resumed["logs"][survivor].read_text())
+    resumed_s = _run_to_end(c, workdir, "resumed", port + 2, nproc, base + [
+        "--checkpoint-dir", str(lost_dir), "--out", str(workdir / "resumed.json")], timeout_s)
     (s_res, m_res), (s_ref, m_ref) = checkpoint_params(lost_dir), checkpoint_params(ref_dir)
     rec_ref = json.loads((workdir / "uninterrupted.json").read_text())
     rec_res = json.loads((workdir / "resumed.json").read_text())
     return {"nodes": len(c.nodes), "ranks_per_node": nproc, "steps": steps, "checkpoint_every": every,
-            "lost_node": lost, "killed_processes": len(killed), "step_at_loss": step_at_loss,
-            "survivor_exit": code, "noticed_s": noticed_s, "message": said, "left_after": len(left),
+            "lost_node": c.nodes[-1].name, "step_at_loss": step_at_loss, "left_after": len(left),
+            **{k: v for k, v in kill.items() if k != "t_kill"},
             "reference_s": reference_s, "resumed_s": resumed_s, "resumed_steps": s_res, "reference_steps": s_ref,
-            "interrupted_s": t_kill - t_start, "kill_after_checkpoint_s": max(0.0, written_s),
+            "interrupted_s": kill["t_kill"] - t_start,
             "max_relative_difference": max_relative_difference(m_res, m_ref),
             "final_hr": {"uninterrupted": rec_ref["final_hr"], "resumed": rec_res["final_hr"]},
             "collective_timeout_s": 300}
