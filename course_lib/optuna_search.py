@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import statistics
 import time
 from typing import Callable
 from .data.movielens import ImplicitData
@@ -450,24 +449,3 @@ def replay_strategies(curves, *, budget: float, target: float, seeds: int, strat
             for k, st in enumerate(strategies)}
 
 
-def median_ratio_interval(a: list[float], b: list[float], *, resamples: int = 2000, level: float = 0.9,
-                          seed: int = 0) -> tuple[float, float, float]:
-    """The ratio of medians ``median(a) / median(b)`` and its bootstrap ``level`` interval (percentile,
-    ``resamples`` resamples of each list; an unreached value is ``math.inf``; both medians infinite
-    count as 1). Efron & Tibshirani 1993, ch. 13."""
-    import random as _random
-
-    if not a or not b:
-        raise ValueError("median_ratio_interval: both lists need at least one value")
-
-    def ratio(x, y):
-        mx, my = statistics.median_low(x), statistics.median_low(y)
-        if math.isinf(mx) and math.isinf(my):
-            return 1.0
-        return math.inf if math.isinf(mx) else (0.0 if math.isinf(my) else mx / my)
-
-    rng = _random.Random(seed)
-    boot = sorted(ratio(rng.choices(a, k=len(a)), rng.choices(b, k=len(b))) for _ in range(resamples))
-    lo = boot[int((1 - level) / 2 * (resamples - 1))]
-    hi = boot[int((1 + level) / 2 * (resamples - 1))]
-    return ratio(a, b), lo, hi

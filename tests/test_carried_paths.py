@@ -234,6 +234,6 @@ def test_lessons11_and_12_make_their_bert_runs_from_lesson07s_record(lesson07, l
     train_mlm(cfg.replace(max_steps=2, eval_every_steps=1), mlm_data, device="cpu", progress="none")
     ns = lesson("12_hyperparameter_search.ipynb",
                 lesson_lines("12_hyperparameter_search.ipynb", "s = setup(", until="data = load_implicit("),
-                lesson_lines("12_hyperparameter_search.ipynb", "bspec = study.bert_spec(", until="mlm_data ="))
-    base = ns["study"].bert_base_config(ns["bspec"])  # every BERT trial's starting setting
+                lesson_lines("12_hyperparameter_search.ipynb", "bspec = bert_study.bert_spec(", until="mlm_data ="))
+    base = ns["bert_study"].bert_base_config(ns["bspec"])  # every BERT trial's starting setting
     train_mlm(base.replace(max_steps=2, eval_every_steps=1), mlm_data, device="cpu", progress="none")

@@ -20,7 +20,11 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l09_performance_model.py     the step model against the course's step, strong/weak scaling
     l10_model_parallelism.py     equality with one process, the bubble, bytes per rank, the decision table
     l11_batch_size_science.py    B_simple against the bend, sharpness against the gap, BatchNorm per rank
-    l12_hyperparameter_search.py searches at equal budget, epochs to the target, brackets, the verdict
-    l13_multi_node.py            the path (SLURM, virtual cluster, model), a link's alpha-beta, 1 node x W
-                                 vs W nodes x 1 with accumulation, the two-level all-reduce
+    l12_hyperparameter_search.py searches at equal budget, epochs to the target, brackets, their comparisons
+    l12_replay.py                the tabular benchmark: a pool's curves replayed over many seeds, the winner
+    l12_bert.py                  the same search on lesson 07's BERT
+    l13_multi_node.py            a link's alpha-beta, 1 node x W vs W nodes x 1 with accumulation, time to target
+    l13_nodes.py                 the path (SLURM, virtual cluster, model), running on nodes, a node lost
+    l13_hierarchy.py             the two-level all-reduce
+    l13_placement.py             the input's placement: a shard per node or the whole set
 """

@@ -1,16 +1,24 @@
-"""Lesson 12's tables and readings: budgets to the target, progress, brackets, the verdict both ways."""
+"""Lesson 12: budgets to the target, progress, brackets, the tables, and the comparisons of the searches
+(live, replayed, in parallel, BERT, the model's price) on clear and unclear cases."""
 
 import functools
 import math
 
 import pytest
 
+from course_lib import compare
 from course_lib import optuna_search as search
+from course_lib.lessons import l12_bert as bert
 from course_lib.lessons import l12_hyperparameter_search as study
+from course_lib.lessons import l12_replay as replay
 
-from _quoted import unquoted
+from _search_curves import pool
 
 optuna = pytest.importorskip("optuna")
+
+BSPEC = {"budget": 12, "eval_every": 2, "model": "tiny", "batch": 8, "target_loss": 5.0, "max_steps": 6}
+SPEC = {"pool_eval_every": 0.5, "replay_budget": 60 * 8, "replay_seeds": 40, "top_fraction": 0.05,
+        "reduction_factor": 2}
 
 
 def _trial(budget, curve, state="COMPLETE", optimizer="adam", speed=1000.0):
@@ -48,23 +56,6 @@ def _rows(random_reach, hb_reach):
     return study.strategy_rows(recs, 0.5, per_point=1.0)
 
 
-@pytest.mark.parametrize("random_reach, hb_reach, words", [
-    ((8, 8, 8), (2, 3, 9), "0.38x the epochs, which meets the goal"),
-    ((4, 4, 4), (3, 3, 3), "0.75x the epochs, which misses the goal"),
-    ((None, None, None), (2, 2, None), "random search did not"),
-    ((2, 2, 2), (None, None, 2), "no pruning strategy did"),
-    ((None, None, None), (None, None, None), "no strategy reached"),
-])
-def test_verdict_reads_both_outcomes(random_reach, hb_reach, words):
-    rows = _rows(random_reach, hb_reach)
-    assert words in study.verdict(rows, 0.5)
-    assert "median epochs to target" in study.strategy_table(rows, 0.5).columns
-
-
-def test_verdict_needs_random_search():
-    assert "nothing to compare" in study.verdict([{"strategy": "hyperband", "median epochs to target": 1.0}], 0.5)
-
-
 def test_hyperband_brackets_match_optunas_own(tmp_path):
     s = search.open_study("hb", tmp_path / "j.log", strategy="hyperband", seed=0, max_resource=8,
                           reduction_factor=2)
@@ -81,24 +72,6 @@ def test_too_slow_table_prunes_the_slower_optimizer():
                                   _trial(1, [0, 0.1], "COMPLETE", "lamb", 500.0)])]
     t = study.too_slow_table(recs, samples_per_epoch=1000, max_epochs=2.0, time_limit_s=3.0)
     assert {r["optimizer"]: r["pruned before training"] for r in t.rows} == {"adam": "no", "lamb": "yes"}
-
-
-def _parallel(seq_s, par_search_s, par_wall_s, reach=(1.0, 1.0)):
-    seq = _record("hyperband", 0, [_trial(2, [0.1, 0.6 if reach[0] == 1.0 else 0.2, 0.7])], seconds=seq_s)
-    par = {**_record("hyperband", 0, [_trial(2, [0.1, 0.6 if reach[1] == 1.0 else 0.2, 0.7])], seconds=par_search_s),
-           "wall_s": par_wall_s, "processes": 2, "trials_per_process": [1, 0]}
-    return study.parallel_table(seq, par, 0.5, per_point=1.0)
-
-
-def test_parallel_reading_reads_the_wall_time_of_its_table():
-    # review 2026-12-01 #27: "1.32x, faster" next to 10.2 s wall against 9.4 s: the wall time decides
-    t = _parallel(9.4, 7.1, 10.2, reach=(1.0, 2.0))
-    said = study.parallel_reading(t)
-    assert "no faster" in said and "10.2 s wall against 9.4 s" in said and "Epochs to the target: 2 against 1" in said
-    assert unquoted(said, t, allowed={0.92}) == set()  # 9.4 / 10.2, the stated ratio
-    fast = study.parallel_reading(_parallel(20.0, 9.0, 10.0))
-    assert "faster" in fast and "share this machine's cores" not in fast and "Epochs to the target" not in fast
-    assert "no faster" in study.parallel_reading(_parallel(10.0, 9.0, 10.5))
 
 
 @pytest.mark.slow
@@ -123,17 +96,11 @@ def test_neumf_trials_are_pruned_inside_the_engine(tmp_path):
     assert math.isclose(search.budget_spent(s), 0.0)
 
 
-# --------------------------------------------------------------------------- lesson 07's BERT
-
-
 def _bert_record(strategy, seed, curves, states=None):
     states = states or ["COMPLETE"] * len(curves)
     return {"strategy": strategy, "seed": seed, "seconds": 1.0,
             "trials": [{"number": i, "state": st, "budget": len(c) - 1, "value": min(c[1:]), "curve_loss": c,
                         "params": {}} for i, (c, st) in enumerate(zip(curves, states))]}
-
-
-BSPEC = {"budget": 12, "eval_every": 2, "model": "tiny", "batch": 8, "target_loss": 5.0}
 
 
 def test_bert_steps_to_the_target_count_earlier_trials():
@@ -142,51 +109,15 @@ def test_bert_steps_to_the_target_count_earlier_trials():
     to_loss = functools.partial(study.epochs_to_target, curve="curve_loss", minimize=True)  # steps, per_point=2
     assert to_loss(r, 5.0, 2) == (3 + 2) * 2
     assert to_loss(r, 4.0, 2) is None
-    row = study.bert_rows([r], BSPEC)[0]
+    row = bert.bert_rows([r], BSPEC)[0]
     assert row["best held-out loss"] == 4.5 and row["steps spent"] == 12 and row["steps to target"] == 10
-    assert study.bert_progress(r, eval_every=2) == [(6.0, 5.8), (12.0, 4.5)]
+    assert bert.bert_progress(r, eval_every=2) == [(6.0, 5.8), (12.0, 4.5)]
 
 
 def _lr(record, *lrs):
     for t, lr in zip(record["trials"], lrs):
         t["params"] = {"base_lr": lr}
     return record
-
-
-def test_bert_verdict_reads_both_outcomes():
-    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]]), 1e-3, 2e-3)
-    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.9], [7.0, 6.0, 4.9, 4.5], [7.0, 6.95]],
-                          ["PRUNED", "COMPLETE", "PRUNED"]), 1e-3, 5e-3, 3e-3)
-    rows = study.bert_rows([rand, hb], BSPEC)
-    assert [r["best trial's lr"] for r in rows] == [1e-3, 5e-3]
-    said = study.bert_verdict(rows, BSPEC)
-    assert "Hyperband 4.500, random search 5.800" in said
-    # (1 + 2) evaluations x 2 steps
-    assert "bought better settings" in said and "Hyperband 6 steps, random search not reached" in said
-    # the gap, budget x eval_every and the target are the reading's stated derivations
-    assert unquoted(said, study.bert_table(rows, BSPEC), allowed={1.3, 12 * 2, 5.0}) == set()
-    swapped = study.bert_verdict(study.bert_rows([dict(rand, strategy="hyperband"), dict(hb, strategy="random")],
-                                                 BSPEC),
-                                 {**BSPEC, "target_loss": None})
-    assert "Random search better" in swapped and "target" not in swapped
-    assert "nothing to compare" in study.bert_verdict(rows[:1], BSPEC)
-    tied = _lr(_bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.801]]), 4e-3)
-    assert "within 0.005" in study.bert_verdict(study.bert_rows([rand, tied], BSPEC), BSPEC)
-
-
-def test_bert_verdict_does_not_decide_between_identical_trials():
-    # review 2026-12-01 #26: both arms' best was the same trial; "neither helped nor hurt" was trivially true
-    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]]), 1e-3, 2e-3)
-    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.9]], ["COMPLETE", "PRUNED"]), 1e-3, 9e-3)
-    said = study.bert_verdict(study.bert_rows([rand, hb], BSPEC), BSPEC)
-    assert "Not decided" in said and "same trial" in said
-
-
-def test_bert_verdict_needs_a_difference_beyond_the_seeds_spread():
-    recs = [_lr(_bert_record("random", 0, [[7.0, 5.0]]), 1e-3), _lr(_bert_record("random", 1, [[7.0, 5.6]]), 1e-3),
-            _lr(_bert_record("hyperband", 0, [[7.0, 5.1]]), 2e-3),
-            _lr(_bert_record("hyperband", 1, [[7.0, 5.2]]), 2e-3)]
-    assert "within the seeds' spread 0.600" in study.bert_verdict(study.bert_rows(recs, BSPEC), BSPEC)
 
 
 @pytest.mark.slow
@@ -201,11 +132,11 @@ def test_bert_trials_are_pruned_inside_train_mlm(tmp_path, monkeypatch):
     data = build_mlm_data(Corpus("t", "test", tuple(pydoc_corpus().documents[:15])), vocab_size=300, seq_len=16,
                           max_tokens=6000)
     plan = type("Plan", (), {"bert_model": "tiny", "bert_seq_len": 16, "bert_vocab_size": 300})()
-    bspec = {**study.bert_spec("smoke", plan), "budget": 10}
+    bspec = {**bert.bert_spec("smoke", plan), "budget": 10}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rec = study.run_bert_one(data, bspec, "hyperband", 0, tmp_path)
+        rec = bert.run_bert_one(data, bspec, "hyperband", 0, tmp_path)
     finally:
         torch.set_num_threads(threads)
     states = [t["state"] for t in rec["trials"]]
@@ -251,38 +182,6 @@ def test_lesson09s_model_prices_a_full_trial_and_the_table_prunes_over_the_limit
     assert alone.rows[0]["the trials' throughput (s)"] == "no trial"
 
 
-def test_the_demo_limit_lies_between_the_predictions_and_the_reading_checks_the_prunes():
-    # review 2026-12-01 #28: a limit of 1.1x the faster prediction sat above both: nothing could be pruned
-    assert study.demo_time_limit({"adam": 2.0, "lamb": 3.0}) == 2.5
-    assert study.demo_time_limit({"adam": 2.0, "lamb": 2.1}) is None
-    recs = [_record("random", 0, [_trial(2, [0.1, 0.2], optimizer="adam", speed=1000.0),
-                                  _trial(2, [0.1, 0.2], optimizer="lamb", speed=500.0)])]
-    t = study.pruning_table(recs, {"adam": 2.2, "lamb": 3.9}, samples_per_epoch=1000, max_epochs=2.0, time_limit_s=3.0)
-    said = study.pruning_reading(t)
-    assert "adam: kept (model 2.2 s, trials 2 s, limit 3 s): the trials agree" in said
-    assert "lamb: pruned (model 3.9 s, trials 4 s, limit 3 s): the trials agree" in said
-    wrong = study.pruning_reading(study.pruning_table(recs, {"adam": 3.5, "lamb": 3.9}, samples_per_epoch=1000,
-                                                      max_epochs=2.0, time_limit_s=3.0))
-    assert "adam: pruned" in wrong and "wrong side" in wrong
-
-
-def test_bert_verdict_says_why_neither_search_reached_lesson07s_target():
-    # review 2026-12-01 #26: a trial got 48 steps where lesson 07 needed 168
-    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8]]), 1e-3)
-    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.6, 6.2, 6.1]]), 2e-3)
-    spec = {**BSPEC, "target_loss": 4.0, "max_steps": 48, "target_steps": 168, "target_batch": 32}
-    said = study.bert_verdict(study.bert_rows([rand, hb], spec), spec)
-    assert "at most 48 steps at batch 8; lesson 07's Adam baseline needed 168 at batch 32" in said
-    assert "baseline needed" not in study.bert_verdict(study.bert_rows([rand, hb], BSPEC), BSPEC)
-    # #37 (second full run, read r3b): LAMB trials set against Adam's steps alone; lesson 07's LAMB needed 56
-    lamb = {**spec, "optimizer": "lamb", "target_steps": 36, "lamb_steps": 56}
-    said = study.bert_verdict(study.bert_rows([rand, hb], lamb), lamb)
-    assert ("lesson 07's Adam baseline needed 36 at batch 32 to reach it, its LAMB run (the optimizer searched here) "
-            "56.") in said
-    none = {**lamb, "lamb_steps": None}
-    assert "its LAMB run did not reach it." in study.bert_verdict(study.bert_rows([rand, hb], none), none)
-
-
 def test_lesson07s_saved_setting_carries_its_lamb_runs_steps():
     import types
 
@@ -297,3 +196,111 @@ def test_lesson07s_saved_setting_carries_its_lamb_runs_steps():
     assert (got["target_steps"], got["target_batch"], got["lamb_steps"]) == (36, 32, 56)
     saved["runs"][1]["steps_to_loss"] = None
     assert l07.saved_setting(saved, "full", plan)["lamb_steps"] is None
+
+
+
+def test_live_comparison_is_lower_when_the_pruner_reaches_the_target_in_far_fewer_epochs():
+    spec = {"eval_every": 1.0, "budget": 20}
+    clear = study.live_comparisons(_rows((8, 8, 8), (2, 2, 3)), spec)
+    assert [c.outcome for c in clear] == [compare.LOWER] and clear[0].question.startswith("epochs to target, hyperband")
+    # one seed each, a step apart: one evaluation's spacing is as large as the gap
+    close = study.live_comparisons(_rows((4,), (3,)), spec)
+    assert close[0].outcome == compare.UNRESOLVED
+
+
+def test_live_comparison_counts_a_missed_target_at_the_budget():
+    spec = {"eval_every": 1.0, "budget": 40}
+    (c,) = study.live_comparisons(_rows((None, None, None), (2, 2, 3)), spec)
+    assert c.outcome == compare.LOWER and c.estimate < 0.1
+    assert study.live_comparisons([r for r in _rows((2,), (2,)) if r["strategy"] != "random"], spec) == []
+
+
+def test_late_cuts_table_marks_a_cut_configuration_that_ended_above_the_cutters_best():
+    cut = _trial(1, [0.0, 0.2], state="PRUNED")
+    cut["params"] = {"base_lr": 1e-3, "optimizer": "adam"}
+    other = _trial(4, [0.0, 0.5, 0.6], state="COMPLETE")
+    other["params"] = {"base_lr": 5e-3, "optimizer": "adam"}
+    full = _trial(4, [0.0, 0.2, 0.7], state="COMPLETE")
+    full["params"] = dict(cut["params"])
+    t = study.late_cuts_table([_record("successive_halving", 0, [cut, other]), _record("random", 0, [full])], 0.5)
+    (row,) = t.rows
+    assert row["cut by"] == "successive_halving" and row["cut at epoch"] == 0.5 and row["final HR@10"] == 0.7
+    assert row["cutting search's best"] == 0.6 and row["late bloomer"] == "yes"
+
+
+def _par(seq_wall, par_wall, seq_speeds, par_speeds):
+    seq = _record("hyperband", 0, [_trial(2, [0, 0.5], speed=s) for s in seq_speeds], seconds=seq_wall)
+    par = {**_record("hyperband", 0, [_trial(2, [0, 0.5], speed=s) for s in par_speeds], seconds=par_wall),
+           "wall_s": par_wall, "processes": 2}
+    return study.parallel_comparisons(seq, par)
+
+
+def test_parallel_comparisons_read_the_wall_time_and_each_trials_speed():
+    wall, speed = _par(40.0, 20.0, [1000, 1010, 990, 1000] * 3, [500, 505, 495, 500] * 3)
+    assert wall.outcome == compare.LOWER and speed.outcome == compare.LOWER
+    # a search is known to about one trial: 4 trials of 10 s cannot tell 40 s from 38 s
+    wall, speed = _par(40.0, 38.0, [1000, 1200, 800, 1000], [1000, 800, 1200, 1000])
+    assert wall.outcome == compare.UNRESOLVED and speed.outcome != compare.LOWER
+
+
+def test_pruning_comparisons_say_where_the_model_prices_trials_too_low():
+    recs = [_record("random", 0, [_trial(2, [0, 0.2], optimizer=o, speed=s)
+                                  for o, s in [("adam", 1000.0), ("adam", 1010.0), ("adam", 990.0),
+                                               ("lamb", 500.0), ("lamb", 400.0), ("lamb", 600.0)]])]
+    comps = study.pruning_comparisons(recs, {"adam": 1.0, "lamb": 4.0}, samples_per_epoch=1000, max_epochs=2.0)
+    by = {c.question.split("(")[-1].rstrip(")"): c for c in comps}
+    assert by["adam"].outcome == compare.LOWER  # 1 s predicted, 2 s measured
+    assert by["lamb"].outcome in (compare.SAME, compare.UNRESOLVED) and by["lamb"].low < 1 < by["lamb"].high
+    assert study.pruning_comparisons([], {"adam": 1.0}, samples_per_epoch=1000, max_epochs=2.0) == []
+
+
+def test_bert_comparison_is_lower_when_hyperband_finds_a_clearly_better_loss():
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8], [7.0, 6.6, 6.2, 6.1]]), 1e-3, 2e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.9], [7.0, 6.0, 4.9, 4.8]], ["PRUNED", "COMPLETE"]), 1e-3, 5e-3)
+    recs = [rand, hb]
+    (c,) = bert.bert_comparisons(recs, bert.bert_rows(recs, BSPEC), BSPEC)
+    assert c.outcome == compare.LOWER and c.estimate == pytest.approx(-1.0)
+    # the same best trial in both arms: no difference, and the evaluations' resolution bounds it
+    same = _lr(_bert_record("hyperband", 0, [[7.0, 6.5, 6.0, 5.8]]), 1e-3)
+    (c,) = bert.bert_comparisons([rand, same], bert.bert_rows([rand, same], BSPEC), BSPEC)
+    assert c.estimate == 0 and not c.decided
+    assert bert.bert_comparisons([rand], bert.bert_rows([rand], BSPEC), BSPEC) == []
+
+
+def test_bert_comparison_sets_the_best_trial_against_lesson07s_lamb_run_at_a_trials_last_step():
+    rand = _lr(_bert_record("random", 0, [[7.0, 6.5, 6.0, 5.8]]), 1e-3)
+    hb = _lr(_bert_record("hyperband", 0, [[7.0, 6.6, 6.2, 6.1]]), 2e-3)
+    spec = {**BSPEC, "lamb_curve": [(2, 6.0), (6, 4.6), (10, 4.0)]}
+    comps = bert.bert_comparisons([rand, hb], bert.bert_rows([rand, hb], spec), spec)
+    assert len(comps) == 2 and "by step 6" in comps[1].question
+    assert comps[1].outcome == compare.HIGHER  # 5.8 against lesson 07's 4.6: the trials trained slower
+
+
+def test_replay_comparison_is_lower_for_an_early_leader_and_higher_for_a_late_bloomer():
+    rep = replay.replay({"curves": pool()}, SPEC)
+    comps = replay.replay_comparisons(rep, SPEC)
+    assert {c.question.split(",")[1].split("/")[0].strip() for c in comps} == {"successive_halving", "hyperband"}
+    assert all(c.outcome == compare.LOWER for c in comps)
+    assert "reached" in replay.replay_table(rep, SPEC).columns
+    late = replay.replay({"curves": pool(n_bad=10, late_bloomer=True)}, SPEC)
+    assert any(c.outcome == compare.HIGHER for c in replay.replay_comparisons(late, SPEC))
+
+
+def test_tpe_comparison_uses_the_retrainings_spread_and_needs_the_models_draws():
+    win = {"pool_hr": 0.70}
+    rows = [{"strategy": "hyperband", "seeds": 1, "trials (median)": 10, "best HR@10 (median)": 0.60},
+            {"strategy": "tpe_hyperband", "seeds": 1, "trials (median)": 10, "best HR@10 (median)": 0.70}]
+    tight = replay.confirm_table(win, [{"seed": s, "best HR@10": 0.70 + 0.001 * s, "epochs to target": 1.0}
+                                       for s in (1, 2, 3)], 0.65)
+    (c,) = replay.tpe_comparisons(rows, tight)
+    assert c.outcome == compare.HIGHER
+    loose = replay.confirm_table(win, [{"seed": 1, "best HR@10": 0.55, "epochs to target": None}], 0.65)
+    assert replay.tpe_comparisons(rows, loose)[0].outcome == compare.UNRESOLVED
+    rows[1]["trials (median)"] = search.TPE_STARTUP_TRIALS
+    assert replay.tpe_comparisons(rows, tight) == []
+
+
+def test_confirm_table_counts_epochs_as_the_replay_does():
+    win = {"pool_hr": 0.7, "curve": [0.5, 0.69, 0.7]}
+    t = replay.confirm_table(win, [{"seed": 1, "best HR@10": 0.6, "epochs to target": None}], 0.68, per=0.5)
+    assert t.rows[0]["epochs to target"] == 1.0 and t.rows[1]["epochs to target"] == "not reached"

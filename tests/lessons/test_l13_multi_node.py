@@ -1,0 +1,293 @@
+"""Lesson 13 (course_lib/lessons/l13_*.py): its paths, tables and comparisons, fed recorded results from each path.
+
+The recordings are real runs of these modules' functions on a loaded 2-core box: ``virtual``: 4 nodes of
+course_lib/cluster.py on 100 Mbit/s links; ``slurm``: the same functions through ``srun`` on
+tests/_slurm_cluster.py's MultiNodeCluster (4 slurmd on 1 Gbit/s virtual nodes); ``model``:
+:func:`predicted_layouts`. Each comparison is also fed a clear opposite or an unclear case.
+"""
+
+import pytest
+
+from course_lib import compare
+from course_lib.comm import cost
+from course_lib.lessons import l13_hierarchy as H
+from course_lib.lessons import l13_multi_node as L
+from course_lib.lessons import l13_nodes as N
+from course_lib.lessons import l13_placement as P
+
+# measure_link on 2 virtual nodes, links set to 100 Mbit/s: (size in bytes, median time in s)
+VIRTUAL_LINK = [(1024, 0.0038254), (4096, 0.00044585), (16384, 0.00052246), (65536, 0.0053121),
+                (262144, 0.030970), (1048576, 0.095385)]
+# the same through srun on the 2-node SLURM of the virtual cluster (links at 1 Gbit/s, tbf's bucket 500 kB:
+# messages of up to 1 MB mostly fit in the bucket, so the "rate" comes out above the link's)
+SLURM_LINK = [(1024, 0.00036504), (4096, 0.0034626), (16384, 0.00041009), (65536, 0.00037030),
+              (262144, 0.0010190), (1048576, 0.0077558)]
+# measure_layouts(micro_batch=64, steps=4, smoke NeuMF): samples/s per (layout, k)
+VIRTUAL_LAYOUTS = {
+    ("1 node x 4", 1): 4148,
+    ("1 node x 4", 2): 7523,
+    ("1 node x 4", 4): 16616,
+    ("1 node x 4", 8): 27642,
+    ("4 nodes x 1", 1): 1802,
+    ("4 nodes x 1", 2): 3119,
+    ("4 nodes x 1", 4): 5078,
+    ("4 nodes x 1", 8): 9544,
+}
+SLURM_LAYOUTS = {
+    ("1 node x 4", 1): 2343,
+    ("1 node x 4", 2): 7408,
+    ("1 node x 4", 4): 15343,
+    ("1 node x 4", 8): 22812,
+    ("4 nodes x 1", 1): 3465,
+    ("4 nodes x 1", 2): 6232,
+    ("4 nodes x 1", 4): 8860,
+    ("4 nodes x 1", 8): 14721,
+}
+
+
+def rows_of(link):
+    return [{"size_bytes": n, "time_s": t} for n, t in link]
+
+
+def layout_rows(samples, source):
+    return [{"layout": layout, "k": k, "global_batch": 256 * k, "samples_per_s": sps, "step_s": 256 * k / sps,
+             "source": source} for (layout, k), sps in samples.items()]
+
+
+def test_the_path_is_slurm_then_the_virtual_cluster_then_the_model():
+    assert N.choose_path(4, None)["path"] == "slurm"
+    assert N.choose_path(1, None)["path"] == "virtual"
+    model = N.choose_path(0, "the virtual cluster needs root")
+    assert model["path"] == "model" and "PREDICTIONS" in model["why"] and "needs root" in model["why"]
+    assert N.choose_path(0, None, want="model")["path"] == "model"
+    with pytest.raises(ValueError, match="RUN_ON='slurm' cannot run here: SLURM offers 1 node"):
+        N.choose_path(1, None, want="slurm")
+    with pytest.raises(ValueError, match="RUN_ON='cloud'"):
+        N.choose_path(1, None, want="cloud")
+
+
+def test_the_model_ratio_grows_with_k_when_the_far_link_is_slower():
+    rows = L.predicted_layouts(50e-6, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 1e9))
+    ratios = L.layout_ratios(rows)
+    assert list(ratios) == [1, 2, 4, 8] and all(a < b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))
+    step = {(r["layout"], r["k"]): r["step_s"] for r in rows}
+    assert step[("4 nodes x 1", 1)] == pytest.approx(64 * 50e-6 + cost.ring_allreduce_time(617_604, 4, 100e-6, 8e-9))
+
+
+def test_configs_fix_the_micro_batch_and_grow_the_global_batch():
+    cfgs = L.layout_configs(64, 4, steps=3, base_cfg={"base_lr": 0.004})
+    assert [(c["global_batch_size"], c["micro_batch_size"], c["max_steps"]) for c in cfgs] == [
+        (256, 64, 3), (512, 64, 3), (1024, 64, 3), (2048, 64, 3)]
+    assert all(c["base_lr"] == 0.004 and c["stop_at_target"] is False for c in cfgs)
+
+
+# hierarchy_worker on 2 virtual nodes x 2 ranks, links at 100 Mbit/s: (size, algorithm, median time of the slowest rank)
+HIERARCHY = [(262144, "flat ring", 0.032660), (262144, "two-level", 0.031025), (1048576, "flat ring", 0.13392),
+             (1048576, "two-level", 0.16840), (4194304, "flat ring", 0.55552), (4194304, "two-level", 0.37040)]
+
+
+def hierarchy_rows(recorded):
+    return [{"size_bytes": n, "algorithm": a, "time_s": t, "nodes": 2, "ranks_per_node": 2} for n, a, t in recorded]
+
+
+def test_the_model_path_measures_this_process_and_assumes_the_link(tmp_path, monkeypatch):
+    """What lesson 13 runs where neither SLURM nor the virtual cluster can: one process's compute, an assumed link."""
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path))
+    spec = {"dataset": "synthetic", "profile": "smoke", "progress": "none", "evaluate_points": False}
+    compute = L.one_process_compute(64, 2, spec)
+    assert 0 < compute < 1.0
+    link = L.assumed_link("100mbit", alpha_s=50e-6)
+    assert link["rate_bits_per_s"] == 1e8 and link["beta_s_per_byte"] == pytest.approx(8e-8)
+    assert L.grad_bytes(spec) == 4 * 154_401  # NeuMF on the smoke set: 1000 users, 500 items, factors 32
+    rows = L.predicted_layouts(compute, L.grad_bytes(spec), 64, (20e-6, 1e-9),
+                               (link["alpha_s"], link["beta_s_per_byte"]))
+    assert L.layout_comparisons(rows) == [] and L.model_comparisons([], rows) == []  # predictions: tables only
+
+
+def test_exercise_13s_reference_is_the_lessons_model():
+    from course_lib.checks import l13_multi_node as check
+
+    for _, *args in check.CASES:
+        assert check.reference(*args, check.KS) == L.hiding_k(*args, check.KS)
+    assert check.check_accumulation_to_hide(
+        lambda c, s, b, near, far, h, ks: L.hiding_k(c, s, b, near, far, h, ks)).passed
+
+
+# measure_placement on 4 virtual nodes at 100 Mbit/s, the smoke set (460,440 bytes in 4 shards): (bytes, seconds)
+PLACED = {"a shard per node": [(115112, 0.0357), (115112, 0.0705), (115112, 0.0825), (115104, 0.0816)],
+          "the whole set on every node": [(460440, 0.0222), (460440, 0.1402), (460440, 0.1421), (460440, 0.1630)]}
+
+
+def placement_result(placed=PLACED, source="virtual"):
+    return {"rows": [{"placement": p, "node": f"node{k}", "bytes": b, "seconds": s}
+                     for p, reads in placed.items() for k, (b, s) in enumerate(reads)],
+            "total_bytes": 460440, "nodes": 4, "source": source}
+
+
+def test_placement_prediction_is_the_serving_links_bytes():
+    pred = P.predicted_placement(460440, 4, 100e6)
+    summary = {r["placement"]: r for r in P.placement_summary(pred)}
+    assert summary["a shard per node"]["startup_s"] == pytest.approx(3 * 460440 / 4 * 8 / 100e6)
+    assert summary["the whole set on every node"]["startup_s"] == pytest.approx(3 * 460440 * 8 / 100e6)
+    assert P.placement_comparisons(pred) == []  # a prediction is its table's
+    assert "PREDICTED (no cluster)" in P.placement_table(pred).title
+    assert P.placement_files("a shard per node", ["a", "b"], 1) == ["b"]
+    assert P.placement_files("the whole set on every node", ["a", "b"], 1) == ["a", "b"]
+    with pytest.raises(ValueError, match="placement 'half'"):
+        P.placement_files("half", ["a"], 0)
+
+
+# stage_node_loss on 2 virtual nodes x 1 rank, 40 steps, checkpoints every 10, node1 killed at 200 Mbit/s (loaded box)
+STAGED = {"nodes": 2, "ranks_per_node": 1, "steps": 40, "checkpoint_every": 10, "lost_node": "node1",
+          "killed_processes": 2, "step_at_loss": 10, "survivor_exit": 1, "noticed_s": 11.42,
+          "message": "rank 0 on node0 lost its connection to node node1 (198.18.0.2), where rank 1 ran",
+          "left_after": 0, "reference_s": 36.5, "resumed_s": 48.6, "resumed_steps": 40, "reference_steps": 40,
+          "max_relative_difference": 0.0, "final_hr": {"uninterrupted": 0.2890, "resumed": 0.2890},
+          "collective_timeout_s": 300}
+
+
+def test_a_staged_node_loss_needs_two_nodes():
+    from course_lib import cluster as vc
+
+    one = vc.Cluster("x", (vc.Node("node0", "198.18.0.1", "eth0", "course-x-node0", "p0"),), "1gbit", 1e9,
+                     "course-x-br", "/nonexistent")
+    with pytest.raises(ValueError, match="nodes=2: a node loss needs 2 to 1 nodes of 'x'"):
+        N.stage_node_loss(one, "/nonexistent")
+
+
+# --------------------------------------------------------------------------- time to target per layout and k
+
+# lesson 02's saved rows (full profile, a 2-core machine): steps to target per batch and rule
+LESSON02 = {"profile": "full", "rows": [
+    {"batch size": b, "steps to target": s} for b, s in ((256, 17406), (1024, 4356), (4096, 1500), (16384, None),
+                                                         (65536, None), (256, 17406), (1024, 4356), (4096, 1020),
+                                                         (16384, 285), (65536, 100))]}
+POINTS = [(256, 17406), (1024, 4356), (4096, 1020), (16384, 285), (65536, 100)]
+def _model(compute=10e-6):
+    return L.predicted_layouts(compute, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 100e6))
+
+
+def test_lesson02s_curve_is_read_interpolated_and_refused_outside():
+    points, line = L.lesson02_steps(LESSON02, "full")
+    assert points == POINTS and line.startswith("steps to target from lesson 02's runs here")
+    assert L.steps_at(points, 1024) == (4356.0, "measured")
+    s, how = L.steps_at(points, 2048)
+    assert how == "interpolated" and s == pytest.approx((4356 * 1020) ** 0.5)  # halfway in log-log
+    s, how = L.steps_at(points, 128)
+    assert s is None and how == "refused: batch 128 is outside lesson 02's 256-65,536"
+    assert L.steps_at(points, 131072)[0] is None
+    # missing, another profile, too few points: the assumed ideal, said so in one line
+    for saved, says in ((None, "lesson 02's steps to target are not here"),
+                        ({**LESSON02, "profile": "smoke"}, "of the 'smoke' profile, this run is 'full'"),
+                        ({"profile": "full", "rows": [{"batch size": 256, "steps to target": 9}]}, "only 1 batch")):
+        points, line = L.lesson02_steps(saved, "full")
+        assert points is None and says in line and "ASSUMED instead (not a measurement)" in line
+    assert L.steps_at(None, 512) == (8000.0, "assumed")
+
+
+def test_time_to_target_is_the_steps_times_the_step():
+    rows = L.ttt_rows(layout_rows(VIRTUAL_LAYOUTS, "virtual"), POINTS)
+    r = next(r for r in rows if (r["layout"], r["k"]) == ("4 nodes x 1", 4))
+    assert r["steps_how"] == "measured" and r["time_to_target_s"] == pytest.approx(4356 * 1024 / 5078)
+    refused = L.ttt_rows([{**r, "global_batch": 128} for r in layout_rows(VIRTUAL_LAYOUTS, "virtual")], POINTS)
+    assert all(r["time_to_target_s"] is None for r in refused)
+    assert "—" in str(L.ttt_table(refused, L.ttt_rows(_model(), POINTS), POINTS))
+
+
+def test_the_fit_recovers_a_set_link_and_not_one_it_was_not_set_to():
+    # a clean sweep of a 100 Mbit/s link (2 ranks: n bytes each way), 3% timing noise alternating in sign
+    sizes = [4**k for k in range(6, 13)]
+    clean = [{"size_bytes": n, "time_s": (2e-4 + n * 8 / 100e6) * (1.03 if i % 2 else 0.97)}
+             for i, n in enumerate(sizes)]
+    fit = L.link_rate(clean)
+    assert fit["sizes"] == 7 and fit["alpha_err_s"] > 0 and fit["rate_rel_err"] > 0
+    near = L.link_rate(rows_of(SLURM_LINK))
+    assert L.link_comparisons(near, fit, 100e6, "virtual")[0].outcome == compare.SAME
+    assert L.link_comparisons(near, fit, 1e9, "virtual")[0].outcome == compare.LOWER
+    assert L.link_comparisons(near, fit, 100e6, "model") == []
+    # on SLURM no rate was set: only the intercepts are compared
+    assert [c.question for c in L.link_comparisons(near, fit, None, "slurm")] == [
+        "per-message cost, the links - loopback"]
+
+
+def test_a_noisy_recorded_sweep_leaves_the_links_rate_unresolved():
+    fit = L.link_rate(rows_of(VIRTUAL_LINK))
+    assert 0.9e8 < fit["rate_bits_per_s"] < 1.1e8  # 101 Mbit/s recorded on a 100 Mbit/s link
+    (rate, _) = L.link_comparisons(L.link_rate(rows_of(SLURM_LINK)), fit, 100e6, "virtual")
+    assert rate.low < 1 < rate.high and rate.outcome == compare.UNRESOLVED  # a few sizes, one far off the line
+
+
+def test_a_fit_without_a_bandwidth_term_has_no_rate_to_compare():
+    flat = L.link_rate([{"size_bytes": n, "time_s": t} for n, t in ((4, 1e-4), (1024, 0.9e-4), (65536, 0.8e-4))])
+    assert flat["rate_bits_per_s"] is None
+    assert all("rate" not in c.question for c in L.link_comparisons(flat, flat, 100e6, "virtual"))
+
+
+def test_layout_comparisons_say_where_accumulation_hides_the_link():
+    virtual = L.layout_comparisons(layout_rows(VIRTUAL_LAYOUTS, "virtual"))
+    # 4 nodes at 31-43% of one node's throughput: their steps take 2.3-3.3x, far above 1.25x at every k
+    assert [c.outcome for c in virtual] == [compare.HIGHER] * 4 and virtual[0].reference == pytest.approx(1.25)
+    slurm = {int(c.question.split("k=")[1].split(",")[0]): c for c in L.layout_comparisons(layout_rows(SLURM_LAYOUTS,
+                                                                                                      "slurm"))}
+    assert slurm[1].outcome == compare.LOWER  # 148% of one node's throughput
+    assert slurm[2].outcome == compare.UNRESOLVED  # 84%: 1.19x against 1.25x, within the timing resolution
+    assert slurm[8].outcome == compare.HIGHER
+    assert L.layout_comparisons(_model()) == []  # predictions carry no measurement
+
+
+def test_the_model_is_set_against_the_measured_steps_per_layout():
+    measured = layout_rows(VIRTUAL_LAYOUTS, "virtual")
+    same = [{**r, "source": "model"} for r in measured]
+    comps = L.model_comparisons(measured, same)
+    assert [c.outcome for c in comps] == [compare.SAME, compare.SAME] and comps[0].estimate == pytest.approx(1.0)
+    half = [{**r, "step_s": r["step_s"] / 2, "source": "model"} for r in measured]
+    assert all(c.outcome == compare.LOWER for c in L.model_comparisons(measured, half))
+
+
+def test_the_tables_carry_the_ratios_the_compute_and_the_extrapolated_k():
+    measured = layout_rows(VIRTUAL_LAYOUTS, "virtual")
+    t = L.layout_table(measured, _model())
+    far = [r for r in t.rows if r["layout"] == "4 nodes x 1" and r["source"] == "virtual"]
+    assert [r["nodes / 1 node"] for r in far] == ["43%", "41%", "31%", "35%"]
+    c = L.compute_table(measured, {"alpha_s": 0.0, "beta_s_per_byte": 0.0}, 617_604, 64)
+    assert [r["k"] for r in c.rows] == [1, 2, 4, 8]
+    assert c.rows[0]["compute per sample per rank (us)"] == pytest.approx(256 / 4148 / 64 * 1e6)
+    beyond = L.beyond_table(measured, _model()).rows
+    assert beyond[0]["source"] == "measured" and beyond[1]["source"] == "lesson 09's model"
+    got = L.extrapolated_k(_model(), L.HIDDEN_AT)
+    assert got is None or beyond[1]["next power of two"] == got[1]
+
+
+def test_the_two_level_all_reduce_wins_on_a_slow_link_by_the_bytes_it_saves():
+    assert H.hierarchy_bytes_ratio(2, 2) == pytest.approx(1.5)  # 3/4 of n out of a node against 1/2 of n
+    (c,) = H.hierarchy_comparisons(hierarchy_rows(HIERARCHY))
+    assert c.outcome == compare.LOWER and c.estimate == pytest.approx(0.37040 / 0.55552)
+    fast = [(n, a, t * (2.0 if a == "two-level" else 1.0)) for n, a, t in HIERARCHY]
+    assert H.hierarchy_comparisons(hierarchy_rows(fast))[0].outcome == compare.HIGHER
+    even = [(n, a, 0.1) for n, a, _ in HIERARCHY]
+    assert not H.hierarchy_comparisons(hierarchy_rows(even))[0].decided
+    with pytest.raises(ValueError, match="lacks one of the two algorithms"):
+        H.hierarchy_comparisons(hierarchy_rows(HIERARCHY[:-1]))
+
+
+def test_sharding_the_input_shortens_the_start_up_when_the_link_carries_it():
+    result = placement_result()
+    summary = {r["placement"]: r for r in P.placement_summary(result)}
+    assert summary["a shard per node"]["bytes_per_node"] == 115112
+    assert summary["the whole set on every node"]["startup_s"] == 0.1630
+    assert [r["of the whole set"] for r in P.placement_table(result).rows] == ["25%", "100%"]
+    (c,) = P.placement_comparisons(result)
+    assert c.outcome == compare.HIGHER and c.estimate == pytest.approx(0.1630 / 0.0825)
+    same = {p: [(b, 0.05) for b, _ in reads] for p, reads in PLACED.items()}
+    assert not P.placement_comparisons(placement_result(same))[0].decided
+
+
+def test_a_resumed_run_that_matches_is_the_same_and_one_that_drifted_is_not():
+    table = N.node_loss_table(STAGED)
+    assert {r["what"]: r["value"] for r in table.rows}["seconds to notice"] == 11.42
+    assert [c.outcome for c in N.node_loss_comparisons(STAGED)] == [compare.SAME, compare.SAME]
+    drifted = {**STAGED, "max_relative_difference": 3e-3, "final_hr": {"uninterrupted": 0.289, "resumed": 0.25}}
+    assert [c.outcome for c in N.node_loss_comparisons(drifted)] == [compare.LOWER, compare.HIGHER]
+    timed = {**STAGED, "interrupted_s": 5.0}
+    cost_row = {r["what"]: r["value"] for r in N.node_loss_table(timed).rows}["seconds the loss cost in all"]
+    assert cost_row == pytest.approx(5.0 + 11.42 + 48.6 - 36.5)
