@@ -68,7 +68,8 @@ echo "$requirements" > "$work/context/wheels/requirements.txt"
 git archive --format=tar HEAD -- "${COURSE_FILES[@]}" | tar -x -C "$work/context/course"
 
 echo "container/build.sh: podman build (no network)"
-podman build "${PODMAN_FLAGS[@]}" --quiet --network=none --build-arg "BASE=$BASE" --label "course.inputs=$inputs" \
+podman build "${PODMAN_FLAGS[@]}" --quiet --network=none --build-arg "BASE=$BASE" \
+  --build-arg "REQUIREMENTS=$(echo "$requirements" | sha256sum | cut -c1-16)" --label "course.inputs=$inputs" \
   -f container/Containerfile -t "$NAME" "$work/context" >/dev/null
 size=$(podman image inspect --format '{{ .Size }}' "$NAME")
 echo "container/build.sh: built in $(( $(date +%s) - start )) s, $(( size / 1000000 )) MB (inputs $inputs)"

@@ -56,8 +56,8 @@ def image():
     assert build.returncode == 0, f"container/build.sh failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
     name = build.stdout.strip().splitlines()[-1]
     assert name == "localhost/largebatch-course:cpu", build.stdout
-    flags = subprocess.run(["bash", "-c", f". {CONTAINER / 'podman-flags.sh'}; printf '%s\\n' \"${{PODMAN_FLAGS[@]}}\""],
-                           capture_output=True, text=True, check=True).stdout.split("\n")
+    show = f". {CONTAINER / 'podman-flags.sh'}; printf '%s\\n' \"${{PODMAN_FLAGS[@]}}\""
+    flags = subprocess.run(["bash", "-c", show], capture_output=True, text=True, check=True).stdout.split("\n")
     return name, [f for f in flags if f]
 
 
