@@ -183,7 +183,7 @@ def measure_step_s(study: Study, data, *, device, steps: int = 3, repeats: int =
     """Seconds per training step of this lesson's own model at each of its two batches, now, on this machine
     (``throughput``: ``steps`` timed steps after ``warmup_steps`` untimed ones), ``repeats`` times with the batches
     interleaved; each batch keeps its fastest repeat, the least disturbed (lesson 05's rule,
-    :func:`course_lib.lessons.l05_mixed_precision.precision_throughput`): one repeat after one untimed step can
+    :func:`course_lib.lessons.l05_speed.precision_throughput`): one repeat after one untimed step can
     price a batch several times slower than its runs then train."""
     from ..train.mlm import throughput
 

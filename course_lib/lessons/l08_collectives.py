@@ -196,14 +196,14 @@ def links_worker(rank: int, world_size: int, spec: dict) -> dict:
 
 def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: float = 300.0) -> dict:
     """:func:`links_worker` on a virtual cluster of ``nodes`` nodes on links of ``rate`` (brought up and down here:
-    course_lib/cluster.py, launched as lesson 13 launches, :class:`course_lib.lessons.l13_multi_node.VirtualNodes`).
+    course_lib/cluster.py, launched as lesson 13 launches, :class:`course_lib.lessons.l13_nodes.VirtualNodes`).
     ``{"ran": False, "why": ...}`` where the cluster cannot be made (neither root nor user namespaces, programs
     missing)."""
     import shutil
     import tempfile
 
     from .. import cluster as vc
-    from .l13_multi_node import VirtualNodes
+    from .l13_nodes import VirtualNodes
 
     why = vc.unavailable_reason()
     if why is not None:

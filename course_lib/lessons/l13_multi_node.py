@@ -26,7 +26,6 @@ from .. import compare
 from ..comm import cost
 from ..metrics import jackknife_stderr
 from ..tables import Table
-from .l13_nodes import VirtualNodes as VirtualNodes  # lesson 08 runs its sweep on the virtual cluster with it
 
 K_VALUES = (1, 2, 4, 8)
 LINK_TOLERANCE = 0.35  # the fitted rate within 35 % of the set rate (TCP/IP headers take ~4 %, the rest is noise)
