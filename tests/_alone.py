@@ -1,4 +1,4 @@
-"""Every lesson runs alone, in a fresh results folder (issue 36): which lessons read an earlier lesson's saved
+"""Every lesson runs alone, in a fresh results folder: which lessons read an earlier lesson's saved
 results, and the lines each prints when they are missing.
 
 Run alone, in a fresh results folder, a lesson falls back to its own defaults for every earlier result and says

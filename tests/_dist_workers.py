@@ -294,7 +294,7 @@ def lesson10_four_ranks(rank, world_size):
             "num_layers": 4}
     return {"tensor": tensor.compare_with_full(rank, world_size, hidden=12, heads=6, intermediate=30),
             "pipeline": pipeline.pipeline_worker(rank, world_size, spec),
-            # #37: the synchronous pipeline at 3 stages on the first three ranks, and at 4
+            # the synchronous pipeline at 3 stages on the first three ranks, and at 4
             "deep": pipeline.pipeline_depths_worker(rank, world_size, {**spec, "depth": 12, "ps": [3, 4]}),
             "bert_pipeline": pipeline.bert_pipeline_worker(rank, world_size, bert),
             "bert_untied": pipeline.bert_pipeline_worker(rank, world_size, {**bert, "ms": [4], "tied": False}),

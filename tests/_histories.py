@@ -1,4 +1,4 @@
-"""Recorded histories: what the earlier lessons can leave in a results folder, one per kind of outcome (issue 36).
+"""Recorded histories: what the earlier lessons can leave in a results folder, one per kind of outcome.
 
 A later lesson starts from what an earlier one measured (the ladder's rungs, lesson 01's lr, lesson 02's
 curve, lesson 05's speeds, lesson 07's runs), so each learner's course takes its own path through the

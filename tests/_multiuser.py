@@ -1,5 +1,5 @@
 """Real Unix learners for tests/test_hub_multiuser.py: users made and removed by the test, the shared
-environment every learner can run, and the isolation checks of issue 32 (item 2).
+environment every learner can run, and the isolation checks between learners.
 
 The checks are a function of what is on disk (:func:`isolation_problems`), and what one learner can
 do to another's files is asked of the kernel, not read from mode bits: a probe runs *as* the other

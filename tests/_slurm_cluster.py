@@ -308,7 +308,7 @@ class Cluster:
         return leftovers
 
 
-# Several nodes (issue 33): the nodes of a virtual cluster (course_lib/cluster.py), each a network, UTS and
+# Several nodes: the nodes of a virtual cluster (course_lib/cluster.py), each a network, UTS and
 # mount namespace with its own hostname and address. slurmctld runs on the first node (the head node, also
 # the "login node" SLURM's commands run on: the host's own namespace has no route to the nodes), and one
 # slurmd on every node, inside that node's namespaces, so that what it starts (slurmstepd, the job's tasks)

@@ -63,11 +63,11 @@ def _stop_on_term() -> None:
 LESSON_CHAIN = "tests/test_notebooks.py::test_notebook_executes_in_smoke_profile[notebooks/"
 # The browser's run of each lesson (tests/test_browser.py: one JupyterLab per worker) is not a chain: it
 # empties its server's results folder before each lesson, so each runs alone, as a learner who opens it
-# first, and checks what the papermill run alone checks (issue 36). So any worker takes them, early
+# first, and checks what the papermill run alone checks. So any worker takes them, early
 # (after the chain, they are the longest pieces of work), and where they run (Chromium and Playwright
 # present: _lab.browser_missing, their own skip condition) each lesson's papermill run alone skips.
 BROWSER_LESSON = "tests/test_browser.py::test_notebook_runs_in_jupyterlab[notebooks/"
-# each lesson that reads earlier results runs alone (issue 36), in papermill where the browser tests do not run
+# each lesson that reads earlier results runs alone, in papermill where the browser tests do not run
 LESSONS_ALONE = "tests/test_notebooks.py::test_lesson_runs_alone_in_a_fresh_results_folder["
 
 

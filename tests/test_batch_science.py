@@ -40,7 +40,7 @@ def test_noise_scale_grows_as_the_loss_falls():
 
 
 def test_noise_scale_takes_the_repeats_a_stated_error_needs():
-    """#37: the repeats are chosen for a stated standard error: doubled from ``repeats`` until the jackknife
+    """The repeats are chosen for a stated standard error: doubled from ``repeats`` until the jackknife
     error is at most ``rel_error`` of B_simple, never past ``max_repeats``; without it, exactly ``repeats``."""
     model, loss_fn, sample, exact = _least_squares()
     fixed = bs.noise_scale(model, loss_fn, sample, b_small=4, b_big=64, repeats=8)

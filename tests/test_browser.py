@@ -29,7 +29,7 @@ A screenshot of each notebook after its run (at its first widget or figure) is s
 ci/executed/browser/ for a reviewer. Each notebook is its own test, so pytest-xdist can spread
 them over workers; each worker starts its own server (free port, private temp folder) and keeps
 one JupyterLab page open, opening notebook after notebook in it as a learner does (``Tab``).
-Each lesson runs alone, as a learner who opens it first finds it (issue 36): the server's results
+Each lesson runs alone, as a learner who opens it first finds it: the server's results
 folder is emptied before each lesson, and a lesson that reads an earlier lesson's results (lesson
 01's lr, the ladder, lesson 06's measurements) must also say, in a line each, which it did not find
 and fell back from (tests/_alone.py). So the lessons need no order and spread over the workers like

@@ -1,4 +1,4 @@
-"""The lessons' time budgets and the sizing of a lesson's runs from a measured pace (issue 36 item 6)."""
+"""The lessons' time budgets and the sizing of a lesson's runs from a measured pace."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""usable_cpu_cores respects a cgroup CPU quota (issue 32, item 7), read from fake cgroup files."""
+"""usable_cpu_cores respects a cgroup CPU quota, read from fake cgroup files."""
 
 import os
 

@@ -58,7 +58,7 @@ def test_no_checkpoint_yet_means_start_from_scratch(tmp_path):
     assert Checkpointer(tmp_path / "none", every=1).load() is None
 
 
-# --------------------------------------------------------------------------- a checkpoint knows its run (issue 32)
+# --------------------------------------------------------------------------- a checkpoint knows its run
 
 
 def test_a_checkpoint_of_other_settings_is_refused_saying_what_differs(tmp_path):

@@ -130,7 +130,7 @@ def lars_step_without_zero_norm_guard(groups, state):
     _lars_step(groups, state, guard=False)
 
 
-def lars_step_ignores_lr(groups, state):  # the escape of issue #20: every case used lr=1
+def lars_step_ignores_lr(groups, state):  # what this catches: every case used lr=1
     _lars_step(groups, state, lr=1.0)
 
 
@@ -231,7 +231,7 @@ def average_gradients_sums(model):
         dist.all_reduce(p.grad)
 
 
-def average_gradients_halves(model):  # the escape of issue #20: the world size was always 2
+def average_gradients_halves(model):  # what this catches: the world size was always 2
     for p in model.parameters():
         dist.all_reduce(p.grad)
         p.grad /= 2
@@ -419,7 +419,7 @@ WRONG = [  # (check, subtly wrong implementation, words the message must contain
     (checks.check_lamb_step, lamb_step_without_bias_correction, ["without bias correction", "after step 1"]),
 ]
 
-# Hard-coded hyperparameters (issue #20): each passed the checks while every case used the same
+# Hard-coded hyperparameters: each passed the checks while every case used the same
 # value (lr=1, k=10, growth x2 ...); now a case varies it. The messages name the case that differs.
 HARD_CODED = [  # (check, implementation, words the message must contain)
     (checks.check_hit_rate, hit_rate_ignores_k, ["k=1", "use the k you are given"]),

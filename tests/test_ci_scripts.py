@@ -1,4 +1,4 @@
-"""CI's install scripts leave nothing behind (issue 32, item 8): install-slurm.sh removes its
+"""CI's install scripts leave nothing behind: install-slurm.sh removes its
 policy-rc.d on any exit, a SIGTERM included, and disables the services it installed; gpu-check.sh
 installs only into a virtual environment."""
 

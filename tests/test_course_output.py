@@ -44,7 +44,7 @@ def test_a_training_cells_lines_reach_the_terminal_and_a_failure_is_named_everyw
     rc = run_notebooks.main(["--profile", "smoke", "--out", str(out), str(nb)])
     stdout, stderr = capfd.readouterr()
     assert rc == 1
-    # one line per run under papermill (#37: readable output; a long run adds a line with its time to go at
+    # one line per run under papermill (readable output; a long run adds a line with its time to go at
     # most once a minute, course_lib.progress.LOG_EVERY_S): its settings and where it got, as it ended
     lines = [line for line in stdout.splitlines() if line.startswith("  05 | [tiny run] ")]
     assert len(lines) == 1 and "-> epoch 0.6" in lines[0] and "step 11" in lines[0], stdout

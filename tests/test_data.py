@@ -94,7 +94,7 @@ def test_truncated_extracted_file_is_refused(tmp_path):
 
 
 def test_each_dataset_is_evaluated_with_the_negatives_its_target_is_quoted_for(tmp_path, monkeypatch):
-    """#12.7: MLPerf's ml-20m target (HR@10 0.635) is for 999 negatives, not the course's 100."""
+    """MLPerf's ml-20m target (HR@10 0.635) is for 999 negatives, not the course's 100."""
     from course_lib.train.ncf import default_target_hr
 
     seen = {}

@@ -724,7 +724,7 @@ def test_a_rank_that_dies_while_starting_points_at_the_main_guard(tmp_path):
 def test_a_rank_that_starts_later_than_the_collective_timeout_still_joins(monkeypatch):
     """The rendezvous waits for the slowest rank's start (spawn and ``import torch``: several times
     longer on a busy machine); only the collectives after it are bounded by ``collective_timeout_s``
-    (issue 36: a 15 s collective timeout failed a 3-rank launch on a loaded machine)."""
+    (a 15 s collective timeout failed a 3-rank launch on a loaded machine)."""
     import _slow_start_worker as S
 
     monkeypatch.setenv("COURSE_TEST_SLOW_START_S", "6")

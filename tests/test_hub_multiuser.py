@@ -1,4 +1,4 @@
-"""Many learners on one node (issue 32, item 2): two real Unix users, one shared environment, one
+"""Many learners on one node: two real Unix users, one shared environment, one
 kernel spec, the instructor's checkout read-only to them, a real JupyterHub with LocalProcessSpawner
 (each learner's server and kernels run as that learner), learners in the browser at the same time.
 

@@ -1,4 +1,4 @@
-"""Lesson 12's journals (issue 32, item 5): a cut-off line is repaired, the file is private, a spent
+"""Lesson 12's journals: a cut-off line is repaired, the file is private, a spent
 study says so, and study folders never collide."""
 
 import functools

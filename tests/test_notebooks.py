@@ -39,7 +39,7 @@ def test_notebook_executes_in_smoke_profile(nb, monkeypatch):
         executed = json.loads(Path(run.output).read_text())
         assert any("image/png" in o.get("data", {}) for c in executed["cells"] for o in c.get("outputs", [])), \
             f"{nb.relative_to(REPO)} drew no figure"
-        # #37 item 8: checked here, on the copy just written (under xdist a separate test could run first)
+        # checked here, on the copy just written (under xdist a separate test could run first)
         long = output_length.long_cells(Path(run.output))
         assert not long, (f"{nb.relative_to(REPO)}: cells printing more than {output_length.MAX_LINES} non-blank "
                           f"lines (cell index, id, lines): {long}")
@@ -108,7 +108,7 @@ def test_every_marked_cell_in_the_repository_has_a_stored_output():
             "(run `make test`, then `python ci/expected_outputs.py --update`)"
 
 
-# --------------------------------------------------------------------------- every lesson alone (issue 36)
+# --------------------------------------------------------------------------- every lesson alone
 
 # Which lessons read earlier results, and what each says without them: tests/_alone.py. Where the browser tests
 # run (Chromium and Playwright present), tests/test_browser.py runs each lesson alone in a fresh results folder

@@ -1,4 +1,4 @@
-"""#37 item 8: output a learner can read. Training progress under papermill is one line per run (plus a
+"""Output a learner can read. Training progress under papermill is one line per run (plus a
 line a minute for a long one), and no lesson cell prints more than ~40 lines.
 
 The last test reads the smoke copies tests/test_notebooks.py executes into ci/executed/ (skipped

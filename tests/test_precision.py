@@ -24,7 +24,7 @@ def test_autocast_dtype_on_cpu(mode, dtype):
 
 @pytest.mark.parametrize("bad", [float("inf"), float("nan")], ids=["inf", "nan"])
 def test_fp16_overflow_step_is_skipped_and_scale_halves(monkeypatch, bad):
-    # #12.10: the verdict is GradScaler's own (found_inf_per_device), not a second pass over the gradients
+    # the verdict is GradScaler's own (found_inf_per_device), not a second pass over the gradients
     monkeypatch.setattr(Precision, "_grads_finite", staticmethod(lambda opt: pytest.fail("extra isfinite pass")))
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

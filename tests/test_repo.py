@@ -103,7 +103,7 @@ def test_papermill_parses_every_parameter(path):
 
 
 def test_the_wheelhouse_holds_every_requirement_but_torch():
-    """#12.5: an offline GPU node installs from wheelhouse/ and keeps its own CUDA torch."""
+    """An offline GPU node installs from wheelhouse/ and keeps its own CUDA torch."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""Settings a run cannot take are changed where the run is made, in one place, and said (issue 36, item 2).
+"""Settings a run cannot take are changed where the run is made, in one place, and said.
 
 ``RunSettings.fit_to_run`` decides; every trainer (``train_to_target``, ``train_mlm``, the throughput
 probes) calls it through ``course_lib.settings.fit_run`` before its first step. The case that failed a
@@ -38,7 +38,7 @@ def test_lesson05s_histogram_run_plans_the_19_steps_that_failed_and_its_warmup_i
 
 
 def test_lesson05s_failing_case_trains_on_tiny_data_and_records_the_warmup_it_ran(data, capsys):
-    """Fails on the code before issue 36: ``warmup_steps=38 is more than total_steps=1``."""
+    """The error a run stopped with before settings were fitted: ``warmup_steps=38 is more than total_steps=1``."""
     hist = TrainConfig(**CARRIED, target_hr=0.5).replace(precision="fp32", max_epochs=0.25, stop_at_target=False)
     r = train_to_target(data, hist, device="cpu", progress="none",
                         hooks=RunHooks(evaluate_points=False, keep_model=True))

@@ -78,7 +78,7 @@ def test_gpus_that_torch_cannot_use_are_a_clear_error_not_a_silent_cpu_tier():
 
 
 def test_the_suite_runs_the_cpu_tier_on_a_gpu_host(tmp_path, monkeypatch):
-    """#12.2: on a GPU node the CPU-reference tests must not pick NCCL/CUDA.
+    """On a GPU node the CPU-reference tests must not pick NCCL/CUDA.
 
     A fake ``nvidia-smi`` lists eight H100s; under the suite (conftest hides the GPUs with
     ``CUDA_VISIBLE_DEVICES=``) detection and the plan give the CPU tier, not an error.

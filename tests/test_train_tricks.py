@@ -107,7 +107,7 @@ def test_train_side_hr_uses_latest_training_item(data):
 
 
 def test_confirm_reruns_the_deciding_runs_at_more_seeds_and_reads_them_against_their_spread(data):
-    """#21: the choice that makes a ladder rung is run again at a second seed; the winner reached the
+    """The choice that makes a ladder rung is run again at a second seed; the winner reached the
     target on the most seeds, then in the least mean time; the reference a verdict needs comes along."""
     from course_lib.sweeps import confirm, fastest, run_sweep
 

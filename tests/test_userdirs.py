@@ -1,4 +1,4 @@
-"""Each learner's own folders (issue 32, items 1 and 6): results, caches and torch.compile's cache in
+"""Each learner's own folders: results, caches and torch.compile's cache in
 the learner's home, made 0700, checked to be theirs before use; one bad results file is skipped."""
 
 import json
