@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 # Seconds of wall time for each lesson's full profile on a 2-4 core CPU: the times measured on the 2-core
-# development machine (quiet, fresh clone of main d5230f0, 2026-12-01: 00 7 s, 01 247, 02 131, 03 95,
+# development machine (quiet: 00 7 s, 01 247, 02 131, 03 95,
 # 04 365, 05 185, 06 59, 07 1390, 08 126, 09 ~55, 10 49) with about a fifth more for a shared machine, and
 # lessons 04 and 07 sized to theirs (04: 400 s, its race's worst case at its floor on that machine quiet, 2.7 epochs a
 # run: 300 s would need a shorter race than LAMB needs to reach the target). 3160 s: 53 minutes, ~55 with the kernels'

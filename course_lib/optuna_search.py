@@ -93,7 +93,7 @@ def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, 
     from .journal import prepare_journal
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    prepare_journal(path)  # 0600, the learner's folder, a cut-off last line repaired (issue 32)
+    prepare_journal(path)  # 0600, the learner's folder, a cut-off last line repaired
     return optuna.create_study(
         study_name=name, storage=journal_storage(path), direction=direction, load_if_exists=True,
         sampler=make_sampler(strategy, seed=seed),
@@ -376,10 +376,8 @@ def _bracket(run: _Replay, rng, n: int, r0: int, eta: int) -> bool:
     them (with replacement: each an independent draw from the pool, which stands for the search space):
     all train to ``r0``, the best ``1/eta`` go on to ``r0 * eta``, ... up to the curves' length.
 
-    #37 (tenth full run, read r10f 12-C1): the brackets drew without replacement and random search with, which
-    gave the brackets a better chance at the pool's 2 top configurations of 40 than the same draws gave random
-    search; the verdict read "hyperband 0.63x, 90% interval 0.59-0.91; successive_halving 1.07 (0.80-1.15)", drawn
-    alike both ways it is 0.85 (0.63-0.91) and 0.86 (0.80-0.92)."""
+    Both draw alike: a bracket that drew without replacement would get a better chance at the pool's few top
+    configurations than the same number of draws gives random search."""
     R = len(run.curves[0])
     alive = [rng.randrange(len(run.curves)) for _ in range(n)]
     had, r = 0, min(r0, R)

@@ -302,8 +302,7 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
         t.add(quantity="samples/s", value=last["samples/s"])
         t.add(quantity="efficiency", value=last["efficiency"])
         t.add(quantity="exposed all-reduce (ms)", value=last["exposed comm (ms)"])
-        # the fourth read: the illustrative S_min and B_crit gave "steps to target (McCandlish model)" with no word
-        # that they were made up, cells after the table that said so
+        # made-up S_min and B_crit are said so in the row itself, not only in a cell after the table
         made_up = ", illustrative S_min and B_crit" if illustrative else ""
         t.add(quantity=f"steps to target (McCandlish model{made_up})", value=steps)
         t.add(quantity=f"time to target (s{made_up})", value=steps * last["step (ms)"] / 1e3)
