@@ -43,8 +43,9 @@ import psutil
 import pytest
 
 import _multiuser as mu
-from _lab import KERNEL, REPO, _settings, browser_missing, copy_notebooks
+from _lab import KERNEL, _settings, browser_missing, copy_notebooks
 from _procs import free_port
+from _readable import readable_copy
 from _timing import scaled
 from test_browser import PROMPTS_JS, _errors, _read, _wait
 from test_hub import documented_kernel_install
@@ -69,15 +70,7 @@ def _own(path: Path, u: mu.Learner) -> None:
 
 
 def _instructor_checkout(dest: Path) -> Path:
-    dest.mkdir(parents=True)
-    for part in CHECKOUT_PARTS:
-        src = REPO / part
-        if src.is_dir():
-            shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-        else:
-            shutil.copy2(src, dest / part)
-    subprocess.run(["chmod", "-R", "a+rX,go-w", str(dest)], check=True)
-    return dest
+    return readable_copy(dest, CHECKOUT_PARTS)
 
 
 class MultiUserHub:
