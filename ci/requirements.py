@@ -22,6 +22,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 LEFT_OUT = {"torch", "jupyterlab", "playwright", "jupyterhub", "configurable-http-proxy"}
+EXTRAS_LEFT_OUT = {"book"}  # the book is built where the course ran, not on a GPU node
 
 
 def _parse_lists(text: str) -> dict:
@@ -37,11 +38,12 @@ def requirements(pyproject: Path = PYPROJECT) -> list[str]:
     text = pyproject.read_text()
     if tomllib is not None:
         project = tomllib.loads(text)["project"]
-        reqs = list(project["dependencies"]) + [r for extra in project.get("optional-dependencies", {}).values()
-                                                for r in extra]
+        extras = project.get("optional-dependencies", {})
     else:
         lists = _parse_lists(text)
-        reqs = lists["dependencies"] + [r for extra in lists["optional"].values() for r in extra]
+        project, extras = {"dependencies": lists["dependencies"]}, lists["optional"]
+    reqs = list(project["dependencies"]) + [r for name, extra in extras.items() if name not in EXTRAS_LEFT_OUT
+                                            for r in extra]
     name = lambda r: re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].strip().lower()
     return [r for r in reqs if name(r) not in LEFT_OUT]
 

@@ -30,7 +30,7 @@ def test_browser_setup_is_quiet_when_chromium_is_there(tmp_path):
 def test_browser_setup_without_root_explains_and_does_not_fail(tmp_path):
     """A learner without root: no apt, exit 0 (the suite goes on), and what to run instead. ``nobody`` runs a
     copy it can read: the checkout may lie under a folder only root can enter (tests/_readable.py)."""
-    with readable_checkout(["ci/browser-deps.sh"]) as copy:
+    with readable_checkout(["ci/browser-deps.sh", "ci/apt-once.sh"]) as copy:
         run = subprocess.run(["runuser", "-u", "nobody", "--", "bash", str(copy / "ci" / "browser-deps.sh")],
                              env={"PATH": os.environ["PATH"], "COURSE_CHROMIUM": str(tmp_path / "none")},
                              capture_output=True, text=True, timeout=scaled(30), cwd="/")
