@@ -14,6 +14,7 @@ printed is the path of the built index.html.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ MATHJAX = Path(os.environ.get("COURSE_MATHJAX", "/usr/share/javascript/mathjax")
 MATHJAX_PARTS = ("MathJax.js", "config/TeX-AMS_CHTML.js", "jax/input/TeX", "jax/output/CommonHTML", "jax/element",
                  "extensions", "fonts/HTML-CSS/TeX/woff")
 PAGES = ("getting-started", "instructors", "testing", "findings", "contributing")
+LESSON_NAME = re.compile(r"^(\d\d)_(.+)$")
 
 
 class BookError(RuntimeError):
@@ -88,8 +90,47 @@ def _index(source: Path, lessons: list[str], exercises: list[str], machine: bool
         toctree("Lessons", [f"lessons/{n}" for n in lessons]),
         toctree("Exercises", [f"exercises/{n}" for n in exercises]),
         *([toctree("This run", ["what-this-machine-showed"])] if machine else []),
-        toctree("For instructors and contributors", [p for p in PAGES if p != "getting-started"]),
+        toctree("For instructors and contributors", [p for p in PAGES if p != "getting-started"] + ["reference"]),
     ])
+
+
+def _public_modules() -> list[tuple[str, list[tuple[str, str]]]]:
+    """course_lib's module map (course_lib.MAP) as (layer, [(module, what it holds)]), public modules only."""
+    sys.path.insert(0, str(REPO))
+    try:
+        from course_lib import MAP
+    finally:
+        sys.path.remove(str(REPO))
+    # lessons/ is each lesson's own measurements and readings, shown in the lessons themselves, not a helper
+    return [(layer, [(name.rstrip("/"), what) for name, what in modules
+                     if not name.startswith("_") and name != "lessons/"]) for layer, modules in MAP]
+
+
+def _users(module: str, lessons: list[Path]) -> list[str]:
+    """The lessons whose code cells name ``course_lib.<module>`` (or import it from course_lib)."""
+    pattern = re.compile(rf"course_lib\.{module}\b|from course_lib import [^\n]*\b{module}\b")
+    found = []
+    for nb in lessons:
+        cells = json.loads(nb.read_text())["cells"]
+        if any(pattern.search("".join(c["source"])) for c in cells if c["cell_type"] == "code"):
+            found.append(nb.stem)
+    return found
+
+
+def reference_page(lessons: list[Path]) -> str:
+    """The public helpers of course_lib, layer by layer as its map orders them, each module with the lessons
+    that use it and its documented names (Sphinx autodoc)."""
+    lines = ["# Reference: course_lib", "",
+             "The tested helpers the lessons import, one concept per module, lowest layer first (the module map, "
+             "`course_lib.MAP`). Each module names the lessons whose code uses it.", ""]
+    for layer, modules in _public_modules():
+        lines += [f"## {layer}", ""]
+        for name, what in modules:
+            users = _users(name, lessons)
+            used = ", ".join(f"[{u}](lessons/{u}.ipynb)" for u in users) if users else "no lesson directly"
+            lines += [f"### `course_lib.{name}`", "", f"{what}. Used in: {used}.", "",
+                      "```{eval-rst}", f".. automodule:: course_lib.{name}", "   :members:", "```", ""]
+    return "\n".join(lines)
 
 
 def stage(source: Path, src: Path) -> None:
@@ -116,6 +157,7 @@ def stage(source: Path, src: Path) -> None:
             "measured there, and the trick ladder.\n\n" + text)
         for image in source.glob("*.png"):
             shutil.copy2(image, src / image.name)
+    (src / "reference.md").write_text(reference_page(lessons))
     (src / "index.md").write_text(_index(source, [p.stem for p in lessons], [p.stem for p in exercises],
                                          summary.is_file()))
 

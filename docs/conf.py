@@ -11,7 +11,15 @@ project = "Large-batch training at scale"
 author = "The large-batch course contributors"
 copyright = "The large-batch course contributors; code under MIT, text under CC BY 4.0"
 
-extensions = ["myst_nb"]
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # course_lib, for the reference page (autodoc)
+
+extensions = ["myst_nb", "sphinx.ext.autodoc"]
+autodoc_default_options = {"members": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 

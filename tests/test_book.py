@@ -2,9 +2,9 @@
 
 The book is built here from a small executed notebook (a stream, a figure, math, a widget's static fallback)
 with the network unavailable (``unshare -n``, as root; skipped elsewhere, saying why), in a stated time, and the
-site is read back: every page there, the figure decoded from the site's own folder, MathJax loaded from the
-site, no script, style sheet or image from outside it, and a zip of it. (The browser's look at the pages is
-not part of this file.)
+site is read back: every page there (the reference of course_lib's helpers included), the figure decoded from
+the site's own folder, MathJax loaded from the site, no script, style sheet or image from outside it, and a zip
+of it. (The browser's look at the pages is not part of this file.)
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_the_book_builds_offline_from_executed_lessons(tmp_path):
     assert "WARNING" not in run.stderr, run.stderr
 
     pages = {p.relative_to(html).as_posix() for p in html.rglob("*.html")}
-    wanted = {"index.html", "lessons/00_tiny.html", "what-this-machine-showed.html", "search.html"}
+    wanted = {"index.html", "lessons/00_tiny.html", "what-this-machine-showed.html", "search.html", "reference.html"}
     wanted |= {f"{p}.html" for p in build_book.PAGES}
     wanted |= {f"exercises/{p.stem}.html" for p in (REPO / "exercises").glob("[0-9][0-9]_*.ipynb")}
     assert wanted <= pages, sorted(wanted - pages)
@@ -111,6 +111,8 @@ def test_the_book_builds_offline_from_executed_lessons(tmp_path):
     for path in [*html.rglob("*.html"), *html.glob("_static/*.css")]:
         assert not _outside_references(path.read_text()), (path.name, _outside_references(path.read_text()))
     assert "What this machine showed" in (html / "what-this-machine-showed.html").read_text()
+    reference = (html / "reference.html").read_text()  # autodoc of course_lib's public helpers, by the map
+    assert "course_lib.compare" in reference and 'class="sig-name' in reference
 
     with zipfile.ZipFile(out / "course-book.zip") as zf:
         names = set(zf.namelist())
@@ -131,7 +133,7 @@ def test_the_book_reads_the_latest_course_run_first(tmp_path, monkeypatch):
 
 def test_the_book_never_executes_and_fetches_nothing():
     """docs/conf.py: outputs as the run stored them, no widget JavaScript from a CDN, MathJax from the site."""
-    conf: dict = {}
+    conf: dict = {"__file__": str(REPO / "docs" / "conf.py")}
     exec((REPO / "docs" / "conf.py").read_text(), conf)
     assert conf["nb_execution_mode"] == "off"
     assert conf["nb_ipywidgets_js"] == {}
