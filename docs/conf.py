@@ -36,11 +36,24 @@ nb_merge_streams = True
 myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath", "amsmath"]
 
-# MathJax 2 from the site itself (a relative path is taken relative to _static).
+# MathJax 2 from the site itself (a relative path is taken relative to _static). myst marks pages "mathjax_ignore"
+# and their math "math" for MathJax 3; MathJax 2 is told the same here (myst's own update is for MathJax 3 only).
 mathjax_path = "mathjax/MathJax.js?config=TeX-AMS_CHTML"
+myst_update_mathjax = False
+mathjax2_config = {
+    "tex2jax": {
+        "inlineMath": [["\\(", "\\)"]],
+        "displayMath": [["\\[", "\\]"]],
+        "processEscapes": True,
+        "processClass": "tex2jax_process|mathjax_process|math|output_area",
+        "ignoreClass": "tex2jax_ignore|mathjax_ignore",
+    },
+    "showMathMenu": False,
+}
 
 html_theme = "alabaster"
 html_title = project
 html_show_sourcelink = False
 html_copy_source = False
 html_show_sphinx = False
+html_show_search_summary = False  # the summaries are fetched from each page, which file:// forbids

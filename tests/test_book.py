@@ -25,6 +25,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from _lab import browser_missing
 from _timing import scaled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,20 +78,47 @@ def _outside_references(html: str) -> list[str]:
     return [u for u in loads if re.match(r"(?:[a-z]+:)?//", u)]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(MISSING is not None or OFFLINE is not None, reason=str(MISSING or OFFLINE))
-def test_the_book_builds_offline_from_executed_lessons(tmp_path):
-    source, out = executed_run(tmp_path / "run"), tmp_path / "book"
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+    """The book of a small executed run, built once for this file with the network unavailable."""
+    if MISSING or OFFLINE:
+        pytest.skip(MISSING or OFFLINE)
+    tmp = tmp_path_factory.mktemp("book")
+    source, out = executed_run(tmp / "run"), tmp / "book"
     t0 = time.monotonic()
     run = subprocess.run(["unshare", "-n", sys.executable, str(REPO / "ci" / "build_book.py"), "--source",
                           str(source), "--out", str(out), "--quiet"], capture_output=True, text=True,
                          timeout=scaled(4 * BUILD_S), cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    took = time.monotonic() - t0
+    return {"run": run, "took": time.monotonic() - t0, "out": out, "html": out / "html"}
+
+
+def _internal_links(html: Path) -> list[str]:
+    """Every link of the site to a page or an anchor of the site that is not there."""
+    ids: dict[Path, set[str]] = {}
+    bad = []
+    for page in html.rglob("*.html"):
+        for href in re.findall(r"<a\b[^>]*\bhref=\"([^\"]+)\"", page.read_text()):
+            if re.match(r"(?:[a-z]+:)?//|mailto:", href):
+                continue  # a citation's address: a link, not a load
+            path, _, anchor = unescape(href).partition("#")
+            target = (page.parent / path).resolve() if path else page
+            if not target.is_file():
+                bad.append(f"{page.relative_to(html)}: {href}")
+            elif anchor and target.suffix == ".html":
+                if target not in ids:
+                    ids[target] = set(re.findall(r"\bid=\"([^\"]+)\"", target.read_text()))
+                if anchor not in ids[target]:
+                    bad.append(f"{page.relative_to(html)}: {href} (no such anchor)")
+    return bad
+
+
+@pytest.mark.slow
+def test_the_book_builds_offline_from_executed_lessons(book):
+    run, html, out = book["run"], book["html"], book["out"]
     assert run.returncode == 0, run.stdout + run.stderr
-    html = out / "html"
     assert run.stdout.strip().splitlines()[-1] == str(html / "index.html")  # the last line: the built index
-    assert took < scaled(BUILD_S), f"the book took {took:.0f} s, over its {BUILD_S} s"
-    assert "WARNING" not in run.stderr, run.stderr
+    assert book["took"] < scaled(BUILD_S), f"the book took {book['took']:.0f} s, over its {BUILD_S} s"
+    assert "WARNING" not in run.stderr and "ERROR" not in run.stderr, run.stderr
 
     pages = {p.relative_to(html).as_posix() for p in html.rglob("*.html")}
     wanted = {"index.html", "lessons/00_tiny.html", "what-this-machine-showed.html", "search.html", "reference.html"}
@@ -110,6 +138,7 @@ def test_the_book_builds_offline_from_executed_lessons(tmp_path):
     assert (html / "_static" / "mathjax" / "jax" / "output" / "CommonHTML" / "jax.js").is_file()
     for path in [*html.rglob("*.html"), *html.glob("_static/*.css")]:
         assert not _outside_references(path.read_text()), (path.name, _outside_references(path.read_text()))
+    assert not _internal_links(html)
     assert "What this machine showed" in (html / "what-this-machine-showed.html").read_text()
     reference = (html / "reference.html").read_text()  # autodoc of course_lib's public helpers, by the map
     assert "course_lib.compare" in reference and 'class="sig-name' in reference
@@ -117,6 +146,52 @@ def test_the_book_builds_offline_from_executed_lessons(tmp_path):
     with zipfile.ZipFile(out / "course-book.zip") as zf:
         names = set(zf.namelist())
     assert {"course-book/index.html", "course-book/lessons/00_tiny.html"} <= names
+
+
+BROWSER_MISSING = browser_missing()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BROWSER_MISSING is not None, reason=str(BROWSER_MISSING))
+def test_every_page_of_the_book_works_in_a_browser_that_reaches_nothing_outside_it(book, browser):
+    """Chromium, every request that is not a local file refused: each lesson, exercise and page loads with no
+    console error, every image decoded, the math typeset by the site's own MathJax; the search page finds a term."""
+    html = book["html"]
+    assert book["run"].returncode == 0, book["run"].stderr
+    context = browser.new_context()
+    outside: list[str] = []
+
+    def local_only(route):
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", local_only)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+    try:
+        for path in sorted(html.rglob("*.html")):
+            page.goto(path.as_uri(), wait_until="load", timeout=scaled(60) * 1000)
+            if page.query_selector(".math"):
+                page.wait_for_function("() => window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 "
+                                       "&& document.querySelectorAll('.math .mjx-chtml, .mjx-chtml').length > 0",
+                                       timeout=scaled(60) * 1000)
+            broken = page.evaluate("() => [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))"
+                                   ".map(i => i.src)")
+            assert not broken, (path.name, broken)
+        page.goto((html / "lessons" / "00_tiny.html").as_uri(), wait_until="load")
+        page.wait_for_function("() => document.querySelectorAll('.mjx-chtml').length >= 2", timeout=scaled(60) * 1000)
+        page.goto((html / "search.html").as_uri() + "?q=warmup", wait_until="load")
+        page.wait_for_function("() => document.querySelectorAll('#search-results li').length > 0",
+                               timeout=scaled(60) * 1000)
+    finally:
+        context.close()
+    assert not errors, errors
+    assert not outside, outside
 
 
 def test_the_book_reads_the_latest_course_run_first(tmp_path, monkeypatch):
