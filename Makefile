@@ -79,4 +79,4 @@ lab: kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 clean:
-	rm -rf ci/executed .pytest_cache
+	rm -rf ci/executed .pytest_cache build/book
