@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 KERNEL := largebatch-course
 TS     := $(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: course test lint lab kernel install exercises clean wheelhouse image
+.PHONY: course test lint lab kernel install exercises clean wheelhouse image book
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(PY):
 
 # Reinstall when the dependency list changes. torch is pinned in pyproject.toml.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,book]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -39,9 +39,11 @@ course: kernel
 	$(PY) ci/run_notebooks.py --kernel $(KERNEL) --out runs/$(TS) notebooks
 	@ln -sfn $(TS) runs/latest && echo "Executed lessons and summary: runs/$(TS) (also runs/latest)"
 
-# ci/browser-deps.sh: Debian's chromium for the browser tests, installed once when root (else they skip).
+# ci/browser-deps.sh: Debian's chromium for the browser tests, installed once when root (else they skip);
+# ci/book-deps.sh: Debian's libjs-mathjax for the book's test, the same way.
 test: $(STAMP)
 	@bash ci/browser-deps.sh
+	@bash ci/book-deps.sh
 	bash ci/test.sh
 
 # The linter (ruff, pinned in the dev extra, configured in pyproject.toml): `make test` fails on what it
@@ -71,8 +73,16 @@ image: $(STAMP)
 	@bash ci/container-deps.sh
 	@PY=$(PY) bash container/build.sh
 
+# The course as a static site that works offline: docs/ with the executed lessons of the latest `make course`
+# (runs/latest; else make test's smoke copies, ci/executed), never executing one. Sphinx and myst-nb come from the
+# book extra, MathJax from Debian's libjs-mathjax. Writes build/book/html and build/book/course-book.zip (for an
+# LMS or an offline node); its last line is the path of the built index.html.
+book: $(STAMP)
+	@bash ci/book-deps.sh
+	$(PY) ci/build_book.py
+
 lab: kernel
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 clean:
-	rm -rf ci/executed .pytest_cache
+	rm -rf ci/executed .pytest_cache build/book

@@ -5,7 +5,7 @@
 
 GPU nodes bring their own CUDA build of torch (a wheelhouse torch would be the wrong build
 and several GB); JupyterLab is for people, not for the check, so it stays out too, and so do
-the browser and JupyterHub tests' packages (they run on CPU machines, in `make test`). Used by
+the browser, JupyterHub and nbgrader tests' packages (they run on CPU machines, in `make test`). Used by
 ``make wheelhouse`` (which downloads them) and ``ci/gpu-check.sh`` (which installs them
 with no index). The image (``--image``) is the other way round: the course's own dependencies, torch
 included (the CPU wheel), and pytest to run the suite's tier tests inside it; no dev tools.
@@ -23,7 +23,8 @@ except ModuleNotFoundError:  # Python 3.10
     tomllib = None
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
-LEFT_OUT = {"torch", "jupyterlab", "playwright", "jupyterhub", "configurable-http-proxy"}
+LEFT_OUT = {"torch", "jupyterlab", "playwright", "jupyterhub", "configurable-http-proxy", "nbgrader"}
+EXTRAS_LEFT_OUT = {"book"}  # the book is built where the course ran, not on a GPU node
 
 
 def _parse_lists(text: str) -> dict:
@@ -50,7 +51,7 @@ def _lists(pyproject: Path) -> tuple[list[str], dict[str, list[str]]]:
 
 def requirements(pyproject: Path = PYPROJECT) -> list[str]:
     deps, extras = _lists(pyproject)
-    reqs = deps + [r for extra in extras.values() for r in extra]
+    reqs = deps + [r for name, extra in extras.items() if name not in EXTRAS_LEFT_OUT for r in extra]
     return [r for r in reqs if _name(r) not in LEFT_OUT]
 
 

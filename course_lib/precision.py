@@ -90,7 +90,7 @@ class StaticLossScaler:
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Gradients / S in place, in one pass per (device, dtype) that also flags inf/nan: the op
-        GradScaler.unscale_ uses (``torch._amp_foreach_non_finite_check_and_unscale_``, private but
+        ``GradScaler.unscale_`` uses (``torch._amp_foreach_non_finite_check_and_unscale_``, private but
         what torch.amp itself calls; checked against torch 2.13)."""
         groups: dict = {}
         for group in optimizer.param_groups:

@@ -1,7 +1,7 @@
 """Each learner's own folders: results, caches and compile caches, never a shared install's.
 
 On an HPC centre's JupyterHub many learners run one shared installation of the course at the same
-time (README, "Installing at an HPC centre"). Anything the course keeps next to that installation,
+time (docs/instructors.md, "Installing at an HPC centre"). Anything the course keeps next to that installation,
 or at a predictable path in the shared temp dir, is either unwritable to learners or shared by all
 of them: one learner's lesson 01 baseline, ladder rungs or Optuna journals become another's inputs,
 and a planted torch.compile cache entry (a pickle) runs in another learner's kernel. So:

@@ -287,7 +287,7 @@ class Hub(_Server):
     private folder), and the Python configurable-http-proxy, each on its own free port.
 
     ``jupyter_path`` is where the single-user servers look for kernels besides their own
-    environment (the README's ``ipykernel install --prefix``: ``<prefix>/share/jupyter``).
+    environment (docs/instructors.md's ``ipykernel install --prefix``: ``<prefix>/share/jupyter``).
     ``home_setup(home)`` fills the learner's home before the hub starts (their copy of the course).
     """
 

@@ -216,7 +216,7 @@ def _clone_suite_packages(env: Path) -> str | None:
 
 
 def shared_course_env(root: Path, checkout: Path, deps: Path) -> Path:
-    """The README's shared environment for this run: a venv of Debian's Python at ``root`` that sees
+    """docs/instructors.md's shared environment for this run: a venv of Debian's Python at ``root`` that sees
     the cached dependencies (a .pth naming their site-packages) and holds the course installed with
     ``pip install -e <checkout>`` (no dependencies: they are the cached ones)."""
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True,

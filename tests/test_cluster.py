@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from course_lib import cluster as vc
+from _readable import readable_checkout
 from _timing import scaled
 
 REPO = Path(__file__).resolve().parents[1]
@@ -314,6 +315,14 @@ print(peer[0], round((time.perf_counter() - t) * 1e3, 3), flush=True)
 
 
 @pytest.fixture
+def course_for_others():
+    """course_lib as another user can import it: a readable copy, since the checkout may lie under a folder
+    only its owner can enter (root's 0700 home, a ``mktemp -d``)."""
+    with readable_checkout(["course_lib"]) as copy:
+        yield copy
+
+
+@pytest.fixture
 def unix_user():
     """A fresh unprivileged Unix user and a private folder of its own; both removed afterwards."""
     user = f"vc{secrets.token_hex(4)}"
@@ -346,8 +355,8 @@ def _as(user: dict, *args: str) -> list[str]:
     return ["setpriv", f"--reuid={user['uid']}", f"--regid={user['gid']}", "--clear-groups", "--", *args]
 
 
-def _user_env(user: dict) -> dict:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(user["dir"]), "PYTHONPATH": str(REPO),
+def _user_env(user: dict, course: Path) -> dict:
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(user["dir"]), "PYTHONPATH": str(course),
             "COURSE_CLUSTER_DIR": str(user["dir"] / "clusters"), "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 
 
@@ -364,10 +373,10 @@ def _processes_of(uid: int) -> list[str]:
 
 
 @needs_useradd
-def test_an_unprivileged_user_makes_uses_and_removes_a_cluster(unix_user, capsys):
+def test_an_unprivileged_user_makes_uses_and_removes_a_cluster(unix_user, course_for_others, capsys):
     """As a fresh ordinary user: ``up`` 2 nodes inside a user namespace of its own, a ping and a TCP transfer
     between the nodes' addresses at most the set rate and at least half of it, ``down``: nothing of it left."""
-    user, env, name = unix_user, _user_env(unix_user), unique_name()
+    user, env, name = unix_user, _user_env(unix_user, course_for_others), unique_name()
     def cli_as(*args, **kw):
         return subprocess.run(_as(user, SYSTEM_PYTHON, "-m", "course_lib.cluster", *args), capture_output=True,
                               text=True, timeout=scaled(60), cwd=user["dir"], env=env, **kw)
@@ -460,7 +469,7 @@ sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 """
 
 
-def test_without_user_namespaces_it_names_the_refused_step(tmp_path, monkeypatch):
+def test_without_user_namespaces_it_names_the_refused_step(tmp_path, monkeypatch, course_for_others):
     """Not root, and no user namespaces allowed: ``up`` names the refused step, the sysctl and what to do."""
     if os.geteuid() != 0:
         if vc.userns_refusal() is None:
@@ -473,8 +482,9 @@ def test_without_user_namespaces_it_names_the_refused_step(tmp_path, monkeypatch
         try:
             os.chown(own, 65534, 65534)
             r = subprocess.run([SYSTEM_PYTHON, "-c", REFUSE_USERNS, SYSTEM_PYTHON, "-m", "course_lib.cluster", "up",
-                                "--name", unique_name()], capture_output=True, text=True, timeout=scaled(60), cwd=REPO,
-                               env={**os.environ, "COURSE_CLUSTER_DIR": str(own / "clusters")})
+                                "--name", unique_name()], capture_output=True, text=True, timeout=scaled(60),
+                               cwd=course_for_others, env={**os.environ, "PYTHONPATH": str(course_for_others),
+                                                           "COURSE_CLUSTER_DIR": str(own / "clusters")})
             assert not (own / "clusters").exists() or not list((own / "clusters").iterdir())  # removed again
         finally:
             shutil.rmtree(own)

@@ -1,12 +1,12 @@
-"""The course kernel under a real JupyterHub, installed as README's "Installing at an HPC centre"
+"""The course kernel under a real JupyterHub, installed as docs/instructors.md's "Installing at an HPC centre"
 says, used by a learner through the browser.
 
-The test reads README's install block and runs its ``ipykernel install`` line as written,
+The test reads that page's install block and runs its ``ipykernel install`` line as written,
 with three substitutions a test needs: the course's own venv for the conda environment
 ``/shared/envs/largebatch-course`` (``environment.yml`` and ``pyproject.toml`` pin the same
 packages, tests/test_repo.py checks; conda's channels are not reachable from CI), a temporary
 prefix for ``/usr/local`` (no test writes to the system; the single-user servers get
-``<prefix>/share/jupyter`` on their ``JUPYTER_PATH``, as README says for any other prefix) and a
+``<prefix>/share/jupyter`` on their ``JUPYTER_PATH``, as that page says for any other prefix) and a
 temporary folder for the staged data. Then a JupyterHub (tests/_lab.py: 127.0.0.1, free ports,
 a shared-password authenticator with a random password, local single-user servers started with
 ``--allow-root`` when the suite runs as root, the Python configurable-http-proxy) serves the
@@ -49,14 +49,17 @@ LESSON = "notebooks/00_setup.ipynb"
 SHOT = REPO / "ci" / "executed" / "browser" / "hub__00_setup.png"
 
 
-def readme_kernel_install() -> list[str]:
-    """The ``ipykernel install`` command of README's JupyterHub section, as argv."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Installing at an HPC centre (JupyterHub kernel)", 1)[1]
+INSTRUCTORS = REPO / "docs" / "instructors.md"
+
+
+def documented_kernel_install() -> list[str]:
+    """The ``ipykernel install`` command of the instructors' JupyterHub section, as argv."""
+    page = INSTRUCTORS.read_text()
+    section = page.split("## Installing at an HPC centre (JupyterHub kernel)", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     commands = [shlex.split(c, comments=True) for c in block.replace("\\\n", " ").splitlines()]
     found = [c for c in commands if "ipykernel" in c and "install" in c]
-    assert len(found) == 1, f"README's JupyterHub section should have one `ipykernel install` line, has {len(found)}"
+    assert len(found) == 1, f"{INSTRUCTORS.name}'s JupyterHub section should have one `ipykernel install` line: {found}"
     return found[0]
 
 
@@ -71,8 +74,8 @@ class _UserServer:
         return r.status, (r.json() if r.body().strip() else None)
 
 
-def test_readme_kernel_install_names_the_course_kernel_and_its_data():
-    argv = readme_kernel_install()
+def test_documented_kernel_install_names_the_course_kernel_and_its_data():
+    argv = documented_kernel_install()
     assert argv[:4] == ["/shared/envs/largebatch-course/bin/python", "-m", "ipykernel", "install"]
     assert argv[argv.index("--name") + 1] == KERNEL and argv[argv.index("--display-name") + 1] == KERNEL_DISPLAY
     assert "COURSE_MOVIELENS_DIR" in argv[argv.index("--env") + 1:argv.index("--env") + 2]
@@ -82,12 +85,12 @@ def test_lesson_00_runs_on_the_course_kernel_under_jupyterhub(browser):
     tmp = Path(tempfile.mkdtemp(prefix="course-hub-"))
     timings, hub, page = {}, None, None
     try:
-        # 1. the centre installs the kernel: README's line, with the test's substitutions
+        # 1. the centre installs the kernel: the documented line, with the test's substitutions
         prefix, data = tmp / "prefix", tmp / "datasets" / "movielens"
         data.mkdir(parents=True)
         subs = {"/shared/envs/largebatch-course/bin/python": sys.executable, "/usr/local": str(prefix),
                 "/shared/datasets/movielens": str(data)}
-        argv = [subs.get(a, a) for a in readme_kernel_install()]
+        argv = [subs.get(a, a) for a in documented_kernel_install()]
         t0 = time.monotonic()
         subprocess.run(argv, check=True, capture_output=True, timeout=scaled(120))
         spec = json.loads((prefix / "share" / "jupyter" / "kernels" / KERNEL / "kernel.json").read_text())

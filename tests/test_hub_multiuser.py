@@ -2,7 +2,7 @@
 kernel spec, the instructor's checkout read-only to them, a real JupyterHub with LocalProcessSpawner
 (each learner's server and kernels run as that learner), learners in the browser at the same time.
 
-The centre's install, as README's "Installing at an HPC centre" says, with the substitutions a test
+The centre's install, as docs/instructors.md's "Installing at an HPC centre" says, with the substitutions a test
 needs (each named where it is made):
 
 * the shared environment: a venv of Debian's ``/usr/bin/python3`` (the suite's own interpreter lives
@@ -43,11 +43,12 @@ import psutil
 import pytest
 
 import _multiuser as mu
-from _lab import KERNEL, REPO, _settings, browser_missing, copy_notebooks
+from _lab import KERNEL, _settings, browser_missing, copy_notebooks
 from _procs import free_port
+from _readable import readable_copy
 from _timing import scaled
 from test_browser import PROMPTS_JS, _errors, _read, _wait
-from test_hub import readme_kernel_install
+from test_hub import documented_kernel_install
 
 MISSING = browser_missing() or mu.why_not()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(MISSING is not None, reason=MISSING or "")]
@@ -69,15 +70,7 @@ def _own(path: Path, u: mu.Learner) -> None:
 
 
 def _instructor_checkout(dest: Path) -> Path:
-    dest.mkdir(parents=True)
-    for part in CHECKOUT_PARTS:
-        src = REPO / part
-        if src.is_dir():
-            shutil.copytree(src, dest / part, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-        else:
-            shutil.copy2(src, dest / part)
-    subprocess.run(["chmod", "-R", "a+rX,go-w", str(dest)], check=True)
-    return dest
+    return readable_copy(dest, CHECKOUT_PARTS)
 
 
 class MultiUserHub:
@@ -243,12 +236,12 @@ def test_two_learners_at_once_each_keep_their_own_results_caches_and_studies(bro
         env_root = mu.shared_course_env(shared / "envs" / "largebatch-course", checkout, deps)
         timings["course env"] = time.monotonic() - t0
 
-        # 2. one kernel spec, README's line with the test's prefix, environment and data folder
+        # 2. one kernel spec, the documented line with the test's prefix, environment and data folder
         prefix, data = shared / "prefix", shared / "datasets" / "movielens"
         data.mkdir(parents=True)
         subs = {"/shared/envs/largebatch-course/bin/python": str(env_root / "bin" / "python"),
                 "/usr/local": str(prefix), "/shared/datasets/movielens": str(data)}
-        argv = [subs.get(a, a) for a in readme_kernel_install()]
+        argv = [subs.get(a, a) for a in documented_kernel_install()]
         subprocess.run(argv, check=True, capture_output=True, timeout=scaled(120))
         subprocess.run(["chmod", "-R", "a+rX,go-w", str(shared)], check=True)
         checkout_before = mu.tree_digest(checkout)
