@@ -65,7 +65,8 @@ def test_every_module_is_on_the_map_once():
 
 def test_every_notebook_has_its_lesson_module_and_imports_it():
     """lessons/lNN_<name>.py for every notebooks/NN_<name>.ipynb, listed in lessons/__init__.py, imported
-    one way: `from course_lib.lessons import lNN_<name> as study`."""
+    one way: `from course_lib.lessons import lNN_<name> as study`; a section module lNN_<section>.py only
+    beside its lesson's notebook."""
     import json
     listed = (PACKAGE / "lessons" / "__init__.py").read_text()
     for nb in sorted((PACKAGE.parent / "notebooks").glob("[0-9][0-9]_*.ipynb")):
@@ -75,8 +76,9 @@ def test_every_notebook_has_its_lesson_module_and_imports_it():
         code = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
         assert f"from course_lib.lessons import {module} as study" in code, \
             f"{nb.name} does not import its lesson module as `from course_lib.lessons import {module} as study`"
+    # a large lesson may split into lNN_<name>.py and lNN_<section>.py: a module needs its lesson's notebook
     stray = sorted(p.stem for p in (PACKAGE / "lessons").glob("l*.py")
-                   if not list((PACKAGE.parent / "notebooks").glob(f"{p.stem[1:]}.ipynb")))
+                   if not list((PACKAGE.parent / "notebooks").glob(f"{p.stem[1:3]}_*.ipynb")))
     assert not stray, f"lesson modules with no notebook of that name: {stray}"
 
 
