@@ -52,8 +52,7 @@ def rule_runs_from_lesson02(saved: dict | None, profile: str | None = None, rule
     """Lesson 02's runs at ``rule``'s lr that reached the target, by batch (``{}`` when its result is missing or
     from another profile): :func:`tuned_sweep`'s rule-lr points, measured already. Lesson 02 trains the same
     setting (lesson 01's optimizer and lr, scaled by the rule; evaluation dense near the target; seed 0) on the
-    same data, and a point is taken only where its lr equals the sweep's to 1e-9 relative; on this machine the
-    two gave the same steps at every batch (1,020, 285, 100 at 4,096, 16,384, 65,536)."""
+    same data, and a point is taken only where its lr equals the sweep's to 1e-9 relative."""
     if not saved or not saved.get("rows") or (profile and saved.get("profile") != profile):
         return {}
     return {r["batch size"]: r for r in saved["rows"]
