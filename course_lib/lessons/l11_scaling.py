@@ -255,14 +255,15 @@ def scaling_comparisons(pred: dict, what: str, longer: dict | None = None,
     one = max(pred.get("residual_rms") or 0.0, noise)
     out = [compare.quantity_ratio(f"{what}: held-out error, measured / the law's", pred["measured_error"] /
                                   pred["predicted_error"], math.hypot(one, pred.get("residual_rms") or 0.0),
-                                  needed=PREDICTION_GOAL, basis="one run's noise and the law's rms miss")]
+                                  needed=PREDICTION_GOAL, n=f"{len(pred['fit_residuals'])} sizes + 1",
+                                  basis="one run's noise and the law's rms miss")]
     last = pred.get("largest_fitted_error")
     if last:
         out.append(compare.quantity_ratio(f"{what}: held-out error / at the largest fitted size",
                                           pred["measured_error"] / last, math.sqrt(2) * one, needed=PREDICTION_GOAL,
-                                          basis="two runs' noise"))
+                                          n="1/1", basis="two runs' noise"))
     if longer:
         out.append(compare.quantity_ratio(f"{what}: whole-set error, best with more steps / at the scaling steps",
                                           (1 - longer["best"]) / pred["measured_error"], math.sqrt(2) * noise,
-                                          needed=PREDICTION_GOAL, basis="two evaluations' noise"))
+                                          needed=PREDICTION_GOAL, n="1/1", basis="two evaluations' noise"))
     return out

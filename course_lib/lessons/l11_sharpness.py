@@ -141,13 +141,15 @@ def sharpness_comparisons(small: dict, large: dict, users: int) -> list[compare.
     generalization gap wider (train HR@10 minus test HR@10, each with its binomial error over ``users``)?"""
     out = [compare.quantity_ratio("top Hessian eigenvalue, large / small batch",
                                   large["top eigenvalue"] / small["top eigenvalue"], 0.0, needed=SHARPNESS_EFFECT,
-                                  resolution=2 * EIGEN_TOL, basis="one run each; the power iteration's tolerance")]
+                                  resolution=2 * EIGEN_TOL, n="1/1",
+                                  basis="one run each; the power iteration's tolerance")]
     se_s, se_l = small.get("trace +/- (stderr)"), large.get("trace +/- (stderr)")
     if se_s and se_l and small["Hessian trace"] and large["Hessian trace"]:
         rel = math.hypot(se_s / small["Hessian trace"], se_l / large["Hessian trace"])
         out.append(compare.quantity_ratio("Hessian trace, large / small batch",
                                           large["Hessian trace"] / small["Hessian trace"], rel,
-                                          needed=SHARPNESS_EFFECT, basis="Hutchinson's standard errors"))
+                                          needed=SHARPNESS_EFFECT, n="1/1",
+                                          basis="Hutchinson's standard errors"))
     if small["gap"] is not None and large["gap"] is not None:
         se = [math.hypot(hr_se(r["train HR@10"], users), hr_se(r["test HR@10"], users)) for r in (small, large)]
         out.append(compare.difference("generalization gap, large - small batch", small["gap"], se[0], large["gap"],
