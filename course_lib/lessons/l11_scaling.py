@@ -18,9 +18,10 @@ def fit_power_law(sizes, errors, grid: int = 400) -> dict:
 
     Least squares in the error itself. For a given floor ``c`` the rest is a straight line in log-log
     (``log(err - c) = log a - b log N``, closed form); the floor is then searched on ``[0, min(err))``: a grid
-    of ``grid`` points, refined by golden section around the best. Returns ``a``, ``b`` (the exponent, > 0
-    when the error falls), ``c``, and ``rmse`` of the fit."""
+    of ``grid`` points, refined around the best by :func:`scipy.optimize.minimize_scalar`. Returns ``a``, ``b``
+    (the exponent, > 0 when the error falls), ``c``, and ``rmse`` of the fit."""
     import numpy as np
+    from scipy.optimize import minimize_scalar
 
     n, e = np.asarray(sizes, dtype=float), np.asarray(errors, dtype=float)
     if n.size != e.size or n.size < 3:
@@ -39,14 +40,8 @@ def fit_power_law(sizes, errors, grid: int = 400) -> dict:
     cs = np.linspace(0.0, top, grid, endpoint=False)
     best = int(np.argmin([line(c)[0] for c in cs]))
     lo, hi = cs[max(best - 1, 0)], cs[best + 1] if best + 1 < grid else top
-    phi = (5 ** 0.5 - 1) / 2
-    for _ in range(60):  # golden section on [lo, hi]
-        c1, c2 = hi - phi * (hi - lo), lo + phi * (hi - lo)
-        if line(c1)[0] <= line(c2)[0]:
-            hi = c2
-        else:
-            lo = c1
-    c = (lo + hi) / 2
+    c = float(minimize_scalar(lambda c: line(c)[0], bounds=(lo, hi), method="bounded",
+                              options={"xatol": 1e-12 * max(top, 1.0)}).x)
     sse, a, b = line(c)
     return {"a": a, "b": b, "c": float(c), "rmse": (sse / n.size) ** 0.5}
 
