@@ -169,7 +169,7 @@ def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small
     assert first["sequences"] == 16 and first["eval_loss"] == plain["curves"]["eval_loss"][1]
     # two repeats: a noisy estimate (tr(Sigma) may even come out negative), but a finite one
     assert all(math.isfinite(first[k]) for k in ("trace_cov", "grad_sq_norm", "stderr"))
-    assert "2 noise-scale measurements" in study.probe_cost_sentence(probed)
+    assert study.probe_cost_table({"bert": probed}).rows[0]["measurements"] == 2
 
 
 def test_grad_accumulation_matches_one_big_batch(small_data):

@@ -65,7 +65,8 @@ def test_every_module_is_on_the_map_once():
 
 def test_every_notebook_has_its_lesson_module_and_imports_it():
     """lessons/lNN_<name>.py for every notebooks/NN_<name>.ipynb, listed in lessons/__init__.py, imported
-    one way: `from course_lib.lessons import lNN_<name> as study`."""
+    one way: `from course_lib.lessons import lNN_<name> as study`; a section module lNN_<section>.py only
+    beside its lesson's notebook."""
     import json
     listed = (PACKAGE / "lessons" / "__init__.py").read_text()
     for nb in sorted((PACKAGE.parent / "notebooks").glob("[0-9][0-9]_*.ipynb")):

@@ -20,6 +20,8 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l09_performance_model.py     the step model against the course's step, strong/weak scaling
     l10_model_parallelism.py     equality with one process, the bubble, bytes per rank, the decision table
     l11_batch_size_science.py    B_simple against the bend, sharpness against the gap, BatchNorm per rank
+                                 (its sections: l11_noise_scale.py, l11_critical_batch.py, l11_sharpness.py,
+                                 l11_adaptive.py, l11_scaling.py, l11_batchnorm.py)
     l12_hyperparameter_search.py searches at equal budget, epochs to the target, brackets, their comparisons
     l12_replay.py                the tabular benchmark: a pool's curves replayed over many seeds, the winner
     l12_bert.py                  the same search on lesson 07's BERT
