@@ -110,11 +110,14 @@ class Comparison:
         return self.outcome in (HIGHER, LOWER)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "outcome": self.outcome}
+        """JSON-safe: an unbounded end (a ratio's range with no upper bound) is the string "inf" or "-inf"."""
+        d = {**asdict(self), "outcome": self.outcome}
+        return {k: (str(v) if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Comparison":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        unbounded = lambda v: float(v) if v in ("inf", "-inf") else v  # noqa: E731
+        return cls(**{k: unbounded(d[k]) for k in cls.__dataclass_fields__ if k in d})
 
     def row(self) -> dict:
         """The row :func:`table` shows."""

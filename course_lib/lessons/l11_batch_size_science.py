@@ -19,10 +19,7 @@ Every verdict is a :class:`course_lib.compare.Comparison`, shown with :func:`cou
 
 from __future__ import annotations
 
-import sys
-from dataclasses import replace
 
-from .. import compare
 from .l11_noise_scale import (ncf_loss, ncf_sampler, noise_probe, mlm_loss, mlm_sampler, probe_steps,
     mlm_noise_probe, bert_setting, curve_resolution, mlm_b_simple_at_target, mlm_noise_table, plot_mlm_noise, sig,
     at_its_error, count, noise_table, b_simple_at_target, probe_cost_table, trend_comparison, b_simple_estimate)
@@ -40,7 +37,6 @@ from .l11_scaling import (fit_power_law, power_law_error, size_for_error, subsam
     sized_bert_config, scaling_comparisons, PREDICTION_GOAL, SCALING_NOISE, SCALING_FLOOR, SCALING_REST_S)
 
 __all__ = [
-    "savable",
     "ncf_loss", "ncf_sampler", "noise_probe", "mlm_loss", "mlm_sampler", "probe_steps", "mlm_noise_probe",
     "bert_setting", "curve_resolution", "mlm_b_simple_at_target", "mlm_noise_table", "plot_mlm_noise", "sig",
     "at_its_error", "count", "noise_table", "b_simple_at_target", "probe_cost_table", "trend_comparison",
@@ -57,14 +53,3 @@ __all__ = [
     "size_scaling", "sized_bert_config", "scaling_comparisons", "PREDICTION_GOAL", "SCALING_NOISE",
     "SCALING_FLOOR", "SCALING_REST_S",
 ]
-
-
-def savable(comparisons: list[compare.Comparison]) -> list[compare.Comparison]:
-    """The comparisons with an unbounded end (Fieller's range, a B_crit unbounded above) at the largest float: the
-    results' JSON has no infinity (it would come back as null and not load), and every outcome stays the same."""
-    big = sys.float_info.max
-
-    def clip(x: float) -> float:
-        return min(max(x, -big), big)
-
-    return [replace(c, estimate=clip(c.estimate), low=clip(c.low), high=clip(c.high)) for c in comparisons]
