@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from course_lib import compare
-from course_lib.lessons import l10_model_parallelism as study
+from course_lib.lessons import l10_pipelines as pipes
 from course_lib.parallel import async_pipeline as A
 from course_lib.parallel import pipeline as P
 
@@ -66,17 +66,17 @@ def four():
 
 @pytest.mark.slow
 def test_the_pipeline_equals_its_replay_and_stashing_matters_more_with_depth(four):
-    rows = study.async_rows(four, SPEC)
+    rows = pipes.async_rows(four, SPEC)
     assert {(r["p"], r["mode"]) for r in rows} == {(p, m) for p in (2, 4) for m in A.MODES}
-    assert study.async_equal(rows)
+    assert pipes.async_equal(rows)
     for r in rows:
         assert r["staleness"] == [r["p"] - s - 1 for s in range(r["p"])]
         assert r["held"] == ([r["p"] - s for s in range(r["p"])] if r["mode"] == "stashed" else [1] * r["p"])
         assert len(r["losses"]) == SPEC["n"]
-    gaps = study.stash_gaps(rows)
+    gaps = pipes.stash_gaps(rows)
     assert 0 < gaps[2] < gaps[4]
-    assert [c.outcome for c in study.stash_comparisons(gaps)] == [compare.HIGHER, compare.HIGHER]
-    assert "replay" in str(study.async_table(rows)) and "stage 3" in str(study.versions_table(rows[-1]))
+    assert [c.outcome for c in pipes.stash_comparisons(gaps)] == [compare.HIGHER, compare.HIGHER]
+    assert "replay" in str(pipes.async_table(rows)) and "stage 3" in str(pipes.versions_table(rows[-1]))
     # each stage's record is (forward's, backward's, updated): stashed, the backward's is the forward's; not
     # stashed, the one updated
     for r in rows:
@@ -87,8 +87,8 @@ def test_the_pipeline_equals_its_replay_and_stashing_matters_more_with_depth(fou
 
 
 def test_async_equal_needs_every_run_within_the_tolerance():
-    assert not study.async_equal([{"replay_diff": 1e-3}]) and not study.async_equal([])
-    assert study.async_equal([{"replay_diff": 0.0}])
+    assert not pipes.async_equal([{"replay_diff": 1e-3}]) and not pipes.async_equal([])
+    assert pipes.async_equal([{"replay_diff": 0.0}])
 
 
 def test_a_launch_too_small_for_the_depths_is_refused():

@@ -10,6 +10,7 @@ import pytest
 
 from course_lib import dist as cdist
 from course_lib.lessons import l10_model_parallelism as study
+from course_lib.lessons import l10_pipelines as pipes
 from course_lib.parallel import pipeline
 
 from _timing import scaled
@@ -83,7 +84,7 @@ def test_pipeline_gradients_equal_one_process_for_every_schedule(two, four):
 def test_the_pipeline_over_berts_encoder_equals_one_process(two, four):
     """Embeddings on the first stage, the MLM head on the last, hidden states between them; the tied embedding's
     two parts of the gradient (first stage: the lookup, last: the decoder) added up as Megatron does."""
-    assert study.bert_pipeline_equal(two) and study.bert_pipeline_equal(four)
+    assert pipes.bert_pipeline_equal(two) and pipes.bert_pipeline_equal(four)
     assert [o["bert_pipeline"]["blocks"] for o in four] == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert [(o["bert_pipeline"]["first"], o["bert_pipeline"]["last"]) for o in two] == [(True, False), (False, True)]
     untied = [r["grad_diff"] for o in four for r in o["bert_untied"]["rows"]]

@@ -11,6 +11,7 @@ from _timing import scaled
 from course_lib import compare
 from course_lib.lessons import l09_paleo as S
 from course_lib.lessons import l09_performance_model as study
+from course_lib.lessons import l09_scaling as scaling
 from course_lib.perf import paleo as P
 
 
@@ -51,8 +52,8 @@ def test_calibration_steps_are_left_out_and_each_model_and_all_get_a_row():
 def test_stops_paying_and_the_table_show_what_doubling_the_batch_does():
     ttt = [{"global batch": b, "steps to target": 1, "step (ms)": 1.0, "time to target (s)": t}
            for b, t in [(256, 100), (512, 60), (1024, 57), (2048, 80)]]
-    assert study.stops_paying(ttt) == 512
-    cells = [r["time at twice the batch"] for r in study.time_to_target_table(ttt, None).rows]
+    assert scaling.stops_paying(ttt) == 512
+    cells = [r["time at twice the batch"] for r in scaling.time_to_target_table(ttt, None).rows]
     assert cells == ["0.60x", "0.95x", "1.40x", "-"]
 
 
@@ -60,34 +61,34 @@ def test_stops_paying_and_the_table_show_what_doubling_the_batch_does():
 
 
 def test_steps_to_target_and_its_fit_from_lesson_02_rows():
-    assert study.steps_to_target(1024, 1000, 1024) == pytest.approx(2000)
-    rows = [{"batch size": b, "steps to target": study.steps_to_target(b, 500, 2048)} for b in (256, 1024, 4096)]
-    fit, where = study.steps_fit(rows)
-    assert where == "fit" and study.steps_parameters(fit) == pytest.approx((500, 2048))
-    s_min, b_crit = study.steps_estimates(fit)
+    assert scaling.steps_to_target(1024, 1000, 1024) == pytest.approx(2000)
+    rows = [{"batch size": b, "steps to target": scaling.steps_to_target(b, 500, 2048)} for b in (256, 1024, 4096)]
+    fit, where = scaling.steps_fit(rows)
+    assert where == "fit" and scaling.steps_parameters(fit) == pytest.approx((500, 2048))
+    s_min, b_crit = scaling.steps_estimates(fit)
     assert s_min.value == pytest.approx(500) and b_crit.value == pytest.approx(2048)
-    assert study.fit_steps_to_target(rows[:1]) is None
+    assert scaling.fit_steps_to_target(rows[:1]) is None
 
 
 def test_fit_takes_the_best_run_at_each_batch():
     rows = [{"batch size": b, "steps to target": round(1000 * (1 + 4096 / b))} for b in (1024, 4096, 16384)]
     worse = [{"batch size": b, "steps to target": 3 * r["steps to target"]} for b, r in zip((1024, 4096, 16384), rows)]
-    fit = study.fit_steps_to_target(worse + rows + [{"batch size": 65536, "steps to target": None}])
-    assert study.steps_parameters(fit) == pytest.approx((1000, 4096), rel=1e-3)
+    fit = scaling.fit_steps_to_target(worse + rows + [{"batch size": 65536, "steps to target": None}])
+    assert scaling.steps_parameters(fit) == pytest.approx((1000, 4096), rel=1e-3)
 
 
 def test_without_a_fit_the_values_are_illustrative_and_the_reason_is_named():
     # steps that fell as fast as 1/B at every batch: a line in 1/B through them has no positive intercept
     perfect = [{"batch size": b, "steps to target": s} for b, s in
                ((256, 17406), (1024, 4356), (4096, 1020), (16384, 285), (65536, 100), (65536, None))]
-    assert study.steps_fit(perfect) == (None, "no bend")
-    assert study.steps_fit(perfect[:1]) == (None, "too few")
-    assert study.steps_fit(None) == (None, "missing")
-    assert "lesson 02's steps to target are not here" in study.STEPS_FROM["missing"]
-    assert study.steps_parameters(None) == study.ILLUSTRATIVE_STEPS
-    assert all(e.basis == "illustrative" for e in study.steps_estimates(None))
-    assert "illustrative" in study.time_to_target_title(None)
-    assert "illustrative" not in study.time_to_target_title(object())
+    assert scaling.steps_fit(perfect) == (None, "no bend")
+    assert scaling.steps_fit(perfect[:1]) == (None, "too few")
+    assert scaling.steps_fit(None) == (None, "missing")
+    assert "lesson 02's steps to target are not here" in scaling.STEPS_FROM["missing"]
+    assert scaling.steps_parameters(None) == scaling.ILLUSTRATIVE_STEPS
+    assert all(e.basis == "illustrative" for e in scaling.steps_estimates(None))
+    assert "illustrative" in scaling.time_to_target_title(None)
+    assert "illustrative" not in scaling.time_to_target_title(object())
 
 
 def test_lesson06_scaling_table_takes_each_modes_largest_world_size():
@@ -95,9 +96,9 @@ def test_lesson06_scaling_table_takes_each_modes_largest_world_size():
             {"mode": "strong", "world_size": 2, "efficiency": 0.61},
             {"mode": "weak", "world_size": 2, "efficiency": 0.8},
             {"mode": "weak", "world_size": 4, "efficiency": None}]
-    t = study.lesson06_scaling_table({"scaling_rows": rows})
+    t = scaling.lesson06_scaling_table({"scaling_rows": rows})
     assert [(r["mode"], r["ranks"], r["efficiency"]) for r in t.rows] == [("strong", 2, "0.61"), ("weak", 2, "0.80")]
-    assert study.lesson06_scaling_table(None) is None and study.lesson06_scaling_table({"scaling_rows": []}) is None
+    assert scaling.lesson06_scaling_table(None) is None and scaling.lesson06_scaling_table({"scaling_rows": []}) is None
 
 
 # --------------------------------------------------------------------------- Paleo's case studies

@@ -5,6 +5,7 @@ import pytest
 
 from course_lib import compare
 from course_lib.lessons import l10_model_parallelism as study
+from course_lib.lessons import l10_pipelines as pipes
 from course_lib.parallel import pipeline as P
 from course_lib.perf.schemes import SchemePrediction, fastest_that_fits
 
@@ -23,31 +24,31 @@ def _row(measured, replayed, *, p=2, m=8, cpu=1.0, schedule="GPipe"):
 def test_a_bubble_near_the_formula_at_every_m_is_the_same_and_a_far_one_is_higher():
     near = [_row(P.bubble_fraction(2, m) + d, 0.0, m=m, schedule=s)
             for m, d in ((1, 0.01), (2, 0.02), (4, 0.0), (8, 0.015)) for s in ("GPipe", "1F1B")]
-    (c,) = study.bubble_comparisons(near)
+    (c,) = pipes.bubble_comparisons(near)
     assert c.outcome == compare.SAME and c.unit == "points" and c.n == "8"
     far = [_row(P.bubble_fraction(3, m) + d, 0.0, p=3, m=m) for m, d in ((1, 0.3), (4, 0.35), (8, 0.32))]
-    assert [c.outcome for c in study.bubble_comparisons(near + far)] == [compare.SAME, compare.HIGHER]
+    assert [c.outcome for c in pipes.bubble_comparisons(near + far)] == [compare.SAME, compare.HIGHER]
 
 
 def test_a_bubble_that_scatters_across_m_is_unresolved_and_one_row_gives_no_verdict():
     scatter = [_row(P.bubble_fraction(2, m) + d, 0.0, m=m) for m, d in ((1, -0.2), (2, 0.3), (4, -0.1), (8, 0.25))]
-    assert study.bubble_comparisons(scatter)[0].outcome == compare.UNRESOLVED
-    assert study.bubble_comparisons([_row(0.4, 0.3)]) == []
+    assert pipes.bubble_comparisons(scatter)[0].outcome == compare.UNRESOLVED
+    assert pipes.bubble_comparisons([_row(0.4, 0.3)]) == []
 
 
 def test_the_bubble_tables_pipelining_column_says_why_it_is_empty():
     rows = [{**_row(0.4, 0.3, p=3, m=m, schedule=sched), "native_grad_diff": None}
             for sched in ("GPipe", "1F1B") for m in (1, 8)] + [_row(0.15, 0.12)]
-    col = [r["torch.distributed.pipelining = one process"] for r in study.bubble_table(rows).rows]
+    col = [r["torch.distributed.pipelining = one process"] for r in pipes.bubble_table(rows).rows]
     assert col == ["not run at this p", "not run at this p", "n/a (1F1B needs m >= p)", "not run at this p", "yes"]
-    assert "CPU share" in str(study.bubble_table([_row(0.2, 0.1, cpu=None)]))
+    assert "CPU share" in str(pipes.bubble_table([_row(0.2, 0.1, cpu=None)]))
 
 
 # --------------------------------------------------------------------------- the asynchronous pipeline
 
 
 def test_the_stash_drift_is_resolved_only_above_the_replays_resolution():
-    comps = study.stash_comparisons({2: 6.6e-7, 3: 3.1e-6, 4: 3.1e-6})
+    comps = pipes.stash_comparisons({2: 6.6e-7, 3: 3.1e-6, 4: 3.1e-6})
     assert [c.outcome for c in comps] == [compare.UNRESOLVED, compare.HIGHER, compare.HIGHER]
     assert [c.question[-5:] for c in comps] == ["p = 2", "p = 3", "p = 4"]
 
@@ -65,7 +66,7 @@ def test_the_staleness_table_gives_each_run_against_synchronous_and_stashed():
     conv = [{"p": 1, "mode": "synchronous", "held_out_loss": 1.0},
             {"p": 2, "mode": "stashed", "held_out_loss": 1.05},
             {"p": 2, "mode": "not stashed", "held_out_loss": 1.155}]
-    rows = study.staleness_table(conv).rows
+    rows = pipes.staleness_table(conv).rows
     assert [r["vs synchronous"] for r in rows] == ["+0.0%", "+5.0%", "+15.5%"]
     assert [r["vs stashed"] for r in rows] == ["-", "-", "+10.0%"]
 
