@@ -384,8 +384,8 @@ def what_if_table(rows_of: dict) -> Table:
     for label, rows in rows_of.items():
         cells = {"variant": label}
         for s, col, at in (("butterfly_all_reduce", "butterfly best", "at"), ("ring_all_reduce", "ring best", "at ")):
-            w, sp = best_workers(rows, s) if s in rows[0]["speedup"] else ("-", math.nan)
-            cells.update({col: f"{sp:.1f}x", at: w})
+            w, sp = best_workers(rows, s) if s in rows[0]["speedup"] else ("-", None)
+            cells.update({col: "-" if sp is None else f"{sp:.1f}x", at: w})
         t.add(**cells)
     return t
 

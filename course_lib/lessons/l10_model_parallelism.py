@@ -194,8 +194,7 @@ def memory_table(outs: list[dict], predicted: dict | None = None) -> Table:
 
 
 def _ms(seconds: float) -> str:
-    """A step of the memory table, in ms to three significant figures (a GPU's few-ms steps keep their digits; the
-    model's reading takes its errors from these cells)."""
+    """A step of the memory table, in ms to three significant figures (a GPU's few-ms steps keep their digits)."""
     ms = seconds * 1e3
     return f"{ms:.3g}" if ms < 1000 else f"{ms:.0f}"
 
