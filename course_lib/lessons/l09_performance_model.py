@@ -390,8 +390,13 @@ def model_comparisons(rows: list[dict]) -> list[compare.Comparison]:
         if len(rs) >= 2:
             out.append(compare.paired_ratio(f"step time, model / measured: {name}",
                                             [r["measured (ms)"] for r in rs], [r["predicted (ms)"] for r in rs],
-                                            needed=compare.MODEL_EFFECT, basis=f"{len(rs)} steps, 1 and 2 ranks"))
+                                            needed=compare.MODEL_EFFECT,
+                                            basis=f"{len(rs)} steps on {' and '.join(_ranks(rs))} rank(s)"))
     return out
+
+
+def _ranks(rows: list[dict]) -> list[str]:
+    return [str(p) for p in sorted({r["ranks"] for r in rows})]
 
 
 def mfu_table(rows: list[dict], peak_flops: float) -> Table:

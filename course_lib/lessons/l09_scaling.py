@@ -43,7 +43,22 @@ STEPS_FROM = {"fit": "lesson 02's runs here",
               "missing": "lesson 02's steps to target are not here: illustrative values, not measured",
               "too few": "fewer than two of lesson 02's batch sizes reached the target: illustrative values",
               "no bend": "lesson 02's steps do not fit S = S_min (1 + B_crit / B) with a positive S_min and B_crit "
-                         "(the table of its steps shows why): illustrative values"}
+                         "(its steps, in the table below): illustrative values"}
+
+
+def lesson02_steps_table(rows: list[dict] | None) -> Table | None:
+    """Lesson 02's fewest steps to target per batch (:func:`best_steps`) and the fall from the batch before,
+    against the batch's growth; None when lesson 02 saved none."""
+    pts = best_steps(rows)
+    if not pts:
+        return None
+    t = Table(["batch size", "steps to target", "fewer steps than at the batch before", "batch grew"],
+              title="lesson 02's steps to target (the fastest run at each batch)")
+    for (b0, s0), (b, st) in zip([(None, None)] + pts, pts):
+        t.add(**{"batch size": b, "steps to target": st,
+                 "fewer steps than at the batch before": "-" if s0 is None else f"{s0 / st:.2f}x",
+                 "batch grew": "-" if b0 is None else f"{b / b0:g}x"})
+    return t
 
 
 def steps_fit(rows: list[dict] | None) -> tuple[compare.Fit | None, str]:

@@ -205,3 +205,11 @@ def test_bench_dispatches_paleo():
     out = subprocess.run([sys.executable, "-m", "course_lib.bench", "paleo", "--workers", "1,32"],
                          capture_output=True, text=True, timeout=scaled(120), check=True).stdout
     assert "butterfly_all_reduce speedup" in out and "\n32 " in out
+
+
+def test_lesson02s_steps_table_shows_the_fall_against_the_batchs_growth():
+    rows = [{"batch size": b, "steps to target": s} for b, s in ((256, 4000), (1024, 1000), (1024, 1500))]
+    t = scaling.lesson02_steps_table(rows)
+    assert [(r["batch size"], r["fewer steps than at the batch before"], r["batch grew"]) for r in t.rows] == \
+        [(256, "-", "-"), (1024, "4.00x", "4x")]
+    assert scaling.lesson02_steps_table(None) is None
