@@ -77,7 +77,7 @@ def bert_throughput(model: str = "base", *, seq_len: int = 128, batch_size: int 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["paleo"]:  # lesson 09's Paleo case studies: options of their own
-        from .lessons.l09_performance_model import cli as paleo_cli
+        from .lessons.l09_paleo import cli as paleo_cli
 
         return paleo_cli(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__.split("\n\n")[0])
@@ -167,6 +167,7 @@ def _main_hardware(args) -> int:
 
 
 def _main_model(args) -> int:
+    from . import compare
     from .lessons import l09_performance_model as study
     from .dist import launch
 
@@ -178,7 +179,7 @@ def _main_model(args) -> int:
     rows = study.predictions(one, two, spec)
     print(study.comparison_table(rows))
     print(study.parts_table(rows))
-    print(study.verdict(rows))
+    print(compare.table(study.model_comparisons(rows), title="the model against the measured steps"))
     print(f"median prediction error: {100 * study.median_error(rows):.0f}%")
     return 0
 

@@ -269,7 +269,7 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
 
     ``models``: name -> ``(counts_a, counts_b, curves, step_overhead_s)`` (two counted steps of the model,
     this machine's probe curves and measured overhead). ``networks``: name -> ``(alpha_s, bytes_per_s)``
-    of named links (e.g. :func:`course_lib.lessons.l09_performance_model.named_links`): a dropdown that sets the two
+    of named links (e.g. :func:`course_lib.lessons.l09_paleo.named_links`): a dropdown that sets the two
     link sliders; ``network`` picks one of them instead of ``alpha`` / ``link_Bps``. ``illustrative``: ``min_steps``
     and ``critical_batch`` are made-up values (lesson 02's runs did not fit), and the table's steps and time to
     target say so. With a widget frontend: sliders and dropdowns; otherwise one static ``(figure, table)`` for the

@@ -10,6 +10,7 @@ import pytest
 
 from course_lib import dist as cdist
 from course_lib.lessons import l10_model_parallelism as study
+from course_lib.lessons import l10_pipelines as pipes
 from course_lib.parallel import pipeline
 
 from _timing import scaled
@@ -83,7 +84,7 @@ def test_pipeline_gradients_equal_one_process_for_every_schedule(two, four):
 def test_the_pipeline_over_berts_encoder_equals_one_process(two, four):
     """Embeddings on the first stage, the MLM head on the last, hidden states between them; the tied embedding's
     two parts of the gradient (first stage: the lookup, last: the decoder) added up as Megatron does."""
-    assert study.bert_pipeline_equal(two) and study.bert_pipeline_equal(four)
+    assert pipes.bert_pipeline_equal(two) and pipes.bert_pipeline_equal(four)
     assert [o["bert_pipeline"]["blocks"] for o in four] == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert [(o["bert_pipeline"]["first"], o["bert_pipeline"]["last"]) for o in two] == [(True, False), (False, True)]
     untied = [r["grad_diff"] for o in four for r in o["bert_untied"]["rows"]]
@@ -160,16 +161,15 @@ def test_lesson_09s_model_predicts_the_bytes_sent_and_kept_by_each_measured_sche
     assert "predicted sent" in str(study.memory_table([o["sharded"] for o in two], predicted))
 
 
-def test_the_verdict_reads_the_results(two, four):
+def test_the_checks_table_holds_on_the_results_and_the_model_prices_the_bytes(two, four):
     from course_lib.perf.probe import DeviceCurves
 
     rows = pipeline.measured_bubbles([o["pipeline"] for o in two])
+    t = study.checks_table(two, rows, [o["sharded"] for o in two], [o["halo"] for o in two], [o["mesh"] for o in four])
+    assert {r["holds"] for r in t.rows} == {"yes"} and any("mesh 2 x 2" in r["check"] for r in t.rows)
     curves = DeviceCurves("test", [(1.0, 1e10), (1e15, 1e10)], [(1.0, 1e10), (1e15, 1e10)], 1e-6)
     predicted = study.sharded_predictions(study.lesson_spec("smoke")["sharded"], 2, curves, (1e-5, 1e-9))
-    text = study.verdict(two, rows, [o["sharded"] for o in two], [o["halo"] for o in two], [o["mesh"] for o in four],
-                         predicted)
-    assert "equals one process" in text and "Mesh 2 x 2" in text and "NOT" not in text
-    assert "Lesson 09's model predicted the bytes each scheme sent exactly" in text
+    assert all(abs(e["sent"]) <= 1e-9 for e in study.prediction_error([o["sharded"] for o in two], predicted).values())
 
 
 def test_one_rank_runs_every_worker_with_nothing_to_send():

@@ -1,16 +1,12 @@
-"""Lesson 09's Paleo case studies: the networks against their specifications, each of Paleo's
-communication formulas, the model against Paleo's own estimates, the readings, im2col, and the CLI."""
+"""Paleo's networks against their specifications, each of Paleo's communication formulas, im2col, and the
+what-if widget (lesson 09's case studies themselves: tests/lessons/test_l09_performance_model.py)."""
 
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
-from _timing import scaled
 
-from course_lib.lessons import l09_performance_model as S
+from course_lib.lessons import l09_paleo as S
 from course_lib.perf import im2col, paleo as P, paleo_nets as N
 
 NET20 = P.paleo_network("ethernet20", 1.0)  # 2.5e9 bytes/s
@@ -133,93 +129,6 @@ def test_ppp_and_names():
             bad()
 
 
-# --------------------------------------------------------------------------- against Paleo's own estimates
-
-
-def test_alexnet_case_within_25_percent_of_paleo_and_butterfly_peaks_between_16_and_64():
-    rows = S.case()
-    compared = S.against_paleo(rows)
-    assert len(compared) == 8
-    worst, text = S.agreement(compared)
-    assert worst <= 0.25 and "within" in text
-    for r in compared:
-        for s in P.JSON_SCHEMES:
-            if r[f"{s} ms (Paleo)"]:
-                assert r[f"{s} diff"] == pytest.approx(0, abs=1e-3)  # Paleo counts no biases: 0.02 %
-    w, sp = S.best_workers(rows, "butterfly_all_reduce")
-    assert 16 <= w <= 64 and 4 < sp < 7
-    # Paleo's fc6 backward explains the compute gap: put it in and the two agree within 3 %
-    one = compared[0]
-    a, b = S.net_counts("alexnet")
-    dev = P.paleo_device("K80", 0.62)
-    c = P.M.interpolate(a, b, 2048)
-    fc6_bwd = sum(P.op_seconds(o, dev) for o in c.phase_ops("backward") if ".fc6." in o.module + ".") * 1e3
-    adjusted = one["compute ms (course)"] - fc6_bwd + S.PALEO_FC6_BACKWARD_MS
-    assert adjusted / one["compute ms (Paleo)"] == pytest.approx(1, abs=0.03)
-
-
-def test_inception_case_within_25_percent_of_paleo_at_100_workers():
-    rows = S.inception_case(workers=(1, 100))
-    compared = S.against_paleo(rows, [S.PALEO_INCEPTION_WEAK_100])
-    worst, _ = S.agreement(compared)
-    assert worst <= 0.25
-
-
-def test_agreement_says_so_when_it_does_not_hold():
-    fake = [{"workers": 1, "compute diff": 0.4, "one_to_all diff": 0.0}]
-    worst, text = S.agreement(fake)
-    assert worst == 0.4 and "NOT within" in text
-    with pytest.raises(ValueError):
-        S.agreement([])
-
-
-# --------------------------------------------------------------------------- readings fed opposite rows
-
-
-def _rows(speedups, comm=None, compute=100.0):
-    comm = comm or [0.0] * len(speedups)
-    return [{"workers": 2**i, "batch_per_worker": 8, "compute_ms": compute,
-             "comm_ms": {s: c for s in P.JSON_SCHEMES}, "speedup": {s: v for s in P.JSON_SCHEMES}}
-            for i, (v, c) in enumerate(zip(speedups, comm))]
-
-
-def test_readings_follow_the_rows():
-    rising = _rows([1, 2, 4, 8, 16, 32])
-    assert S.stops_scaling(rising, "tree_all_reduce") == 32
-    assert S.communication_dominates(rising, "tree_all_reduce") is None
-    text = S.alexnet_reading(rising)
-    assert "does not hold" in text  # 32x at 32, not about 5x
-    # #37 (fourth full run, read r4c): a scheme still gaining at the most workers priced did not "stop scaling
-    # after" them (the run's ring: 14.5x at 128 of 128 workers); one that stops inside the rows does
-    assert "still gaining 10 % or more per step up to 32 workers, the most priced" in text
-    assert "stops scaling after 32" not in text
-    flat = _rows([1, 1.8, 1.9, 2.0, 1.9, 5.2], comm=[0, 10, 50, 150, 300, 400])
-    assert S.stops_scaling(flat, "one_to_all") == 2
-    assert S.communication_dominates(flat, "one_to_all") == 8
-    assert "holds" in S.alexnet_reading(flat) and "does not hold" not in S.alexnet_reading(flat)
-    assert "one_to_all: best 5.2x at 32 workers; stops scaling after 2 workers" in S.alexnet_reading(flat)
-    inc = _rows([1, 2, 60])
-    inc[-1]["speedup"]["one_to_all"] = 20
-    assert "between one_to_all" in S.inception_reading(inc)
-    assert "every scheme predicts less" in S.inception_reading(_rows([1, 2, 10]))
-
-
-def test_weird_trick_hybrid_beats_data_parallel_and_reading_says_which():
-    r = S.one_weird_trick()
-    assert r["hybrid_h"] < r["data_parallel_h"]
-    assert "faster" in S.weird_trick_reading(r)
-    for how in ("data_parallel", "hybrid"):  # against Paleo's own per-step estimates
-        assert r[f"{how}_step_ms"] / S.PALEO_WEIRD_TRICK_STEP_MS[how] == pytest.approx(1, abs=0.25)
-    slower = dict(r, hybrid_h=2 * r["data_parallel_h"])
-    assert "slower" in S.weird_trick_reading(slower)
-
-
-def test_faster_device_scales_worse():
-    k80 = S.best_workers(S.case(), "butterfly_all_reduce")
-    h100 = S.best_workers(S.case(device=S.today_device()), "butterfly_all_reduce")
-    assert h100[1] < k80[1]
-
-
 # --------------------------------------------------------------------------- im2col
 
 
@@ -235,54 +144,6 @@ def test_im2col_equals_conv_and_costs_more_bytes():
     assert c["im2col_intensity"] < c["direct_intensity"]
     assert im2col.roofline_bound(1.0, 1e12, 1e11) == ("memory", 1e11)
     assert im2col.roofline_bound(100.0, 1e12, 1e11)[0] == "compute"
-
-
-# --------------------------------------------------------------------------- the command line
-
-
-def test_cli_json_shape(capsys):
-    assert (
-        S.cli(
-            [
-                "--net",
-                "alexnet",
-                "--device",
-                "K80",
-                "--network",
-                "ethernet20",
-                "--batch",
-                "2048",
-                "--ppp-comp",
-                "0.62",
-                "--ppp-comm",
-                "1.0",
-                "--scaling",
-                "strong",
-                "--workers",
-                "1,2,4",
-                "--json",
-            ]
-        )
-        == 0
-    )
-    out = json.loads(capsys.readouterr().out)
-    assert list(out) == ["rows"] and len(out["rows"]) == 3
-    for r in out["rows"]:
-        assert set(r) == {"workers", "batch_per_worker", "forward_ms", "backward_ms", "update_ms", "compute_ms",
-                          "comm_ms"}
-        assert set(r["comm_ms"]) == {"one_to_all", "tree_all_reduce", "butterfly_all_reduce"}
-    assert [r["batch_per_worker"] for r in out["rows"]] == [2048, 1024, 512]
-    assert S.cli(["--scaling", "weak", "--batch", "32", "--workers", "1,8", "--json"]) == 0
-    weak = json.loads(capsys.readouterr().out)["rows"]
-    assert [r["batch_per_worker"] for r in weak] == [32, 32]
-    with pytest.raises(SystemExit):
-        S.cli(["--workers", "1,x"])
-
-
-def test_bench_dispatches_paleo():
-    out = subprocess.run([sys.executable, "-m", "course_lib.bench", "paleo", "--workers", "1,32"],
-                         capture_output=True, text=True, timeout=scaled(120), check=True).stdout
-    assert "butterfly_all_reduce speedup" in out and "\n32 " in out
 
 
 def test_what_if_widget_takes_a_named_network():

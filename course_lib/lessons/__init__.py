@@ -18,7 +18,10 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l08_collectives.py           the algorithms measured, their crossovers, extrapolation, staleness
     l08_compression.py           lesson 08's last section: sending fewer bytes, measured and priced
     l09_performance_model.py     the step model against the course's step, strong/weak scaling
-    l10_model_parallelism.py     equality with one process, the bubble, bytes per rank, the decision table
+    l09_scaling.py               lesson 09's traps: strong vs weak scaling, where a larger batch stops paying
+    l09_paleo.py                 lesson 09's Paleo case studies: the talk's figures from the course's model
+    l10_model_parallelism.py     equality with one process, bytes per rank, the decision table, the checks
+    l10_pipelines.py             lesson 10's pipelines: the bubble at 2-4 stages, PipeDream's stale weights
     l11_batch_size_science.py    B_simple against the bend, sharpness against the gap, BatchNorm per rank
                                  (its sections: l11_noise_scale.py, l11_critical_batch.py, l11_sharpness.py,
                                  l11_adaptive.py, l11_scaling.py, l11_batchnorm.py)

@@ -5,7 +5,7 @@ figures "with sparsity", twice the dense one; those are halved here), in FLOP/s 
 (1e12 and 1e9 as the datasheets count). ``None``: the device has no such mode (V100 has no
 bf16 or tf32 tensor cores; MI250X has no tf32). CPUs have no entry: they are measured only.
 
-A measurement is read as a fraction of its peak (:func:`band_verdict`). The lower edges of the
+A measurement is shown as a fraction of its peak, beside its band (:func:`band`). The lower edges of the
 bands are the course's choice, set from what well-run nodes are reported to reach:
 
 * dense matmul: the best achievable matmul (ml-engineering's "Maximum Achievable Matmul
@@ -90,19 +90,22 @@ BANDS = {
 }
 
 
-def band_verdict(kind: str, measured: float, peak: float | None) -> tuple[float | None, str]:
-    """``(fraction of peak, verdict)`` of one measurement; no peak (a CPU, an unknown device): measured only."""
+NO_PEAK, ABOVE_PEAK, IN_BAND, BELOW_BAND = "no peak", "above the peak", "in the band", "below the band"
+
+
+def band(kind: str, measured: float, peak: float | None) -> tuple[float | None, str]:
+    """``(fraction of peak, where it falls)`` for one measurement, where is one of :data:`NO_PEAK` (a CPU, an
+    unknown device: measured only), :data:`ABOVE_PEAK` (more than 5 % over: the wrong entry or the wrong mode's
+    peak), :data:`IN_BAND` (from the band's lower edge, :data:`BANDS`) or :data:`BELOW_BAND` (check the node:
+    the band's causes). Columns of the probe's table; the band's edges are quoted, not measured here."""
     if kind not in BANDS:
         raise ValueError(f"unknown measurement kind {kind!r}; choose one of {tuple(BANDS)}")
     if not peak:
-        return None, "measured only (no reference peak for this device)"
+        return None, NO_PEAK
     frac = measured / peak
-    low, where, causes = BANDS[kind]
     if frac > 1.05:
-        return frac, "above the reference peak: wrong device entry, or the peak quoted is not this mode's"
-    if frac >= low:
-        return frac, f"within what well-run nodes reach ({where})"
-    return frac, f"check this node: {frac:.0%} of peak, below {low:.0%}; usual causes: {causes}"
+        return frac, ABOVE_PEAK
+    return frac, IN_BAND if frac >= BANDS[kind][0] else BELOW_BAND
 
 
 def reference_table() -> Table:

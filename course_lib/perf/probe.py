@@ -11,7 +11,7 @@
   step pays however small it is.
 
 On a GPU each timing is bracketed by CUDA events (:func:`_timed`); on a CPU by the host clock.
-The curves go to :mod:`.model`, the peaks to :func:`.peaks.band_verdict`.
+The curves go to :mod:`.model`, the peaks to :func:`.peaks.band`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..tables import Table
-from .peaks import band_verdict, find_reference
+from .peaks import BANDS, band, find_reference
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -158,37 +158,40 @@ class HardwareProbe:
     allreduce_busbw_Bps: float | None = None  # from lesson 08's fit / this lesson's launch
 
     def rows(self, reference=None) -> list[dict]:
-        """Measured value, reference peak, fraction and verdict per measurement."""
+        """Measured value, reference peak, fraction and band per measurement."""
         ref = reference if reference is not None else find_reference(self.device_name)
         out = []
         for dtype, (flops, n) in self.matmul_by_dtype.items():
             peak = ref.flops.get(dtype) if ref else None
-            frac, verdict = band_verdict("matmul", flops, peak)
+            frac, where = band("matmul", flops, peak)
             out.append({"measurement": f"matmul {dtype} (best, n = {n})", "measured": flops / 1e12, "unit": "TFLOP/s",
-                        "peak": peak and peak / 1e12, "fraction": frac, "verdict": verdict})
-        frac, verdict = band_verdict("memory", self.curves.memory_bandwidth, ref and ref.memory_bandwidth)
+                        "peak": peak and peak / 1e12, "fraction": frac, "band from": BANDS["matmul"][0],
+                        "band": where})
+        frac, where = band("memory", self.curves.memory_bandwidth, ref and ref.memory_bandwidth)
         largest = max(self.curves.copy)[0] / 2
         out.append({"measurement": f"memory copy ({largest / 2**20:.0f} MiB)",
                     "measured": self.curves.memory_bandwidth / 1e9,
-                    "unit": "GB/s", "peak": ref and ref.memory_bandwidth / 1e9, "fraction": frac, "verdict": verdict})
+                    "unit": "GB/s", "peak": ref and ref.memory_bandwidth / 1e9, "fraction": frac,
+                    "band from": BANDS["memory"][0], "band": where})
         if self.h2d_Bps is not None:
-            frac, verdict = band_verdict("h2d", self.h2d_Bps, ref and ref.pcie_bandwidth)
+            frac, where = band("h2d", self.h2d_Bps, ref and ref.pcie_bandwidth)
             out.append({"measurement": "host to device (pinned)", "measured": self.h2d_Bps / 1e9, "unit": "GB/s",
-                        "peak": ref and ref.pcie_bandwidth / 1e9, "fraction": frac, "verdict": verdict})
+                        "peak": ref and ref.pcie_bandwidth / 1e9, "fraction": frac, "band from": BANDS["h2d"][0],
+                        "band": where})
         if self.allreduce_busbw_Bps is not None:
             out.append({"measurement": "all-reduce busbw (lesson 08's fit)", "measured": self.allreduce_busbw_Bps / 1e9,
-                        "unit": "GB/s", "peak": None, "fraction": None,
-                        "verdict": "compare with the link: NVLink / InfiniBand figures in comm.QUOTED_INTERCONNECTS"})
+                        "unit": "GB/s", "peak": None, "fraction": None, "band from": None, "band": "measured only"})
         out.append({"measurement": "per-operation overhead", "measured": self.curves.overhead_s * 1e6, "unit": "us",
-                    "peak": None, "fraction": None, "verdict": "measured only (paid by every op of a step)"})
+                    "peak": None, "fraction": None, "band from": None, "band": "measured only"})
         return out
 
     def table(self, reference=None) -> Table:
-        t = Table(["measurement", "measured", "unit", "peak", "fraction", "verdict"],
+        t = Table(["measurement", "measured", "unit", "peak", "fraction", "band from", "band"],
                   title=f"{self.device_name} against its specification ({self.curves.threads} thread(s))")
         for r in self.rows(reference):
             t.add(**{**r, "peak": "-" if r["peak"] is None else r["peak"],
-                     "fraction": "-" if r["fraction"] is None else f"{r['fraction']:.0%}"})
+                     "fraction": "-" if r["fraction"] is None else f"{r['fraction']:.0%}",
+                     "band from": "-" if r["band from"] is None else f"{r['band from']:.0%}"})
         return t
 
     def summary(self) -> str:
@@ -199,9 +202,8 @@ class HardwareProbe:
             return (f"{self.device_name}: matmul {best / 1e9:.1f} GFLOP/s, memory copy "
                     f"{self.curves.memory_bandwidth / 1e9:.1f} GB/s (measured; no reference peak)")
         worst = min(rows, key=lambda r: r["fraction"])
-        ok = all(not r["verdict"].startswith("check") for r in rows)
-        return (f"{self.device_name}: {'as well-run nodes' if ok else 'check this node'}; lowest: "
-                f"{worst['measurement']} at {worst['fraction']:.0%} of peak")
+        return (f"{self.device_name}: lowest of peak: {worst['measurement']} at {worst['fraction']:.0%} "
+                f"({worst['band']})")
 
 
 def device_name(device: torch.device) -> str:

@@ -1,0 +1,157 @@
+"""Lesson 10: its tables and comparisons fed recorded-shape rows (the bubble per depth, the stash's drift, the
+step times against DDP and lesson 09's model), the decision and node tables, and the checks table."""
+
+import pytest
+
+from course_lib import compare
+from course_lib.lessons import l10_model_parallelism as study
+from course_lib.lessons import l10_pipelines as pipes
+from course_lib.parallel import pipeline as P
+from course_lib.perf.schemes import SchemePrediction, fastest_that_fits
+
+GIB = 2**30
+
+
+def _row(measured, replayed, *, p=2, m=8, cpu=1.0, schedule="GPipe"):
+    return {"schedule": schedule, "p": p, "m": m, "predicted": P.bubble_fraction(p, m), "measured": measured,
+            "replayed": replayed, "cpu_share": cpu, "forward_ms": 10.0, "runs": 5, "grad_diff": 0.0,
+            "native_grad_diff": 0.0}
+
+
+# --------------------------------------------------------------------------- the pipeline bubble
+
+
+def test_a_bubble_near_the_formula_at_every_m_is_the_same_and_a_far_one_is_higher():
+    near = [_row(P.bubble_fraction(2, m) + d, 0.0, m=m, schedule=s)
+            for m, d in ((1, 0.01), (2, 0.02), (4, 0.0), (8, 0.015)) for s in ("GPipe", "1F1B")]
+    (c,) = pipes.bubble_comparisons(near)
+    assert c.outcome == compare.SAME and c.unit == "points" and c.n == "8"
+    far = [_row(P.bubble_fraction(3, m) + d, 0.0, p=3, m=m) for m, d in ((1, 0.3), (4, 0.35), (8, 0.32))]
+    assert [c.outcome for c in pipes.bubble_comparisons(near + far)] == [compare.SAME, compare.HIGHER]
+
+
+def test_a_bubble_that_scatters_across_m_is_unresolved_and_one_row_gives_no_verdict():
+    scatter = [_row(P.bubble_fraction(2, m) + d, 0.0, m=m) for m, d in ((1, -0.2), (2, 0.3), (4, -0.1), (8, 0.25))]
+    assert pipes.bubble_comparisons(scatter)[0].outcome == compare.UNRESOLVED
+    assert pipes.bubble_comparisons([_row(0.4, 0.3)]) == []
+
+
+def test_the_bubble_tables_pipelining_column_says_why_it_is_empty():
+    rows = [{**_row(0.4, 0.3, p=3, m=m, schedule=sched), "native_grad_diff": None}
+            for sched in ("GPipe", "1F1B") for m in (1, 8)] + [_row(0.15, 0.12)]
+    col = [r["torch.distributed.pipelining = one process"] for r in pipes.bubble_table(rows).rows]
+    assert col == ["not run at this p", "not run at this p", "n/a (1F1B needs m >= p)", "not run at this p", "yes"]
+    assert "CPU share" in str(pipes.bubble_table([_row(0.2, 0.1, cpu=None)]))
+
+
+# --------------------------------------------------------------------------- the asynchronous pipeline
+
+
+def test_the_stash_drift_is_resolved_only_above_the_replays_resolution():
+    comps = pipes.stash_comparisons({2: 6.6e-7, 3: 3.1e-6, 4: 3.1e-6})
+    assert [c.outcome for c in comps] == [compare.UNRESOLVED, compare.HIGHER, compare.HIGHER]
+    assert [c.question[-5:] for c in comps] == ["p = 2", "p = 3", "p = 4"]
+
+
+def test_the_checked_cell_prints_whether_the_deepest_drift_is_resolved():
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parents[2] / "notebooks" / "10_model_parallelism.ipynb").read_text())
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "stash_comps[-1].outcome == compare.HIGHER" in code and "grows with depth" not in code
+
+
+def test_the_staleness_table_gives_each_run_against_synchronous_and_stashed():
+    conv = [{"p": 1, "mode": "synchronous", "held_out_loss": 1.0},
+            {"p": 2, "mode": "stashed", "held_out_loss": 1.05},
+            {"p": 2, "mode": "not stashed", "held_out_loss": 1.155}]
+    rows = pipes.staleness_table(conv).rows
+    assert [r["vs synchronous"] for r in rows] == ["+0.0%", "+5.0%", "+15.5%"]
+    assert [r["vs stashed"] for r in rows] == ["-", "-", "+10.0%"]
+
+
+# --------------------------------------------------------------------------- sharded steps
+
+
+def _pred(scheme, step_s, memory, *, w=8, sent=0.0, exposed=0.0, activations=0.0):
+    return SchemePrediction(scheme, w, 8 * w, 8, step_s - exposed, exposed, exposed, 0.0, memory - activations, 0.0,
+                            0.0, activations, sent)
+
+
+def _outs(steps, spread=0.0):
+    """Two ranks' sharded results with the given step per scheme, the second rank ``spread`` slower."""
+    return [{name: {"step_s": s * (1 + spread * r)} for name, s in steps.items()} for r in (0, 1)]
+
+
+def test_fsdp_twice_ddps_step_is_higher_and_a_model_within_a_few_percent_is_the_same():
+    outs = _outs({"DDP": 0.1, "ZeRO-1": 0.1, "FSDP2": 0.2})
+    model = {name: _pred(s, 0.1 * (1.02 if name != "FSDP2" else 2.0), 40) for name, s in
+             study.MEASURED_SCHEMES.items()}
+    comps = {c.question: c.outcome for c in study.step_comparisons(outs, model)}
+    assert comps["step time, FSDP2 / DDP (measured)"] == compare.HIGHER
+    assert comps["step time, model / measured: DDP"] == compare.SAME
+    assert comps["step time, model / measured: FSDP2"] == compare.SAME  # 0.2 predicted, 0.2 measured
+
+
+def test_steps_within_the_timing_resolution_are_not_a_difference():
+    outs = _outs({"DDP": 0.1, "ZeRO-1": 0.1, "FSDP2": 0.104})
+    (c,) = study.step_comparisons(outs, None)
+    assert c.outcome == compare.UNRESOLVED and c.low < 1 < c.high
+    under = {name: _pred(s, 0.04, 40) for name, s in study.MEASURED_SCHEMES.items()}
+    assert study.step_comparisons(outs, under)[1].outcome == compare.LOWER
+
+
+# --------------------------------------------------------------------------- choosing a scheme
+
+
+def test_decision_reasons_for_each_outcome():
+    fits_all = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.97, GIB), _pred("tensor", 3.0, GIB / 2)]
+    best = fastest_that_fits(fits_all, 4 * GIB)
+    assert best.scheme == "DDP"
+    assert study.decision_reason(fits_all, best, 4 * GIB, 8).startswith("DDP fits")
+    faster = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.5, GIB)]
+    assert study.decision_reason(faster, fastest_that_fits(faster, 4 * GIB), 4 * GIB, 8) == \
+        "DDP fits, but this is more than 10 % faster"
+    big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), _pred("FSDP", 1.0, 3 * GIB)]
+    assert study.decision_reason(big, fastest_that_fits(big, 4 * GIB), 4 * GIB, 8) == "DDP does not fit"
+    assert study.decision_reason(big[:1], None, 4 * GIB, 8) == "nothing fits"
+    assert study.decision_reason(big[:1], big[0], 9 * GIB, 1) == "fits on the one device"
+
+
+def test_the_node_choice_table_names_the_choice_what_tensor_costs_and_what_does_not_fit():
+    fast = {"BERT-x": [_pred("DDP", 0.10, 30e9), _pred("FSDP", 0.095, 20e9),
+                       _pred("tensor", 0.30, 5e9, sent=2**30, exposed=0.15), _pred("pipeline", 0.2, 90e9)]}
+    slow = {"BERT-x": [_pred("DDP", 0.12, 30e9), _pred("FSDP", 0.11, 20e9), _pred("tensor", 1.2, 5e9),
+                       _pred("pipeline", 0.25, 90e9)]}
+    (row,) = study.node_choice_table({"NVLink": fast, "InfiniBand": slow}, 80e9).rows
+    assert (row["choice"], row["as fast (within 10 %)"]) == ("DDP", "FSDP")
+    assert (row["tensor / choice, NVLink"], row["tensor / choice, InfiniBand"]) == ("3.00x", "10.00x")
+    assert row["tensor: excess (ms)"] == pytest.approx(200) and row["of it, exposed comm. (ms)"] == pytest.approx(150)
+    assert row["over the memory"] == "pipeline x8 (1F1B, m = 8)"
+    assert study.node_choice_table({"NVLink": fast}, 1e9).rows[0]["choice"] == "nothing fits"
+
+
+def test_bert_sizes_from_the_model_code():
+    base, large = study.bert_parameters("BERT-base"), study.bert_parameters("BERT-large")
+    assert 105e6 < base["n_params"] < 115e6  # BERT-base: 110M
+    assert 330e6 < large["n_params"] < 345e6  # BERT-large: 340M
+    with pytest.raises(ValueError, match="unknown model 'BERT-huge'"):
+        study.bert_shape("BERT-huge")
+
+
+def test_decision_rows_grow_with_the_model_on_this_machine():
+    from course_lib.perf.probe import DeviceCurves
+
+    curves = DeviceCurves("test", [(1.0, 1e14), (1e15, 1e14)], [(1.0, 1e12), (1e15, 1e12)], 5e-6)
+    rows = study.decision_rows(["BERT-base", "BERT-large"], world_size=8, device_bytes=16 * GIB, micro_batch=8,
+                               seq_len=128, curves=curves, link=(5e-6, 1 / 100e9), precision="mixed")
+    base, large = rows
+    need = lambda r: next(p for p in r["predictions"] if p.scheme == "DDP").memory_bytes  # noqa: E731
+    assert need(large) > 2 * need(base) and base["choice"] is not None
+    assert study.decision_table(rows, 16 * GIB, 8).rows[0]["model"] == "BERT-base"
+    one = study.decision_rows(["BERT-base"], world_size=1, device_bytes=GIB / 4, micro_batch=8, seq_len=128,
+                              curves=curves, link=(0.0, 0.0), precision="mixed")[0]
+    assert [p.scheme for p in one["predictions"]] == ["DDP"] and one["choice"] is None
+    assert one["smaller"] is None or one["smaller"][0] < 8
+    assert study.decision_table([one], GIB / 4, 1).rows[0]["why"] == "nothing fits"
