@@ -53,6 +53,9 @@ HR_EFFECT = 0.01  # one point of HR@10 is what the NCF literature reports differ
 LOSS_EFFECT = 0.02  # nats: a masked-LM loss difference below this is within one evaluation's sampling noise
 MODEL_EFFECT = 0.25  # a performance model within 25% of a measurement is as close as such models claim
 EXACT = 0.0  # for an invariant: any resolved difference counts
+# A resolution, not an effect: what one run per arm resolves on a shared machine, where runs of one setting move by
+# tens of percent between them (the interval of an arm measured once).
+ONE_RUN = 0.3
 
 
 @dataclass(frozen=True)
@@ -329,6 +332,12 @@ def _basis_se(df, resolution: float) -> str:
     if resolution > 0:
         parts.append(f"resolution {resolution:.3g}")
     return "; ".join(parts)
+
+
+def outcomes_line(comparisons: Iterable[Comparison]) -> str:
+    """Each comparison's question and outcome, for a saved result's one-line reason (no numbers: those are the
+    comparisons' own)."""
+    return "; ".join(f"{c.question}: {c.outcome}" for c in comparisons) or "not reached on every seed"
 
 
 COLUMNS = ["question", "estimate", "interval", "needed", "n", "basis", "outcome"]

@@ -423,7 +423,7 @@ def _steps_cell(r: dict):
     return round(steps)
 
 
-# what each rung's lesson compared on its own, at one pace (the ``reason`` it saved: ``decide.compare``'s verdict)
+# what each rung's lesson compared on its own, at one pace (the ``reason`` it saved: its comparisons' outcomes)
 OWN_COMPARISON = {"+warmup": "warmup against none", "+LARS": "the layer-wise optimizer against Adam",
                   "+mixed precision": "16 bits against fp32"}
 

@@ -13,7 +13,7 @@ Optuna search is :mod:`course_lib.optuna_search`.
   (lesson 07's lr search);
 - ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid
   (lesson 04);
-- ``confirm``: the deciding comparison of a sweep again at more seeds, read against their noise
+- ``confirm``: the deciding comparison of a sweep again at more seeds, as ``compare`` rows
   (lessons 02-06: the choice that makes a ladder rung).
 """
 
@@ -26,7 +26,8 @@ from typing import Callable
 
 from .optim.schedules import LR_RULES, linear_scaled_lr, sqrt_scaled_lr
 from .data.movielens import ImplicitData
-from .metrics import noise_verdict
+from . import compare
+from .compare import Comparison
 from .tables import Table
 from .train.ncf import TrainConfig, TrainResult, train_to_target
 
@@ -243,12 +244,12 @@ def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, devic
 @dataclass
 class Confirmed:
     """A sweep's deciding comparison at more seeds (:func:`confirm`): each candidate's runs, seed by
-    seed (``runs[i][0]`` is the sweep's own run), the winner and the verdict read from them."""
+    seed (``runs[i][0]`` is the sweep's own run), and the winner (the most seeds at the target, then the least
+    mean time). :meth:`comparisons` says how far the winner's lead is resolved."""
 
     labels: list[str]
     runs: list[list[TrainResult]]
     best: int
-    verdict: str
 
     @property
     def best_label(self) -> str:
@@ -268,25 +269,50 @@ class Confirmed:
             raise ValueError(f"none of {list(labels)} was compared (candidates: {self.labels})")
         return min(labels, key=lambda label: _seeds_score(self.runs_of(label)))
 
-    def _versus(self, a: str, b: str) -> tuple[str | None, str]:
+    def time_comparison(self, a: str, b: str) -> Comparison | None:
+        """``b``'s time to target over ``a``'s over the seeds (:func:`course_lib.compare.ratio`), widened by the
+        evaluations' spacing near the target (a time to target is known to the steps between its last two
+        evaluations) and, where an arm ran once, by :data:`course_lib.compare.ONE_RUN`. None where a run missed the
+        target: the seed table says which reached it."""
         ra, rb = self.runs_of(a), self.runs_of(b)
-        if all(r.time_to_target_s is not None for r in ra + rb):
-            # the steps too, so that a range of runs of identical steps is said to be the machine's pace
-            won, text = noise_verdict([r.time_to_target_s for r in ra], [r.time_to_target_s for r in rb], names=(a, b),
-                                      steps=([r.steps_to_target for r in ra], [r.steps_to_target for r in rb]))
-            return (None if won is None else (a, b)[won]), text
-        hit = lambda rs: sum(r.time_to_target_s is not None for r in rs)  # noqa: E731
-        won = a if hit(ra) > hit(rb) else b if hit(rb) > hit(ra) else None
-        return won, f"{a} reached the target on {hit(ra)} of {len(ra)} seeds, {b} on {hit(rb)} of {len(rb)}"
+        if any(r.time_to_target_s is None for r in ra + rb):
+            return None
+        once = min(len(ra), len(rb)) < 2
+        resolution = _spacing(ra) + _spacing(rb) + (compare.ONE_RUN if once else 0.0)
+        basis = "one seed each on a shared machine" if once else f"{len(ra)} and {len(rb)} seeds"
+        return compare.ratio(f"time to target, {b} / {a}", [r.time_to_target_s for r in ra],
+                             [r.time_to_target_s for r in rb], needed=compare.TIME_EFFECT, resolution=resolution,
+                             basis=f"{basis}; evaluation spacing")
 
-    def compare(self, a: str, b: str) -> str:
-        """``a`` against ``b``, seed by seed, read against the seed-to-seed range (or reached on how many seeds); a
-        range over seeds that took the same steps is said to be the machine's pace."""
-        return self._versus(a, b)[1]
+    def steps_comparison(self, a: str, b: str) -> Comparison | None:
+        """``b``'s steps to target over ``a``'s over the seeds, widened by the evaluation spacing (the steps
+        are known to within it); None where a run missed the target."""
+        ra, rb = self.runs_of(a), self.runs_of(b)
+        if any(r.steps_to_target is None for r in ra + rb):
+            return None
+        window = max(_spacing(ra), _spacing(rb))
+        return compare.ratio(f"steps to target, {b} / {a}", [r.steps_to_target for r in ra],
+                             [r.steps_to_target for r in rb], needed=compare.TIME_EFFECT, resolution=window,
+                             basis=f"{len(ra)} and {len(rb)} seeds; evaluations {window:.0%} apart")
+
+    def comparisons(self, chosen: str | None = None, *, steps: bool = False) -> list[Comparison]:
+        """Every other candidate against ``chosen`` (the winner by default): its time to target over the chosen
+        one's (*higher*: the chosen one is faster), and with ``steps`` its steps to target too."""
+        chosen = chosen or self.best_label
+        out = []
+        for label in self.labels:
+            if label != chosen:
+                out += [self.time_comparison(chosen, label)] + ([self.steps_comparison(chosen, label)] if steps else [])
+        return [c for c in out if c is not None]
 
     def winner(self, a: str, b: str) -> str | None:
-        """``a`` or ``b`` when one is measurably better (:meth:`compare`), else None."""
-        return self._versus(a, b)[0]
+        """``a`` or ``b``: the one that reached the target on more seeds; where both reached it on every seed, the
+        one whose time :meth:`time_comparison` resolves lower; else None."""
+        hit = lambda label: sum(r.time_to_target_s is not None for r in self.runs_of(label))  # noqa: E731
+        if hit(a) != hit(b):
+            return a if hit(a) > hit(b) else b
+        c = self.time_comparison(a, b)
+        return None if c is None or not c.decided else (b if c.outcome == compare.LOWER else a)
 
     def table(self, chosen: str | None = None) -> Table:
         """Every run, seed by seed; ``chosen`` (default: the winner) is marked."""
@@ -307,7 +333,12 @@ class Confirmed:
         return self.table()._repr_html_()
 
     def __str__(self) -> str:
-        return f"{self.table()}\n{self.verdict}"
+        return str(self.table())
+
+
+def _spacing(runs: list[TrainResult]) -> float:
+    """The widest evaluation spacing near the target among ``runs``, as a share of their steps to target."""
+    return max((target_resolution(r) or 0) / r.steps_to_target for r in runs)
 
 
 def _seeds_score(runs: list[TrainResult]) -> tuple:
@@ -325,8 +356,7 @@ def confirm(data, results, labels, *, seeds=(1,), top: int = 2, include=(), devi
     The ``top`` runs of ``results`` by :func:`race_score`, and those whose label is in ``include`` (the
     reference a lesson's verdict compares with: no warmup, Adam, fp32), each re-run at every seed in
     ``seeds`` with nothing else changed. The winner reached the target on the most seeds, then in the
-    least mean time; the verdict compares it with the best of the others against the seed-to-seed
-    range (:func:`course_lib.metrics.noise_verdict`): "no measurable difference" when within it."""
+    least mean time; :meth:`Confirmed.comparisons` resolves its lead over the others."""
     order = sorted(range(len(results)), key=lambda i: race_score(results[i]))
     picked = order[:top] + [i for i in order[top:] if labels[i] in include]
     if not picked:
@@ -341,15 +371,7 @@ def confirm(data, results, labels, *, seeds=(1,), top: int = 2, include=(), devi
         runs.append([results[i], *again])
     scores = [_seeds_score(rs) for rs in runs]
     best = min(range(len(runs)), key=lambda j: scores[j])
-    names = [labels[i] for i in picked]
-    if len(runs) == 1:
-        n = 1 + len(seeds)
-        verdict = f"only one setting was compared: {names[0]}, at {n} seed{'s' if n > 1 else ''}"
-        return Confirmed(names, runs, best, verdict)
-    other = min((j for j in range(len(runs)) if j != best), key=lambda j: scores[j])
-    decided = Confirmed(names, runs, best, "")
-    decided.verdict = f"chosen: {names[best]}; {decided.compare(names[best], names[other])}"
-    return decided
+    return Confirmed([labels[i] for i in picked], runs, best)
 
 
 # --------------------------------------------------------------------------- Optuna-based search (lesson 12)

@@ -5,7 +5,6 @@
   slope with the evaluation spacing's uncertainty;
 - :func:`gap_table` / :func:`gap_comparisons`: the generalization gap and whether it changed with the
   batch beyond its sampling error;
-- :func:`deciding_comparisons`: the deciding runs at every seed (:func:`course_lib.sweeps.confirm`).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import math
 from .. import compare
 from ..compare import Comparison
 from ..metrics import hr_standard_error
-from ..sweeps import target_resolution
 from ..tables import Table
 
 
@@ -141,34 +139,4 @@ def gap_comparisons(results, labels, *, users: int) -> list[Comparison]:
     return out
 
 
-ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: runs of one setting move tens of percent
 STEPS_EFFECT = compare.TIME_EFFECT  # at one batch a step costs the same whatever the setting: steps count as time
-
-
-def _times(runs) -> list[float] | None:
-    times = [r.time_to_target_s for r in runs]
-    return None if any(t is None for t in times) else times
-
-
-def deciding_comparisons(decide, chosen: str | None = None, *, steps: bool = False) -> list[Comparison]:
-    """Every other candidate of a deciding comparison (:func:`course_lib.sweeps.confirm`) against ``chosen`` (its
-    winner by default): time to target over every seed (candidate / chosen: *higher* is the chosen faster), and
-    with ``steps`` the steps to target too, widened by the evaluation spacing near the target. A candidate that
-    missed the target on a seed gives no ratio (the seed-by-seed table shows it)."""
-    chosen = chosen or decide.best_label
-    mine = decide.runs_of(chosen)
-    out = []
-    for label in decide.labels:
-        theirs = decide.runs_of(label)
-        if label == chosen or _times(mine) is None or _times(theirs) is None:
-            continue
-        once = min(len(mine), len(theirs)) < 2
-        out.append(compare.ratio(f"time to target, {label} / {chosen}", _times(mine), _times(theirs),
-                                 needed=compare.TIME_EFFECT, resolution=ONE_RUN_RESOLUTION if once else 0.0,
-                                 basis="one seed each on a shared machine" if once else ""))
-        if steps:
-            window = max(target_resolution(r) / r.steps_to_target for r in [*mine, *theirs])
-            out.append(compare.ratio(f"steps to target, {label} / {chosen}", [r.steps_to_target for r in mine],
-                                     [r.steps_to_target for r in theirs], needed=STEPS_EFFECT, resolution=window,
-                                     basis=f"{len(mine)} and {len(theirs)} seeds; evaluations {window:.0%} apart"))
-    return out

@@ -2,8 +2,8 @@
 
 - :func:`steps_table` / :func:`steps_comparisons`: the sweep at one seed: each run's steps to target with the
   evaluation spacing that bounds them, and each warmup's steps over no warmup's;
-- :func:`deciding_table` / :func:`deciding_comparisons`: the deciding runs at every seed, the chosen warmup
-  against no warmup and the other warmup compared, in time and in steps to target.
+- :func:`deciding_table`: the deciding runs at every seed (their comparisons: the chosen warmup against no warmup
+  and the other warmup, in time and in steps, are :meth:`course_lib.sweeps.Confirmed.comparisons`).
 
 At one batch and peak lr a step costs the same whatever the warmup, so steps to target are what warmup
 changes; the seconds also hold the pace the machine ran the steps at (the tables' seconds per step).
@@ -16,7 +16,6 @@ from ..compare import Comparison
 from ..sweeps import target_resolution
 from ..tables import Table
 from .l02_linear_scaling import STEPS_EFFECT
-from .l02_linear_scaling import deciding_comparisons as _deciding
 
 
 def _per_step(r) -> float | None:
@@ -71,10 +70,3 @@ def deciding_table(decide, rung: str):
         row["loss at the first evaluation"] = first_eval_loss(r)
         row["s per step"] = _per_step(r)
     return t
-
-
-def deciding_comparisons(decide, rung: str) -> list[Comparison]:
-    """Every other run of the deciding comparison (no warmup, and the other warmup where it ran at every seed)
-    against the chosen warmup ``rung``, over the seeds: time to target, and steps to target widened by the
-    evaluation spacing (:func:`course_lib.lessons.l02_linear_scaling.deciding_comparisons`)."""
-    return _deciding(decide, rung, steps=True)

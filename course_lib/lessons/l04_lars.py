@@ -21,7 +21,7 @@ ratio's zero-norm fallback is exactly 1, so a flat line at 1 is a layer with no 
 
 The race is a table per optimizer (:func:`race_table`); its verdicts are :class:`course_lib.compare.Comparison`
 rows: a run that missed the target against the popularity ranking (:func:`race_comparisons`), the layer-wise
-optimizer against Adam at every seed (:func:`time_to_target_comparison`).
+optimizer against Adam at every seed (:meth:`course_lib.sweeps.Confirmed.time_comparison`).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import matplotlib.pyplot as plt
 import torch
 
 from ..budget import Runs, SizedPlan, size_plan
-from ..compare import HR_EFFECT, TIME_EFFECT, Comparison, Estimate, difference, estimate, ratio, slope
+from ..compare import HR_EFFECT, Comparison, Estimate, difference, estimate, slope
 from ..metrics import hr_standard_error
 from ..tables import Table
-from ..sweeps import blew_up, target_resolution
+from ..sweeps import blew_up
 from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, steps_per_epoch, throughput
 
 
@@ -293,26 +293,6 @@ def race_comparisons(results, *, floor_hr: float, users: int) -> list[Comparison
                               hr_standard_error(floor_hr, users), hr, hr_standard_error(hr, users),
                               needed=HR_EFFECT, n="1/1", basis=f"evaluation's sampling error, {users:,} users"))
     return out
-
-
-def time_to_target_comparison(decide, a: str, b: str) -> Comparison | None:
-    """``b``'s time to target over ``a``'s at every seed of a :class:`course_lib.sweeps.Confirmed` (the ratio of
-    geometric means, :func:`course_lib.compare.ratio`), widened by the evaluations' spacing near the target (each
-    arm's time is known to the steps between its last two evaluations, as a share of its steps to target). None
-    where a run missed the target: the seed table says which reached it."""
-    ra, rb = decide.runs_of(a), decide.runs_of(b)
-    if any(r.time_to_target_s is None for r in ra + rb):
-        return None
-    spacing = lambda rs: max((target_resolution(r) or 0) / r.steps_to_target for r in rs)  # noqa: E731
-    return ratio(f"time to target, {b} / {a}", [r.time_to_target_s for r in ra], [r.time_to_target_s for r in rb],
-                 needed=TIME_EFFECT, resolution=spacing(ra) + spacing(rb),
-                 basis=f"{len(ra)} and {len(rb)} seeds; evaluation spacing")
-
-
-def outcomes_line(comparisons) -> str:
-    """Each comparison's question and outcome, for a saved result's one-line reason (no numbers: those are the
-    comparisons' own)."""
-    return "; ".join(f"{c.question}: {c.outcome}" for c in comparisons) or "not reached on every seed"
 
 
 # ----------------------------------------------------------------------------- the lesson's time budget

@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..compare import HIGHER, LOWER, SPEED_EFFECT, Comparison, paired_ratio, ratio
+from ..compare import HIGHER, LOWER, SPEED_EFFECT, Comparison, outcomes_line, paired_ratio, ratio
 from ..hardware import default_device, sixteen_bit_units
 from ..tables import Table
 from ..train import mlm
 from ..train.ncf import throughput
-from .l04_lars import outcomes_line, time_to_target_comparison
 
 
 @dataclass
@@ -239,7 +238,7 @@ def rung_comparisons(decide, mode: str, speed: PrecisionSpeed) -> list[Compariso
     :func:`course_lib.sweeps.confirm`; absent where a run missed the target), and, where every run of both took the
     same steps, so that their seconds differ only by the pace of those steps, ``mode``'s samples/s over fp32's in the
     interleaved rounds (the measurement built for a pace)."""
-    out = [c for c in [time_to_target_comparison(decide, "fp32", mode)] if c is not None]
+    out = [c for c in [decide.time_comparison("fp32", mode)] if c is not None]
     if _same_steps(decide, mode) is not None:
         out.append(rounds_comparison(speed, mode))
     return out

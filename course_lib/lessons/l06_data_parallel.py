@@ -33,7 +33,6 @@ TORCH_HOOK_NAMES = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 # unit roundoff of fp32 (half the distance from 1 to the next number): the least two equal losses can differ by
 FP32_ROUNDOFF = 2.0 ** -24
 
-ONE_RUN_RESOLUTION = 0.3  # what one run each resolves on a shared machine: runs of one setting move tens of percent
 RUN_TO_RUN_FLOOR = 0.05  # runs of one setting at other seeds resolve no better than this, however close they came
 EPOCHS_EFFECT = 0.10  # epochs to target within 10%: two of the dense evaluations (0.05 epochs) of a ~1-epoch run
 COMPRESSION_TOLERANCE = 0.01  # a loss within 1% of what the uncompressed run gained is the same training
@@ -43,12 +42,12 @@ COMPUTE_SHARE = 0.8  # the per-rank batch quoted is the one at which compute is 
 def _interval(question: str, a: list[float], b: list[float], *, needed: float, basis: str = "") -> Comparison:
     """``b`` relative to ``a`` from step times: paired where both ran the same number of interleaved rounds
     (a busy round slows every variant in it), from each arm's spread where they did not, and at
-    :data:`ONE_RUN_RESOLUTION` where an arm ran once."""
+    :data:`course_lib.compare.ONE_RUN` where an arm ran once."""
     if len(a) == len(b) >= 2:
         return compare.paired_ratio(question, a, b, needed=needed, basis=basis)
     if min(len(a), len(b)) >= 2:
         return compare.ratio(question, a, b, needed=needed, basis=basis)
-    return compare.ratio(question, a, b, needed=needed, resolution=ONE_RUN_RESOLUTION,
+    return compare.ratio(question, a, b, needed=needed, resolution=compare.ONE_RUN,
                          basis="one repeat: the resolution one run has on a shared machine")
 
 
@@ -91,7 +90,7 @@ def ring_table(world_size: int) -> Table:
 def _blocks_spread(row: dict) -> float:
     """A sweep row's blocks' spread relative to its median: the resolution of that size's time."""
     if "time_max_s" not in row:
-        return ONE_RUN_RESOLUTION
+        return compare.ONE_RUN
     return (row["time_max_s"] - row["time_min_s"]) / row["time_s"]
 
 
@@ -415,8 +414,9 @@ def _epochs(mode: str, rs: list[dict], resolution: float) -> Comparison | None:
 
 def _time_to_target(one: dict, top: dict, repeats, drift: float | None) -> Comparison | None:
     """The largest strong-scaling setting's time to target (every seed of it) over one rank's. The resolution is
-    how far the runs of that setting moved (at least :data:`RUN_TO_RUN_FLOOR`), or :data:`ONE_RUN_RESOLUTION` with
-    one run each, and no less than the yardstick's pace moved over the lesson."""
+    how far the runs of that setting moved (at least :data:`RUN_TO_RUN_FLOOR`), or
+    :data:`course_lib.compare.ONE_RUN` with one run each, and no less than the yardstick's pace moved over the
+    lesson."""
     t1 = one["time_to_target_s"]
     times = [t for t in [top["time_to_target_s"], *(r.get("time_to_target_s") for r in repeats)] if t]
     if not t1 or not top["time_to_target_s"]:
@@ -424,7 +424,7 @@ def _time_to_target(one: dict, top: dict, repeats, drift: float | None) -> Compa
     if len(times) > 1:
         res, basis = max(max(times) / min(times) - 1, RUN_TO_RUN_FLOOR), f"{len(times)} seeds' spread"
     else:
-        res, basis = ONE_RUN_RESOLUTION, "one run each on a shared machine"
+        res, basis = compare.ONE_RUN, "one run each on a shared machine"
     if drift is not None and abs(drift) > res:
         res, basis = abs(drift), f"{basis}; the yardstick's pace moved {drift:+.0%}"
     return compare.ratio(f"time to target, {top['world_size']} ranks / 1 rank (same threads per rank)", [t1], times,

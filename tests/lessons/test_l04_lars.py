@@ -134,28 +134,3 @@ def test_a_run_that_missed_the_target_is_judged_against_the_popularity_ranking()
     assert outcome(0.106) == compare.LOWER
 
 
-class _Decided:
-    def __init__(self, runs):
-        self.runs = runs
-
-    def runs_of(self, label):
-        return self.runs[label]
-
-
-def test_the_layerwise_optimizer_is_compared_with_adam_over_the_seeds():
-    def seeds(*times):
-        out = [fake_result(32768, 1e-2, t, steps=400) for t in times]
-        for r in out:
-            r.curve = {"step": [360, 380, 400]}  # evaluations 20 steps apart near the target: 5%
-        return out
-
-    clear = study.time_to_target_comparison(_Decided({"adam": seeds(20.0, 21.0), "lamb": seeds(10.0, 10.4)}),
-                                            "adam", "lamb")
-    assert clear.question == "time to target, lamb / adam" and clear.outcome == compare.LOWER
-    tied = study.time_to_target_comparison(_Decided({"adam": seeds(20.0, 12.0), "lamb": seeds(13.0, 19.0)}),
-                                           "adam", "lamb")
-    assert tied.outcome == compare.UNRESOLVED
-    missed = _Decided({"adam": seeds(20.0, 21.0), "lamb": seeds(10.0) + [fake_result(32768, 1e-2, None)]})
-    assert study.time_to_target_comparison(missed, "adam", "lamb") is None
-    assert study.outcomes_line([clear]) == "time to target, lamb / adam: lower"
-    assert study.outcomes_line([]) == "not reached on every seed"

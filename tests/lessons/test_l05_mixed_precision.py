@@ -13,7 +13,8 @@ matplotlib.use("Agg")
 
 from course_lib import compare, diagrams, plots  # noqa: E402
 from course_lib.lessons import l05_mixed_precision as MP  # noqa: E402
-from course_lib.lessons import l05_speed as SP  # noqa: E402
+from course_lib.lessons import l05_speed as SP
+from course_lib.sweeps import Confirmed  # noqa: E402
 from course_lib.models.ncf import NeuMF  # noqa: E402
 from course_lib.train import TrainConfig, TrainResult  # noqa: E402
 from test_mixed_precision import AMX_SERVER, AVX2_LAPTOP, H100  # noqa: E402
@@ -254,15 +255,9 @@ def _run(mode, ttt, steps=285):
     return r
 
 
-class _Decided:
-    def __init__(self, runs, winner=None):
-        self.runs, self._winner = runs, winner
-
-    def runs_of(self, label):
-        return self.runs[label]
-
-    def winner(self, a, b):
-        return self._winner
+def _decided(runs):
+    """A deciding comparison of these runs, fp32 first."""
+    return Confirmed(list(runs), list(runs.values()), 0)
 
 
 def test_the_rung_is_decided_by_time_to_target_then_by_pace_on_the_same_steps():
@@ -271,7 +266,7 @@ def test_the_rung_is_decided_by_time_to_target_then_by_pace_on_the_same_steps():
     rounds' noise leaves fp32."""
     fast = _speed({"fp32": 1.0e6, "bf16": 1.3e6}, repeats={"fp32": [1.0e6, 0.9e6, 1.0e6],
                                                            "bf16": [1.3e6, 1.18e6, 1.31e6]})
-    tied = _Decided({"fp32": [_run("fp32", 6.51), _run("fp32", 5.0)], "bf16": [_run("bf16", 6.37), _run("bf16", 6.9)]})
+    tied = _decided({"fp32": [_run("fp32", 6.51), _run("fp32", 5.0)], "bf16": [_run("bf16", 6.37), _run("bf16", 6.9)]})
     comps = SP.rung_comparisons(tied, "bf16", fast)
     assert [c.outcome for c in comps] == [compare.UNRESOLVED, compare.HIGHER]
     mode, decided_by = SP.rung_decision(tied, "bf16", comps, below="+linear scaling")
@@ -279,13 +274,13 @@ def test_the_rung_is_decided_by_time_to_target_then_by_pace_on_the_same_steps():
     assert decided_by["text"] and len(decided_by["comparisons"]) == 2
     level = _speed({"fp32": 1.0e6, "bf16": 1.0e6}, repeats={"fp32": [1.0e6, 0.9e6], "bf16": [1.3e6, 0.7e6]})
     assert SP.rung_decision(tied, "bf16", SP.rung_comparisons(tied, "bf16", level))[0] == "fp32"
-    faster = _Decided({"fp32": [_run("fp32", 10.0), _run("fp32", 10.2)], "bf16": [_run("bf16", 5.0),
+    faster = _decided({"fp32": [_run("fp32", 10.0), _run("fp32", 10.2)], "bf16": [_run("bf16", 5.0),
                                                                                     _run("bf16", 5.1)]})
     assert SP.rung_decision(faster, "bf16", SP.rung_comparisons(faster, "bf16", level))[1]["by"] == "time to target"
-    slower = _Decided({"fp32": [_run("fp32", 5.0), _run("fp32", 5.1)], "bf16": [_run("bf16", 10.0),
+    slower = _decided({"fp32": [_run("fp32", 5.0), _run("fp32", 5.1)], "bf16": [_run("bf16", 10.0),
                                                                                   _run("bf16", 10.2)]})
     assert SP.rung_decision(slower, "bf16", SP.rung_comparisons(slower, "bf16", fast)) == ("fp32", None)
     # a run missed the target: no time row, and the seeds that reached it decide
-    missed = _Decided({"fp32": [_run("fp32", None)], "bf16": [_run("bf16", 5.0)]}, winner="bf16")
+    missed = _decided({"fp32": [_run("fp32", None)], "bf16": [_run("bf16", 5.0)]})
     comps = SP.rung_comparisons(missed, "bf16", fast)
     assert comps == [] and SP.rung_decision(missed, "bf16", comps)[1]["by"] == "time to target"
