@@ -440,8 +440,10 @@ def _interval(c: Comparison | None) -> str:
     return c.row()["interval"] if c else "—"
 
 
-def _pace_cell(x: float | None) -> str:
-    return "—" if x is None else _percent(x) + (" (!)" if abs(x) > PACE_DRIFT_LIMIT else "")
+def _pace_cell(x: float | None, signed: bool = True) -> str:
+    if x is None:
+        return "—"
+    return (_percent(x) if signed else f"{x:.0%}") + (" (!)" if abs(x) > PACE_DRIFT_LIMIT else "")
 
 
 LADDER_COLUMNS = ["step", "ran as", "setting", "steps to target", "time to target (s)", "speedup", "interval",
@@ -456,7 +458,8 @@ def ladder_table(directory: Path | None = None) -> Table:
     :data:`PACE_DRIFT_LIMIT`)."""
     rows = ladder_rows(directory)
     dataset = rows[0].get("dataset", "") if rows else ""
-    t = Table(list(LADDER_COLUMNS),
+    decided = any(r["decided"] for r in rows)  # a column only where a lesson decided a rung on one setting
+    t = Table([c for c in LADDER_COLUMNS if decided or c != "decided in lesson by"],
               title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
     for r in rows:
         c, vs = r["comparison"], r["vs_below"]
@@ -465,8 +468,8 @@ def ladder_table(directory: Path | None = None) -> Table:
                  "speedup": r["speedup_shown"], "interval": _interval(c), "outcome": c.outcome if c else "—",
                  "built on": r["previous_name"], "vs built on": f"{vs.estimate:.3g}x" if vs else "—",
                  "vs interval": _interval(vs), "vs outcome": vs.outcome if vs else "—",
-                 "decided in lesson by": r["decided"], "final HR@10": r.get("final_hr"),
-                 "pace vs lesson 01": _pace_cell(r["pace_drift"]), "pace moved": _pace_cell(r["pace_moved"])})
+                 **({"decided in lesson by": r["decided"]} if decided else {}), "final HR@10": r.get("final_hr"),
+                 "pace vs lesson 01": _pace_cell(r["pace_drift"]), "pace moved": _pace_cell(r["pace_moved"], False)})
     return t
 
 

@@ -77,7 +77,7 @@ def test_a_rung_measured_while_the_machine_was_slower_is_compared_at_the_baselin
     assert warm["vs_below"].outcome == compare.UNRESOLVED and not warm["helped"]
     assert warm["vs_below"].low < 10.0 / 9.0 / 1.43 and warm["vs_below"].high > 10.0 / 9.0 * 1.43
     row = ladder.ladder_table(tmp_path).rows[1]
-    assert row["pace vs lesson 01"] == "-50% (!)" and row["pace moved"] == "+33% (!)"
+    assert row["pace vs lesson 01"] == "-50% (!)" and row["pace moved"] == "33% (!)"
 
 
 def test_a_rung_at_two_seeds_takes_their_mean_and_is_decided_against_their_spread(tmp_path):

@@ -68,13 +68,6 @@ def embedding_share(model: torch.nn.Module) -> float:
     return tables / total if total else 0.0
 
 
-def optimizer_share(result: TrainResult) -> float | None:
-    """The optimizer phase's share of a run's timed training phases (None: phases not timed)."""
-    phases = {k: v for k, v in result.phase_time_s.items() if k != "evaluation"}
-    total = sum(phases.values())
-    return phases["optimizer"] / total if total and "optimizer" in phases else None
-
-
 def profile_phase_shares(profile_rows: dict[str, float]) -> dict[str, float]:
     """Each phase's share of the profiled steps, from the profile's phase rows ({phase: seconds})."""
     total = sum(profile_rows.values())
