@@ -289,7 +289,8 @@ def pace_uncertainty(r: dict) -> float:
     return max(_pace_moved(r), abs(off) if off is not None else 0.0, seeds_pace_spread(r))
 
 
-# A rung whose pace was not timed: its seconds are trusted only as far as the drift the ladder flags.
+# A limit of a rung's seconds its record does not state (a pace not timed, an evaluation spacing not recorded for a
+# rung run once): its seconds are trusted only as far as the drift the ladder flags.
 UNPACED_RESOLUTION = PACE_DRIFT_LIMIT
 
 
@@ -311,12 +312,13 @@ def _times(r: dict) -> list[float]:
 def rung_resolution(r: dict, other: dict) -> float:
     """What bounds the ratio of two rungs' paced times beyond their seeds' spread, relative: each rung's pace
     movement (:func:`pace_uncertainty`, or :data:`UNPACED_RESOLUTION` where its pace was not timed), and for a rung
-    measured once its evaluation spacing (:func:`eval_resolution`)."""
+    measured once its evaluation spacing (:func:`eval_resolution`; :data:`UNPACED_RESOLUTION` where neither is
+    recorded)."""
     total = 0.0
     for x in (r, other):
         total += pace_uncertainty(x) if x.get("paced") else UNPACED_RESOLUTION
         if len(_times(x)) < 2:
-            total += eval_resolution(x)
+            total += eval_resolution(x) or UNPACED_RESOLUTION
     return total
 
 

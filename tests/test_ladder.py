@@ -148,6 +148,16 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
         ladder.start_from("+magic", default, directory=tmp_path)
 
 
+def test_a_rung_run_once_without_its_evaluation_spacing_is_still_compared(tmp_path):
+    """A record with a steady pace and no evaluation spacing (a rung saved by hand, without its config): the single
+    runs' interval comes from the drift the ladder flags, never from nothing."""
+    for step, ttt in (("baseline", 40.0), ("+linear scaling", 10.0)):
+        ladder.save_ladder_row(step, time_to_target_s=ttt, final_hr=0.8, target_hr=0.75, dataset="synthetic-tiny",
+                               pace=STEADY, directory=tmp_path)
+    c = ladder.ladder_rows(tmp_path)[1]["comparison"]
+    assert c.outcome == compare.HIGHER and c.high / c.low == pytest.approx((1 + 2 * ladder.UNPACED_RESOLUTION) ** 2)
+
+
 def test_a_rung_not_run_is_shown_as_such(tmp_path):
     ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=tmp_path)
     ladder.save_ladder_row("+mixed precision", time_to_target_s=None, final_hr=None, target_hr=0.75,
