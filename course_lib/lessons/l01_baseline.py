@@ -463,6 +463,27 @@ def loader_rungs(workers: int) -> list[tuple[str, dict]]:
     return rungs + [("device-resident sampler", {"loader": "device"})]
 
 
+def _loader_pass(data: ImplicitData, c: TrainConfig, run: dict, load_samples: int, train_steps: int) -> dict:
+    """One pass of one rung of :func:`loader_comparison`: its first batch's wait, loading alone, and training."""
+    device = run["device"]
+    batches = make_batches(data, c)
+    try:
+        if c.loader == "device":
+            time_loading(batches, 4 * c.global_batch_size, device)  # its first epoch's permutation
+        elif c.persistent_workers:
+            next(iter(batches))  # the workers start once; the timed epoch below reuses them
+        first, sps, _ = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), device)
+    finally:
+        getattr(batches, "close", lambda: None)()  # no worker outlives its rung
+    one = train_to_target(data, c.replace(max_steps=1), **run)
+    many = train_to_target(data, c.replace(max_steps=train_steps), **run)
+    steady_s = many.train_time_s - one.train_time_s
+    # a pass whose 1-step run took longer than its many-step run (a load spike between them) measured nothing:
+    # None, not the 1e12 samples/s a floor on the difference would give
+    return {"first_batch_s": first, "load_sps": sps,
+            "train_sps": (many.samples - one.samples) / steady_s if steady_s > 0 else None}
+
+
 def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, device=None,
                       load_samples: int = 200_000, train_steps: int = 100, workers: int = 1) -> dict:
     """The data-loading ladder (:func:`loader_rungs`) at the same batch size, measured now. Per rung:
@@ -492,25 +513,9 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
     run = dict(device=device, progress="none", hooks=RunHooks(evaluate_points=False, time_phases=False))
     train_to_target(data, cfg.replace(**base, max_steps=5), **run)  # the process's first steps pay one-time costs
     for p, order in enumerate((list(zip(rows, rungs)), list(zip(rows, rungs))[::-1])):
-        for row, (name, c) in order:
-            if not row["measured"]:
-                continue
-            batches = make_batches(data, c)
-            try:
-                if c.loader == "device":
-                    time_loading(batches, 4 * c.global_batch_size, device)  # its first epoch's permutation
-                elif c.persistent_workers:
-                    next(iter(batches))  # the workers start once; the timed epoch below reuses them
-                first, sps, _ = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), device)
-            finally:
-                getattr(batches, "close", lambda: None)()  # no worker outlives its rung
-            one = train_to_target(data, c.replace(max_steps=1), **run)
-            many = train_to_target(data, c.replace(max_steps=train_steps), **run)
-            steady_s = many.train_time_s - one.train_time_s
-            # a pass whose 1-step run took longer than its many-step run (a load spike between them) measured
-            # nothing: None, not the 1e12 samples/s a floor on the difference would give
-            row["passes"][p] = {"first_batch_s": first, "load_sps": sps,
-                                "train_sps": (many.samples - one.samples) / steady_s if steady_s > 0 else None}
+        for row, (_, c) in order:
+            if row["measured"]:
+                row["passes"][p] = _loader_pass(data, c, run, load_samples, train_steps)
     for row in rows:
         if row["measured"]:
             for key in ("load_sps", "train_sps"):
