@@ -75,8 +75,9 @@ def test_every_notebook_has_its_lesson_module_and_imports_it():
         code = "".join("".join(c["source"]) for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
         assert f"from course_lib.lessons import {module} as study" in code, \
             f"{nb.name} does not import its lesson module as `from course_lib.lessons import {module} as study`"
+    # a large lesson's section module (lNN_<section>.py) belongs to notebook NN
     stray = sorted(p.stem for p in (PACKAGE / "lessons").glob("l*.py")
-                   if not list((PACKAGE.parent / "notebooks").glob(f"{p.stem[1:]}.ipynb")))
+                   if not list((PACKAGE.parent / "notebooks").glob(f"{p.stem[1:3]}_*.ipynb")))
     assert not stray, f"lesson modules with no notebook of that name: {stray}"
 
 

@@ -14,6 +14,7 @@ import torch
 from course_lib import compare
 from course_lib.data import make_dataloader
 from course_lib.lessons import l01_baseline as S
+from course_lib.lessons import l01_step as T
 from course_lib.models.ncf import NeuMF
 from course_lib.optim import SparseEmbeddingAdam, adam_kwargs, param_groups, resolved_adam_impl, sparse_tables
 from course_lib.tables import Table
@@ -186,9 +187,9 @@ def test_a_compiler_that_fails_is_reported_and_training_stays_eager(data, monkey
         return call
 
     monkeypatch.setattr(torch, "compile", broken)
-    comp = S.compile_comparison(data, CFG, (256,), samples_per_point=512, repeats=1)
+    comp = T.compile_comparison(data, CFG, (256,), samples_per_point=512, repeats=1)
     assert comp["rows"] == [] and "No working C++ compiler" in comp["error"]
-    assert S.compile_comparisons(comp) == []
+    assert T.compile_comparisons(comp) == []
 
 
 def _workers_gone():
@@ -315,11 +316,11 @@ def test_the_ladder_figure_renders():
 
 
 def test_compile_comparison_measures_its_rows(data):
-    comp = S.compile_comparison(data, CFG, (256,), backend="aot_eager", samples_per_point=1024, repeats=2)
+    comp = T.compile_comparison(data, CFG, (256,), backend="aot_eager", samples_per_point=1024, repeats=2)
     (row,) = comp["rows"]
     assert row["eager_ms"] > 0 and row["compiled_ms"] > 0 and row["compile_s"] >= 0 and len(row["ratios"]) == 2
-    assert [c.n for c in S.compile_comparisons(comp)] == ["2 pairs"]
-    assert "capture only" in str(S.compile_table(comp))
+    assert [c.n for c in T.compile_comparisons(comp)] == ["2 pairs"]
+    assert "capture only" in str(T.compile_table(comp))
 
 
 def _compile_comp(eager_ms, compiled_ms, ratios, compile_s=6.0, backend="inductor"):
@@ -331,15 +332,15 @@ def _compile_comp(eager_ms, compiled_ms, ratios, compile_s=6.0, backend="inducto
 
 def test_compiling_pays_back_only_a_resolved_saving():
     pays = _compile_comp(4.0, 3.0, [1.3, 1.35, 1.32])
-    assert S.compile_comparisons(pays)[0].outcome == compare.HIGHER
-    assert S.payback_steps(pays["rows"][0]) == 6000  # 6 s / 1 ms
-    row = S.compile_table(pays).rows[0]
+    assert T.compile_comparisons(pays)[0].outcome == compare.HIGHER
+    assert T.payback_steps(pays["rows"][0]) == 6000  # 6 s / 1 ms
+    row = T.compile_table(pays).rows[0]
     assert row["pays back after (steps)"] == 6000 and row["(epochs)"] == 6.0
     noisy = _compile_comp(4.0, 3.8, [1.2, 0.9, 1.1])
-    assert S.compile_comparisons(noisy)[0].outcome == compare.UNRESOLVED and S.payback_steps(noisy["rows"][0]) is None
+    assert T.compile_comparisons(noisy)[0].outcome == compare.UNRESOLVED and T.payback_steps(noisy["rows"][0]) is None
     slower = _compile_comp(4.0, 5.0, [0.8, 0.78, 0.81])
-    assert S.compile_comparisons(slower)[0].outcome == compare.LOWER
-    assert S.compile_table(slower).rows[0]["pays back after (steps)"] == "never"
+    assert T.compile_comparisons(slower)[0].outcome == compare.LOWER
+    assert T.compile_table(slower).rows[0]["pays back after (steps)"] == "never"
 
 
 def _opt_comp():
@@ -357,13 +358,13 @@ def _opt_comp():
 
 
 def test_the_optimizer_comparisons_decide_each_variant_at_each_batch():
-    comps = {c.question: c for c in S.optimizer_comparisons(_opt_comp())}
+    comps = {c.question: c for c in T.optimizer_comparisons(_opt_comp())}
     assert len(comps) == 8  # two variants, two batches, the optimizer phase and the whole step
     assert comps["whole step, dense Adam, fused / for-loop, batch 256"].outcome == compare.HIGHER
     assert comps["optimizer, dense Adam, fused / for-loop, batch 16384"].outcome == compare.HIGHER
     assert comps["whole step, dense Adam, fused / for-loop, batch 16384"].outcome == compare.UNRESOLVED
     assert comps["whole step, SparseAdam tables + Adam / for-loop, batch 16384"].outcome == compare.LOWER
-    table = S.optimizer_table(_opt_comp())
+    table = T.optimizer_table(_opt_comp())
     assert table.rows[1]["optimizer speedup"] == "3.12x" and table.rows[0]["Adam"].endswith("(baseline)")
 
 
@@ -393,19 +394,19 @@ def _acc_rows(dense, lazy, users=6040):
 
 def test_the_accuracy_comparison_weighs_the_seeds_and_the_sampling_error():
     def outcome(dense, lazy):
-        return S.accuracy_comparisons(_acc_rows(dense, lazy))[0].outcome
+        return T.accuracy_comparisons(_acc_rows(dense, lazy))[0].outcome
 
     assert outcome((0.62, 0.63), (0.57, 0.58)) == compare.LOWER  # lazy Adam behind, the seeds agree
     assert outcome((0.50, 0.51), (0.60, 0.60)) == compare.HIGHER
     assert outcome((0.55, 0.70), (0.57, 0.62)) == compare.UNRESOLVED  # seeds that disagree a lot
     # one seed per arm: the evaluation's sampling error over the users still gives an interval
-    few = S.accuracy_comparisons([r for r in _acc_rows((0.6, 0.6), (0.601, 0.6), users=10**7) if r["seed"] == 0])
+    few = T.accuracy_comparisons([r for r in _acc_rows((0.6, 0.6), (0.601, 0.6), users=10**7) if r["seed"] == 0])
     assert few[0].outcome == compare.SAME
 
 
 def test_the_accuracy_comparisons_add_the_step_and_the_same_seconds():
     rows = _acc_rows((0.62, 0.63), (0.62, 0.63))
-    comps = S.accuracy_comparisons(rows, _opt_comp(), 256)
+    comps = T.accuracy_comparisons(rows, _opt_comp(), 256)
     assert [c.question for c in comps] == [
         "HR@10, lazy - dense Adam, same 4834 steps", "whole step, SparseAdam tables + Adam / dense Adam, batch 256",
         "HR@10, SparseAdam tables + Adam - dense Adam, same seconds"]
@@ -418,24 +419,24 @@ def test_the_accuracy_comparisons_add_the_step_and_the_same_seconds():
 def test_lazy_adam_accuracy_reads_dense_adam_from_the_reference_it_reproduces(data):
     cfg = CFG.replace(max_epochs=0.5, stop_at_target=False)
     reference = train_to_target(data, cfg, device="cpu", progress="none")
-    rows = S.lazy_adam_accuracy(data, reference, budget_epochs=0.25, seeds=(0, 1))
+    rows = T.lazy_adam_accuracy(data, reference, budget_epochs=0.25, seeds=(0, 1))
     assert [(r["optimizer"], r["seed"], r["from"]) for r in rows] == [
         ("dense Adam", 0, "the baseline run"), ("SparseAdam tables + Adam", 0, "trained here"),
         ("dense Adam", 1, "trained here"), ("SparseAdam tables + Adam", 1, "trained here")]
     steps = rows[0]["steps"]
     fresh = train_to_target(data, cfg.replace(max_steps=steps), device="cpu", progress="none")
     assert fresh.final_hr == rows[0]["hr"] and fresh.final_ndcg == rows[0]["ndcg"]  # the same run, cut there
-    assert len(S.accuracy_comparisons(rows)) == 1 and "seed" in str(S.accuracy_table(rows))
+    assert len(T.accuracy_comparisons(rows)) == 1 and "seed" in str(T.accuracy_table(rows))
 
 
 def test_optimizer_comparison_runs_every_variant_and_pairs_its_repeats(data):
-    comp = S.optimizer_comparison(data, CFG, (256, 1024), samples_per_point=1024, min_steps=2, repeats=2)
+    comp = T.optimizer_comparison(data, CFG, (256, 1024), samples_per_point=1024, min_steps=2, repeats=2)
     assert comp["baseline_impl"] == "for-loop" and len(comp["rows"]) == 8
     for r in comp["rows"]:
         assert r["optimizer_ms"] > 0 and r["step_ms"] >= r["optimizer_ms"] and len(r["step_ratios"]) == 2
         if r["baseline"]:
             assert r["step_ratios"] == [1.0, 1.0]
-    assert len(S.optimizer_comparisons(comp)) == 12
+    assert len(T.optimizer_comparisons(comp)) == 12
 
 
 def test_lesson_01_step_figures_render():
@@ -454,7 +455,7 @@ def test_lesson_01_step_figures_render():
 
 
 def test_step_times_are_the_paired_comparisons_rows():
-    assert S.step_times(_opt_comp(), 256) == {"dense Adam": 7.0, "SparseAdam tables + Adam": 4.0}
+    assert T.step_times(_opt_comp(), 256) == {"dense Adam": 7.0, "SparseAdam tables + Adam": 4.0}
 
 
 def _curve_result(times, steps=(0, 100, 200, 300, 350)):
