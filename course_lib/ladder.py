@@ -552,7 +552,7 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
               if LADDER_STEPS.index(s) > start and (s not in saved or _passed_over(r))]
     tail = f"; passed over: {', '.join(passed)}" if passed else ""
     if best is None:
-        return default, None, "this lesson's default setting" + tail
+        return default, None, "no usable rung is saved: this lesson's default setting" + tail
     recipe = best.get("carry") or best.get("config")
     carried = " (the setting it carries up)" if best.get("carry") and best["carry"] != best.get("config") else ""
     note = (f"starting from the {best['step']!r} rung (ran as {best['name']!r}){carried}: {what_ran(recipe)}"

@@ -125,6 +125,7 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
     default = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam", max_epochs=3, target_hr=0.75)
     cfg, rung, note = ladder.start_from("+linear scaling", default, directory=tmp_path)
     assert cfg == default and rung is None and "'baseline' (not saved)" in note
+    assert "rung is saved: this lesson's default setting" in note  # what a lesson run alone prints (tests/_alone.py)
     ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=tmp_path)
     lin = fake_result(4096, 1e-3, 10.0)
     lin.config.update(scaled_config(TrainConfig(base_lr=1e-3, optimizer="adam", max_epochs=9, seed=3), 4096,
