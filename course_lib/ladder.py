@@ -79,24 +79,9 @@ def rung_name(r: dict) -> str:
 
 
 def speedup_figures(uncertainty: float) -> int:
-    """The significant figures a paced speedup keeps at a relative ``uncertainty`` (:func:`speedup_cell`'s rule):
-    ±10 % or more: one, ±1 % or more: two, else three."""
+    """The significant figures a speedup keeps at a relative ``uncertainty``: ±10 % or more: one, ±1 % or more:
+    two, else three."""
     return 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
-
-
-def speedup_cell(x: float | None, uncertainty: float | None) -> str:
-    """A speedup with the significant figures a relative ``uncertainty`` allows (:func:`speedup_figures`), and the
-    uncertainty itself; None (not known): one decimal, with nothing claimed."""
-    if x is None:
-        return "—"
-    if uncertainty is None:
-        return f"{x:.1f}x"
-    figures = speedup_figures(uncertainty)
-    # "#": trailing zeros are significant figures too (3.99 at two figures is "4.0x"); "20." loses its dot
-    text = f"{x:#.{figures}g}".rstrip(".")
-    if "e" in text:  # 3e+01: a speedup of 30 at one figure
-        text = f"{x:.0f}"
-    return f"{text}x" + (f" (±{uncertainty:.0%})" if uncertainty >= 0.005 else "")
 
 
 # --------------------------------------------------------------------------- the yardstick's pace
