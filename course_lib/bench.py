@@ -48,7 +48,8 @@ from .tables import Table
 from .train.mlm import MLMTrainConfig
 from .train.mlm import throughput as mlm_throughput
 from .train.ncf import TrainConfig
-from .lessons.l01_baseline import comparison_table, loader_comparison, loader_reading
+from .compare import table as comparisons_table
+from .lessons.l01_baseline import comparison_table, loader_comparison, loader_comparisons
 
 
 # Quoted, not measured here: NVIDIA DeepLearningExamples' BERT README, one V100, phase 1
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
                              workers=workers, **({"load_samples": 50_000, "train_steps": 40} if args.profile == "smoke"
                                                  else {}))
     print(comparison_table(comp))
-    print(loader_reading(comp))
+    print(comparisons_table(loader_comparisons(comp), title="rung over rung, paired pass by pass"))
     print(f"ratio training: {comp['ratio_training']:.2f}")
     print(f"ratio loader: {comp['ratio_loading']:.1f}")
     return 0

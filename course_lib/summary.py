@@ -8,8 +8,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .compare import RESULT_PREFIX, summary_table
-from .ladder import LADDER_STEPS, LESSON_RUNGS, ladder_reading, ladder_table, mark_failed_lesson, started_below
+from .compare import RESULT_PREFIX, summary_table, table
+from .ladder import (LADDER_STEPS, LESSON_RUNGS, ladder_comparisons, ladder_table, mark_failed_lesson,
+                     started_below)
 from .results import load_results, save_result
 from .tables import Table
 
@@ -67,8 +68,10 @@ def summary_markdown(directory: Path | None = None) -> str:
         return "_No lesson saved results in this run._"
     parts = [failures_markdown(directory)] if FAILURES in results else []
     if any(n.startswith("ladder_") for n in results):
-        reading = ladder_reading(directory).splitlines()
-        parts += [ladder_table(directory).to_markdown(), "", *[f"- {line}" for line in reading], ""]
+        parts += [ladder_table(directory).to_markdown(), ""]
+        comparisons = ladder_comparisons(directory)
+        if comparisons:
+            parts += [table(comparisons, title="The ladder's rungs, at lesson 01's pace").to_markdown(), ""]
     verdicts = summary_table(directory)
     if verdicts is not None:
         parts += [verdicts.to_markdown(), ""]

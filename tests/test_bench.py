@@ -45,24 +45,6 @@ def test_ncf_benchmark_prints_the_loader_ratio(capsys, one_thread, tmp_path, mon
     assert float(re.search(r"ratio training: ([0-9.]+)", out).group(1)) > 0
 
 
-def test_throughput_reading_is_read_from_the_rows():
-    from course_lib.lessons.l01_baseline import throughput_reading
-    from course_lib.tables import Table
-
-    t = Table(["batch size", "steps", "samples/s", "ms/step"])
-    for b, sps in ((256, 40_000), (1024, 120_000), (4096, 130_000)):
-        t.add(**{"batch size": b, "steps": 10, "samples/s": sps, "ms/step": 1.0})
-    text = throughput_reading(t)
-    assert "from batch 256 to 4096 (16x) samples/s went from 40,000 to 130,000 (3.2x)" in text
-    assert "1.08x; samples/s is flattening" in text
-    # the opposite: the largest batch ran slower than the one before (lesson 01's full run: 944,582 at 16384,
-    # 842,052 at 65536): a peak, not a flattening gain
-    t.add(**{"batch size": 16384, "steps": 10, "samples/s": 110_000, "ms/step": 1.0})
-    text = throughput_reading(t)
-    assert "0.85x; samples/s stopped growing: it peaked at batch 4096 (130,000)" in text
-    assert "flattening" not in text and "0.85x of that peak" in text
-
-
 def test_phase_reading_and_a_table_without_timed_phases():
     from course_lib.train.ncf import TrainResult
 

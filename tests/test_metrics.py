@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from course_lib.metrics import hit_rate_at_k, hr_ndcg, ndcg_at_k, positive_rank, speedup, throughput, time_to_target
+from course_lib.metrics import (hit_rate_at_k, hr_ndcg, ndcg_at_k, paired_speedup, positive_rank, speedup, speedup_text,
+                                throughput, time_to_target)
 
 
 def test_ranks_hr_and_ndcg_by_hand():
@@ -91,3 +92,9 @@ def test_hr_standard_error_is_the_binomial_one():
 
     assert hr_standard_error(0.77, 6040) == pytest.approx(math.sqrt(0.77 * 0.23 / 6040))
     assert hr_standard_error(0.0, 100) == 0.0 and hr_standard_error(1.0, 100) == 0.0
+
+
+def test_paired_speedup_needs_every_repeat_on_one_side():
+    assert paired_speedup([1.5, 1.4, 2.0]) == (1.5, True)
+    assert paired_speedup([1.5, 0.9, 2.0]) == (1.5, False)
+    assert speedup_text([0.5, 0.52]) == "1.96x slower" and speedup_text([1.02, 1.03]) == "no measurable difference"

@@ -1,4 +1,5 @@
-"""What each lesson measures and reads from its results: one module per notebook, named like it.
+"""What each lesson measures and reads from its results: one module per notebook, named like it (a large
+lesson adds a module per section, ``lNN_<section>.py``, which its notebook imports beside its own).
 
 A notebook imports its own module one way, ``from course_lib.lessons import l05_mixed_precision as study``,
 and calls ``study.<name>``. The mechanics those measurements run (the training engine, collectives,
@@ -6,8 +7,9 @@ the parallel layers, the probes) live in the packages of their kind; a lesson mo
 them and from an earlier lesson's module (lesson 12 reads lesson 07's saved setting), never the reverse.
 
     l00_setup.py                 the backend chosen for the first all-reduce, and why
-    l01_baseline.py              the data-loading ladder, throughput vs batch size, a profile; the optimizer
-                                 step (dense Adam's implementations, SparseAdam's lazy Adam), torch.compile
+    l01_baseline.py              the data-loading ladder, throughput vs batch size, the pace, a profile
+    l01_step.py                  the optimizer step (dense Adam's implementations, SparseAdam's lazy Adam),
+                                 torch.compile
     l02_linear_scaling.py        Shallue's regimes from a batch sweep, the generalization gap
     l03_warmup.py                warmup against none
     l04_lars.py                  per-layer gradient and weight norms, the optimizer race's reading
