@@ -13,7 +13,7 @@ MAP = (
         ("userdirs", "each learner's own folders (results, caches, torch.compile's cache): 0700, owner checked"),
         ("compile_cache", "torch.compile's caches in the learner's own folder before anything compiles (setup())"),
         ("progress", "bar vs log lines: one rule for every long-running call"),
-        ("metrics", "HR@K, NDCG@K, time to target, noise verdicts, speedups"),
+        ("metrics", "HR@K, NDCG@K, time to target, speedups, HR@10's standard error"),
         ("_forkserver_preload", "what launch()'s fork server imports once for every worker (torch, torch._dynamo)"),
     )),
     ("The machine", (

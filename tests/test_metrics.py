@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from course_lib.metrics import (hit_rate_at_k, hr_ndcg, ndcg_at_k, paired_speedup, positive_rank, speedup, speedup_text,
-                                throughput, time_to_target)
+from course_lib.metrics import (hit_rate_at_k, hr_ndcg, ndcg_at_k, positive_rank, speedup, throughput, time_to_target)
 
 
 def test_ranks_hr_and_ndcg_by_hand():
@@ -61,32 +60,6 @@ def test_a_nan_negative_counts_as_the_lowest_score():
     assert hr_ndcg(scores, 2) == (hit_rate_at_k(scores, 2), ndcg_at_k(scores, 2))
 
 
-def test_line_fit_recovers_a_line_and_refuses_a_single_x():
-    from course_lib.metrics import line_fit
-
-    intercept, slope = line_fit([1, 2, 4], [3 + 2 * x for x in (1, 2, 4)])
-    assert intercept == pytest.approx(3.0) and slope == pytest.approx(2.0)
-    assert line_fit([5, 5], [1, 2]) is None
-    with pytest.raises(ValueError, match="as many x as y"):
-        line_fit([1, 2], [1])
-
-
-def test_noise_verdict_names_a_winner_only_beyond_the_seed_to_seed_range():
-    from course_lib.metrics import noise_verdict
-
-    assert noise_verdict([10.0, 11.0], [14.0, 15.0], names=("A", "B"))[0] == 0
-    winner, text = noise_verdict([10.0, 11.0], [14.0, 15.0], names=("A", "B"))
-    assert text == "A lower on every seed (time to target: A 10.5 s vs B 14.5 s; seed range 1 s)"
-    winner, text = noise_verdict([10.0, 13.0], [12.0, 14.0], names=("A", "B"))  # gap 1.5 within range 3
-    assert winner is None and text.endswith("within the seed range 3 s)")
-    winner, text = noise_verdict([10.0, 20.0], [12.0, 11.0], names=("A", "B"))  # seed 0: A, seed 1: B
-    assert winner is None and "the seeds disagree" in text
-    winner, text = noise_verdict([30.0], [20.0], names=("A", "B"), quantity="steps", unit="")
-    assert winner == 1 and text == "B lower on one seed (steps: A 30 vs B 20); noise not measured"
-    with pytest.raises(ValueError):
-        noise_verdict([], [1.0])
-
-
 def test_hr_standard_error_is_the_binomial_one():
     from course_lib.metrics import hr_standard_error
 
@@ -94,7 +67,3 @@ def test_hr_standard_error_is_the_binomial_one():
     assert hr_standard_error(0.0, 100) == 0.0 and hr_standard_error(1.0, 100) == 0.0
 
 
-def test_paired_speedup_needs_every_repeat_on_one_side():
-    assert paired_speedup([1.5, 1.4, 2.0]) == (1.5, True)
-    assert paired_speedup([1.5, 0.9, 2.0]) == (1.5, False)
-    assert speedup_text([0.5, 0.52]) == "1.96x slower" and speedup_text([1.02, 1.03]) == "no measurable difference"
