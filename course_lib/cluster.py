@@ -363,15 +363,6 @@ def userns_refusal() -> str | None:
     return None
 
 
-def unprivileged_status() -> str:
-    """Whether this kernel lets an unprivileged user create user + network namespaces (the one step tried)."""
-    refused = userns_refusal()
-    if refused:
-        return refused
-    return ("This kernel allows unprivileged user namespaces (`unshare --user --map-root-user --net` works): "
-            "without root, the cluster is built inside one of your own.")
-
-
 def missing_programs() -> list[str]:
     path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
     return [p for p in PROGRAMS if shutil.which(p, path=path) is None]

@@ -31,10 +31,6 @@ def resolve_profile(requested: str = "full") -> str:
     return profile
 
 
-def is_smoke(profile: str | None = None) -> bool:
-    return resolve_profile(profile or "full") == "smoke"
-
-
 def pick(profile: str, *, full, smoke):
     """Choose a lesson knob by profile: ``pick(P, full=4096, smoke=256)``."""
     if profile not in PROFILES:
@@ -123,5 +119,3 @@ def check_field_types(settings) -> None:
         if not ok:
             raise TypeError(f"{cls}.{f.name} must be {f.type}, got {value!r} ({type(value).__name__})"
                             + (" — write the number without quotes" if isinstance(value, str) else ""))
-
-

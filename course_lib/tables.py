@@ -27,11 +27,6 @@ def cell_text(value) -> str:
     return _fmt(value)
 
 
-def join_and(items: list[str]) -> str:
-    """Items as a reading lists them: "a", "a and b", "a, b and c"."""
-    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else items[0]
-
-
 @dataclass
 class Table:
     """Rows of dicts with a fixed column order and an optional title."""

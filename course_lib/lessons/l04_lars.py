@@ -78,13 +78,6 @@ def layer_norms_table(measured: dict) -> Table:
     return t
 
 
-def _log_rows(measured: dict):
-    """Per batch size, the touched rows' log frequency and log gradient norm (rows with a gradient)."""
-    for b, (freq, norm) in measured["rows"].items():
-        keep = norm > 0
-        yield b, freq[keep].log().tolist(), norm[keep].log().tolist()
-
-
 NOISE_EXPONENT, SIGNAL_EXPONENT = 0.35, 0.15  # between them: a mix of both
 
 

@@ -211,10 +211,6 @@ def autocast_gradients(model: torch.nn.Module, data, cfg, *, scales=(1.0, REFERE
             "log2": np.concatenate(log2) if log2 else np.zeros(0)}
 
 
-def _loss_scale_name(x: float) -> str:
-    return "no loss scaling" if x == 1 else f"the loss scaled by 2^{math.log2(x):.0f}"
-
-
 def activation_rows(mags: dict, grads: dict) -> list[dict]:
     """One row per kind of gradient (lesson 05): measured zeros at the two scales of ``grads``
     (:func:`autocast_gradients`) and their difference (underflow), and what the histograms predict at the

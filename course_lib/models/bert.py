@@ -18,8 +18,6 @@ Sizes come from named presets (:data:`PRESETS`): ``tiny`` and ``mini`` train on 
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -222,12 +220,3 @@ class BertForMLM(nn.Module):
 def build_bert(preset: str = "mini", vocab_size: int = 8192, **overrides) -> BertForMLM:
     """``BertForMLM(bert_config(preset, vocab_size=..., **overrides))``."""
     return BertForMLM(bert_config(preset, vocab_size=vocab_size, **overrides))
-
-
-def replace_config(cfg: BertConfig, **changes) -> BertConfig:
-    return dataclasses.replace(cfg, **changes)
-
-
-def expected_initial_loss(vocab_size: int) -> float:
-    """ln(V): the cross-entropy of a uniform guess, about where an untrained BERT starts."""
-    return math.log(vocab_size)

@@ -327,15 +327,6 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp(min=1.0)) if a.numel() else 0.0
 
 
-def _grad_diffs(tp_params: dict, full_params: dict, rows_of: dict) -> float:
-    """Largest difference between each shard's gradient and the matching part of the full layer's."""
-    worst = 0.0
-    for name, p in tp_params.items():
-        full = full_params[name].grad
-        worst = max(worst, _max_diff(p.grad, rows_of[name](full)))
-    return worst
-
-
 def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 12, intermediate: int = 30,
                       heads: int = 3, seq: int = 4, seed: int = 0) -> dict:
     """Worker: tensor-parallel layers against the same full layers on one process (fp32, eval mode).

@@ -23,7 +23,6 @@ two counts give any batch (:func:`interpolate`), which is what scaling to 1024 d
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -452,15 +451,6 @@ def scale_curves(curves, *, flops_factor: float = 1.0, bandwidth_factor: float =
     return DeviceCurves(curves.device, [(x, f * flops_factor) for x, f in curves.matmul],
                         [(x, b * bandwidth_factor) for x, b in curves.copy], curves.overhead_s * overhead_factor,
                         curves.threads)
-
-
-def median_abs_error(rows, predicted_key: str = "predicted (ms)", measured_key: str = "measured (ms)") -> float:
-    """Median of ``|predicted - measured| / measured`` over the rows."""
-    errs = sorted(abs(r[predicted_key] - r[measured_key]) / r[measured_key] for r in rows)
-    if not errs:
-        return math.nan
-    m = len(errs) // 2
-    return errs[m] if len(errs) % 2 else (errs[m - 1] + errs[m]) / 2
 
 
 def steps_to_target(batch: float, min_steps: float, critical_batch: float) -> float:
