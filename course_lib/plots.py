@@ -94,7 +94,7 @@ def plot_loader_comparison(comparison: dict, *, ax=None):
 
 def plot_optimizer_step(comp: dict):
     """Lesson 01: the step split into the optimizer phase and the rest, per Adam variant, one panel per
-    batch size (:func:`course_lib.lessons.l01_baseline.optimizer_comparison`)."""
+    batch size (:func:`course_lib.lessons.l01_step.optimizer_comparison`)."""
     import matplotlib.pyplot as plt
 
     batches = sorted({r["batch size"] for r in comp["rows"]})
@@ -118,11 +118,11 @@ def plot_optimizer_step(comp: dict):
 
 def plot_lazy_adam(rows, *, step_ms: dict | None = None, target_hr: float | None = None,
                    resolved: bool | None = None):
-    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.lessons.l01_baseline.lazy_adam_accuracy`) against
+    """Lesson 01: HR@10 of dense and lazy Adam (:func:`course_lib.lessons.l01_step.lazy_adam_accuracy`) against
     optimizer steps (the same budget) and, with ``step_ms`` (ms per step per optimizer, measured side
-    by side: :func:`course_lib.lessons.l01_baseline.step_times`), against the training time those steps cost;
-    ``resolved`` False (:func:`course_lib.lessons.l01_baseline.step_difference_resolved`) says on that axis that
-    the two step times differ within the repeats' noise."""
+    by side: :func:`course_lib.lessons.l01_step.step_times`), against the training time those steps cost;
+    ``resolved`` False (the step-time comparison of :func:`course_lib.lessons.l01_step.accuracy_comparisons` is
+    not decided) says on that axis that the two step times differ within the repeats' noise."""
     import matplotlib.pyplot as plt
 
     panels = 2 if step_ms else 1
