@@ -161,3 +161,11 @@ def test_critical_batch_fit_needs_three_batches_and_leaves_b_crit_unbounded_with
     assert not fit.bends and math.isinf(fit.b_crit) and math.isinf(fit.b_crit_range[1])
     back = compare.Estimate.from_dict(json.loads(json.dumps(fit.to_dict()))["estimates"][1])
     assert math.isinf(back.value) and math.isinf(back.high)
+
+
+def test_fieller_range_is_bounded_only_when_the_denominator_is_resolved():
+    assert bs.fieller(10.0, 1000.0, 0.0, 0.0, 0.0, 2.0) == pytest.approx((100.0, 100.0))
+    lo, hi = bs.fieller(10.0, 1000.0, 4.0, 100.0, 0.0, 2.0)  # a = 10 +/- 2: resolved at 2 s.e.
+    assert lo < 100 < hi < math.inf
+    lo, hi = bs.fieller(10.0, 1000.0, 36.0, 100.0, 0.0, 2.0)  # a = 10 +/- 6: 0 lies within 2 s.e.
+    assert math.isinf(hi) and 0 < lo < 100
