@@ -343,3 +343,128 @@ def random_direction_slice(model: torch.nn.Module, loss_fn: LossFn, batch, alpha
     theta = flat_parameters(model) if theta is None else list(theta)
     d = filter_normalized_direction(theta, seed)
     return _losses_along(model, loss_fn, batch, lambda a: [x + a * y for x, y in zip(theta, d)], alphas)
+
+
+# --------------------------------------------------------------------------- the critical batch, one fit
+
+# McCandlish et al. (2018, eq. 2.11): S = S_min (1 + B_crit / B), a line in 1 / B with two parameters; a third
+# point is the least that leaves the fit a degree of freedom to say how well it holds.
+MIN_FIT_POINTS = 3
+UNFIT_STATUS = ("fewer than three of lesson 02's batch sizes reached the target: no critical-batch fit "
+                "(S_min and B_crit are not shown)")
+
+
+def fastest_per_batch(rows: Sequence[dict] | None) -> list[dict]:
+    """The fewest steps to target at each batch size (with that run's ``resolution (steps)``), sorted by batch:
+    the model assumes an lr tuned at each batch, so of several runs at one batch the fastest stands for it.
+    Runs that missed the target are left out."""
+    best: dict[int, dict] = {}
+    for r in rows or ():
+        if r.get("steps to target"):
+            b = r["batch size"]
+            if b not in best or r["steps to target"] < best[b]["steps to target"]:
+                best[b] = r
+    return [{"batch size": b, "steps to target": best[b]["steps to target"],
+             "resolution (steps)": best[b].get("resolution (steps)")} for b in sorted(best)]
+
+
+def fieller(a: float, b: float, vaa: float, vbb: float, vab: float, k: float) -> tuple[float, float]:
+    """The range of ``beta = b / a`` within ``k`` standard errors, by Fieller's theorem (Fieller 1954): every
+    ``beta >= 0`` for which ``(b - beta a)^2 <= k^2 (vbb - 2 beta vab + beta^2 vaa)``, as ``(low, high)``, the
+    hull of that set over ``beta >= 0``; ``high`` is ``inf`` when ``a`` itself is within ``k`` errors of zero
+    (then ``b / a`` has no upper bound)."""
+    qa, qb, qc = a * a - k * k * vaa, a * b - k * k * vab, b * b - k * k * vbb  # qa beta^2 - 2 qb beta + qc <= 0
+    disc = qb * qb - qa * qc
+    if qa > 0:
+        root = math.sqrt(max(disc, 0.0))
+        return (max((qb - root) / qa, 0.0), max((qb + root) / qa, 0.0))
+    if qa == 0:  # linear: -2 qb beta + qc <= 0
+        return (max(qc / (2 * qb), 0.0), math.inf) if qb > 0 else (0.0, math.inf)
+    if disc <= 0:
+        return (0.0, math.inf)  # every beta: the data cannot place the ratio at all
+    r1, r2 = sorted(((qb - math.sqrt(disc)) / qa, (qb + math.sqrt(disc)) / qa))  # the set: beta <= r1 or >= r2
+    return (0.0, math.inf) if r1 >= 0 else (max(r2, 0.0), math.inf)
+
+
+@dataclass
+class CriticalBatchFit:
+    """``S = S_min (1 + B_crit / B)`` fitted to steps to target: the parameters, their standard errors, their 95%
+    ranges (``B_crit``'s by Fieller's theorem, unbounded above where ``S_min`` is within its errors of 0), the
+    degrees of freedom (points - 2) and the points themselves."""
+
+    label: str
+    s_min: float
+    b_crit: float  # inf where S_min is not positive: no bend in the steps
+    s_min_se: float
+    b_crit_se: float
+    s_min_range: tuple[float, float]
+    b_crit_range: tuple[float, float]
+    df: int
+    scale: float  # the weighted residuals' rms over df, at least 1: how far the scatter exceeds the spacing
+    points: list[dict] = field(default_factory=list)
+
+    @property
+    def bends(self) -> bool:
+        """A positive S_min and B_crit: the model predicts steps at any batch."""
+        return self.s_min > 0 and 0 < self.b_crit < math.inf
+
+    def basis(self) -> str:
+        return (f"{self.label}: line in 1/B weighted by evaluation spacing, {len(self.points)} batches, one seed "
+                f"each, {self.df} df")
+
+    def estimates(self) -> list:
+        """``S_min`` and ``B_crit`` as :class:`course_lib.compare.Estimate` rows."""
+        from . import compare
+        tag = f", {self.label}" if self.label else ""
+        return [compare.Estimate(f"S_min (steps){tag}", self.s_min, self.s_min_se, *self.s_min_range,
+                                 basis=self.basis()),
+                compare.Estimate(f"B_crit (samples){tag}", self.b_crit, self.b_crit_se, *self.b_crit_range,
+                                 basis=self.basis())]
+
+    def to_dict(self) -> dict:
+        """JSON-safe (an unbounded end is the string "inf", as compare's rows keep it)."""
+        return {"label": self.label, "estimates": [e.to_dict() for e in self.estimates()], "df": self.df,
+                "scale": self.scale, "points": self.points}
+
+
+def _weighted_line(pts: list[dict]) -> tuple[float, float, float, float, float, float]:
+    """``(intercept, slope, var_intercept, var_slope, cov, scale)`` of ``S`` against ``1 / B``, each point weighted
+    by ``1 / sigma^2`` with ``sigma = resolution / sqrt(12)`` (the target was crossed somewhere in the last
+    evaluation interval: a uniform error; a point without a resolution is known to the step). The covariance is
+    ``scale^2 (X^T W X)^-1``, ``scale`` the weighted residuals' rms over ``n - 2`` where the points scatter more
+    than their spacing allows (one seed per point: that scatter is the only sign of seed-to-seed noise), 1 if not."""
+    xs = [1.0 / p["batch size"] for p in pts]
+    ys = [float(p["steps to target"]) for p in pts]
+    ws = [12.0 / max(float(p.get("resolution (steps)") or 1), 1.0) ** 2 for p in pts]
+    sw = sum(ws)
+    mx, my = sum(w * x for w, x in zip(ws, xs)) / sw, sum(w * y for w, y in zip(ws, ys)) / sw
+    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+    slope = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sxx
+    intercept = my - slope * mx
+    chi2 = sum(w * (y - intercept - slope * x) ** 2 for w, x, y in zip(ws, xs, ys))
+    scale = max(math.sqrt(chi2 / (len(pts) - 2)), 1.0)
+    s2 = scale * scale
+    return intercept, slope, s2 * (1 / sw + mx * mx / sxx), s2 / sxx, -s2 * mx / sxx, scale
+
+
+def critical_batch_fit(rows: Sequence[dict] | None, label: str = "") -> CriticalBatchFit | None:
+    """The course's one fit of ``S = S_min (1 + B_crit / B)`` (McCandlish et al. 2018) to steps-to-target rows
+    (``batch size``, ``steps to target``, ``resolution (steps)``; the fastest run at each batch): a weighted line
+    in ``1 / B`` (:func:`_weighted_line`), intercept ``S_min``, ``B_crit = slope / intercept``, 95% ranges at
+    Student's t with ``n - 2`` degrees of freedom. None where fewer than :data:`MIN_FIT_POINTS` batches reached
+    the target (print :data:`UNFIT_STATUS`)."""
+    from scipy import stats
+    pts = fastest_per_batch(rows)
+    if len(pts) < MIN_FIT_POINTS:
+        return None
+    a, b, vaa, vbb, vab, scale = _weighted_line(pts)
+    df = len(pts) - 2
+    k = float(stats.t.ppf(0.975, df))
+    s_se = math.sqrt(vaa)
+    if a > 0:
+        b_crit = b / a  # its standard error by the delta method, the two parameters' covariance kept
+        b_se = abs(b_crit) * math.sqrt(max(vbb / b ** 2 + vaa / a ** 2 - 2 * vab / (a * b), 0.0)) if b else math.nan
+    else:
+        b_crit, b_se = math.inf, math.nan
+    return CriticalBatchFit(label, a, b_crit, s_se, b_se, (a - k * s_se, a + k * s_se), fieller(a, b, vaa, vbb, vab, k),
+                            df, scale, pts)

@@ -364,6 +364,16 @@ class Estimate:
     unit: str = ""
     basis: str = ""
 
+    def to_dict(self) -> dict:
+        """JSON-safe: an unbounded end is the string "inf" or "-inf", a standard error not measured is None."""
+        return {k: (str(v) if isinstance(v, float) and math.isinf(v) else None
+                    if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Estimate":
+        back = lambda v: float(v) if v in ("inf", "-inf") else math.nan if v is None else v  # noqa: E731
+        return cls(**{k: back(d[k]) for k in cls.__dataclass_fields__ if k in d})
+
     def row(self) -> dict:
         se = "n/a" if math.isnan(self.se) else _num(self.se, self.unit)
         interval = ("n/a" if math.isnan(self.low) else f"[{_num(self.low, self.unit)}, {_num(self.high, self.unit)}]")

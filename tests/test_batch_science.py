@@ -1,12 +1,15 @@
-"""The lesson-11 estimators against closed forms: the noise scale on least squares, the
-sharpness and the Hessian trace on a quadratic, the loss slices at their endpoints."""
+"""The batch-size estimators against closed forms: the critical-batch fit on exact steps, the noise scale on least
+squares, the sharpness and the Hessian trace on a quadratic, the loss slices at their endpoints."""
 
+import json
 import math
 
 import pytest
 import torch
+from scipy import stats
 
 from course_lib import batch_science as bs
+from course_lib import compare
 
 
 def _least_squares(dim=10, noise=0.5, delta_norm=1.0, seed=0):
@@ -111,3 +114,58 @@ def test_filter_normalized_direction_matches_each_filters_norm():
     d = bs.filter_normalized_direction(theta, seed=3)
     assert torch.allclose(d[0].norm(dim=1), theta[0].norm(dim=1))
     assert torch.equal(d[1], torch.zeros(5))
+
+
+# --------------------------------------------------------------------------- the critical batch, one fit
+
+
+def _model_rows(s_min, b_crit, batches=(256, 1024, 4096, 16384), resolution=40):
+    return [{"batch size": b, "steps to target": s_min * (1 + b_crit / b), "resolution (steps)": resolution}
+            for b in batches]
+
+
+def test_critical_batch_fit_recovers_the_model_and_its_closed_form_error_on_exact_data():
+    rows = _model_rows(500, 2048)
+    fit = bs.critical_batch_fit(rows, label="exact")
+    assert fit.s_min == pytest.approx(500) and fit.b_crit == pytest.approx(2048)
+    assert fit.df == 2 and fit.scale == 1.0  # no scatter: each point's error is its evaluation spacing's
+    # equal weights: var(intercept) = sigma^2 (1/n + mean(x)^2 / Sxx), sigma = resolution / sqrt(12)
+    xs = [1 / r["batch size"] for r in rows]
+    mx = sum(xs) / len(xs)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sigma = 40 / math.sqrt(12)
+    assert fit.s_min_se == pytest.approx(sigma * math.sqrt(1 / 4 + mx ** 2 / sxx))
+    half = stats.t.ppf(0.975, 2) * fit.s_min_se
+    assert fit.s_min_range == pytest.approx((500 - half, 500 + half))
+    lo, hi = fit.b_crit_range
+    assert lo < 2048 < hi
+    s_row, b_row = fit.estimates()
+    assert (s_row.value, b_row.value) == pytest.approx((500, 2048)) and "one seed" in b_row.basis
+
+
+def test_critical_batch_fit_takes_the_fastest_run_at_each_batch_and_widens_with_scatter():
+    rows = _model_rows(1000, 4096)
+    slower = [{**r, "steps to target": 3 * r["steps to target"]} for r in rows]
+    missed = [{"batch size": 65536, "steps to target": None}]
+    assert bs.critical_batch_fit(slower + rows + missed).b_crit == pytest.approx(4096)
+    noisy = [{**r, "steps to target": r["steps to target"] * f} for r, f in zip(rows, (1.1, 0.9, 1.1, 0.9))]
+    wide = bs.critical_batch_fit(noisy)
+    assert wide.scale > 1 and wide.s_min_se > bs.critical_batch_fit(rows).s_min_se
+
+
+def test_critical_batch_fit_needs_three_batches_and_leaves_b_crit_unbounded_without_a_positive_s_min():
+    rows = _model_rows(500, 2048)
+    assert bs.critical_batch_fit(rows[:2]) is None and bs.critical_batch_fit(None) is None
+    perfect = [{"batch size": b, "steps to target": 4_096_000 / b, "resolution (steps)": 10} for b in (256, 1024, 4096)]
+    fit = bs.critical_batch_fit(perfect)
+    assert not fit.bends and math.isinf(fit.b_crit) and math.isinf(fit.b_crit_range[1])
+    back = compare.Estimate.from_dict(json.loads(json.dumps(fit.to_dict()))["estimates"][1])
+    assert math.isinf(back.value) and math.isinf(back.high)
+
+
+def test_fieller_range_is_bounded_only_when_the_denominator_is_resolved():
+    assert bs.fieller(10.0, 1000.0, 0.0, 0.0, 0.0, 2.0) == pytest.approx((100.0, 100.0))
+    lo, hi = bs.fieller(10.0, 1000.0, 4.0, 100.0, 0.0, 2.0)  # a = 10 +/- 2: resolved at 2 s.e.
+    assert lo < 100 < hi < math.inf
+    lo, hi = bs.fieller(10.0, 1000.0, 36.0, 100.0, 0.0, 2.0)  # a = 10 +/- 6: 0 lies within 2 s.e.
+    assert math.isinf(hi) and 0 < lo < 100

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .. import compare
+from .. import batch_science
 from ..perf import model as M
 from ..perf.model import steps_to_target
 from ..tables import Table
@@ -14,36 +14,19 @@ from ..tables import Table
 # --------------------------------------------------------------------------- the traps, with the model
 
 
-ILLUSTRATIVE_STEPS = (2000.0, 4096.0)  # S_min, B_crit when lesson 02's runs give no fit: made up, said so
+NO_BEND_STATUS = ("lesson 02's steps place no positive S_min and B_crit (the fit above): no time-to-target "
+                  "prediction from them")
 
 
 def best_steps(rows) -> list[tuple[int, int]]:
-    """``(batch, fewest steps to target)`` per batch of lesson 02's rows: the model assumes an lr tuned at each
-    batch, so of several runs at one batch (lesson 02's two scaling rules) the fastest stands for it."""
-    best: dict[int, int] = {}
-    for r in rows or ():
-        if r.get("steps to target"):
-            b = r["batch size"]
-            best[b] = min(best.get(b, r["steps to target"]), r["steps to target"])
-    return sorted(best.items())
+    """``(batch, fewest steps to target)`` per batch of lesson 02's rows (:func:`batch_science.fastest_per_batch`)."""
+    return [(r["batch size"], r["steps to target"]) for r in batch_science.fastest_per_batch(rows)]
 
 
-def fit_steps_to_target(rows: list[dict]) -> compare.Fit | None:
-    """McCandlish's ``S = S_min + S_min B_crit / B`` fitted to lesson 02's ``(batch size, steps to target)`` rows,
-    a straight line in ``1 / B`` (intercept ``S_min``, slope ``S_min B_crit``); None with fewer than two batches
-    or where the line places no critical batch (intercept or slope not positive)."""
-    pts = best_steps(rows)
-    if len(pts) < 2:
-        return None
-    fit = compare.line_fit([1 / b for b, _ in pts], [s for _, s in pts])
-    return fit if fit.intercept > 0 and fit.slope > 0 else None
-
-
-STEPS_FROM = {"fit": "lesson 02's runs here",
-              "missing": "lesson 02's steps to target are not here: illustrative values, not measured",
-              "too few": "fewer than two of lesson 02's batch sizes reached the target: illustrative values",
-              "no bend": "lesson 02's steps do not fit S = S_min (1 + B_crit / B) with a positive S_min and B_crit "
-                         "(its steps, in the table below): illustrative values"}
+def steps_fit(saved02: dict | None) -> batch_science.CriticalBatchFit | None:
+    """The course's critical-batch fit (:func:`batch_science.critical_batch_fit`) of lesson 02's saved rows;
+    None where lesson 02 is missing or fewer than three of its batches reached the target."""
+    return batch_science.critical_batch_fit((saved02 or {}).get("rows"), label="lesson 02's runs")
 
 
 def lesson02_steps_table(rows: list[dict] | None) -> Table | None:
@@ -61,42 +44,8 @@ def lesson02_steps_table(rows: list[dict] | None) -> Table | None:
     return t
 
 
-def steps_fit(rows: list[dict] | None) -> tuple[compare.Fit | None, str]:
-    """``(fit, where)``: :func:`fit_steps_to_target` of lesson 02's saved rows, and a key of :data:`STEPS_FROM`
-    saying where ``S_min`` and ``B_crit`` come from."""
-    if rows is None:
-        return None, "missing"
-    fit = fit_steps_to_target(rows)
-    if fit is not None:
-        return fit, "fit"
-    return None, "too few" if len(best_steps(rows)) < 2 else "no bend"
-
-
-def steps_estimates(fit: compare.Fit | None) -> list[compare.Estimate]:
-    """``S_min`` and ``B_crit`` as rows: fitted (with the line's standard errors; ``B_crit``'s from the two
-    relative errors, their covariance left out) or the illustrative values (no standard error)."""
-    if fit is None:
-        s_min, b_crit = ILLUSTRATIVE_STEPS
-        return [compare.estimate("S_min (steps)", s_min, math.nan, basis="illustrative"),
-                compare.estimate("B_crit (samples)", b_crit, math.nan, basis="illustrative")]
-    b_crit = fit.slope / fit.intercept
-    rel = math.hypot(fit.slope_se / fit.slope, fit.intercept_se / fit.intercept)
-    df = fit.df if fit.n > 2 else None
-    basis = f"line in 1/B through {fit.n} batches"
-    return [compare.estimate("S_min (steps)", fit.intercept, fit.intercept_se, df=df, basis=basis),
-            compare.estimate("B_crit (samples)", b_crit, b_crit * rel, df=df, basis=basis)]
-
-
-def steps_parameters(fit: compare.Fit | None) -> tuple[float, float]:
-    """``(S_min, B_crit)`` of the fit, or the illustrative ones."""
-    return (fit.intercept, fit.slope / fit.intercept) if fit is not None else ILLUSTRATIVE_STEPS
-
-
-def time_to_target_title(fitted) -> str:
-    """The title of the time-to-target table: its step times are the model's; its steps from lesson 02's fit or
-    from the illustrative values."""
-    where = "steps from lesson 02's fit" if fitted else "steps from the illustrative S_min and B_crit"
-    return f"NeuMF on one rank of this machine: time to target, predicted (step times: the model's; {where})"
+TIME_TO_TARGET_TITLE = ("NeuMF on one rank of this machine: time to target, predicted (step times: the model's; "
+                        "steps from lesson 02's fit)")
 
 
 def time_to_target_rows(a: M.StepCounts, b: M.StepCounts, curves, link, *, step_overhead_s: float,
@@ -145,10 +94,10 @@ def plot_scaling(rows_by_name: dict[str, list[dict]], title: str = ""):
     return fig, ax
 
 
-def time_to_target_table(rows: list[dict], fitted) -> Table:
+def time_to_target_table(rows: list[dict]) -> Table:
     """:func:`time_to_target_rows` with, per batch, what doubling it does to the time to target."""
     t = Table(["global batch", "steps to target", "step (ms)", "time to target (s)", "time at twice the batch"],
-              title=time_to_target_title(fitted))
+              title=TIME_TO_TARGET_TITLE)
     for r0, r1 in zip(rows, rows[1:] + [None]):
         t.add(**r0, **{"time at twice the batch": "-" if r1 is None else
                        f"{r1['time to target (s)'] / r0['time to target (s)']:.2f}x"})

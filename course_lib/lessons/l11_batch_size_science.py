@@ -24,7 +24,7 @@ from .l11_noise_scale import (ncf_loss, ncf_sampler, noise_probe, mlm_loss, mlm_
     mlm_noise_probe, bert_setting, curve_resolution, mlm_b_simple_at_target, mlm_noise_table, plot_mlm_noise, sig,
     at_its_error, count, noise_table, b_simple_at_target, probe_cost_table, trend_comparison, b_simple_estimate)
 from .l11_critical_batch import (steps_rows_from_lesson02, best_steps_rows, rule_runs_from_lesson02, tuned_sweep,
-    unbracketed, sweep_cost, tuned_rows, tuned_table, critical_batch, fit_table, plot_noise_and_bend,
+    unbracketed, sweep_cost, tuned_rows, tuned_table, critical_batch, fit_estimates, lesson02_fit, plot_noise_and_bend,
     two_point_critical_batch, bert_steps_table, two_point_range, samples_to_target, samples_resolution,
     bend_comparison, noise_comparison, bert_noise_comparison, NOISE_FACTOR, SWEEP_LR_FACTORS)
 from .l11_sharpness import (sharpness, sharpness_rows, sharpness_table, landscape, plot_landscape, growth_table,
@@ -41,7 +41,8 @@ __all__ = [
     "bert_setting", "curve_resolution", "mlm_b_simple_at_target", "mlm_noise_table", "plot_mlm_noise", "sig",
     "at_its_error", "count", "noise_table", "b_simple_at_target", "probe_cost_table", "trend_comparison",
     "b_simple_estimate", "steps_rows_from_lesson02", "best_steps_rows", "rule_runs_from_lesson02", "tuned_sweep",
-    "unbracketed", "sweep_cost", "tuned_rows", "tuned_table", "critical_batch", "fit_table", "plot_noise_and_bend",
+    "unbracketed", "sweep_cost", "tuned_rows", "tuned_table", "critical_batch", "fit_estimates", "lesson02_fit",
+    "plot_noise_and_bend",
     "two_point_critical_batch", "bert_steps_table", "two_point_range", "samples_to_target", "samples_resolution",
     "bend_comparison", "noise_comparison", "bert_noise_comparison", "NOISE_FACTOR", "SWEEP_LR_FACTORS", "sharpness",
     "sharpness_rows", "sharpness_table", "landscape", "plot_landscape", "growth_table", "batch_at", "hr_se",

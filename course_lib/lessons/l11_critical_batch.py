@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from .. import compare
+from .. import batch_science, compare
 from ..tables import Table
-from .l11_noise_scale import b_simple_at_target, sig
+from .l11_noise_scale import b_simple_at_target
 
 # McCandlish et al. find B_crit ~ B_noise within a factor of about 3 either way: as a relative effect, 3x is 1 + 2.
 NOISE_FACTOR = 2.0
@@ -23,20 +23,20 @@ def steps_rows_from_lesson02(saved: dict | None, profile: str | None = None) -> 
     fewer than 3 batches that reached the target."""
     if not saved or not saved.get("rows") or (profile and saved.get("profile") != profile):
         return None
-    best: dict[int, int] = {}
-    for r in saved["rows"]:
-        if r.get("steps to target") is not None:
-            b = r["batch size"]
-            best[b] = min(best.get(b, r["steps to target"]), r["steps to target"])
-    rows = [{"batch size": b, "steps to target": s} for b, s in sorted(best.items())]
-    return rows if len(rows) >= 3 else None
+    rows = batch_science.fastest_per_batch(saved["rows"])
+    return rows if len(rows) >= batch_science.MIN_FIT_POINTS else None
 
 
 def best_steps_rows(rows: list[dict]) -> list[dict]:
     """The fewest steps to target at each batch size, from sweep rows (runs that missed are left out)."""
-    return steps_rows_from_lesson02({"rows": rows}) or [
-        {"batch size": r["batch size"], "steps to target": r["steps to target"]} for r in rows
-        if r.get("steps to target") is not None]
+    return batch_science.fastest_per_batch(rows)
+
+
+def lesson02_fit(saved: dict | None) -> dict:
+    """:func:`critical_batch` of lesson 02's saved rows: the same function on the same rows as lesson 09's fit,
+    so the two lessons report one critical batch ("too few points" where lesson 02 is missing or fewer than three
+    of its batches reached the target)."""
+    return critical_batch((saved or {}).get("rows"), label="lesson 02's runs")
 
 
 # Shallue et al. (2018, "Measuring the Effects of Data Parallelism on Neural Network Training") tune the
@@ -209,104 +209,30 @@ def tuned_table(sweep: list[dict], rule_rows: list[dict] | None = None, rule: st
     return t
 
 
-def _fieller(a: float, b: float, vaa: float, vbb: float, vab: float, k: float = 2.0) -> tuple[float, float]:
-    """The range of ``beta = b / a`` within ``k`` standard errors, by Fieller's theorem (Fieller 1954): every
-    ``beta >= 0`` for which ``b - beta a = 0`` is within ``k`` standard errors of zero, i.e.
-    ``(b - beta a)^2 <= k^2 (vbb - 2 beta vab + beta^2 vaa)``. Returned as ``(low, high)``, the hull of
-    that set over ``beta >= 0``; ``high`` is ``inf`` when ``a`` itself is within ``k`` errors of zero (then
-    ``b / a`` has no upper bound: here, no S_min, perfect scaling, cannot be ruled out)."""
-    qa, qb, qc = a * a - k * k * vaa, a * b - k * k * vab, b * b - k * k * vbb  # qa beta^2 - 2 qb beta + qc <= 0
-    disc = qb * qb - qa * qc
-    if qa > 0:
-        root = math.sqrt(max(disc, 0.0))
-        lo, hi = (qb - root) / qa, (qb + root) / qa
-        return (max(lo, 0.0), max(hi, 0.0))
-    if qa == 0:  # linear: -2 qb beta + qc <= 0
-        return (max(qc / (2 * qb), 0.0), math.inf) if qb > 0 else (0.0, math.inf)
-    if disc <= 0:
-        return (0.0, math.inf)  # every beta: the data cannot place the ratio at all
-    r1, r2 = sorted(((qb - math.sqrt(disc)) / qa, (qb + math.sqrt(disc)) / qa))  # the set: beta <= r1 or >= r2
-    return (0.0, math.inf) if r1 >= 0 else (max(r2, 0.0), math.inf)
-
-
-def critical_batch(rows: list[dict], k: float = 2.0) -> dict:
-    """McCandlish et al. (2018, eq. 2.11): ``S = S_min (1 + B_crit / B)`` — steps fall like 1/B
-    below ``B_crit`` and level off at ``S_min`` above it. Linear in ``1 / B``, so a least-squares
-    line through ``(1/B, S)``, weighted by relative error, gives ``S_min`` (intercept) and
-    ``B_crit = slope / intercept``.
-
-    Its uncertainty: each point's relative error is the larger of (i) its evaluation spacing's (the
-    target was crossed somewhere in the last ``resolution (steps)``: a uniform error, ``res / sqrt(12)``,
-    over the steps; the rows' root mean square) and (ii) the scatter of the points about the fitted curve
-    (the relative residuals' root mean square over ``n - 2`` degrees of freedom: it holds the seed-to-seed
-    noise a single run per batch cannot show otherwise). With it, the covariance of the two parameters
-    and ``range``, B_crit within ``k`` standard errors by Fieller's theorem (:func:`_fieller`; its high end
-    is ``inf`` when S_min is within ``k`` errors of 0).
-    ``status``, from the point estimate: "fit", "beyond range" (``B_crit`` above the largest batch
-    measured: an extrapolation), "no bend" (the intercept is not positive) or "too few points";
-    whether the curve bends within the batches measured is :func:`bend_comparison`'s."""
-    pts = [(r["batch size"], r["steps to target"]) for r in rows if r.get("steps to target")]
-    res = [r.get("resolution (steps)") for r in rows if r.get("steps to target")]
-    out = {"points": pts, "b_crit": None, "s_min": None, "largest_batch": max((b for b, _ in pts), default=None),
-           "smallest_batch": min((b for b, _ in pts), default=None), "range": None, "rel_error": None,
-           "rel_error_from": None, "k": k}
-    if len(pts) < 3:
+def critical_batch(rows: list[dict] | None, label: str = "the tuned sweep") -> dict:
+    """The course's one fit of ``S = S_min (1 + B_crit / B)`` (:func:`batch_science.critical_batch_fit`, the
+    function lesson 09 applies to lesson 02's rows) with what this lesson reads from it, JSON-safe: ``points``
+    (``(batch, steps)``), ``largest_batch``, ``s_min``, ``b_crit`` (``inf`` where S_min is not positive),
+    ``range`` (B_crit's 95% range, unbounded above where S_min is within its errors of 0), ``estimates`` (the fit's
+    rows) and ``status``: "fit", "beyond range" (``B_crit`` above the largest batch measured: an extrapolation),
+    "no bend" (S_min not positive) or "too few points" (fewer than three batches reached the target); whether the
+    curve bends within the batches measured is :func:`bend_comparison`'s."""
+    fit = batch_science.critical_batch_fit(rows, label)
+    pts = [(p["batch size"], p["steps to target"]) for p in batch_science.fastest_per_batch(rows)]
+    out = {"label": label, "points": pts, "largest_batch": max((b for b, _ in pts), default=None),
+           "b_crit": None, "s_min": None, "range": None, "estimates": [], "basis": None}
+    if fit is None:
         return {**out, "status": "too few points"}
-    xs, ys = [1.0 / b for b, _ in pts], [float(s) for _, s in pts]
-    # weighted by relative error (w = 1 / S^2): steps span orders of magnitude, and an unweighted line is set
-    # by the smallest batch alone (it can give a negative intercept)
-    ws = [1.0 / y ** 2 for y in ys]
-    line = compare.line_fit(xs, ys, ws)
-    intercept, slope = line.intercept, line.slope
-    sw, mx = sum(ws), sum(w * x for w, x in zip(ws, xs)) / sum(ws)
-    sxx = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
-    scatter = line.slope_se * math.sqrt(sxx)  # the weighted residuals' rms over n - 2: the relative scatter
-    spacing = [r / math.sqrt(12) / s for r, s in zip(res, ys) if r]
-    spacing_rms = math.sqrt(sum(e * e for e in spacing) / len(spacing)) if spacing else 0.0
-    rel = max(scatter, spacing_rms)
-    # covariance of (intercept, slope) with sigma_i = rel * S_i: rel^2 (X^T W X)^-1, W = diag(1 / S_i^2)
-    v_slope = rel ** 2 / sxx
-    v_int = rel ** 2 * (1.0 / sw + mx * mx / sxx)
-    cov = -rel ** 2 * mx / sxx
-    out.update(rel_error=rel, rel_error_from="the scatter about the fit" if scatter >= spacing_rms
-               else "the evaluation spacing", s_min_se=math.sqrt(v_int))
-    # B_crit = slope / intercept: Fieller's range for the ratio (beta = slope / intercept)
-    lo, hi = _fieller(intercept, slope, v_int, v_slope, cov, k)
-    out["range"] = (lo, hi)
-    if intercept <= 0 or slope <= 0:
-        out.update(status="no bend" if intercept <= 0 else "fit", b_crit=0.0 if intercept > 0 else None,
-                   s_min=intercept if intercept > 0 else None)
-    else:
-        b_crit = slope / intercept
-        out.update(status="fit" if b_crit <= out["largest_batch"] else "beyond range", b_crit=b_crit,
-                   s_min=intercept)
-    return out
+    status = "no bend" if fit.s_min <= 0 else "fit" if fit.b_crit <= out["largest_batch"] else "beyond range"
+    return {**out, "status": status, "s_min": fit.s_min, "b_crit": fit.b_crit, "range": fit.b_crit_range,
+            "estimates": [e.to_dict() for e in fit.estimates()], "basis": fit.basis()}
 
 
-def fit_table(fit: dict) -> Table:
-    """The fitted ``S = S_min (1 + B_crit / B)``: each parameter, its range within ``k`` standard errors, and
-    the relative error of a point the ranges rest on (and where it came from)."""
-    k = fit.get("k", 2.0)
-    t = Table(["quantity", "fitted", f"low ({k:g} s.e.)", f"high ({k:g} s.e.)", "from"],
-              title=f"S = S_min (1 + B_crit / B), fitted weighted by relative error; ranges within {k:g} "
-                    "standard errors")
-    if fit["range"] is None:
-        t.add(quantity="B_crit (samples)", fitted=fit["status"], **{f"low ({k:g} s.e.)": "-", f"high ({k:g} s.e.)": "-",
-                                                                    "from": f"{len(fit['points'])} batches reached"})
-        return t
-    lo, hi = fit["range"]
-    se = fit.get("s_min_se")
-    s_min = fit["s_min"]
-    t.add(quantity="S_min (steps)", fitted=round(s_min, 1) if s_min is not None else "<= 0",
-          **{f"low ({k:g} s.e.)": round(s_min - k * se, 1) if s_min is not None else "-",
-             f"high ({k:g} s.e.)": round(s_min + k * se, 1) if s_min is not None else "-", "from": "the intercept"})
-    t.add(quantity="B_crit (samples)", fitted=round(sig(fit["b_crit"], 3)) if fit["b_crit"] is not None
-          else "none (no S_min)", **{f"low ({k:g} s.e.)": round(sig(lo, 3)),
-                                     f"high ({k:g} s.e.)": "unbounded" if math.isinf(hi) else round(sig(hi, 3)),
-             "from": "Fieller's range of slope / intercept"})
-    t.add(quantity="relative error of a point", fitted=f"{fit['rel_error']:.1%}", **{f"low ({k:g} s.e.)": "",
-          f"high ({k:g} s.e.)": "", "from": fit["rel_error_from"]})
-    return t
+def fit_estimates(*fits: dict) -> list[compare.Estimate]:
+    """The ``S_min`` and ``B_crit`` rows of each fit (:func:`critical_batch`) that has them, each named by the
+    rows it was fitted to."""
+    return [compare.Estimate.from_dict(e) for f in fits for e in f["estimates"]]
+
 
 def plot_noise_and_bend(result, fit: dict, rule_rows: list[dict] | None = None, ax_pair=None):
     """Left: B_simple during training with its error bars. Right: steps to target against the
@@ -336,12 +262,12 @@ def plot_noise_and_bend(result, fit: dict, rule_rows: list[dict] | None = None, 
         b0, s0 = pts[0]
         grid = [bsz[0] * (bsz[-1] / bsz[0]) ** (i / 40) for i in range(41)]
         ax2.loglog(grid, [s0 * b0 / b for b in grid], "--", color="gray", label="perfect scaling")
-        if fit["status"] in ("fit", "beyond range") and fit["b_crit"]:
+        if fit["status"] in ("fit", "beyond range") and fit["b_crit"] > 0:
             ax2.loglog(grid, [fit["s_min"] * (1 + fit["b_crit"] / b) for b in grid], "-", label="S_min (1 + B_crit/B)")
         if fit.get("range"):
             lo, hi = fit["range"]
             ax2.axvspan(max(lo, bsz[0] / 2), min(hi, bsz[-1] * 2), color="C1", alpha=0.12,
-                        label=f"B_crit within {fit.get('k', 2):g} s.e.")
+                        label="B_crit's 95% range")
     if math.isfinite(at):
         ax2.axvline(at, color="C3", ls="-.", label=f"B_simple {at:,.0f}")
     ax2.set_xlabel("global batch (samples)")
@@ -419,25 +345,23 @@ def samples_resolution(r) -> int | None:
 
 def bend_comparison(fit: dict) -> compare.Comparison | None:
     """Does the steps curve bend within the batches measured? ``B_crit`` over the largest batch, its interval
-    Fieller's range at the fit's ``k`` standard errors (a ratio of two fitted parameters: its high end is
-    unbounded where S_min is within its errors of 0, which no symmetric interval can say). "lower": the bend
-    lies within the batches measured; "higher": beyond them. None with too few points for a fit."""
+    B_crit's 95% range (Fieller's: a ratio of two fitted parameters, its high end unbounded where S_min is within
+    its errors of 0, which no symmetric interval can say). "lower": the bend lies within the batches measured;
+    "higher": beyond them. None with too few points for a fit."""
     if fit["range"] is None:
         return None
     top = fit["largest_batch"]
     lo, hi = fit["range"][0] / top, fit["range"][1] / top
-    point = math.inf if fit["b_crit"] is None else fit["b_crit"] / top
-    return compare.Comparison("B_crit / the largest batch measured", min(max(point, lo), hi), lo, hi, compare.EXACT,
-                              "x", str(len(fit["points"])),
-                              f"Fieller's range at {fit['k']:g} s.e.; each point's error {fit['rel_error']:.1%}, "
-                              f"{fit['rel_error_from']}", 1.0, True)
+    return compare.Comparison("B_crit / the largest batch measured", min(max(fit["b_crit"] / top, lo), hi), lo, hi,
+                              compare.EXACT, "x", str(len(fit["points"])), f"B_crit's 95% range; {fit['basis']}",
+                              1.0, True)
 
 
 def _ratio_to_crit(question: str, b_simple: float, stderr: float, b_crit: float, crit_range, basis: str):
     """B_simple / B_crit: B_simple's standard error as a relative one, plus B_crit's own range as a resolution
     (:func:`compare.quantity_ratio`; unbounded where the range is); None where either
     is not a positive finite number or neither carries an error."""
-    if not (math.isfinite(b_simple) and b_simple > 0 and b_crit and math.isfinite(b_crit)):
+    if not (math.isfinite(b_simple) and b_simple > 0 and b_crit is not None and 0 < b_crit < math.inf):
         return None
     rel_se = stderr / b_simple if math.isfinite(stderr) else 0.0
     lo, hi = crit_range or (b_crit, b_crit)
@@ -452,7 +376,7 @@ def noise_comparison(b_simple: float, stderr: float, fit: dict) -> compare.Compa
     """NeuMF: B_simple at the target over the fitted B_crit. "same": within :data:`NOISE_FACTOR` of it, as
     McCandlish et al. report; "higher"/"lower": outside it; None without a positive fitted B_crit."""
     return _ratio_to_crit("B_simple / B_crit, NeuMF", b_simple, stderr, fit["b_crit"], fit["range"],
-                          f"B_crit's range at {fit['k']:g} s.e.")
+                          "B_crit's 95% range")
 
 
 def bert_noise_comparison(b_simple: float, stderr: float, rows: list[dict] | None) -> compare.Comparison | None:

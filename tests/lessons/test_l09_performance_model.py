@@ -53,42 +53,28 @@ def test_stops_paying_and_the_table_show_what_doubling_the_batch_does():
     ttt = [{"global batch": b, "steps to target": 1, "step (ms)": 1.0, "time to target (s)": t}
            for b, t in [(256, 100), (512, 60), (1024, 57), (2048, 80)]]
     assert scaling.stops_paying(ttt) == 512
-    cells = [r["time at twice the batch"] for r in scaling.time_to_target_table(ttt, None).rows]
+    cells = [r["time at twice the batch"] for r in scaling.time_to_target_table(ttt).rows]
     assert cells == ["0.60x", "0.95x", "1.40x", "-"]
 
 
 # --------------------------------------------------------------------------- lesson 02's steps to target
 
 
-def test_steps_to_target_and_its_fit_from_lesson_02_rows():
+def test_steps_fit_is_the_course_fit_of_lesson_02s_saved_rows():
     assert scaling.steps_to_target(1024, 1000, 1024) == pytest.approx(2000)
-    rows = [{"batch size": b, "steps to target": scaling.steps_to_target(b, 500, 2048)} for b in (256, 1024, 4096)]
-    fit, where = scaling.steps_fit(rows)
-    assert where == "fit" and scaling.steps_parameters(fit) == pytest.approx((500, 2048))
-    s_min, b_crit = scaling.steps_estimates(fit)
-    assert s_min.value == pytest.approx(500) and b_crit.value == pytest.approx(2048)
-    assert scaling.fit_steps_to_target(rows[:1]) is None
+    saved = {"rows": [{"batch size": b, "steps to target": scaling.steps_to_target(b, 500, 2048),
+                       "resolution (steps)": 20} for b in (256, 1024, 4096)]}
+    fit = scaling.steps_fit(saved)
+    assert fit.bends and (fit.s_min, fit.b_crit) == pytest.approx((500, 2048))
+    names = [e.name for e in fit.estimates()]
+    assert names == ["S_min (steps), lesson 02's runs", "B_crit (samples), lesson 02's runs"]
 
 
-def test_fit_takes_the_best_run_at_each_batch():
-    rows = [{"batch size": b, "steps to target": round(1000 * (1 + 4096 / b))} for b in (1024, 4096, 16384)]
-    worse = [{"batch size": b, "steps to target": 3 * r["steps to target"]} for b, r in zip((1024, 4096, 16384), rows)]
-    fit = scaling.fit_steps_to_target(worse + rows + [{"batch size": 65536, "steps to target": None}])
-    assert scaling.steps_parameters(fit) == pytest.approx((1000, 4096), rel=1e-3)
-
-
-def test_without_a_fit_the_values_are_illustrative_and_the_reason_is_named():
-    # steps that fell as fast as 1/B at every batch: a line in 1/B through them has no positive intercept
-    perfect = [{"batch size": b, "steps to target": s} for b, s in
-               ((256, 17406), (1024, 4356), (4096, 1020), (16384, 285), (65536, 100), (65536, None))]
-    assert scaling.steps_fit(perfect) == (None, "no bend")
-    assert scaling.steps_fit(perfect[:1]) == (None, "too few")
-    assert scaling.steps_fit(None) == (None, "missing")
-    assert "lesson 02's steps to target are not here" in scaling.STEPS_FROM["missing"]
-    assert scaling.steps_parameters(None) == scaling.ILLUSTRATIVE_STEPS
-    assert all(e.basis == "illustrative" for e in scaling.steps_estimates(None))
-    assert "illustrative" in scaling.time_to_target_title(None)
-    assert "illustrative" not in scaling.time_to_target_title(object())
+def test_without_three_batches_that_reached_there_is_no_fit():
+    from _histories import LESSON02
+    assert scaling.steps_fit(LESSON02["02 with one batch that reached"]) is None
+    assert scaling.steps_fit(LESSON02["02 missing"]) is None
+    assert scaling.steps_fit(LESSON02["02 with three batches that reached"]) is not None
 
 
 def test_lesson06_scaling_table_takes_each_modes_largest_world_size():
