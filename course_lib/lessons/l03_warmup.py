@@ -1,5 +1,9 @@
 """Lesson 03, warmup: warmup against none, as tables and verdicts.
 
+- :func:`rule_break_batch`: the batch warmup is tried at: the smallest at which lesson 02's linear rule missed the
+  target (Goyal et al.: warmup rescues the linear rule at large batch), else the next batch up from the rung below;
+- :func:`rescue_comparison`: the best HR@10 within the budget with the chosen warmup against without, over the
+  seeds (the question where the run without warmup missed the target, so has no time to compare);
 - :func:`steps_table` / :func:`steps_comparisons`: the sweep at one seed: each run's steps to target with the
   evaluation spacing that bounds them, and each warmup's steps over no warmup's;
 - :func:`deciding_table`: the deciding runs at every seed (their comparisons: the chosen warmup against no warmup
@@ -11,11 +15,66 @@ changes; the seconds also hold the pace the machine ran the steps at (the tables
 
 from __future__ import annotations
 
+import math
+import statistics
+
 from .. import compare
 from ..compare import Comparison
+from ..metrics import hr_standard_error
 from ..sweeps import target_resolution
 from ..tables import Table
 from .l02_linear_scaling import STEPS_EFFECT
+
+
+def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profile: str,
+                  max_batch: int | None = None) -> list[int]:
+    """The batches, ascending, at which lesson 02's linear rule missed the target (diverged or out of budget), from
+    its saved record (``rows``: :func:`course_lib.sweeps.sweep_rows`), up to ``max_batch`` (a larger one leaves too
+    few steps in an epoch to warm up over); [] where lesson 02 is not saved, or was run on another dataset, for
+    another target or in another profile (its misses say nothing about this run)."""
+    if not saved02 or (saved02.get("dataset"), saved02.get("target_hr"), saved02.get("profile")) != (
+            dataset, target_hr, profile):
+        return []
+    return sorted({r["batch size"] for r in saved02.get("rows") or []
+                   if r.get("rule") == "linear" and r.get("time to target (s)") is None
+                   and (max_batch is None or r["batch size"] <= max_batch)})
+
+
+RULE_HELD = ("lesson 02's linear rule missed the target at no batch saved here (or lesson 02 ran on another "
+             "dataset, target or profile): warmup is tried one batch up from the rung below")
+
+
+def rule_break_batch(saved02: dict | None, today: tuple[int, str, str], *, dataset: str, target_hr: float,
+                     profile: str, max_batch: int | None = None) -> tuple[int, str, str]:
+    """``(batch, rule, why)`` for the warmup runs: the smallest batch at which lesson 02's linear rule missed the
+    target (:func:`linear_misses`), with the linear rule; where it missed nowhere, ``today``'s choice (the next batch
+    up from the rung below, with its rule) and ``why`` opens with :data:`RULE_HELD`."""
+    misses = linear_misses(saved02, dataset=dataset, target_hr=target_hr, profile=profile, max_batch=max_batch)
+    if misses:
+        return misses[0], "linear", "the smallest batch at which lesson 02's linear rule missed the target"
+    batch, rule, why = today
+    return batch, rule, f"{RULE_HELD}; {why}"
+
+
+def _hr_arm(runs, users: int) -> tuple[float, float]:
+    """The mean best HR@10 of ``runs`` and its standard error: the seeds' spread, and each evaluation's own
+    sampling error over ``users`` users."""
+    hrs = [r.best_hr if r.best_hr is not None else 0.0 for r in runs]
+    mean = statistics.fmean(hrs)
+    spread = statistics.variance(hrs) / len(hrs) if len(hrs) > 1 else 0.0
+    return mean, math.sqrt(spread + hr_standard_error(mean, users) ** 2 / len(hrs))
+
+
+def rescue_comparison(decide, chosen: str, *, users: int, baseline_label: str = "no warmup") -> Comparison:
+    """The best HR@10 the chosen warmup reached within the budget minus no warmup's, over the seeds of the deciding
+    runs (``decide``: :class:`course_lib.sweeps.Confirmed`): *higher* where warmup rescued a setting that missed the
+    target without it (a run stops at the target, so a rescued run's best is the target); a diverged run counts 0."""
+    a, b = decide.runs_of(baseline_label), decide.runs_of(chosen)
+    (ma, sa), (mb, sb) = _hr_arm(a, users), _hr_arm(b, users)
+    df = len(a) + len(b) - 2 or None
+    return compare.difference(f"best HR@10 within the budget, {chosen} - {baseline_label}", ma, sa, mb, sb,
+                              needed=compare.HR_EFFECT, df=df, n=f"{len(a)}/{len(b)}",
+                              basis=f"{len(a)} and {len(b)} seeds; binomial errors over {users} users")
 
 
 def _per_step(r) -> float | None:
