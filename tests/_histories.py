@@ -117,7 +117,8 @@ def _rule_row(rule: str, batch: int, *, missed: bool = False, diverged: bool = F
     """One run of lesson 02's sweep as it saves it (``sweeps.sweep_rows``, the keys lesson 03 reads)."""
     reached = not (missed or diverged)
     return {"rule": rule, "batch size": batch, "time to target (s)": 10.0 if reached else None,
-            "steps to target": 4000 * 256 // batch if reached else None, "diverged": diverged}
+            "steps to target": 4000 * 256 // batch if reached else None, "diverged": diverged,
+            "epochs run": 1.0 if reached else 3.0, "samples/s": 1e5}
 
 
 def lesson02_rules(missed=(), diverged=(), *, dataset: str | None = DATASET, profile: str = "full") -> dict:

@@ -2,6 +2,8 @@
 
 - :func:`rule_break_batch`: the batch warmup is tried at: the smallest at which lesson 02's linear rule missed the
   target (Goyal et al.: warmup rescues the linear rule at large batch), else the next batch up from the rung below;
+- :func:`sized_lengths`: the warmup lengths swept there, as many as the lesson's budget holds at the pace lesson 02
+  measured for a run without warmup (which runs the whole budget);
 - :func:`rescue_comparison`: the best HR@10 within the budget with the chosen warmup against without, over the
   seeds (the question where the run without warmup missed the target, so has no time to compare);
 - :func:`steps_table` / :func:`steps_comparisons`: the sweep at one seed: each run's steps to target with the
@@ -54,6 +56,44 @@ def rule_break_batch(saved02: dict | None, today: tuple[int, str, str], *, datas
         return misses[0], "linear", "the smallest batch at which lesson 02's linear rule missed the target"
     batch, rule, why = today
     return batch, rule, f"{RULE_HELD}; {why}"
+
+
+def missed_run_s(saved02: dict | None, batch: int, samples_per_epoch: int, **where) -> float | None:
+    """The training seconds lesson 02's linear-rule run at ``batch`` took where it missed the target (its epochs at
+    its samples/s; ``where``: as :func:`linear_misses`): what a run without warmup costs here, the whole budget;
+    None where lesson 02 saved no such run."""
+    if batch not in linear_misses(saved02, **where):
+        return None
+    r = next(r for r in saved02["rows"] if r.get("rule") == "linear" and r["batch size"] == batch)
+    if not r.get("samples/s") or not r.get("epochs run"):
+        return None
+    return r["epochs run"] * samples_per_epoch / r["samples/s"]
+
+
+def sized_lengths(lengths: list[tuple[str, float]], *, run_s: float | None, budget_s: float, repeats: int,
+                  other_s: float = 0.0) -> tuple[list[tuple[str, float]], str]:
+    """``(lengths kept, line)``: the warmups ``[(kind, epochs)]`` to sweep so that the worst case fits ``budget_s``:
+    every run the whole budget (``run_s`` each: no warmup, each warmup, and ``repeats`` runs again at more seeds),
+    besides ``other_s``. The linear warmups go from the ends of their range inwards (the longest, then the
+    shortest: one middle length stays), then the other shapes; the line states the estimate and what was cut.
+    ``run_s`` None: nothing to size from, every length kept and no line."""
+    if run_s is None:
+        return list(lengths), ""
+    linear = sorted((x for x in lengths if x[0] == "linear"), key=lambda x: x[1])
+    order = []
+    while len(linear) > 1:
+        order.append(linear.pop())
+        if len(linear) > 1:
+            order.append(linear.pop(0))
+    order += [x for x in lengths if x[0] != "linear"]
+    kept = list(lengths)
+    worst = lambda ls: other_s + (1 + len(ls) + repeats) * run_s  # noqa: E731
+    while worst(kept) > budget_s and order:
+        kept.remove(order.pop(0))
+    head = (f"budget {budget_s:.0f} s; a run without warmup took {run_s:.0f} s in lesson 02; the worst case of "
+            f"{1 + len(lengths) + repeats} runs takes {worst(lengths):.0f} s")
+    cut = [f"{kind} {e:g} epoch" for kind, e in lengths if (kind, e) not in kept]
+    return kept, head + (f": warmups cut ({', '.join(cut)}; {worst(kept):.0f} s)" if cut else ": it fits, nothing cut")
 
 
 def _hr_arm(runs, users: int) -> tuple[float, float]:

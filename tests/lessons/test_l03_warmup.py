@@ -94,3 +94,23 @@ def test_a_diverged_run_counts_as_no_hr():
     runs = [[_run(None, None, 0, diverged=True, hr=None)], [_run(6.0, 60, 20, hr=0.65)]]
     c = study.rescue_comparison(Confirmed(["no warmup", "linear 20"], runs, 1), "linear 20", users=6040)
     assert c.estimate == 0.65 and c.outcome == HIGHER
+
+
+LENGTHS = [("linear", 0.25), ("linear", 0.5), ("linear", 1.0), ("exponential", 0.5)]
+
+
+def test_where_the_worst_case_is_over_the_budget_the_linear_warmups_go_from_the_ends_then_the_other_shapes():
+    # 1 + 4 + 3 runs of 15 s = 120 s: it fits a 120 s budget
+    assert study.sized_lengths(LENGTHS, run_s=15.0, budget_s=120, repeats=3)[0] == LENGTHS
+    kept, line = study.sized_lengths(LENGTHS, run_s=20.0, budget_s=120, repeats=3)  # 160 s: two runs cut
+    assert kept == [("linear", 0.5), ("exponential", 0.5)] and "linear 1 epoch" in line
+    assert study.sized_lengths(LENGTHS, run_s=60.0, budget_s=120, repeats=3)[0] == [("linear", 0.5)]  # the floor
+    assert study.sized_lengths(LENGTHS, run_s=None, budget_s=120, repeats=3) == (LENGTHS, "")
+
+
+def test_a_run_without_warmup_costs_what_lesson02s_missed_run_took_and_nothing_where_it_reached_the_target():
+    where = {"dataset": H.DATASET, "target_hr": H.TARGET_HR, "profile": "full"}
+    record = H.LESSON02_RULES["02 linear rule missed from 16384 on"]
+    assert study.missed_run_s(record, 16384, 200_000, **where) == 3.0 * 200_000 / 1e5  # its epochs at its pace
+    assert study.missed_run_s(record, 4096, 200_000, **where) is None  # it reached the target there
+    assert study.missed_run_s(H.LESSON02_RULES["02 on another dataset"], 16384, 200_000, **where) is None
