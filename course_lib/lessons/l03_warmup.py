@@ -42,8 +42,7 @@ def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profi
                    and (max_batch is None or r["batch size"] <= max_batch)})
 
 
-RULE_HELD = ("lesson 02's linear rule missed the target at no batch saved here (or lesson 02 ran on another "
-             "dataset, target or profile): warmup is tried one batch up from the rung below")
+RULE_HELD = "lesson 02's linear rule missed the target at no batch saved here for this dataset, target and profile"
 
 
 def rule_break_batch(saved02: dict | None, today: tuple[int, str, str], *, dataset: str, target_hr: float,
