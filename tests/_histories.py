@@ -13,7 +13,8 @@ steps at batch 65536 that failed lesson 05's 19-step histogram run); each precis
 with dynamic and static loss scaling); the smallest batch (256, lesson 01's) and the largest the plan's
 grids allow (65536); a rung that did not reach the target; a rung missing below one that is saved;
 lesson 05 not running 16 bits; lesson 01's record from another dataset; lesson 02's curve missing, from
-the other profile or too short; lesson 05's speeds missing or partial; lesson 07 missing, without runs,
+the other profile or too short; lesson 02's linear rule missing the target, or not, or on another
+dataset; lesson 05's speeds missing or partial; lesson 07 missing, without runs,
 from the other profile, or with runs that missed the target.
 """
 
@@ -111,6 +112,36 @@ LESSON02 = {
     "02 with one batch that reached": {"profile": "full", "rows": [
         {"batch size": 1024, "steps to target": 1200}, {"batch size": 65536, "steps to target": None}]},
 }
+
+def _rule_row(rule: str, batch: int, *, missed: bool = False, diverged: bool = False) -> dict:
+    """One run of lesson 02's sweep as it saves it (``sweeps.sweep_rows``, the keys lesson 03 reads)."""
+    reached = not (missed or diverged)
+    return {"rule": rule, "batch size": batch, "time to target (s)": 10.0 if reached else None,
+            "steps to target": 4000 * 256 // batch if reached else None, "diverged": diverged,
+            "epochs run": 1.0 if reached else 3.0, "samples/s": 1e5}
+
+
+def lesson02_rules(missed=(), diverged=(), *, dataset: str | None = DATASET, profile: str = "full") -> dict:
+    """Lesson 02's record: the baseline and both rules at its grid's batches, the linear rule missing the target at
+    ``missed`` and diverging at ``diverged`` (the sqrt rule reaching it everywhere)."""
+    rows = [_rule_row(rule, 256) for rule in ("linear", "sqrt")] + [
+        _rule_row(rule, b, missed=rule == "linear" and b in missed, diverged=rule == "linear" and b in diverged)
+        for rule in ("linear", "sqrt") for b in (1024, 4096, 16384, 65536)]
+    record = {"rows": rows, "profile": profile, "target_hr": TARGET_HR, "best_batch": 65536, "best_rule": "sqrt"}
+    return record if dataset is None else {**record, "dataset": dataset}
+
+
+# lesson 02's sweep, which lesson 03 reads: where the linear rule missed the target, lesson 03 warms it up there
+LESSON02_RULES = {
+    "02 missing": None,
+    "02 linear rule missed from 16384 on": lesson02_rules(missed=(16384, 65536)),  # ml-1m on a 2-core CPU
+    "02 linear rule diverged at 4096": lesson02_rules(diverged=(4096,), missed=(16384,)),
+    "02 linear rule reached everywhere": lesson02_rules(),
+    "02 on another dataset": lesson02_rules(missed=(16384, 65536), dataset="ml-20m"),
+    "02 from the other profile": lesson02_rules(missed=(4096,), profile="smoke"),
+    "02 without its dataset": lesson02_rules(missed=(16384,), dataset=None),
+}
+
 
 # lesson 05's speeds, which lesson 07 reads
 LESSON05 = {"05 missing": None, "05 with fp32 only": {"speed": {"fp32": 1e6}},

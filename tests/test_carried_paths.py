@@ -91,6 +91,24 @@ def test_lesson03_warmup_from_every_carried_rung(history, lesson, data, tmp_path
                                                  max_epochs=1.0, stop_at_target=False))
 
 
+@pytest.mark.parametrize("lesson02", list(H.LESSON02_RULES))
+def test_lesson03_warmup_where_lesson02s_linear_rule_missed(lesson02, lesson, data, tmp_path):
+    """The batch is the smallest where lesson 02's linear rule missed the target and that leaves 8 steps in an epoch
+    of the suite's data (4096 here, not 16384), else the next batch up from the rung below."""
+    H.write_ladder("baseline only", tmp_path)
+    H.write_record("02_linear_scaling", H.LESSON02_RULES[lesson02], tmp_path)
+    ns = lesson("03_warmup.ipynb", lesson_lines("03_warmup.ipynb", "s = setup("),
+                lesson_lines("03_warmup.ipynb", "cfgs = [cfg]", until="results = run_sweep("))
+    missed = ns["study"].linear_misses(H.LESSON02_RULES[lesson02], dataset=H.DATASET, target_hr=H.TARGET_HR,
+                                       profile="full", max_batch=ns["samples_per_epoch"](data, ns["start"]) // 8)
+    next_up = ns["grown_batch"](ns["start"].global_batch_size, ns["BATCH_GROWTH"], data, ns["start"])[0]
+    assert (ns["WARMUP_BATCH"], ns["RULE"]) == ((missed[0], "linear") if missed else (next_up, "linear"))
+    assert bool(missed) == (lesson02 == "02 linear rule diverged at 4096")
+    for cfg in ns["cfgs"]:  # no warmup and the warmups, at that batch and rule
+        assert cfg.lr_scaling == ns["RULE"] and cfg.global_batch_size == ns["WARMUP_BATCH"]
+        couple_of_steps(data, cfg, steps=1)
+
+
 @pytest.mark.parametrize("history", H.distinct_below("+LARS"))
 def test_lesson04_lars_from_every_carried_rung(history, lesson, data, tmp_path):
     H.write_ladder(history, tmp_path)
