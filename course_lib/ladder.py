@@ -507,10 +507,11 @@ class TalkRung:
 
 
 # The talk's figures, each as said (its transcript, checked rung by rung). It gives no time for warmup alone:
-# its x192 rung (130 s) is what it shows before explaining warmup, so it stands in the "+warmup" slot, the
-# course's "a bigger batch still". Its mixed-precision rung starts from that 130 s, not from LARS's 135 s.
-# Its "9x" is its own rounding: 1384 s / 172 s is 8.0x. It says "10 epochs" for the x16 rung ("again": as the
-# baseline), the x192 rung and LARS; for mixed precision it names no epoch count.
+# its x192 rung (130 s; "I scaled the learning rate, also by 192", after "going from 16x to 192") is what it
+# shows before explaining warmup, so it stands in the "+warmup" slot, the course's "a bigger batch still". Its
+# mixed-precision rung starts "from 130": the x192 rung's time, not LARS's 135 s. Its "9x" is its own rounding:
+# 1384 s / 172 s is 8.0x. It says "10 epochs" for the x16 rung ("again": as the baseline), the x192 rung and
+# LARS; for mixed precision it names no epoch count.
 TALK_LADDER = (
     TalkRung("baseline", "SGD, 10 epochs (said at the next rung)", 1384.0,
              "\"we want to reduce this 1384 as much as possible\"",
@@ -524,7 +525,7 @@ TALK_LADDER = (
     TalkRung("+LARS", "LARS, same data and parameters, 10 epochs", 135.0,
              "\"from 1300 something seconds to 135 seconds without losing any accuracy\"",
              "notebook, after LARS on AlexNet at batch 8192"),
-    TalkRung("+mixed precision", "amp (fp16) on the 130 s rung", 70.0,
+    TalkRung("+mixed precision", "amp (fp16), from the x192 rung's 130 s", 70.0,
              "\"gone down from 130 to 70, which is a really simple, 2x speed up\"",
              "end of the notebook part, after amp.initialize and amp.scale_loss"),
 )
