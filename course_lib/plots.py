@@ -400,11 +400,47 @@ def plot_ladder(rows, *, axes=None):
     for y, n in enumerate(steps):
         ax2.text(n or low, y, f" {n:,.0f}" if n else " —", va="center", fontsize=8)
     ax2.set_xscale("log")
+    ax2.xaxis.set_minor_formatter(plt.NullFormatter())  # a narrow panel: the minor ticks' labels would overlap
     ax2.set_xlim(low, max(steps + [low * 4]) * 3)
     ax2.set_xlabel("optimizer steps to the target (log)")
     target = next((r.get("target_hr") for r in rows if r.get("target_hr")), None)
     fig.suptitle("The trick ladder" + (f" (target HR@10 {target:.3f})" if target else ""), fontsize=10)
     fig.tight_layout()
+    return fig
+
+
+def plot_speedups_beside(labels, talk, mine, *, low=None, high=None, notes=None, ax=None):
+    """Two ladders' speedups over their own baselines, slot by slot (log axis): the talk's (``talk``) beside this
+    machine's (``mine``, with its interval ``low``..``high`` as an error bar). A missing speedup is None; its slot then
+    shows ``notes[i]`` (what this hardware cannot show, or why there is no rung) instead of a bar, and a bar shows it
+    beside its speedup."""
+    fig, ax = _axes(ax, figsize=(6, 0.8 + 0.55 * max(1, len(labels))))
+    n = len(labels)
+    low, high, notes = low or [None] * n, high or [None] * n, notes or [None] * n
+    ys = range(n)[::-1]  # the first slot on top
+    for y, t, m, lo, hi, note in zip(ys, talk, mine, low, high, notes):
+        if t:
+            ax.barh(y + 0.2, t, height=0.38, color="tab:orange", label="the talk" if y == n - 1 else None)
+            ax.text(t, y + 0.2, f" {t:.3g}x", va="center", fontsize=8)
+        if m:
+            err = [[m - lo], [hi - m]] if lo and hi else None
+            ax.barh(y - 0.2, m, height=0.38, color="tab:blue", xerr=err, ecolor="black", capsize=2,
+                    label="this machine" if y == n - 1 else None)
+            ax.text(hi or m, y - 0.2, f" {m:.3g}x" + (f"  ({note})" if note else ""), va="center", fontsize=8)
+        elif note:
+            ax.text(1.0, y - 0.2, f" {note}", va="center", fontsize=8, color="gray")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_yticks(list(ys), labels)
+    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_xscale("log")
+    top = max([v for v in [*talk, *mine, *high] if v] + [2.0])
+    ax.set_xlim(0.5, top * 4)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.axvline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("speedup over its own baseline (log)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     return fig
 
 

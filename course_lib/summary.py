@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from .compare import RESULT_PREFIX, summary_table, table
-from .ladder import (LADDER_STEPS, LESSON_RUNGS, ladder_comparisons, ladder_table, mark_failed_lesson,
-                     started_below)
+from .ladder import (LADDER_STEPS, LESSON_RUNGS, TALK_SOURCE, ladder_comparisons, ladder_table, mark_failed_lesson,
+                     started_below, talk_table)
 from .results import load_results, save_result
 from .tables import Table
 
@@ -62,13 +62,15 @@ def failures_markdown(directory: Path | None = None) -> str:
 
 
 def summary_markdown(directory: Path | None = None) -> str:
-    """Markdown for a run summary: the ladder (if any rows) and every saved result's scalars."""
+    """Markdown for a run summary: the ladder (if any rows) with the talk's ladder beside it
+    (:func:`course_lib.ladder.talk_table`), and every saved result's scalars."""
     results = load_results(directory)
     if not results:
         return "_No lesson saved results in this run._"
     parts = [failures_markdown(directory)] if FAILURES in results else []
     if any(n.startswith("ladder_") for n in results):
-        parts += [ladder_table(directory).to_markdown(), ""]
+        parts += [ladder_table(directory).to_markdown(), "", talk_table(directory).to_markdown(), "",
+                  f"The talk: {TALK_SOURCE}.", ""]
         comparisons = ladder_comparisons(directory)
         if comparisons:
             parts += [table(comparisons, title="The ladder's rungs, at lesson 01's pace").to_markdown(), ""]
