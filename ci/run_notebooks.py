@@ -190,11 +190,11 @@ def write_summary(run: CourseRun) -> Path:
     lines = [f"# Course run — profile `{run.profile}`", "", f"Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
     try:
         sys.path.insert(0, str(REPO))
-        from course_lib import hardware, ladder, summary
+        from course_lib import hardware, ladder_view, summary
 
         lines += [hardware.detect().table().to_markdown(), ""]
         lines += [summary.summary_markdown(out / "results"), ""]
-        if ladder.ladder_figure(out / "results", out / "ladder.png") is not None:
+        if ladder_view.ladder_figure(out / "results", out / "ladder.png") is not None:
             lines += ["![The trick ladder](ladder.png)", ""]
     except Exception as exc:  # the summary must still be written if course_lib is broken
         lines += [f"(could not describe hardware/results: {exc})", ""]

@@ -77,6 +77,7 @@ MAP = (
         ("optuna_search", "the Optuna search: random search / successive halving / Hyperband in a journal "
                           "file several processes share, the objectives, the search worker (lesson 12)"),
         ("ladder", "the trick ladder: the one writer and reader of its rungs (lessons 01-06)"),
+        ("ladder_view", "the ladder's figure, and the seed talk's ladder beside this machine's"),
         ("batch_science", "the estimators of lesson 11: gradient noise scale, the Hessian's top eigenvalue "
                           "and trace, loss slices between solutions"),
         ("widgets", "interactive sliders: explore, schedule builder, loss-scaling, all-reduce and step "

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from .compare import RESULT_PREFIX, summary_table, table
-from .ladder import (LADDER_STEPS, LESSON_RUNGS, TALK_SOURCE, ladder_comparisons, ladder_table, mark_failed_lesson,
-                     started_below, talk_table)
+from .ladder import LADDER_STEPS, LESSON_RUNGS, ladder_comparisons, ladder_table, mark_failed_lesson, started_below
+from .ladder_view import TALK_SOURCE, talk_table
 from .results import load_results, save_result
 from .tables import Table
 
@@ -63,7 +63,7 @@ def failures_markdown(directory: Path | None = None) -> str:
 
 def summary_markdown(directory: Path | None = None) -> str:
     """Markdown for a run summary: the ladder (if any rows) with the talk's ladder beside it
-    (:func:`course_lib.ladder.talk_table`), and every saved result's scalars."""
+    (:func:`course_lib.ladder_view.talk_table`), and every saved result's scalars."""
     results = load_results(directory)
     if not results:
         return "_No lesson saved results in this run._"

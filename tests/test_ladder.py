@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import compare, ladder, results, summary, tiers
+from course_lib import compare, ladder, ladder_view, results, summary, tiers
 from course_lib.hardware import detect
 from course_lib.sweeps import scaled_config, scaling_table, sweep_table
 from course_lib.train import TrainConfig, TrainResult
@@ -192,7 +192,7 @@ def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    assert ladder.ladder_figure(tmp_path / "empty") is None
+    assert ladder_view.ladder_figure(tmp_path / "empty") is None
     res = tmp_path / "results"
     ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), directory=res)
     ladder.save_ladder_result("+LARS", fake_result(65536, 1.0, 8.0, optimizer="lars"), directory=res)
@@ -325,7 +325,7 @@ def test_ladder_refuses_rungs_of_different_datasets(tmp_path):
     other = fake_result(4096, 4e-3, 10.0)
     other.dataset = "ml-20m"
     ladder.save_ladder_result("+linear scaling", other, setting="b4096", directory=tmp_path)
-    for read in (ladder.ladder_rows, ladder.ladder_table, ladder.ladder_figure):
+    for read in (ladder.ladder_rows, ladder.ladder_table, ladder_view.ladder_figure):
         with pytest.raises(ladder.LadderMismatch, match="'baseline': synthetic-tiny, '\\+linear scaling': ml-20m"):
             read(tmp_path)
 
@@ -385,13 +385,14 @@ def test_a_race_whose_every_lr_blew_up_extends_its_grid_downward():
 
 
 def test_the_talks_ladder_holds_its_figures_as_said_in_the_courses_slots():
-    assert [t.step for t in ladder.TALK_LADDER] == list(ladder.LADDER_STEPS[:5])
-    assert [t.time_s for t in ladder.TALK_LADDER] == [1384.0, 172.0, 130.0, 135.0, 70.0]
-    for t in ladder.TALK_LADDER:  # each time is quoted where the talk says it
+    assert [t.step for t in ladder_view.TALK_LADDER] == list(ladder.LADDER_STEPS[:5])
+    assert [t.time_s for t in ladder_view.TALK_LADDER] == [1384.0, 172.0, 130.0, 135.0, 70.0]
+    for t in ladder_view.TALK_LADDER:  # each time is quoted where the talk says it
         assert f"{t.time_s:g}" in t.says and t.where
-    linear, mixed = ladder.TALK_LADDER[1], ladder.TALK_LADDER[4]
+    linear, mixed = ladder_view.TALK_LADDER[1], ladder_view.TALK_LADDER[4]
     assert "9x" in linear.says and "2x" in mixed.says  # its own words, beside its times' ratio
-    assert ladder.talk_speedup(linear) == pytest.approx(1384 / 172) and ladder.talk_speedup(ladder.TALK_LADDER[0]) == 1
+    assert ladder_view.talk_speedup(linear) == pytest.approx(1384 / 172)
+    assert ladder_view.talk_speedup(ladder_view.TALK_LADDER[0]) == 1
 
 
 def _plan(**changes):
@@ -404,7 +405,7 @@ def test_the_talks_ladder_sits_beside_this_machines_with_its_interval_and_outcom
     ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), pace=STEADY, directory=tmp_path)
     ladder.save_ladder_result("+linear scaling", fake_result(4096, 4e-3, 10.0), pace=STEADY, directory=tmp_path)
     ladder.save_ladder_result("+warmup", fake_result(16384, 1e-2, None, hr=0.7), pace=STEADY, directory=tmp_path)
-    rows = ladder.talk_table(tmp_path, _plan(precision="bf16", dp_device="cuda")).rows
+    rows = ladder_view.talk_table(tmp_path, _plan(precision="bf16", dp_device="cuda")).rows
     assert [r["rung"] for r in rows] == list(ladder.LADDER_STEPS)
     base, linear, warm, lars, mixed, dp = rows
     assert (linear["talk's time (s)"], linear["talk's speedup"]) == ("172", "8.05x")
@@ -417,13 +418,13 @@ def test_the_talks_ladder_sits_beside_this_machines_with_its_interval_and_outcom
 
 def test_what_this_hardware_cannot_show_comes_from_the_tier_plan_as_fixed_words(tmp_path):
     ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), pace=STEADY, directory=tmp_path)
-    rows = ladder.talk_table(tmp_path, _plan(precision="fp32", dp_device="cpu")).rows
+    rows = ladder_view.talk_table(tmp_path, _plan(precision="fp32", dp_device="cpu")).rows
     assert {r["rung"]: r["this hardware"] for r in rows if r["this hardware"] != "—"} == {
-        "+mixed precision": ladder.NO_16_BIT_UNITS, "+data parallel": ladder.ONE_DEVICE}
+        "+mixed precision": ladder_view.NO_16_BIT_UNITS, "+data parallel": ladder_view.ONE_DEVICE}
     one_gpu = _plan(precision="bf16", dp_device="cpu", dp_on_ladder=False)  # its ranks are CPU processes
-    assert ladder.hardware_limit("+data parallel", one_gpu) == ladder.ONE_DEVICE
-    assert ladder.hardware_limit("+mixed precision", one_gpu) is None
-    assert ladder.hardware_limit("+mixed precision", _plan(precision="fp16")) is None  # fp16 units without bf16
+    assert ladder_view.hardware_limit("+data parallel", one_gpu) == ladder_view.ONE_DEVICE
+    assert ladder_view.hardware_limit("+mixed precision", one_gpu) is None
+    assert ladder_view.hardware_limit("+mixed precision", _plan(precision="fp16")) is None  # fp16 units without bf16
 
 
 def test_summary_and_figure_show_the_talks_ladder_beside_this_machines(tmp_path):
@@ -433,11 +434,11 @@ def test_summary_and_figure_show_the_talks_ladder_beside_this_machines(tmp_path)
     ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), pace=STEADY, directory=tmp_path)
     ladder.save_ladder_result("+linear scaling", fake_result(4096, 4e-3, 10.0), pace=STEADY, directory=tmp_path)
     md = summary.summary_markdown(tmp_path)
-    assert "The talk's ladder beside this machine's" in md and ladder.TALK_SOURCE in md
+    assert "The talk's ladder beside this machine's" in md and ladder_view.TALK_SOURCE in md
     assert md.index("The trick ladder") < md.index("The talk's ladder")
-    fig = ladder.ladder_figure(tmp_path, tier_plan=_plan(precision="fp32", dp_device="cpu"))
+    fig = ladder_view.ladder_figure(tmp_path, tier_plan=_plan(precision="fp32", dp_device="cpu"))
     beside = fig.axes[2]
     assert [t.get_text() for t in beside.get_yticklabels()] == list(ladder.LADDER_STEPS)
-    assert len(beside.patches) == len(ladder.TALK_LADDER) + 2  # the talk's five bars and this machine's two
+    assert len(beside.patches) == len(ladder_view.TALK_LADDER) + 2  # the talk's five bars and this machine's two
     notes = {t.get_text().strip() for t in beside.texts}
-    assert {"not saved", ladder.NO_16_BIT_UNITS, ladder.ONE_DEVICE} <= notes
+    assert {"not saved", ladder_view.NO_16_BIT_UNITS, ladder_view.ONE_DEVICE} <= notes
