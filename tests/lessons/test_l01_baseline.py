@@ -23,6 +23,9 @@ from course_lib.train.ncf import TrainResult, bce_sum, make_batches
 from _timing import scaled
 import _procs
 
+# the loader tests check that no worker outlives its loader: count only the children each test starts
+pytestmark = pytest.mark.usefixtures("children_before_test")
+
 CFG = TrainConfig(global_batch_size=256, optimizer="adam", base_lr=5e-3, factors=8, layers=(16, 8),
                   eval_every_epochs=0.25, max_epochs=1.0)
 
