@@ -110,28 +110,8 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     and a bar chart that follows them. Otherwise (papermill, CI) one static ``(figure, table)``
     for the given values.
     """
-    from .comm.cost import ALLREDUCE_MODELS
-    from .comm import cost
-
-    models = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time,
-                  **{"flat tree": cost.flat_tree_allreduce_time})
-
-    def draw(p_, n_, a_, b_, ax=None):
-        times = {k: f(n_, p_, a_, b_, gamma) for k, f in models.items()}
-        best = min(times, key=times.get)
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6.5, 3))
-        ax.barh(list(times), [v * 1e3 for v in times.values()],
-                color=["tab:green" if k == best else "tab:gray" for k in times])
-        ax.set_xscale("log")
-        ax.set_xlabel("modelled all-reduce time (ms)")
-        link = f"{1 / b_ / 1e9:.3g} GB/s" if b_ > 0 else "no bandwidth term"  # a fit may resolve none (comm.fit_text)
-        ax.set_title(f"p = {p_}, {cost.human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {link}: {best} wins", fontsize=9)
-        ax.figure.tight_layout()
-        t = Table(["algorithm", "time (ms)"], title=f"winner: {best}")
-        for k, v in sorted(times.items(), key=lambda kv: kv[1]):
-            t.add(algorithm=k, **{"time (ms)": v * 1e3})
-        return ax.figure, t
+    def draw(p_, n_, a_, b_):
+        return _allreduce_prediction(p_, n_, a_, b_, gamma)
 
     if interactive is None:
         interactive = widgets_available()
@@ -146,10 +126,7 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     # cannot sit at an infinite bandwidth or a zero alpha, so it starts at its end and the note says so
     bw_w = w.FloatLogSlider(value=1 / beta if beta > 0 else 1e12, base=10, min=8, max=12, step=0.1,
                             description="bytes/s", readout_format=".1e")
-    unresolved = [what for what, v in (("no bandwidth term (beta = 0): bytes/s starts at its fastest, 1e12", beta),
-                                       ("no latency (alpha = 0): alpha starts at its smallest, 1e-7 s", alpha))
-                  if v <= 0]
-    note = [w.Label(value="the fit resolved " + "; and ".join(unresolved))] if unresolved else []
+    note = _unresolved_fit_note(alpha, beta)
     out = w.Output()
 
     def update(*_):
@@ -165,6 +142,37 @@ def allreduce_explorer(p: int = 1024, n_bytes: float = 100 * 2**20, alpha: float
     display(w.VBox([w.HBox([p_w, n_w]), w.HBox([a_w, bw_w])] + note + [out]))
     update()
     return None, None
+
+
+def _allreduce_prediction(p_: int, n_: float, a_: float, b_: float, gamma: float):
+    """:func:`allreduce_explorer`'s bar chart and table of each algorithm's modelled time for one setting."""
+    from .comm.cost import ALLREDUCE_MODELS
+    from .comm import cost
+
+    models = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time,
+                  **{"flat tree": cost.flat_tree_allreduce_time})
+    times = {k: f(n_, p_, a_, b_, gamma) for k, f in models.items()}
+    best = min(times, key=times.get)
+    _, ax = plt.subplots(figsize=(6.5, 3))
+    ax.barh(list(times), [v * 1e3 for v in times.values()],
+            color=["tab:green" if k == best else "tab:gray" for k in times])
+    ax.set_xscale("log")
+    ax.set_xlabel("modelled all-reduce time (ms)")
+    link = f"{1 / b_ / 1e9:.3g} GB/s" if b_ > 0 else "no bandwidth term"  # a fit may resolve none (comm.fit_text)
+    ax.set_title(f"p = {p_}, {cost.human_bytes(n_)}, alpha = {a_ * 1e6:.3g} us, {link}: {best} wins", fontsize=9)
+    ax.figure.tight_layout()
+    t = Table(["algorithm", "time (ms)"], title=f"winner: {best}")
+    for k, v in sorted(times.items(), key=lambda kv: kv[1]):
+        t.add(algorithm=k, **{"time (ms)": v * 1e3})
+    return ax.figure, t
+
+
+def _unresolved_fit_note(alpha: float, beta: float) -> list:
+    """A label saying which term the fit did not resolve (the slider starts at its end), or nothing."""
+    unresolved = [what for what, v in (("no bandwidth term (beta = 0): bytes/s starts at its fastest, 1e12", beta),
+                                       ("no latency (alpha = 0): alpha starts at its smallest, 1e-7 s", alpha))
+                  if v <= 0]
+    return [w.Label(value="the fit resolved " + "; and ".join(unresolved))] if unresolved else []
 
 
 def schedule_builder(*, peak_lr: float = 0.01, warmup_steps: int = 100, total_steps: int = 1000,
@@ -279,34 +287,10 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
         if not networks or network not in networks:
             raise ValueError(f"network={network!r} is not one of the networks given: {sorted(networks or {})}")
         alpha, link_Bps = networks[network]
-    from .perf import model as M
-    from .perf.model import steps_to_target
 
-    def draw(name, p_, gb, ff, bf, a_, bw, ax=None):
-        counts_a, counts_b, curves, overhead = models[name]
-        dev = M.scale_curves(curves, flops_factor=ff, bandwidth_factor=bf)
-        link = (a_, 1 / bw)
-        ps = [q for q in (2**k for k in range(0, 15)) if q <= p_ and gb / q >= 1]
-        rows = M.scaling_curve(counts_a, counts_b, dev, link, batch=gb, ps=ps, step_overhead_s=overhead)
-        last = rows[-1]
-        steps = steps_to_target(gb, min_steps, critical_batch)
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6.5, 3))
-        ax.plot([r["p"] for r in rows], [r["efficiency"] for r in rows], "o-")
-        ax.set(xscale="log", xlabel="devices", ylabel="strong-scaling efficiency", ylim=(0, 1.1))
-        ax.set_title(f"{name}: global batch {gb}, device x{ff:g} FLOPS x{bf:g} bandwidth, "
-                     f"{bw / 1e9:.3g} GB/s links", fontsize=9)
-        ax.figure.tight_layout()
-        t = Table(["quantity", "value"], title=f"{name} on {last['p']} devices")
-        t.add(quantity="step (ms)", value=last["step (ms)"])
-        t.add(quantity="samples/s", value=last["samples/s"])
-        t.add(quantity="efficiency", value=last["efficiency"])
-        t.add(quantity="exposed all-reduce (ms)", value=last["exposed comm (ms)"])
-        # made-up S_min and B_crit are said so in the row itself, not only in a cell after the table
-        made_up = ", illustrative S_min and B_crit" if illustrative else ""
-        t.add(quantity=f"steps to target (McCandlish model{made_up})", value=steps)
-        t.add(quantity=f"time to target (s{made_up})", value=steps * last["step (ms)"] / 1e3)
-        return ax.figure, t
+    def draw(name, p_, gb, ff, bf, a_, bw):
+        return _step_prediction(models[name], name, p_, gb, ff, bf, a_, bw, min_steps=min_steps,
+                                critical_batch=critical_batch, illustrative=illustrative)
 
     name0 = next(iter(models))
     if interactive is None:
@@ -324,16 +308,7 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
     l_w = w.FloatLogSlider(value=link_Bps, base=10, min=8, max=12, step=0.1, description="link B/s",
                            readout_format=".1e")
     out = w.Output()
-    net_row = []
-    if networks:
-        n_w = w.Dropdown(options=["(sliders)"] + list(networks), value=network or "(sliders)", description="network")
-
-        def pick(change):
-            if change["new"] in networks:
-                a_w.value, l_w.value = networks[change["new"]]
-
-        n_w.observe(pick, names="value")
-        net_row = [n_w]
+    net_row = [_network_dropdown(networks, network, a_w, l_w)] if networks else []
 
     def update(*_):
         with out:
@@ -348,3 +323,49 @@ def step_explorer(models: dict, *, p: int = 64, global_batch: int = 4096, flops_
     display(w.VBox([w.HBox([m_w, p_w, b_w]), w.HBox([f_w, m2_w]), w.HBox([a_w, l_w, *net_row]), out]))
     update()
     return None, None
+
+
+def _network_dropdown(networks: dict, network: str | None, alpha_slider, link_slider):
+    """A dropdown of named links that sets the alpha and link-bandwidth sliders when one is picked."""
+    n_w = w.Dropdown(options=["(sliders)"] + list(networks), value=network or "(sliders)", description="network")
+
+    def pick(change):
+        if change["new"] in networks:
+            alpha_slider.value, link_slider.value = networks[change["new"]]
+
+    n_w.observe(pick, names="value")
+    return n_w
+
+
+def _step_prediction(model: tuple, name: str, p_: int, gb: int, ff: float, bf: float, a_: float, bw: float, *,
+                     min_steps: float, critical_batch: float, illustrative: bool):
+    """:func:`step_explorer`'s figure (efficiency against devices) and table (the largest P) for one setting."""
+    from .perf import model as M
+    from .perf.model import steps_to_target
+
+    counts_a, counts_b, curves, overhead = model
+    dev = M.scale_curves(curves, flops_factor=ff, bandwidth_factor=bf)
+    link = (a_, 1 / bw)
+    ps = [q for q in (2**k for k in range(0, 15)) if q <= p_ and gb / q >= 1]
+    rows = M.scaling_curve(counts_a, counts_b, dev, link, batch=gb, ps=ps, step_overhead_s=overhead)
+    _, ax = plt.subplots(figsize=(6.5, 3))
+    ax.plot([r["p"] for r in rows], [r["efficiency"] for r in rows], "o-")
+    ax.set(xscale="log", xlabel="devices", ylabel="strong-scaling efficiency", ylim=(0, 1.1))
+    ax.set_title(f"{name}: global batch {gb}, device x{ff:g} FLOPS x{bf:g} bandwidth, "
+                 f"{bw / 1e9:.3g} GB/s links", fontsize=9)
+    ax.figure.tight_layout()
+    return ax.figure, _step_table(name, rows[-1], steps_to_target(gb, min_steps, critical_batch), illustrative)
+
+
+def _step_table(name: str, last: dict, steps: float, illustrative: bool) -> Table:
+    """The predicted step, throughput, efficiency and time to target on the largest P."""
+    t = Table(["quantity", "value"], title=f"{name} on {last['p']} devices")
+    t.add(quantity="step (ms)", value=last["step (ms)"])
+    t.add(quantity="samples/s", value=last["samples/s"])
+    t.add(quantity="efficiency", value=last["efficiency"])
+    t.add(quantity="exposed all-reduce (ms)", value=last["exposed comm (ms)"])
+    # made-up S_min and B_crit are said so in the row itself, not only in a cell after the table
+    made_up = ", illustrative S_min and B_crit" if illustrative else ""
+    t.add(quantity=f"steps to target (McCandlish model{made_up})", value=steps)
+    t.add(quantity=f"time to target (s{made_up})", value=steps * last["step (ms)"] / 1e3)
+    return t

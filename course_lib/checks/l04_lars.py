@@ -61,6 +61,32 @@ def check_lars_trust_ratio(fn: Callable) -> CheckResult:
     return finish_result(run_cases("check_lars_trust_ratio", fn, cases))
 
 
+def _lars_mistakes(reference: Callable, lr: float, no_decay_lr: float | None) -> dict:
+    """Trajectories of the usual LARS mistakes this case can tell apart, keyed by what each gets wrong."""
+    variants = {"that applies the trust ratio to the weight_decay=0 group too (biases and norm "
+                "parameters must get plain SGD with momentum)": reference(always_adapt=True)}
+    if lr != 1.0 or no_decay_lr is not None:
+        variants["that ignores the group's lr (as if lr were 1): multiply the update by group['lr']"] = (
+            reference(lrs=(1.0, 1.0)))
+    if no_decay_lr is not None:
+        variants["that uses the first group's lr for every group: read group['lr'] in each group"] = (
+            reference(lrs=(lr, lr)))
+    return variants
+
+
+def _raise_zero_norm_hint(diff: Mismatch, net, got, zero_weight: bool, zero_grad: str | None) -> None:
+    """Re-raise ``diff`` with the zero-norm guard's hint when this case has a zero norm; else return."""
+    zero_weight_index = [n for n, _ in net.named_parameters()].index("3.weight")
+    if zero_weight and torch.count_nonzero(got[0][zero_weight_index]) == 0:
+        raise Mismatch(f"{diff}\nhint: your zero-initialized weight did not move: its trust ratio "
+                       "must be 1 when ||w|| == 0 (the zero-norm guard).") from None
+    if zero_grad is not None:
+        raise Mismatch(
+            f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
+            "ratio must be 1 (the zero-norm guard), not trust_coefficient / weight_decay."
+        ) from None
+
+
 def check_lars_step(fn: Callable) -> CheckResult:
     """``fn(groups, state)``: one LARS step in place, against ``course_lib.optim.LARS`` (lesson 04).
 
@@ -89,29 +115,14 @@ def check_lars_step(fn: Callable) -> CheckResult:
                 return trajectory(ref_net, LARS(make_groups(ref_net, lrs), **{**hyper, **overrides}).step, grads)
 
             expected = reference()
-            variants = {"that applies the trust ratio to the weight_decay=0 group too (biases and norm "
-                        "parameters must get plain SGD with momentum)": reference(always_adapt=True)}
-            if lr != 1.0 or no_decay_lr is not None:
-                variants["that ignores the group's lr (as if lr were 1): multiply the update by group['lr']"] = (
-                    reference(lrs=(1.0, 1.0)))
-            if no_decay_lr is not None:
-                variants["that uses the first group's lr for every group: read group['lr'] in each group"] = (
-                    reference(lrs=(lr, lr)))
+            variants = _lars_mistakes(reference, lr, no_decay_lr)
             net = copy.deepcopy(base)
             groups = make_groups(net)
             got = trajectory(net, learner_stepper(fn, groups, defaultdict(dict)), grads)
             try:
                 compare_trajectories(net, groups, expected, got, variants)
             except Mismatch as diff:
-                zero_weight_index = [n for n, _ in net.named_parameters()].index("3.weight")
-                if zero_weight and torch.count_nonzero(got[0][zero_weight_index]) == 0:
-                    raise Mismatch(f"{diff}\nhint: your zero-initialized weight did not move: its trust ratio "
-                                    "must be 1 when ||w|| == 0 (the zero-norm guard).") from None
-                if zero_grad is not None:
-                    raise Mismatch(
-                        f"{diff}\nhint: in this case layer '{zero_grad}' has ||g|| == 0; its trust "
-                        "ratio must be 1 (the zero-norm guard), not trust_coefficient / weight_decay."
-                    ) from None
+                _raise_zero_norm_hint(diff, net, got, zero_weight, zero_grad)
                 raise
         return run
 

@@ -294,22 +294,62 @@ class _BucketBench:
     repeats: int
 
 
+def _bucket_model(kind: str, cap: float, compression, bench: "_BucketBench") -> tuple:
+    """The variant's DDP model from the shared initial weights, and its all-reduce recorder (None when DDP's
+    hooks do not fire: no overlap, floor)."""
+    from . import hooks
+
+    torch.manual_seed(0)  # the same initial weights on every rank and every variant
+    model = DDP(bench.spec.build().to(bench.device), device_ids=bench.device_ids,
+                bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
+    recorder = None
+    if kind in ("buckets", "compressed"):
+        recorder = hooks.AllReduceRecorder(compression, clock=bench.clock, count_underflow=kind == "compressed")
+        model.register_comm_hook(None, recorder.hook)
+    return model, recorder
+
+
+def _flat_allreduce(params: list, clock, world_size: int) -> dict:
+    """The no-overlap variant's all-reduce: every gradient in one flat buffer, averaged and copied back;
+    returns its record (bytes, ready and done stamps), as the recorder keeps DDP's."""
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
+    rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
+    dist.all_reduce(flat)
+    rec["done"] = clock.stamp()
+    flat /= world_size
+    offset = 0
+    for p in params:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+    return rec
+
+
+def _median_step_timeline(marks: list[tuple], recs: list[dict], clock) -> tuple[list, dict]:
+    """Every all-reduce as (ready s, done s, bytes), and the timeline of the step of median length in ms from
+    its start: backward start and end, the optimizer step's end, and the all-reduces during it."""
+    secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
+    step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
+    rec_secs = secs[4 * len(marks):]
+    intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
+    k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
+    t0 = step_secs[k][0]
+    upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
+    timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
+                "step_ms": (step_secs[k][3] - t0) * 1e3,
+                "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
+    return intervals, timeline
+
+
 def _bucket_variant_run(kind: str, cap: float, compression, bench: "_BucketBench") -> dict:
     """One variant of :func:`ddp_bucket_benchmark`, timed: its step, its all-reduces, its timeline, its weights."""
     from contextlib import nullcontext
 
     from . import hooks
 
-    spec, device, clock, X, y = bench.spec, bench.device, bench.clock, bench.X, bench.y
-    torch.manual_seed(0)  # the same initial weights on every rank and every variant
-    model = DDP(spec.build().to(device), device_ids=bench.device_ids,
-                bucket_cap_mb=cap if kind in ("buckets", "compressed") else 25.0)
+    device, clock, X, y = bench.device, bench.clock, bench.X, bench.y
+    model, recorder = _bucket_model(kind, cap, compression, bench)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     params = [p for p in model.parameters() if p.requires_grad]
-    recorder = None
-    if kind in ("buckets", "compressed"):
-        recorder = hooks.AllReduceRecorder(compression, clock=clock, count_underflow=kind == "compressed")
-        model.register_comm_hook(None, recorder.hook)
     manual: list[dict] = []  # the no-overlap variant's one all-reduce per step
     marks: list[tuple] = []  # per step: stamps (start, forward done, backward done, step done), records before
     losses = []
@@ -325,16 +365,7 @@ def _bucket_variant_run(kind: str, cap: float, compression, bench: "_BucketBench
             loss.backward()  # DDP's hooks all-reduce each full bucket during this call
         t2 = clock.stamp()
         if kind == "no overlap":
-            flat = torch.cat([p.grad.reshape(-1) for p in params])  # all gradients, one buffer
-            rec = {"index": 0, "bytes": flat.numel() * flat.element_size(), "ready": clock.stamp()}
-            dist.all_reduce(flat)
-            rec["done"] = clock.stamp()
-            manual.append(rec)
-            flat /= bench.world_size
-            offset = 0
-            for p in params:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-                offset += p.numel()
+            manual.append(_flat_allreduce(params, clock, bench.world_size))
         opt.step()
         marks.append((t0, t1, t2, clock.stamp(), n_before))
         losses[:] = [losses[0] if losses else loss.detach(), loss.detach()]  # the first step's and the latest
@@ -348,16 +379,7 @@ def _bucket_variant_run(kind: str, cap: float, compression, bench: "_BucketBench
 
     step_s = _time_steps(step, bench.steps, bench.warmup, device, after_warmup)
     recs = recorder.records if recorder is not None else manual
-    secs = clock.seconds([m[j] for m in marks for j in range(4)] + [s for r in recs for s in (r["ready"], r["done"])])
-    step_secs = [secs[4 * k:4 * k + 4] for k in range(len(marks))]
-    rec_secs = secs[4 * len(marks):]
-    intervals = [(rec_secs[2 * i], rec_secs[2 * i + 1], recs[i]["bytes"]) for i in range(len(recs))]
-    k = int(np.argsort([t[3] - t[0] for t in step_secs])[len(step_secs) // 2])  # the median step
-    t0 = step_secs[k][0]
-    upto = marks[k + 1][4] if k + 1 < len(marks) else len(recs)
-    timeline = {"backward_start_ms": (step_secs[k][1] - t0) * 1e3, "backward_end_ms": (step_secs[k][2] - t0) * 1e3,
-                "step_ms": (step_secs[k][3] - t0) * 1e3,
-                "allreduces_ms": [[(a - t0) * 1e3, (b - t0) * 1e3, n] for a, b, n in intervals[marks[k][4]:upto]]}
+    intervals, timeline = _median_step_timeline(marks, recs, clock)
     return {"step_s": step_s, "comm_s": hooks.in_flight_seconds([(a, b) for a, b, _ in intervals]) / len(marks),
             "bytes_per_step": sum(n for _, _, n in intervals) / len(marks),
             "allreduces_per_step": len(intervals) / len(marks), "timeline": timeline,
@@ -429,12 +451,47 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
     median-of-blocks step (slowest rank, see ``_timed_blocks``), ``step_ms_repeats`` all of
     them: their spread is the run-to-run noise a comparison must beat.
 
+    ``warmup`` >= 1: DDP builds its buckets during the first step (see :func:`_check_bucket_args`).
+    A worker for ``launch``: arguments are positional, e.g.
+    ``launch(ddp_bucket_benchmark, 2, [1, 25], 10, MLPSpec())``.
+    """
+    from . import hooks
+
+    compressions = _check_bucket_args(bucket_caps_mb, steps, warmup, repeats, compressions)
+    spec = model_spec or default_mlp_spec(cdist.device().type)
+    bench = _bucket_bench(spec, rank, world_size, steps, warmup, repeats)
+    ref_cap = max(float(c) for c in bucket_caps_mb)
+    variants = ([("buckets", float(c), "none") for c in bucket_caps_mb] + [("no overlap", spec.param_mb, "none")]
+                + ([("floor", 0.0, None)] if compute_only else []) + [("compressed", ref_cap, c) for c in compressions])
+    refused = {c: hooks.ddp_refusal(c, bench.device) for c in compressions}  # every rank asks together
+    reduces = {c: hooks.backend_reduces(hooks.COMPRESSED_DTYPES[c], bench.device) for c in compressions}
+    torch.manual_seed(0)
+    theta0 = _flat(spec.build())  # the initial weights every variant starts from
+
+    runs = _run_variants_interleaved(variants, refused, bench)
+    ref = runs[variants.index(("buckets", ref_cap, "none"))][-1]["params"]
+    return [_bucket_row(kind, cap, compression, runs[i], ref, theta0, bench, refused, reduces)
+            for i, (kind, cap, compression) in enumerate(variants)]
+
+
+def _run_variants_interleaved(variants: list[tuple], refused: dict, bench: "_BucketBench") -> dict[int, list[dict]]:
+    """Each variant's runs by index: ``bench.repeats`` rounds of A, B, C..., skipping the refused compressions."""
+    runs: dict[int, list[dict]] = {i: [] for i in range(len(variants))}
+    for _ in range(bench.repeats):
+        for i, (kind, cap, compression) in enumerate(variants):
+            if kind == "compressed" and refused[compression] is not None:
+                continue
+            runs[i].append(_bucket_variant_run(kind, cap, compression, bench))
+    return runs
+
+def _check_bucket_args(bucket_caps_mb, steps: int, warmup: int, repeats: int, compressions) -> list[str]:
+    """Refuse what :func:`ddp_bucket_benchmark` cannot run; return the compressions' canonical names.
+
     ``warmup`` >= 1: DDP's first step runs with all gradients in one bucket and rebuilds its
     buckets after it, in the order the gradients became ready; a bucket takes whole tensors until
     it reaches the cap, and with ``bucket_cap_mb`` given the first bucket has the same cap (only
     DDP's default, ``None``, makes the first bucket 1 MiB). Measured and read in torch 2.13's
-    ``distributed.py`` (``_BucketCapacityConfig``). A worker for ``launch``: arguments are positional,
-    e.g. ``launch(ddp_bucket_benchmark, 2, [1, 25], 10, MLPSpec())``.
+    ``distributed.py`` (``_BucketCapacityConfig``).
     """
     from . import hooks
 
@@ -449,31 +506,21 @@ def ddp_bucket_benchmark(rank: int, world_size: int, bucket_caps_mb: list[float]
     if "none" in compressions:
         raise ValueError("compressions: name 'fp16' and/or 'bf16'; the uncompressed reference is the "
                          "bucket row at the largest cap")
-    spec = model_spec or default_mlp_spec(cdist.device().type)
+    return compressions
+
+
+def _bucket_bench(spec: "MLPSpec", rank: int, world_size: int, steps: int, warmup: int,
+                  repeats: int) -> "_BucketBench":
+    """This rank's data (its own shard), device and clock, shared by every variant."""
+    from . import hooks
+
     device = cdist.device()
     gen = torch.Generator().manual_seed(1000 + rank)  # each rank its own shard of data
     X = torch.randn(spec.batch_size, spec.in_features, generator=gen).to(device)  # (B, in)
     y = torch.randn(spec.batch_size, spec.out_features, generator=gen).to(device)  # (B, out)
     device_ids = [device.index] if device.type == "cuda" else None
     clock = hooks.make_clock(device)
-    ref_cap = max(float(c) for c in bucket_caps_mb)
-    variants = ([("buckets", float(c), "none") for c in bucket_caps_mb] + [("no overlap", spec.param_mb, "none")]
-                + ([("floor", 0.0, None)] if compute_only else []) + [("compressed", ref_cap, c) for c in compressions])
-    refused = {c: hooks.ddp_refusal(c, device) for c in compressions}  # every rank asks together
-    reduces = {c: hooks.backend_reduces(hooks.COMPRESSED_DTYPES[c], device) for c in compressions}
-    torch.manual_seed(0)
-    theta0 = _flat(spec.build())  # the initial weights every variant starts from
-    bench = _BucketBench(spec, device, device_ids, clock, X, y, world_size, steps, warmup, repeats)
-
-    runs: dict[int, list[dict]] = {i: [] for i in range(len(variants))}
-    for _ in range(repeats):
-        for i, (kind, cap, compression) in enumerate(variants):
-            if kind == "compressed" and refused[compression] is not None:
-                continue
-            runs[i].append(_bucket_variant_run(kind, cap, compression, bench))
-    ref = runs[variants.index(("buckets", ref_cap, "none"))][-1]["params"]
-    return [_bucket_row(kind, cap, compression, runs[i], ref, theta0, bench, refused, reduces)
-            for i, (kind, cap, compression) in enumerate(variants)]
+    return _BucketBench(spec, device, device_ids, clock, X, y, world_size, steps, warmup, repeats)
 
 
 @dataclass

@@ -299,41 +299,51 @@ def run_schedule(schedule: Schedule, tensor: torch.Tensor, group=None, piece_byt
     need = max((sum(t.count for t in rnd if t.dst == rank) for rnd in schedule.rounds), default=0)
     workspace = torch.empty(need, dtype=flat.dtype, device=flat.device)
     for rnd in schedule.rounds:
-        ops, landed = [], []  # receives first, then sends
-        sending = [(t.lo, t.hi) for t in rnd if t.src == rank]
-        used = 0
-        for t in rnd:
-            if t.dst == rank:
-                overlaps = any(lo < t.hi and t.lo < hi for lo, hi in sending)
-                staged = t.reduce or overlaps  # never write a slice this rank is still sending
-                buf = workspace[used:used + t.count] if staged else None
-                used += t.count if staged else 0
-                for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
-                    target = flat[lo:hi]
-                    landing = buf[lo - t.lo:hi - t.lo] if staged else target
-                    ops.append(dist.P2POp(dist.irecv, landing, _global(group, t.src), group, tag))
-                    landed.append((target, landing, t.reduce, staged))
-        for t in rnd:
-            if t.src == rank:
-                for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
-                    ops.append(dist.P2POp(dist.isend, flat[lo:hi], _global(group, t.dst), group, tag))
+        ops, landed = _round_ops(rnd, rank, flat, workspace, per_piece, group)
         if not ops:
             continue  # this rank sits the round out
         # One batch per round: gloo posts the operations one by one; NCCL must group them, or two
         # ranks that each first receive from the other would wait on each other forever.
-        works = dist.batch_isend_irecv(ops)
-        if len(works) == len(ops):  # one handle per operation: add each piece as soon as it lands
-            for work, (target, landing, reduce, staged) in zip(works, landed):
-                work.wait()
-                _land(target, landing, reduce, staged)
-            for work in works[len(landed):]:
-                work.wait()
-        else:  # coalesced into one handle (NCCL)
-            for work in works:
-                work.wait()
-            for target, landing, reduce, staged in landed:
-                _land(target, landing, reduce, staged)
+        _wait_and_land(dist.batch_isend_irecv(ops), ops, landed)
     return tensor
+
+
+def _round_ops(rnd, rank, flat, workspace, per_piece, group):
+    """This rank's P2P operations for one round (receives first, then sends) and where each receive lands."""
+    ops, landed = [], []
+    sending = [(t.lo, t.hi) for t in rnd if t.src == rank]
+    used = 0
+    for t in rnd:
+        if t.dst == rank:
+            overlaps = any(lo < t.hi and t.lo < hi for lo, hi in sending)
+            staged = t.reduce or overlaps  # never write a slice this rank is still sending
+            buf = workspace[used:used + t.count] if staged else None
+            used += t.count if staged else 0
+            for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
+                target = flat[lo:hi]
+                landing = buf[lo - t.lo:hi - t.lo] if staged else target
+                ops.append(dist.P2POp(dist.irecv, landing, _global(group, t.src), group, tag))
+                landed.append((target, landing, t.reduce, staged))
+    for t in rnd:
+        if t.src == rank:
+            for tag, (lo, hi) in enumerate(_pieces(t.lo, t.hi, per_piece)):
+                ops.append(dist.P2POp(dist.isend, flat[lo:hi], _global(group, t.dst), group, tag))
+    return ops, landed
+
+
+def _wait_and_land(works, ops, landed):
+    """Wait for one round's operations, adding (or copying) each received piece into place."""
+    if len(works) == len(ops):  # one handle per operation: add each piece as soon as it lands
+        for work, (target, landing, reduce, staged) in zip(works, landed):
+            work.wait()
+            _land(target, landing, reduce, staged)
+        for work in works[len(landed):]:
+            work.wait()
+    else:  # coalesced into one handle (NCCL)
+        for work in works:
+            work.wait()
+        for target, landing, reduce, staged in landed:
+            _land(target, landing, reduce, staged)
 
 
 def _rooted(make, tensor, src, group, **kw):

@@ -423,12 +423,7 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
         return load_synthetic(synthetic_size or "ml-1m", num_eval_negatives=synthetic_negatives, seed=seed,
                               reason="dataset='synthetic' was requested", use_cache=use_cache)
     spec = DATASETS[dataset]
-    path = find_local(dataset, data_dir)
-    how = f"found at {path}" if path else ""
-    if path is None and download:
-        if publisher_reachable(spec.url):
-            path = download_zip(dataset)
-            how = f"downloaded from {spec.url} to {path}"
+    path, how = _locate(dataset, data_dir, download)
     if path is None:
         looked = ", ".join(str(d) for d in search_dirs(data_dir))
         return load_synthetic(
@@ -437,7 +432,26 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
             reason=f"{dataset} was not found locally (looked in {looked})"
                    + (" and files.grouplens.org is unreachable" if download else " and download=False"),
         )
-    num_eval_negatives = num_eval_negatives or spec.eval_negatives
+    return _load_real(dataset, path, how, num_eval_negatives=num_eval_negatives or spec.eval_negatives, seed=seed,
+                      use_cache=use_cache)
+
+
+def _locate(dataset: str, data_dir, download: bool) -> tuple[Path | None, str]:
+    """The real set's file (found locally, else downloaded when allowed and reachable) and how it was got."""
+    path = find_local(dataset, data_dir)
+    how = f"found at {path}" if path else ""
+    if path is None and download:
+        url = DATASETS[dataset].url
+        if publisher_reachable(url):
+            path = download_zip(dataset)
+            how = f"downloaded from {url} to {path}"
+    return path, how
+
+
+def _load_real(dataset: str, path: Path, how: str, *, num_eval_negatives: int, seed: int,
+               use_cache: bool) -> ImplicitData:
+    """Real MovieLens from ``path``: the processed cache when it is of this very file, else verified and parsed."""
+    spec = DATASETS[dataset]
     key = f"{dataset}-neg{num_eval_negatives}-seed{seed}"
     # A hit must be this very file: the path, and its size and mtime, as when it was verified and
     # parsed (a hit skips the md5 of a 300 MB zip; a file replaced at the same path is a miss).
@@ -457,7 +471,6 @@ def load_implicit(dataset: str = "ml-1m", *, profile: str = "full", data_dir: st
     if use_cache:
         _save_processed(data, _processed_path(key))
     return data
-
 
 def _stamp(path: Path) -> str:
     st = path.stat()

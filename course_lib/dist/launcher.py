@@ -634,8 +634,6 @@ def launch(fn: Callable, world_size: int, *args, backend: str = "auto", timeout_
 
 
 def _launch(fn, payload, world_size, backend, timeout_s, collective_timeout_s, threads, quiet, shield) -> list:
-    from multiprocessing.connection import wait as wait_any
-
     ctx = _worker_context()
     run_dir = store = pump = watchdog = None
     procs: list = []
@@ -644,54 +642,18 @@ def _launch(fn, payload, world_size, backend, timeout_s, collective_timeout_s, t
         # mode 0700, private to this user; named with this host and pid, so that the next
         # launch removes it if this process is SIGKILLed before its own cleanup runs
         run_dir = new_private_temp_dir("course-launch-")
-        tmp_dir = os.path.join(run_dir, "tmp")
-        os.mkdir(tmp_dir, 0o700)
-        if len(tmp_dir) > _MAX_WORKER_TMP_LEN:
-            # A very long $TMPDIR: the workers' temp files stay where they were (removed by
-            # their own finalizers; after a SIGKILL their pymp-* folders remain there).
-            tmp_dir = None
+        tmp_dir = _worker_tmp_dir(run_dir)
         pump = _LogPump(run_dir, world_size, quiet)
         watchdog = _Watchdog(run_dir)
         meet_s = _rendezvous_timeout(timeout_s, collective_timeout_s)
         store = _loopback_store(meet_s)
-        for r in range(world_size):
-            spec = _WorkerSpec(payload, dict(os.environ), r, world_size, backend, store.port, run_dir, tmp_dir,
-                               os.getpid(), float(collective_timeout_s), threads, float(meet_s))
-            p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{r}", daemon=False)
-            p.start()
-            procs.append(p)
-            watchdog.watch_group(p.pid)  # the worker makes itself the leader of group p.pid
-        mp_tmp = _multiprocessing_temp_dir()
-        if mp_tmp:  # the fork server's socket lives there, as long as this process; after a SIGKILL, not longer
-            watchdog.watch_path(mp_tmp)
-        exited_ns: dict[int, int] = {}  # when the launcher first saw each worker gone
-        failed: list[int] = []
-        while True:
-            pump.pump()
-            codes = [p.exitcode for p in procs]
-            exited_ns.update({r: time.time_ns() for r, c in enumerate(codes) if c is not None and r not in exited_ns})
-            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                break
-            if all(c == 0 for c in codes):
-                break
-            if timeout_s is not None and time.monotonic() - start > timeout_s:
-                _stop_all(procs)
-                pump.pump(final=True)
-                raise LaunchTimeout(
-                    f"launch(): {world_size} worker(s) running {fn.__qualname__} did not finish within "
-                    f"timeout_s={timeout_s:g} s; all workers were killed. If the work is just slow, pass a "
-                    "larger timeout_s; if a rank waits in a collective that another rank never joins, "
-                    "check that every rank calls the same collectives in the same order.")
-            wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
+        specs = [_WorkerSpec(payload, dict(os.environ), r, world_size, backend, store.port, run_dir, tmp_dir,
+                             os.getpid(), float(collective_timeout_s), threads, float(meet_s))
+                 for r in range(world_size)]
+        _start_workers(ctx, specs, procs, watchdog)
+        failed, exited_ns = _wait_for_workers(procs, pump, start, timeout_s, fn)
         if failed:
-            # Let the other ranks report their own errors for a moment (they usually fail
-            # with "connection closed by peer" once the first one is gone), then kill them.
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
-                wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
-                exited_ns.update({r: time.time_ns() for r, p in enumerate(procs)
-                                  if p.exitcode is not None and r not in exited_ns})
+            _let_others_report(procs, exited_ns)
             _stop_all(procs)
             pump.pump(final=True)
             raise _worker_error(run_dir, procs, exited_ns, fn, collective_timeout_s)
@@ -712,6 +674,66 @@ def _launch(fn, payload, world_size, backend, timeout_s, collective_timeout_s, t
             shutil.rmtree(run_dir, ignore_errors=True)
         if watchdog is not None:
             watchdog.stand_down()
+
+
+def _worker_tmp_dir(run_dir: str) -> str | None:
+    """The workers' private temp folder inside ``run_dir``, or None when its path would be too long."""
+    tmp_dir = os.path.join(run_dir, "tmp")
+    os.mkdir(tmp_dir, 0o700)
+    if len(tmp_dir) > _MAX_WORKER_TMP_LEN:
+        # A very long $TMPDIR: the workers' temp files stay where they were (removed by
+        # their own finalizers; after a SIGKILL their pymp-* folders remain there).
+        return None
+    return tmp_dir
+
+
+def _start_workers(ctx, specs: list, procs: list, watchdog: "_Watchdog") -> None:
+    """Start one worker per spec, appending each to ``procs`` as soon as it runs (so that the caller's
+    cleanup stops every started one even if a later start fails), and put them under the watchdog."""
+    for spec in specs:
+        p = ctx.Process(target=_worker_main, args=(spec,), name=f"course-worker-{spec.rank}", daemon=False)
+        p.start()
+        procs.append(p)
+        watchdog.watch_group(p.pid)  # the worker makes itself the leader of group p.pid
+    mp_tmp = _multiprocessing_temp_dir()
+    if mp_tmp:  # the fork server's socket lives there, as long as this process; after a SIGKILL, not longer
+        watchdog.watch_path(mp_tmp)
+
+
+def _wait_for_workers(procs: list, pump: "_LogPump", start: float, timeout_s, fn) -> tuple[list[int], dict]:
+    """Relay the workers' output until all succeed or one fails; the failed ranks and when the launcher
+    first saw each worker gone. Past ``timeout_s``, kill them all and raise :class:`LaunchTimeout`."""
+    from multiprocessing.connection import wait as wait_any
+
+    exited_ns: dict[int, int] = {}  # when the launcher first saw each worker gone
+    while True:
+        pump.pump()
+        codes = [p.exitcode for p in procs]
+        exited_ns.update({r: time.time_ns() for r, c in enumerate(codes) if c is not None and r not in exited_ns})
+        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed or all(c == 0 for c in codes):
+            return failed, exited_ns
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            _stop_all(procs)
+            pump.pump(final=True)
+            raise LaunchTimeout(
+                f"launch(): {len(procs)} worker(s) running {fn.__qualname__} did not finish within "
+                f"timeout_s={timeout_s:g} s; all workers were killed. If the work is just slow, pass a "
+                "larger timeout_s; if a rank waits in a collective that another rank never joins, "
+                "check that every rank calls the same collectives in the same order.")
+        wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
+
+
+def _let_others_report(procs: list, exited_ns: dict) -> None:
+    """After a failure, let the other ranks report their own errors for a moment (they usually fail
+    with "connection closed by peer" once the first one is gone), noting when each is seen gone."""
+    from multiprocessing.connection import wait as wait_any
+
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+        wait_any([p.sentinel for p in procs if p.exitcode is None], timeout=0.1)
+        exited_ns.update({r: time.time_ns() for r, p in enumerate(procs)
+                          if p.exitcode is not None and r not in exited_ns})
 
 
 def _load_result(run_dir: str, r: int, world_size: int, fn) -> object:

@@ -143,6 +143,35 @@ class LAMB(torch.optim.Optimizer):
         global_norm = torch.linalg.vector_norm(torch.stack([_l2_norm(g).to(device) for g in grads]))
         return torch.clamp(global_norm / max_grad_norm, min=1.0)
 
+    @staticmethod
+    def _adam_update(group, state, w, grad):
+        """Advance the moments m and v by one step and return Adam's update (plus weight decay) for w."""
+        beta1, beta2 = group["betas"]
+        # grad_averaging=False is the m <- b1*m + g of apex (BERT's recipe keeps it on).
+        beta3 = 1.0 - beta1 if group["grad_averaging"] else 1.0
+        eps = group["eps"]
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = torch.zeros_like(w, memory_format=torch.preserve_format)  # m
+            state["exp_avg_sq"] = torch.zeros_like(w, memory_format=torch.preserve_format)  # v
+        state["step"] += 1
+        t = state["step"]
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=beta3)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+
+        if group["bias_correction"]:
+            # m and v start at 0, so early on they underestimate E[g] and E[g^2].
+            bias_correction1 = 1.0 - beta1**t
+            bias_correction2 = 1.0 - beta2**t
+            denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)
+            update = (exp_avg / bias_correction1).div_(denom)
+        else:
+            update = exp_avg / exp_avg_sq.sqrt().add_(eps)
+        if group["weight_decay"] != 0:
+            update.add_(w, alpha=group["weight_decay"])
+        return update
+
     @torch.no_grad()
     def step(self, closure=None):
         """One LAMB update of every parameter that has a gradient; returns the closure's loss."""
@@ -154,11 +183,6 @@ class LAMB(torch.optim.Optimizer):
         clip_divisor = self._global_clip_divisor()
         for group in self.param_groups:
             lr = group["lr"]
-            beta1, beta2 = group["betas"]
-            # grad_averaging=False is the m <- b1*m + g of apex (BERT's recipe keeps it on).
-            beta3 = 1.0 - beta1 if group["grad_averaging"] else 1.0
-            eps = group["eps"]
-            weight_decay = group["weight_decay"]
             adapt = self.adapts(group)
             for p in group["params"]:
                 if p.grad is None:
@@ -174,34 +198,14 @@ class LAMB(torch.optim.Optimizer):
                 if low:
                     grad = grad.float()
 
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(w, memory_format=torch.preserve_format)  # m
-                    state["exp_avg_sq"] = torch.zeros_like(w, memory_format=torch.preserve_format)  # v
-                state["step"] += 1
-                t = state["step"]
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(grad, alpha=beta3)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-
-                if group["bias_correction"]:
-                    # m and v start at 0, so early on they underestimate E[g] and E[g^2].
-                    bias_correction1 = 1.0 - beta1**t
-                    bias_correction2 = 1.0 - beta2**t
-                    denom = (exp_avg_sq.sqrt() / math.sqrt(bias_correction2)).add_(eps)
-                    update = (exp_avg / bias_correction1).div_(denom)
-                else:
-                    update = exp_avg / exp_avg_sq.sqrt().add_(eps)
-                if weight_decay != 0:
-                    update.add_(w, alpha=weight_decay)
+                update = self._adam_update(group, self.state[p], w, grad)
 
                 if adapt:
                     trust_ratio = lamb_trust_ratio(_l2_norm(w), _l2_norm(update), trust_clip=group["trust_clip"])
                     update.mul_(trust_ratio)
                 else:
                     trust_ratio = torch.ones((), device=p.device)
-                state["trust_ratio"] = trust_ratio.detach().float()
+                self.state[p]["trust_ratio"] = trust_ratio.detach().float()
 
                 p.add_(update.to(p.dtype), alpha=-lr)
         return loss

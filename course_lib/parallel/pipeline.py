@@ -277,16 +277,7 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
     offset; on a CPU each event also carries the thread's CPU seconds (``cpu``), which say
     whether the stage had a core to itself while it computed.
 
-    Messages: gloo moves one only once both sides have posted it, and the bytes move on its
-    background thread. A receive posted only when the op needs it made the sender's thread do
-    that work while the sender was busy computing the next micro-batch (measured: GPipe's
-    forwards waited milliseconds for activations sent long before). So on gloo every receive
-    this stage will need is posted before it starts, tagged by micro-batch and direction, and
-    sends go out as soon as their tensor is computed. On NCCL the messages between two ranks run
-    in order on one stream: a receive posted early would hold up the sends behind it (1F1B
-    would deadlock), so each receive is posted when its op comes, grouped with the sends of the
-    op before (``batch_isend_irecv``, as Megatron-LM does; an op that receives nothing posts those
-    sends alone); the wait for the input then covers the sends grouped with it.
+    Messages between neighbours: see :class:`_StageMail`.
 
     ``weights`` (asynchronous pipelines, :mod:`course_lib.parallel.async_pipeline`): an object that
     computes each forward (``weights.forward(mb, x)`` instead of ``module(x)``, with the weights it
@@ -299,63 +290,106 @@ def run_stage(module: nn.Module, schedule: list[list[Op]], inputs: list[torch.Te
     s, p = dist.get_rank(group), dist.get_world_size(group)
     if len(schedule) != p:
         raise ValueError(f"a schedule for {len(schedule)} stages on {p} ranks")
-    peer = (lambda r: r) if group is None else (lambda r: dist.get_global_rank(group, r))  # group rank -> global
     if (s == 0 and inputs is None) or (s == p - 1 and targets is None):
         raise ValueError("stage 0 needs the micro-batches (inputs), the last stage their targets")
     device = device or cdist.device()
     loss_sum = loss_sum or _loss_sum
     on_cpu = device.type == "cpu"
-    early = dist.get_backend() != "nccl"
     ops = schedule[s]
-
-    def source(op: Op) -> int | None:  # the neighbour whose message this op waits for, if any
-        if op.kind == "F":
-            return s - 1 if s > 0 else None
-        return s + 1 if s < p - 1 else None
-
+    mail = _StageMail(s, p, shape, device, group)
     held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    works, outbox, events, loss_total = [], [], [], 0.0
+    events, loss_total = [], 0.0
     dist.barrier(group)
-    # gloo: every receive this stage will need, posted before it starts (tagged by micro-batch and direction)
-    posted = {(op.kind, op.mb): _post_receive(shape, device, peer(source(op)), group, _tag(op.kind, op.mb))
-              for op in ops if early and source(op) is not None}
+    mail.post_receives(ops)
     for op in ops:
-        i, src = op.mb, source(op)
-        if src is not None:
-            if early:
-                buf, work = posted.pop((op.kind, i))
-                work.wait()
-            else:  # NCCL (no tags: messages match in order): this receive and the sends queued since the last
-                buf = torch.empty(shape, device=device)
-                for work in dist.batch_isend_irecv(outbox + [dist.P2POp(dist.irecv, buf, peer(src), group)]):
-                    work.wait()
-                outbox = []
-            _sync(device)
-        elif outbox:  # NCCL, nothing to receive: the queued sends go now
-            works += dist.batch_isend_irecv(outbox)
-            outbox = []
+        buf = mail.receive(op)
         start, cpu0 = time.monotonic(), time.thread_time()
-        out, dst, y = _compute_op(op, s, p, buf if src is not None else None, held, module, weights,
-                                  inputs, targets, loss_sum, count)
+        out, dst, y = _compute_op(op, s, p, buf, held, module, weights, inputs, targets, loss_sum, count)
         _sync(device)
         end, cpu1 = time.monotonic(), time.thread_time()
         if op.kind == "F" and s == p - 1:
             loss_total += float(y)
             if weights is not None:
-                weights.record_loss(i, float(y))
+                weights.record_loss(op.mb, float(y))
         if out is not None:
-            if early:
-                works.append(dist.isend(out, peer(dst), group, tag=_tag(op.kind, i)))
-            else:
-                outbox.append(dist.P2POp(dist.isend, out, peer(dst), group))
-        events.append(Event(s, op.kind, i, start, end, cpu1 - cpu0 if on_cpu else None))
-    if outbox:
-        works += dist.batch_isend_irecv(outbox)
-    for work in works:
-        work.wait()
+            mail.send(op, out, dst)
+        events.append(Event(s, op.kind, op.mb, start, end, cpu1 - cpu0 if on_cpu else None))
+    mail.finish()
     if len(held):
         raise RuntimeError(f"stage {s}: micro-batches {sorted(held)} never ran their backward")
     return events, loss_total
+
+
+class _StageMail:
+    """One stage's messages to and from its neighbours in :func:`run_stage`.
+
+    gloo moves a message only once both sides have posted it, and the bytes move on its
+    background thread. A receive posted only when the op needs it made the sender's thread do
+    that work while the sender was busy computing the next micro-batch (measured: GPipe's
+    forwards waited milliseconds for activations sent long before). So on gloo every receive
+    this stage will need is posted before it starts, tagged by micro-batch and direction, and
+    sends go out as soon as their tensor is computed. On NCCL the messages between two ranks run
+    in order on one stream: a receive posted early would hold up the sends behind it (1F1B
+    would deadlock), so each receive is posted when its op comes, grouped with the sends of the
+    op before (``batch_isend_irecv``, as Megatron-LM does; an op that receives nothing posts those
+    sends alone); the wait for the input then covers the sends grouped with it.
+    """
+
+    def __init__(self, s: int, p: int, shape: tuple[int, ...], device: torch.device, group):
+        self.s, self.p, self.shape, self.device, self.group = s, p, shape, device, group
+        self.early = dist.get_backend() != "nccl"
+        self.posted: dict = {}
+        self.works, self.outbox = [], []
+
+    def peer(self, r: int) -> int:
+        """Group rank -> global rank."""
+        return r if self.group is None else dist.get_global_rank(self.group, r)
+
+    def source(self, op: Op) -> int | None:
+        """The neighbour whose message this op waits for, if any."""
+        if op.kind == "F":
+            return self.s - 1 if self.s > 0 else None
+        return self.s + 1 if self.s < self.p - 1 else None
+
+    def post_receives(self, ops: list[Op]) -> None:
+        """gloo: every receive this stage will need, posted before it starts."""
+        self.posted = {(op.kind, op.mb): _post_receive(self.shape, self.device, self.peer(self.source(op)),
+                                                       self.group, _tag(op.kind, op.mb))
+                       for op in ops if self.early and self.source(op) is not None}
+
+    def receive(self, op: Op) -> torch.Tensor | None:
+        """Wait for ``op``'s input from its neighbour (None when it has none)."""
+        src = self.source(op)
+        if src is None:
+            if self.outbox:  # NCCL, nothing to receive: the queued sends go now
+                self.works += dist.batch_isend_irecv(self.outbox)
+                self.outbox = []
+            return None
+        if self.early:
+            buf, work = self.posted.pop((op.kind, op.mb))
+            work.wait()
+        else:  # NCCL (no tags: messages match in order): this receive and the sends queued since the last
+            buf = torch.empty(self.shape, device=self.device)
+            for work in dist.batch_isend_irecv(self.outbox + [dist.P2POp(dist.irecv, buf, self.peer(src),
+                                                                         self.group)]):
+                work.wait()
+            self.outbox = []
+        _sync(self.device)
+        return buf
+
+    def send(self, op: Op, out: torch.Tensor, dst: int) -> None:
+        """Send ``op``'s output to ``dst``: at once on gloo, queued for the next group on NCCL."""
+        if self.early:
+            self.works.append(dist.isend(out, self.peer(dst), self.group, tag=_tag(op.kind, op.mb)))
+        else:
+            self.outbox.append(dist.P2POp(dist.isend, out, self.peer(dst), self.group))
+
+    def finish(self) -> None:
+        """Send what is still queued and wait for every send to complete."""
+        if self.outbox:
+            self.works += dist.batch_isend_irecv(self.outbox)
+        for work in self.works:
+            work.wait()
 
 
 def micro_batches(x: torch.Tensor, m: int) -> list[torch.Tensor]:

@@ -246,8 +246,6 @@ def sharded_worker(rank: int, world_size: int, spec: dict) -> dict:
     Measured with torch 2.13: FSDP2 sends less than 1.5x DDP's bytes (1.36x for the tiny BERT),
     because ``fully_shard`` leaves the root unit (embeddings, head) gathered between forward and
     backward (``reshard_after_forward`` is False for the root): only the blocks are gathered twice."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     from .. import dist as cdist
     from ..models.bert import build_bert
 
@@ -255,46 +253,46 @@ def sharded_worker(rank: int, world_size: int, spec: dict) -> dict:
     torch.manual_seed(0)
     base = build_bert(spec["preset"], vocab_size=spec["vocab_size"], dropout=0.0, attention_dropout=0.0,
                       max_position=spec["seq_len"]).to(device)
+    batches = _mlm_batches(spec, rank, world_size, device)
+    out = {"rank": rank, "n_params": base.num_parameters(), "device": str(device)}
+    finals = {}
+    # each scheme is built only once the one before has run, on a fresh copy of the same weights
+    for name, make in (("DDP", _ddp_scheme), ("ZeRO-1", _zero1_scheme), ("FSDP2", _fsdp2_scheme)):
+        out[name], finals[name] = _run_scheme(*make(base, spec, device), batches, world_size, device)
+    out["largest_unit_bytes"] = largest_layer_bytes(base, fsdp_units(base))
+
+    for name in ("ZeRO-1", "FSDP2"):
+        out[name]["max_diff_from_ddp"] = max(float((a - b_).abs().max()) for a, b_ in zip(finals[name], finals["DDP"]))
+    out["DDP"]["max_diff_from_ddp"] = 0.0
+    initial = [p.detach() for p in base.parameters()]
+    out["ddp_moved_from_init"] = max(float((a - b_).abs().max()) for a, b_ in zip(finals["DDP"], initial))
+    return out
+
+
+def _mlm_batches(spec: dict, rank: int, world_size: int, device) -> tuple:
+    """Every step's masked-LM ids and labels (drawn alike on every rank) and this rank's slice ``(lo, hi)``."""
     g = torch.Generator().manual_seed(1)
     steps, b = spec["steps"], spec["global_batch"]
     ids = torch.randint(0, spec["vocab_size"], (steps, b, spec["seq_len"]), generator=g)
     labels = torch.where(torch.rand(ids.shape, generator=g) < 0.15, ids, torch.full_like(ids, -100))
-    ids, labels = ids.to(device), labels.to(device)
     lo, hi = chunk_bounds(b, world_size)[rank]
     if hi - lo != b // world_size or b % world_size:
         raise ValueError(f"global_batch={b} does not split evenly over {world_size} ranks")
-    out = {"rank": rank, "n_params": base.num_parameters(), "device": str(device)}
-    finals = {}
+    return ids.to(device), labels.to(device), lo, hi
 
-    def sync():  # the GPU's queued work done before the host reads its clock
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
-    def run(name, model, step_fn, state_bytes_fn, forward_model=None):
-        times = []
-        fm = forward_model or model
-        counter = CommCounter(world_size)
-        for t in range(steps):
-            dist.barrier()
-            sync()
-            t0 = time.perf_counter()
-            with counter if t == steps - 1 else contextlib.nullcontext():  # the last step's messages
-                loss = fm(ids[t, lo:hi], labels[t, lo:hi])
-                loss.backward()
-                step_fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-        out[name] = {**held_bytes(model, state_bytes_fn()), "step_s": statistics.median(times[1:] or times),
-                     "sent_bytes": counter.sent_bytes, "collectives": dict(counter.calls)}
-        finals[name] = [_full(p.detach()).clone() for p in model.parameters()]
+def _ddp_scheme(base, spec, device):
+    """DDP: everything replicated, one all-reduce of the gradients."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    # DDP: everything replicated, one all-reduce of the gradients
     m = copy.deepcopy(base)
     ddp = DDP(m, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(m.parameters(), lr=spec["lr"])
-    run("DDP", m, lambda: (opt.step(), opt.zero_grad(set_to_none=False)), lambda: _optimizer_state_bytes(opt), ddp)
+    return m, lambda: (opt.step(), opt.zero_grad(set_to_none=False)), lambda: _optimizer_state_bytes(opt), ddp
 
-    # ZeRO stage 1 from lesson 08's ring collectives
+
+def _zero1_scheme(base, spec, device):
+    """ZeRO stage 1 from lesson 08's ring collectives."""
     m = copy.deepcopy(base)
     zero = ZeroStage1(m.parameters(), torch.optim.AdamW, lr=spec["lr"])
 
@@ -303,18 +301,40 @@ def sharded_worker(rank: int, world_size: int, spec: dict) -> dict:
         for p in m.parameters():
             p.grad.zero_()
 
-    run("ZeRO-1", m, zero_step, zero.state_bytes)
+    return m, zero_step, zero.state_bytes, None
 
-    # FSDP2
+
+def _fsdp2_scheme(base, spec, device):
+    """FSDP2: ``fully_shard`` on every block and the root."""
     m = fully_shard_model(copy.deepcopy(base))
-    largest = largest_layer_bytes(base, fsdp_units(base))
     opt = torch.optim.AdamW(m.parameters(), lr=spec["lr"])
-    run("FSDP2", m, lambda: (opt.step(), opt.zero_grad(set_to_none=False)), lambda: _optimizer_state_bytes(opt))
-    out["largest_unit_bytes"] = largest
+    return m, lambda: (opt.step(), opt.zero_grad(set_to_none=False)), lambda: _optimizer_state_bytes(opt), None
 
-    for name in ("ZeRO-1", "FSDP2"):
-        out[name]["max_diff_from_ddp"] = max(float((a - b_).abs().max()) for a, b_ in zip(finals[name], finals["DDP"]))
-    out["DDP"]["max_diff_from_ddp"] = 0.0
-    initial = [p.detach() for p in base.parameters()]
-    out["ddp_moved_from_init"] = max(float((a - b_).abs().max()) for a, b_ in zip(finals["DDP"], initial))
-    return out
+
+def _run_scheme(model, step_fn, state_bytes_fn, forward_model, batches, world_size: int, device) -> tuple:
+    """Train ``model`` on this rank's slice of ``batches``; its bytes held, median step time, the last step's
+    messages, and its final (full) parameters."""
+    ids, labels, lo, hi = batches
+    steps = ids.shape[0]
+    times = []
+    fm = forward_model or model
+    counter = CommCounter(world_size)
+    for t in range(steps):
+        dist.barrier()
+        _sync_device(device)
+        t0 = time.perf_counter()
+        with counter if t == steps - 1 else contextlib.nullcontext():  # the last step's messages
+            loss = fm(ids[t, lo:hi], labels[t, lo:hi])
+            loss.backward()
+            step_fn()
+        _sync_device(device)
+        times.append(time.perf_counter() - t0)
+    record = {**held_bytes(model, state_bytes_fn()), "step_s": statistics.median(times[1:] or times),
+              "sent_bytes": counter.sent_bytes, "collectives": dict(counter.calls)}
+    return record, [_full(p.detach()).clone() for p in model.parameters()]
+
+
+def _sync_device(device) -> None:
+    """The GPU's queued work done before the host reads its clock."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

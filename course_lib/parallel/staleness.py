@@ -175,80 +175,108 @@ class ServerConfig:
 
 
 def _server(world_size: int, cfg: ServerConfig, problem: Problem) -> dict:
-    _, _, Xe, ye = problem.data()
-    model = problem.model()
-    w = parameters_to_vector(model.parameters()).detach().clone()
-    v = torch.zeros_like(w)
-    n = w.numel()
-    out_msg = torch.zeros(n + 2)  # weights, then [continue flag, version]
-    in_msg = torch.zeros(n + 1)  # gradient, then the version it was computed at
-    workers = list(range(1, world_size))
-    version, start = 0, time.perf_counter()
-    curve = {"time_s": [], "update": [], "loss": [], "accuracy": []}
-    staleness, grads_from = [], {r: 0 for r in workers}
-
-    def push(dst, go=True):
-        out_msg[:n] = w
-        out_msg[n] = 1.0 if go else 0.0
-        out_msg[n + 1] = version
-        dist.send(out_msg, dst)
-
-    def record():
-        loss, acc = eval_loss(model, w, Xe, ye)
-        curve["time_s"].append(time.perf_counter() - start)
-        curve["update"].append(version)
-        curve["loss"].append(loss)
-        curve["accuracy"].append(acc)
-
-    def apply(grad):
-        nonlocal version
-        v.mul_(cfg.momentum).add_(grad)
-        w.sub_(cfg.lr * v)
-        version += 1
-        if version % cfg.eval_every == 0:
-            record()
-
-    record()
+    server = _ParameterServer(world_size, cfg, problem)
+    server.record()
     if cfg.mode == "sync":
-        while time.perf_counter() - start < cfg.budget_s:
-            for r in workers:
-                push(r)
-            total = torch.zeros(n)
-            for _ in workers:  # in whatever order they arrive; the round waits for the last one
-                sender = dist.recv(in_msg)
-                total += in_msg[:n]
-                grads_from[sender] += 1
-                staleness.append(0)
-            apply(total / len(workers))
-        for r in workers:
-            push(r, go=False)
+        server.serve_sync()
     elif cfg.mode == "async":
-        for r in workers:
-            push(r)
-        active = len(workers)
-        while active:
-            sender = dist.recv(in_msg)  # from any worker: the first one done
-            grads_from[sender] += 1
-            if time.perf_counter() - start < cfg.budget_s:
-                staleness.append(version - int(in_msg[n]))
-                apply(in_msg[:n].clone())
-                push(sender)
-            else:
-                push(sender, go=False)
-                active -= 1
+        server.serve_async()
     else:
         raise ValueError(f"mode must be 'sync' or 'async', got {cfg.mode!r}")
-    wall = time.perf_counter() - start
-    record()
-    target_time = None
-    if cfg.target_loss is not None:
-        target_time = next((t for t, loss in zip(curve["time_s"], curve["loss"]) if loss <= cfg.target_loss), None)
-    return {"label": cfg.label(), "mode": cfg.mode, "straggler_rank": cfg.straggler_rank, "delay_s": cfg.delay_s,
-            "wall_s": wall, "updates": version, "updates_per_s": version / wall, "gradients_from": grads_from,
-            "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,
-            "max_staleness": int(max(staleness)) if staleness else 0, "curve": curve,
-            "final_loss": curve["loss"][-1], "final_accuracy": curve["accuracy"][-1],
-            "time_to_target_s": target_time}
+    wall = time.perf_counter() - server.start
+    server.record()
+    return server.result(wall)
+
+
+class _ParameterServer:
+    """Rank 0's state: the weights and their momentum, the version (updates applied so far), the loss curve,
+    and how stale each applied gradient was."""
+
+    def __init__(self, world_size: int, cfg: ServerConfig, problem: Problem):
+        _, _, self.Xe, self.ye = problem.data()
+        self.cfg = cfg
+        self.model = problem.model()
+        self.w = parameters_to_vector(self.model.parameters()).detach().clone()
+        self.v = torch.zeros_like(self.w)
+        self.n = n = self.w.numel()
+        self.out_msg = torch.zeros(n + 2)  # weights, then [continue flag, version]
+        self.in_msg = torch.zeros(n + 1)  # gradient, then the version it was computed at
+        self.workers = list(range(1, world_size))
+        self.version, self.start = 0, time.perf_counter()
+        self.curve = {"time_s": [], "update": [], "loss": [], "accuracy": []}
+        self.staleness, self.grads_from = [], {r: 0 for r in self.workers}
+
+    def push(self, dst: int, go: bool = True) -> None:
+        """Send the current weights and version to ``dst``, with whether it should go on."""
+        n = self.n
+        self.out_msg[:n] = self.w
+        self.out_msg[n] = 1.0 if go else 0.0
+        self.out_msg[n + 1] = self.version
+        dist.send(self.out_msg, dst)
+
+    def record(self) -> None:
+        """One point of the curve: the evaluation loss and accuracy now."""
+        loss, acc = eval_loss(self.model, self.w, self.Xe, self.ye)
+        self.curve["time_s"].append(time.perf_counter() - self.start)
+        self.curve["update"].append(self.version)
+        self.curve["loss"].append(loss)
+        self.curve["accuracy"].append(acc)
+
+    def apply(self, grad: torch.Tensor) -> None:
+        """One SGD-with-momentum update, evaluated every ``eval_every`` updates."""
+        self.v.mul_(self.cfg.momentum).add_(grad)
+        self.w.sub_(self.cfg.lr * self.v)
+        self.version += 1
+        if self.version % self.cfg.eval_every == 0:
+            self.record()
+
+    def serve_sync(self) -> None:
+        """Rounds: every worker gets the weights, the round's update is the mean of all their gradients."""
+        n, workers = self.n, self.workers
+        while time.perf_counter() - self.start < self.cfg.budget_s:
+            for r in workers:
+                self.push(r)
+            total = torch.zeros(n)
+            for _ in workers:  # in whatever order they arrive; the round waits for the last one
+                sender = dist.recv(self.in_msg)
+                total += self.in_msg[:n]
+                self.grads_from[sender] += 1
+                self.staleness.append(0)
+            self.apply(total / len(workers))
+        for r in workers:
+            self.push(r, go=False)
+
+    def serve_async(self) -> None:
+        """Each gradient is applied as it arrives and its sender gets the new weights at once."""
+        n = self.n
+        for r in self.workers:
+            self.push(r)
+        active = len(self.workers)
+        while active:
+            sender = dist.recv(self.in_msg)  # from any worker: the first one done
+            self.grads_from[sender] += 1
+            if time.perf_counter() - self.start < self.cfg.budget_s:
+                self.staleness.append(self.version - int(self.in_msg[n]))
+                self.apply(self.in_msg[:n].clone())
+                self.push(sender)
+            else:
+                self.push(sender, go=False)
+                active -= 1
+
+    def result(self, wall: float) -> dict:
+        """The run's summary: throughput, staleness, the curve and the time to the target loss."""
+        cfg, curve, staleness, version = self.cfg, self.curve, self.staleness, self.version
+        target_time = None
+        if cfg.target_loss is not None:
+            target_time = next((t for t, loss in zip(curve["time_s"], curve["loss"]) if loss <= cfg.target_loss),
+                               None)
+        return {"label": cfg.label(), "mode": cfg.mode, "straggler_rank": cfg.straggler_rank,
+                "delay_s": cfg.delay_s, "wall_s": wall, "updates": version, "updates_per_s": version / wall,
+                "gradients_from": self.grads_from,
+                "mean_staleness": float(np.mean(staleness)) if staleness else 0.0,
+                "max_staleness": int(max(staleness)) if staleness else 0, "curve": curve,
+                "final_loss": curve["loss"][-1], "final_accuracy": curve["accuracy"][-1],
+                "time_to_target_s": target_time}
 
 
 def _worker(rank: int, world_size: int, cfg: ServerConfig, problem: Problem) -> None:

@@ -346,8 +346,15 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
     # loss = sum(y * coeff): gradients of order 1, every output counts
     coeff = torch.randn(batch, seq, hidden).to(device)
     out = {"rank": rank, "world_size": world_size, "device": str(device)}
+    out.update(_compare_mlp(full, x, coeff, intermediate))
+    out.update(_compare_block(full, x, coeff))
+    torch.manual_seed(seed + 1)  # the constructors above drew random numbers by rank: start alike again
+    out.update(_compare_gather_and_row(x, batch, hidden, intermediate, device))
+    return out
 
-    # MLP: column then row
+
+def _compare_mlp(full, x, coeff, intermediate: int) -> dict:
+    """The MLP split column then row against ``full.mlp``: outputs, gradients and collectives counted."""
     mlp_tp = ParallelMLP.from_mlp(full.mlp).eval()
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
     with count_collectives() as comm:
@@ -356,6 +363,7 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
     y_full = full.mlp(x2)
     (y_full * coeff).sum().backward()
     fc_rows, (plo, phi) = mlp_tp.fc.rows, (mlp_tp.proj.lo, mlp_tp.proj.hi)
+    out = {}
     out["mlp_out"] = _max_diff(y_tp, y_full)
     out["mlp_input_grad"] = _max_diff(x1.grad, x2.grad)
     out["mlp_weight_grads"] = max(
@@ -365,13 +373,17 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
         _max_diff(mlp_tp.proj.bias.grad, full.mlp.proj.bias.grad))
     out["mlp_collectives"] = {str(k): v for k, v in comm.get_comm_counts().items()}
     out["mlp_local_features"], out["intermediate"] = len(fc_rows), intermediate
+    return out
 
-    # a whole transformer block: attention split by heads + the MLP
+
+def _compare_block(full, x, coeff) -> dict:
+    """A whole transformer block (attention split by heads + the MLP) against ``full``."""
     full.zero_grad()
     block_tp = parallel_block(full).eval()
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
     (block_tp(x1) * coeff).sum().backward()
     (full(x2) * coeff).sum().backward()
+    out = {}
     out["block_out"] = _max_diff(block_tp(x), full(x))
     out["block_input_grad"] = _max_diff(x1.grad, x2.grad)
     q = block_tp.attn.qkv
@@ -383,16 +395,17 @@ def compare_with_full(rank: int, world_size: int, batch: int = 5, hidden: int = 
         _max_diff(block_tp.ln1.weight.grad, full.ln1.weight.grad),
     )
     out["local_heads"] = block_tp.attn.local_heads
+    return out
 
-    # gather_output / a row layer fed the full input
-    torch.manual_seed(seed + 1)  # the constructors above drew random numbers by rank: start alike again
+
+def _compare_gather_and_row(x, batch: int, hidden: int, intermediate: int, device) -> dict:
+    """A column layer with gather_output and a row layer fed the full input, against plain nn.Linear."""
     lin, full_row = nn.Linear(hidden, intermediate).to(device), nn.Linear(intermediate, hidden).to(device)
     xi = torch.randn(batch, intermediate).to(device)
     col = ColumnParallelLinear.from_linear(lin, gather_output=True)  # (its init draws by rank: after the rest)
     row = RowParallelLinear.from_linear(full_row, input_is_parallel=False)
-    out["gathered_out"] = _max_diff(col(x), lin(x))
-    out["row_full_input_out"] = _max_diff(row(xi), full_row(xi))
-    return out
+    return {"gathered_out": _max_diff(col(x), lin(x)),
+            "row_full_input_out": _max_diff(row(xi), full_row(xi))}
 
 
 def compare_dtensor(rank: int, world_size: int, batch: int = 5, hidden: int = 16, intermediate: int = 32,
