@@ -152,7 +152,7 @@ def test_notebook_function_is_refused_before_anything_starts(monkeypatch):
     in_notebook.__module__ = "__main__"
     in_notebook.__qualname__ = "in_notebook"
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a kernel's: no __file__
-    with pytest.raises(ValueError, match=r"defined in the notebook.*spawn.*import it"):
+    with pytest.raises(ValueError, match=r"(?s)defined in the notebook.*spawn.*import it"):
         cdist.launch(in_notebook, 2)
     assert not _procs.stray_children()
 

@@ -307,11 +307,11 @@ def _check_picklable_function(fn: Callable) -> None:
         where = f"the script {script}" if script else "the notebook"
         home = "the script" if script else "the notebook"
         raise ValueError(
-            f"launch() cannot run {name!r}: it is defined in {where} (module '__main__'). "
+            f"launch() cannot run {name!r}: it is defined in {where} (module '__main__').\n"
             f"Workers are new processes that never ran {home} (forked from a fork server, or spawned): "
             "they receive the function by reference (module + name), and have no "
             f"'__main__' of {home}'s to find it in (it would fail with \"Can't get attribute ... on <module "
-            f"'__main__'>\"). Put the function in a .py file next to {home} (or in course_lib) "
+            f"'__main__'>\").\nPut the function in a .py file next to {home} (or in course_lib) "
             f"and import it from there, e.g. `from my_workers import {name}`.")
     if "<locals>" in name or "<lambda>" in name:
         raise ValueError(
