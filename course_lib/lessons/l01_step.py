@@ -131,20 +131,22 @@ def optimizer_comparisons(comp: dict) -> list[compare.Comparison]:
     return out
 
 
-def fastest_adam(rows: list[dict]) -> str:
-    """The dense Adam implementation the baseline trains with, from :func:`optimizer_comparison`'s ``rows``:
-    among "foreach" and "fused", those whose whole step was decided faster than the default's (*higher*,
-    :func:`paired_speedup`) at every batch measured (the rungs train at larger batches than the baseline), the one
-    with the largest median speedup at its slowest batch; "auto" (the default, every run's before the choice)
-    where none is. A pure function of the rows: the same measurement gives the same choice."""
+def fastest_adam(rows: list[dict], batch: int | None = None) -> str:
+    """The dense Adam implementation the baseline trains with, from :func:`optimizer_comparison`'s ``rows``: among
+    "foreach" and "fused", those whose whole step was decided faster than the default's (*higher*,
+    :func:`paired_speedup`) at the baseline's ``batch`` (default: the smallest measured) and decided slower
+    (*lower*) at no batch (the rungs train at larger ones), the one with the largest median speedup at ``batch``;
+    "auto" (the default, every run's before the choice) where none is. A pure function of the rows."""
+    batch = min(r["batch size"] for r in rows) if batch is None else batch
     best, lead = "auto", 1.0
     for impl in ("foreach", "fused"):
-        mine = [r for r in rows if r["variant"] == f"dense Adam, {impl}" and not r["baseline"]]
-        if not mine or any(paired_speedup("", r["step_ratios"]).outcome != compare.HIGHER for r in mine):
+        mine = {r["batch size"]: r for r in rows if r["variant"] == f"dense Adam, {impl}" and not r["baseline"]}
+        outcomes = {b: paired_speedup("", r["step_ratios"]).outcome for b, r in mine.items()}
+        if outcomes.get(batch) != compare.HIGHER or compare.LOWER in outcomes.values():
             continue
-        slowest = min(statistics.median(r["step_ratios"]) for r in mine)
-        if slowest > lead:
-            best, lead = impl, slowest
+        speedup = statistics.median(mine[batch]["step_ratios"])
+        if speedup > lead:
+            best, lead = impl, speedup
     return best
 
 
