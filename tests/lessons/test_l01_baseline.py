@@ -632,3 +632,23 @@ def test_a_rung_whose_training_rate_was_not_measured_is_said_so_not_printed_as_n
         table = str(S.comparison_table(comp))
         assert "nan" not in table and "not measured" in table, (i, table)
         assert all(not math.isnan(c.estimate) for c in S.loader_comparisons(comp))
+
+
+def test_later_lessons_start_from_the_adam_lesson_01_ran(tmp_path, monkeypatch):
+    """lesson.setup's base setting (lessons 02-07) takes the baseline's adam_impl with its lr; a record saved
+    before the choice, or on another dataset, gives the default."""
+    from course_lib import lesson
+    from course_lib.results import save_result
+
+    data = SimpleNamespace(name="ml-1m")
+    assert lesson.baseline_adam_impl(data, tmp_path) == "auto"  # nothing saved
+    save_result("01_baseline", {"dataset": "ml-1m", "lr": 2e-3}, tmp_path)  # saved before the choice
+    assert lesson.baseline_adam_impl(data, tmp_path) == "auto"
+    save_result("01_baseline", {"dataset": "ml-20m", "config": {"adam_impl": "fused"}}, tmp_path)
+    assert lesson.baseline_adam_impl(data, tmp_path) == "auto"
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(lesson, "load_implicit", lambda name, profile: SimpleNamespace(name=name, source=name))
+    monkeypatch.setattr(lesson, "default_target_hr", lambda data: 0.5)
+    save_result("01_baseline", {"dataset": "ml-1m", "lr": 2e-3, "config": {"adam_impl": "fused"}}, tmp_path)
+    s = lesson.setup("smoke", dataset="ml-1m", device="cpu", quiet=True)
+    assert (s.base_cfg.adam_impl, s.base_lr) == ("fused", 2e-3) and "adam (fused) lr 0.002" in s.describe()
