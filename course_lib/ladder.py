@@ -46,13 +46,29 @@ class LadderMismatch(ValueError):
     """Rungs measured on different datasets cannot be compared."""
 
 
-def what_ran(config: dict, world_size: int = 1) -> str:
-    """The setting a rung actually trained with, in a few words: batch, optimizer and lr (with its rule),
-    warmup, precision, ranks — e.g. ``"batch 16384, lamb lr 0.008 (sqrt rule), linear warmup 40 steps, bf16"``."""
+def adam_impl_ran(config: dict, device: str | None = None) -> str | None:
+    """Which implementation of Adam a run with ``config`` ran ("for-loop", "foreach", "fused"): its ``adam_impl``,
+    or for "auto" (and a setting saved before the choice existed) what "auto" is on ``device`` (fused on CUDA, torch's
+    for-loop on CPU tensors, :func:`course_lib.optim.adam_kwargs`); None for another optimizer or an unknown device."""
+    if config.get("optimizer") != "adam":
+        return None
+    impl = config.get("adam_impl", "auto")
+    if impl != "auto":
+        return impl
+    return None if not device else "fused" if str(device).startswith("cuda") else "for-loop"
+
+
+def what_ran(config: dict, world_size: int = 1, device: str | None = None) -> str:
+    """The setting a rung actually trained with, in a few words: batch, optimizer (Adam's implementation,
+    :func:`adam_impl_ran`) and lr (with its rule), warmup, precision, ranks — e.g.
+    ``"batch 16384, lamb lr 0.008 (sqrt rule), linear warmup 40 steps, bf16"``, ``"batch 256, adam (fused) lr 0.001,
+    fp32"``."""
     rule = config.get("lr_scaling")
     lr = config.get("peak_lr")
+    impl = adam_impl_ran(config, device)
     parts = [f"batch {config['global_batch_size']}" if config.get("global_batch_size") else None,
-             f"{config.get('optimizer', '?')}" + (f" lr {lr:.3g}" if lr is not None else "")
+             f"{config.get('optimizer', '?')}" + (f" ({impl})" if impl else "")
+             + (f" lr {lr:.3g}" if lr is not None else "")
              + (f" ({rule} rule)" if rule not in (None, "none") else "")]
     if config.get("warmup_steps"):
         parts.append(f"{config.get('warmup', 'linear')} warmup {config['warmup_steps']} steps")
@@ -187,7 +203,7 @@ def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: floa
            "target_hr": target_hr, "dataset": dataset, **details}
     row.setdefault("tier", detect().tier)
     if "config" in row and "ran" not in row:
-        row["ran"] = what_ran(row["config"], row.get("world_size", 1))
+        row["ran"] = what_ran(row["config"], row.get("world_size", 1), row.get("device"))
     row.setdefault("ran_as", rung_name(row))
     if isinstance(row.get("carry"), TrainConfig):
         row["carry"] = row["carry"].to_dict()

@@ -2,7 +2,7 @@
 
 It resolves the run profile, detects the hardware, takes the tier plan
 (:func:`course_lib.tiers.plan`) and, for the NeuMF lessons, loads the plan's dataset, the
-HR@10 target and the baseline setting lesson 01 chose (its saved lr), then prints one
+HR@10 target and the baseline setting lesson 01 chose (its saved lr and Adam implementation), then prints one
 paragraph saying all of it. The lessons' papermill parameters override the plan where
 the learner sets them (``DATASET``, ``DEVICE``, ``TARGET_HR``, ``BASE_LR``).
 """
@@ -49,7 +49,8 @@ class Lesson:
             lines.append(f"target HR@10 >= {self.target_hr:g}")
         if self.base_cfg is not None:
             c = self.base_cfg
-            lines.append(f"baseline: batch {c.global_batch_size}, {c.optimizer} lr {c.peak_lr:g}"
+            impl = f" ({c.adam_impl})" if c.optimizer == "adam" and c.adam_impl != "auto" else ""
+            lines.append(f"baseline: batch {c.global_batch_size}, {c.optimizer}{impl} lr {c.peak_lr:g}"
                          + (f" ({self.base_lr_source})" if self.base_lr_source else ""))
         return "\n".join(lines)
 
@@ -60,6 +61,14 @@ def baseline_lr(data: ImplicitData, directory=None) -> float | None:
     """The lr lesson 01 chose for ``data`` (its saved record in this results directory), or None."""
     saved = load_results(directory).get("01_baseline", {})
     return saved.get("lr") if saved.get("dataset") == data.name else None
+
+
+def baseline_adam_impl(data: ImplicitData, directory=None) -> str:
+    """The Adam implementation lesson 01's baseline ran on ``data`` (its saved setting's ``adam_impl``); "auto",
+    torch's default, where lesson 01 saved none here or saved its record before it chose one."""
+    saved = load_results(directory).get("01_baseline", {})
+    config = saved.get("config") if saved.get("dataset") == data.name else None
+    return (config or {}).get("adam_impl", "auto")
 
 
 def setup(profile: str = "full", *, ncf: bool = True, dataset: str | None = None, device=None,
@@ -81,7 +90,8 @@ def setup(profile: str = "full", *, ncf: bool = True, dataset: str | None = None
         s.base_lr_source = ("BASE_LR, as given" if base_lr else "lesson 01's choice" if saved_lr else
                             f"the default: lesson 01 has not saved an lr for {s.data.name} here")
         s.base_cfg = TrainConfig(global_batch_size=base_batch, base_lr=lr, optimizer=optimizer,
-                                 eval_every_epochs=eval_every, target_hr=s.target_hr)
+                                 adam_impl=baseline_adam_impl(s.data), eval_every_epochs=eval_every,
+                                 target_hr=s.target_hr)
     if not quiet:
         print(s.describe())
     return s

@@ -2,7 +2,8 @@
 :class:`~course_lib.compare.Comparison` rows.
 
 * :func:`optimizer_comparison` -- the optimizer phase and the whole step for dense Adam's three implementations
-  (for-loop, foreach, fused) and SparseAdam tables (:mod:`course_lib.optim.adam`); :func:`optimizer_comparisons`.
+  (for-loop, foreach, fused) and SparseAdam tables (:mod:`course_lib.optim.adam`); :func:`optimizer_comparisons`;
+  :func:`fastest_adam`, the implementation the baseline (and so every rung) trains with.
 * :func:`lazy_adam_accuracy` -- SparseAdam ("lazy" Adam) is a different optimizer: its HR@10 against dense Adam's
   after the same budget; :func:`accuracy_comparisons` (the same steps, and the same seconds).
 * :func:`compile_comparison` -- eager against ``torch.compile`` steps, the one-off compile time apart;
@@ -52,20 +53,20 @@ def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, s
                          min_steps: int = 8, repeats: int = 3, variants=OPTIMIZER_VARIANTS, device=None) -> dict:
     """The optimizer phase and the whole step, per batch size and Adam variant (``variants``: names and
     the ``TrainConfig`` changes). Each repeat runs every point once, back to back (every other repeat in
-    reverse order), so each variant has
-    a *paired* ratio to the baseline's implementation per repeat (:func:`paired_speedup`);
+    reverse order), so each variant has a *paired* ratio to the default implementation (``adam_impl="auto"``, as
+    resolved here: ``baseline_impl``, its rows ``baseline``) per repeat (:func:`paired_speedup`);
     every point also runs once untimed first (its shapes' allocations, the optimizer's state).
 
     Returns ``{"rows": [...], "baseline_impl": ..., "device": ..., "repeats": ...}``; a row has the
     batch, the variant, ``optimizer_ms`` and ``step_ms`` per step (medians over the repeats) and
-    ``optimizer_ratios`` / ``step_ratios`` (the baseline's time over this variant's, per repeat)."""
+    ``optimizer_ratios`` / ``step_ratios`` (the default's time over this variant's, per repeat)."""
     device = _device(device)
     data = data.to(device)
     base = cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none")
     baseline_impl = resolved_adam_impl(make_optimizer(build_model(data, base).to(device), base))
     baseline_name = f"dense Adam, {baseline_impl}"
     if baseline_name not in [name for name, _ in variants]:
-        raise ValueError(f"the variants must include the baseline's implementation, {baseline_name!r}")
+        raise ValueError(f"the variants must include the default implementation, {baseline_name!r}")
     points = [(b, name, base.replace(global_batch_size=b, **changes))
               for b in batch_sizes for name, changes in variants]
     steps = {b: max(min_steps, samples_per_point // b) for b in batch_sizes}
@@ -102,10 +103,10 @@ def optimizer_table(comp: dict) -> Table:
     t = Table(["batch size", "Adam", "optimizer (ms/step)", "step (ms/step)", "optimizer share",
                "optimizer speedup", "step speedup"],
               title=f"The optimizer step, median of {comp['repeats']} paired runs on {comp['device']} "
-                    f"(speedup: over dense Adam, {comp['baseline_impl']}, the baseline's)")
+                    f"(speedup: over dense Adam, {comp['baseline_impl']}, torch's default here)")
     for r in comp["rows"]:
         ref = _baseline_row(comp, r["batch size"])
-        t.add(**{"batch size": r["batch size"], "Adam": r["variant"] + (" (baseline)" if r["baseline"] else ""),
+        t.add(**{"batch size": r["batch size"], "Adam": r["variant"] + (" (default)" if r["baseline"] else ""),
                  "optimizer (ms/step)": round(r["optimizer_ms"], 3), "step (ms/step)": round(r["step_ms"], 3),
                  "optimizer share": f"{r['optimizer_ms'] / r['step_ms']:.0%}",
                  "optimizer speedup": "—" if r["baseline"] else _ratio(ref["optimizer_ms"], r["optimizer_ms"]),
@@ -118,7 +119,7 @@ def _baseline_row(comp: dict, batch: int) -> dict:
 
 
 def optimizer_comparisons(comp: dict) -> list[compare.Comparison]:
-    """Each variant against the baseline's implementation (dense Adam, ``comp["baseline_impl"]``) at each batch, from
+    """Each variant against the default implementation (dense Adam, ``comp["baseline_impl"]``) at each batch, from
     :func:`optimizer_comparison`'s paired repeats: the optimizer phase's speedup, then the whole step's."""
     out = []
     for r in comp["rows"]:
@@ -128,6 +129,31 @@ def optimizer_comparisons(comp: dict) -> list[compare.Comparison]:
             out.append(paired_speedup(f"{what}, {r['variant']} / {comp['baseline_impl']}, batch {r['batch size']}",
                                       r[key]))
     return out
+
+
+def fastest_adam(rows: list[dict], batch: int | None = None) -> str:
+    """The dense Adam implementation the baseline trains with, from :func:`optimizer_comparison`'s ``rows``: among
+    "foreach" and "fused", those whose whole step was decided faster than the default's (*higher*,
+    :func:`paired_speedup`) at the baseline's ``batch`` (default: the smallest measured) and decided slower
+    (*lower*) at no batch (the rungs train at larger ones), the one with the largest median speedup at ``batch``;
+    "auto" (the default, every run's before the choice) where none is. A pure function of the rows."""
+    batch = min(r["batch size"] for r in rows) if batch is None else batch
+    best, lead = "auto", 1.0
+    for impl in ("foreach", "fused"):
+        mine = {r["batch size"]: r for r in rows if r["variant"] == f"dense Adam, {impl}" and not r["baseline"]}
+        outcomes = {b: paired_speedup("", r["step_ratios"]).outcome for b, r in mine.items()}
+        if outcomes.get(batch) != compare.HIGHER or compare.LOWER in outcomes.values():
+            continue
+        speedup = statistics.median(mine[batch]["step_ratios"])
+        if speedup > lead:
+            best, lead = impl, speedup
+    return best
+
+
+def adam_row(comp: dict, batch: int, impl: str) -> dict:
+    """:func:`optimizer_comparison`'s row of dense Adam's ``impl`` at ``batch`` ("auto": the default's)."""
+    name = f"dense Adam, {comp['baseline_impl'] if impl == 'auto' else impl}"
+    return next(r for r in comp["rows"] if r["batch size"] == batch and r["variant"] == name)
 
 
 # --------------------------------------------------------------------------- lazy Adam's accuracy
@@ -146,11 +172,13 @@ def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epo
     data = data.to(device)
     ref_cfg = TrainConfig.from_dict(reference.config)
     steps = max(1, round(budget_epochs * reference.steps_per_epoch))
-    base = ref_cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none",
+    base = ref_cfg.replace(optimizer="adam", sparse_embeddings=False, compile="none",  # the reference's Adam
                            stop_at_target=False, max_steps=steps)
     rows = []
     for seed in seeds:
-        for name, changes in (("dense Adam", {}), ("SparseAdam tables + Adam", {"sparse_embeddings": True})):
+        # the lazy arm's dense layers run the default Adam, as optimizer_comparison timed it (the same arithmetic)
+        for name, changes in (("dense Adam", {}), ("SparseAdam tables + Adam", {"sparse_embeddings": True,
+                                                                                 "adam_impl": "auto"})):
             c = base.replace(seed=seed, **changes)
             curve = reference.curve
             if c == ref_cfg.replace(stop_at_target=False, max_steps=steps) and steps in curve["step"]:
@@ -189,13 +217,15 @@ def accuracy_table(rows: list[dict]) -> Table:
     return t
 
 
-def step_times(comp: dict, batch: int) -> dict[str, float]:
-    """ms per step of dense Adam (the baseline's implementation) and of SparseAdam tables at ``batch``,
-    from :func:`optimizer_comparison`'s paired runs: the names :func:`lazy_adam_accuracy` uses."""
-    rows = [r for r in comp["rows"] if r["batch size"] == batch]
-    dense = next(r for r in rows if r["baseline"])
-    lazy = next(r for r in rows if r["variant"].startswith("SparseAdam"))
-    return {"dense Adam": dense["step_ms"], "SparseAdam tables + Adam": lazy["step_ms"]}
+def _lazy_row(comp: dict, batch: int) -> dict:
+    return next(r for r in comp["rows"] if r["batch size"] == batch and r["variant"].startswith("SparseAdam"))
+
+
+def step_times(comp: dict, batch: int, impl: str = "auto") -> dict[str, float]:
+    """ms per step of dense Adam (``impl``: the baseline's implementation, :func:`fastest_adam`) and of SparseAdam
+    tables at ``batch``, from :func:`optimizer_comparison`'s paired runs: the names :func:`lazy_adam_accuracy` uses."""
+    return {"dense Adam": adam_row(comp, batch, impl)["step_ms"],
+            "SparseAdam tables + Adam": _lazy_row(comp, batch)["step_ms"]}
 
 
 def _hr_estimate(hrs: list[float], users: int) -> tuple[float, float]:
@@ -206,12 +236,12 @@ def _hr_estimate(hrs: list[float], users: int) -> tuple[float, float]:
     return mean, max(spread, hr_standard_error(mean, users)) / math.sqrt(len(hrs))
 
 
-def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int | None = None
+def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int | None = None, impl: str = "auto"
                          ) -> list[compare.Comparison]:
     """Lazy Adam (SparseAdam tables) against dense Adam (:func:`lazy_adam_accuracy`'s rows): HR@10 after the same
     steps; with ``comp`` (:func:`optimizer_comparison`) and ``batch``, also the whole step's speedup there (what the
     budget costs on the clock) and HR@10 after the same seconds: the cheaper optimizer at the budget against the
-    other's curves at those seconds (:func:`step_times`)."""
+    other's curves at those seconds (:func:`step_times`); dense Adam is the implementation ``impl`` (the baseline's)."""
     by = {}
     for r in rows:
         by.setdefault(r["optimizer"], []).append(r)
@@ -223,10 +253,11 @@ def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int 
                               needed=compare.HR_EFFECT, df=df or None, n=n)]
     if comp is None or batch is None:
         return out
-    lazy_row = next(r for r in comp["rows"] if r["batch size"] == batch and r["variant"].startswith("SparseAdam"))
+    lazy_row, dense_row = _lazy_row(comp, batch), adam_row(comp, batch, impl)
+    # both ratios are over the default's run of the same repeat: their quotient is lazy over dense, still paired
     out.append(paired_speedup(f"whole step, {lazy_row['variant']} / dense Adam, batch {batch}",
-                              lazy_row["step_ratios"]))
-    step_ms = step_times(comp, batch)
+                              [lz / d for lz, d in zip(lazy_row["step_ratios"], dense_row["step_ratios"])]))
+    step_ms = step_times(comp, batch, impl)
     cheap, dear = (lazy_name, dense_name) if step_ms[lazy_name] < step_ms[dense_name] else (dense_name, lazy_name)
     at = rows[0]["steps"] * step_ms[cheap] / step_ms[dear]  # the steps the dearer one runs in the same seconds
     points = [_hr_at_step(r["curve"], at) for r in by[dear] if r.get("curve")]

@@ -4,6 +4,7 @@ data-loading ladder produces the same epoch and no worker outlives its loader; a
 comparisons decides a clear case and leaves an unclear one unresolved."""
 
 import math
+import statistics
 import multiprocessing
 import time
 from types import SimpleNamespace
@@ -154,7 +155,6 @@ def test_sparse_embeddings_train_through_the_engine(data):
 
 
 @pytest.mark.parametrize("changes, words", [
-    ({"optimizer": "sgd", "adam_impl": "fused"}, "adam_impl='fused'"),
     ({"optimizer": "lars", "sparse_embeddings": True}, "sparse_embeddings=True needs optimizer='adam'"),
     ({"sparse_embeddings": True, "weight_decay": 0.01}, "weight_decay=0"),
     ({"sparse_embeddings": True, "precision": "bf16"}, "fp32"),
@@ -168,6 +168,13 @@ def test_sparse_embeddings_train_through_the_engine(data):
 def test_lesson_01_settings_refuse_what_means_nothing(changes, words):
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
         CFG.replace(**changes)
+
+
+def test_another_optimizer_keeps_adams_implementation_unused(data):
+    """A LARS or SGD rung keeps the baseline's adam_impl (the ladder carries it on to later Adam rungs) and runs
+    its own optimizer."""
+    lars = CFG.replace(adam_impl="fused").replace(optimizer="lars", base_lr=1.0)
+    assert lars.adam_impl == "fused" and type(make_optimizer(build_model(data, lars), lars)).__name__ == "LARS"
 
 
 def test_a_compiled_run_trains_the_same_model_as_eager(data):
@@ -368,7 +375,84 @@ def test_the_optimizer_comparisons_decide_each_variant_at_each_batch():
     assert comps["whole step, dense Adam, fused / for-loop, batch 16384"].outcome == compare.UNRESOLVED
     assert comps["whole step, SparseAdam tables + Adam / for-loop, batch 16384"].outcome == compare.LOWER
     table = T.optimizer_table(_opt_comp())
-    assert table.rows[1]["optimizer speedup"] == "3.12x" and table.rows[0]["Adam"].endswith("(baseline)")
+    assert table.rows[1]["optimizer speedup"] == "3.12x" and table.rows[0]["Adam"].endswith("(default)")
+
+
+def _impl_rows(fused_256, fused_16384, foreach_256=(1.0, 1.0, 1.0), foreach_16384=(1.0, 1.0, 1.0)):
+    """optimizer_comparison's rows with the whole step's paired ratios over the default (for-loop) given."""
+    def row(b, variant, ratios, baseline=False):
+        return {"batch size": b, "variant": variant, "baseline": baseline, "step_ratios": list(ratios),
+                "optimizer_ratios": list(ratios), "step_ms": 10.0 / statistics.median(ratios), "optimizer_ms": 1.0}
+
+    return [row(b, f"dense Adam, {impl}", r, impl == "for-loop")
+            for b, fused, foreach in ((256, fused_256, foreach_256), (16384, fused_16384, foreach_16384))
+            for impl, r in (("for-loop", (1.0, 1.0, 1.0)), ("foreach", foreach), ("fused", fused))]
+
+
+def test_the_baseline_takes_the_fastest_adam_whose_lead_is_decided():
+    clear = (2.4, 2.5, 2.45)
+    assert T.fastest_adam(_impl_rows(clear, (1.5, 1.55, 1.52))) == "fused"
+    # decided at the baseline's batch, undecided at the rungs' larger one: still the fastest there
+    assert T.fastest_adam(_impl_rows(clear, (1.1, 0.95, 1.04))) == "fused"
+    # ... but decided slower at a larger batch: the default
+    assert T.fastest_adam(_impl_rows(clear, (0.8, 0.81, 0.8))) == "auto"
+    # an undecided lead at the baseline's batch, or slower everywhere: the default
+    assert T.fastest_adam(_impl_rows((4.0, 1.0, 2.5), clear)) == "auto"
+    assert T.fastest_adam(_impl_rows((0.5, 0.52, 0.51), (0.6, 0.61, 0.6))) == "auto"
+    # two decided leads: the larger at the baseline's batch; an undecided one is not a candidate however fast
+    assert T.fastest_adam(_impl_rows(clear, (1.5, 1.55, 1.52), (1.3, 1.32, 1.31), (1.3, 1.32, 1.31))) == "fused"
+    assert T.fastest_adam(_impl_rows((1.2, 1.22, 1.21), (1.2, 1.22, 1.21), clear, clear)) == "foreach"
+    assert T.fastest_adam(_impl_rows((1.2, 1.22, 1.21), (1.2, 1.22, 1.21), (4.0, 1.0, 2.5), clear)) == "fused"
+    # the baseline's batch named: the choice is read there
+    assert T.fastest_adam(_impl_rows((1.0, 1.01, 1.0), clear), batch=16384) == "fused"
+    # the rows of the default implementation's own (ratios of 1) are never a candidate
+    assert T.fastest_adam([r for r in _impl_rows(clear, clear) if r["baseline"]]) == "auto"
+
+
+def test_the_lazy_comparison_pairs_lazy_adam_with_the_baselines_implementation():
+    comp = _opt_comp()
+    comps = T.accuracy_comparisons(_acc_rows((0.62, 0.63), (0.62, 0.63)), comp, 256, impl="fused")
+    # SparseAdam over fused, per repeat: its ratio over for-loop divided by fused's (both over the same run)
+    assert comps[1].estimate == pytest.approx(statistics.mean([1.7 / 1.8, 1.8 / 1.9, 1.75 / 1.85]), rel=0.01)
+    assert T.step_times(comp, 256, "fused") == {"dense Adam": 3.8, "SparseAdam tables + Adam": 4.0}
+
+
+def test_the_chosen_adam_travels_up_the_ladder_through_a_lars_rung(tmp_path):
+    from course_lib import ladder
+    import _histories as H
+
+    def save(step, cfg):  # each rung twice as fast as the one below: each helped, so each is built on
+        row = {k: v for k, v in H.rung(step, cfg).items() if k != "step"}
+        time_s = 80.0 / 2 ** ladder.LADDER_STEPS.index(step)
+        row.update(time_to_target_s=time_s, seed_runs=[{"seed": 0, "time_to_target_s": time_s, "steps_to_target": 40}])
+        ladder.save_ladder_row(step, directory=tmp_path, **row)
+
+    save("baseline", H.setting(256, rule="none", adam_impl="fused"))
+    default = TrainConfig(target_hr=H.TARGET_HR, **H.FULL)
+    for step, change in (("+linear scaling", dict(global_batch_size=16384, lr_scaling="sqrt", base_batch_size=256)),
+                         ("+warmup", dict(warmup_steps=40)), ("+LARS", dict(optimizer="lars", lr_scaling="none"))):
+        cfg, _, _ = ladder.start_from(step, default, directory=tmp_path)
+        assert cfg.adam_impl == "fused"
+        save(step, cfg.replace(**change))
+    cfg, row, _ = ladder.start_from("+mixed precision", default, directory=tmp_path)
+    assert row["step"] == "+LARS" and cfg.optimizer == "lars" and cfg.adam_impl == "fused"
+    assert cfg.replace(optimizer="adam").adam_impl == "fused"  # a later Adam rung runs the baseline's choice
+    settings = [r["setting"] for r in ladder.ladder_table(tmp_path).rows]
+    assert settings[0] == "batch 256, adam (fused) lr 0.001, fp32" and "(fused)" not in settings[-1]
+
+
+def test_a_baseline_saved_before_the_choice_loads_as_the_default(tmp_path):
+    from course_lib import ladder
+    import _histories as H
+
+    old = H.rung("baseline", H.setting(256, rule="none"))
+    old["config"].pop("adam_impl")
+    old["ran"] = "batch 256, adam lr 0.001, fp32"  # what the record says it ran, unchanged
+    ladder.save_ladder_row(old.pop("step"), directory=tmp_path, **old)
+    cfg, _, _ = ladder.start_from("+linear scaling", TrainConfig(), directory=tmp_path)
+    assert cfg.adam_impl == "auto" and ladder.ladder_table(tmp_path).rows[0]["setting"] == old["ran"]
+    auto = {"optimizer": "adam", "global_batch_size": 256}  # "auto" names what it is on the run's device
+    assert ladder.what_ran(auto, device="cpu") == "batch 256, adam (for-loop), fp32"
 
 
 def test_the_phase_table_puts_the_run_and_the_profile_side_by_side():
@@ -551,3 +635,23 @@ def test_a_rung_whose_training_rate_was_not_measured_is_said_so_not_printed_as_n
         table = str(S.comparison_table(comp))
         assert "nan" not in table and "not measured" in table, (i, table)
         assert all(not math.isnan(c.estimate) for c in S.loader_comparisons(comp))
+
+
+def test_later_lessons_start_from_the_adam_lesson_01_ran(tmp_path, monkeypatch):
+    """lesson.setup's base setting (lessons 02-07) takes the baseline's adam_impl with its lr; a record saved
+    before the choice, or on another dataset, gives the default."""
+    from course_lib import lesson
+    from course_lib.results import save_result
+
+    data = SimpleNamespace(name="ml-1m")
+    assert lesson.baseline_adam_impl(data, tmp_path) == "auto"  # nothing saved
+    save_result("01_baseline", {"dataset": "ml-1m", "lr": 2e-3}, tmp_path)  # saved before the choice
+    assert lesson.baseline_adam_impl(data, tmp_path) == "auto"
+    save_result("01_baseline", {"dataset": "ml-20m", "config": {"adam_impl": "fused"}}, tmp_path)
+    assert lesson.baseline_adam_impl(data, tmp_path) == "auto"
+    monkeypatch.setenv("COURSE_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(lesson, "load_implicit", lambda name, profile: SimpleNamespace(name=name, source=name))
+    monkeypatch.setattr(lesson, "default_target_hr", lambda data: 0.5)
+    save_result("01_baseline", {"dataset": "ml-1m", "lr": 2e-3, "config": {"adam_impl": "fused"}}, tmp_path)
+    s = lesson.setup("smoke", dataset="ml-1m", device="cpu", quiet=True)
+    assert (s.base_cfg.adam_impl, s.base_lr) == ("fused", 2e-3) and "adam (fused) lr 0.002" in s.describe()
