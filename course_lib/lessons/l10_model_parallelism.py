@@ -22,6 +22,7 @@ from ..comm.bench import allreduce_benchmark
 from ..config import pick
 from ..models.bert import BertForMLM, bert_config
 from ..parallel import hybrid, pipeline, sharded, spatial, tensor
+from ..perf import model as M
 from ..perf import schemes
 from ..tables import Table
 
@@ -142,19 +143,43 @@ def collectives_table(outs: list[dict]) -> Table:
 
 
 MEASURED_SCHEMES = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "FSDP2": "FSDP"}  # measured here -> lesson 09's model
+OVERHEAD_MISSING = ("lesson 09 has not saved its per-step overhead here: lesson 09's model below leaves it out "
+                    "(each operation pays the probe's overhead only)")
+OVERHEAD_NOT_GPU = ("lesson 09 measured its per-step overhead on CPU ranks and these ranks are GPUs: lesson 09's "
+                    "model below leaves it out (each operation pays the probe's overhead only)")
 
 
-def sharded_predictions(spec: dict, world_size: int, curves, link, gpu: bool = False) -> dict:
+def lesson09_overhead(saved09: dict | None, world_size: int, device: str) -> tuple[float | None, str]:
+    """Lesson 09's per-step overhead of its BERT step (its data-parallel step's, on 2 ranks, when ``world_size``
+    > 1), spread over that step's operations (:func:`course_lib.perf.model.overhead_per_op`): seconds per
+    operation, or None where lesson 09 has not saved it or ``device`` is not the CPU it was measured on; and the
+    status line that says which."""
+    saved = (saved09 or {}).get("step_overhead", {}).get("bert")
+    if not saved:
+        return None, OVERHEAD_MISSING
+    if device != "cpu":
+        return None, OVERHEAD_NOT_GPU
+    ranks = "2" if world_size > 1 and "2" in saved else "1"
+    o = saved[ranks]
+    per_op = M.overhead_per_op(o["overhead_s"], o["operations"])
+    return per_op, (f"lesson 09's per-step overhead included: {o['overhead_s'] * 1e3:.2f} ms over the "
+                    f"{o['operations']} operations of its BERT step on {ranks} rank(s), {per_op * 1e6:.1f} us "
+                    "per operation")
+
+
+def sharded_predictions(spec: dict, world_size: int, curves, link, gpu: bool = False,
+                        op_overhead_s: float | None = None) -> dict:
     """Lesson 09's model of the sharded runs measured here (the same BERT, batch and fp32 AdamW on
-    ``world_size`` ranks of ``curves`` and ``link``): per measured scheme, a
-    :class:`~course_lib.perf.schemes.SchemePrediction` (memory, bytes sent, step)."""
+    ``world_size`` ranks of ``curves`` and ``link``; ``op_overhead_s``: :func:`lesson09_overhead`): per
+    measured scheme, a :class:`~course_lib.perf.schemes.SchemePrediction` (memory, bytes sent, step)."""
     cfg = bert_config(spec["preset"], vocab_size=spec["vocab_size"], dropout=0.0, attention_dropout=0.0,
                       max_position=spec["seq_len"])
     a, b = performance_study.bert_step_counts(cfg, (2, 4), spec["seq_len"], gpu=gpu)
     per_rank = spec["global_batch"] // world_size
     return {name: schemes.predict(a, b, curves, link, scheme=scheme, world_size=world_size,
                                   global_batch=spec["global_batch"], micro_batch=per_rank,
-                                  values_per_sample=spec["seq_len"] * cfg.hidden_size, precision="fp32")
+                                  values_per_sample=spec["seq_len"] * cfg.hidden_size, precision="fp32",
+                                  op_overhead_s=op_overhead_s)
             for name, scheme in MEASURED_SCHEMES.items()}
 
 
@@ -222,10 +247,11 @@ def _rank_spread(outs: list[dict], name: str) -> float:
     return max(times) / min(times) - 1
 
 
-def step_comparisons(outs: list[dict], predicted: dict | None) -> list[compare.Comparison]:
+def step_comparisons(outs: list[dict], predicted: dict | None, with_overhead: bool = True) -> list[compare.Comparison]:
     """FSDP2's measured step against DDP's, and (``predicted``: :func:`sharded_predictions`) lesson 09's model
-    against each scheme's measured step (the slowest rank's), against :data:`course_lib.compare.MODEL_EFFECT`. Each
-    step was timed once per scheme: the interval is :data:`STEP_RESOLUTION` plus how far the ranks were apart."""
+    against each scheme's measured step (the slowest rank's), against :data:`course_lib.compare.MODEL_EFFECT`; the
+    model rows' basis says whether it included lesson 09's per-step overhead (``with_overhead``). Each step was
+    timed once per scheme: the interval is :data:`STEP_RESOLUTION` plus how far the ranks were apart."""
     def slowest(name):
         return max(x[name]["step_s"] for x in outs)
 
@@ -233,12 +259,14 @@ def step_comparisons(outs: list[dict], predicted: dict | None) -> list[compare.C
         return STEP_RESOLUTION + max(_rank_spread(outs, n) for n in names)
 
     basis = "median of the timed steps; resolution 10 % + the ranks' spread"
+    model_basis = basis + ("; lesson 09's per-step overhead included" if with_overhead else
+                           "; without the per-step overhead (lesson 09 has not measured it for these ranks)")
     out = [compare.ratio("step time, FSDP2 / DDP (measured)", [slowest("DDP")], [slowest("FSDP2")],
                          needed=compare.SPEED_EFFECT, resolution=res("DDP", "FSDP2"), basis=basis)]
     for name in MEASURED_SCHEMES if predicted else ():
         out.append(compare.quantity_ratio(f"step time, model / measured: {name}",
                                           predicted[name].step_s / slowest(name), 0.0, needed=compare.MODEL_EFFECT,
-                                          resolution=res(name), basis=basis, n="1"))
+                                          resolution=res(name), basis=model_basis, n="1"))
     return out
 
 
@@ -326,8 +354,8 @@ def _gib(x: float) -> str:
 
 
 def _duration(seconds: float) -> str:
-    """A step's time, in ms below 10 s, else in s."""
-    return f"{seconds * 1e3:.3g} ms" if seconds < 10 else f"{seconds:.0f} s"
+    """A step's time, in ms below 1 s, else in s."""
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def node_table(by_link: dict[str, dict[str, list]], title: str = "") -> Table:
@@ -356,6 +384,8 @@ def node_table(by_link: dict[str, dict[str, list]], title: str = "") -> Table:
 
 
 def _scheme_label(p) -> str:
+    if p.scheme == schemes.ACCUMULATION:
+        return f"DDP, {p.global_batch // p.world_size // p.micro_batch} micro-batches of {p.micro_batch}"
     if p.scheme == "tensor":
         return f"tensor parallel x{p.world_size}"
     if p.scheme == "pipeline":
@@ -399,11 +429,13 @@ def node_choice_table(by_link: dict[str, dict[str, list]], device_bytes: float) 
 
 
 def decision_rows(names, *, world_size: int, device_bytes: float, micro_batch: int, seq_len: int, curves, link,
-                  precision: str) -> list[dict]:
+                  precision: str, op_overhead_s: float | None = None) -> list[dict]:
     """Per model of ``names``: lesson 09's prediction of every scheme on this machine (``world_size``
-    devices of ``device_bytes``, ``curves``, ``link``) at ``micro_batch`` sequences per device, the choice
+    devices of ``device_bytes``, ``curves``, ``link``; ``op_overhead_s``: :func:`lesson09_overhead`) at
+    ``micro_batch`` sequences per device, and of DDP taking the same global batch in the fewest micro-batches
+    that fit (:func:`course_lib.perf.schemes.predict_accumulated`), the choice
     (:func:`course_lib.perf.schemes.fastest_that_fits`) and why. When nothing fits, the largest smaller
-    micro-batch (halving) at which something does. One device: the model fits or it does not. The counts
+    micro-batch (halving) at which something does. One device: DDP, accumulating or not. The counts
     are the node table's (the optimizer as one multi-tensor operation per step, as on a GPU: at these
     sizes a small part of the step on a CPU too)."""
     rows = []
@@ -411,12 +443,16 @@ def decision_rows(names, *, world_size: int, device_bytes: float, micro_batch: i
         a, b = bert_counts(name, seq_len, True)
         kinds = schemes.SCHEMES if world_size > 1 else ("DDP",)
         values = seq_len * bert_shape(name, seq_len).hidden_size
+        model = dict(values_per_sample=values, precision=precision, op_overhead_s=op_overhead_s)
 
         def at(micro):
             return schemes.predict_all(a, b, curves, link, world_size=world_size, global_batch=micro * world_size,
-                                       micro_batch=micro, values_per_sample=values, precision=precision, schemes=kinds)
+                                       micro_batch=micro, schemes=kinds, **model)
 
-        preds = at(micro_batch)
+        accumulated = schemes.predict_accumulated(a, b, curves, link, world_size=world_size,
+                                                  global_batch=micro_batch * world_size, device_bytes=device_bytes,
+                                                  **model)
+        preds = at(micro_batch) + ([accumulated] if accumulated else [])
         best = schemes.fastest_that_fits(preds, device_bytes)
         smaller, micro = None, micro_batch
         while best is None and micro > 1 and smaller is None:
@@ -434,6 +470,8 @@ def decision_reason(preds: list, best, device_bytes: float, world_size: int) -> 
     decision table's columns)."""
     if best is None:
         return "nothing fits"
+    if best.scheme == schemes.ACCUMULATION:
+        return "DDP fits by accumulating: the simplest within 10 % of the fastest"
     if world_size == 1:
         return "fits on the one device"
     ddp = next(p for p in preds if p.scheme == "DDP")
@@ -441,6 +479,8 @@ def decision_reason(preds: list, best, device_bytes: float, world_size: int) -> 
         return "DDP fits: the simplest, within 10 % of the fastest"
     if ddp.memory_bytes <= device_bytes:
         return "DDP fits, but this is more than 10 % faster"
+    if any(p.scheme == schemes.ACCUMULATION and p.memory_bytes <= device_bytes for p in preds):
+        return "DDP fits by accumulating, but this is more than 10 % faster"
     return "DDP does not fit"
 
 
@@ -452,11 +492,18 @@ def _smaller(smaller) -> str:
     return f"{m}: {_scheme_label(p)} ({_gib(p.memory_bytes)}, {_duration(p.step_s)})"
 
 
+def _accumulating(preds: list) -> str:
+    """The decision row's DDP with accumulation: "DDP, 4 micro-batches of 8 (3.10 GiB, 2.1 s)", or "-"."""
+    p = next((p for p in preds if p.scheme == schemes.ACCUMULATION), None)
+    return f"{_scheme_label(p)} ({_gib(p.memory_bytes)}, {_duration(p.step_s)})" if p else "-"
+
+
 def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Table:
-    """The decision rows as a table: per model, DDP's memory, the choice, its memory and step, and why."""
+    """The decision rows as a table: per model, DDP's memory, DDP accumulating, the choice, its memory and step,
+    and why."""
     micro = rows[0]["micro_batch"] if rows else 0
-    t = Table(["model", "parameters", "DDP needs per device", "choice", "its memory", "its step", "DDP step / its",
-               "why", "fits at (sequences per device)"],
+    t = Table(["model", "parameters", "DDP needs per device", "DDP accumulating (memory, step)", "choice",
+               "its memory", "its step", "DDP step / its", "why", "fits at (sequences per device)"],
               title=f"what fits on {world_size} x {device_bytes / GiB:.1f} GiB at {micro} sequences per device, and "
                     f"runs fastest (lesson 09's model; the simplest within {schemes.SAME_SPEED:.0%} of the fastest)")
     for r in rows:
@@ -465,6 +512,7 @@ def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Ta
         n = r["parameters"]
         t.add(**{"model": r["model"], "parameters": f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M",
                  "DDP needs per device": _gib(ddp.memory_bytes),
+                 "DDP accumulating (memory, step)": _accumulating(r["predictions"]),
                  "choice": _scheme_label(c) if c else "nothing",
                  "its memory": _gib(c.memory_bytes) if c else "-", "its step": _duration(c.step_s) if c else "-",
                  "DDP step / its": f"{ddp.step_s / c.step_s:.2f}x" if c else "-", "why": r["why"],
