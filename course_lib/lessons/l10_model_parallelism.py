@@ -354,8 +354,10 @@ def _gib(x: float) -> str:
 
 
 def _duration(seconds: float) -> str:
-    """A step's time, in ms below 1 s, else in s."""
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+    """A step's time, in ms below 1 s, else in s (whole seconds from 100 s)."""
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s" if seconds < 100 else f"{seconds:,.0f} s"
 
 
 def node_table(by_link: dict[str, dict[str, list]], title: str = "") -> Table:
