@@ -5,6 +5,7 @@ decision and node tables, and the checks table."""
 import pytest
 
 from course_lib import compare
+from course_lib.lessons import l10_choice as choice
 from course_lib.lessons import l10_model_parallelism as study
 from course_lib.lessons import l10_pipelines as pipes
 from course_lib.parallel import pipeline as P
@@ -115,14 +116,14 @@ def test_decision_reasons_for_each_outcome():
     fits_all = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.97, GIB), _pred("tensor", 3.0, GIB / 2)]
     best = fastest_that_fits(fits_all, 4 * GIB)
     assert best.scheme == "DDP"
-    assert study.decision_reason(fits_all, best, 4 * GIB, 8).startswith("DDP fits")
+    assert choice.decision_reason(fits_all, best, 4 * GIB, 8).startswith("DDP fits")
     faster = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.5, GIB)]
-    assert study.decision_reason(faster, fastest_that_fits(faster, 4 * GIB), 4 * GIB, 8) == \
+    assert choice.decision_reason(faster, fastest_that_fits(faster, 4 * GIB), 4 * GIB, 8) == \
         "DDP fits, but this is more than 10 % faster"
     big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), _pred("FSDP", 1.0, 3 * GIB)]
-    assert study.decision_reason(big, fastest_that_fits(big, 4 * GIB), 4 * GIB, 8) == "DDP does not fit"
-    assert study.decision_reason(big[:1], None, 4 * GIB, 8) == "nothing fits"
-    assert study.decision_reason(big[:1], big[0], 9 * GIB, 1) == "fits on the one device"
+    assert choice.decision_reason(big, fastest_that_fits(big, 4 * GIB), 4 * GIB, 8) == "DDP does not fit"
+    assert choice.decision_reason(big[:1], None, 4 * GIB, 8) == "nothing fits"
+    assert choice.decision_reason(big[:1], big[0], 9 * GIB, 1) == "fits on the one device"
 
 
 def test_the_node_choice_table_names_the_choice_what_tensor_costs_and_what_does_not_fit():
@@ -130,37 +131,37 @@ def test_the_node_choice_table_names_the_choice_what_tensor_costs_and_what_does_
                        _pred("tensor", 0.30, 5e9, sent=2**30, exposed=0.15), _pred("pipeline", 0.2, 90e9)]}
     slow = {"BERT-x": [_pred("DDP", 0.12, 30e9), _pred("FSDP", 0.11, 20e9), _pred("tensor", 1.2, 5e9),
                        _pred("pipeline", 0.25, 90e9)]}
-    (row,) = study.node_choice_table({"NVLink": fast, "InfiniBand": slow}, 80e9).rows
+    (row,) = choice.node_choice_table({"NVLink": fast, "InfiniBand": slow}, 80e9).rows
     assert (row["choice"], row["as fast (within 10 %)"]) == ("DDP", "FSDP")
     assert (row["tensor / choice, NVLink"], row["tensor / choice, InfiniBand"]) == ("3.00x", "10.00x")
     assert row["tensor: excess (ms)"] == pytest.approx(200) and row["of it, exposed comm. (ms)"] == pytest.approx(150)
     assert row["over the memory"] == "pipeline x8 (1F1B, m = 8)"
-    assert study.node_choice_table({"NVLink": fast}, 1e9).rows[0]["choice"] == "nothing fits"
+    assert choice.node_choice_table({"NVLink": fast}, 1e9).rows[0]["choice"] == "nothing fits"
 
 
 def test_bert_sizes_from_the_model_code():
-    base, large = study.bert_parameters("BERT-base"), study.bert_parameters("BERT-large")
+    base, large = choice.bert_parameters("BERT-base"), choice.bert_parameters("BERT-large")
     assert 105e6 < base["n_params"] < 115e6  # BERT-base: 110M
     assert 330e6 < large["n_params"] < 345e6  # BERT-large: 340M
     with pytest.raises(ValueError, match="unknown model 'BERT-huge'"):
-        study.bert_shape("BERT-huge")
+        choice.bert_shape("BERT-huge")
 
 
 def test_decision_rows_grow_with_the_model_on_this_machine():
     from course_lib.perf.probe import DeviceCurves
 
     curves = DeviceCurves("test", [(1.0, 1e14), (1e15, 1e14)], [(1.0, 1e12), (1e15, 1e12)], 5e-6)
-    rows = study.decision_rows(["BERT-base", "BERT-large"], world_size=8, device_bytes=16 * GIB, micro_batch=8,
+    rows = choice.decision_rows(["BERT-base", "BERT-large"], world_size=8, device_bytes=16 * GIB, micro_batch=8,
                                seq_len=128, curves=curves, link=(5e-6, 1 / 100e9), precision="mixed")
     base, large = rows
     need = lambda r: next(p for p in r["predictions"] if p.scheme == "DDP").memory_bytes  # noqa: E731
     assert need(large) > 2 * need(base) and base["choice"] is not None
-    assert study.decision_table(rows, 16 * GIB, 8).rows[0]["model"] == "BERT-base"
-    one = study.decision_rows(["BERT-base"], world_size=1, device_bytes=GIB / 4, micro_batch=8, seq_len=128,
+    assert choice.decision_table(rows, 16 * GIB, 8).rows[0]["model"] == "BERT-base"
+    one = choice.decision_rows(["BERT-base"], world_size=1, device_bytes=GIB / 4, micro_batch=8, seq_len=128,
                               curves=curves, link=(0.0, 0.0), precision="mixed")[0]
     assert [p.scheme for p in one["predictions"]] == ["DDP", ACCUMULATION] and one["choice"] is None
     assert one["smaller"] is None or one["smaller"][0] < 8
-    assert study.decision_table([one], GIB / 4, 1).rows[0]["why"] == "nothing fits"
+    assert choice.decision_table([one], GIB / 4, 1).rows[0]["why"] == "nothing fits"
 
 
 # --------------------------------------------------------------------------- lesson 09's overhead, and accumulation
@@ -234,10 +235,10 @@ def test_decision_reasons_when_ddp_fits_only_by_accumulating():
     acc = SchemePrediction(ACCUMULATION, 8, 64, 2, 1.2, 0.0, 0.0, 0.0, GIB, 0.0, 0.0, 0.5 * GIB, 0.0)
     big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), acc, _pred("FSDP", 1.15, 3 * GIB)]
     best = fastest_that_fits(big, 4 * GIB)
-    assert best is acc and study.decision_reason(big, best, 4 * GIB, 8).startswith("DDP fits by accumulating")
-    assert study._accumulating(big) == "DDP, 4 micro-batches of 2 (1.50 GiB, 1.2 s)"
+    assert best is acc and choice.decision_reason(big, best, 4 * GIB, 8).startswith("DDP fits by accumulating")
+    assert choice._accumulating(big) == "DDP, 4 micro-batches of 2 (1.50 GiB, 1.2 s)"
     fast = big[:2] + [_pred("FSDP", 0.5, 3 * GIB)]
-    assert study.decision_reason(fast, fastest_that_fits(fast, 4 * GIB), 4 * GIB, 8) == \
+    assert choice.decision_reason(fast, fastest_that_fits(fast, 4 * GIB), 4 * GIB, 8) == \
         "DDP fits by accumulating, but this is more than 10 % faster"
 
 
