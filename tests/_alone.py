@@ -25,6 +25,7 @@ ALONE = {
     "08_collectives.ipynb": ["lesson 06 has not saved an all-reduce fit here"],
     "09_performance_model.ipynb": ["lesson 06 has not saved its strong/weak scaling runs here",
                                    "lesson 02's steps to target are not here"],
+    "10_model_parallelism.ipynb": ["lesson 09 has not saved its per-step overhead here"],
     "11_batch_size_science.ipynb": ["lesson 01 has not saved an lr", "lesson 02's result is missing",
                                     "lesson 07's defaults"],
     "12_hyperparameter_search.ipynb": ["lesson 07 has not saved a smoke-profile run here"],

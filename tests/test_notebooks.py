@@ -141,7 +141,7 @@ def test_a_lesson_alone_that_does_not_say_what_it_fell_back_from_is_caught():
     said["cells"][0]["outputs"].pop()
     baseline = "lesson 01's baseline run is not saved here"
     assert missing_fallbacks("02_linear_scaling.ipynb", output_text(said)) == [baseline]
-    assert missing_fallbacks("10_model_parallelism.ipynb", "") == []  # reads no earlier result
+    assert missing_fallbacks("01_baseline.ipynb", "") == []  # reads no earlier result
 
 
 def test_the_lessons_that_run_alone_are_those_that_read_earlier_results():

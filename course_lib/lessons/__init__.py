@@ -22,8 +22,9 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l09_performance_model.py     the step model against the course's step, strong/weak scaling
     l09_scaling.py               lesson 09's traps: strong vs weak scaling, where a larger batch stops paying
     l09_paleo.py                 lesson 09's Paleo case studies: the talk's figures from the course's model
-    l10_model_parallelism.py     equality with one process, bytes per rank, the decision table, the checks
+    l10_model_parallelism.py     equality with one process, bytes per rank, the sharded steps, the checks
     l10_pipelines.py             lesson 10's pipelines: the bubble at 2-4 stages, PipeDream's stale weights
+    l10_choice.py                lesson 10's choice: BERT on a node of 8 GPUs, the decision table for this machine
     l11_batch_size_science.py    B_simple against the bend, sharpness against the gap, BatchNorm per rank
                                  (its sections: l11_noise_scale.py, l11_critical_batch.py, l11_sharpness.py,
                                  l11_adaptive.py, l11_scaling.py, l11_batchnorm.py)

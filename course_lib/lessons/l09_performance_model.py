@@ -314,6 +314,26 @@ def overhead_table(one: dict) -> Table:
     return t
 
 
+def step_overheads(one: dict, two: dict | None, kind: str) -> dict[int, float]:
+    """``{ranks: seconds}``: the per-step overhead of ``kind``'s step on 1 rank, and (``two`` given) on 2: what
+    the tiny data-parallel step spent beyond its roofline and its modelled all-reduce (DDP's hooks), never
+    below one rank's."""
+    overhead = {1: one_rank_overhead(one, kind)}
+    if two:
+        tiny, curves2 = one["models"][kind]["counts"][TINY_BATCH], DeviceCurves.from_dict(two["probe"]["curves"])
+        comm = M.predict_step(tiny, curves2, world_size=2, link=link_from(two)[2], step_overhead_s=0.0)
+        overhead[2] = max(M.step_overhead(two["models"][kind]["tiny_s"], tiny, curves2)
+                          - comm.exposed_comm_s - comm.ddp_copy_s, overhead[1])
+    return overhead
+
+
+def saved_overheads(one: dict, two: dict | None, models=MODELS) -> dict:
+    """What later lessons read of the per-step overhead: per model and ranks, the seconds and the operations
+    of the tiny step it was measured on (lesson 10 spreads it over the operations of its own steps)."""
+    return {kind: {str(p): {"overhead_s": s, "operations": len(one["models"][kind]["counts"][TINY_BATCH].ops)}
+                   for p, s in step_overheads(one, two, kind).items()} for kind in models}
+
+
 def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[dict]:
     """Per model, global batch and ranks (1; 2 when ``two`` is given): predicted and measured step."""
     curves1 = DeviceCurves.from_dict(one["probe"]["curves"])
@@ -322,12 +342,7 @@ def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[
     rows = []
     for kind in models:
         m1 = one["models"][kind]
-        tiny = m1["counts"][TINY_BATCH]
-        overhead = {1: one_rank_overhead(one, kind)}
-        if two:  # what the tiny data-parallel step spent beyond its roofline and its modelled all-reduce
-            comm = M.predict_step(tiny, curves2, world_size=2, link=link, step_overhead_s=0.0)
-            overhead[2] = max(M.step_overhead(two["models"][kind]["tiny_s"], tiny, curves2)
-                              - comm.exposed_comm_s - comm.ddp_copy_s, overhead[1])
+        overhead = step_overheads(one, two, kind)
         for b in _batches(kind, spec):
             for p, curves, m in [(1, curves1, m1)] + ([(2, curves2, two["models"][kind])] if two else []):
                 counts = m1["counts"][b // p]

@@ -272,6 +272,21 @@ def step_overhead(measured_tiny_s: float, tiny: StepCounts, curves) -> float:
     return max(measured_tiny_s - roofline_sum(tiny, curves), len(tiny.ops) * curves.overhead_s)
 
 
+def overhead_per_op(step_overhead_s: float, operations: int) -> float:
+    """A measured per-step overhead (:func:`step_overhead`) spread over the ``operations`` of the step it was
+    measured on: what each operation costs beyond its roofline, to price another step of the same software
+    (another model's, a scheme's, k micro-batches') by its own operations."""
+    if operations < 1:
+        raise ValueError("the overhead needs the step's operations to spread over")
+    return step_overhead_s / operations
+
+
+def with_op_overhead(curves, op_overhead_s: float | None):
+    """``curves`` whose per-operation overhead is ``op_overhead_s`` (None: ``curves`` unchanged). The overhead
+    replaces the probe's, it is not added to it: each operation pays one overhead."""
+    return curves if op_overhead_s is None else replace(curves, overhead_s=op_overhead_s)
+
+
 def ddp_buckets(grad_ready: list[tuple[int, float]], cap_bytes: int = DDP_BUCKET_BYTES,
                 first_cap_bytes: int = DDP_FIRST_BUCKET_BYTES) -> list[tuple[int, float]]:
     """Gradients (bytes, ready time) in DDP's order grouped into buckets: ``[(bytes, ready time)]``.

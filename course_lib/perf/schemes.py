@@ -11,12 +11,19 @@ lesson 10 come from one model. ``predict(a, b, curves, link, scheme=..., world_s
   the bytes of forward and backward, of the activations and of the gradients sent, and keeps the
   optimizer's fp32 master weights: ZeRO's accounting, :func:`course_lib.parallel.sharded.memory_per_rank`);
 * ``curves``: one device (:class:`.probe.DeviceCurves`, probed or a reference GPU's);
-  ``link``: ``(alpha, beta)`` of one link between two ranks.
+  ``link``: ``(alpha, beta)`` of one link between two ranks;
+* ``op_overhead_s``: what each operation costs beyond its roofline, lesson 09's measured per-step overhead
+  spread over its step's operations (:func:`.model.overhead_per_op`); it replaces the curves' own per-operation
+  overhead, so each operation a rank runs pays one overhead. None: the curves' own (the probe's, or the
+  reference GPU's assumed one).
 
 Each scheme processes ``global_batch`` samples per optimizer step in micro-batches of ``micro_batch``:
 
 * **DDP**: each of ``W`` ranks the whole model, ``global_batch / W`` samples (accumulated in
   micro-batches), lesson 09's bucketed all-reduce behind the last micro-batch's backward;
+  **DDP + accumulation** (lesson 07's tool, :func:`predict_accumulated`): the same, in the fewest micro-batches
+  whose activations fit beside DDP's state: forward and backward ``k`` times, the optimizer and the all-reduce
+  once;
 * **ZeRO-1 / ZeRO-2**: DDP's compute; the buckets reduce-scattered behind backward, each rank
   steps ``1/W`` of the parameters, then the parameters all-gathered (exposed: nothing left to hide it);
 * **FSDP** (ZeRO-3): each transformer block all-gathered before its forward and again before its
@@ -46,7 +53,9 @@ from ..parallel.sharded import PRECISIONS, memory_per_rank
 from . import model as M
 
 SCHEMES = ("DDP", "ZeRO-1", "ZeRO-2", "FSDP", "tensor", "pipeline")
-_ZERO_NAME = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "ZeRO-2": "ZeRO-2", "FSDP": "ZeRO-3 / FSDP"}
+ACCUMULATION = "DDP + accumulation"  # DDP in micro-batches: priced by predict_accumulated, not predict_all
+SIMPLEST_FIRST = ("DDP", ACCUMULATION) + SCHEMES[1:]  # the order a choice between as-fast schemes prefers
+_ZERO_NAME = {"DDP": "DDP", ACCUMULATION: "DDP", "ZeRO-1": "ZeRO-1", "ZeRO-2": "ZeRO-2", "FSDP": "ZeRO-3 / FSDP"}
 _BLOCK = re.compile(r"\.blocks\.(\d+)(\.|$)")
 
 
@@ -130,8 +139,8 @@ def _time(ops, curves, split: int = 1, which=lambda o: False) -> float:
 
 
 def _check(scheme: str, world_size: int, global_batch: int, micro_batch: int) -> int:
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme={scheme!r}; choose one of {SCHEMES}")
+    if scheme not in SIMPLEST_FIRST:
+        raise ValueError(f"scheme={scheme!r}; choose one of {SIMPLEST_FIRST}")
     if world_size < 1 or micro_batch < 1 or global_batch < micro_batch:
         raise ValueError(f"need world_size >= 1 and 1 <= micro_batch <= global_batch, got {world_size}, "
                          f"{micro_batch}, {global_batch}")
@@ -146,13 +155,14 @@ def _check(scheme: str, world_size: int, global_batch: int, micro_batch: int) ->
 
 def predict(a: M.StepCounts, b: M.StepCounts, curves, link: tuple[float, float], *, scheme: str, world_size: int,
             global_batch: int, micro_batch: int, values_per_sample: int, precision: str = "mixed",
-            schedule: str = "1F1B") -> SchemePrediction:
+            schedule: str = "1F1B", op_overhead_s: float | None = None) -> SchemePrediction:
     """Lesson 09's model of one step of ``scheme`` on ``world_size`` ranks (see the module docstring).
 
     ``values_per_sample``: the values one sample carries between two blocks (BERT: sequence length
     x hidden size): what tensor parallelism all-reduces and a pipeline stage sends. ``schedule``:
     the pipeline's (``"GPipe"`` or ``"1F1B"``)."""
     steps = _check(scheme, world_size, global_batch, micro_batch)
+    curves = M.with_op_overhead(curves, op_overhead_s)
     w = world_size
     micro = _at_precision(M.interpolate(a, b, micro_batch), precision)
     param_b, grad_b, _ = PRECISIONS[precision]
@@ -167,10 +177,11 @@ def predict(a: M.StepCounts, b: M.StepCounts, curves, link: tuple[float, float],
     if scheme in _ZERO_NAME:
         mem = memory_per_rank(n, w, _ZERO_NAME[scheme], precision)
         grad_bytes = n * grad_b
-        compute = steps * _time(fwd_bwd, curves) + _time(opt, curves) / (w if scheme != "DDP" else 1)
+        shard = w if _ZERO_NAME[scheme] != "DDP" else 1  # ZeRO steps 1/W of every tensor: each op, 1/W of the work
+        compute = steps * _time(fwd_bwd, curves) + _time(opt, curves, shard, lambda o: True)
         if w == 1:
             comm = exposed = sent = 0.0
-        elif scheme == "DDP":  # lesson 09's buckets behind the last micro-batch's backward
+        elif _ZERO_NAME[scheme] == "DDP":  # lesson 09's buckets behind the last micro-batch's backward
             pred = M.predict_step(micro, curves, world_size=w, link=link)
             comm, exposed = pred.comm_s, pred.exposed_comm_s + pred.ddp_copy_s
             sent = 2 * (w - 1) / w * grad_bytes
@@ -194,7 +205,8 @@ def predict(a: M.StepCounts, b: M.StepCounts, curves, link: tuple[float, float],
         split_n = _n_params(micro, tensor_split)
         local_n = split_n / w + (n - split_n)
         mem = memory_per_rank(int(local_n), 1, "DDP", precision)
-        compute = steps * _time(fwd_bwd, curves, w, lambda o: tensor_split(o.module)) + _time(opt, curves) * local_n / n
+        compute = (steps * _time(fwd_bwd, curves, w, lambda o: tensor_split(o.module))
+                   + _time(opt, curves, n / local_n, lambda o: True))  # every tensor, the split ones smaller
         per_allreduce = micro_batch * values_per_sample * value_bytes
         n_allreduces = 4 * _n_blocks(micro) * steps  # two forward (attention, MLP), two backward, per block
         comm = n_allreduces * cost.ring_allreduce_time(per_allreduce, w, alpha, beta) if w > 1 else 0.0
@@ -332,7 +344,7 @@ def _pipeline(micro: M.StepCounts, curves, link, common: dict, w: int, m: int, m
 
 def predict_all(a: M.StepCounts, b: M.StepCounts, curves, link, *, world_size: int, global_batch: int,
                 micro_batch: int, values_per_sample: int, precision: str = "mixed", schemes=SCHEMES,
-                schedule: str = "1F1B") -> list[SchemePrediction]:
+                schedule: str = "1F1B", op_overhead_s: float | None = None) -> list[SchemePrediction]:
     """:func:`predict` for each scheme in ``schemes`` (those the sizes allow: a pipeline needs a block per stage)."""
     out = []
     for scheme in schemes:
@@ -340,8 +352,28 @@ def predict_all(a: M.StepCounts, b: M.StepCounts, curves, link, *, world_size: i
             continue
         out.append(predict(a, b, curves, link, scheme=scheme, world_size=world_size, global_batch=global_batch,
                            micro_batch=micro_batch, values_per_sample=values_per_sample, precision=precision,
-                           schedule=schedule))
+                           schedule=schedule, op_overhead_s=op_overhead_s))
     return out
+
+
+def predict_accumulated(a: M.StepCounts, b: M.StepCounts, curves, link, *, world_size: int, global_batch: int,
+                        device_bytes: float, values_per_sample: int, precision: str = "mixed",
+                        op_overhead_s: float | None = None) -> SchemePrediction | None:
+    """DDP with gradient accumulation (lesson 07): each rank's ``global_batch / world_size`` samples in the
+    fewest micro-batches (2, 4, ... of them, each a whole number of samples) whose step fits ``device_bytes``;
+    if none fits, the smallest micro-batch (it does not fit either: DDP's state alone is too large). None when
+    a rank has one sample (nothing to accumulate). Its step is lesson 09's DDP step in closed form:
+    ``k (forward + backward at B / k) + optimizer + the all-reduce behind the last backward``."""
+    per_rank = global_batch // world_size
+    ks = [k for k in range(2, per_rank + 1) if per_rank % k == 0 and (k & (k - 1) == 0 or k == per_rank)]
+    pred = None
+    for k in ks:
+        pred = predict(a, b, curves, link, scheme=ACCUMULATION, world_size=world_size, global_batch=global_batch,
+                       micro_batch=per_rank // k, values_per_sample=values_per_sample, precision=precision,
+                       op_overhead_s=op_overhead_s)
+        if pred.memory_bytes <= device_bytes:
+            break
+    return pred
 
 
 SAME_SPEED = 0.10  # steps this close are "as fast" to this model (lesson 09 asks 25 % of its median error on a CPU)
@@ -350,9 +382,9 @@ SAME_SPEED = 0.10  # steps this close are "as fast" to this model (lesson 09 ask
 def fastest_that_fits(predictions: list[SchemePrediction], device_bytes: float,
                       same_speed: float = SAME_SPEED) -> SchemePrediction | None:
     """Among the predictions whose memory per rank fits ``device_bytes``, the simplest (first in
-    :data:`SCHEMES`) whose step is within ``same_speed`` of the shortest; None if none fits."""
+    :data:`SIMPLEST_FIRST`) whose step is within ``same_speed`` of the shortest; None if none fits."""
     fits = [p for p in predictions if p.memory_bytes <= device_bytes]
     if not fits:
         return None
     best = min(p.step_s for p in fits)
-    return min((p for p in fits if p.step_s <= best * (1 + same_speed)), key=lambda p: SCHEMES.index(p.scheme))
+    return min((p for p in fits if p.step_s <= best * (1 + same_speed)), key=lambda p: SIMPLEST_FIRST.index(p.scheme))

@@ -49,6 +49,24 @@ def test_calibration_steps_are_left_out_and_each_model_and_all_get_a_row():
     assert study.model_comparisons(_rows("neumf", [(tiny, 1.0, 2.0)])) == []
 
 
+def test_the_saved_overhead_spread_over_its_operations_prices_the_tiny_step_as_the_lesson_does():
+    from course_lib.perf import model as M
+    from course_lib.perf.probe import DeviceCurves
+
+    curves = DeviceCurves("test", [(1.0, 1e9), (1e15, 1e9)], [(1.0, 1e9), (1e15, 1e9)], 1e-6)
+    ops = [M.OpCost("forward", "m", "mm", 1e6, 1e4), M.OpCost("backward", "m", "mm", 2e6, 2e4),
+           M.OpCost("optimizer", "Global", "add", 0, 1e4)]
+    tiny = M.StepCounts(study.TINY_BATCH, ops, 400, 800, 100, [(400, 1)])
+    one = {"probe": {"curves": curves.to_dict()},
+           "models": {"bert": {"tiny_s": 0.02, "counts": {study.TINY_BATCH: tiny}}}}
+    saved = study.saved_overheads(one, None, models=("bert",))["bert"]
+    assert list(saved) == ["1"] and saved["1"]["operations"] == 3
+    per_op = M.overhead_per_op(saved["1"]["overhead_s"], saved["1"]["operations"])
+    spread = M.predict_step(tiny, M.with_op_overhead(curves, per_op)).step_s
+    assert spread == pytest.approx(M.predict_step(tiny, curves, step_overhead_s=study.one_rank_overhead(one, "bert"))
+                                   .step_s) and spread == pytest.approx(0.02)  # the measured tiny step, exactly
+
+
 def test_stops_paying_and_the_table_show_what_doubling_the_batch_does():
     ttt = [{"global batch": b, "steps to target": 1, "step (ms)": 1.0, "time to target (s)": t}
            for b, t in [(256, 100), (512, 60), (1024, 57), (2048, 80)]]

@@ -1,13 +1,20 @@
 """Lesson 10: its tables and comparisons fed recorded-shape rows (the bubble per depth, the stash's drift, the
-step times against DDP and lesson 09's model), the decision and node tables, and the checks table."""
+step times against DDP and lesson 09's model), lesson 09's overhead in that model, DDP with accumulation, the
+decision and node tables, and the checks table."""
 
 import pytest
 
 from course_lib import compare
+from course_lib.lessons import l10_choice as choice
 from course_lib.lessons import l10_model_parallelism as study
 from course_lib.lessons import l10_pipelines as pipes
 from course_lib.parallel import pipeline as P
-from course_lib.perf.schemes import SchemePrediction, fastest_that_fits
+from course_lib.lessons import l09_performance_model as performance_study
+from course_lib.models.bert import bert_config
+from course_lib.perf import model as M
+from course_lib.perf import schemes
+from course_lib.perf.probe import DeviceCurves
+from course_lib.perf.schemes import ACCUMULATION, SchemePrediction, fastest_that_fits
 
 GIB = 2**30
 
@@ -109,14 +116,14 @@ def test_decision_reasons_for_each_outcome():
     fits_all = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.97, GIB), _pred("tensor", 3.0, GIB / 2)]
     best = fastest_that_fits(fits_all, 4 * GIB)
     assert best.scheme == "DDP"
-    assert study.decision_reason(fits_all, best, 4 * GIB, 8).startswith("DDP fits")
+    assert choice.decision_reason(fits_all, best, 4 * GIB, 8).startswith("DDP fits")
     faster = [_pred("DDP", 1.0, 2 * GIB), _pred("ZeRO-1", 0.5, GIB)]
-    assert study.decision_reason(faster, fastest_that_fits(faster, 4 * GIB), 4 * GIB, 8) == \
+    assert choice.decision_reason(faster, fastest_that_fits(faster, 4 * GIB), 4 * GIB, 8) == \
         "DDP fits, but this is more than 10 % faster"
     big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), _pred("FSDP", 1.0, 3 * GIB)]
-    assert study.decision_reason(big, fastest_that_fits(big, 4 * GIB), 4 * GIB, 8) == "DDP does not fit"
-    assert study.decision_reason(big[:1], None, 4 * GIB, 8) == "nothing fits"
-    assert study.decision_reason(big[:1], big[0], 9 * GIB, 1) == "fits on the one device"
+    assert choice.decision_reason(big, fastest_that_fits(big, 4 * GIB), 4 * GIB, 8) == "DDP does not fit"
+    assert choice.decision_reason(big[:1], None, 4 * GIB, 8) == "nothing fits"
+    assert choice.decision_reason(big[:1], big[0], 9 * GIB, 1) == "fits on the one device"
 
 
 def test_the_node_choice_table_names_the_choice_what_tensor_costs_and_what_does_not_fit():
@@ -124,34 +131,120 @@ def test_the_node_choice_table_names_the_choice_what_tensor_costs_and_what_does_
                        _pred("tensor", 0.30, 5e9, sent=2**30, exposed=0.15), _pred("pipeline", 0.2, 90e9)]}
     slow = {"BERT-x": [_pred("DDP", 0.12, 30e9), _pred("FSDP", 0.11, 20e9), _pred("tensor", 1.2, 5e9),
                        _pred("pipeline", 0.25, 90e9)]}
-    (row,) = study.node_choice_table({"NVLink": fast, "InfiniBand": slow}, 80e9).rows
+    (row,) = choice.node_choice_table({"NVLink": fast, "InfiniBand": slow}, 80e9).rows
     assert (row["choice"], row["as fast (within 10 %)"]) == ("DDP", "FSDP")
     assert (row["tensor / choice, NVLink"], row["tensor / choice, InfiniBand"]) == ("3.00x", "10.00x")
     assert row["tensor: excess (ms)"] == pytest.approx(200) and row["of it, exposed comm. (ms)"] == pytest.approx(150)
     assert row["over the memory"] == "pipeline x8 (1F1B, m = 8)"
-    assert study.node_choice_table({"NVLink": fast}, 1e9).rows[0]["choice"] == "nothing fits"
+    assert choice.node_choice_table({"NVLink": fast}, 1e9).rows[0]["choice"] == "nothing fits"
 
 
 def test_bert_sizes_from_the_model_code():
-    base, large = study.bert_parameters("BERT-base"), study.bert_parameters("BERT-large")
+    base, large = choice.bert_parameters("BERT-base"), choice.bert_parameters("BERT-large")
     assert 105e6 < base["n_params"] < 115e6  # BERT-base: 110M
     assert 330e6 < large["n_params"] < 345e6  # BERT-large: 340M
     with pytest.raises(ValueError, match="unknown model 'BERT-huge'"):
-        study.bert_shape("BERT-huge")
+        choice.bert_shape("BERT-huge")
 
 
 def test_decision_rows_grow_with_the_model_on_this_machine():
     from course_lib.perf.probe import DeviceCurves
 
     curves = DeviceCurves("test", [(1.0, 1e14), (1e15, 1e14)], [(1.0, 1e12), (1e15, 1e12)], 5e-6)
-    rows = study.decision_rows(["BERT-base", "BERT-large"], world_size=8, device_bytes=16 * GIB, micro_batch=8,
+    rows = choice.decision_rows(["BERT-base", "BERT-large"], world_size=8, device_bytes=16 * GIB, micro_batch=8,
                                seq_len=128, curves=curves, link=(5e-6, 1 / 100e9), precision="mixed")
     base, large = rows
     need = lambda r: next(p for p in r["predictions"] if p.scheme == "DDP").memory_bytes  # noqa: E731
     assert need(large) > 2 * need(base) and base["choice"] is not None
-    assert study.decision_table(rows, 16 * GIB, 8).rows[0]["model"] == "BERT-base"
-    one = study.decision_rows(["BERT-base"], world_size=1, device_bytes=GIB / 4, micro_batch=8, seq_len=128,
+    assert choice.decision_table(rows, 16 * GIB, 8).rows[0]["model"] == "BERT-base"
+    one = choice.decision_rows(["BERT-base"], world_size=1, device_bytes=GIB / 4, micro_batch=8, seq_len=128,
                               curves=curves, link=(0.0, 0.0), precision="mixed")[0]
-    assert [p.scheme for p in one["predictions"]] == ["DDP"] and one["choice"] is None
+    assert [p.scheme for p in one["predictions"]] == ["DDP", ACCUMULATION] and one["choice"] is None
     assert one["smaller"] is None or one["smaller"][0] < 8
-    assert study.decision_table([one], GIB / 4, 1).rows[0]["why"] == "nothing fits"
+    assert choice.decision_table([one], GIB / 4, 1).rows[0]["why"] == "nothing fits"
+
+
+# --------------------------------------------------------------------------- lesson 09's overhead, and accumulation
+
+
+TINY = bert_config("tiny", vocab_size=200, max_position=16, dropout=0.0, attention_dropout=0.0)
+CURVES = DeviceCurves("test", [(1.0, 1e12), (1e15, 1e12)], [(1.0, 1e11), (1e15, 1e11)], 3e-6)
+NO_OVERHEAD = DeviceCurves("test", CURVES.matmul, CURVES.copy, 0.0)
+LINK = (2e-5, 1 / 1e9)
+
+
+@pytest.fixture(scope="module")
+def tiny_counts():
+    return performance_study.bert_step_counts(TINY, (2, 4), 16, gpu=False)
+
+
+def _ddp(counts, curves, *, w=2, global_batch=8, micro=4, overhead=None, scheme="DDP", link=LINK):
+    return schemes.predict(*counts, curves, link, scheme=scheme, world_size=w, global_batch=global_batch,
+                           micro_batch=micro, values_per_sample=16 * TINY.hidden_size, precision="fp32",
+                           op_overhead_s=overhead)
+
+
+def test_lesson09s_overhead_is_spread_over_its_operations_and_read_only_where_it_was_measured():
+    assert study.lesson09_overhead(None, 2, "cpu") == (None, study.OVERHEAD_MISSING)
+    saved = {"step_overhead": {"bert": {"1": {"overhead_s": 2e-3, "operations": 400},
+                                        "2": {"overhead_s": 3e-3, "operations": 400}}}}
+    assert study.lesson09_overhead(saved, 2, "cpu")[0] == pytest.approx(7.5e-6)  # the data-parallel step's
+    assert study.lesson09_overhead(saved, 1, "cpu")[0] == pytest.approx(5e-6)
+    assert study.lesson09_overhead(saved, 2, "cuda") == (None, study.OVERHEAD_NOT_GPU)
+
+
+def test_the_overhead_is_added_exactly_once(tiny_counts):
+    """Each operation a rank runs pays lesson 09's overhead once, in place of the probe's (not on top of it);
+    on lesson 09's own step, that is lesson 09's model with its per-step overhead."""
+    per_op, n_ops, free = 1e-5, len(tiny_counts[1].ops), (0.0, 0.0)
+    n_opt = sum(o.phase == "optimizer" for o in tiny_counts[1].ops)
+    # on a free link nothing hides behind the ops; tensor parallelism: every rank the whole batch of 8, in two
+    # micro-batches of 4 (forward and backward twice, the optimizer once)
+    for scheme, micro_batches in (("DDP", 1), ("ZeRO-1", 1), ("ZeRO-2", 1), ("FSDP", 1), ("tensor", 2)):
+        with_it = _ddp(tiny_counts, CURVES, overhead=per_op, scheme=scheme, link=free).step_s
+        assert with_it - _ddp(tiny_counts, NO_OVERHEAD, scheme=scheme, link=free).step_s == pytest.approx(
+            per_op * (micro_batches * (n_ops - n_opt) + n_opt))
+    one = _ddp(tiny_counts, NO_OVERHEAD, w=1, global_batch=4, micro=4, overhead=per_op).step_s
+    assert one - _ddp(tiny_counts, NO_OVERHEAD, w=1, global_batch=4, micro=4).step_s == pytest.approx(per_op * n_ops)
+    lesson09 = M.predict_step(tiny_counts[1], CURVES, step_overhead_s=per_op * n_ops).step_s
+    assert one == pytest.approx(lesson09)
+
+
+@pytest.mark.parametrize("overhead", [None, 1e-5])
+def test_accumulations_row_is_the_models_closed_form(tiny_counts, overhead):
+    """k micro-batches: forward and backward k times, the optimizer, and DDP's all-reduce once behind the last
+    backward (with its bucket copies); the memory DDP's state and one micro-batch's activations."""
+    big = _ddp(tiny_counts, CURVES, global_batch=16, micro=8, overhead=overhead)
+    acts = lambda c: sum(c.activation_by_module.values())  # noqa: E731
+    state = big.memory_bytes - big.activations
+    micro = M.interpolate(*tiny_counts, 2)
+    pred = schemes.predict_accumulated(*tiny_counts, CURVES, LINK, world_size=2, global_batch=16,
+                                       device_bytes=state + acts(micro) * 1.01, values_per_sample=16 * TINY.hidden_size,
+                                       precision="fp32", op_overhead_s=overhead)
+    assert (pred.scheme, pred.micro_batch) == (ACCUMULATION, 2)  # 4 micro-batches: 2, then 4, do not fit
+    one = M.predict_step(micro, M.with_op_overhead(CURVES, overhead), world_size=2, link=LINK)
+    closed = 4 * (one.forward_s + one.backward_s) + one.optimizer_s + one.exposed_comm_s + one.ddp_copy_s
+    assert pred.step_s == pytest.approx(closed)
+    assert pred.memory_bytes == pytest.approx(state + acts(micro))
+    assert pred.sent_bytes == big.sent_bytes  # one all-reduce per step, whatever k
+    assert schemes.predict_accumulated(*tiny_counts, CURVES, LINK, world_size=2, global_batch=2, device_bytes=1e12,
+                                       values_per_sample=1, precision="fp32") is None
+
+
+def test_decision_reasons_when_ddp_fits_only_by_accumulating():
+    acc = SchemePrediction(ACCUMULATION, 8, 64, 2, 1.2, 0.0, 0.0, 0.0, GIB, 0.0, 0.0, 0.5 * GIB, 0.0)
+    big = [_pred("DDP", 1.0, 8 * GIB, activations=6 * GIB), acc, _pred("FSDP", 1.15, 3 * GIB)]
+    best = fastest_that_fits(big, 4 * GIB)
+    assert best is acc and choice.decision_reason(big, best, 4 * GIB, 8).startswith("DDP fits by accumulating")
+    assert choice._accumulating(big) == "DDP, 4 micro-batches of 2 (1.50 GiB, 1.2 s)"
+    fast = big[:2] + [_pred("FSDP", 0.5, 3 * GIB)]
+    assert choice.decision_reason(fast, fastest_that_fits(fast, 4 * GIB), 4 * GIB, 8) == \
+        "DDP fits by accumulating, but this is more than 10 % faster"
+
+
+def test_the_model_rows_say_whether_lesson_09s_overhead_is_in_them():
+    outs = _outs({"DDP": 0.1, "ZeRO-1": 0.1, "FSDP2": 0.2})
+    model = {name: _pred(s, 0.1, 40) for name, s in study.MEASURED_SCHEMES.items()}
+    with_it, without = study.step_comparisons(outs, model), study.step_comparisons(outs, model, with_overhead=False)
+    assert all("overhead included" in c.basis for c in with_it[1:]) and "overhead" not in with_it[0].basis
+    assert all("without the per-step overhead" in c.basis for c in without[1:])
