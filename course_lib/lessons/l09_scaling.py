@@ -23,6 +23,9 @@ def best_steps(rows) -> list[tuple[int, int]]:
     return [(r["batch size"], r["steps to target"]) for r in batch_science.fastest_per_batch(rows)]
 
 
+MISSING_STATUS = "lesson 02's steps to target are not here (run lesson 02 first): no critical-batch fit"
+
+
 def steps_fit(saved02: dict | None) -> batch_science.CriticalBatchFit | None:
     """The course's critical-batch fit (:func:`batch_science.critical_batch_fit`) of lesson 02's saved rows;
     None where lesson 02 is missing or fewer than three of its batches reached the target."""
