@@ -1,4 +1,4 @@
-"""Every path a learner's own measurements can send a lesson down (issue 36, item 1).
+"""Every path a learner's own measurements can send a lesson down.
 
 Each lesson that starts from an earlier lesson's rung or result (02-07, 11, 12) is fed every recorded
 history of ``tests/_histories.py`` in a fresh results folder, with the **full** profile's settings

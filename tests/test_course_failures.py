@@ -1,4 +1,4 @@
-"""A lesson that fails leaves the course consistent (issue 36, item 4): the summary says which lesson
+"""A lesson that fails leaves the course consistent: the summary says which lesson
 failed at which cell and which later rungs therefore started from an earlier one, and the ladder marks
 the missing rung "not run: lesson NN failed at cell K" instead of skipping it."""
 

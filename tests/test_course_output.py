@@ -1,5 +1,5 @@
-"""What `make course` (ci/run_notebooks.py) shows while it runs and leaves when a lesson fails (issue 36,
-items 4 and 5): each training run's lines reach its terminal as they come, prefixed by the lesson, and a
+"""What `make course` (ci/run_notebooks.py) shows while it runs and leaves when a lesson fails:
+each training run's lines reach its terminal as they come, prefixed by the lesson, and a
 failing lesson is named with its cell in the output, the summary and the ladder."""
 
 import json

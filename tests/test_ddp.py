@@ -232,7 +232,7 @@ def test_same_worker_under_torchrun_with_two_cpu_processes(env):
 
 
 def test_script_runs_train_to_the_datasets_target_on_its_own_device(env, monkeypatch):
-    """#12.11: ``python -m course_lib.train_ddp`` (and the sbatch example) stop at the dataset's
+    """``python -m course_lib.train_ddp`` (and the sbatch example) stop at the dataset's
     target, and a process alone trains on the machine's GPU, not on the CPU beside it."""
     from course_lib import train_ddp
     from course_lib.train import workers

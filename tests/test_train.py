@@ -33,7 +33,7 @@ def test_reaches_target_and_beats_popularity(data):
 
 
 def test_phase_clock_on_cuda_never_synchronizes_a_step_and_always_marks_nvtx(monkeypatch):
-    """#12.9: timing phases used to synchronize the GPU six times per step (no CPU/GPU overlap),
+    """Timing phases used to synchronize the GPU six times per step (no CPU/GPU overlap),
     and NVTX ranges were emitted only when timing. Simulated CUDA: events and NVTX are fakes."""
     from course_lib.train.engine import PHASES, PhaseClock
 
@@ -237,7 +237,7 @@ def test_on_eval_probes_run_off_the_clock_at_every_point(data):
 
 
 def test_evaluations_grow_dense_near_the_target_and_nowhere_else(data):
-    """#21: with evaluations every half epoch, every batch size "reached" the target at a multiple of
+    """With evaluations every half epoch, every batch size "reached" the target at a multiple of
     half an epoch; near the target they come every dense_eval_every_epochs, so steps to target is
     resolved to that — and a run without the margin evaluates exactly as before."""
     cfg = CFG.replace(eval_every_epochs=0.5, max_epochs=4.0, stop_at_target=False)

@@ -62,7 +62,7 @@ def test_trust_ratio_spread():
 
 
 def test_budget_never_passes_over_a_small_corpus_more_than_the_cap():
-    """#12.10: lesson 07 on one GPU with the pydoc corpus trained ~100 epochs of ~950 sequences."""
+    """Lesson 07 on one GPU with the pydoc corpus trained ~100 epochs of ~950 sequences."""
     small, large, note = st.budget(256, 950, large_batches=100)
     assert large <= st.MAX_EPOCHS * 950 and small * 4 == large and "capped" in note and "950" in note
     assert st.budget(256, 100_000, large_batches=30) == (7680, 30720, "")  # a large corpus: uncapped
