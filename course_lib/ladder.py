@@ -93,12 +93,6 @@ def rung_name(r: dict) -> str:
     return step
 
 
-def speedup_figures(uncertainty: float) -> int:
-    """The significant figures a speedup keeps at a relative ``uncertainty``: ±10 % or more: one, ±1 % or more:
-    two, else three."""
-    return 1 if uncertainty >= 0.1 else 2 if uncertainty >= 0.01 else 3
-
-
 # --------------------------------------------------------------------------- the yardstick's pace
 
 

@@ -268,7 +268,6 @@ def test_a_pace_that_moved_widens_every_speedup_over_the_rung(tmp_path):
                                   pace={**pace, "before": pace["rate"], "after": pace["rate"]})
         c = ladder.ladder_rows(d)[1]["comparison"]
         assert c.estimate == pytest.approx(1.2) and c.outcome == outcome, c
-    assert [ladder.speedup_figures(u) for u in (0.39, 0.04, 0.002)] == [1, 2, 3]
 
 
 def test_a_rung_its_lesson_decided_on_one_setting_is_built_on(tmp_path):
