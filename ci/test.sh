@@ -20,7 +20,7 @@ export CUDA_VISIBLE_DEVICES=
 # One compute thread per process unless the caller chose otherwise. The suite's models are tiny,
 # and on a busy machine (a shared login node, CI next to other jobs) OpenMP's spinning threads
 # are what make it slow: lesson 01's smoke lr sweep took 478 s with torch's default 2 threads
-# and 42 s with 1, on this 2-core box at load 9 (2026-11-30).
+# and 42 s with 1, on a 2-core box at load 9.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PYTHONDONTWRITEBYTECODE=1
 # Workers (pytest-xdist): the machine's cores, at least 2 and at most 4 (each worker imports torch

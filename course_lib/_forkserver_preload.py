@@ -34,7 +34,7 @@ _SERVER_PID = os.getpid()
 # A process group of its own. Jupyter ends a kernel by killing the kernel's whole process group
 # (jupyter_client, at the end of a shutdown); in that group the server died with it, before its exit
 # handler below could run, and every kernel that had launched left its pymp-* folder in the temp
-# dir (measured 2026-12-01: one per lesson of `make course`). Out of the group, the server sees its
+# dir (one per lesson of `make course`). Out of the group, the server sees its
 # launcher go (EOF on the 'alive' pipe), exits, and removes it. The workers make groups of their
 # own anyway (dist.launcher._worker_main), and the server ignores Ctrl-C in either group.
 try:

@@ -33,7 +33,7 @@ The rules, and why:
   step's many small kernels) and the ``default`` mode on CPUs, which have no launch queue to
   shorten; with inductor in the full profile. The smoke profile captures the graph with
   AOTAutograd only (``aot_eager``): inductor's first, cold compile of NeuMF's step took 12 s on a
-  2-core CPU (measured 2026-12-01, torch 2.13), as long as the rest of the smoke lesson.
+  2-core CPU (torch 2.13), as long as the rest of the smoke lesson.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_a_bandwidth_term_below_the_fits_resolution_is_none(robust):
 
 
 def test_a_fit_without_a_bandwidth_term_is_said_in_words_not_divided_by():
-    """Lesson 09 printed ``1 / beta`` and raised ZeroDivisionError on a fast machine (2026-12-01)."""
+    """A zero beta (a fast machine can fit one) is reported, never divided by."""
     alpha, beta = comm.fit_alpha_beta([1e3, 1e6, 1e7], [1e-3, 0.9e-3, 0.8e-3])
     assert beta == 0.0
     assert comm.fit_text(alpha, beta).startswith(f"{alpha * 1e6:.1f} us, no bandwidth term")

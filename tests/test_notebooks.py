@@ -155,8 +155,8 @@ def test_the_lessons_that_run_alone_are_those_that_read_earlier_results():
 
 
 def test_update_after_one_lesson_keeps_the_other_lessons_outputs(tmp_path):
-    """A smoke run of one lesson (`-k notebooks/10`) and --update wrote a file of that lesson's 8 cells alone,
-    dropping the other 12 notebooks' 19 (2026-12-02). The notebooks not executed keep theirs; a stored notebook
+    """A smoke run of one lesson (`-k notebooks/10`) then --update must not drop the other notebooks'
+    stored outputs. The notebooks not executed keep theirs; a stored notebook
     that no longer exists in the repository goes."""
     _nb(tmp_path / "executed", {"a": "one\n"})
     path = tmp_path / "expected.json"

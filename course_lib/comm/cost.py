@@ -132,7 +132,7 @@ def fit_text(alpha: float, beta: float) -> str:
     A fit may have no bandwidth term (``beta == 0``, see :func:`fit_alpha_beta`): when every
     size measured was dominated by latency, or on a fast machine where the largest message
     still took no longer than the smallest. The text says so instead of dividing by zero
-    (measured 2026-12-01: lesson 09's smoke sizes on a fast 2-core EPYC gave beta = 0).
+    (lesson 09's smoke sizes on a fast 2-core EPYC can give beta = 0).
     """
     if beta > 0:
         return f"{alpha * 1e6:.1f} us + n / {1 / beta / GB:{'.2f' if 1 / beta >= GB else '.3g'}} GB/s"

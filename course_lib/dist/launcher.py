@@ -781,7 +781,7 @@ def _worker_error(run_dir: str, procs, exited_ns: dict[int, int], fn,
         # rank died; so did one we killed after the grace period. Any other failure comes first, even
         # if written later: a rank SIGKILLed (the OOM killer) is seen by the launcher only at its next
         # poll, and on a busy machine a peer can write "Connection reset by peer" before that
-        # (measured 2026-12-01: rank 0's reset was blamed for rank 1's SIGKILL).
+        # (rank 0's reset was then blamed for rank 1's SIGKILL).
         tb = read_tb(r).strip()
         if tb:
             return bool(_PEER_LOST.search(tb.splitlines()[-1]))
