@@ -163,60 +163,69 @@ def predict(a: M.StepCounts, b: M.StepCounts, curves, link: tuple[float, float],
     the pipeline's (``"GPipe"`` or ``"1F1B"``)."""
     steps = _check(scheme, world_size, global_batch, micro_batch)
     curves = M.with_op_overhead(curves, op_overhead_s)
-    w = world_size
     micro = _at_precision(M.interpolate(a, b, micro_batch), precision)
-    param_b, grad_b, _ = PRECISIONS[precision]
+    common = dict(scheme=scheme, world_size=world_size, global_batch=global_batch, micro_batch=micro_batch)
+    if scheme in _ZERO_NAME:
+        return _data_parallel(micro, curves, link, common, world_size, steps, precision)
     value_bytes = 2 if precision == "mixed" else 4
+    if scheme == "tensor":
+        return _tensor(micro, curves, link, common, world_size, steps, micro_batch * values_per_sample * value_bytes,
+                       precision)
+    return _pipeline(micro, curves, link, common, world_size, steps, values_per_sample * micro_batch * value_bytes,
+                     precision, schedule)
+
+
+def _data_parallel(micro: M.StepCounts, curves, link, common: dict, w: int, steps: int,
+                   precision: str) -> SchemePrediction:
+    """DDP and the ZeRO stages: every rank computes the whole model on its share of the batch; what
+    differs is what it keeps (``memory_per_rank``) and what it sends."""
+    scheme = common["scheme"]
+    param_b, grad_b, _ = PRECISIONS[precision]
     n = _n_params(micro)
     fwd_bwd = [o for o in micro.ops if o.phase != "optimizer"]
     opt = [o for o in micro.ops if o.phase == "optimizer"]
-    common = dict(scheme=scheme, world_size=w, global_batch=global_batch, micro_batch=micro_batch)
-    alpha, beta = link
-    acts = sum(micro.activation_by_module.values())
+    mem = memory_per_rank(n, w, _ZERO_NAME[scheme], precision)
+    shard = w if _ZERO_NAME[scheme] != "DDP" else 1  # ZeRO steps 1/W of every tensor: each op, 1/W of the work
+    compute = steps * _time(fwd_bwd, curves) + _time(opt, curves, shard, lambda o: True)
+    if w == 1:
+        comm = exposed = sent = 0.0
+    elif _ZERO_NAME[scheme] == "DDP":  # lesson 09's buckets behind the last micro-batch's backward
+        pred = M.predict_step(micro, curves, world_size=w, link=link)
+        comm, exposed = pred.comm_s, pred.exposed_comm_s + pred.ddp_copy_s
+        sent = 2 * (w - 1) / w * n * grad_b
+    elif scheme in ("ZeRO-1", "ZeRO-2"):
+        pred = M.predict_step(micro, curves, world_size=w, link=link, bucket_collective=cost.ring_reduce_scatter_time)
+        gather = cost.ring_all_gather_time(n * param_b, w, *link)
+        comm, exposed = pred.comm_s + gather, pred.exposed_comm_s + gather
+        sent = (w - 1) / w * n * (grad_b + param_b)
+    else:
+        comm, exposed, sent = _fsdp(micro, curves, link, w, precision, steps)
+    gathered = 0.0
+    if scheme == "FSDP":  # two blocks whole at once (one computing, one prefetched) and the root, gathered
+        gathered = (2 * _largest_block(micro) / 4 + n - _n_params(micro, lambda k: block_of(k) is not None)) * param_b
+    return SchemePrediction(**common, compute_s=compute, comm_s=comm, exposed_comm_s=exposed, idle_s=0.0,
+                            parameters=mem.parameters, gradients=mem.gradients, optimizer_state=mem.optimizer_state,
+                            activations=sum(micro.activation_by_module.values()), sent_bytes=sent, gathered=gathered)
 
-    if scheme in _ZERO_NAME:
-        mem = memory_per_rank(n, w, _ZERO_NAME[scheme], precision)
-        grad_bytes = n * grad_b
-        shard = w if _ZERO_NAME[scheme] != "DDP" else 1  # ZeRO steps 1/W of every tensor: each op, 1/W of the work
-        compute = steps * _time(fwd_bwd, curves) + _time(opt, curves, shard, lambda o: True)
-        if w == 1:
-            comm = exposed = sent = 0.0
-        elif _ZERO_NAME[scheme] == "DDP":  # lesson 09's buckets behind the last micro-batch's backward
-            pred = M.predict_step(micro, curves, world_size=w, link=link)
-            comm, exposed = pred.comm_s, pred.exposed_comm_s + pred.ddp_copy_s
-            sent = 2 * (w - 1) / w * grad_bytes
-        elif scheme in ("ZeRO-1", "ZeRO-2"):
-            pred = M.predict_step(micro, curves, world_size=w, link=link,
-                                  bucket_collective=cost.ring_reduce_scatter_time)
-            gather = cost.ring_all_gather_time(n * param_b, w, alpha, beta)
-            comm, exposed = pred.comm_s + gather, pred.exposed_comm_s + gather
-            sent = (w - 1) / w * n * (grad_b + param_b)
-        else:
-            comm, exposed, sent = _fsdp(micro, curves, link, w, precision, steps)
-        gathered = 0.0
-        if scheme == "FSDP":  # two blocks whole at once (one computing, one prefetched) and the root, gathered
-            gathered = (2 * _largest_block(micro) / 4 + n
-                        - _n_params(micro, lambda k: block_of(k) is not None)) * param_b
-        return SchemePrediction(**common, compute_s=compute, comm_s=comm, exposed_comm_s=exposed, idle_s=0.0,
-                                parameters=mem.parameters, gradients=mem.gradients, optimizer_state=mem.optimizer_state,
-                                activations=acts, sent_bytes=sent, gathered=gathered)
 
-    if scheme == "tensor":
-        split_n = _n_params(micro, tensor_split)
-        local_n = split_n / w + (n - split_n)
-        mem = memory_per_rank(int(local_n), 1, "DDP", precision)
-        compute = (steps * _time(fwd_bwd, curves, w, lambda o: tensor_split(o.module))
-                   + _time(opt, curves, n / local_n, lambda o: True))  # every tensor, the split ones smaller
-        per_allreduce = micro_batch * values_per_sample * value_bytes
-        n_allreduces = 4 * _n_blocks(micro) * steps  # two forward (attention, MLP), two backward, per block
-        comm = n_allreduces * cost.ring_allreduce_time(per_allreduce, w, alpha, beta) if w > 1 else 0.0
-        local_acts = sum(v / w if tensor_split(k) else v for k, v in micro.activation_by_module.items())
-        return SchemePrediction(**common, compute_s=compute, comm_s=comm, exposed_comm_s=comm, idle_s=0.0,
-                                parameters=mem.parameters, gradients=mem.gradients, optimizer_state=mem.optimizer_state,
-                                activations=local_acts, sent_bytes=n_allreduces * 2 * (w - 1) / w * per_allreduce)
-
-    return _pipeline(micro, curves, link, common, w, steps, values_per_sample * micro_batch * value_bytes, precision,
-                     schedule)
+def _tensor(micro: M.StepCounts, curves, link, common: dict, w: int, steps: int, per_allreduce: float,
+            precision: str) -> SchemePrediction:
+    """Megatron-style tensor parallelism: the split layers' work and memory divided by ``w``, four
+    all-reduces of one micro-batch's activations per block and micro-batch."""
+    n = _n_params(micro)
+    split_n = _n_params(micro, tensor_split)
+    local_n = split_n / w + (n - split_n)
+    mem = memory_per_rank(int(local_n), 1, "DDP", precision)
+    fwd_bwd = [o for o in micro.ops if o.phase != "optimizer"]
+    opt = [o for o in micro.ops if o.phase == "optimizer"]
+    compute = (steps * _time(fwd_bwd, curves, w, lambda o: tensor_split(o.module))
+               + _time(opt, curves, n / local_n, lambda o: True))  # every tensor, the split ones smaller
+    n_allreduces = 4 * _n_blocks(micro) * steps  # two forward (attention, MLP), two backward, per block
+    comm = n_allreduces * cost.ring_allreduce_time(per_allreduce, w, *link) if w > 1 else 0.0
+    local_acts = sum(v / w if tensor_split(k) else v for k, v in micro.activation_by_module.items())
+    return SchemePrediction(**common, compute_s=compute, comm_s=comm, exposed_comm_s=comm, idle_s=0.0,
+                            parameters=mem.parameters, gradients=mem.gradients, optimizer_state=mem.optimizer_state,
+                            activations=local_acts, sent_bytes=n_allreduces * 2 * (w - 1) / w * per_allreduce)
 
 
 def _largest_block(counts: M.StepCounts) -> int:
@@ -271,6 +280,30 @@ def _fsdp(micro: M.StepCounts, curves, link, w: int, precision: str, steps: int)
     return comm, max(0.0, exposed), sent
 
 
+def _stage_of_op(ops, stage_of_block: dict[int, int], w: int) -> list[int]:
+    """Each op's pipeline stage: a block's ops its stage's; before the first block (embeddings)
+    stage 0; after the last (head, loss) the last stage."""
+    inside = [i for i, o in enumerate(ops) if block_of(o.module) is not None]
+    first, last = (inside[0], inside[-1]) if inside else (len(ops), -1)
+    out = []
+    for i, o in enumerate(ops):
+        if block_of(o.module) is not None:
+            out.append(stage_of_block[block_of(o.module)])
+        else:
+            before = i < first if o.phase == "forward" else i > last
+            out.append(0 if before else w - 1)
+    return out
+
+
+def _on_stage(k: str, s: int, w: int, stage_of_block: dict[int, int]) -> bool:
+    """Whether module ``k`` lives on stage ``s``: a block on its stage; the head, final norm and loss
+    on the last; the embeddings on the first."""
+    i = block_of(k)
+    if i is not None:
+        return stage_of_block[i] == s
+    return s == (w - 1 if (".head" in k or k == "Global" or ".final_ln" in k) else 0)
+
+
 def _pipeline(micro: M.StepCounts, curves, link, common: dict, w: int, m: int, message_bytes: float,
               precision: str, schedule: str) -> SchemePrediction:
     """``w`` stages (:func:`course_lib.parallel.pipeline.stage_bounds` of the blocks), ``m`` micro-batches:
@@ -281,35 +314,12 @@ def _pipeline(micro: M.StepCounts, curves, link, common: dict, w: int, m: int, m
     blocks = _n_blocks(micro)
     if blocks < w:
         raise ValueError(f"{blocks} blocks cannot fill {w} pipeline stages")
-    bounds = chunk_bounds(blocks, w)
-    stage_of_block = {i: s for s, (lo, hi) in enumerate(bounds) for i in range(lo, hi)}
-
-    def stage_of_op(ops) -> list[int]:
-        """Each op's stage: a block's ops its stage; before the first block, stage 0; after the last, the last."""
-        inside = [i for i, o in enumerate(ops) if block_of(o.module) is not None]
-        first, last = (inside[0], inside[-1]) if inside else (len(ops), -1)
-        out = []
-        for i, o in enumerate(ops):
-            if block_of(o.module) is not None:
-                out.append(stage_of_block[block_of(o.module)])
-            else:
-                before = i < first if o.phase == "forward" else i > last
-                out.append(0 if before else w - 1)
-        return out
-
+    stage_of_block = {i: s for s, (lo, hi) in enumerate(chunk_bounds(blocks, w)) for i in range(lo, hi)}
     t = {(s, k): 0.0 for s in range(w) for k in "FB"}
     for phase, kind in (("forward", "F"), ("backward", "B")):
         ops = [o for o in micro.ops if o.phase == phase]
-        for o, s in zip(ops, stage_of_op(ops)):
+        for o, s in zip(ops, _stage_of_op(ops, stage_of_block, w)):
             t[(s, kind)] += M.op_time(o, curves)
-
-    def params_of(s):  # a stage's parameters: its blocks; embeddings on the first; head and final norm on the last
-        def mine(k):
-            i = block_of(k)
-            if i is not None:
-                return stage_of_block[i] == s
-            return s == (w - 1 if (".head" in k or ".final_ln" in k) else 0)
-        return _n_params(micro, mine)
 
     message = (link[0] + message_bytes * link[1]) if w > 1 else 0.0
     sched = pipe.SCHEDULES[schedule](w, m)
@@ -320,18 +330,12 @@ def _pipeline(micro: M.StepCounts, curves, link, common: dict, w: int, m: int, m
     span = max(e.end for e in pipe.simulate(sched, durations=with_msgs))
     span_no_msgs = max(e.end for e in pipe.simulate(sched, durations=without))
     busiest = max(m * (t[(s, "F")] + t[(s, "B")]) for s in range(w))
-    opt = [o for o in micro.ops if o.phase == "optimizer"]
-    n = _n_params(micro)
-    stage_n = [params_of(s) for s in range(w)]
-    opt_s = _time(opt, curves) * max(stage_n) / n
+
+    stage_n = [_n_params(micro, lambda k, s=s: _on_stage(k, s, w, stage_of_block)) for s in range(w)]
+    opt_s = _time([o for o in micro.ops if o.phase == "optimizer"], curves) * max(stage_n) / _n_params(micro)
     held = pipe.peak_in_flight(sched)
-    acts = []
-    for s in range(w):
-        per_micro = sum(v for k, v in micro.activation_by_module.items()
-                        if (block_of(k) is not None and stage_of_block[block_of(k)] == s)
-                        or (block_of(k) is None and s == (w - 1 if (".head" in k or k == "Global"
-                                                                     or ".final_ln" in k) else 0)))
-        acts.append(per_micro * held[s])
+    acts = [held[s] * sum(v for k, v in micro.activation_by_module.items() if _on_stage(k, s, w, stage_of_block))
+            for s in range(w)]
     memory = [memory_per_rank(stage_n[s], 1, "DDP", precision).total + acts[s] for s in range(w)]
     top = max(range(w), key=lambda s: memory[s])
     mem = memory_per_rank(stage_n[top], 1, "DDP", precision)
