@@ -85,9 +85,9 @@ def make_pruner(strategy: str, *, max_resource: int, min_resource: int = 1, redu
 
 
 def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, min_resource: int = 1,
-               reduction_factor: int = 3, direction: str = "maximize"):
+               reduction_factor: int = 3, direction: str = "maximize", sampler=None):
     """Create the study ``name`` in the journal at ``path``, or load it when it exists (a resumed or
-    shared search): the strategy's sampler seeded by ``seed`` and its pruner."""
+    shared search): the strategy's sampler seeded by ``seed`` (or ``sampler``, e.g. a grid) and its pruner."""
     import optuna
 
     from .journal import prepare_journal
@@ -96,7 +96,7 @@ def open_study(name: str, path, *, strategy: str, seed: int, max_resource: int, 
     prepare_journal(path)  # 0600, the learner's folder, a cut-off last line repaired
     return optuna.create_study(
         study_name=name, storage=journal_storage(path), direction=direction, load_if_exists=True,
-        sampler=make_sampler(strategy, seed=seed),
+        sampler=sampler or make_sampler(strategy, seed=seed),
         pruner=make_pruner(strategy, max_resource=max_resource, min_resource=min_resource,
                            reduction_factor=reduction_factor))
 

@@ -27,9 +27,10 @@ from ..train.ncf import TrainConfig, steps_per_epoch
 
 def lesson_spec(profile: str, *, seeds: int | None = None) -> dict:
     """The lesson's sizes. On the small synthetic set (the CPU tier) a NeuMF epoch at batch 4096 is
-    ~2 s on a loaded 2-core machine: full = 4 epochs per trial, evaluated every half epoch, 4 full
+    ~0.6 s on a quiet 2-core machine: full = 4 epochs per trial, evaluated every half epoch, 4 full
     trials of budget per search, 1 seed of live searches (the comparison over many seeds is the replay
-    on recorded curves, :func:`pool_spec`); smoke = a quarter epoch per trial."""
+    on recorded curves, :func:`pool_spec`, whose pool also sets the live searches' target); smoke = a
+    quarter epoch per trial."""
     max_epochs = pick(profile, full=4.0, smoke=0.25)
     eval_every = pick(profile, full=0.5, smoke=0.125)
     max_resource = round(max_epochs / eval_every)
@@ -172,6 +173,12 @@ def epochs_to_target(record: dict, target: float, per_point: float, *, curve: st
     return None
 
 
+def trials_at_target(record: dict, target: float, *, curve: str = "curve_hr") -> int:
+    """How many of a search's trials reached HR@10 ``target`` at some evaluation point."""
+    return sum(any(v is not None and math.isfinite(v) and v >= target for v in t[curve][1:])
+               for t in record["trials"])
+
+
 def _median(values: list) -> float:
     return statistics.median([math.inf if v is None else v for v in values]) if values else math.inf
 
@@ -189,6 +196,7 @@ def strategy_rows(records: list[dict], target_hr: float, per_point: float) -> li
                 "epochs to target (per seed)": reach,
                 "median epochs to target": _median(reach),
                 "trials (median)": statistics.median(len(r["trials"]) for r in mine),
+                "trials at target (per seed)": [trials_at_target(r, target_hr) for r in mine],
                 "pruned (median)": statistics.median(sum(t["state"] == "PRUNED" for t in r["trials"]) for r in mine),
                 "best HR@10 (median)": statistics.median(
                     progress(r, per_point)[-1][1] if r["trials"] else 0.0 for r in mine
@@ -204,11 +212,13 @@ def strategy_rows(records: list[dict], target_hr: float, per_point: float) -> li
 
 def strategy_table(rows: list[dict], target_hr: float) -> Table:
     t = Table(["strategy", "seeds", "epochs to target (per seed)", "median epochs to target", "trials (median)",
-               "pruned (median)", "best HR@10 (median)", "epochs spent (median)", "seconds (median)"],
-              title=f"Searches at equal budget: epochs spent until a trial reached HR@10 >= {target_hr:g}")
+               "trials at target (per seed)", "pruned (median)", "best HR@10 (median)", "epochs spent (median)",
+               "seconds (median)"],
+              title=f"Searches at equal budget: epochs spent until a trial reached HR@10 >= {target_hr:.4g}")
     for r in rows:
         t.add(**{**r, "epochs to target (per seed)": ", ".join("-" if v is None else f"{v:g}"
                                                                for v in r["epochs to target (per seed)"]),
+                 "trials at target (per seed)": ", ".join(map(str, r["trials at target (per seed)"])),
                  "median epochs to target": "not reached" if math.isinf(r["median epochs to target"])
                  else r["median epochs to target"]})
     return t
@@ -365,15 +375,20 @@ def summary(records: list[dict], rows: list[dict], spec: dict, target_hr: float)
 def live_comparisons(rows: list[dict], spec: dict) -> list[compare.Comparison]:
     """Per pruning strategy, its epochs to the target relative to random search's in the live searches (the
     seeds' spread where there are several), widened by one evaluation's spacing, the least an epoch count
-    is known to; a search that missed the target counts at its budget. Below 1: fewer epochs."""
+    is known to; a search that missed the target counts at its budget. Below 1: fewer epochs. Where both
+    missed on every seed, each needed more than the budget and nothing bounds their ratio: unresolved."""
     per, budget = spec["eval_every"], spec["budget"] * spec["eval_every"]
+    missed = {r["strategy"]: all(v is None for v in r["epochs to target (per seed)"]) for r in rows}
     by = {r["strategy"]: [budget if v is None else v for v in r["epochs to target (per seed)"]] for r in rows}
     if "random" not in by:
         return []
     res = per / min(by["random"] + [v for s, vs in by.items() for v in vs])
-    return [compare.ratio(f"epochs to target, {s} / random (live)", by["random"], v, needed=compare.TIME_EFFECT,
-                          resolution=res, basis=f"{len(v)} seed(s); evaluations {per:g} epochs apart; a miss "
-                                                "counts at the budget")
+    basis = f"seed(s); evaluations {per:g} epochs apart; a miss counts at the budget"
+    return [compare.Comparison(f"epochs to target, {s} / random (live)", 1.0, 0.0, math.inf, compare.TIME_EFFECT,
+                               "x", f"{len(by['random'])}/{len(v)}", "both missed the target on every seed", 1.0, True)
+            if missed["random"] and missed[s] else
+            compare.ratio(f"epochs to target, {s} / random (live)", by["random"], v, needed=compare.TIME_EFFECT,
+                          resolution=res, basis=f"{len(v)} {basis}")
             for s, v in by.items() if s != "random"]
 
 

@@ -52,14 +52,16 @@ def pool_config(data, spec: dict, params: dict, target_hr: float, *, seed: int =
     return suggest_neumf(optuna.trial.FixedTrial(params), base, steps_per_epoch(data, base))
 
 
-def record_pool(data, spec: dict, target_hr: float, *, device=None, seed: int = 0) -> dict:
+def record_pool(data, spec: dict, *, device=None, seed: int = 0) -> dict:
     """Train every pool configuration once for the full ``max_epochs``: its HR@10 at each of the
-    ``pool_resource`` evaluation points (a run that diverged keeps its last value: it cannot improve)."""
+    ``pool_resource`` evaluation points (a run that diverged keeps its last value: it cannot improve).
+    Recorded before any search: its top ``top_fraction`` sets the target of the live searches and the replay."""
     from ..train.ncf import train_to_target
 
     params, curves, start = pool_params(spec, seed), [], time.perf_counter()
     for p in params:
-        r = train_to_target(data, pool_config(data, spec, p, target_hr), device=device, progress="none")
+        # no target to stop at (a run never stops early): the whole curve is the record
+        r = train_to_target(data, pool_config(data, spec, p, 1.0), device=device, progress="none")
         hr = [h if h is not None and math.isfinite(h) else 0.0 for h in r.curve["hr"][1:]]
         hr += [hr[-1] if hr else 0.0] * (spec["pool_resource"] - len(hr))
         curves.append(hr[:spec["pool_resource"]])
