@@ -364,7 +364,7 @@ def _paced(r: dict, base: dict) -> dict:
         ("pace within the lesson", _pace_moved(r) > PACE_DRIFT_LIMIT),
         ("run off the yardstick's pace", off is not None and abs(off) > PACE_DRIFT_LIMIT),
         ("pace between seeds", seeds_pace_spread(r) > PACE_DRIFT_LIMIT)) if on]
-    r["ran_as"] = r.get("ran_as") or trick_ran(r)  # a row saved before rungs recorded it
+    r["ran_as"] = r.get("ran_as") or trick_ran(r)  # a row saved without it: from its setting
     return r
 
 
