@@ -208,6 +208,13 @@ def test_a_rung_is_called_by_its_slot_and_shows_what_ran_beside_it(tmp_path):
     note = ladder.start_from("+mixed precision", TrainConfig(), directory=tmp_path)[2]
     assert note.startswith("starting from the '+LARS' rung: ") and "LAMB" not in note and "ran as" not in note
     assert [r["interval"] != "—" for r in table.rows] == [False, True, True]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = ladder_view.ladder_figure(tmp_path).axes[0]  # the figure's bars: slot and what ran, speedup with interval
+    assert [t.get_text() for t in ax.get_yticklabels()][::-1] == ["baseline", "+linear scaling\nsqrt scaling",
+                                                                  "+LARS\nLAMB"]
+    assert sum(table.rows[2]["interval"] in t.get_text() for t in ax.texts) == 1
 
 
 def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
