@@ -1,8 +1,9 @@
 """The trick ladder: the one writer and reader of its saved rungs (lessons 01-06).
 
 baseline, +linear scaling, +warmup, +LARS, +mixed precision, +data parallel: the slots. A rung records its
-slot (``step``) and what ran (``ran_as``: the "+linear scaling" slot that ran the sqrt rule is "+sqrt
-scaling", :func:`rung_name`; ``ran``: the setting in a few words). The rungs are **cumulative**, as in the
+slot (``step``, the one name the ladder calls it by) and what ran in it (``ran_as``: "sqrt scaling" in the
+"+linear scaling" slot, "LAMB" in the "+LARS" one, :func:`trick_ran`; ``ran``: the whole setting in a few
+words), saved once and shown as two columns. The rungs are **cumulative**, as in the
 seed talk: each lesson starts from the best setting so far (:func:`start_from`: the rung below only when
 it helped) and adds one trick: a bigger batch with a scaled lr (02), warmup to reach a bigger batch still
 (03), a layer-wise optimizer to go bigger again (04), mixed precision on the same setting (05), data
@@ -78,19 +79,26 @@ def what_ran(config: dict, world_size: int = 1, device: str | None = None) -> st
     return ", ".join(str(p) for p in parts if p)
 
 
-def rung_name(r: dict) -> str:
-    """The rung's name as what ran: the "+linear scaling" slot that ran the sqrt rule is "+sqrt scaling",
-    the "+LARS" slot that ran LAMB (or Adam) is "+LAMB"; "+mixed precision" names the precision it trained in.
-    ``r["step"]`` stays the slot (the course's order, what lessons save and look up); the name is saved with the
-    rung as ``ran_as`` (:func:`save_ladder_row`)."""
+_OPTIMIZERS = {"lars": "LARS", "lamb": "LAMB", "adam": "Adam", "sgd": "SGD"}
+
+
+def trick_ran(r: dict) -> str | None:
+    """What ran in a rung's slot, from its record (its ``config``, ``precision``, ``world_size``): the lr rule in the
+    "+linear scaling" slot ("sqrt scaling"), the warmup ("linear warmup", "no warmup"), the optimizer in the "+LARS"
+    slot ("LAMB"), the precision ("bf16"), the ranks ("2 ranks"); None for the baseline or a record without a
+    setting. Saved with the rung as ``ran_as`` (:func:`save_ladder_row`), beside its slot ``step``."""
     step, c = r["step"], r.get("config") or {}
-    if step == "+linear scaling" and c.get("lr_scaling") in ("sqrt", "linear"):
-        return f"+{c['lr_scaling']} scaling"
-    if step == "+LARS" and c.get("optimizer") in ("lars", "lamb", "adam", "sgd"):
-        return "+" + {"lars": "LARS", "lamb": "LAMB", "adam": "Adam", "sgd": "SGD"}[c["optimizer"]]
-    if step == "+mixed precision" and (r.get("precision") or c.get("precision")) not in (None, "auto"):
-        return f"+{r.get('precision') or c.get('precision')} (the mixed-precision rung)"
-    return step
+    if not c or step == "baseline":
+        return None
+    if step == "+linear scaling":
+        return f"{c.get('lr_scaling') or 'no'} scaling"
+    if step == "+warmup":
+        return f"{c.get('warmup', 'linear')} warmup" if c.get("warmup_steps") else "no warmup"
+    if step == "+LARS":
+        return _OPTIMIZERS.get(c.get("optimizer"), c.get("optimizer"))
+    if step == "+mixed precision":
+        return r.get("precision") or c.get("precision")
+    return f"{r.get('world_size', 1)} ranks"
 
 
 # --------------------------------------------------------------------------- the yardstick's pace
@@ -187,7 +195,7 @@ def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: floa
     ladder reads: ``pace`` (:meth:`Pace.finish`), ``seed_runs`` (one dict per seed: time and steps to
     target), ``config`` (what ran) and ``carry`` (the setting the next rung builds on; default: config),
     ``reason`` (the lesson's note on what the trick did here: kept with the record, not shown by the ladder).
-    The rung records what ran as ``ran_as`` (:func:`rung_name`) beside its slot ``step``."""
+    The rung records what ran in its slot as ``ran_as`` (:func:`trick_ran`) beside the slot ``step``."""
     if step not in LADDER_STEPS:
         raise ValueError(f"unknown ladder step {step!r}; choose one of {LADDER_STEPS}")
     if not dataset:
@@ -198,7 +206,7 @@ def save_ladder_row(step: str, *, time_to_target_s: float | None, final_hr: floa
     row.setdefault("tier", detect().tier)
     if "config" in row and "ran" not in row:
         row["ran"] = what_ran(row["config"], row.get("world_size", 1), row.get("device"))
-    row.setdefault("ran_as", rung_name(row))
+    row.setdefault("ran_as", trick_ran(row))
     if isinstance(row.get("carry"), TrainConfig):
         row["carry"] = row["carry"].to_dict()
     return save_result(f"ladder_{slug}", row, directory)
@@ -356,7 +364,7 @@ def _paced(r: dict, base: dict) -> dict:
         ("pace within the lesson", _pace_moved(r) > PACE_DRIFT_LIMIT),
         ("run off the yardstick's pace", off is not None and abs(off) > PACE_DRIFT_LIMIT),
         ("pace between seeds", seeds_pace_spread(r) > PACE_DRIFT_LIMIT)) if on]
-    r["name"] = r.get("ran_as") or rung_name(r)
+    r["ran_as"] = r.get("ran_as") or trick_ran(r)  # a row saved without it: from its setting
     return r
 
 
@@ -383,13 +391,12 @@ def ladder_rows(directory: Path | None = None) -> list[dict]:
         r = _paced(saved[step], base)
         r["comparison"] = r["vs_below"] = None
         if step != "baseline" and r["paced_time_s"] and base_row and base_row["paced_time_s"]:
-            r["comparison"] = rung_comparison(r, base_row, f"{r['name']} over baseline")
+            r["comparison"] = rung_comparison(r, base_row, f"{step} over baseline")
         r["speedup"] = r["comparison"].estimate if r["comparison"] else (1.0 if step == "baseline" else None)
         r["speedup_shown"] = f"{r['speedup']:.3g}x" if r["speedup"] else None
         r["previous_step"] = before["step"] if before else None
-        r["previous_name"] = before["name"] if before else None
         if before and r["paced_time_s"]:
-            r["vs_below"] = rung_comparison(r, before, f"{r['name']} over {before['name']}")
+            r["vs_below"] = rung_comparison(r, before, f"{step} over {before['step']}")
         r["vs_previous"] = r["vs_below"].estimate if r["vs_below"] else None
         decided = r.get("decided_by") or {}
         r["decided"] = decided.get("by") if before and decided.get("over") == before["step"] else None
@@ -460,10 +467,10 @@ def ladder_table(directory: Path | None = None) -> Table:
               title=f"The trick ladder (measured on this machine{', ' + dataset if dataset else ''})")
     for r in rows:
         c, vs = r["comparison"], r["vs_below"]
-        t.add(**{"step": r["step"], "ran as": r["name"], "setting": r.get("ran") or r.get("setting", ""),
+        t.add(**{"step": r["step"], "ran as": r["ran_as"] or "—", "setting": r.get("ran") or r.get("setting", ""),
                  "steps to target": _steps_cell(r), "time to target (s)": _time_cell(r),
                  "speedup": r["speedup_shown"], "interval": interval_cell(c), "outcome": c.outcome if c else "—",
-                 "built on": r["previous_name"], "vs built on": f"{vs.estimate:.3g}x" if vs else "—",
+                 "built on": r["previous_step"], "vs built on": f"{vs.estimate:.3g}x" if vs else "—",
                  "vs interval": interval_cell(vs), "vs outcome": vs.outcome if vs else "—",
                  **({"decided in lesson by": r["decided"]} if decided else {}), "final HR@10": r.get("final_hr"),
                  "pace vs lesson 01": _pace_cell(r["pace_drift"]), "pace moved": _pace_cell(r["pace_moved"], False)})
@@ -506,7 +513,7 @@ def _passed_over(r: dict) -> str | None:
         return "did not reach the target"
     if r.get("helped") or r.get("vs_below") is None:
         return None
-    return f"speedup over {r['previous_name']!r}: {r['vs_below'].outcome}"
+    return f"speedup over {r['previous_step']!r}: {r['vs_below'].outcome}"
 
 
 def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
@@ -537,8 +544,7 @@ def start_from(step: str, default: TrainConfig, *, dataset: str | None = None,
         return default, None, "no usable rung is saved: this lesson's default setting" + tail
     recipe = best.get("carry") or best.get("config")
     carried = " (the setting it carries up)" if best.get("carry") and best["carry"] != best.get("config") else ""
-    note = (f"starting from the {best['step']!r} rung (ran as {best['name']!r}){carried}: {what_ran(recipe)}"
-            + tail)
+    note = f"starting from the {best['step']!r} rung{carried}: {what_ran(recipe)}" + tail
     return _config(default, recipe), best, note
 
 

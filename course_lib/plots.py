@@ -373,9 +373,10 @@ def plot_precision_phases(phases: dict, *, ax=None, title: str = ""):
 
 
 def plot_ladder(rows, *, axes=None):
-    """The trick ladder (rows from :func:`course_lib.ladder.ladder_rows`): each rung's time to target at
-    lesson 01's pace with its speedup over the baseline (left), and its optimizer steps to target, which
-    no load changes (right). Gray: not reached or not run; a rung whose pace drifted is marked (!)."""
+    """The trick ladder (rows from :func:`course_lib.ladder.ladder_rows`): each rung, labelled by its slot and what
+    ran in it, with its time to target at lesson 01's pace and its speedup over the baseline with the speedup's
+    interval (left), and its optimizer steps to target, which no load changes (right). Gray: not reached or not
+    run; a rung whose pace drifted is marked (!)."""
     import matplotlib.pyplot as plt
 
     if axes is None:
@@ -383,18 +384,19 @@ def plot_ladder(rows, *, axes=None):
     else:
         fig = axes[0].figure
     ax1, ax2 = axes
-    names = [(r.get("name") or r["step"]) + (" (!)" if r.get("flags") else "") for r in rows][::-1]
+    names = [r["step"] + (" (!)" if r.get("flags") else "") + (f"\n{r['ran_as']}" if r.get("ran_as") else "")
+             for r in rows][::-1]
     times = [r.get("paced_time_s") or 0.0 for r in rows][::-1]
     steps = [r.get("steps_to_target") or 0.0 for r in rows][::-1]
     bars = ax1.barh(names, times, color=["tab:blue" if t else "lightgray" for t in times])
     for bar_, r in zip(bars, rows[::-1]):
         t = r.get("paced_time_s")
+        c = r.get("comparison")  # the table's cells: the measured speedup and its interval
         txt = ("not run" if r.get("not_run") else "not reached") if not t else \
-            f"{t:.1f} s" + (f"  ({r.get('speedup_shown') or format(r['speedup'], '.1f') + 'x'})"
-                            if r.get("speedup") else "")  # the table's cell (ladder_rows' speedup_shown)
+            f"{t:.1f} s" + (f"  ({r['speedup_shown']} {c.row()['interval']})" if c else "")
         ax1.text(bar_.get_width(), bar_.get_y() + bar_.get_height() / 2, " " + txt, va="center", fontsize=8)
     ax1.set_xlabel("training time to the target at lesson 01's pace (s)")
-    ax1.set_xlim(0, max(times + [1.0]) * 1.6)  # room for the label "5.3 s  (17x (±34%))"
+    ax1.set_xlim(0, max(times + [1.0]) * 2.2)  # room for the label "5.3 s  (5.36x [4.05x, 7.08x])"
     low = min([n for n in steps if n] or [1.0]) / 2  # log axis: bars start here, and a missing one is a mark
     ax2.barh(names, [n - low if n else 0.0 for n in steps], left=low, color="tab:green")
     for y, n in enumerate(steps):

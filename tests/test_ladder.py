@@ -135,7 +135,7 @@ def test_each_lesson_starts_from_the_closest_rung_below_that_reached_the_target(
     cfg, rung, note = ladder.start_from("+LARS", default, directory=tmp_path)
     assert rung["step"] == "+linear scaling" and (cfg.global_batch_size, cfg.lr_scaling) == (4096, "sqrt")
     assert cfg.peak_lr == pytest.approx(4e-3) and (cfg.max_epochs, cfg.seed, cfg.target_hr) == (3, 0, 0.75)
-    assert note == ("starting from the '+linear scaling' rung (ran as '+sqrt scaling'): batch 4096, adam lr 0.004 "
+    assert note == ("starting from the '+linear scaling' rung: batch 4096, adam lr 0.004 "
                     "(sqrt rule), fp32; passed over: '+warmup' (did not reach the target)")
     # a rung that carries another setting up
     bf16 = fake_result(4096, 4e-3, 2.0, precision="bf16")
@@ -173,19 +173,48 @@ def test_each_rung_records_its_slot_and_what_ran(tmp_path):
     lamb.config["warmup_steps"] = 40
     ladder.save_ladder_result("+LARS", lamb, setting="layer-wise adaptive", directory=tmp_path)
     saved = results.load_results(tmp_path)["ladder_3"]
-    assert (saved["step"], saved["ran_as"]) == ("+LARS", "+LAMB")
+    assert (saved["step"], saved["ran_as"]) == ("+LARS", "LAMB")
     row = ladder.ladder_rows(tmp_path)[0]
     assert (row["ran"] == "batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16"
             and row["dataset"] == "synthetic-tiny")
     assert row["tier"] == detect().tier and row["world_size"] == 1 and row["seed"] == 0
     cells = ladder.ladder_table(tmp_path).rows[0]
-    assert (cells["step"], cells["ran as"]) == ("+LARS", "+LAMB")
+    assert (cells["step"], cells["ran as"]) == ("+LARS", "LAMB")
     assert cells["setting"] == "batch 16384, lamb lr 0.01, linear warmup 40 steps, bf16"
     assert ladder.what_ran({"global_batch_size": 4096, "optimizer": "adam", "peak_lr": 0.004, "lr_scaling": "sqrt",
                             "precision": "fp32"}, 2) == "batch 4096, adam lr 0.004 (sqrt rule), fp32, 2 ranks"
     sqrt = seeded(4096, 4e-3, 8.0, 0, rule="sqrt")
     ladder.save_ladder_result("+linear scaling", sqrt, directory=tmp_path)
-    assert ladder.ladder_rows(tmp_path)[0]["name"] == "+sqrt scaling"
+    assert ladder.ladder_rows(tmp_path)[0]["ran_as"] == "sqrt scaling"
+
+
+def test_a_rung_is_called_by_its_slot_and_shows_what_ran_beside_it(tmp_path):
+    """What ran is a column beside the slot, never a second name: the verdicts, the rung built on and the note of the
+    next lesson say the slot; a row saved without ``ran_as`` reads as before, its column filled from its setting."""
+    ladder.save_ladder_result("baseline", fake_result(256, 1e-3, 40.0), pace=STEADY, directory=tmp_path)
+    ladder.save_ladder_result("+linear scaling", seeded(4096, 4e-3, 10.0, 0, rule="sqrt"), pace=STEADY,
+                              directory=tmp_path)
+    lamb = fake_result(16384, 1e-2, 5.0, optimizer="lamb")
+    lamb.config["warmup_steps"] = 40
+    ladder.save_ladder_result("+LARS", lamb, pace=STEADY, directory=tmp_path)
+    old = results.load_results(tmp_path)["ladder_3"]
+    del old["ran_as"]
+    results.save_result("ladder_3", old, tmp_path)
+    questions = [c.question for c in ladder.ladder_comparisons(tmp_path)]
+    assert questions == ["+linear scaling over baseline", "+LARS over baseline", "+LARS over +linear scaling"]
+    table = ladder.ladder_table(tmp_path)
+    assert [(r["step"], r["ran as"], r["built on"]) for r in table.rows] == [
+        ("baseline", "—", None), ("+linear scaling", "sqrt scaling", "baseline"), ("+LARS", "LAMB", "+linear scaling")]
+    note = ladder.start_from("+mixed precision", TrainConfig(), directory=tmp_path)[2]
+    assert note.startswith("starting from the '+LARS' rung: ") and "LAMB" not in note and "ran as" not in note
+    assert [r["interval"] != "—" for r in table.rows] == [False, True, True]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = ladder_view.ladder_figure(tmp_path).axes[0]  # the figure's bars: slot and what ran, speedup with interval
+    assert [t.get_text() for t in ax.get_yticklabels()][::-1] == ["baseline", "+linear scaling\nsqrt scaling",
+                                                                  "+LARS\nLAMB"]
+    assert sum(table.rows[2]["interval"] in t.get_text() for t in ax.texts) == 1
 
 
 def test_ladder_figure_and_summary_png(tmp_path, monkeypatch):
@@ -229,7 +258,7 @@ def test_the_ladder_decides_what_each_tier_records(tier, tmp_path):
     rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
     mp = rows["+mixed precision"]
     assert mp["vs_below"].outcome == (compare.LOWER if slower else compare.HIGHER)
-    assert mp["previous_name"] == "+LAMB" and mp["name"] == "+bf16 (the mixed-precision rung)"
+    assert mp["previous_step"] == "+LARS" and mp["ran_as"] == "bf16"
     assert ("+data parallel" in rows) == p.dp_on_ladder  # one GPU: CPU ranks are not put on the GPU's ladder
     cfg, rung, _ = ladder.start_from("+data parallel", TrainConfig(), directory=tmp_path)
     # a slower rung is not built on: the best so far ('+LARS', fp32) is, which is what lesson 05 carried
@@ -248,13 +277,13 @@ def test_a_rung_that_did_not_help_is_not_built_on(tmp_path):
     default = TrainConfig(global_batch_size=256, base_lr=1e-3, optimizer="adam")
     cfg, rung, note = ladder.start_from("+LARS", default, directory=tmp_path)
     assert rung["step"] == "+linear scaling" and cfg.global_batch_size == 16384
-    assert note.endswith("passed over: '+warmup' (speedup over '+sqrt scaling': unresolved)")
+    assert note.endswith("passed over: '+warmup' (speedup over '+linear scaling': unresolved)")
     ladder.save_ladder_result("+warmup", seeded(65536, 1.6e-2, 3.0, 0, rule="sqrt"),
                               seeds=[seeded(65536, 1.6e-2, 3.2, 1, rule="sqrt")], pace=STEADY, directory=tmp_path)
     assert ladder.start_from("+LARS", default, directory=tmp_path)[1]["step"] == "+warmup"
     ladder.save_ladder_result("+LARS", seeded(131072, 1e-2, 2.0, 0, "lamb"), pace=STEADY, directory=tmp_path)
     rows = {r["step"]: r for r in ladder.ladder_rows(tmp_path)}
-    assert rows["+LARS"]["previous_step"] == "+warmup" and rows["+LARS"]["name"] == "+LAMB"
+    assert rows["+LARS"]["previous_step"] == "+warmup" and rows["+LARS"]["ran_as"] == "LAMB"
 
 
 def test_a_pace_that_moved_widens_every_speedup_over_the_rung(tmp_path):

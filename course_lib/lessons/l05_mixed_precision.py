@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..diagrams import fp16_fractions
-from ..hardware import default_device
+from ..hardware import default_device, sixteen_bit_units
 from ..optim import lars_trust_ratio
 from ..compare import HR_EFFECT, Comparison, difference, quantity_ratio
 from ..metrics import hr_standard_error
@@ -297,6 +297,13 @@ def static_loss_scale(*log2_arrays) -> float:
 
 
 # --------------------------------------------------------------------------- fp16 with no, static, dynamic scaling
+
+
+def scaling_epochs(hw, device, *, full: float, emulated: float) -> float:
+    """How long each run of :func:`loss_scaling_runs` trains on ``device``: ``full`` epochs where it has fp16 units
+    (:func:`course_lib.hardware.sixteen_bit_units`, the lesson's one test of them), at most ``emulated`` where autocast
+    converts fp16 in software: the numbers are fp16's either way, only many times slower to compute there."""
+    return full if sixteen_bit_units(hw, str(device))["fp16"] else min(full, emulated)
 
 
 SCALING_RUNS = (("fp32", "fp32", "none"), ("fp16, no loss scaling", "fp16", "none"),

@@ -113,6 +113,15 @@ def test_loss_scaling_runs_train_every_variant_for_the_same_steps(data):
     assert "6 steps each" in str(MP.loss_scaling_table(rows))
 
 
+def test_the_loss_scaling_runs_are_short_only_where_fp16_is_emulated():
+    """Full length where the device has fp16 units (AVX512-FP16, tensor cores), short where autocast emulates fp16:
+    a CPU without the flags, or the CPU of a GPU machine when the lesson runs there."""
+    epochs = lambda hw, device: MP.scaling_epochs(hw, device, full=1.0, emulated=0.25)  # noqa: E731
+    assert epochs(AVX2_LAPTOP, "cpu") == 0.25 and epochs(AMX_SERVER, "cpu") == 1.0
+    assert epochs(H100, "cuda") == 1.0 and epochs(H100, "cuda:0") == 1.0 and epochs(H100, "cpu") == 0.25
+    assert MP.scaling_epochs(AVX2_LAPTOP, "cpu", full=0.1, emulated=0.25) == 0.1  # never longer than the full set
+
+
 def test_throughput_is_measured_in_steady_state_with_interleaved_repeats(data):
     speed = SP.precision_throughput(data, _cfg(), ("fp32", "fp16"), steps=2, device="cpu", repeats=2, warmup_steps=1)
     assert list(speed) == ["fp32", "fp16"] and all(len(v) == 2 for v in speed.repeats.values())
