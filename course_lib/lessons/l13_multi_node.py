@@ -86,12 +86,9 @@ def step_fit(layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int,
     (weighted 1 / step^2: the timing noise is relative), ``c / micro_batch`` the compute per sample per rank and ``a``
     less the loopback all-reduce the per-step overhead (the optimizer step, the loop). ``{"compute_s_per_sample",
     "compute_se", "overhead_s", "overhead_se", "df"}``; standard errors NaN with fewer than three runs."""
-    xs, ys = [], []
-    for r in layouts:
-        if r["layout"] == one_node(world_size):
-            for s in r.get("step_s_runs", [r["step_s"]]):
-                xs.append(r["k"])
-                ys.append(s)
+    pts = [(r["k"], s) for r in layouts if r["layout"] == one_node(world_size) for s in r.get("step_s_runs",
+                                                                                              [r["step_s"]])]
+    xs, ys = [k for k, _ in pts], [s for _, s in pts]
     if len(set(xs)) < 2:
         raise ValueError(f"the model's compute needs '{one_node(world_size)}' rows at two ks at least")
     fit = compare.line_fit(xs, ys, weights=[1 / y ** 2 for y in ys])
@@ -246,11 +243,9 @@ def layout_ratios(rows: list[dict]) -> dict[int, float]:
 
 
 def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[float, int, int] | None:
-    """Beyond the measured ks: a line ``step_s = a + c k`` through each layout's rows (per k: k micro-batches of
-    compute, one all-reduce), and the k at which W nodes x 1 would run at ``hidden_at`` of 1 node x W's throughput
-    (the same samples per step, so the ratio of their step times): ``(k, k as the next power of two, that k's global
-    batch)``, or None where the lines never get there (the far layout's compute per k no cheaper than ``hidden_at`` of
-    the near one's) or a layout has fewer than two ks."""
+    """A line ``step_s = a + c k`` through each layout's rows, and the k at which W nodes x 1 run at ``hidden_at`` of
+    1 node x W's throughput (the ratio of their step times): ``(k, the next power of two, its global batch)``, or None
+    where the lines never get there or a layout has fewer than two ks."""
     fits, per_k = {}, {}
     for side, pick in (("near", lambda n: n.startswith("1 node x ")), ("far", lambda n: n.endswith(" nodes x 1"))):
         rs = [r for r in rows if pick(r["layout"]) and r.get("step_s")]
@@ -356,10 +351,6 @@ def ttt_ratios(rows: list[dict]) -> dict[int, float]:
     return {k: far[k] / near[k] for k in sorted(near) if k in far}
 
 
-def _ratio(x: float) -> str:
-    return f"{x:.2f}x"
-
-
 def ttt_title(points) -> str:
     where = ("lesson 02's measured steps to target (log-log interpolated between its batches, refused outside them)"
              if points else "the ASSUMED linear-scaling steps (lesson 02's curve is not here)")
@@ -393,7 +384,7 @@ def ttt_table(measured: list[dict], model: list[dict], points):
             row[f"step (ms), {src}"] = f"{r['step_s'] * 1e3:.2f}" if r else "no cluster"
             row[f"to target (s), {src}"] = (f"{r['time_to_target_s']:.2f}" if r and r["time_to_target_s"] is not None
                                            else "—")
-            row[f"nodes / 1 node, {src}"] = (_ratio(ratios[src][p["k"]]) if far and p["k"] in ratios[src] else "")
+            row[f"nodes / 1 node, {src}"] = (f"{ratios[src][p['k']]:.2f}x" if far and p["k"] in ratios[src] else "")
         t.add(**row)
     return t
 
