@@ -492,12 +492,14 @@ def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_
     crossed = extrapolated_k(curve, hidden_at)
     if crossed:
         ax.axvline(crossed[0], color="tab:orange", lw=0.8, ls=":", label=f"model's crossover, k = {crossed[0]:.0f}")
-    ax.axhline(hidden_at, color="grey", lw=0.8, ls=":")
+    ax.axhline(hidden_at, color="grey", lw=0.8, ls=":", label=f"{hidden_at:.0%} of one node's throughput")
+    if ratios:
+        ax.set_xticks(sorted(ratios), [str(k) for k in sorted(ratios)])
     ax.set_xlabel("gradient accumulation k (micro-batch fixed)")
     ax.set_ylabel("throughput, W nodes x 1 / 1 node x W")
     ax.set_ylim(0, 1.2)
     ax.legend(fontsize=8)
-    ax.set_title(f"does accumulation hide the slow link? (dotted: {hidden_at:.0%} of one node's throughput)")
+    ax.set_title("does accumulation hide the slow link?")
     return ax
 
 
