@@ -351,3 +351,16 @@ def test_a_resumed_run_that_matches_is_the_same_and_one_that_drifted_is_not():
     timed = {**STAGED, "interrupted_s": 5.0}
     cost_row = {r["what"]: r["value"] for r in N.node_loss_table(timed).rows}["seconds the loss cost in all"]
     assert cost_row == pytest.approx(5.0 + 11.42 + 48.6 - 36.5)
+
+
+def test_the_figure_draws_the_models_curve_and_the_measured_ends_with_their_intervals():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    curve = L.predicted_layouts(QUIET["compute_s_per_sample"], 3_784_068, 256, LOOPBACK, TWO_GBIT,
+                                ks=L.k_grid(), overhead_s=QUIET["overhead_s"])
+    assert L.k_grid()[0] == 1 and L.k_grid()[-1] == pytest.approx(4 * L.K_VALUES[-1])
+    ax = L.plot_layouts(repeated(0.97), curve)
+    assert len(ax.containers) == 2  # the intervals of the two crossover rows
+    assert any("crossover" in t.get_text() for t in ax.get_legend().get_texts())
+    assert len(L.plot_layouts([], curve).containers) == 0  # the model path: the curve alone
