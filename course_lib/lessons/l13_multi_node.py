@@ -7,10 +7,10 @@ all-reduce :mod:`.l13_hierarchy`; the input's placement :mod:`.l13_placement`. T
 1. the all-reduce over the links: lesson 08's alpha-beta fit of the sweep, turned into one link's rate
    (:func:`link_rate`), against the rate the link was set to and the loopback fit (:func:`link_comparisons`);
 2. the seed talk's comparison: 1 node x W processes against W nodes x 1 on a slow link, at gradient
-   accumulation k = 1, 2, 4, 8 with the micro-batch fixed (so the global batch grows with k and each
+   accumulation k = 1 to 128 with the micro-batch fixed (so the global batch grows with k and each
    all-reduce is paid once per k micro-batches): samples per second per layout (:func:`layout_rows`), lesson
-   09's prediction (:func:`predicted_layouts`), and where the slow link stops mattering
-   (:func:`layout_comparisons`);
+   09's step model fitted on one node's steps (:func:`step_fit`, :func:`predicted_layouts`), and whether the
+   slow link stops mattering within the ks run (:func:`layout_comparisons`);
 3. time to target per layout and k: lesson 02's measured steps to target at each layout's global batch x that
    layout's time per step (:func:`ttt_rows`, :func:`ttt_table`); no run here trains to the target.
 """
@@ -27,7 +27,10 @@ from ..comm import cost
 from ..metrics import jackknife_stderr
 from ..tables import Table
 
-K_VALUES = (1, 2, 4, 8)
+# well past where lesson 09's model, fitted on a quiet 2-core machine's steps, puts 4 nodes on 2 Gbit/s links at 80 %
+# of one node's throughput (k of about 10; on 100 Mbit/s links about 350, past any budget)
+K_VALUES = (1, 2, 4, 8, 16, 32, 64, 128)
+REPEATS = 3  # runs at the smallest and the largest k: the spread of the crossover rows
 LINK_TOLERANCE = 0.35  # the fitted rate within 35 % of the set rate (TCP/IP headers take ~4 %, the rest is noise)
 HIDDEN_AT = 0.8  # the slow link "stops mattering" once 4 nodes x 1 run at >= 80 % of 1 node x 4's throughput
 TIMING_RESOLUTION = 0.10  # a time from a few timed steps, or one median of a few repeats, on a shared machine
@@ -55,10 +58,18 @@ def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmu
                                                                                                     cfgs, spec)}
 
 
+def run_ks(ks=K_VALUES, repeats: int = REPEATS) -> list[int]:
+    """The ks in the order they run: each once, then the smallest and the largest ``repeats - 1`` times more,
+    alternating (a slow moment of the machine then falls on no one k's repeats alone)."""
+    ks = list(ks)
+    return ks + [k for _ in range(repeats - 1) for k in (ks[0], ks[-1])]
+
+
 def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
-            ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4) -> dict:
+            ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4, repeats: int = REPEATS) -> dict:
     """1 node x 4 and 4 nodes x 1, each one launch of :func:`nodes_worker`: ``{"near", "far"}`` (the sweep within
     a node, over loopback, and between nodes, over the links) and ``"layouts"`` (rows of :func:`layout_rows`)."""
+    ks = run_ks(ks, repeats)
     cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
     out = {"layouts": []}
     for key, layout, nnodes, nproc in (("near", one_node(world_size), 1, world_size),
@@ -70,20 +81,30 @@ def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, 
     return out
 
 
-def compute_per_sample(layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int,
-                       world_size: int = 4) -> float:
-    """Seconds of compute per sample on one rank, from 1 node x 4's steps minus their all-reduce (the model's input)."""
+def step_fit(layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int, world_size: int = 4) -> dict:
+    """Lesson 09's step model fitted on 1 node x W's runs: a line ``step = a + c k`` through every run's step time
+    (weighted 1 / step^2: the timing noise is relative), ``c / micro_batch`` the compute per sample per rank and ``a``
+    less the loopback all-reduce the per-step overhead (the optimizer step, the loop). ``{"compute_s_per_sample",
+    "compute_se", "overhead_s", "overhead_se", "df"}``; standard errors NaN with fewer than three runs."""
+    pts = [(r["k"], s) for r in layouts if r["layout"] == one_node(world_size) for s in r.get("step_s_runs",
+                                                                                              [r["step_s"]])]
+    xs, ys = [k for k, _ in pts], [s for _, s in pts]
+    if len(set(xs)) < 2:
+        raise ValueError(f"the model's compute needs '{one_node(world_size)}' rows at two ks at least")
+    fit = compare.line_fit(xs, ys, weights=[1 / y ** 2 for y in ys])
     t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
-    per = sorted(max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"])
-                 for r in layouts if r["layout"] == one_node(world_size))
-    if not per:
-        raise ValueError(f"no '{one_node(world_size)}' rows to take the compute from")
-    return per[len(per) // 2]
+    return {"compute_s_per_sample": max(fit.slope, 0.0) / micro_batch, "compute_se": fit.slope_se / micro_batch,
+            "overhead_s": max(fit.intercept - t_ar, 0.0), "overhead_se": fit.intercept_se, "df": fit.df}
 
 
-def measure_link(runner, sizes: list[int], iters: int = 5, warmup: int = 1) -> list[dict]:
-    """The all-reduce sweep (course_lib.comm.bench) on 2 nodes x 1 process: every byte crosses the link."""
-    return runner.run("course_lib.comm.bench:allreduce_benchmark", [list(sizes), iters, warmup], nnodes=2, nproc=1)
+def step_fit_table(fit: dict):
+    """:func:`step_fit`'s two numbers with their standard errors and t intervals."""
+    basis = "weighted line through one node's step times over k"
+    rows = [compare.estimate("compute per sample per rank", fit["compute_s_per_sample"] * 1e6,
+                             fit["compute_se"] * 1e6, df=fit["df"], unit="us", basis=basis),
+            compare.estimate("per-step overhead besides the all-reduce", fit["overhead_s"] * 1e3,
+                             fit["overhead_se"] * 1e3, df=fit["df"], unit="ms", basis=basis)]
+    return compare.estimates_table(rows, title="lesson 09's step model, fitted on one node's steps")
 
 
 def link_rate(rows: list[dict], ranks: int = 2) -> dict:
@@ -165,32 +186,31 @@ def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict
              "max_steps": steps, "stop_at_target": False, "target_hr": None} for k in ks]
 
 
-def measure_layouts(runner, micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
-                    ks=K_VALUES, world_size: int = 4) -> list[dict]:
-    """NeuMF at each k on ``1 x world_size`` and ``world_size x 1``; the rows of :func:`layout_rows`."""
-    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
-    rows = []
-    for layout, nnodes, nproc in ((one_node(world_size), 1, world_size), (many_nodes(world_size), world_size, 1)):
-        records = runner.run("course_lib.train.workers:ncf_runs", [cfgs, spec], nnodes=nnodes, nproc=nproc)
-        rows += layout_rows(layout, records, ks, source=runner.path)
-    return rows
-
-
 def layout_rows(layout: str, records: list[dict], ks=K_VALUES, source: str = "virtual") -> list[dict]:
-    """One row per k from a run's records: samples per second and time per optimizer step."""
-    return [{"layout": layout, "k": k, "global_batch": r["config"]["global_batch_size"],
-             "samples_per_s": r["samples_per_s"], "step_s": r["train_time_s"] / max(1, r["steps"]),
-             "source": source} for k, r in zip(ks, records)]
+    """One row per k from a launch's records (``ks``: each record's k, repeats included): the mean time per
+    optimizer step, its samples per second, and each run's step time (``step_s_runs``)."""
+    runs: dict[int, list[dict]] = {}
+    for k, r in zip(ks, records):
+        runs.setdefault(k, []).append(r)
+    out = []
+    for k, rs in runs.items():
+        steps = [r["train_time_s"] / max(1, r["steps"]) for r in rs]
+        batch, step = rs[0]["config"]["global_batch_size"], sum(steps) / len(steps)
+        out.append({"layout": layout, "k": k, "global_batch": batch, "samples_per_s": batch / step, "step_s": step,
+                    "step_s_runs": steps, "source": source})
+    return out
 
 
 def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple[float, float],
-                      far: tuple[float, float], ks=K_VALUES, world_size: int = 4) -> list[dict]:
-    """Lesson 09's view of a data-parallel step: ``k * b * t_sample`` of compute, then one ring all-reduce of the
-    gradients over the node's own links (``near``: alpha, beta per byte) or between nodes (``far``)."""
+                      far: tuple[float, float], ks=K_VALUES, world_size: int = 4,
+                      overhead_s: float = 0.0) -> list[dict]:
+    """Lesson 09's view of a data-parallel step: ``k * b * t_sample`` of compute and ``overhead_s`` per step, then one
+    ring all-reduce of the gradients over the node's own links (``near``: alpha, beta per byte) or between nodes
+    (``far``)."""
     rows = []
     for layout, (alpha, beta) in ((one_node(world_size), near), (many_nodes(world_size), far)):
         for k in ks:
-            step = (k * micro_batch * compute_s_per_sample
+            step = (overhead_s + k * micro_batch * compute_s_per_sample
                     + cost.ring_allreduce_time(grad_bytes, world_size, alpha, beta))
             rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
                          "samples_per_s": world_size * micro_batch * k / step, "step_s": step, "source": "model"})
@@ -198,17 +218,20 @@ def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch:
 
 
 def layout_table(rows: list[dict], predicted: list[dict]):
-    """The measured rows (none without a cluster), then the model's, with W nodes x 1's throughput over 1 node x
-    W's at each k."""
-    t = Table(["layout", "k", "global batch", "samples/s", "step (ms)", "nodes / 1 node", "source"],
-              title="NeuMF, micro-batch fixed: measured rows, then lesson 09's predictions")
-    for group in (list(rows), list(predicted)):
-        ratios = layout_ratios(group)
-        for r in group:
-            far = r["layout"].endswith(" nodes x 1") and r["k"] in ratios
-            t.add(**{"layout": r["layout"], "k": r["k"], "global batch": f"{r['global_batch']:,}",
-                     "samples/s": f"{r['samples_per_s']:,.0f}", "step (ms)": f"{r['step_s'] * 1e3:.2f}",
-                     "nodes / 1 node": f"{ratios[r['k']]:.0%}" if far else "", "source": r["source"]})
+    """One row per k of the model (every k run): each layout's step time, measured (none without a cluster) and
+    lesson 09's model, and W nodes x 1's throughput over 1 node x W's, both ways."""
+    cols = ["k", "global batch", "1 node, step (ms)", "1 node, model (ms)", "nodes, step (ms)", "nodes, model (ms)",
+            "nodes / 1 node", "nodes / 1 node, model"]
+    t = Table(cols, title="NeuMF, micro-batch fixed: W nodes x 1 against 1 node x W, measured and lesson 09's model")
+    got = {(r["layout"].startswith("1 node x "), r["k"]): r["step_s"] for r in rows}
+    pred = {(r["layout"].startswith("1 node x "), r["k"]): r["step_s"] for r in predicted}
+    ratios, model_ratios = layout_ratios(rows), layout_ratios(predicted)
+    ms = lambda v: f"{v * 1e3:.1f}" if v is not None else "—"  # noqa: E731
+    for k in sorted({k for _, k in pred}):
+        t.add(**dict(zip(cols, [k, f"{next(r['global_batch'] for r in predicted if r['k'] == k):,}",
+                                ms(got.get((True, k))), ms(pred.get((True, k))), ms(got.get((False, k))),
+                                ms(pred.get((False, k))), f"{ratios[k]:.0%}" if k in ratios else "—",
+                                f"{model_ratios[k]:.0%}" if k in model_ratios else "—"])))
     return t
 
 
@@ -220,11 +243,9 @@ def layout_ratios(rows: list[dict]) -> dict[int, float]:
 
 
 def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[float, int, int] | None:
-    """Beyond the measured ks: a line ``step_s = a + c k`` through each layout's rows (per k: k micro-batches of
-    compute, one all-reduce), and the k at which W nodes x 1 would run at ``hidden_at`` of 1 node x W's throughput
-    (the same samples per step, so the ratio of their step times): ``(k, k as the next power of two, that k's global
-    batch)``, or None where the lines never get there (the far layout's compute per k no cheaper than ``hidden_at`` of
-    the near one's) or a layout has fewer than two ks."""
+    """A line ``step_s = a + c k`` through each layout's rows, and the k at which W nodes x 1 run at ``hidden_at`` of
+    1 node x W's throughput (the ratio of their step times): ``(k, the next power of two, its global batch)``, or None
+    where the lines never get there or a layout has fewer than two ks."""
     fits, per_k = {}, {}
     for side, pick in (("near", lambda n: n.startswith("1 node x ")), ("far", lambda n: n.endswith(" nodes x 1"))):
         rs = [r for r in rows if pick(r["layout"]) and r.get("step_s")]
@@ -330,10 +351,6 @@ def ttt_ratios(rows: list[dict]) -> dict[int, float]:
     return {k: far[k] / near[k] for k in sorted(near) if k in far}
 
 
-def _ratio(x: float) -> str:
-    return f"{x:.2f}x"
-
-
 def ttt_title(points) -> str:
     where = ("lesson 02's measured steps to target (log-log interpolated between its batches, refused outside them)"
              if points else "the ASSUMED linear-scaling steps (lesson 02's curve is not here)")
@@ -367,24 +384,33 @@ def ttt_table(measured: list[dict], model: list[dict], points):
             row[f"step (ms), {src}"] = f"{r['step_s'] * 1e3:.2f}" if r else "no cluster"
             row[f"to target (s), {src}"] = (f"{r['time_to_target_s']:.2f}" if r and r["time_to_target_s"] is not None
                                            else "—")
-            row[f"nodes / 1 node, {src}"] = (_ratio(ratios[src][p["k"]]) if far and p["k"] in ratios[src] else "")
+            row[f"nodes / 1 node, {src}"] = (f"{ratios[src][p['k']]:.2f}x" if far and p["k"] in ratios[src] else "")
         t.add(**row)
     return t
 
 
+def end_ks(rows: list[dict]) -> list[int]:
+    """The smallest and the largest k measured on both layouts (one k where only one was)."""
+    ks = sorted(set(layout_ratios([r for r in rows if r["source"] != "model"])))
+    return sorted({ks[0], ks[-1]}) if ks else []
+
+
 def layout_comparisons(rows: list[dict], hidden_at: float = HIDDEN_AT) -> list[compare.Comparison]:
-    """Per measured k, W nodes x 1's step time over 1 node x W's, against ``1 / hidden_at``: the same samples per
-    step, so this is also the ratio of their times to the target (lesson 02's steps are the same for both at one
-    k). ``lower``: within it, accumulation hides the slow link at that k; ``higher``: the link still sets the
-    pace. One timed run per layout and k: the interval is the timing resolution. None without measured rows."""
-    near = {r["k"]: r["step_s"] for r in rows if r["layout"].startswith("1 node x ") and r["source"] != "model"}
-    far = {r["k"]: (r["layout"], r["step_s"]) for r in rows if r["layout"].endswith(" nodes x 1")
-           and r["source"] != "model"}
+    """At the smallest and the largest k measured, W nodes x 1's throughput over 1 node x W's (every run of each:
+    the same samples per step, so also the ratio of their times to the target), against ``hidden_at``: ``lower``,
+    the slow link sets the pace at that k; ``higher``, accumulation has hidden it (the crossover reached). The
+    interval: the runs' spread and the timing resolution (the two layouts ran in two launches). None without
+    measured rows."""
+    runs = {(r["layout"].startswith("1 node x "), r["k"]): (r["layout"], [r["global_batch"] / s for s in
+                                                                          r.get("step_s_runs", [r["step_s"]])])
+            for r in rows if r["source"] != "model"}
     out = []
-    for k in sorted(k for k in near if k in far):
-        c = compare.ratio(f"step time at k={k}, {far[k][0]} / 1 node", [near[k]], [far[k][1]], needed=compare.EXACT,
-                          resolution=TIMING_RESOLUTION, basis=f"one timed run each; against {1 / hidden_at:.3g}x")
-        out.append(replace(c, reference=1 / hidden_at))
+    for k in end_ks(rows):
+        (_, near), (layout, far) = runs[(True, k)], runs[(False, k)]
+        c = compare.ratio(f"throughput at k={k}, {layout} / 1 node", near, far, needed=compare.EXACT,
+                          resolution=TIMING_RESOLUTION, basis=f"{len(near)}/{len(far)} runs, resolution "
+                                                              f"{TIMING_RESOLUTION:.0%}; against {hidden_at:.0%}")
+        out.append(replace(c, reference=hidden_at))
     return out
 
 
@@ -402,19 +428,6 @@ def model_comparisons(rows: list[dict], predicted: list[dict]) -> list[compare.C
                                             resolution=TIMING_RESOLUTION, basis=f"{len(pairs)} k paired; timing "
                                                                                "resolution"))
     return out
-
-
-def compute_table(layouts: list[dict], near: dict, grad_bytes: int, micro_batch: int, world_size: int = 4) -> Table:
-    """The model's compute per sample and what it is taken from: each k's 1 node x W step less its all-reduce (the
-    loopback fit) over the step's samples per rank; :func:`compute_per_sample` takes the middle value as one constant,
-    so values far apart across k say part of a step does not grow in proportion to k."""
-    t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
-    t = Table(["k", "step (ms)", "all-reduce, loopback fit (ms)", "compute per sample per rank (us)"],
-              title=f"{one_node(world_size)}: compute per sample, lesson 09's model's input")
-    for r in sorted((r for r in layouts if r["layout"] == one_node(world_size)), key=lambda r: r["k"]):
-        t.add(**{"k": r["k"], "step (ms)": r["step_s"] * 1e3, "all-reduce, loopback fit (ms)": t_ar * 1e3,
-                 "compute per sample per rank (us)": max(r["step_s"] - t_ar, 0.0) / (micro_batch * r["k"]) * 1e6})
-    return t
 
 
 def beyond_table(rows: list[dict], predicted: list[dict], hidden_at: float = HIDDEN_AT) -> Table:
@@ -454,22 +467,39 @@ def plot_sweeps(near_rows: list[dict], far_rows: list[dict], near_fit: dict, far
     return ax
 
 
-def plot_layouts(rows: list[dict], predicted: list[dict], hidden_at: float = HIDDEN_AT, ax=None):
-    """4 nodes x 1 over 1 node x 4 against k: measured (if any) and lesson 09's prediction."""
+def k_grid(ks=K_VALUES, beyond: int = 4) -> list[float]:
+    """A fine geometric grid of k from the smallest k run to ``beyond`` times the largest: the model's curve."""
+    top = math.log2(ks[-1] * beyond / ks[0])
+    return [ks[0] * 2 ** (i / 4) for i in range(int(round(4 * top)) + 1)]
+
+
+def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_AT, ax=None):
+    """W nodes x 1 over 1 node x W against k: measured (if any; the intervals of :func:`layout_comparisons` at the
+    ends) and lesson 09's model on a fine grid of k (``curve``: :func:`predicted_layouts` over :func:`k_grid`), with
+    the k where the model crosses ``hidden_at``."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4))
-    for data, label, style in ((rows, "measured", "o-"), (predicted, "lesson 09's model (prediction)", "s--")):
-        ratios = layout_ratios(data) if data else {}
-        if ratios:
-            ax.semilogx(list(ratios), list(ratios.values()), style, base=2, label=label)
-    ax.axhline(hidden_at, color="grey", lw=0.8, ls=":")
+    model = layout_ratios(curve)
+    ax.semilogx(list(model), list(model.values()), "--", base=2, color="tab:orange", label="lesson 09's model")
+    ratios = layout_ratios(rows) if rows else {}
+    if ratios:
+        ax.semilogx(list(ratios), list(ratios.values()), "o", base=2, color="tab:blue", label="measured")
+        for k, c in zip(end_ks(rows), layout_comparisons(rows, hidden_at)):
+            ax.errorbar([k], [c.estimate], yerr=[[c.estimate - c.low], [c.high - c.estimate]], color="tab:blue",
+                        capsize=4)
+    crossed = extrapolated_k(curve, hidden_at)
+    if crossed:
+        ax.axvline(crossed[0], color="tab:orange", lw=0.8, ls=":", label=f"model's crossover, k = {crossed[0]:.0f}")
+    ax.axhline(hidden_at, color="grey", lw=0.8, ls=":", label=f"{hidden_at:.0%} of one node's throughput")
+    if ratios:
+        ax.set_xticks(sorted(ratios), [str(k) for k in sorted(ratios)])
     ax.set_xlabel("gradient accumulation k (micro-batch fixed)")
     ax.set_ylabel("throughput, W nodes x 1 / 1 node x W")
-    ax.set_ylim(0, max(1.2, ax.get_ylim()[1]))
+    ax.set_ylim(0, 1.2)
     ax.legend(fontsize=8)
-    ax.set_title(f"does accumulation hide the slow link? (dotted: {hidden_at:.0%} of one node's throughput)")
+    ax.set_title("does accumulation hide the slow link?")
     return ax
 
 

@@ -22,7 +22,7 @@ VIRTUAL_LINK = [(1024, 0.0038254), (4096, 0.00044585), (16384, 0.00052246), (655
 # messages of up to 1 MB mostly fit in the bucket, so the "rate" comes out above the link's)
 SLURM_LINK = [(1024, 0.00036504), (4096, 0.0034626), (16384, 0.00041009), (65536, 0.00037030),
               (262144, 0.0010190), (1048576, 0.0077558)]
-# measure_layouts(micro_batch=64, steps=4, smoke NeuMF): samples/s per (layout, k)
+# measure's NeuMF runs (micro_batch=64, steps=4, smoke NeuMF): samples/s per (layout, k)
 VIRTUAL_LAYOUTS = {
     ("1 node x 4", 1): 4148,
     ("1 node x 4", 2): 7523,
@@ -69,13 +69,57 @@ def test_the_path_is_slurm_then_the_virtual_cluster_then_the_model():
 def test_the_model_ratio_grows_with_k_when_the_far_link_is_slower():
     rows = L.predicted_layouts(50e-6, 617_604, 64, near=(20e-6, 1e-9), far=(100e-6, 8 / 1e9))
     ratios = L.layout_ratios(rows)
-    assert list(ratios) == [1, 2, 4, 8] and all(a < b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))
+    assert list(ratios) == list(L.K_VALUES)
+    assert all(a < b for a, b in zip(list(ratios.values()), list(ratios.values())[1:]))
     step = {(r["layout"], r["k"]): r["step_s"] for r in rows}
     assert step[("4 nodes x 1", 1)] == pytest.approx(64 * 50e-6 + cost.ring_allreduce_time(617_604, 4, 100e-6, 8e-9))
+    more = L.predicted_layouts(50e-6, 617_604, 64, (20e-6, 1e-9), (100e-6, 8 / 1e9), ks=(1,), overhead_s=0.02)
+    assert more[1]["step_s"] == pytest.approx(step[("4 nodes x 1", 1)] + 0.02)  # the overhead, once a step
+
+
+# one node's step times on the full profile's NeuMF (micro-batch 256, 4 processes on a quiet 2-core machine), and
+# lesson 08's fits of its sweeps: loopback, and 4 nodes on 2 Gbit/s links
+QUIET = {"compute_s_per_sample": 20e-6, "overhead_s": 0.015}
+LOOPBACK, TWO_GBIT = (987e-6, 9.24e-10), (1.1e-3, 8 / 2e9)
+
+
+def test_the_accumulation_rate_puts_the_crossover_inside_the_sweep_and_100_mbit_does_not():
+    """The sizing rule on simulated hardware: lesson 09's model with a quiet machine's compute and link fits."""
+    def crossover(far):
+        rows = L.predicted_layouts(QUIET["compute_s_per_sample"], 3_784_068, 256, LOOPBACK, far,
+                                   overhead_s=QUIET["overhead_s"])
+        return L.extrapolated_k(rows)[0]
+
+    assert 2 < crossover(TWO_GBIT) < L.K_VALUES[-1] / 4  # crossed well before the largest k
+    assert crossover((1.1e-3, 8 / 100e6)) > 2 * L.K_VALUES[-1]  # 100 Mbit/s: far beyond it
+
+
+def test_the_repeats_run_at_both_ends_and_are_kept_per_k():
+    assert L.run_ks((1, 2, 4), repeats=3) == [1, 2, 4, 1, 4, 1, 4]
+    assert L.run_ks((1, 2), repeats=1) == [1, 2]
+    records = [{"config": {"global_batch_size": 256 * k}, "train_time_s": t, "steps": 2}
+               for k, t in zip([1, 2, 1, 2], [0.2, 0.3, 0.22, 0.34])]
+    rows = L.layout_rows("1 node x 4", records, [1, 2, 1, 2])
+    assert [r["k"] for r in rows] == [1, 2] and rows[0]["step_s_runs"] == pytest.approx([0.1, 0.11])
+    assert rows[1]["step_s"] == pytest.approx(0.16) and rows[1]["samples_per_s"] == pytest.approx(512 / 0.16)
+
+
+def test_the_step_fit_recovers_a_simulated_machines_compute_and_overhead():
+    near = {"alpha_s": 0.0, "beta_s_per_byte": 1e-9}
+    t_ar = cost.ring_allreduce_time(1_000_000, 4, 0.0, 1e-9)
+    rows = [{"layout": "1 node x 4", "k": k, "step_s": 0.015 + t_ar + k * 256 * 20e-6,
+             "step_s_runs": [(0.015 + t_ar + k * 256 * 20e-6) * f for f in (0.98, 1.02)]} for k in L.K_VALUES]
+    fit = L.step_fit(rows + [{"layout": "4 nodes x 1", "k": 1, "step_s": 9.0}], near, 1_000_000, 256)
+    assert fit["compute_s_per_sample"] == pytest.approx(20e-6, rel=0.02)
+    assert fit["overhead_s"] == pytest.approx(0.015, abs=0.002) and fit["df"] == 2 * len(L.K_VALUES) - 2
+    shown = L.step_fit_table(fit).rows
+    assert [r["quantity"] for r in shown] == ["compute per sample per rank", "per-step overhead besides the all-reduce"]
+    with pytest.raises(ValueError, match="two ks"):
+        L.step_fit(rows[:1], near, 1_000_000, 256)
 
 
 def test_configs_fix_the_micro_batch_and_grow_the_global_batch():
-    cfgs = L.layout_configs(64, 4, steps=3, base_cfg={"base_lr": 0.004})
+    cfgs = L.layout_configs(64, 4, steps=3, base_cfg={"base_lr": 0.004}, ks=(1, 2, 4, 8))
     assert [(c["global_batch_size"], c["micro_batch_size"], c["max_steps"]) for c in cfgs] == [
         (256, 64, 3), (512, 64, 3), (1024, 64, 3), (2048, 64, 3)]
     assert all(c["base_lr"] == 0.004 and c["stop_at_target"] is False for c in cfgs)
@@ -225,14 +269,32 @@ def test_a_fit_without_a_bandwidth_term_has_no_rate_to_compare():
 
 def test_layout_comparisons_say_where_accumulation_hides_the_link():
     virtual = L.layout_comparisons(layout_rows(VIRTUAL_LAYOUTS, "virtual"))
-    # 4 nodes at 31-43% of one node's throughput: their steps take 2.3-3.3x, far above 1.25x at every k
-    assert [c.outcome for c in virtual] == [compare.HIGHER] * 4 and virtual[0].reference == pytest.approx(1.25)
-    slurm = {int(c.question.split("k=")[1].split(",")[0]): c for c in L.layout_comparisons(layout_rows(SLURM_LAYOUTS,
-                                                                                                      "slurm"))}
-    assert slurm[1].outcome == compare.LOWER  # 148% of one node's throughput
-    assert slurm[2].outcome == compare.UNRESOLVED  # 84%: 1.19x against 1.25x, within the timing resolution
-    assert slurm[8].outcome == compare.HIGHER
+    # 4 nodes at 43% and 35% of one node's throughput at k = 1 and 8: the link sets the pace at both ends
+    assert [c.question.split(",")[0] for c in virtual] == ["throughput at k=1", "throughput at k=8"]
+    assert [c.outcome for c in virtual] == [compare.LOWER] * 2 and virtual[0].reference == pytest.approx(0.8)
+    slurm = L.layout_comparisons(layout_rows(SLURM_LAYOUTS, "slurm"))
+    assert [c.outcome for c in slurm] == [compare.HIGHER, compare.LOWER]  # 148% at k = 1, 65% at k = 8
     assert L.layout_comparisons(_model()) == []  # predictions carry no measurement
+
+
+def repeated(far_share, spread=0.01):
+    """Three runs per layout at k = 1 and 128: the nodes at ``far_share`` of one node's throughput at k = 128."""
+    rows = []
+    for layout, shares in (("1 node x 4", (1.0, 1.0)), ("4 nodes x 1", (0.48, far_share))):
+        for k, s in zip((1, 128), shares):
+            runs = [1.0 / s * (1 + spread * d) for d in (-1, 0, 1)]
+            rows.append({"layout": layout, "k": k, "global_batch": 1024 * k, "step_s": sum(runs) / 3,
+                         "samples_per_s": 3 * 1024 * k / sum(runs), "step_s_runs": runs, "source": "virtual"})
+    return rows
+
+
+def test_the_crossover_row_is_decided_by_its_interval():
+    reached, close = L.layout_comparisons(repeated(0.97))[1], L.layout_comparisons(repeated(0.85))[1]
+    assert reached.question.startswith("throughput at k=128") and reached.n == "3/3"
+    assert reached.outcome == compare.HIGHER  # 97%: clear of 80% with the runs' spread and the resolution
+    assert close.outcome == compare.UNRESOLVED  # 85%: within the timing resolution of 80%
+    assert L.layout_comparisons(repeated(0.97, spread=0.2))[1].outcome == compare.UNRESOLVED  # runs far apart
+    assert L.layout_comparisons(repeated(0.97))[0].outcome == compare.LOWER  # k = 1: 48%
 
 
 def test_the_model_is_set_against_the_measured_steps_per_layout():
@@ -247,11 +309,9 @@ def test_the_model_is_set_against_the_measured_steps_per_layout():
 def test_the_tables_carry_the_ratios_the_compute_and_the_extrapolated_k():
     measured = layout_rows(VIRTUAL_LAYOUTS, "virtual")
     t = L.layout_table(measured, _model())
-    far = [r for r in t.rows if r["layout"] == "4 nodes x 1" and r["source"] == "virtual"]
-    assert [r["nodes / 1 node"] for r in far] == ["43%", "41%", "31%", "35%"]
-    c = L.compute_table(measured, {"alpha_s": 0.0, "beta_s_per_byte": 0.0}, 617_604, 64)
-    assert [r["k"] for r in c.rows] == [1, 2, 4, 8]
-    assert c.rows[0]["compute per sample per rank (us)"] == pytest.approx(256 / 4148 / 64 * 1e6)
+    assert [r["k"] for r in t.rows] == list(L.K_VALUES)  # every k of the model; measured where run
+    assert [r["nodes / 1 node"] for r in t.rows] == ["43%", "41%", "31%", "35%"] + ["—"] * (len(L.K_VALUES) - 4)
+    assert t.rows[0]["1 node, step (ms)"] == f"{256 / 4148 * 1e3:.1f}" and t.rows[-1]["nodes, step (ms)"] == "—"
     beyond = L.beyond_table(measured, _model()).rows
     assert beyond[0]["source"] == "measured" and beyond[1]["source"] == "lesson 09's model"
     got = L.extrapolated_k(_model(), L.HIDDEN_AT)
@@ -291,3 +351,16 @@ def test_a_resumed_run_that_matches_is_the_same_and_one_that_drifted_is_not():
     timed = {**STAGED, "interrupted_s": 5.0}
     cost_row = {r["what"]: r["value"] for r in N.node_loss_table(timed).rows}["seconds the loss cost in all"]
     assert cost_row == pytest.approx(5.0 + 11.42 + 48.6 - 36.5)
+
+
+def test_the_figure_draws_the_models_curve_and_the_measured_ends_with_their_intervals():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    curve = L.predicted_layouts(QUIET["compute_s_per_sample"], 3_784_068, 256, LOOPBACK, TWO_GBIT,
+                                ks=L.k_grid(), overhead_s=QUIET["overhead_s"])
+    assert L.k_grid()[0] == 1 and L.k_grid()[-1] == pytest.approx(4 * L.K_VALUES[-1])
+    ax = L.plot_layouts(repeated(0.97), curve)
+    assert len(ax.containers) == 2  # the intervals of the two crossover rows
+    assert any("crossover" in t.get_text() for t in ax.get_legend().get_texts())
+    assert len(L.plot_layouts([], curve).containers) == 0  # the model path: the curve alone
