@@ -240,6 +240,15 @@ def _full_length(runs) -> list:
     return [r for r in runs if r.config.get("max_steps") is None] or list(runs)
 
 
+def full_length(results, labels) -> tuple[list, list]:
+    """The race's runs and labels without the sweeps' cut runs (:func:`_full_length`, optimizer by optimizer: one
+    whose cut run reached the target keeps its grid)."""
+    keep = {id(r) for opt in {r.config["optimizer"] for r in results}
+            for r in _full_length([x for x in results if x.config["optimizer"] == opt])}
+    pairs = [(r, label) for r, label in zip(results, labels) if id(r) in keep]
+    return [r for r, _ in pairs], [label for _, label in pairs]
+
+
 def _grid(runs) -> list:
     """The runs of an optimizer's lr grid: its cut sweep runs where it had some, else all its runs."""
     return [r for r in runs if r.config.get("max_steps") is not None] or list(runs)

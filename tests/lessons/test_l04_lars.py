@@ -154,6 +154,10 @@ def test_a_cut_sweep_brackets_the_lr_and_the_full_length_run_is_the_one_judged()
     lars[-1].final_hr = 0.395
     assert study.rescue_comparison(sgd + lars, users=6040).outcome in (compare.SAME, compare.UNRESOLVED)
     assert study.rescue_comparison(sgd, users=6040) is None  # no LARS run: nothing to compare
+    kept, labels = study.full_length(sgd + lars, [f"run {i}" for i in range(len(sgd + lars))])
+    assert kept == [sgd[-1], lars[-1]] and labels == ["run 3", "run 8"]
+    fast = [fake_result(32768, 8.0, 10.0, optimizer="lars", max_steps=228)]  # reached the target in its cut run
+    assert study.full_length(sgd + fast, ["a", "b", "c", "d", "e"]) == ([sgd[-1]] + fast, ["d", "e"])
 
 
 PLAN = dict(per_epoch=152, full_runs=5, max_epochs=3.0, sweep_epochs=1.5, max_extensions=2)
