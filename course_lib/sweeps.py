@@ -11,8 +11,8 @@ Optuna search is :mod:`course_lib.optuna_search`.
 - ``lr_sweep``: short runs per lr, the best one, the grid extended at its edge (lesson 01);
 - ``sweep_with_edge_extension``: a grid that grows while its best point sits on an edge
   (lesson 07's lr search);
-- ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid
-  (lesson 04);
+- ``race`` / ``race_score``: several optimizers, each at its own best lr from such a grid, swept
+  at full length or with cut runs and then the best at full length (lesson 04);
 - ``confirm``: the deciding comparison of a sweep again at more seeds, as ``compare`` rows
   (lessons 02-06: the choice that makes a ladder rung).
 """
@@ -217,25 +217,38 @@ def blew_up(r: TrainResult) -> bool:
     return bool(getattr(r, "diverged", False)) or any(not x < BLOW_UP_LOSS for x in losses)
 
 
+def race_rank(r: TrainResult) -> tuple:
+    """Lower is better, as the race ranks its grid: :func:`race_score`, except that a run that blew up ranks below
+    every run that did not, the smaller lr first, so a grid where every lr blew up extends downward instead of
+    ranking chance-level HR@10s."""
+    return (2, r.config["peak_lr"]) if blew_up(r) else race_score(r)
+
+
 def race(data, starts: dict[str, TrainConfig], factors=(0.5, 1.0, 2.0), *, device=None, max_extensions: int = 1,
-         progress: str = "auto") -> tuple[list[TrainResult], list[str]]:
+         progress: str = "auto", sweep_steps: int | None = None) -> tuple[list[TrainResult], list[str]]:
     """Each optimizer at its own best lr (lesson 04): for each ``{name: starting setting}``, runs
     at ``base_lr x factor`` over ``factors``, the grid extended while its best run (``race_score``)
-    sits on an edge (``sweep_with_edge_extension``). Returns every run and its label, optimizer
-    by optimizer, lrs ascending: ``race_reading`` then says which was best and flags an edge."""
+    sits on an edge (``sweep_with_edge_extension``), at most ``max_extensions`` times. Returns every run
+    and its label, optimizer by optimizer, lrs ascending.
+
+    With ``sweep_steps`` the grid's runs stop after that many steps (the schedule still planned over the
+    setting's ``max_epochs``, so a cut run is the start of a full one, labelled "sweep"), and the best lr
+    then runs the full length (last of its optimizer) unless its cut run already reached the target."""
     results, labels = [], []
     for name, cfg in starts.items():
-        def run(f, cfg=cfg, name=name):
-            c = cfg.replace(base_lr=cfg.base_lr * f)
-            label = f"b{c.global_batch_size} {name} lr {c.peak_lr:.3g}"
+        def run(f, cfg=cfg, name=name, steps=sweep_steps):
+            c = cfg.replace(base_lr=cfg.base_lr * f, **({"max_steps": steps} if steps else {}))
+            label = f"b{c.global_batch_size} {name} lr {c.peak_lr:.3g}" + (" sweep" if steps else "")
             return label, train_to_target(data, c, device=device, progress=progress, label=label)
 
-        # a run that blew up ranks below every run that did not, the smaller lr first, so a grid where every
-        # lr blew up extends downward instead of ranking chance-level HR@10s
-        score = lambda done, cfg=cfg: ((2, done[1].config["peak_lr"]) if blew_up(done[1])  # noqa: E731
-                                       else race_score(done[1]))
+        score = lambda done: race_rank(done[1])  # noqa: E731
         done = sweep_with_edge_extension(run, factors, score, max_extensions=max_extensions)
         for label, r in done.values():
+            labels.append(label)
+            results.append(r)
+        best = min(done, key=lambda f: score(done[f]))
+        if sweep_steps and done[best][1].time_to_target_s is None:
+            label, r = run(best, steps=None)
             labels.append(label)
             results.append(r)
     return results, labels

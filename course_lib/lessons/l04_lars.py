@@ -19,9 +19,11 @@ measured log-log slope sits between 0.5 (random directions) and 1 (aligned): :fu
 ratio's zero-norm fallback is exactly 1, so a flat line at 1 is a layer with no gradient at all
 (in NeuMF, a ReLU tower whose units all stopped firing), not a layer LARS left alone.
 
-The race is a table per optimizer (:func:`race_table`); its verdicts are :class:`course_lib.compare.Comparison`
-rows: a run that missed the target against the popularity ranking (:func:`race_comparisons`), the layer-wise
-optimizer against Adam at every seed (:meth:`course_lib.sweeps.Confirmed.time_comparison`).
+The race is a table per optimizer (:func:`race_table`: its lr grid, bracketed or not); its verdicts are
+:class:`course_lib.compare.Comparison` rows: LARS against the plain SGD it wraps (:func:`rescue_comparison`), a run
+that missed the target against the popularity ranking (:func:`race_comparisons`), the layer-wise optimizer against
+Adam at every seed (:meth:`course_lib.sweeps.Confirmed.time_comparison`). :func:`sweep_plan` sizes the SGD and LARS
+sweeps' cut runs to what the budget leaves after the full-length runs.
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from ..budget import Runs, SizedPlan, size_plan
 from ..compare import HR_EFFECT, Comparison, Estimate, difference, estimate, slope
 from ..metrics import hr_standard_error
 from ..tables import Table
-from ..sweeps import blew_up
-from ..train.ncf import TrainConfig, bce_sum, build_model, epochs_to_steps, make_batches, steps_per_epoch, throughput
+from ..sweeps import blew_up, race_rank
+from ..train.ncf import TrainConfig, bce_sum, build_model, make_batches
 
 
 def layer_gradient_norms(data, cfg: TrainConfig, batch_sizes, *, device="cpu") -> dict:
@@ -174,18 +175,19 @@ def dead_layers(history: dict, *, tail: float = 0.5) -> dict[str, int]:
     return out
 
 
-def trust_ratio_table(history: dict) -> Table:
-    """Each adapted layer's trust ratio over a LARS/LAMB run (its ``history``): first, median, peak (over the median:
-    the ratio is ||w|| / ||g||, so a peak far above it is a stretch where the gradient nearly vanished) and last
-    sample, and the step from which it sat at the zero-gradient fallback (:func:`dead_layers`)."""
-    dead, steps = dead_layers(history), history.get("step", [])
-    t = Table(["layer", "first", "median", "peak", "peak / median", "peak at step", "last",
+def trust_ratio_table(history: dict, rows: dict[str, int] | None = None) -> Table:
+    """Each adapted layer's trust ratio over a LARS/LAMB run (its ``history``): how many rows share it (``rows``:
+    ``{layer: rows}``, e.g. an embedding table's items, each at its own frequency), first, median, peak (over the
+    median: the ratio is ||w|| / ||g||, so a peak far above it is a stretch where the gradient nearly vanished) and
+    last sample, and the step from which it sat at the zero-gradient fallback (:func:`dead_layers`)."""
+    dead, steps, rows = dead_layers(history), history.get("step", []), rows or {}
+    t = Table(["layer", "rows sharing the ratio", "first", "median", "peak", "peak / median", "peak at step", "last",
                "exactly 1 (no gradient) from step"],
               title="trust ratio over the run")
     for name, v in sorted(history.get("trust_ratio", {}).items()):
         if v:
             i, median = max(range(len(v)), key=v.__getitem__), sorted(v)[len(v) // 2]
-            t.add(layer=name, first=v[0], median=median, peak=v[i],
+            t.add(layer=name, **{"rows sharing the ratio": rows.get(name, "—")}, first=v[0], median=median, peak=v[i],
                   **{"peak / median": f"{v[i] / median:.3g}x" if median > 0 else "n/a"},
                   **{"peak at step": steps[i] if i < len(steps) else i}, last=v[-1],
                   **{"exactly 1 (no gradient) from step": dead.get(name, "—")})
@@ -233,14 +235,34 @@ def _best_hr(r) -> float:
     return r.best_hr if r.best_hr is not None else (r.final_hr or 0.0)
 
 
+def _full_length(runs) -> list:
+    """The runs of an optimizer that ran the race's full length (a cut sweep's runs carry ``max_steps``)."""
+    return [r for r in runs if r.config.get("max_steps") is None] or list(runs)
+
+
+def full_length(results, labels) -> tuple[list, list]:
+    """The race's runs and labels without the sweeps' cut runs (:func:`_full_length`, optimizer by optimizer: one
+    whose cut run reached the target keeps its grid)."""
+    keep = {id(r) for opt in {r.config["optimizer"] for r in results}
+            for r in _full_length([x for x in results if x.config["optimizer"] == opt])}
+    pairs = [(r, label) for r, label in zip(results, labels) if id(r) in keep]
+    return [r for r, _ in pairs], [label for _, label in pairs]
+
+
+def _grid(runs) -> list:
+    """The runs of an optimizer's lr grid: its cut sweep runs where it had some, else all its runs."""
+    return [r for r in runs if r.config.get("max_steps") is not None] or list(runs)
+
+
 def best_runs(results) -> dict:
-    """Per optimizer, its best run of the race: the fastest to the target, else the highest HR@10 among the runs that
-    did not blow up; None where every lr tried blew up (ranking those would rank chance-level noise)."""
+    """Per optimizer, its best full-length run of the race: the fastest to the target, else the highest HR@10 among
+    the runs that did not blow up; None where every lr tried blew up (ranking those would rank chance-level noise)."""
     by_opt: dict[str, list] = {}
     for r in results:
         by_opt.setdefault(r.config["optimizer"], []).append(r)
     out = {}
     for opt, runs in by_opt.items():
+        runs = _full_length(runs)
         reached = [r for r in runs if r.time_to_target_s is not None]
         trained = [r for r in runs if not blew_up(r)]
         out[opt] = (min(reached, key=lambda r: r.time_to_target_s) if reached
@@ -248,28 +270,32 @@ def best_runs(results) -> dict:
     return out
 
 
-def race_table(results) -> Table:
-    """One row per optimizer of the race: the lrs its sweep tried, its best run's lr (and whether it sits at the
-    edge of the grid, where a better one may lie beyond), its time to target or best HR@10, whether it was still
+def race_table(results, *, caps: dict[str, int]) -> Table:
+    """One row per optimizer of the race: the lrs its grid tried (and the steps of a cut sweep's runs), the grid's
+    best lr and whether it is bracketed (inside the grid) or still at its edge after its cap of extensions
+    (``caps``: ``{optimizer: cap}``), its best full-length run's time to target or best HR@10, whether it was still
     rising when the race's epochs ran out, and the lrs that blew up or collapsed to a constant predictor."""
-    t = Table(["optimizer", "lrs tried", "best lr", "at the grid's edge", "time to target (s)", "best HR@10",
-               "still rising at the end", "blew up at lr", "constant predictor at lr"],
-              title="The race per optimizer: its best run")
+    t = Table(["optimizer", "lrs tried", "sweep run (steps)", "best lr", "bracketed", "time to target (s)",
+               "best HR@10", "still rising at the end", "blew up at lr", "constant predictor at lr"],
+              title="The race per optimizer: its lr grid and its best run")
     fmt = lambda rs: ", ".join(f"{r.config['peak_lr']:.3g}" for r in sorted(rs, key=lambda r: r.config["peak_lr"])) \
         or "—"  # noqa: E731
     for opt, best in best_runs(results).items():
-        runs = [r for r in results if r.config["optimizer"] == opt]
-        lrs = sorted(r.config["peak_lr"] for r in runs)
-        lr = best.config["peak_lr"] if best else None
-        t.add(optimizer=opt, **{"lrs tried": fmt(runs), "best lr": "—" if best is None else f"{lr:.3g}",
-                                "at the grid's edge": best is not None and len(lrs) > 1 and lr in (lrs[0], lrs[-1]),
+        grid = _grid([r for r in results if r.config["optimizer"] == opt])
+        lrs = sorted(r.config["peak_lr"] for r in grid)
+        top = min(grid, key=race_rank).config["peak_lr"]
+        edge = top in (lrs[0], lrs[-1])
+        t.add(optimizer=opt, **{"lrs tried": fmt(grid), "sweep run (steps)": grid[0].config.get("max_steps") or "full",
+                                "best lr": "—" if best is None else f"{top:.3g}",
+                                "bracketed": "one lr" if len(lrs) < 2 else
+                                f"no: at the edge, cap of {caps.get(opt, 0)} reached" if edge else "yes",
                                 "time to target (s)": (best.time_to_target_s if best and best.time_to_target_s
                                                        is not None else "not reached"),
                                 "best HR@10": _best_hr(best) if best else "—",
                                 "still rising at the end": bool(best) and best.time_to_target_s is None
                                 and still_rising(best),
-                                "blew up at lr": fmt([r for r in runs if blew_up(r)]),
-                                "constant predictor at lr": fmt([r for r in runs if collapsed(r)])})
+                                "blew up at lr": fmt([r for r in grid if blew_up(r)]),
+                                "constant predictor at lr": fmt([r for r in grid if collapsed(r)])})
     return t
 
 
@@ -281,51 +307,60 @@ def race_comparisons(results, *, floor_hr: float, users: int) -> list[Comparison
     for opt, best in best_runs(results).items():
         if best is None or best.time_to_target_s is not None:
             continue
-        hr = _best_hr(best)
-        out.append(difference(f"best HR@10, {opt} lr {best.config['peak_lr']:.3g} - popularity ranking", floor_hr,
-                              hr_standard_error(floor_hr, users), hr, hr_standard_error(hr, users),
-                              needed=HR_EFFECT, n="1/1", basis=f"evaluation's sampling error, {users:,} users"))
+        out.append(_hr_difference(f"best HR@10, {opt} lr {best.config['peak_lr']:.3g} - popularity ranking",
+                                  floor_hr, _best_hr(best), users))
     return out
+
+
+def _hr_difference(question: str, a: float, b: float, users: int) -> Comparison:
+    return difference(question, a, hr_standard_error(a, users), b, hr_standard_error(b, users), needed=HR_EFFECT,
+                      n="1/1", basis=f"evaluation's sampling error, {users:,} users")
+
+
+def rescue_comparison(results, *, users: int, plain: str = "sgd", layerwise: str = "lars") -> Comparison | None:
+    """The question the lesson's SGD and LARS runs answer: at the same batch, does the trust ratio let momentum SGD
+    reach a higher HR@10? ``layerwise``'s best full-length run's best HR@10 minus ``plain``'s, each known to the
+    evaluation's sampling error over ``users`` users (``higher``: LARS learned more). None where either blew up at
+    every lr."""
+    best = best_runs(results)
+    a, b = best.get(plain), best.get(layerwise)
+    if a is None or b is None:
+        return None
+    return _hr_difference(f"best HR@10, {layerwise} lr {b.config['peak_lr']:.3g} - {plain} lr "
+                          f"{a.config['peak_lr']:.3g}", _best_hr(a), _best_hr(b), users)
 
 
 # ----------------------------------------------------------------------------- the lesson's time budget
 
-FLOOR_SCALE = 0.9  # the shortest race: 2.7 of its 3 epochs. LAMB first reaches HR@10 0.75 at about 2.5 epochs on a
-# 2-core machine, Adam at 1.2: a shorter race would let the cut, not the optimizer, decide.
 OVERHEAD_S = 4.0  # per run besides its steps: its evaluations (about 4 s a run on a 2-core machine)
 
 
-def race_epochs(max_epochs: float, scale: float) -> float:
-    """Every race run's epochs in a plan cut to ``scale`` of the steps (:func:`size`), to two decimals."""
-    return round(max_epochs * scale, 2)
+def sweep_plan(left_s: float, step_s: float, per_epoch: int, *, full_runs: int, max_epochs: float,
+               sweep_epochs: float, max_extensions: int, optimizers: int = 2, grid: int = 3) -> dict:
+    """How many lr points the cut sweeps of :func:`course_lib.sweeps.race` can afford in the ``left_s`` seconds the
+    lesson has left, after ``full_runs`` runs of ``max_epochs`` (the final runs and the seeds, never cut), at
+    ``step_s`` a step: each of the ``optimizers`` grids runs ``grid`` lrs of ``sweep_epochs`` and may extend at its
+    edge up to the returned cap (``extensions``, at most ``max_extensions``, down to 0 where the worst case does not
+    fit: fewer lr points, never shorter runs). Returns the plan's numbers: ``steps`` of a sweep run, ``extensions``,
+    ``reserved_s`` (the full-length runs) and ``planned_s`` (all of it, at the cap)."""
+    run_s = lambda epochs: race_steps(epochs, per_epoch) * step_s + OVERHEAD_S  # noqa: E731
+    reserved = full_runs * run_s(max_epochs)
+    planned = lambda ext: reserved + optimizers * (grid + ext) * run_s(sweep_epochs)  # noqa: E731
+    ext = next((e for e in range(max_extensions, 0, -1) if planned(e) <= left_s), 0)
+    return {"left_s": left_s, "reserved_s": reserved, "epochs": sweep_epochs,
+            "steps": race_steps(sweep_epochs, per_epoch), "extensions": ext, "planned_s": planned(ext)}
+
+
+def sweep_plan_table(plan: dict) -> Table:
+    """:func:`sweep_plan` as a table row."""
+    t = Table(["seconds left", "kept for the full-length runs (s)", "sweep run (epochs)", "sweep run (steps)",
+               "cap on edge extensions", "planned (s)"], title="The SGD and LARS sweeps, sized to what the budget left")
+    t.add(**{"seconds left": round(plan["left_s"]), "kept for the full-length runs (s)": round(plan["reserved_s"]),
+             "sweep run (epochs)": plan["epochs"], "sweep run (steps)": plan["steps"],
+             "cap on edge extensions": plan["extensions"], "planned (s)": round(plan["planned_s"])})
+    return t
 
 
 def race_steps(epochs: float, per_epoch: int) -> int:
-    """The steps a race run of ``epochs`` takes: the loop runs whole steps, ``ceil(epochs x per_epoch)``."""
+    """The steps a run of ``epochs`` takes: the loop runs whole steps, ``ceil(epochs x per_epoch)``."""
     return max(1, math.ceil(epochs * per_epoch))
-
-
-def race_line(epochs: float, per_epoch: int) -> str:
-    """The cut race's length, in the steps every run takes (whole steps: ``ceil(epochs x per_epoch)``)."""
-    n = race_steps(epochs, per_epoch)
-    exact = "" if n == epochs * per_epoch else f", rounded up to a whole step: {n / per_epoch:.3f} epochs"
-    return f"every run of the race: at most {n} steps ({epochs:g} epochs at {per_epoch} steps per epoch{exact})"
-
-
-def size(data, cfg: TrainConfig, budget: float, *, device=None, optimizers: int, factors, max_extensions: int,
-         confirm_runs: int, max_epochs: float, other_s: float = 20.0, steps: int = 10) -> SizedPlan:
-    """The race sized to ``budget`` seconds: ``steps`` steps of NeuMF at the race's batch (``cfg``) timed now, then
-    :func:`course_lib.budget.size_plan` over its worst case (every lr run for all its ``max_epochs``: a run stops
-    at the target, but the plan must hold when none does; every sweep extended). The sweeps' edge extensions are
-    kept (a best lr at the edge is unfound: SGD is swept down until it stops blowing up); every run's
-    epochs are cut alike, down to :data:`FLOOR_SCALE`. ``other_s``: the lesson's other cells."""
-    rate = throughput(data, cfg, device=device, steps=steps, warmup_steps=2)["samples_per_s"]
-    step_s = cfg.global_batch_size / rate
-    run_steps = epochs_to_steps(max_epochs, data, cfg)
-    runs = [Runs("race", optimizers * len(factors), run_steps, step_s, sweeps=optimizers, extensions=max_extensions,
-                 overhead_s=OVERHEAD_S),
-            Runs("seeds", confirm_runs, run_steps, step_s, overhead_s=OVERHEAD_S)]
-    # the lesson cuts epochs (race_epochs), and the loop runs whole steps of them: the plan counts those
-    per_epoch = steps_per_epoch(data, cfg)
-    return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=max_extensions,
-                     run_steps=lambda _, scale: race_steps(race_epochs(max_epochs, scale), per_epoch))

@@ -83,8 +83,8 @@ def test_dead_layers_are_read_from_a_trust_ratio_stuck_at_the_fallback():
     assert study.dead_layers(alive) == {}
 
 
-def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", steps=100) -> TrainResult:
-    cfg = TrainConfig(global_batch_size=batch, base_lr=lr, optimizer=optimizer)
+def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", steps=100, max_steps=None) -> TrainResult:
+    cfg = TrainConfig(global_batch_size=batch, base_lr=lr, optimizer=optimizer, max_steps=max_steps)
     return TrainResult(config=cfg.to_dict(), dataset="synthetic-tiny", data_source="test", synthetic=True,
                        device="cpu", world_size=1, target_hr=0.75, time_to_target_s=ttt,
                        steps_to_target=None if ttt is None else steps, epochs_to_target=None if ttt is None else 1.0,
@@ -99,17 +99,17 @@ def test_the_race_table_names_each_optimizers_best_run_and_what_blew_up():
             fake_result(16384, 5.0, 30.0, optimizer="lars")]
     runs[3].diverged = True
     runs[2].curve = {"hr": [0.1, 0.2, 0.3], "loss": [0.6, 0.55, 0.52]}  # still rising when the race ended
-    rows = {r["optimizer"]: r for r in study.race_table(runs).rows}
-    assert rows["adam"]["best lr"] == "0.01" and rows["adam"]["at the grid's edge"] is True
+    rows = {r["optimizer"]: r for r in study.race_table(runs, caps={"adam": 2}).rows}
+    assert rows["adam"]["best lr"] == "0.01" and rows["adam"]["bracketed"] == "no: at the edge, cap of 2 reached"
     assert rows["adam"]["time to target (s)"] == 12.0
     assert rows["sgd"]["best lr"] == "8" and rows["sgd"]["blew up at lr"] == "32"
     assert rows["sgd"]["time to target (s)"] == "not reached" and rows["sgd"]["still rising at the end"] is True
-    assert rows["lars"]["at the grid's edge"] is False and rows["lars"]["blew up at lr"] == "—"
+    assert rows["lars"]["bracketed"] == "one lr" and rows["lars"]["blew up at lr"] == "—"
     # every lr blew up: no best run is ranked among chance-level noise
     blown = [fake_result(131072, lr, None, hr=0.107, optimizer="sgd") for lr in (8.0, 16.0)]
     for r in blown:
         r.diverged = True
-    assert study.race_table(blown).rows[0]["best lr"] == "—"
+    assert study.race_table(blown, caps={}).rows[0]["best lr"] == "—"
     assert study.race_comparisons(blown, floor_hr=0.39, users=6040) == []
 
 
@@ -134,3 +134,43 @@ def test_a_run_that_missed_the_target_is_judged_against_the_popularity_ranking()
     assert outcome(0.106) == compare.LOWER
 
 
+
+
+def test_a_cut_sweep_brackets_the_lr_and_the_full_length_run_is_the_one_judged():
+    """SGD and LARS grids run cut (``max_steps``); the table lists the grid's lrs and says whether its best is inside,
+    and the verdicts read the best lr's full-length run: LARS well above SGD is higher, a LARS at SGD's level is not."""
+    sgd = [fake_result(32768, lr, None, hr=hr, optimizer="sgd", max_steps=228)
+           for lr, hr in ((0.5, 0.30), (1.0, 0.39), (2.0, 0.35))] + [fake_result(32768, 1.0, None, hr=0.392,
+                                                                                 optimizer="sgd")]
+    lars = [fake_result(32768, lr, None, hr=hr, optimizer="lars", max_steps=228)
+            for lr, hr in ((4.0, 0.40), (8.0, 0.45), (16.0, 0.50), (32.0, 0.55))] + [
+        fake_result(32768, 32.0, None, hr=0.67, optimizer="lars")]
+    rows = {r["optimizer"]: r for r in study.race_table(sgd + lars, caps={"sgd": 1, "lars": 1}).rows}
+    assert rows["sgd"]["lrs tried"] == "0.5, 1, 2" and rows["sgd"]["bracketed"] == "yes"
+    assert rows["sgd"]["sweep run (steps)"] == 228 and rows["sgd"]["best HR@10"] == 0.392  # the full-length run
+    assert rows["lars"]["best lr"] == "32" and rows["lars"]["bracketed"] == "no: at the edge, cap of 1 reached"
+    c = study.rescue_comparison(sgd + lars, users=6040)
+    assert c.estimate == pytest.approx(0.67 - 0.392) and c.outcome == compare.HIGHER
+    lars[-1].final_hr = 0.395
+    assert study.rescue_comparison(sgd + lars, users=6040).outcome in (compare.SAME, compare.UNRESOLVED)
+    assert study.rescue_comparison(sgd, users=6040) is None  # no LARS run: nothing to compare
+    kept, labels = study.full_length(sgd + lars, [f"run {i}" for i in range(len(sgd + lars))])
+    assert kept == [sgd[-1], lars[-1]] and labels == ["run 3", "run 8"]
+    fast = [fake_result(32768, 8.0, 10.0, optimizer="lars", max_steps=228)]  # reached the target in its cut run
+    assert study.full_length(sgd + fast, ["a", "b", "c", "d", "e"]) == ([sgd[-1]] + fast, ["d", "e"])
+
+
+PLAN = dict(per_epoch=152, full_runs=5, max_epochs=3.0, sweep_epochs=1.5, max_extensions=2)
+
+
+def test_the_sweep_is_sized_by_its_cap_on_extensions_never_by_shorter_runs():
+    """At 0.06 s a step (a 1.5-epoch sweep run 17.7 s, a 3-epoch run 31.4 s): plenty of time keeps the cap; less
+    lowers it (fewer lr points) down to 0; the sweep's runs and the full-length runs keep their length."""
+    full = study.sweep_plan(1000, 0.06, **PLAN)
+    assert full["extensions"] == 2 and full["planned_s"] <= 1000
+    assert study.sweep_plan(300, 0.06, **PLAN)["extensions"] == 1  # 157 + 8 x 17.7 = 299 s
+    short = study.sweep_plan(100, 0.06, **PLAN)
+    assert short["extensions"] == 0 and short["planned_s"] > 100  # the floor runs anyway
+    assert short["steps"] == full["steps"] == 228 and short["epochs"] == 1.5
+    assert short["reserved_s"] == full["reserved_s"] == 5 * (456 * 0.06 + study.OVERHEAD_S)
+    assert len(study.sweep_plan_table(full).rows) == 1
