@@ -71,8 +71,8 @@ TALK_BATCH = 65_536  # the seed talk: BERT's batch of 256 "scaled it up to 64k o
 
 
 def n_runs(small_factors, large_factors, small_extensions: int, large_extensions: int) -> int:
-    """The lesson's runs at their worst case: an lr sweep per optimizer at each batch, each extended as far as
-    allowed, a second seed of each optimizer's best at the large batch, and the two LAMB ablations."""
+    """The lesson's runs at worst: each optimizer's lr sweep at each batch, fully extended; a second seed of each best
+    at the large batch; two LAMB ablations."""
     return 2 * (len(small_factors) + small_extensions) + 2 * (len(large_factors) + large_extensions) + 2 + 2
 
 
@@ -86,8 +86,8 @@ def size_study(seq_s: float, budget: float, *, num_train: int, small_batch: int,
     if min(seq_s, budget, num_train, small_batch, runs) <= 0:
         raise ValueError(f"size_study needs positive sizes, got seq_s={seq_s}, budget={budget}, "
                          f"num_train={num_train}, small_batch={small_batch}, runs={runs}")
-    share = int((budget - other_s - runs * OVERHEAD_S) / (runs * seq_s))
-    seqs = seqs or min(share, MAX_EPOCHS * num_train)
+    seqs = seqs or max(small_batch, min(int((budget - other_s - runs * OVERHEAD_S) / (runs * seq_s)),
+                                        MAX_EPOCHS * num_train))
     if large_batch is None:
         large_batch = small_batch * MIN_LARGE_FACTOR
         while 2 * large_batch * MIN_LARGE_STEPS <= seqs and 2 * large_batch <= num_train // 2:
@@ -147,8 +147,7 @@ def target_loss(sweep: dict, margin: float) -> float:
 
 
 def best_loss_key(record: dict) -> float:
-    """Best first: the lowest held-out loss; a diverged run last. (Evaluations are too sparse,
-    and the clock too noisy on a shared machine, to rank runs by time.)"""
+    """Best first: the lowest held-out loss; a diverged run last (the clock is too noisy to rank runs by time)."""
     loss = record["best_eval_loss"]
     return loss if loss is not None and not record["diverged"] else math.inf
 
@@ -241,8 +240,7 @@ def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimi
 
 
 def throughput_table(tp: dict[str, dict], title: str) -> Table:
-    """Section 5's throughput per precision (``tp``: mode -> :func:`course_lib.train.mlm.throughput`'s result, fp32
-    first) with each mode's speedup over fp32 (:func:`precision_comparisons` decides bf16's)."""
+    """Section 5's throughput per precision (``tp``: mode -> ``throughput``'s result, fp32 first), speedup vs fp32."""
     t = Table(["precision", "sequences/s", "tokens/s", "speedup vs fp32"], title=title)
     for mode, r in tp.items():
         t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
@@ -251,8 +249,8 @@ def throughput_table(tp: dict[str, dict], title: str) -> Table:
 
 
 def trust_ratio_spread(record: dict) -> dict:
-    """LAMB's per-layer trust ratios of a run, summarized: ``table`` (weights x steps), the first
-    step's range, and per step the largest ratio over the smallest (its median and max)."""
+    """A run's LAMB trust ratios: ``table`` (weights x steps), the first step's range, and per step the largest ratio
+    over the smallest (its median and max)."""
     table = torch.tensor(list(record["trust_ratios"].values()))  # (weights, steps)
     spread = table.max(0).values / table.min(0).values
     return {"table": table, "first_min": float(table[:, 0].min()), "first_max": float(table[:, 0].max()),
