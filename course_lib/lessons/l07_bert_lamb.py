@@ -29,7 +29,7 @@ class Study:
     ``config(optimizer, batch, lr_factor)`` is the one place a run's settings come from: the sqrt rule scales
     ``base_lrs[optimizer]`` from ``small_batch`` to ``batch``, times ``lr_factor``; every run gets ``seqs`` sequences,
     the same epochs at every batch (as the seed talk trains every rung for the same 10 epochs), a large-batch run 20%
-    of its steps as warmup, a small one 10%; 20 evaluations per run.
+    of its steps as warmup, a small one 10%; 40 evaluations per run (the resolution of its steps to a target).
     """
 
     small_batch: int
@@ -45,7 +45,7 @@ class Study:
         settings = dict(optimizer=optimizer, global_batch_size=batch, micro_batch_size=min(batch, self.micro_batch),
                         base_lr=self.base_lrs[optimizer] * lr_factor, base_batch_size=self.small_batch,
                         lr_scaling="sqrt", max_steps=steps, warmup_steps=round((0.2 if large else 0.1) * steps),
-                        eval_every_steps=max(1, steps // 20))
+                        eval_every_steps=max(1, steps // 40))
         return MLMTrainConfig(**{**settings, **self.common, **changes})
 
 
@@ -66,7 +66,7 @@ def random_split(data: MLMData, seed: int) -> MLMData:
 MAX_EPOCHS = 20  # passes over the corpus a run may make: beyond, it measures memorization
 MIN_LARGE_STEPS = 30  # the large batch's steps at the least: fewer, and neither optimizer leaves the early plateau
 MIN_LARGE_FACTOR = 4  # the large batch is at least this x the small one, over budget if it must be
-OVERHEAD_S = 2.0  # per run: 20 evaluations of the held-out set and the model's build
+OVERHEAD_S = 3.0  # per run: 40 evaluations of the held-out set and the model's build
 TALK_BATCH = 65_536  # the seed talk: BERT's batch of 256 "scaled it up to 64k or 96k" with LAMB
 
 
