@@ -1,23 +1,21 @@
-"""Lesson 07's study: Adam vs LAMB at a large batch, each at its own swept lr, read from the records.
+"""Lesson 07's study: Adam vs LAMB at the largest batch the budget allows, each at its own swept lr.
 
-Every run is ``train_mlm`` (the one engine); this module states the study's settings once
-(:class:`Study`), sweeps each optimizer's lr with a grid that extends at its edge
-(:func:`course_lib.sweeps.sweep_with_edge_extension`), and reads the records: time and
-steps to a target loss, the results tables, and the lesson's questions as
-:class:`course_lib.compare.Comparison` rows (Adam vs LAMB at each batch, small vs large batch on
-the clock, the tuned lr against the sqrt rule, the lr choice, the ablations, bf16), what gets saved.
+Every run is ``train_mlm`` (the one engine) with the same sequences at every batch; this module sizes the study
+(:func:`size_study`), states its settings once (:class:`Study`), sweeps each optimizer's lr with a grid that extends
+at its edge (:func:`course_lib.sweeps.sweep_with_edge_extension`), and reads the records: time and steps to a target
+loss, the results tables, and the lesson's questions as :class:`course_lib.compare.Comparison` rows, what gets saved.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .. import compare
-from ..budget import Runs, SizedPlan, size_plan
+from ..data.text import IGNORE_INDEX, MLMData, mask_tokens
 from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
@@ -26,99 +24,130 @@ from ..train.mlm import MLMTrainConfig, train_mlm
 
 @dataclass(frozen=True)
 class Study:
-    """The study's settings: two batches, a budget in sequences, each optimizer's lr at the small batch.
+    """The study's settings: two batches, every run's budget in sequences, each optimizer's lr at the small batch.
 
-    ``config(optimizer, batch, lr_factor)`` is the one place a run's settings come from: the
-    sqrt rule scales ``base_lrs[optimizer]`` from ``small_batch`` to ``batch``, times
-    ``lr_factor``; a large-batch run gets ``large_seqs`` sequences and 20% of its steps as
-    warmup, a small one ``small_seqs`` and 10%; 20 evaluations per run.
+    ``config(optimizer, batch, lr_factor)`` is the one place a run's settings come from: the sqrt rule scales
+    ``base_lrs[optimizer]`` from ``small_batch`` to ``batch``, times ``lr_factor``; every run gets ``seqs`` sequences,
+    the same epochs at every batch (as the seed talk trains every rung for the same 10 epochs), a large-batch run 20%
+    of its steps as warmup, a small one 10%; 40 evaluations per run (the resolution of its steps to a target).
     """
 
     small_batch: int
     large_batch: int
     micro_batch: int  # at most this many sequences per forward/backward on one rank
-    small_seqs: int
-    large_seqs: int
+    seqs: int
     base_lrs: dict = field(default_factory=lambda: {"adam": 1e-3, "lamb": 1e-2})
     common: dict = field(default_factory=dict)  # other MLMTrainConfig fields shared by every run
 
     def config(self, optimizer: str, batch: int, lr_factor: float = 1.0, **changes) -> MLMTrainConfig:
         large = batch > self.small_batch
-        steps = max(2, (self.large_seqs if large else self.small_seqs) // batch)
+        steps = max(2, self.seqs // batch)
         settings = dict(optimizer=optimizer, global_batch_size=batch, micro_batch_size=min(batch, self.micro_batch),
                         base_lr=self.base_lrs[optimizer] * lr_factor, base_batch_size=self.small_batch,
                         lr_scaling="sqrt", max_steps=steps, warmup_steps=round((0.2 if large else 0.1) * steps),
-                        eval_every_steps=max(1, steps // 20))
+                        eval_every_steps=max(1, steps // 40))
         return MLMTrainConfig(**{**settings, **self.common, **changes})
 
 
-MAX_EPOCHS = 20  # passes over the corpus a study run may make: beyond, it measures memorization
+def random_split(data: MLMData, seed: int) -> MLMData:
+    """``data`` with as many held-out rows as it had, drawn at random (``seed``) from all its packed rows, and masked
+    once as :func:`course_lib.data.text.build_mlm_data` masks them. A held-out set cut from the end of the text is
+    other documents than the training rows, and its loss differs from theirs for that reason alone."""
+    originals = torch.where(data.eval_labels != IGNORE_INDEX, data.eval_labels, data.eval_inputs)
+    rows = torch.cat([data.train_ids, originals])
+    order = torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(seed)).to(rows.device)
+    n = data.eval_inputs.shape[0]
+    inputs, labels = mask_tokens(rows[order[:n]].cpu(), vocab_size=data.vocab_size, special=data.special,
+                                 generator=torch.Generator().manual_seed(seed + 12345))
+    return replace(data, train_ids=rows[order[n:]], eval_inputs=inputs.to(data.device),
+                   eval_labels=labels.to(data.device))
 
 
-def budget(large_batch: int, num_train: int, *, large_batches: int, large_factor: int = 4,
-           max_epochs: float = MAX_EPOCHS) -> tuple[int, int, str]:
-    """``(small_seqs, large_seqs, note)``: the study's budget in sequences for a corpus of ``num_train``.
-
-    The small-batch runs see ``large_batches`` large batches' worth of sequences, the large
-    ones ``large_factor`` times that (a choice of this lesson: the seed talk trains every rung for the
-    same 10 epochs, but at the large batch a budget of this model's few dozen steps would not leave the
-    early plateau), and no run passes over the corpus more than ``max_epochs`` times: on a small corpus
-    (the offline pydoc text on a GPU: ~950 sequences, ~100 epochs uncapped) more passes
-    train the model to recite its data, and the comparison would be of memorization. The
-    note says when the cap cut the budget (empty otherwise).
-    """
-    if min(large_batch, num_train, large_batches, large_factor) < 1:
-        raise ValueError(f"budget needs positive sizes, got large_batch={large_batch}, num_train={num_train}, "
-                         f"large_batches={large_batches}, large_factor={large_factor}")
-    small = large_batch * large_batches
-    cap = int(max_epochs * num_train) // large_factor
-    if small <= cap:
-        return small, small * large_factor, ""
-    small = max(large_batch, cap)
-    note = (
-        f"NOTE: the budget is capped at {max_epochs:g} passes over this corpus' {num_train} training sequences "
-        f"({small * large_factor} sequences for the large batch instead of "
-        f"{large_batch * large_batches * large_factor}); "
-        "a larger corpus (TEXT_DIR, or CORPUS='wikitext-103') gives the study its full length."
-    )
-    return small, small * large_factor, note
+MAX_EPOCHS = 20  # passes over the corpus a run may make: beyond, it measures memorization
+MIN_LARGE_STEPS = 30  # the large batch's steps at the least: fewer, and neither optimizer leaves the early plateau
+MIN_LARGE_FACTOR = 4  # the large batch is at least this x the small one, over budget if it must be
+OVERHEAD_S = 3.0  # per run: 40 evaluations of the held-out set and the model's build
+TALK_BATCH = 65_536  # the seed talk: BERT's batch of 256 "scaled it up to 64k or 96k" with LAMB
 
 
-def make_study(large_batches: int, *, small_batch: int, large_batch: int, num_train: int, large_factor: int,
-               world_size: int, max_micro_batch: int, common: dict, base_lrs: dict | None = None) -> tuple[str, Study]:
-    """``(note, study)``: the lesson's :class:`Study` at ``large_batches`` large batches' worth of sequences
-    (:func:`budget`; ``note`` says what capped it, empty otherwise), the same budget for both optimizers. The
-    data-parallel run (section 3) splits the large batch over ``world_size`` ranks, so a rank's micro batch is at
-    most ``large_batch // world_size`` (and ``max_micro_batch``). ``base_lrs``: each optimizer's lr at the small
-    batch (default Adam 1e-3, LAMB 1e-2), scaled by sqrt(batch / small batch)."""
-    small_seqs, large_seqs, note = budget(large_batch, num_train, large_batches=large_batches,
-                                          large_factor=large_factor)
-    return note, Study(small_batch=small_batch, large_batch=large_batch,
-                       micro_batch=min(large_batch // world_size, max_micro_batch),
-                       small_seqs=small_seqs, large_seqs=large_seqs,
-                       base_lrs=dict(base_lrs or {"adam": 1e-3, "lamb": 1e-2}), common=common)
+def n_runs(small_factors, large_factors, small_extensions: int, large_extensions: int) -> int:
+    """The lesson's runs at worst: each optimizer's lr sweep at each batch, fully extended; a second seed of each best
+    at the large batch; two LAMB ablations."""
+    return 2 * (len(small_factors) + small_extensions) + 2 * (len(large_factors) + large_extensions) + 2 + 2
 
 
-def budget_line(study: Study, large_batches: int, cut: bool, note: str = "") -> str:
-    """The line under the sizing line: each batch's budget in sequences and, where the sizing cut the plan, the
-    steps it gives at each batch (what the runs then take: :meth:`Study.config`). ``note``: :func:`budget`'s, said
-    instead when the corpus capped the budget."""
-    if note:
-        return note
-    line = f"budget: {study.small_seqs} sequences at the small batch, {study.large_seqs} at the large one"
-    if not cut:
-        return line
-    small = study.config("adam", study.small_batch).max_steps
-    large = study.config("adam", study.large_batch).max_steps
-    return line + (f" ({study.small_seqs} = {large_batches} large batches' worth, the large batch "
-                   f"{study.large_seqs // max(1, study.small_seqs)}x that: {small} steps at batch "
-                   f"{study.small_batch}, {large} at batch {study.large_batch}, the sized steps above rounded to "
-                   "whole large batches)")
+def size_study(seq_s: float, budget: float, *, num_train: int, small_batch: int, runs: int, other_s: float = 40.0,
+               large_batch: int | None = None, seqs: int | None = None) -> dict:
+    """Every run's sequences and the large batch from the pace ``seq_s`` (seconds per sequence, about the same at any
+    batch on one CPU) and ``budget`` (``other_s`` of it for the other cells): every run an equal share, at most
+    :data:`MAX_EPOCHS` epochs; the largest ``small_batch`` x 2^k that still takes :data:`MIN_LARGE_STEPS` steps of
+    them, at most half the corpus (more is full-batch descent), at least :data:`MIN_LARGE_FACTOR` x ``small_batch``
+    (over budget if it must). ``large_batch``, ``seqs``: given instead of sized."""
+    if min(seq_s, budget, num_train, small_batch, runs) <= 0:
+        raise ValueError(f"size_study needs positive sizes, got seq_s={seq_s}, budget={budget}, "
+                         f"num_train={num_train}, small_batch={small_batch}, runs={runs}")
+    seqs = seqs or max(small_batch, min(int((budget - other_s - runs * OVERHEAD_S) / (runs * seq_s)),
+                                        MAX_EPOCHS * num_train))
+    if large_batch is None:
+        large_batch = small_batch * MIN_LARGE_FACTOR
+        while 2 * large_batch * MIN_LARGE_STEPS <= seqs and 2 * large_batch <= num_train // 2:
+            large_batch *= 2
+        seqs = max(seqs, large_batch * MIN_LARGE_STEPS)
+    planned = other_s + runs * (OVERHEAD_S + seqs * seq_s)
+    return {"seq_s": seq_s, "runs": runs, "seqs": seqs, "epochs": seqs / num_train, "large_batch": large_batch,
+            "planned_s": planned, "budget_s": budget, "over_budget": planned > budget}
+
+
+def sizing_table(sizing: dict, small_batch: int) -> Table:
+    """What :func:`size_study` decided, one row each, beside the batch the seed talk reached with LAMB."""
+    t = Table(["quantity", "value"], title="the study's size: every run the same sequences, at every batch")
+    for name, value in (("seconds per training sequence (measured)", f"{sizing['seq_s']:.3g}"),
+                        ("runs, at most", sizing["runs"]), ("sequences per run", sizing["seqs"]),
+                        ("epochs per run, every batch", round(sizing["epochs"], 2)),
+                        ("steps per run at the small batch", sizing["seqs"] // small_batch),
+                        ("large batch (sequences)", sizing["large_batch"]),
+                        ("steps per run at the large batch", sizing["seqs"] // sizing["large_batch"]),
+                        ("the seed talk's LAMB batch (64k) / this large batch", TALK_BATCH // sizing["large_batch"]),
+                        ("planned seconds, at most", round(sizing["planned_s"])), ("budget (s)", sizing["budget_s"])):
+        t.add(quantity=name, value=value)
+    return t
+
+
+def make_study(sizing: dict, *, small_batch: int, world_size: int, max_micro_batch: int, common: dict,
+               base_lrs: dict | None = None) -> Study:
+    """The lesson's :class:`Study` at ``sizing`` (:func:`size_study`). The data-parallel run (section 3) splits the
+    large batch over ``world_size`` ranks, so a rank's micro batch is at most ``large_batch // world_size`` (and
+    ``max_micro_batch``). ``base_lrs``: each optimizer's lr at the small batch (default Adam 1e-3, LAMB 1e-2)."""
+    large = sizing["large_batch"]
+    return Study(small_batch=small_batch, large_batch=large, micro_batch=min(large // world_size, max_micro_batch),
+                 seqs=sizing["seqs"], base_lrs=dict(base_lrs or {"adam": 1e-3, "lamb": 1e-2}), common=common)
+
+
+def measure_seq_s(data, *, small_batch: int, max_micro_batch: int, common: dict, device, steps: int = 3,
+                  repeats: int = 2) -> float:
+    """Seconds per training sequence of this model, now, here: the slower of the small batch and one micro batch (what
+    an accumulated large batch repeats), each the fastest of ``repeats``, the least disturbed (lesson 05's rule)."""
+    from ..train.mlm import throughput
+
+    probe = Study(small_batch=small_batch, large_batch=max_micro_batch, micro_batch=max_micro_batch,
+                  seqs=max_micro_batch * (steps + 4), common=common)
+    best: dict[int, float] = {}
+    for _ in range(max(1, repeats)):
+        for b in sorted({small_batch, max_micro_batch}):
+            rate = throughput(probe.config("lamb", b), data, device=device, steps=steps, warmup_steps=2)["seqs_per_s"]
+            best[b] = min(best.get(b, math.inf), 1 / rate)
+    return max(best.values())
+
+
+def target_loss(sweep: dict, margin: float) -> float:
+    """The loss both optimizers reach at the large batch: the worse of their best held-out losses there (each at its
+    best swept lr), plus ``margin`` (a second seed ends a little above or below the first)."""
+    bests = [best_loss_key(best_of(sweep, o)) for o in ("adam", "lamb")]
+    return max(b for b in bests if math.isfinite(b)) + margin
 
 
 def best_loss_key(record: dict) -> float:
-    """Best first: the lowest held-out loss; a diverged run last. (Evaluations are too sparse,
-    and the clock too noisy on a shared machine, to rank runs by time.)"""
+    """Best first: the lowest held-out loss; a diverged run last (the clock is too noisy to rank runs by time)."""
     loss = record["best_eval_loss"]
     return loss if loss is not None and not record["diverged"] else math.inf
 
@@ -133,9 +162,8 @@ def time_to_loss(record: dict, target: float) -> tuple[float | None, int | None]
 
 
 def quiet_progress(progress: str = "auto") -> str:
-    """A bar where a person watches (JupyterLab); nothing under papermill and CI, where :func:`train`
-    prints one summary line per run instead of a line per evaluation (a line per evaluation is hundreds of
-    lines over the full profile's runs)."""
+    """A bar where a person watches (JupyterLab); nothing under papermill and CI, where :func:`train` prints one
+    line per run instead of one per evaluation (hundreds of lines over the full profile's runs)."""
     return "bar" if resolve_progress(progress) == "bar" else "none"
 
 
@@ -172,63 +200,20 @@ def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensi
     return {r["label"]: r for r in done.values()}
 
 
-LARGE_BATCHES = 30  # the full plan: the small-batch runs see 30 large batches' worth of sequences (CPU)
-FLOOR_SCALE = 1 / 3  # the shortest plan: a third of the steps (10 large batches' worth: 40 steps at the large
-# batch, 80 at the small one); shorter, the runs barely leave the early plateau and no target is reached
-OVERHEAD_S = 3.0  # per run: 20 evaluations of the held-out set and the model's build (measured: ~2 s on 2 cores)
-
-
-def measure_step_s(study: Study, data, *, device, steps: int = 3, repeats: int = 2,
-                   warmup_steps: int = 2) -> dict[int, float]:
-    """Seconds per training step of this lesson's own model at each of its two batches, now, on this machine
-    (``throughput``: ``steps`` timed steps after ``warmup_steps`` untimed ones), ``repeats`` times with the batches
-    interleaved; each batch keeps its fastest repeat, the least disturbed (lesson 05's rule,
-    :func:`course_lib.lessons.l05_speed.precision_throughput`): one repeat after one untimed step can
-    price a batch several times slower than its runs then train."""
-    from ..train.mlm import throughput
-
-    best: dict[int, float] = {}
-    for _ in range(max(1, repeats)):
-        for b in (study.small_batch, study.large_batch):
-            t = throughput(study.config("lamb", b), data, device=device, steps=steps,
-                           warmup_steps=warmup_steps)["step_s"]
-            best[b] = min(best.get(b, math.inf), t)
-    return best
-
-
-def plan_runs(study: Study, step_s: dict[int, float], *, small_factors, large_factors, small_extensions: int,
-              large_extensions: int) -> list[Runs]:
-    """The lesson's runs, planned at their worst case (every sweep extended as far as allowed): at the small
-    batch an lr sweep per optimizer; at the large batch an lr sweep per optimizer, a second seed of each
-    optimizer's best, and the two LAMB ablations."""
-    small, large = study.config("adam", study.small_batch), study.config("adam", study.large_batch)
-    return [Runs(f"batch {study.small_batch}", 2 * len(small_factors), small.max_steps, step_s[study.small_batch],
-                 sweeps=2, extensions=small_extensions, overhead_s=OVERHEAD_S),
-            Runs(f"batch {study.large_batch}", 2 * len(large_factors) + 2 + 2, large.max_steps,
-                 step_s[study.large_batch], sweeps=2, extensions=large_extensions, overhead_s=OVERHEAD_S)]
-
-
-def size(study: Study, step_s: dict[int, float], budget: float, *, small_factors, large_factors,
-         small_extensions: int, large_extensions: int, other_s: float = 30.0) -> SizedPlan:
-    """:func:`course_lib.budget.size_plan` for this lesson: edge extensions cut first (down to one: a best lr at
-    the grid's edge has not been found), then every run's steps alike, down to :data:`FLOOR_SCALE`.
-    ``other_s``: the lesson's other cells (corpus, tokenizer, this measurement, the throughput table)."""
-    runs = plan_runs(study, step_s, small_factors=small_factors, large_factors=large_factors,
-                     small_extensions=small_extensions, large_extensions=large_extensions)
-    return size_plan(runs, budget, floor_scale=FLOOR_SCALE, other_s=other_s, min_extensions=1)
-
-
 def best_of(records: dict[str, dict], prefix: str) -> dict:
     """The record with the lowest held-out loss among those whose label starts with ``prefix``."""
     return min((r for name, r in records.items() if name.startswith(prefix)), key=best_loss_key)
 
 
-def results_table(records: dict[str, dict], target: float, title: str) -> Table:
-    t = Table(["run", "steps", "peak lr", "best eval loss", "final eval loss", "time to loss (s)", "steps to loss",
-               "sequences/s"], title=title)
+def results_table(records: dict[str, dict], target: float, title: str, num_train: int) -> Table:
+    """One row per run: its steps and epochs (passes over the ``num_train`` training sequences), lr, losses, time and
+    steps to ``target``, pace."""
+    t = Table(["run", "steps", "epochs", "peak lr", "best eval loss", "final eval loss", "time to loss (s)",
+               "steps to loss", "sequences/s"], title=title)
     for name, r in records.items():
         secs, steps = time_to_loss(r, target)
-        t.add(**{"run": name, "steps": r["steps"], "peak lr": f"{r['config']['peak_lr']:.2e}",
+        epochs = round(r["steps"] * r["config"]["global_batch_size"] / num_train, 1)
+        t.add(**{"run": name, "steps": r["steps"], "epochs": epochs, "peak lr": f"{r['config']['peak_lr']:.2e}",
                  "best eval loss": None if r["best_eval_loss"] is None else round(r["best_eval_loss"], 3),
                  "final eval loss": "diverged" if r["diverged"] else round(r["final_eval_loss"], 3),
                  "time to loss (s)": "not reached" if secs is None else float(f"{secs:.3g}"),
@@ -243,9 +228,9 @@ def eval_interval(record: dict) -> int:
 
 
 def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimizer: str) -> dict:
-    """The point :func:`equal_sequences_comparisons` compares and :func:`equal_sequences_table` shows: the
-    small-batch run's whole budget of sequences and its last held-out loss, and the large batch's first evaluation
-    past that budget (``step``, ``seqs``, ``loss``; ``step`` None when the large run stopped before it)."""
+    """The point :func:`equal_sequences_comparisons` compares: the small-batch run's whole budget of sequences and its
+    last held-out loss, and the large batch's first evaluation past that budget (``step``, ``seqs``, ``loss``; ``step``
+    None when the large run stopped before it): the end of both runs where every batch gets the same sequences."""
     s, l = runs[f"{optimizer} b={small_batch}"], runs[f"{optimizer} b={large_batch} (best lr)"]
     seqs = s["curves"]["eval_step"][-1] * small_batch
     at = next(((st, v) for st, v in zip(l["curves"]["eval_step"], l["curves"]["eval_loss"])
@@ -254,23 +239,8 @@ def equal_sequences_point(runs: dict, small_batch: int, large_batch: int, optimi
             "seqs": None if at[0] is None else at[0] * large_batch, "loss": at[1]}
 
 
-def equal_sequences_table(runs: dict, small_batch: int, large_batch: int, optimizers=("adam", "lamb")) -> Table:
-    """Per optimizer, the held-out losses at equal sequences seen (:func:`equal_sequences_point`)."""
-    t = Table(["optimizer", f"batch {small_batch}: sequences", f"batch {small_batch}: held-out loss at its end",
-               f"batch {large_batch}: step", f"batch {large_batch}: sequences", f"batch {large_batch}: held-out loss"],
-              title="at equal sequences seen: the large batch at its first evaluation past the small batch's budget")
-    for opt in optimizers:
-        q = equal_sequences_point(runs, small_batch, large_batch, opt)
-        t.add(**{"optimizer": opt, f"batch {small_batch}: sequences": q["small_seqs"],
-                 f"batch {small_batch}: held-out loss at its end": round(q["small_loss"], 3),
-                 f"batch {large_batch}: step": q["step"], f"batch {large_batch}: sequences": q["seqs"],
-                 f"batch {large_batch}: held-out loss": None if q["loss"] is None else round(q["loss"], 3)})
-    return t
-
-
 def throughput_table(tp: dict[str, dict], title: str) -> Table:
-    """Section 5's throughput per precision (``tp``: mode -> :func:`course_lib.train.mlm.throughput`'s result, fp32
-    first) with each mode's speedup over fp32 (:func:`precision_comparisons` decides bf16's)."""
+    """Section 5's throughput per precision (``tp``: mode -> ``throughput``'s result, fp32 first), speedup vs fp32."""
     t = Table(["precision", "sequences/s", "tokens/s", "speedup vs fp32"], title=title)
     for mode, r in tp.items():
         t.add(precision=mode, **{"sequences/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
@@ -279,8 +249,8 @@ def throughput_table(tp: dict[str, dict], title: str) -> Table:
 
 
 def trust_ratio_spread(record: dict) -> dict:
-    """LAMB's per-layer trust ratios of a run, summarized: ``table`` (weights x steps), the first
-    step's range, and per step the largest ratio over the smallest (its median and max)."""
+    """A run's LAMB trust ratios: ``table`` (weights x steps), the first step's range, and per step the largest ratio
+    over the smallest (its median and max)."""
     table = torch.tensor(list(record["trust_ratios"].values()))  # (weights, steps)
     spread = table.max(0).values / table.min(0).values
     return {"table": table, "first_min": float(table[:, 0].min()), "first_max": float(table[:, 0].max()),
@@ -288,9 +258,8 @@ def trust_ratio_spread(record: dict) -> dict:
 
 
 def peak_step_line(record: dict, adam_peak_lr: float, spread: dict) -> str:
-    """LAMB's step per element at its peak lr (``record``: the LAMB run, ``spread``: its :func:`trust_ratio_spread`)
-    beside Adam's best peak lr: lr x the median trust ratio at that step, the product of the two factors as printed
-    (each rounded to 3 figures first, so the product is the one of the printed factors)."""
+    """LAMB's step per element at its peak lr (``spread``: the run's :func:`trust_ratio_spread`) beside Adam's best
+    peak lr: lr x the median trust ratio at that step, the product of the two factors as printed (3 figures)."""
     lrs = record["curves"]["lr"]
     peak = lrs.index(max(lrs))
     lr = float(f"{lrs[peak]:.3g}")
@@ -304,7 +273,7 @@ def saved_setting(saved07: dict | None, profile: str, plan) -> dict:
     length and vocabulary, and the target loss. From lesson 07's run in this ``profile`` (smoke and
     full train different models on different text), else the tier plan's, with no target."""
     ok = bool(saved07 and saved07.get("profile") == profile)
-    # the small-batch Adam baseline that set the target ("adam b=32"): how many steps it took to reach it
+    # the small-batch Adam baseline ("adam b=32"): how many steps it took to reach the target
     base = next((r for r in (saved07 or {}).get("runs", []) if ok and r.get("label", "").startswith("adam b=")
                  and "(" not in r["label"]), None)
     lamb = next((r for r in (saved07 or {}).get("runs", []) if ok and base is not None

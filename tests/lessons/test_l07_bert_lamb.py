@@ -4,6 +4,7 @@ saved for later lessons, and the comparisons that decide the lesson's questions,
 import math
 
 import pytest
+import torch
 
 from course_lib import compare
 from course_lib.lessons import l07_bert_lamb as st
@@ -36,15 +37,58 @@ def test_time_to_loss_is_the_first_evaluation_at_or_below_the_target():
     assert st.time_to_loss(record([math.nan, 4.0]), 4.5) == (2.0, 20)  # NaN never counts as reached
 
 
-def test_study_config_states_the_settings_once():
-    study = st.Study(small_batch=32, large_batch=256, micro_batch=64, small_seqs=7680, large_seqs=30720,
-                     common=dict(model="tiny", dropout=0.0))
+def test_study_config_gives_every_batch_the_same_sequences():
+    study = st.Study(small_batch=32, large_batch=256, micro_batch=64, seqs=7680, common=dict(model="tiny", dropout=0.0))
     small, large = study.config("adam", 32), study.config("lamb", 256, lr_factor=0.5, seed=1)
     assert (small.max_steps, small.warmup_steps, small.micro_batch_size) == (240, 24, 32)
-    assert (large.max_steps, large.warmup_steps, large.micro_batch_size, large.seed) == (120, 24, 64, 1)
-    assert large.batch(1).grad_accum_steps == 4 and large.eval_every_steps == 6
+    assert (large.max_steps, large.warmup_steps, large.micro_batch_size, large.seed) == (30, 6, 64, 1)
+    assert small.max_steps * 32 == large.max_steps * 256  # equal epochs at every batch
+    assert large.batch(1).grad_accum_steps == 4 and large.eval_every_steps == 1
     assert large.peak_lr == pytest.approx(1e-2 * 0.5 * math.sqrt(256 / 32))  # sqrt rule from the small batch
     assert small.peak_lr == pytest.approx(1e-3) and small.model == "tiny"
+
+
+def test_the_largest_batch_that_keeps_its_steps_on_simulated_machines():
+    runs = st.n_runs((0.5, 1, 2), (0.25, 0.5, 1), 1, 1)
+    assert runs == 20
+    fast = st.size_study(0.001, 700, num_train=100_000, small_batch=32, runs=runs)  # ~30k sequences a run
+    slow = st.size_study(0.004, 700, num_train=100_000, small_batch=32, runs=runs)  # four times slower
+    for s in (fast, slow):
+        assert s["seqs"] // s["large_batch"] >= st.MIN_LARGE_STEPS  # the large batch keeps its steps...
+        assert s["seqs"] // (2 * s["large_batch"]) < st.MIN_LARGE_STEPS or s["large_batch"] == 32 * 4  # ...largest
+        assert s["planned_s"] <= 700 and not s["over_budget"]
+    assert fast["large_batch"] == 4 * slow["large_batch"] and fast["seqs"] > slow["seqs"]
+    small_corpus = st.size_study(0.001, 700, num_train=1800, small_batch=32, runs=runs)
+    assert small_corpus["epochs"] <= st.MAX_EPOCHS and small_corpus["large_batch"] <= 900  # at most half the corpus
+    floor = st.size_study(0.1, 700, num_train=100_000, small_batch=32, runs=runs)  # too slow: the floor, said
+    assert floor["large_batch"] == 128 and floor["seqs"] == 128 * st.MIN_LARGE_STEPS and floor["over_budget"]
+    given = st.size_study(0.001, 700, num_train=100_000, small_batch=8, runs=runs, large_batch=32, seqs=128)
+    assert (given["large_batch"], given["seqs"]) == (32, 128)
+    with pytest.raises(ValueError, match="num_train=0"):
+        st.size_study(0.001, 700, num_train=0, small_batch=32, runs=runs)
+
+
+def test_the_held_out_rows_are_drawn_at_random_from_the_whole_text():
+    from course_lib.data.text import IGNORE_INDEX, MLMData, SpecialIds
+
+    special = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+    rows = torch.arange(5, 5 + 200 * 8).reshape(200, 8) % 90 + 5  # 200 rows, row i starts with 5 + 8i (mod 90)
+    data = MLMData("c", "c", None, special, 100, 8, rows[:190], rows[190:], torch.full((10, 8), IGNORE_INDEX), 1600)
+    out = st.random_split(data, seed=0)
+    originals = torch.where(out.eval_labels != IGNORE_INDEX, out.eval_labels, out.eval_inputs)
+    together = torch.cat([out.train_ids, originals])
+    assert out.num_train == 190 and originals.shape == (10, 8)
+    assert sorted(map(tuple, together.tolist())) == sorted(map(tuple, rows.tolist()))  # every row once
+    tail = {tuple(r) for r in rows[190:].tolist()}
+    assert sum(tuple(r) in tail for r in originals.tolist()) < 5  # not the last rows of the text
+    again = st.random_split(data, seed=0)
+    assert torch.equal(again.eval_inputs, out.eval_inputs) and torch.equal(again.train_ids, out.train_ids)
+
+
+def test_the_target_is_the_worse_optimizers_best_at_the_large_batch():
+    sweep = {"adam x1": record([5.0, 4.4]), "adam x2": record([5.0, 4.6]), "lamb x1": record([5.0, 4.2]),
+             "lamb x2": record([math.nan], diverged=True)}
+    assert st.target_loss(sweep, margin=0.05) == pytest.approx(4.45)
 
 
 def test_summary_and_best_of():
@@ -59,16 +103,6 @@ def test_trust_ratio_spread():
     out = st.trust_ratio_spread(r)
     assert (out["first_min"], out["first_max"]) == pytest.approx((0.01, 0.02))
     assert out["spread"].tolist() == pytest.approx([2.0, 1.0]) and out["spread_max"] == pytest.approx(2.0)
-
-
-def test_budget_never_passes_over_a_small_corpus_more_than_the_cap():
-    """Lesson 07 on one GPU with the pydoc corpus trained ~100 epochs of ~950 sequences."""
-    small, large, note = st.budget(256, 950, large_batches=100)
-    assert large <= st.MAX_EPOCHS * 950 and small * 4 == large and "capped" in note and "950" in note
-    assert st.budget(256, 100_000, large_batches=30) == (7680, 30720, "")  # a large corpus: uncapped
-    assert st.budget(256, 10, large_batches=30)[0] == 256  # never less than one large batch
-    with pytest.raises(ValueError, match="num_train=0"):
-        st.budget(256, 0, large_batches=30)
 
 
 def _mlm(steps_to_target, best, *, seqs_per_s=100.0, batch=32, every=6, diverged=False, label="x", peak_lr=1e-3):
@@ -98,35 +132,6 @@ def test_the_tuned_small_batch_run_is_saved_under_the_name_later_lessons_read():
     saved = st.summary(r, 4.5, label="adam b=32")
     assert saved["label"] == "adam b=32" and saved["run"] == "adam b=32, base lr x2"
     assert st.summary(r, 4.5)["label"] == "adam b=32, base lr x2"
-
-
-def test_the_lessons_study_shares_one_budget_and_splits_the_large_batch_over_the_ranks():
-    kw = dict(small_batch=32, large_batch=256, num_train=100_000, large_factor=4, max_micro_batch=64,
-              common=dict(model="mini", seed=0))
-    note, one = st.make_study(30, world_size=1, **kw)
-    assert note == "" and (one.small_seqs, one.large_seqs) == st.budget(256, 100_000, large_batches=30,
-                                                                          large_factor=4)[:2]
-    assert one.micro_batch == 64 and one.base_lrs == {"adam": 1e-3, "lamb": 1e-2}
-    _, four = st.make_study(30, world_size=8, **kw)
-    assert four.micro_batch == 32  # 256 over 8 ranks
-    capped, small = st.make_study(30, world_size=1, **{**kw, "num_train": 1000})
-    assert "capped" in capped and small.large_seqs < one.large_seqs
-
-
-def test_the_budget_line_says_the_steps_each_batch_gets():
-    # the parenthesis counts large batches' worth of the small batch's budget, and the steps at each batch
-    kw = dict(small_batch=32, large_batch=256, num_train=100_000, large_factor=4, max_micro_batch=64, world_size=1,
-              common=dict(model="mini", seed=0))
-    _, sized = st.make_study(10, **kw)
-    line = st.budget_line(sized, 10, cut=True)
-    assert line.startswith("budget: 2560 sequences at the small batch, 10240 at the large one (2560 = 10 large "
-                           "batches' worth, the large batch 4x that: 80 steps at batch 32, 40 at batch 256")
-    assert sized.config("lamb", 32).max_steps == 80 and sized.config("lamb", 256).max_steps == 40
-    _, full = st.make_study(30, **kw)  # nothing cut: no parenthesis; a capping note is said instead
-    assert st.budget_line(full, 30, cut=False) == "budget: 7680 sequences at the small batch, 30720 at the large one"
-    assert st.budget_line(full, 30, cut=True, note="NOTE: capped") == "NOTE: capped"
-    assert "240 steps at batch 32, 120 at batch 256" in st.budget_line(full, 30, cut=True)
-
 
 
 def _seeds(adam_steps, lamb_steps, every=6, batch=256):
