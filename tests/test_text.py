@@ -87,7 +87,7 @@ def test_masking_is_seeded():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-def test_build_mlm_data_holds_out_a_tail(cache):
+def test_build_mlm_data_holds_out_rows_drawn_at_random_or_the_tail(cache):
     corpus = text.Corpus("t", "test", tuple(pydoc_corpus().documents[:20]))
     data = build_mlm_data(corpus, vocab_size=400, seq_len=32, max_tokens=8000)
     assert data.train_ids.shape[1] == 32 and data.eval_inputs.shape == data.eval_labels.shape
@@ -95,6 +95,20 @@ def test_build_mlm_data_holds_out_a_tail(cache):
     inputs, labels = data.masked_batch(8, torch.Generator().manual_seed(0))
     assert inputs.shape == (8, 32) and (labels != -100).any()
     assert "held-out" in data.describe()
+
+    tail = build_mlm_data(corpus, vocab_size=400, seq_len=32, max_tokens=8000, held_out="tail")
+    again = build_mlm_data(corpus, vocab_size=400, seq_len=32, max_tokens=8000)
+
+    def originals(d):
+        return torch.where(d.eval_labels != text.IGNORE_INDEX, d.eval_labels, d.eval_inputs)
+
+    every_row = sorted(map(tuple, torch.cat([data.train_ids, originals(data)]).tolist()))
+    assert every_row == sorted(map(tuple, torch.cat([tail.train_ids, originals(tail)]).tolist()))  # each row once
+    tail_rows = set(map(tuple, originals(tail).tolist()))
+    assert sum(r in tail_rows for r in map(tuple, originals(data).tolist())) < len(tail_rows) / 2
+    assert torch.equal(again.eval_inputs, data.eval_inputs) and torch.equal(again.train_ids, data.train_ids)
+    with pytest.raises(ValueError, match="held_out"):
+        build_mlm_data(corpus, vocab_size=400, seq_len=32, max_tokens=8000, held_out="middle")
 
 
 def test_unigram_loss_is_the_cross_entropy_of_token_frequencies():

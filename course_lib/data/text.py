@@ -397,13 +397,18 @@ ENCODE_CHUNK_DOCUMENTS = 256  # documents per encode_batch call in build_mlm_dat
 
 def build_mlm_data(corpus: Corpus, *, vocab_size: int = 8192, seq_len: int = 128, eval_fraction: float = 0.05,
                    max_eval_sequences: int = 512, device: torch.device | str = "cpu", seed: int = 0,
-                   tokenizer=None, max_tokens: int | None = None) -> MLMData:
-    """Tokenize ``corpus`` once, pack it, split off the held-out tail and put it on ``device``.
+                   tokenizer=None, max_tokens: int | None = None, held_out: str = "random") -> MLMData:
+    """Tokenize ``corpus`` once, pack it, split off the held-out rows and put it on ``device``.
 
-    The held-out sequences are the *last* ``eval_fraction`` of the stream (at most
-    ``max_eval_sequences``), one contiguous block, so they share no text with training
-    rows except at the single boundary. ``max_tokens`` truncates the stream (smoke runs).
+    ``eval_fraction`` of the packed rows (at most ``max_eval_sequences``) are held out:
+    ``held_out="random"`` draws them at random (``seed``) from the whole text, so they come from
+    the same documents as the training rows and their loss is comparable with the training loss;
+    ``"tail"`` takes the last rows of the stream, one contiguous block of other documents (a held-out
+    loss that differs from the training loss for that reason alone). ``max_tokens`` truncates the
+    stream (smoke runs).
     """
+    if held_out not in ("random", "tail"):
+        raise ValueError(f"held_out={held_out!r}: choose 'random' or 'tail'")
     device = torch.device(device)
     tok = tokenizer if tokenizer is not None else train_tokenizer(corpus, vocab_size)
     special = SpecialIds.from_tokenizer(tok)
@@ -425,6 +430,8 @@ def build_mlm_data(corpus: Corpus, *, vocab_size: int = 8192, seq_len: int = 128
     n_eval = min(max_eval_sequences, max(1, int(round(eval_fraction * ids.shape[0]))))
     if ids.shape[0] - n_eval < 1:
         raise ValueError(f"only {ids.shape[0]} sequences of {seq_len} tokens: too few to hold out {n_eval}")
+    if held_out == "random":
+        ids = ids[torch.randperm(ids.shape[0], generator=torch.Generator().manual_seed(seed))]
     train_ids, eval_ids = ids[:-n_eval], ids[-n_eval:]
     g = torch.Generator().manual_seed(seed + 12345)  # the held-out masking never changes
     eval_inputs, eval_labels = mask_tokens(eval_ids, vocab_size=tok.get_vocab_size(), special=special, generator=g)

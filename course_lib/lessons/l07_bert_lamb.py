@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
 from .. import compare
-from ..data.text import IGNORE_INDEX, MLMData, mask_tokens
 from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
@@ -47,20 +46,6 @@ class Study:
                         lr_scaling="sqrt", max_steps=steps, warmup_steps=round((0.2 if large else 0.1) * steps),
                         eval_every_steps=max(1, steps // 40))
         return MLMTrainConfig(**{**settings, **self.common, **changes})
-
-
-def random_split(data: MLMData, seed: int) -> MLMData:
-    """``data`` with as many held-out rows as it had, drawn at random (``seed``) from all its packed rows, and masked
-    once as :func:`course_lib.data.text.build_mlm_data` masks them. A held-out set cut from the end of the text is
-    other documents than the training rows, and its loss differs from theirs for that reason alone."""
-    originals = torch.where(data.eval_labels != IGNORE_INDEX, data.eval_labels, data.eval_inputs)
-    rows = torch.cat([data.train_ids, originals])
-    order = torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(seed)).to(rows.device)
-    n = data.eval_inputs.shape[0]
-    inputs, labels = mask_tokens(rows[order[:n]].cpu(), vocab_size=data.vocab_size, special=data.special,
-                                 generator=torch.Generator().manual_seed(seed + 12345))
-    return replace(data, train_ids=rows[order[n:]], eval_inputs=inputs.to(data.device),
-                   eval_labels=labels.to(data.device))
 
 
 MAX_EPOCHS = 20  # passes over the corpus a run may make: beyond, it measures memorization

@@ -4,7 +4,6 @@ saved for later lessons, and the comparisons that decide the lesson's questions,
 import math
 
 import pytest
-import torch
 
 from course_lib import compare
 from course_lib.lessons import l07_bert_lamb as st
@@ -66,23 +65,6 @@ def test_the_largest_batch_that_keeps_its_steps_on_simulated_machines():
     assert (given["large_batch"], given["seqs"]) == (32, 128)
     with pytest.raises(ValueError, match="num_train=0"):
         st.size_study(0.001, 700, num_train=0, small_batch=32, runs=runs)
-
-
-def test_the_held_out_rows_are_drawn_at_random_from_the_whole_text():
-    from course_lib.data.text import IGNORE_INDEX, MLMData, SpecialIds
-
-    special = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
-    rows = torch.arange(5, 5 + 200 * 8).reshape(200, 8) % 90 + 5  # 200 rows, row i starts with 5 + 8i (mod 90)
-    data = MLMData("c", "c", None, special, 100, 8, rows[:190], rows[190:], torch.full((10, 8), IGNORE_INDEX), 1600)
-    out = st.random_split(data, seed=0)
-    originals = torch.where(out.eval_labels != IGNORE_INDEX, out.eval_labels, out.eval_inputs)
-    together = torch.cat([out.train_ids, originals])
-    assert out.num_train == 190 and originals.shape == (10, 8)
-    assert sorted(map(tuple, together.tolist())) == sorted(map(tuple, rows.tolist()))  # every row once
-    tail = {tuple(r) for r in rows[190:].tolist()}
-    assert sum(tuple(r) in tail for r in originals.tolist()) < 5  # not the last rows of the text
-    again = st.random_split(data, seed=0)
-    assert torch.equal(again.eval_inputs, out.eval_inputs) and torch.equal(again.train_ids, out.train_ids)
 
 
 def test_the_target_is_the_worse_optimizers_best_at_the_large_batch():
