@@ -27,7 +27,7 @@ def test_cpu_laptop():
     assert (p.dp_device, p.dp_precision) == ("cpu", "fp32")
     assert (p.demo_world_size, p.demo_backend) == (2, "gloo")
     assert p.scaling_world_sizes == (1, 2)
-    assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("mini", 64, 1)
+    assert (p.bert_model, p.bert_seq_len, p.bert_world_size) == ("tiny", 64, 1)
     assert plan(machine(0, bf16="native")).precision == "bf16"  # a CPU with AMX / AVX512-BF16
 
 
