@@ -146,6 +146,28 @@ def adaptive_table(rows: list[dict]) -> Table:
     return t
 
 
+def milestones_before(fixed, fractions=(0.5,)) -> tuple:
+    """The grown run's milestones, in epochs: ``fractions`` of the epochs the ``fixed`` run (a TrainResult at the
+    first batch) took to the target, or of the epochs it ran where it missed it, so the batch grows before the
+    target is reached and the grown run is not the fixed one again."""
+    if not all(0 < f < 1 for f in fractions):
+        raise ValueError(f"milestones_before(fractions={fractions}): each must be in (0, 1)")
+    span = fixed.epochs_to_target if fixed.reached else fixed.epochs
+    return tuple(round(f * span, 3) for f in sorted(fractions))
+
+
+def milestone_comparisons(rows: list[dict]) -> list[compare.Comparison]:
+    """The batch grown at milestones (the second row) against the fixed batch (the first): its steps and samples
+    to the target over the fixed run's, each known to its last evaluation interval ("lower": growing the batch
+    reached the target in fewer steps, or samples, by more than :data:`STEPS_EFFECT`). Empty where either missed
+    the target."""
+    fixed, grown = rows[0], rows[1]
+    if not (fixed["reached"] and grown["reached"] and _resolved(rows[:2])):
+        return []
+    return [_count_ratio(f"{key} to target, {grown['run']} / {fixed['run']}", grown, fixed, key)
+            for key in ("steps", "samples")]
+
+
 def _same_run(r: dict, q: dict) -> bool:
     """Two rows that are one run up to the target: a grown batch that reached it before its first milestone."""
     return all(r[k] == q[k] for k in ("batches", "steps_to_target", "samples_to_target"))
