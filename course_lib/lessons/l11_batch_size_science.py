@@ -35,7 +35,7 @@ from .l11_batchnorm import (
     bn_spec, bn_table, plot_bn, bn_comparisons, ACC_EFFECT, PACE_DRIFT)
 from .l11_adaptive import (
     adaptive_batch_policy, epoch_budget, adaptive_rows, adaptive_table, switch_comparisons, reference_comparison,
-    adaptive_comparisons, milestones_before, milestone_comparisons, STEPS_EFFECT, SAME_SETTING)
+    adaptive_comparisons, milestones_before, grow_at, milestone_comparisons, STEPS_EFFECT, SAME_SETTING)
 from .l11_scaling import (
     fit_power_law, power_law_error, size_for_error, subsample_train, scaling_runs, plateau, exponent_estimate,
     scaling_prediction, scaling_setting, law_text, scaling_table, scaling_comparisons, PREDICTION_GOAL, SCALING_NOISE)
@@ -51,7 +51,8 @@ __all__ = [
     "landscape", "plot_landscape", "growth_table", "batch_at", "hr_se", "sharpness_comparisons", "growth_comparisons",
     "EIGEN_TOL", "SHARPNESS_EFFECT", "bn_spec", "bn_table", "plot_bn", "bn_comparisons", "ACC_EFFECT", "PACE_DRIFT",
     "adaptive_batch_policy", "epoch_budget", "adaptive_rows", "adaptive_table", "switch_comparisons",
-    "reference_comparison", "adaptive_comparisons", "milestones_before", "milestone_comparisons", "STEPS_EFFECT",
+    "reference_comparison", "adaptive_comparisons", "milestones_before", "grow_at", "milestone_comparisons",
+    "STEPS_EFFECT",
     "SAME_SETTING", "fit_power_law", "power_law_error", "size_for_error", "subsample_train", "scaling_runs",
     "plateau", "exponent_estimate", "scaling_prediction", "scaling_setting", "law_text", "scaling_table",
     "scaling_comparisons", "PREDICTION_GOAL", "SCALING_NOISE",

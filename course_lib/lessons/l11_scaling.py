@@ -154,13 +154,13 @@ SCALING_NOISE = 0.02
 
 def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
     """The setting of every size's run and its cap on steps: ``batch_size`` (sqrt rule from the base), at most
-    4 epochs of the whole training set (full; smoke: 1): the plateau ends each size before it on this data."""
+    5 epochs of the whole training set (full; smoke: 1): the plateau ends each size before it on this data."""
     from ..config import pick
     from ..sweeps import scaled_config
     from ..train.ncf import epochs_to_steps
 
     cfg = scaled_config(base_cfg, batch_size, "sqrt", base_batch_size=base_cfg.global_batch_size)
-    return cfg, epochs_to_steps(pick(profile, full=4.0, smoke=1.0), data, cfg)
+    return cfg, epochs_to_steps(pick(profile, full=5.0, smoke=1.0), data, cfg)
 
 
 def exponent_estimate(rows: list[dict], fit: dict, what: str = "NeuMF") -> compare.Estimate:

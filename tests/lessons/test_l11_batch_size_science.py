@@ -413,6 +413,16 @@ def test_the_milestones_fall_before_the_fixed_runs_target():
         study.milestones_before(fixed, (1.0,))
 
 
+def test_the_batch_grows_once_at_each_milestone_mid_epoch():
+    hooks = study.grow_at((0.5, 0.75), 4, 4096, 0.004, 3.0)
+    got = []
+    for epoch in (0.25, 0.5, 0.625, 0.75, 1.0):
+        record = {"epoch": epoch, **hooks.on_eval(None, {"epoch": epoch})}
+        got.append((record["batch"], hooks.adapt_batch(record)))
+    assert got == [(4096, None), (4096, (16384, 0.004)), (16384, None), (16384, (65536, 0.004)), (65536, None)]
+    assert hooks.stop_early({"epoch": 3.0}) and not hooks.stop_early({"epoch": 2.9})
+
+
 def test_the_grown_batch_is_compared_with_the_fixed_one():
     fixed = dict(RECORDED_ADAPTIVE[0], steps_resolution=151, samples_resolution=618_496)
     grown = dict(RECORDED_ADAPTIVE[1], batches=[4096, 16384], steps_to_target=755, steps_resolution=38,
