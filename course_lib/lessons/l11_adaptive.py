@@ -107,6 +107,8 @@ def adaptive_rows(runs: dict, policy=None, reference=None) -> list[dict]:
             for _, _, b, _ in policy.chosen:
                 if b != batches[-1]:
                     batches.append(b)
+        elif any("batch" in p for p in r.probes):  # grown by hooks (:func:`grow_at`): the batch of each evaluation
+            batches = list(dict.fromkeys(p["batch"] for p in r.probes))
         else:
             batches = sorted({batch_at(r.config, e) for e in range(int(math.ceil(r.epochs or 1)))})
         rows.append({"run": label, "reached": r.reached, "steps_to_target": r.steps_to_target,
@@ -144,6 +146,48 @@ def adaptive_table(rows: list[dict]) -> Table:
                  **({"resolution (samples)": f"{r['samples_resolution']:,}" if r["reached"] else "-"} if res else {}),
                  "final HR@10": r["final_hr"]})
     return t
+
+
+def milestones_before(fixed, fractions=(0.5,)) -> tuple:
+    """The grown run's milestones, in epochs: ``fractions`` of the epochs the ``fixed`` run (a TrainResult at the
+    first batch) took to the target, or of the epochs it ran where it missed it, so the batch grows before the
+    target is reached and the grown run is not the fixed one again."""
+    if not all(0 < f < 1 for f in fractions):
+        raise ValueError(f"milestones_before(fractions={fractions}): each must be in (0, 1)")
+    span = fixed.epochs_to_target if fixed.reached else fixed.epochs
+    return tuple(round(f * span, 3) for f in sorted(fractions))
+
+
+def grow_at(milestones, factor: float, batch: int, lr: float, max_epochs: float):
+    """RunHooks for a batch multiplied by ``factor`` at each milestone (epochs, fractions allowed: the config's
+    ``milestones`` take whole epochs only, and a target reached within the first epoch needs them earlier), at the
+    first evaluation at or past it, the lr kept (``lr``); each evaluation's record carries the batch it trained at.
+    The run ends after ``max_epochs`` epochs of samples (:func:`epoch_budget`)."""
+    from ..train import RunHooks
+
+    state = {"batch": batch, "left": sorted(milestones)}
+
+    def grow(record: dict):
+        if not state["left"] or record["epoch"] < state["left"][0] - 1e-9:
+            return None
+        state["left"].pop(0)
+        state["batch"] = int(round(state["batch"] * factor))
+        return state["batch"], lr
+
+    return RunHooks(on_eval=lambda model, point: {"batch": state["batch"]}, adapt_batch=grow,
+                    stop_early=epoch_budget(max_epochs))
+
+
+def milestone_comparisons(rows: list[dict]) -> list[compare.Comparison]:
+    """The batch grown at milestones (the second row) against the fixed batch (the first): its steps and samples
+    to the target over the fixed run's, each known to its last evaluation interval ("lower": growing the batch
+    reached the target in fewer steps, or samples, by more than :data:`STEPS_EFFECT`). Empty where either missed
+    the target."""
+    fixed, grown = rows[0], rows[1]
+    if not (fixed["reached"] and grown["reached"] and _resolved(rows[:2])):
+        return []
+    return [_count_ratio(f"{key} to target, {grown['run']} / {fixed['run']}", grown, fixed, key)
+            for key in ("steps", "samples")]
 
 
 def _same_run(r: dict, q: dict) -> bool:

@@ -20,37 +20,40 @@ Every verdict is a :class:`course_lib.compare.Comparison`, shown with :func:`cou
 from __future__ import annotations
 
 
-from .l11_noise_scale import (ncf_loss, ncf_sampler, noise_probe, mlm_loss, mlm_sampler, probe_steps,
-    mlm_noise_probe, bert_setting, curve_resolution, mlm_b_simple_at_target, mlm_noise_table, plot_mlm_noise, sig,
-    at_its_error, count, noise_table, b_simple_at_target, probe_cost_table, trend_comparison, b_simple_estimate)
-from .l11_critical_batch import (steps_rows_from_lesson02, best_steps_rows, rule_runs_from_lesson02, tuned_sweep,
-    unbracketed, sweep_cost, tuned_rows, tuned_table, critical_batch, fit_estimates, lesson02_fit, plot_noise_and_bend,
-    two_point_critical_batch, bert_steps_table, two_point_range, samples_to_target, samples_resolution,
-    bend_comparison, noise_comparison, bert_noise_comparison, NOISE_FACTOR, SWEEP_LR_FACTORS)
-from .l11_sharpness import (sharpness, sharpness_rows, sharpness_table, landscape, plot_landscape, growth_table,
-    batch_at, hr_se, sharpness_comparisons, growth_comparisons, EIGEN_TOL, SHARPNESS_EFFECT)
-from .l11_batchnorm import (bn_spec, bn_table, plot_bn, bn_comparisons, ACC_EFFECT, PACE_DRIFT)
-from .l11_adaptive import (adaptive_batch_policy, epoch_budget, adaptive_rows, adaptive_table, switch_comparisons,
-    reference_comparison, adaptive_comparisons, STEPS_EFFECT, SAME_SETTING)
-from .l11_scaling import (fit_power_law, power_law_error, size_for_error, subsample_train, scaling_runs,
-    mlm_scaling_runs, scaling_prediction, scaling_setting, law_text, scaling_table, longer_run, size_scaling,
-    sized_bert_config, scaling_comparisons, PREDICTION_GOAL, SCALING_NOISE, SCALING_FLOOR, SCALING_REST_S)
+from .l11_noise_scale import (
+    ncf_loss, ncf_sampler, noise_probe, mlm_loss, mlm_sampler, probe_steps, mlm_noise_probe, bert_setting,
+    lesson07_precision, mlm_b_simple_at_target, mlm_noise_table, plot_mlm_noise, sig, at_its_error,
+    count, noise_table, b_simple_at_target, probe_cost_table, trend_comparison, b_simple_estimate)
+from .l11_critical_batch import (
+    steps_rows_from_lesson02, best_steps_rows, rule_runs_from_lesson02, tuned_sweep, unbracketed, sweep_cost,
+    tuned_rows, tuned_table, critical_batch, fit_estimates, lesson02_fit, plot_noise_and_bend, samples_to_target,
+    samples_resolution, bend_comparison, noise_comparison, NOISE_FACTOR, SWEEP_LR_FACTORS)
+from .l11_sharpness import (
+    sharpness, sharpness_rows, sharpness_table, landscape, plot_landscape, growth_table, batch_at, hr_se,
+    sharpness_comparisons, growth_comparisons, EIGEN_TOL, SHARPNESS_EFFECT)
+from .l11_batchnorm import (
+    bn_spec, bn_table, plot_bn, bn_comparisons, ACC_EFFECT, PACE_DRIFT)
+from .l11_adaptive import (
+    adaptive_batch_policy, epoch_budget, adaptive_rows, adaptive_table, switch_comparisons, reference_comparison,
+    adaptive_comparisons, milestones_before, grow_at, milestone_comparisons, STEPS_EFFECT, SAME_SETTING)
+from .l11_scaling import (
+    fit_power_law, power_law_error, size_for_error, subsample_train, scaling_runs, plateau, exponent_estimate,
+    scaling_prediction, scaling_setting, law_text, scaling_table, scaling_comparisons, PREDICTION_GOAL, SCALING_NOISE)
 
 __all__ = [
     "ncf_loss", "ncf_sampler", "noise_probe", "mlm_loss", "mlm_sampler", "probe_steps", "mlm_noise_probe",
-    "bert_setting", "curve_resolution", "mlm_b_simple_at_target", "mlm_noise_table", "plot_mlm_noise", "sig",
-    "at_its_error", "count", "noise_table", "b_simple_at_target", "probe_cost_table", "trend_comparison",
-    "b_simple_estimate", "steps_rows_from_lesson02", "best_steps_rows", "rule_runs_from_lesson02", "tuned_sweep",
-    "unbracketed", "sweep_cost", "tuned_rows", "tuned_table", "critical_batch", "fit_estimates", "lesson02_fit",
-    "plot_noise_and_bend",
-    "two_point_critical_batch", "bert_steps_table", "two_point_range", "samples_to_target", "samples_resolution",
-    "bend_comparison", "noise_comparison", "bert_noise_comparison", "NOISE_FACTOR", "SWEEP_LR_FACTORS", "sharpness",
-    "sharpness_rows", "sharpness_table", "landscape", "plot_landscape", "growth_table", "batch_at", "hr_se",
-    "sharpness_comparisons", "growth_comparisons", "EIGEN_TOL", "SHARPNESS_EFFECT", "bn_spec", "bn_table", "plot_bn",
-    "bn_comparisons", "ACC_EFFECT", "PACE_DRIFT", "adaptive_batch_policy", "epoch_budget", "adaptive_rows",
-    "adaptive_table", "switch_comparisons", "reference_comparison", "adaptive_comparisons", "STEPS_EFFECT",
+    "bert_setting", "lesson07_precision", "mlm_b_simple_at_target", "mlm_noise_table",
+    "plot_mlm_noise", "sig", "at_its_error", "count", "noise_table", "b_simple_at_target", "probe_cost_table",
+    "trend_comparison", "b_simple_estimate", "steps_rows_from_lesson02", "best_steps_rows", "rule_runs_from_lesson02",
+    "tuned_sweep", "unbracketed", "sweep_cost", "tuned_rows", "tuned_table", "critical_batch", "fit_estimates",
+    "lesson02_fit", "plot_noise_and_bend", "samples_to_target", "samples_resolution", "bend_comparison",
+    "noise_comparison", "NOISE_FACTOR", "SWEEP_LR_FACTORS", "sharpness", "sharpness_rows", "sharpness_table",
+    "landscape", "plot_landscape", "growth_table", "batch_at", "hr_se", "sharpness_comparisons", "growth_comparisons",
+    "EIGEN_TOL", "SHARPNESS_EFFECT", "bn_spec", "bn_table", "plot_bn", "bn_comparisons", "ACC_EFFECT", "PACE_DRIFT",
+    "adaptive_batch_policy", "epoch_budget", "adaptive_rows", "adaptive_table", "switch_comparisons",
+    "reference_comparison", "adaptive_comparisons", "milestones_before", "grow_at", "milestone_comparisons",
+    "STEPS_EFFECT",
     "SAME_SETTING", "fit_power_law", "power_law_error", "size_for_error", "subsample_train", "scaling_runs",
-    "mlm_scaling_runs", "scaling_prediction", "scaling_setting", "law_text", "scaling_table", "longer_run",
-    "size_scaling", "sized_bert_config", "scaling_comparisons", "PREDICTION_GOAL", "SCALING_NOISE",
-    "SCALING_FLOOR", "SCALING_REST_S",
+    "plateau", "exponent_estimate", "scaling_prediction", "scaling_setting", "law_text", "scaling_table",
+    "scaling_comparisons", "PREDICTION_GOAL", "SCALING_NOISE",
 ]

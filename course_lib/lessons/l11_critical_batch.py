@@ -279,51 +279,6 @@ def plot_noise_and_bend(result, fit: dict, rule_rows: list[dict] | None = None, 
     return fig
 
 
-def two_point_critical_batch(rows: list[dict]) -> float | None:
-    """``B_crit`` of ``S = S_min (1 + B_crit / B)`` through two measured points, exactly:
-    ``S1 - S2 = B_crit (S2 / B1 - S1 / B2)``. ``math.inf`` when the steps fell at least in proportion
-    to the batch (no bend between them), None when they did not fall (both past the bend)."""
-    (b1, s1), (b2, s2) = sorted((r["batch size"], r["steps to target"]) for r in rows)
-    if s1 <= s2:
-        return None
-    den = s2 / b1 - s1 / b2
-    return math.inf if den <= 0 else (s1 - s2) / den
-
-
-def bert_steps_table(rows: list[dict] | None, target_loss: float | None = None) -> Table:
-    """Lesson 07's two measured points, the rows :func:`bert_noise_comparison` reads: Adam's steps to the target
-    loss at each batch."""
-    at = "" if target_loss is None else f" {target_loss:.3g}"
-    res = bool(rows) and all(r.get("resolution (steps)") for r in rows)
-    t = Table(["batch size", "steps to target"] + (["resolution (steps)"] if res else []),
-              title=f"lesson 07's Adam: steps to its target loss{at}"
-              + ("" if rows else " (missing: run lesson 07 in this profile first)"))
-    for r in sorted(rows or [], key=lambda r: r["batch size"]):
-        t.add(**{"batch size": r["batch size"], "steps to target": r["steps to target"],
-                 **({"resolution (steps)": r["resolution (steps)"]} if res else {})})
-    return t
-
-
-def two_point_range(rows: list[dict]) -> tuple[float, float] | None:
-    """The two-point ``B_crit`` over the counts each row's resolution leaves (the target crossed in ``(steps -
-    resolution, steps]``): it grows with the small batch's steps and falls with the large batch's, so its ends are two
-    corners; ``math.inf`` at the top where the steps there could have fallen in proportion, 0 at the bottom where they
-    could have not fallen at all. None where a row has no resolution."""
-    (b1, s1, r1), (b2, s2, r2) = sorted((r["batch size"], r["steps to target"], r.get("resolution (steps)"))
-                                        for r in rows)
-    if not (r1 and r2):
-        return None
-
-    def at(x1, x2):
-        c = two_point_critical_batch([{"batch size": b1, "steps to target": x1},
-                                      {"batch size": b2, "steps to target": x2}])
-        return 0.0 if c is None else c
-
-    return at(s1 - r1, s2), at(s1, s2 - r2)
-
-
-
-
 def samples_to_target(r) -> int | None:
     """Training samples seen when the run first reached its target (epochs to target times its samples per
     epoch; exact for the adaptive run, whose epochs count samples; to a partial batch for the others)."""
@@ -377,12 +332,3 @@ def noise_comparison(b_simple: float, stderr: float, fit: dict) -> compare.Compa
     McCandlish et al. report; "higher"/"lower": outside it; None without a positive fitted B_crit."""
     return _ratio_to_crit("B_simple / B_crit, NeuMF", b_simple, stderr, fit["b_crit"], fit["range"],
                           "B_crit's 95% range")
-
-
-def bert_noise_comparison(b_simple: float, stderr: float, rows: list[dict] | None) -> compare.Comparison | None:
-    """BERT: B_simple over the B_crit through lesson 07's two points, that B_crit's range the counts' evaluation
-    spacing leaves (:func:`two_point_range`); None without both points or where they give no finite B_crit."""
-    if not rows:
-        return None
-    return _ratio_to_crit("B_simple / B_crit, BERT (two points)", b_simple, stderr, two_point_critical_batch(rows),
-                          two_point_range(rows), "B_crit's range at the evaluation spacing")

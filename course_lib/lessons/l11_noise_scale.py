@@ -110,11 +110,9 @@ def mlm_noise_probe(data, b_small: int, b_big: int, repeats: int, at_steps=None,
 
 
 def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None = None) -> dict:
-    """Lesson 07's small-batch Adam run as lesson 11 repeats it with the probe, and what lesson 07
-    measured to compare with: its model, sequence length, both batches, the run's steps and peak lr,
-    the target loss and Adam's steps to it at each batch (``rows``, None when lesson 07 is missing, from
-    another profile, or either run missed the target). Without lesson 07: its defaults for this
-    profile and no rows. ``steps`` overrides the run's length."""
+    """Lesson 07's small-batch Adam run as lesson 11 repeats it with the probe: its model, sequence length, both
+    batches (the figure draws them), the run's steps, peak lr and precision (:func:`lesson07_precision`), and the
+    target loss. Without lesson 07's result in this profile: its defaults. ``steps`` overrides the run's length."""
     from .l07_bert_lamb import saved_setting
     from ..train.mlm import MLMTrainConfig
 
@@ -123,39 +121,35 @@ def bert_setting(saved07: dict | None, profile: str, plan, *, steps: int | None 
     smoke = profile == "smoke"
     small = min(r["global_batch_size"] for r in saved07["runs"]) if ok else (8 if smoke else 32)
     large = max(r["global_batch_size"] for r in saved07["runs"]) if ok else small * plan.bert_large_batch_factor
-    runs = {r["label"]: r for r in saved07["runs"]} if ok else {}
-    base = runs.get(f"adam b={small}")
+    base = {r["label"]: r for r in saved07["runs"]}.get(f"adam b={small}") if ok else None
     n = steps or (base["steps"] if base else (8 if smoke else 240))
     # lesson 07 tunes its small-batch lr (a sweep): its chosen peak lr, else Adam's default
     lr = base["peak_lr"] if base and base.get("peak_lr") else 1e-3
     cfg = MLMTrainConfig(optimizer="adam", global_batch_size=small, micro_batch_size=small, base_lr=lr,
                          base_batch_size=small, max_steps=n, warmup_steps=round(0.1 * n),
                          eval_every_steps=max(1, n // 20), model=lesson07["model"],
-                         precision="fp32", dropout=0.0, seed=0, label=f"adam b={small} (noise probe)")
-    rows = None
-    # the large batch's Adam run at its best lr, seed 0: saved first (its label is the sweep's, "adam b=L, sqrt rule
-    # xF")
-    top = next((r for r in saved07["runs"]
-                if r["label"].startswith("adam") and r["global_batch_size"] == large), None) \
-        if ok else None
-    if base and top and base.get("steps_to_loss") and top.get("steps_to_loss"):
-        rows = [{"batch size": r["global_batch_size"], "steps to target": r["steps_to_loss"],
-                 "resolution (steps)": curve_resolution(r.get("eval_loss_curve"), r["steps_to_loss"])}
-                for r in (base, top)]
+                         precision=lesson07_precision(base, saved07 if ok else None), dropout=0.0, seed=0,
+                         label=f"adam b={small} (noise probe)")
     source = ("lesson 07's small-batch Adam run" if base else
               "lesson 07's defaults (run lesson 07 first to compare with its measurements)")
     return {"config": cfg, "seq_len": lesson07["seq_len"], "vocab_size": lesson07["vocab_size"], "small_batch": small,
-            "large_batch": large, "target_loss": lesson07["target_loss"], "rows": rows, "source": source}
+            "large_batch": large, "target_loss": lesson07["target_loss"], "source": source}
 
 
-def curve_resolution(curve, at: int) -> int | None:
-    """How precisely a saved run's steps to target ``at`` are known: the steps between the evaluation there and the
-    one before, from its ``[[step, loss], ...]`` curve (lesson 07's ``eval_loss_curve``); None without one."""
-    steps = [int(p[0]) for p in curve or []]
-    if at not in steps:
-        return None
-    i = steps.index(at)
-    return at - steps[i - 1] if i > 0 else at
+LESSON07_PRECISION = "auto"  # lesson 07's notebook trains in "auto": bf16 where the hardware has it natively
+
+
+def lesson07_precision(run: dict | None, saved07: dict | None) -> str:
+    """The precision lesson 07 trained its runs in: the saved run's (a mode, or the loop's precision record), else
+    its saved result's, else lesson 07's own setting (:data:`LESSON07_PRECISION`), so the rerun here is
+    lesson 07's run."""
+    for where in (run or {}, saved07 or {}):
+        p = where.get("precision")
+        if isinstance(p, dict):
+            p = p.get("mode")
+        if p:
+            return str(p)
+    return LESSON07_PRECISION
 
 
 def mlm_b_simple_at_target(record: dict, target_loss: float | None) -> dict:

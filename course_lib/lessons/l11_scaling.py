@@ -10,7 +10,6 @@ import torch
 
 from .. import compare
 from ..tables import Table
-from .l11_adaptive import SAME_SETTING
 
 def fit_power_law(sizes, errors, grid: int = 400) -> dict:
     """Hestness et al. (2017, "Deep Learning Scaling is Predictable, Empirically"): the held-out error falls
@@ -83,40 +82,45 @@ def subsample_train(data, fraction: float, seed: int = 0):
                    train_items=data.train_items[keep])
 
 
-def scaling_runs(data, cfg, steps: int, fractions, *, device=None, seed: int = 0, evals: int = 12) -> list[dict]:
-    """NeuMF trained on each ``fraction`` of the training set for the same ``steps`` (the smaller sets seen more
-    often: Hestness et al. train each size to its best), evaluated ``evals`` times; one row per size:
-    interactions, the best held-out HR@10 over its evaluation points, error ``1 - HR``."""
-    from ..train import train_to_target
+def plateau(patience: int):
+    """``stop_early`` for a scaling run: stop once the held-out HR@10 has not beaten its best for ``patience``
+    evaluations (early stopping on the held-out metric: the run kept to its best is the converged one)."""
+    best = {"hr": -math.inf, "since": 0}
+
+    def stop(point: dict) -> bool:
+        hr = point.get("hr")
+        if hr is not None and hr > best["hr"]:
+            best.update(hr=hr, since=0)
+        else:
+            best["since"] += 1
+        return best["since"] >= patience
+
+    return stop
+
+
+def scaling_runs(data, cfg, fractions, *, max_steps: int, device=None, seed: int = 0, patience: int = 4,
+                 evals_per_epoch: int = 4, min_eval_steps: int = 20) -> list[dict]:
+    """NeuMF trained on each ``fraction`` of the training set until its held-out HR@10 stops improving
+    (:func:`plateau`: ``patience`` evaluations without a new best, evaluated ``evals_per_epoch`` times per epoch of
+    that subset, at least every ``min_eval_steps`` steps), or ``max_steps``: each size at its own best, as Hestness
+    et al. train each size to convergence. One row per size: interactions, the best held-out HR@10, error
+    ``1 - HR``, the step of the best, the steps run and whether the plateau (not the cap) ended it."""
+    from ..train import RunHooks, train_to_target
     from ..train.ncf import steps_per_epoch
 
     rows = []
     for f in fractions:
         sub = subsample_train(data, f, seed)
-        epochs = steps / steps_per_epoch(sub, cfg)
-        r = train_to_target(sub, cfg.replace(max_epochs=epochs, eval_every_epochs=epochs / evals, stop_at_target=False),
-                            device=device, progress="none", label=f"{f:.3g} of train")
-        rows.append({"fraction": f, "size": sub.num_train, "metric": r.best_hr, "error": 1 - r.best_hr,
+        per_epoch = steps_per_epoch(sub, cfg)
+        every = max(min_eval_steps, per_epoch / evals_per_epoch) / per_epoch
+        r = train_to_target(sub, cfg.replace(max_epochs=max_steps / per_epoch, eval_every_epochs=every,
+                                             stop_at_target=False), device=device, progress="none",
+                            label=f"{f:.3g} of train", hooks=RunHooks(stop_early=plateau(patience)))
+        hrs = [(h, st) for h, st in zip(r.curve["hr"], r.curve["step"]) if h is not None]
+        best_hr, best_step = max(hrs, key=lambda p: (p[0], -p[1]))
+        rows.append({"fraction": f, "size": sub.num_train, "metric": best_hr, "error": 1 - best_hr,
+                     "best_step": best_step, "steps": r.steps, "converged": bool(r.stopped_early),
                      "train_time_s": r.train_time_s})
-    return rows
-
-
-def mlm_scaling_runs(data, cfg, fractions, *, device=None) -> list[dict]:
-    """The same for BERT (lesson 07's model and corpus): each run on the first ``fraction`` of the training
-    sequences for ``cfg.max_steps`` steps, scored by its best held-out masked-LM loss (the same held-out
-    sequences for every size); the loss is the error the law is fitted to."""
-    from dataclasses import replace
-
-    from ..train.mlm import train_mlm
-
-    rows = []
-    for f in fractions:
-        if not 0 < f <= 1:
-            raise ValueError(f"mlm_scaling_runs: fraction {f} must be in (0, 1]")
-        n = max(1, round(f * data.num_train))
-        record = train_mlm(cfg, replace(data, train_ids=data.train_ids[:n]), device=device, progress="none")
-        rows.append({"fraction": f, "size": n, "metric": record["best_eval_loss"], "error": record["best_eval_loss"],
-                     "train_time_s": record["train_time_s"]})
     return rows
 
 
@@ -149,15 +153,24 @@ SCALING_NOISE = 0.02
 
 
 def scaling_setting(base_cfg, data, profile: str, batch_size: int) -> tuple:
-    """The setting of every size's run and its steps: ``batch_size`` (sqrt rule from the base), the same steps
-    for every size (full: 1.5 epochs of the whole training set, so the six runs cost about nine epochs of
-    samples; smoke: 1)."""
+    """The setting of every size's run and its cap on steps: ``batch_size`` (sqrt rule from the base), at most
+    5 epochs of the whole training set (full; smoke: 1): the plateau ends each size before it on this data."""
     from ..config import pick
     from ..sweeps import scaled_config
     from ..train.ncf import epochs_to_steps
 
     cfg = scaled_config(base_cfg, batch_size, "sqrt", base_batch_size=base_cfg.global_batch_size)
-    return cfg, epochs_to_steps(pick(profile, full=1.5, smoke=1.0), data, cfg)
+    return cfg, epochs_to_steps(pick(profile, full=5.0, smoke=1.0), data, cfg)
+
+
+def exponent_estimate(rows: list[dict], fit: dict, what: str = "NeuMF") -> compare.Estimate:
+    """The law's exponent ``b`` with its standard error: the slope of ``log(err - c)`` on ``log N`` over the fitted
+    ``rows``, the floor ``c`` held at its fit (the floor's own uncertainty left out: a lower bound on the error);
+    ``n - 2`` degrees of freedom, one seed per size."""
+    line = compare.line_fit([math.log(r["size"]) for r in rows], [math.log(r["error"] - fit["c"]) for r in rows])
+    return compare.estimate(f"{what}: the law's exponent b", -line.slope, line.slope_se, df=line.df,
+                            basis=f"slope of log(err - c) on log N, c held at its fit; {len(rows)} sizes, one seed "
+                                  f"each, {line.df} df")
 
 
 def law_text(fit: dict) -> str:
@@ -166,87 +179,29 @@ def law_text(fit: dict) -> str:
     return f"{fit['a']:.3g} N^{-fit['b']:+.3f} + {fit['c']:.3f}"
 
 
-def scaling_table(rows: list[dict], pred: dict, held_out: dict | None = None, size: str = "training interactions",
-                  metric: str = "held-out HR@10", error: str = "error 1 - HR") -> Table:
-    """The fitted sizes, then the held-out one (``held_out``: its row), with the law's error at each. The
-    column names say what was measured (NeuMF's defaults; BERT: sequences, held-out loss)."""
-    t = Table([size, "fraction", metric, error, "the law's error"],
-              title=f"err(N) = {law_text(pred['fit'])} "
-                    "(fitted on all rows but the held-out one)")
-    for r in rows:
-        t.add(**{size: f"{r['size']:,}", "fraction": f"{r['fraction']:.3g}", metric: f"{r['metric']:.4f}",
-                 error: f"{r['error']:.4f}", "the law's error": f"{power_law_error(pred['fit'], r['size']):.4f}"})
-    t.add(**{size: f"{pred['size']:,} (held out)", "fraction": f"{held_out['fraction']:.3g}" if held_out else "-",
-             metric: f"{held_out['metric']:.4f}" if held_out else "-", error: f"{pred['measured_error']:.4f}",
-             "the law's error": f"{pred['predicted_error']:.4f} (predicted)"})
+def scaling_table(rows: list[dict], pred: dict, held_out: dict | None = None) -> Table:
+    """The fitted sizes, then the held-out one (``held_out``: its row), each at its best held-out HR@10 and the step
+    of that best, with the law's error at each; "plateau" says early stopping ended the run, "cap" that the cap
+    on steps did (that size may not have converged)."""
+    t = Table(["training interactions", "fraction", "held-out HR@10", "error 1 - HR", "best at step", "ended by",
+               "the law's error"],
+              title=f"err(N) = {law_text(pred['fit'])} (fitted on all rows but the held-out one; each size at its "
+                    "best)")
+    for r, last in [(r, False) for r in rows] + ([(held_out, True)] if held_out else []):
+        law = f"{power_law_error(pred['fit'], r['size']):.4f}"
+        t.add(**{"training interactions": f"{r['size']:,}" + (" (held out)" if last else ""),
+                 "fraction": f"{r['fraction']:.3g}", "held-out HR@10": f"{r['metric']:.4f}",
+                 "error 1 - HR": f"{r['error']:.4f}", "best at step": f"{r['best_step']:,}",
+                 "ended by": "plateau" if r["converged"] else "cap",
+                 "the law's error": law + (" (predicted)" if last else "")})
     return t
 
 
-def longer_run(result, cfg, steps: int, label: str = "section 1's run") -> dict | None:
-    """``result`` (a NeuMF run on the whole training set) as the scaling runs' whole-set run trained past their
-    ``steps``, where it is in ``cfg``'s setting (the same batch, lr, optimizer, schedule and seed): its HR@10 at the
-    evaluation nearest ``steps`` and its best, for :func:`scaling_comparisons`. None in another setting, or when it
-    trained no further than ``steps``."""
-    c = result.config
-    for k in SAME_SETTING:
-        if k in c and hasattr(cfg, k):
-            a, b = c[k], getattr(cfg, k)
-            same = math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and isinstance(b, float) else a == b
-            if not same:
-                return None
-    pts = [(st, h) for st, h in zip(result.curve.get("step", []), result.curve.get("hr", [])) if h is not None]
-    if not pts or pts[-1][0] <= steps:
-        return None
-    near = min(pts, key=lambda p: abs(p[0] - steps))
-    best = max(pts, key=lambda p: p[1])
-    return {"label": label, "scaling_steps": steps, "steps": near[0], "metric": near[1], "best_steps": best[0],
-            "best": best[1]}
-
-
-SCALING_FLOOR = 1 / 3  # the shortest scaling runs: a third of the full plan's steps (0.5 epoch of the whole NeuMF
-# training set, a third of lesson 07's BERT run); shorter, the larger sizes stop before their best and the fit reads
-# the budget instead of the data
-SCALING_REST_S = 40.0  # the lesson's cells after the scaling sections (the BatchNorm launch, the figures, the save)
-
-
-def size_scaling(budget: float, elapsed_s: float, *, neumf_run, neumf_eval_run, neumf_runs: int, neumf_steps: int,
-                 neumf_evals: int, bert_run: dict, bert_runs: int, bert_steps: int, rest_s: float = SCALING_REST_S):
-    """The two scaling sections (NeuMF's and BERT's runs at several data sizes, the last and costliest of the
-    lesson) sized to what the lesson's ``budget`` has left after ``elapsed_s`` seconds and ``rest_s`` for the cells
-    after them: :func:`course_lib.budget.size_plan` over their runs, at the paces this lesson's own runs measured
-    (``neumf_run``: a NeuMF run at the scaling batch; ``neumf_eval_run``: one without probes, for the cost of an
-    evaluation; ``bert_run``: the BERT run at lesson 07's setting). Every run's steps are cut alike (the same sizes,
-    the same fit), down to :data:`SCALING_FLOOR`."""
-    from ..budget import Runs, size_plan
-
-    def per(total, n):
-        return total / max(1, n)
-
-    neumf_step = per(neumf_run.train_time_s, neumf_run.steps)
-    neumf_eval = per(neumf_eval_run.eval_time_s, len(neumf_eval_run.curve.get("step", [])))
-    bert_step = per(bert_run["train_time_s"], bert_run["steps"])
-    bert_eval = per(bert_run["eval_time_s"], len(bert_run["curves"]["eval_step"]))
-    runs = [Runs("NeuMF sizes", neumf_runs, neumf_steps, neumf_step, overhead_s=neumf_evals * neumf_eval),
-            Runs("BERT sizes", bert_runs, bert_steps, bert_step,
-                 overhead_s=len(bert_run["curves"]["eval_step"]) * bert_eval)]
-    left = budget - elapsed_s - rest_s
-    return size_plan(runs, max(left, 1.0), floor_scale=SCALING_FLOOR)
-
-
-def sized_bert_config(cfg, steps: int):
-    """Lesson 07's BERT setting (``cfg``, as :func:`bert_setting` builds it) at ``steps`` steps, with the same
-    rules for its warmup (a tenth) and evaluations (twenty)."""
-    return cfg.replace(max_steps=steps, warmup_steps=round(0.1 * steps), eval_every_steps=max(1, steps // 20))
-
-
-def scaling_comparisons(pred: dict, what: str, longer: dict | None = None,
-                        noise: float = SCALING_NOISE) -> list[compare.Comparison]:
-    """Hestness et al.'s check on ``what`` (NeuMF, BERT): the held-out size's error against the law's prediction
-    ("same": predicted within :data:`PREDICTION_GOAL`), and against the largest fitted size's error ("lower": more
-    data lowered it; "same": it did not move at these steps). One run's error has the relative standard error
-    ``noise``, or the law's rms miss at its fitted sizes where that is larger. With ``longer``
-    (:func:`longer_run`): the same model on the whole set, its best error with more steps against the held-out
-    run's ("lower": the steps, not the data, held these runs)."""
+def scaling_comparisons(pred: dict, what: str, noise: float = SCALING_NOISE) -> list[compare.Comparison]:
+    """Hestness et al.'s check on ``what``: the held-out size's error against the law's prediction ("same":
+    predicted within :data:`PREDICTION_GOAL`), and against the largest fitted size's error ("lower": more data
+    lowered it). One run's error has the relative standard error ``noise``, or the law's rms miss at its fitted
+    sizes where that is larger."""
     one = max(pred.get("residual_rms") or 0.0, noise)
     out = [compare.quantity_ratio(f"{what}: held-out error, measured / the law's", pred["measured_error"] /
                                   pred["predicted_error"], math.hypot(one, pred.get("residual_rms") or 0.0),
@@ -257,8 +212,4 @@ def scaling_comparisons(pred: dict, what: str, longer: dict | None = None,
         out.append(compare.quantity_ratio(f"{what}: held-out error / at the largest fitted size",
                                           pred["measured_error"] / last, math.sqrt(2) * one, needed=PREDICTION_GOAL,
                                           n="1/1", basis="two runs' noise"))
-    if longer:
-        out.append(compare.quantity_ratio(f"{what}: whole-set error, best with more steps / at the scaling steps",
-                                          (1 - longer["best"]) / pred["measured_error"], math.sqrt(2) * noise,
-                                          needed=PREDICTION_GOAL, n="1/1", basis="two evaluations' noise"))
     return out

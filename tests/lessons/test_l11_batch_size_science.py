@@ -85,37 +85,28 @@ def test_bert_b_simple_at_target_takes_the_first_probe_there():
 PLAN = SimpleNamespace(bert_model="mini", bert_seq_len=64, bert_vocab_size=4096, bert_large_batch_factor=8)
 
 
-def test_bert_setting_repeats_lesson07s_small_adam_run_and_reads_its_steps():
+def test_bert_setting_repeats_lesson07s_small_adam_run_in_its_precision():
     saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 5.1, "runs": [
         {"label": "adam b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 228},
         {"label": "lamb b=32", "global_batch_size": 32, "steps": 240, "steps_to_loss": 216},
-        {"label": "adam b=256, sqrt rule x0.5", "global_batch_size": 256, "steps": 120, "steps_to_loss": 48},
-        {"label": "adam b=256 (best lr, seed 1)", "global_batch_size": 256, "steps": 120, "steps_to_loss": 36}]}
+        {"label": "adam b=256, sqrt rule x0.5", "global_batch_size": 256, "steps": 120, "steps_to_loss": 48}]}
     got = study.bert_setting(saved, "full", PLAN)
     cfg = got["config"]
     assert ((cfg.optimizer, cfg.global_batch_size, cfg.max_steps, cfg.peak_lr, cfg.dropout)
             == ("adam", 32, 240, 1e-3, 0.0))
-    # no saved curves here: the counts' resolution is unknown
-    assert got["rows"] == [{"batch size": 32, "steps to target": 228, "resolution (steps)": None},
-                           {"batch size": 256, "steps to target": 48, "resolution (steps)": None}]
     assert (got["small_batch"], got["large_batch"], got["target_loss"]) == (32, 256, 5.1)
-    other = study.bert_setting(saved, "smoke", PLAN)  # another profile's result is not compared
-    assert other["rows"] is None and other["target_loss"] is None and "defaults" in other["source"]
-    missed = dict(saved, runs=[dict(r, steps_to_loss=None) if "256" in r["label"] else r for r in saved["runs"]])
-    assert study.bert_setting(missed, "full", PLAN)["rows"] is None
+    assert cfg.precision == study.lesson07_precision(None, None)  # lesson 07's own setting where none was saved
+    other = study.bert_setting(saved, "smoke", PLAN)  # another profile's result is not repeated
+    assert other["target_loss"] is None and "defaults" in other["source"]
 
 
-def test_curve_resolution_reads_the_interval_before_the_count():
-    curve32 = [[s, 8.0 - s / 10] for s in range(0, 81, 4)]  # lesson 07 evaluated every 4 steps at batch 32
-    curve256 = [[s, 8.0 - s / 5] for s in range(0, 41, 2)]  # and every 2 at 256
-    assert study.curve_resolution(curve32, 36) == 4 and study.curve_resolution(curve256, 22) == 2
-    assert study.curve_resolution(None, 36) is None and study.curve_resolution(curve32, 37) is None
-    saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 4.59,
-             "runs": [{"label": "adam b=32", "global_batch_size": 32, "steps": 80, "steps_to_loss": 36,
-                       "eval_loss_curve": curve32},
-                      {"label": "adam b=256 (best lr)", "global_batch_size": 256, "steps": 40, "steps_to_loss": 22,
-                       "eval_loss_curve": curve256}]}
-    assert [r["resolution (steps)"] for r in study.bert_setting(saved, "full", PLAN)["rows"]] == [4, 2]
+def test_lesson07s_precision_is_read_from_its_run_then_its_result():
+    assert study.lesson07_precision({"precision": "bf16"}, {"precision": "fp32"}) == "bf16"
+    assert study.lesson07_precision({"precision": {"mode": "bf16"}}, None) == "bf16"  # the loop's record
+    assert study.lesson07_precision({}, {"precision": "fp32"}) == "fp32"
+    saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 5.1,
+             "runs": [{"label": "adam b=32", "global_batch_size": 32, "steps": 80, "precision": "fp16"}]}
+    assert study.bert_setting(saved, "full", PLAN)["config"].precision == "fp16"
 
 
 # --------------------------------------------------------------------------- section 2: the critical batch
@@ -199,33 +190,6 @@ def test_the_noise_scale_against_b_crit_is_same_within_the_factor_and_decided_ou
     assert recorded["s_min"] > 0
     c = study.noise_comparison(6613, 1800, recorded)
     assert c.low <= c.estimate <= c.high and c.estimate == pytest.approx(6613 / recorded["b_crit"])
-
-
-def test_two_points_give_the_critical_batch_of_the_model_through_them():
-    for b_crit in (64, 500, 4000):
-        rows = [{"batch size": b, "steps to target": 100 * (1 + b_crit / b)} for b in (32, 256)]
-        assert study.two_point_critical_batch(rows) == pytest.approx(b_crit)
-    perfect = [{"batch size": 32, "steps to target": 800}, {"batch size": 256, "steps to target": 100}]
-    assert study.two_point_critical_batch(perfect) == math.inf
-    flat = [{"batch size": 32, "steps to target": 100}, {"batch size": 256, "steps to target": 100}]
-    assert study.two_point_critical_batch(flat) is None
-
-
-def test_bert_b_simple_against_two_points_widens_with_their_evaluation_spacing():
-    rows = [{"batch size": 32, "steps to target": 100 * (1 + 200 / 32)},
-            {"batch size": 256, "steps to target": 100 * (1 + 200 / 256)}]
-    assert study.bert_noise_comparison(300.0, 30.0, rows).outcome == compare.SAME
-    assert study.bert_noise_comparison(5000.0, 100.0, rows).outcome == compare.HIGHER
-    assert study.bert_noise_comparison(5000.0, 6000.0, rows).outcome == compare.UNRESOLVED
-    # a full run's counts: 36 steps known to 4 at batch 32, 22 known to 2 at batch 256
-    spaced = [{"batch size": 32, "steps to target": 36, "resolution (steps)": 4},
-              {"batch size": 256, "steps to target": 22, "resolution (steps)": 2}]
-    exact = [{k: v for k, v in r.items() if k != "resolution (steps)"} for r in spaced]
-    wide, narrow = study.bert_noise_comparison(86.0, 10.0, spaced), study.bert_noise_comparison(86.0, 10.0, exact)
-    assert wide.low < narrow.low and wide.high > narrow.high
-    assert study.bert_noise_comparison(100.0, 1.0, None) is None
-    perfect = [{"batch size": 32, "steps to target": 800}, {"batch size": 256, "steps to target": 100}]
-    assert study.bert_noise_comparison(100.0, 1.0, perfect) is None  # no finite B_crit to set it against
 
 
 def _fake_runs(steps_at, monkeypatch):
@@ -440,6 +404,35 @@ def test_the_adaptive_run_is_decided_where_its_counts_are_far_apart():
     assert "2,600 +/- 1,100" in str(study.adaptive_table(RECORDED_ADAPTIVE))
 
 
+def test_the_milestones_fall_before_the_fixed_runs_target():
+    fixed = SimpleNamespace(reached=True, epochs_to_target=1.0, epochs=1.0)
+    assert study.milestones_before(fixed, (0.5,)) == (0.5,)
+    assert study.milestones_before(fixed, (0.75, 0.25)) == (0.25, 0.75)
+    assert study.milestones_before(SimpleNamespace(reached=False, epochs_to_target=None, epochs=3.0)) == (1.5,)
+    with pytest.raises(ValueError, match="fractions"):
+        study.milestones_before(fixed, (1.0,))
+
+
+def test_the_batch_grows_once_at_each_milestone_mid_epoch():
+    hooks = study.grow_at((0.5, 0.75), 4, 4096, 0.004, 3.0)
+    got = []
+    for epoch in (0.25, 0.5, 0.625, 0.75, 1.0):
+        record = {"epoch": epoch, **hooks.on_eval(None, {"epoch": epoch})}
+        got.append((record["batch"], hooks.adapt_batch(record)))
+    assert got == [(4096, None), (4096, (16384, 0.004)), (16384, None), (16384, (65536, 0.004)), (65536, None)]
+    assert hooks.stop_early({"epoch": 3.0}) and not hooks.stop_early({"epoch": 2.9})
+
+
+def test_the_grown_batch_is_compared_with_the_fixed_one():
+    fixed = dict(RECORDED_ADAPTIVE[0], steps_resolution=151, samples_resolution=618_496)
+    grown = dict(RECORDED_ADAPTIVE[1], batches=[4096, 16384], steps_to_target=755, steps_resolution=38,
+                 samples_to_target=4_947_968, samples_resolution=618_496)
+    steps, samples = study.milestone_comparisons([fixed, grown, RECORDED_ADAPTIVE[2]])
+    assert steps.outcome == compare.LOWER  # 755 against 1,208 steps, each known to an eighth of an epoch
+    assert samples.outcome == compare.UNRESOLVED  # the same samples, each known to an eighth of an epoch
+    assert study.milestone_comparisons([fixed, dict(grown, reached=False), RECORDED_ADAPTIVE[2]]) == []
+
+
 # --------------------------------------------------------------------------- predictable scaling
 
 SIZES = [1e3, 3e3, 1e4, 3e4, 1e5, 3e5]
@@ -484,8 +477,8 @@ def test_the_subsample_keeps_the_held_out_set():
 
 
 def _rows(b):
-    return [{"fraction": n / 1e5, "size": int(n), "metric": 1 - (2 * n ** -b + 0.05), "error": 2 * n ** -b + 0.05}
-            for n in SIZES[:5]]
+    return [{"fraction": n / 1e5, "size": int(n), "metric": 1 - (2 * n ** -b + 0.05), "error": 2 * n ** -b + 0.05,
+             "best_step": 100, "steps": 200, "converged": True} for n in SIZES[:5]]
 
 
 def test_the_law_is_same_where_it_predicts_and_decided_off_where_it_misses():
@@ -494,7 +487,8 @@ def test_the_law_is_same_where_it_predicts_and_decided_off_where_it_misses():
     assert law.outcome == compare.SAME and data.outcome == compare.LOWER  # the law holds, more data helped
     off = study.scaling_prediction(_rows(0.35), {"size": 300_000, "error": 0.2})
     assert study.scaling_comparisons(off, "NeuMF")[0].outcome == compare.HIGHER
-    assert "held out" in str(study.scaling_table(_rows(0.35), exact))
+    held = dict(_rows(0.35)[-1], size=300_000, fraction=1.0, converged=False)
+    assert "held out" in str(study.scaling_table(_rows(0.35), exact, held))
     assert "N^+0.010" in study.law_text({"a": 6.7, "b": -0.01, "c": 0.0})
 
 
@@ -505,57 +499,48 @@ def test_a_law_that_misses_its_own_sizes_decides_nothing_at_the_held_out_one():
                             (252086, 1 / 4, 0.3755), (498056, 1 / 2, 0.2745))]
     pred = study.scaling_prediction(rows, {"size": 990027, "fraction": 1.0, "metric": 0.75, "error": 0.25})
     assert pred["residual_rms"] > study.PREDICTION_GOAL
-    longer = {"label": "section 1's run", "scaling_steps": 1016, "steps": 906, "metric": 0.7343, "best_steps": 1208,
-              "best": 0.80}
-    law, data, steps = study.scaling_comparisons(pred, "NeuMF", longer=longer)
+    law, data = study.scaling_comparisons(pred, "NeuMF")
     assert law.outcome == compare.UNRESOLVED
-    assert steps.outcome == compare.LOWER  # the same model went further with more steps: the steps held the runs
-    near = study.scaling_comparisons(pred, "NeuMF", longer={**longer, "best": 0.76})[2]
-    assert near.outcome == compare.UNRESOLVED  # 4% lower than the held-out run: within one run's noise
 
 
-def test_the_longer_run_stands_for_the_scaling_runs_only_in_their_setting():
-    setting = {"global_batch_size": 4096, "peak_lr": 0.004, "optimizer": "adam", "seed": 0}
-    run = SimpleNamespace(config=setting, curve={"step": [0, 302, 604, 906, 1208],
-                                                 "hr": [0.1, 0.4129, 0.6399, 0.7343, 0.7709]})
-    cfg = SimpleNamespace(**setting)
-    got = study.longer_run(run, cfg, 1016)
-    assert (got["steps"], got["metric"], got["best_steps"], got["best"]) == (906, 0.7343, 1208, 0.7709)
-    assert study.longer_run(run, SimpleNamespace(**{**setting, "peak_lr": 0.002}), 1016) is None
-    assert study.longer_run(run, cfg, 1208) is None  # it trained no further than the scaling runs
+def test_the_plateau_stops_after_patience_evaluations_without_a_new_best():
+    stop = study.plateau(3)
+    hrs = [0.3, 0.5, 0.6, 0.59, 0.6, 0.61, 0.6, 0.58, 0.605]
+    stops = [stop({"hr": h}) for h in hrs]
+    assert stops == [False] * 8 + [True]  # 0.61 the last best; three evaluations after it without a new one
 
 
-def _scaling_paces(neumf_step_s: float, bert_step_s: float):
-    """A NeuMF run (100 steps), a plain one with 10 evaluations of 0.5 s, and a BERT run (240 steps, 20
-    evaluations of 0.1 s) at the given paces: what lesson 11's earlier cells hand :func:`study.size_scaling`."""
-    neumf = SimpleNamespace(train_time_s=100 * neumf_step_s, steps=100, eval_time_s=99.0, curve={"step": [0]})
-    plain = SimpleNamespace(train_time_s=1.0, steps=10, eval_time_s=5.0, curve={"step": list(range(10))})
-    bert = {"train_time_s": 240 * bert_step_s, "steps": 240, "eval_time_s": 2.0,
-            "curves": {"eval_step": list(range(20))}}
-    return dict(neumf_run=neumf, neumf_eval_run=plain, neumf_runs=6, neumf_steps=1800, neumf_evals=12, bert_run=bert,
-                bert_runs=4, bert_steps=240)
+def test_each_size_trains_to_its_plateau_and_reports_its_best(monkeypatch):
+    import course_lib.train as train
+    import course_lib.train.ncf as ncf
+
+    seen = []
+
+    def fake(sub, cfg, *, hooks, **_):
+        seen.append(cfg)
+        curve = {"step": [0, 50, 100, 150, 200], "hr": [0.1, 0.4, 0.62, 0.6, 0.61]}
+        stopped = any(hooks.stop_early({"hr": h}) for h in curve["hr"][1:])
+        return SimpleNamespace(curve=curve, steps=200, stopped_early=stopped, train_time_s=1.0)
+
+    monkeypatch.setattr(train, "train_to_target", fake)
+    monkeypatch.setattr(ncf, "steps_per_epoch", lambda sub, cfg: 400)
+    data = SimpleNamespace(num_train=1000)
+    cfg = SimpleNamespace(replace=lambda **kw: SimpleNamespace(**kw))
+    (row,) = study.scaling_runs(data, cfg, (1.0,), max_steps=1200, patience=2)
+    assert (row["metric"], row["best_step"], row["steps"], row["converged"]) == (0.62, 100, 200, True)
+    assert seen[0].max_epochs == 3.0 and seen[0].eval_every_epochs == 0.25 and not seen[0].stop_at_target
+    assert "plateau" in str(study.scaling_table([dict(row, size=500, fraction=0.5)] * 3 + [row],
+                                                study.scaling_prediction(_rows(0.35), {"size": 3e5, "error": 0.1})))
 
 
-def test_the_scaling_sections_take_what_the_lessons_budget_has_left():
-    # full plan: 6 x (1800 x 0.01 + 12 x 0.5) + 4 x (240 x 0.1 + 20 x 0.1) = 144 + 104 = 248 s
-    fast = study.size_scaling(1000, 100, **_scaling_paces(0.01, 0.1))
-    assert not fast.cut and fast.steps(1800) == 1800 and round(fast.planned_full_s) == 248
-    # 400 s budget, 200 s gone, 40 s for the cells after: 160 s left, the runs' steps cut alike
-    cut = study.size_scaling(400, 200, **_scaling_paces(0.01, 0.1))
-    assert cut.cut and not cut.over_budget and cut.planned_s <= 160 + 1e-9
-    assert 1800 * study.SCALING_FLOOR <= cut.steps(1800) < 1800 and cut.steps(240) < 240
-    slow = study.size_scaling(400, 390, **_scaling_paces(0.05, 0.5))  # a slow machine: the floor
-    assert slow.over_budget and slow.steps(1800) == round(1800 * study.SCALING_FLOOR)
-
-
-def test_the_sized_bert_setting_keeps_its_rules():
-    from course_lib.train.mlm import MLMTrainConfig
-
-    cfg = MLMTrainConfig(optimizer="adam", global_batch_size=32, micro_batch_size=32, base_lr=1e-3, base_batch_size=32,
-                         max_steps=240, warmup_steps=24, eval_every_steps=12, model="mini")
-    short = study.sized_bert_config(cfg, 80)
-    assert (short.max_steps, short.warmup_steps, short.eval_every_steps) == (80, 8, 4)
-    assert short.peak_lr == cfg.peak_lr and short.global_batch_size == 32
+def test_the_exponent_comes_with_its_standard_error():
+    rows = _rows(0.35)
+    exact = study.exponent_estimate(rows, study.fit_power_law([r["size"] for r in rows], [r["error"] for r in rows]))
+    assert exact.value == pytest.approx(0.35, rel=0.02) and exact.se < 0.01
+    noisy = [dict(r, error=r["error"] * f) for r, f in zip(rows, (1.1, 0.9, 1.1, 0.9, 1.1))]
+    fit = study.fit_power_law([r["size"] for r in noisy], [r["error"] for r in noisy])
+    loose = study.exponent_estimate(noisy, fit)
+    assert loose.se > exact.se and loose.low < loose.value < loose.high
 
 
 # --------------------------------------------------------------------------- section 5: BatchNorm per rank
