@@ -286,6 +286,7 @@ def summary(record: dict, target: float, label: str | None = None) -> dict:
             "global_batch_size": record["config"]["global_batch_size"], "peak_lr": record["config"]["peak_lr"],
             "final_eval_loss": record["final_eval_loss"], "diverged": record["diverged"], "time_to_loss_s": secs,
             "steps_to_loss": steps, "seqs_per_s": record["seqs_per_s"],
+            "precision": (record.get("precision") or {}).get("mode"),  # lesson 11 reruns BERT in it
             "eval_loss_curve": list(zip(c["eval_step"], c["eval_loss"]))}
 
 
