@@ -20,20 +20,21 @@ ratio's zero-norm fallback is exactly 1, so a flat line at 1 is a layer with no 
 (in NeuMF, a ReLU tower whose units all stopped firing), not a layer LARS left alone.
 
 The race is a table per optimizer (:func:`race_table`: its lr grid, bracketed or not); its verdicts are
-:class:`course_lib.compare.Comparison` rows: LARS against the plain SGD it wraps (:func:`rescue_comparison`), a run
-that missed the target against the popularity ranking (:func:`race_comparisons`), the layer-wise optimizer against
-Adam at every seed (:meth:`course_lib.sweeps.Confirmed.time_comparison`). :func:`sweep_plan` sizes the SGD and LARS
-sweeps' cut runs to what the budget leaves after the full-length runs.
+:class:`course_lib.compare.Comparison` rows: LARS against the plain SGD it wraps (:func:`rescue_comparison`) and the
+layer-wise optimizer against Adam (:meth:`course_lib.sweeps.Confirmed.time_comparison`), both over every seed, and a
+run that missed the target against the popularity ranking (:func:`race_comparisons`). :func:`sweep_plan` sizes the
+SGD and LARS sweeps' cut runs to what the budget leaves after the full-length runs.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import matplotlib.pyplot as plt
 import torch
 
-from ..compare import HR_EFFECT, Comparison, Estimate, difference, estimate, slope
+from ..compare import HR_EFFECT, Comparison, Estimate, difference, estimate, mean_estimate, slope
 from ..metrics import hr_standard_error
 from ..tables import Table
 from ..sweeps import blew_up, race_rank
@@ -317,17 +318,35 @@ def _hr_difference(question: str, a: float, b: float, users: int) -> Comparison:
                       n="1/1", basis=f"evaluation's sampling error, {users:,} users")
 
 
-def rescue_comparison(results, *, users: int, plain: str = "sgd", layerwise: str = "lars") -> Comparison | None:
+def seed_difference(question: str, a: Sequence[float], b: Sequence[float], *, needed: float, resolution: float,
+                    basis: str) -> Comparison:
+    """``mean(b) - mean(a)`` from repeated measurements of each arm (seeds, not paired): Welch's t interval (each
+    arm's spread estimated separately, Welch-Satterthwaite degrees of freedom), as :func:`course_lib.compare.ratio`
+    takes on the log scale, plus ``resolution``. An arm measured once contributes no spread: with a single
+    measurement in either arm the interval is the resolution alone."""
+    ea, eb = mean_estimate(question, a), mean_estimate(question, b)
+    sa, sb = (0.0, 0.0) if min(len(a), len(b)) < 2 else (ea.se, eb.se)
+    df = (sa ** 2 + sb ** 2) ** 2 / (sa ** 4 / (len(a) - 1) + sb ** 4 / (len(b) - 1)) if sa or sb else None
+    return difference(question, ea.value, sa, eb.value, sb, needed=needed, df=df, resolution=resolution,
+                      n=f"{len(a)}/{len(b)}", basis=basis)
+
+
+def rescue_comparison(plain_runs, layerwise_runs, *, users: int) -> Comparison | None:
     """The question the lesson's SGD and LARS runs answer: at the same batch, does the trust ratio let momentum SGD
-    reach a higher HR@10? ``layerwise``'s best full-length run's best HR@10 minus ``plain``'s, each known to the
-    evaluation's sampling error over ``users`` users (``higher``: LARS learned more). None where either blew up at
-    every lr."""
-    best = best_runs(results)
-    a, b = best.get(plain), best.get(layerwise)
-    if a is None or b is None:
+    reach a higher HR@10? The mean best HR@10 of ``layerwise_runs`` (LARS at its best lr, a run per seed) minus that
+    of ``plain_runs`` (plain SGD at its best lr, the same seeds): :func:`seed_difference`, the seeds' spread widened
+    by the evaluation's sampling error over ``users`` users (the same users at every seed, so the seeds' spread does
+    not hold it). ``higher``: LARS learned more. None where either arm's race run blew up (every lr of it did)."""
+    if not plain_runs or not layerwise_runs or blew_up(plain_runs[0]) or blew_up(layerwise_runs[0]):
         return None
-    return _hr_difference(f"best HR@10, {layerwise} lr {b.config['peak_lr']:.3g} - {plain} lr "
-                          f"{a.config['peak_lr']:.3g}", _best_hr(a), _best_hr(b), users)
+    a, b = [_best_hr(r) for r in plain_runs], [_best_hr(r) for r in layerwise_runs]
+    plain, layerwise = plain_runs[0].config, layerwise_runs[0].config
+    question = (f"best HR@10, {layerwise['optimizer']} lr {layerwise['peak_lr']:.3g} - {plain['optimizer']} lr "
+                f"{plain['peak_lr']:.3g}")
+    sampling = _hr_difference(question, sum(a) / len(a), sum(b) / len(b), users)
+    seeds = f"{len(a)} and {len(b)} seeds" if min(len(a), len(b)) > 1 else "an arm ran once: no seeds' spread"
+    return seed_difference(question, a, b, needed=HR_EFFECT, resolution=sampling.high - sampling.estimate,
+                           basis=f"{seeds}; evaluation's sampling error, {users:,} users")
 
 
 # ----------------------------------------------------------------------------- the lesson's time budget

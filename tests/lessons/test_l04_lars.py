@@ -9,6 +9,7 @@ import torch
 
 from course_lib import compare
 from course_lib.lessons import l04_lars as study
+from course_lib.metrics import hr_standard_error
 from course_lib.train import TrainConfig
 from course_lib.train.ncf import TrainResult
 
@@ -138,7 +139,7 @@ def test_a_run_that_missed_the_target_is_judged_against_the_popularity_ranking()
 
 def test_a_cut_sweep_brackets_the_lr_and_the_full_length_run_is_the_one_judged():
     """SGD and LARS grids run cut (``max_steps``); the table lists the grid's lrs and says whether its best is inside,
-    and the verdicts read the best lr's full-length run: LARS well above SGD is higher, a LARS at SGD's level is not."""
+    and the verdicts read the best lr's full-length run."""
     sgd = [fake_result(32768, lr, None, hr=hr, optimizer="sgd", max_steps=228)
            for lr, hr in ((0.5, 0.30), (1.0, 0.39), (2.0, 0.35))] + [fake_result(32768, 1.0, None, hr=0.392,
                                                                                  optimizer="sgd")]
@@ -149,15 +150,35 @@ def test_a_cut_sweep_brackets_the_lr_and_the_full_length_run_is_the_one_judged()
     assert rows["sgd"]["lrs tried"] == "0.5, 1, 2" and rows["sgd"]["bracketed"] == "yes"
     assert rows["sgd"]["sweep run (steps)"] == 228 and rows["sgd"]["best HR@10"] == 0.392  # the full-length run
     assert rows["lars"]["best lr"] == "32" and rows["lars"]["bracketed"] == "no: at the edge, cap of 1 reached"
-    c = study.rescue_comparison(sgd + lars, users=6040)
-    assert c.estimate == pytest.approx(0.67 - 0.392) and c.outcome == compare.HIGHER
-    lars[-1].final_hr = 0.395
-    assert study.rescue_comparison(sgd + lars, users=6040).outcome in (compare.SAME, compare.UNRESOLVED)
-    assert study.rescue_comparison(sgd, users=6040) is None  # no LARS run: nothing to compare
     kept, labels = study.full_length(sgd + lars, [f"run {i}" for i in range(len(sgd + lars))])
     assert kept == [sgd[-1], lars[-1]] and labels == ["run 3", "run 8"]
     fast = [fake_result(32768, 8.0, 10.0, optimizer="lars", max_steps=228)]  # reached the target in its cut run
     assert study.full_length(sgd + fast, ["a", "b", "c", "d", "e"]) == ([sgd[-1]] + fast, ["d", "e"])
+
+
+
+def _seeds(optimizer, lr, hrs):
+    return [fake_result(32768, lr, None, hr=hr, optimizer=optimizer) for hr in hrs]
+
+
+def test_lars_against_sgd_is_decided_over_the_seeds_and_the_evaluations_error():
+    """LARS's mean best HR@10 over the seeds minus SGD's: seeds that agree, LARS far above SGD, is higher; LARS's
+    seeds apart by more than the gap is unresolved (the evaluation's error alone would call it higher); the interval
+    never narrows below the evaluation's sampling error; an arm whose every lr blew up gives no row."""
+    sgd = _seeds("sgd", 1.0, (0.392, 0.390))
+    c = study.rescue_comparison(sgd, _seeds("lars", 32.0, (0.67, 0.66)), users=6040)
+    assert c.question == "best HR@10, lars lr 32 - sgd lr 1" and c.n == "2/2"
+    assert c.estimate == pytest.approx(0.665 - 0.391) and c.outcome == compare.HIGHER
+    apart = study.rescue_comparison(sgd, _seeds("lars", 32.0, (0.67, 0.45)), users=6040)
+    assert apart.estimate == pytest.approx(0.56 - 0.391) and apart.outcome == compare.UNRESOLVED
+    once = study.rescue_comparison(sgd[:1], _seeds("lars", 32.0, (0.45,)), users=6040)
+    assert once.n == "1/1" and once.outcome == compare.HIGHER  # no seeds' spread: the evaluation's error alone
+    sampling = 1.96 * math.hypot(hr_standard_error(0.391, 6040), hr_standard_error(0.391, 6040))
+    same = study.rescue_comparison(sgd, _seeds("lars", 32.0, (0.390, 0.392)), users=6040)
+    assert same.high - same.estimate >= sampling and same.outcome == compare.UNRESOLVED
+    blown = _seeds("sgd", 8.0, (0.107,))
+    blown[0].diverged = True
+    assert study.rescue_comparison(blown, _seeds("lars", 32.0, (0.67,)), users=6040) is None
 
 
 PLAN = dict(per_epoch=152, full_runs=5, max_epochs=3.0, sweep_epochs=1.5, max_extensions=2)
