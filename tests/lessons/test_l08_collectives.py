@@ -373,3 +373,14 @@ def test_a_gpu_link_is_priced_with_the_modelled_compute_not_this_machines():
     ref = cstudy._row(_verdict_summary(2), "M", "fp32 all-reduce")
     with_gamma = prices.predicted_step_s(ref, 0.0, links["here"], 2)
     assert with_gamma > prices.predicted_step_s(ref, 0.0, links["here"][:2], 2)  # the additions cost time
+
+
+def test_gpu_compute_comes_from_lesson_09s_model_of_the_gpu_each_quoted_link_joins():
+    spec = cstudy.compression_spec("smoke")
+    spec["models"] = ["neumf"]
+    links = study.links(ALPHA, BETA, GAMMA)
+    got = prices.gpu_compute_s(spec, links)
+    assert set(got) == {k for k in links if study.link_device(k)} and study.MEASURED_LINK not in got
+    same_gpu = {study.link_device(k) for k in got}
+    assert len(same_gpu) > 1 or len({v["NeuMF"] for v in got.values()}) == 1  # one GPU, one step
+    assert all(v["NeuMF"] > 0 for v in got.values())
