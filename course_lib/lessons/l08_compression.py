@@ -174,7 +174,7 @@ def _neumf_runs(spec: dict, methods) -> list[dict]:
     return _method_runs(spec, "neumf", methods, build, batches, lambda e: ncf.evaluate(e.model, data)[0], floor)
 
 
-def _bert_data(s: dict):
+def bert_data(s: dict):
     import torch
 
     from ..data.text import build_mlm_data, load_corpus
@@ -183,7 +183,7 @@ def _bert_data(s: dict):
                           device=torch.device("cpu"), max_tokens=s["max_tokens"])
 
 
-def _bert_cfg(s: dict, seed: int, lr: float, batch: int):
+def bert_cfg(s: dict, seed: int, lr: float, batch: int):
     from ..train import mlm
 
     return mlm.MLMTrainConfig(model=s["preset"], global_batch_size=batch, micro_batch_size=None, optimizer="lamb",
@@ -201,18 +201,18 @@ def _bert_runs(spec: dict, methods) -> list[dict]:
 
     s = spec["bert"]
     dev = torch.device("cpu")
-    data = _bert_data(s)
+    data = bert_data(s)
     prec = Precision("fp32", dev)
 
     def build(seed, lr, batch, method):
-        cfg = _bert_cfg(s, seed, lr, batch)
+        cfg = bert_cfg(s, seed, lr, batch)
         torch.manual_seed(seed)
         model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
         return Engine(model, mlm.make_optimizer(model, cfg), precision=prec,
                       parallel=DataParallel(batch, None, dev, comm=method), loss_sum=mlm._mlm_loss_sum)
 
     def batches(seed, engine):
-        cfg, gen = _bert_cfg(s, seed, 1.0, engine.parallel.batch.global_batch_size), torch.Generator().manual_seed(seed)
+        cfg, gen = bert_cfg(s, seed, 1.0, engine.parallel.batch.global_batch_size), torch.Generator().manual_seed(seed)
         return lambda: mlm._global_batch(data, cfg, gen, dev)
 
     floor = {"model": f"BERT-{s['preset']}", "metric_name": "held-out MLM loss", "higher_is_better": False,
@@ -338,7 +338,7 @@ def compression_table(summary: list[dict]) -> Table:
     return t
 
 
-def _row(summary: list[dict], model: str, method: str) -> dict | None:
+def method_row(summary: list[dict], model: str, method: str) -> dict | None:
     return next((r for r in summary if r["model"] == model and r["method"] == method), None)
 
 
@@ -386,7 +386,7 @@ def floor_comparisons(summary: list[dict], reference: str = REFERENCE) -> list[c
     judged (:func:`past_floor`)."""
     out = []
     for model in dict.fromkeys(r["model"] for r in summary):
-        ref = _row(summary, model, reference)
+        ref = method_row(summary, model, reference)
         if ref is None or ref.get("floor") is None:
             continue
         sign = 1.0 if ref["higher_is_better"] else -1.0
@@ -434,7 +434,7 @@ def error_feedback_comparisons(summary: list[dict]) -> list[compare.Comparison]:
     a model whose fp32 run did not clear its floor, rows left unresolved (:func:`past_floor`)."""
     out, cleared = [], past_floor(summary)
     for model in dict.fromkeys(r["model"] for r in summary):
-        a, b = _row(summary, model, EF_NO), _row(summary, model, EF_YES)
+        a, b = method_row(summary, model, EF_NO), method_row(summary, model, EF_YES)
         if a is None or b is None or len(a["seeds"]) < 2:
             continue
         loss = compare.paired_ratio(f"{model}: final training loss, no error feedback / with",
@@ -458,7 +458,7 @@ def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_
         return []
     out, cleared = [], past_floor(summary)
     for model in dict.fromkeys(r["model"] for r in summary):
-        r = _row(summary, model, method)
+        r = method_row(summary, model, method)
         if r is None:
             continue
         spacing = r["eval_every"] / r["steps"] + sim_eval_every / t0
@@ -476,7 +476,7 @@ def speedup_comparisons(summary: list[dict], reference: str = REFERENCE) -> list
     whose fp32 run did not clear its floor: rows left unresolved (:func:`past_floor`)."""
     out, cleared = [], past_floor(summary)
     for model in dict.fromkeys(r["model"] for r in summary):
-        ref = _row(summary, model, reference)
+        ref = method_row(summary, model, reference)
         for r in summary:
             if r["model"] != model or r["method"] == reference or ref is None:
                 continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ..tables import Table
-from .l08_compression import REFERENCE, _bert_cfg, _bert_data, _row
+from .l08_compression import REFERENCE, bert_cfg, bert_data, method_row
 
 NO_COMM_METHOD = "local SGD H=16"  # its median step sends nothing (one step in 16 averages)
 
@@ -33,19 +33,28 @@ def predicted_step_s(row: dict, compute_s: float, link: tuple, p: int) -> float:
     return max(compute_s, comm) if row["method"].startswith("delayed") else compute_s + comm
 
 
+# Lesson 09's assumptions for a GPU it has not measured (its node prediction): the share of the datasheet peaks
+# reached at every size, and a kernel launch plus the dispatcher per operation. Assumed, not measured.
+GPU_PEAK_SHARE = 0.8
+GPU_OP_OVERHEAD_S = 5e-6
+
+
 def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
     """``{link: {model: seconds}}`` for each link of ``link_params`` that joins a GPU of lesson 09's table
-    (:func:`.l08_collectives.link_device`): one rank's step at the runs' per-rank batch as lesson 09's model
-    prices it on that GPU (:func:`.l09_performance_model.reference_curves`: a fraction of the datasheet peaks,
-    its per-operation overhead), counted on the course's own step here (one process, no communication)."""
+    (:func:`.l08_collectives.link_device`): one rank's step at the runs' per-rank batch, counted on the course's
+    own step here (one process, no communication) and priced by lesson 09's step model
+    (:func:`course_lib.perf.model.predict_step`) on that GPU's datasheet (:data:`GPU_PEAK_SHARE`,
+    :data:`GPU_OP_OVERHEAD_S`)."""
     from ..perf import model as M
+    from ..perf.paleo import SpecDevice, spec_curves
+    from ..perf.peaks import REFERENCE_PEAKS
     from .l08_collectives import link_device
-    from .l09_performance_model import GPU_OP_OVERHEAD_S, reference_curves
 
-    devices = {link: link_device(link) for link in link_params if link_device(link)}
+    devices = {link: REFERENCE_PEAKS[link_device(link)] for link in link_params if link_device(link)}
     counts = _step_counts(spec)
-    return {link: {model: M.predict_step(c, reference_curves(d, "fp32", 0.8, GPU_OP_OVERHEAD_S)).step_s
-                   for model, c in counts.items()} for link, d in devices.items()}
+    curves = {link: spec_curves(SpecDevice(r.name, r.flops["fp32"], r.memory_bandwidth, GPU_PEAK_SHARE),
+                                GPU_OP_OVERHEAD_S) for link, r in devices.items()}
+    return {link: {model: M.predict_step(c, curves[link]).step_s for model, c in counts.items()} for link in devices}
 
 
 def _step_counts(spec: dict) -> dict:
@@ -68,7 +77,7 @@ def _step_counts(spec: dict) -> dict:
         out["NeuMF"] = M.count_step(engine, next(it), batch_size=cfg.global_batch_size)
     if "bert" in spec["models"]:
         s = spec["bert"]
-        data, cfg = _bert_data(s), _bert_cfg(s, 0, s["lr"], s["batch"] // 2)
+        data, cfg = bert_data(s), bert_cfg(s, 0, s["lr"], s["batch"] // 2)
         model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
         engine = Engine(model, mlm.make_optimizer(model, cfg), precision=Precision("fp32", dev),
                         parallel=DataParallel(cfg.global_batch_size, None, dev), loss_sum=mlm._mlm_loss_sum)
@@ -91,7 +100,7 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
     prediction; the measured speedups (:func:`.l08_compression.speedup_comparisons`) include it."""
     out, modelled = [], modelled or {}
     for model in dict.fromkeys(r["model"] for r in summary):
-        ref, quiet = _row(summary, model, reference), _row(summary, model, no_comm)
+        ref, quiet = method_row(summary, model, reference), method_row(summary, model, no_comm)
         if ref is None or quiet is None:
             raise ValueError(f"compression_verdict_rows: {model} needs a {reference!r} and a {no_comm!r} run")
         measured = min(r["step_s"] for r in summary if r["model"] == model)

@@ -370,7 +370,7 @@ def test_a_gpu_link_is_priced_with_the_modelled_compute_not_this_machines():
     assert {r["compute_s"] for r in rows if r["link"] == "gpu"} == {1e-3}
     assert {r["compute_from"] for r in rows if r["link"] == "gpu"} == {"model"}
     assert {r["compute_s"] for r in rows if r["link"] == "here"} == {0.01}  # the fastest measured step
-    ref = cstudy._row(_verdict_summary(2), "M", "fp32 all-reduce")
+    ref = cstudy.method_row(_verdict_summary(2), "M", "fp32 all-reduce")
     with_gamma = prices.predicted_step_s(ref, 0.0, links["here"], 2)
     assert with_gamma > prices.predicted_step_s(ref, 0.0, links["here"][:2], 2)  # the additions cost time
 
