@@ -396,8 +396,8 @@ def floor_comparisons(summary: list[dict], reference: str = REFERENCE) -> list[c
         out.append(compare.quantity(f"{model}: {ref['metric_name']} past the {ref['floor_name']}, {reference}",
                                     statistics.mean(past), se, df=n - 1 if n > 1 else None,
                                     needed=compare.HR_EFFECT if ref["higher_is_better"] else compare.LOSS_EFFECT,
-                                    resolution=_shown(ref["metrics"] + [ref["floor"]]), n=f"{n} seed" + "s" * (n > 1),
-                                    basis=f"{n} seeds; 4 figures"))
+                                    resolution=_shown(ref["metrics"] + [ref["floor"]]), n=f"{n}/{n}",
+                                    basis=f"seeds of {reference}; 4 figures"))
     return out
 
 
