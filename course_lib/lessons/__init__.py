@@ -18,7 +18,8 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l06_data_parallel.py         the ring, the all-reduce sweep, communication share, compression, scaling
     l07_bert_lamb.py             Adam vs LAMB at a large batch: settings, sweeps, verdicts
     l08_collectives.py           the algorithms measured, their crossovers, extrapolation, staleness
-    l08_compression.py           lesson 08's last section: sending fewer bytes, measured and priced
+    l08_compression.py           lesson 08's last section: sending fewer bytes, measured from a warm start
+    l08_prices.py                lesson 08's last section priced: other links and ranks, the GPU's own compute
     l09_performance_model.py     the step model against the course's step, strong/weak scaling
     l09_scaling.py               lesson 09's traps: strong vs weak scaling, where a larger batch stops paying
     l09_paleo.py                 lesson 09's Paleo case studies: the talk's figures from the course's model

@@ -23,6 +23,7 @@ from ..comm.collectives import compare_with_backend
 from ..comm.cost import ALLREDUCE_MODELS
 from ..config import pick
 from ..parallel.staleness import ServerConfig, parameter_server_worker
+from ..perf.peaks import REFERENCE_PEAKS
 from ..tables import Table
 
 
@@ -140,27 +141,55 @@ def bandwidth_table(result: CollectivesResult, p: int) -> Table:
 MEASURED_LINK = "this machine (measured)"  # the name :func:`links` gives the learner's own link
 
 
-def links(alpha: float, beta: float) -> dict[str, tuple[float, float]]:
-    """The learner's link (measured) next to the quoted interconnects: name -> (alpha, beta)."""
-    out = {MEASURED_LINK: (alpha, beta)}
+# The GPU each quoted interconnect joins (lesson 09's table, :data:`course_lib.perf.peaks.REFERENCE_PEAKS`): its
+# reductions run at that GPU's memory bandwidth, not at this machine's.
+LINK_DEVICES = {name: "H100 SXM" for name in cost.QUOTED_INTERCONNECTS}
+
+
+def reduction_gamma(device: str) -> float:
+    """Seconds per byte of ``a += b`` on ``device`` of lesson 09's table, from its datasheet memory bandwidth
+    (model, not measured): each byte of ``a`` reads ``a`` and ``b`` and writes ``a``, three bytes of traffic."""
+    return 3.0 / REFERENCE_PEAKS[device].memory_bandwidth
+
+
+def links(alpha: float, beta: float, gamma: float = 0.0) -> dict[str, tuple[float, float, float]]:
+    """The learner's link (measured, with this machine's ``gamma``) next to the quoted interconnects, each with
+    the reduction speed of the GPU it joins (:data:`LINK_DEVICES`): name -> (alpha, beta, gamma)."""
+    out = {MEASURED_LINK: (alpha, beta, gamma)}
     for name, q in cost.QUOTED_INTERCONNECTS.items():
-        out[f"{name} (quoted)"] = (q["alpha_s"], 1.0 / q["bandwidth_Bps"])
+        out[f"{name} (quoted)"] = (q["alpha_s"], 1.0 / q["bandwidth_Bps"], reduction_gamma(LINK_DEVICES[name]))
     return out
 
 
-def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20), ps=(8, 64, 1024),
-                        gamma: float = 0.0) -> Table:
-    """Predicted all-reduce time of each algorithm, and the cheapest, per link, size and ``p``."""
+def link_device(link: str) -> str | None:
+    """The GPU of lesson 09's table a link of :func:`links` joins; None for this machine's."""
+    return next((d for name, d in LINK_DEVICES.items() if link == f"{name} (quoted)"), None)
+
+
+def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20), ps=(8, 64, 1024)) -> Table:
+    """Predicted all-reduce time of each algorithm, and the cheapest, per link, size and ``p`` (each link with its
+    own ``gamma``: :func:`links`)."""
     algos = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time)
     t = Table(["link", "size", "p"] + [f"{a} (ms)" for a in algos] + ["cheapest"],
-              title="all-reduce predicted by the alpha-beta model")
-    for link, (a, b) in link_params.items():
+              title="all-reduce predicted by the alpha-beta-gamma model (quoted links: gamma from their GPU's "
+                    "datasheet memory bandwidth)")
+    for link, (a, b, gamma) in link_params.items():
         for n in sizes_bytes:
             for p in ps:
                 times = {k: f(n, p, a, b, gamma) for k, f in algos.items()}
                 t.add(**{"link": link, "size": cost.human_bytes(n), "p": p,
                          **{f"{k} (ms)": v * 1e3 for k, v in times.items()}, "cheapest": min(times, key=times.get)})
     return t
+
+
+def plot_links(link_params: dict, sizes_bytes) -> list:
+    """:func:`course_lib.comm.plots.plot_extrapolation` once per reduction speed (it prices one ``gamma`` per
+    figure): this machine's link, then the quoted ones at their GPU's."""
+    from ..comm.plots import plot_extrapolation
+
+    gammas = dict.fromkeys(g for _, _, g in link_params.values())
+    return [plot_extrapolation({k: (a, b) for k, (a, b, g) in link_params.items() if g == gamma}, sizes_bytes,
+                               gamma=gamma)[0] for gamma in gammas]
 
 
 LINK_RATE = "1gbit"  # the virtual links (tc's units): slow enough that the link, not the 2 cores, sets the pace

@@ -2,16 +2,17 @@
 
 PowerSGD, top-k with and without error feedback, local SGD and delayed averaging, each plugged into the
 course's one training step (the mechanics are :mod:`course_lib.comm.compression`, the step the course's
-Engine), on NeuMF and BERT at 2 ranks for a fixed number of steps: bytes per step, step times, losses and
-the steps each method lost against the fp32 all-reduce. The prices at other links and ranks come from the
-alpha-beta model (:func:`compression_verdict_rows`); the questions are decided as
-:class:`course_lib.compare.Comparison` rows (:func:`comparisons`).
-"""
+Engine), on NeuMF and BERT at 2 ranks for a fixed number of steps from a warm start past each model's floor:
+bytes per step, step times, losses and the steps each method lost against the fp32 all-reduce. The prices at
+other links and ranks come from the alpha-beta-gamma model, with lesson 09's step model on the GPU links
+(:mod:`.l08_prices`); the questions are decided as :class:`course_lib.compare.Comparison` rows,
+a model's only where its fp32 run cleared its floor (:func:`floor_comparisons`)."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import replace
 
 import numpy as np
 
@@ -39,19 +40,43 @@ SEEDED = ("fp32 all-reduce", "top-0.1% + error feedback", "top-0.1%, no error fe
 
 
 def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
-    """What the section measures at 2 ranks, per model: a fixed number of steps (a multiple of 16, so
-    local SGD's H = 16 averages a whole number of times), every method, the seeded ones at 2 seeds."""
+    """What the section measures at 2 ranks, per model: a warm start (``warm``: fp32 data-parallel steps that take
+    the model past its floor, the popularity ranking or the token frequencies, so the methods are compared where
+    the model learns more than the floor), then a fixed number of steps (a multiple of 16, so local SGD's H = 16
+    averages a whole number of times) of every method from it, the seeded ones at every seed."""
     return {
         "profile": profile, "dataset": dataset,
-        "neumf": {"batch": pick(profile, full=1024, smoke=256), "steps": pick(profile, full=128, smoke=16),
-                  "lr": 2e-3, "seeds": pick(profile, full=[0, 1, 2], smoke=[0, 1])},
-        # smoke: BERT-tiny, one seed (a BERT-mini step costs ~0.4 s on a loaded 2-core box)
-        "bert": {"preset": pick(profile, full="mini", smoke="tiny"), "seq_len": 32,
-                 "vocab_size": pick(profile, full=4096, smoke=1024), "batch": pick(profile, full=8, smoke=4),
-                 "steps": pick(profile, full=32, smoke=16), "lr": 1e-2, "seeds": pick(profile, full=[0, 1], smoke=[0]),
+        "neumf": {"warm": {"batch": pick(profile, full=8192, smoke=512), "steps": pick(profile, full=160, smoke=4),
+                           "lr": 1e-2, "seed": 100},
+                  "batch": pick(profile, full=4096, smoke=256), "steps": pick(profile, full=64, smoke=16),
+                  "lr": 1e-2, "seeds": pick(profile, full=[0, 1, 2], smoke=[0, 1])},
+        # BERT-tiny: the 2-layer preset passes the token frequencies' loss in ~40 steps of batch 32 on a CPU
+        "bert": {"preset": "tiny", "seq_len": 32, "vocab_size": pick(profile, full=4096, smoke=1024),
+                 "warm": {"batch": pick(profile, full=32, smoke=8), "steps": pick(profile, full=40, smoke=4),
+                          "lr": 2e-2, "seed": 100},
+                 # a quarter of the warm start's lr: at 2e-2 the held-out loss of one seed jumped by more than
+                 # the 32 steps gain, so the seed spread hid every method's steps lost
+                 "batch": pick(profile, full=32, smoke=4), "steps": pick(profile, full=32, smoke=16), "lr": 5e-3,
+                 "seeds": pick(profile, full=[0, 1, 2], smoke=[0]),
                  "max_tokens": pick(profile, full=None, smoke=200_000)},
         "methods": [list(m) for m in COMPRESSION_METHODS], "seeded": list(SEEDED), "models": ["neumf", "bert"],
     }
+
+
+def _warm_state(engine, next_batch, steps: int) -> dict:
+    """``steps`` fp32 data-parallel steps of ``engine``; the weights and optimizer state every method starts from."""
+    import copy
+
+    for _ in range(steps):
+        engine.step(*next_batch())
+    return copy.deepcopy({"model": engine.model.state_dict(), "optimizer": engine.optimizer.state_dict()})
+
+
+def _start_from(engine, warm: dict, lr: float) -> None:
+    """The warm start copied into ``engine`` in place (DDP and the method keep their references), at ``lr``."""
+    engine.model.load_state_dict(warm["model"])
+    engine.optimizer.load_state_dict(warm["optimizer"])
+    engine.set_lr(lr)
 
 
 def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_every: int = 0) -> dict:
@@ -86,77 +111,113 @@ def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_eve
             "metric": metric, "curve": curve + [(steps, metric)]}
 
 
+def _cycle(batches):
+    """``next_batch()`` over ``batches``, epoch after epoch: ``(batch, None)``."""
+    it = None
+
+    def next_batch():
+        nonlocal it
+        b = next(it, None) if it is not None else None
+        if b is None:
+            it = iter(batches)
+            b = next(it)
+        return b, None
+    return next_batch
+
+
+def _method_runs(spec: dict, key: str, methods, build, batches, evaluate, floor: dict) -> list[dict]:
+    """Every method of ``methods`` from the warm start of ``spec[key]`` (``build(seed, lr, batch, method)`` -> an
+    engine, ``batches(cfg_seed, engine)`` -> ``next_batch``): one row per (method, seed), with the floor."""
+    from ..comm.compression import make_method
+
+    s, w = spec[key], spec[key]["warm"]
+    warm_engine = build(w["seed"], w["lr"], w["batch"], None)
+    warm = _warm_state(warm_engine, batches(w["seed"], warm_engine), w["steps"])
+    rank0 = warm_engine.parallel.rank == 0
+    floor = {**floor, "start": evaluate(warm_engine) if rank0 else None}
+    rows = []
+    for label, name, kw in methods:
+        for seed in (s["seeds"] if label in spec["seeded"] else s["seeds"][:1]):
+            method = make_method(name, **kw)
+            engine = build(seed, s["lr"], s["batch"], method)
+            _start_from(engine, warm, s["lr"])
+            every = s["steps"] // (4 if key == "neumf" else 8) if name == "fp32" else 0
+            out = _run_fixed_steps(engine, batches(seed, engine), s["steps"], method, evaluate, every)
+            if every and rank0:  # the reference's curve starts where every method did
+                out["curve"] = [(0, floor["start"])] + out["curve"]
+            rows.append({"method": label, "seed": seed, **floor, **out})
+    return rows
+
+
 def _neumf_runs(spec: dict, methods) -> list[dict]:
     import torch
 
-    from ..comm.compression import make_method
     from ..data import load_implicit
     from ..parallel.data_parallel import DataParallel
     from ..train import ncf
 
-    s = spec["neumf"]
-    seeds = s["seeds"]
     data = load_implicit(spec["dataset"], profile=spec["profile"])
     dev = torch.device("cpu")
-    rows = []
-    for label, name, kw in methods:
-        for seed in (seeds if label in spec["seeded"] else seeds[:1]):
-            cfg = ncf.TrainConfig(global_batch_size=s["batch"], optimizer="adam", base_lr=s["lr"], seed=seed)
-            method = make_method(name, **kw)
-            engine = ncf.build_engine(data, cfg, dev, parallel=DataParallel(cfg.global_batch_size, None, dev,
-                                                                            comm=method))
-            batches, it = ncf.make_batches(data, cfg), None
 
-            def next_batch():
-                nonlocal it
-                b = next(it, None) if it is not None else None
-                if b is None:
-                    it = iter(batches)
-                    b = next(it)
-                return b, None
+    def cfg(seed, lr, batch):
+        return ncf.TrainConfig(global_batch_size=batch, optimizer="adam", base_lr=lr, seed=seed)
 
-            out = _run_fixed_steps(engine, next_batch, s["steps"], method, lambda e: ncf.evaluate(e.model, data)[0],
-                                   s["steps"] // 8 if name == "fp32" else 0)
-            rows.append({"model": "NeuMF", "method": label, "seed": seed, "metric_name": "HR@10",
-                         "higher_is_better": True, **out})
-    return rows
+    def build(seed, lr, batch, method):  # method None: DDP's own fp32 all-reduce
+        c = cfg(seed, lr, batch)
+        return ncf.build_engine(data, c, dev, parallel=DataParallel(batch, None, dev, comm=method))
+
+    floor = {"model": "NeuMF", "metric_name": "HR@10", "higher_is_better": True, "floor_name": "popularity ranking",
+             "floor": ncf.evaluate_popularity(data)[0]}
+    def batches(seed, engine):
+        return _cycle(ncf.make_batches(data, cfg(seed, 1.0, engine.parallel.batch.global_batch_size)))
+
+    return _method_runs(spec, "neumf", methods, build, batches, lambda e: ncf.evaluate(e.model, data)[0], floor)
+
+
+def bert_data(s: dict):
+    import torch
+
+    from ..data.text import build_mlm_data, load_corpus
+
+    return build_mlm_data(load_corpus("pydoc"), vocab_size=s["vocab_size"], seq_len=s["seq_len"],
+                          device=torch.device("cpu"), max_tokens=s["max_tokens"])
+
+
+def bert_cfg(s: dict, seed: int, lr: float, batch: int):
+    from ..train import mlm
+
+    return mlm.MLMTrainConfig(model=s["preset"], global_batch_size=batch, micro_batch_size=None, optimizer="lamb",
+                              base_lr=lr, base_batch_size=batch, seed=seed, warmup_steps=0, max_steps=s["steps"],
+                              dropout=0.0)
 
 
 def _bert_runs(spec: dict, methods) -> list[dict]:
     import torch
 
-    from ..comm.compression import make_method
-    from ..data.text import build_mlm_data, load_corpus
     from ..parallel.data_parallel import DataParallel
     from ..precision import Precision
     from ..train import mlm
     from ..train.engine import Engine
 
     s = spec["bert"]
-    seeds = s["seeds"]
     dev = torch.device("cpu")
-    data = build_mlm_data(load_corpus("pydoc"), vocab_size=s["vocab_size"], seq_len=s["seq_len"], device=dev,
-                          max_tokens=s["max_tokens"])
-    rows = []
-    for label, name, kw in methods:
-        for seed in (seeds if label in spec["seeded"] else seeds[:1]):
-            cfg = mlm.MLMTrainConfig(model=s["preset"], global_batch_size=s["batch"], micro_batch_size=None,
-                                     optimizer="lamb", base_lr=s["lr"], base_batch_size=s["batch"], seed=seed,
-                                     warmup_steps=0, max_steps=s["steps"], dropout=0.0)
-            torch.manual_seed(seed)
-            model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
-            method = make_method(name, **kw)
-            prec = Precision("fp32", dev)
-            engine = Engine(model, mlm.make_optimizer(model, cfg), precision=prec,
-                            parallel=DataParallel(cfg.global_batch_size, None, dev, comm=method),
-                            loss_sum=mlm._mlm_loss_sum)
-            gen = torch.Generator().manual_seed(seed)
-            out = _run_fixed_steps(engine, lambda: mlm._global_batch(data, cfg, gen, dev), s["steps"], method,
-                                   lambda e: mlm.evaluate(e.model, data, prec),
-                                   s["steps"] // 8 if name == "fp32" else 0)
-            rows.append({"model": f"BERT-{s['preset']}", "method": label, "seed": seed,
-                         "metric_name": "held-out MLM loss", "higher_is_better": False, **out})
-    return rows
+    data = bert_data(s)
+    prec = Precision("fp32", dev)
+
+    def build(seed, lr, batch, method):
+        cfg = bert_cfg(s, seed, lr, batch)
+        torch.manual_seed(seed)
+        model = mlm.build_model(cfg, data.vocab_size, data.seq_len)
+        return Engine(model, mlm.make_optimizer(model, cfg), precision=prec,
+                      parallel=DataParallel(batch, None, dev, comm=method), loss_sum=mlm._mlm_loss_sum)
+
+    def batches(seed, engine):
+        cfg, gen = bert_cfg(s, seed, 1.0, engine.parallel.batch.global_batch_size), torch.Generator().manual_seed(seed)
+        return lambda: mlm._global_batch(data, cfg, gen, dev)
+
+    floor = {"model": f"BERT-{s['preset']}", "metric_name": "held-out MLM loss", "higher_is_better": False,
+             "floor_name": "token frequencies", "floor": data.unigram_loss()}
+    return _method_runs(spec, "bert", methods, build, batches, lambda e: mlm.evaluate(e.model, data, prec), floor)
 
 
 def compression_worker(rank: int, world_size: int, spec: dict) -> list[dict]:
@@ -237,7 +298,8 @@ def compression_summary(rows: list[dict], reference: str = "fp32 all-reduce") ->
                     "steps": len(runs[0]["losses"]), "steps_lost": max(lost),
                     "messages": runs[0]["messages"], "steady_steps": runs[0]["steady_steps"],
                     "step_times": [t for r in runs for t in r["step_times"]],
-                    "higher_is_better": runs[0]["higher_is_better"], "eval_every": _eval_every(ref, model)})
+                    "higher_is_better": runs[0]["higher_is_better"], "eval_every": _eval_every(ref, model),
+                    **{k: runs[0].get(k) for k in ("floor", "floor_name", "start")}})
     return out
 
 
@@ -256,105 +318,28 @@ def _span(values) -> str:
 
 
 def compression_table(summary: list[dict]) -> Table:
-    """The measured methods side by side (ranges are over the seeds run)."""
+    """The measured methods side by side (ranges are over the seeds run), each model's warm start and floor below
+    its methods."""
     t = Table(["model", "method", "bytes/step", "fp32/this", "step (ms)", "final train loss", "held-out",
-               "steps lost"], title="communication-efficient data parallelism, 2 ranks, a fixed number of steps "
-                                    "(final train loss: one per seed; held-out: the seeds' range)")
-    for r in summary:
+               "steps lost"], title="communication-efficient data parallelism, 2 ranks, a fixed number of steps from "
+                                    "a warm start (final train loss: one per seed; held-out: the seeds' range)")
+    for i, r in enumerate(summary):
         t.add(**{"model": r["model"], "method": r["method"], "bytes/step": f"{r['bytes_per_step']:,.0f}",
                  "fp32/this": f"{r['bytes_ratio']:.1f}x", "step (ms)": r["step_s"] * 1e3,
                  # each seed's loss in seed order: the error-feedback comparison pairs them by seed
                  "final train loss": " / ".join(f"{x:.4g}" for x in r["final_losses"]),
                  "held-out": f"{r['metric_name']} {_span(r['metrics'])}",
                  "steps lost": f"{r['steps_lost']} of {r['steps']}"})
+        if r.get("floor") is not None and (i + 1 == len(summary) or summary[i + 1]["model"] != r["model"]):
+            for name, value in (("warm start (fp32)", r["start"]), (r["floor_name"] + " (floor)", r["floor"])):
+                t.add(**{"model": r["model"], "method": name, "bytes/step": "-", "fp32/this": "-", "step (ms)": "-",
+                         "final train loss": "-", "held-out": f"{r['metric_name']} {_span([value])}",
+                         "steps lost": "-"})
     return t
 
 
-def _row(summary: list[dict], model: str, method: str) -> dict | None:
+def method_row(summary: list[dict], model: str, method: str) -> dict | None:
     return next((r for r in summary if r["model"] == model and r["method"] == method), None)
-
-
-NO_COMM_METHOD = "local SGD H=16"  # its median step sends nothing (one step in 16 averages)
-
-
-def predicted_step_s(row: dict, compute_s: float, link: tuple[float, float], p: int) -> float:
-    """A method's step on ``p`` ranks over ``link``: ``compute_s`` plus its counted messages priced on the
-    link (ring algorithms, :func:`course_lib.comm.compression.message_time`). Delayed averaging overlaps
-    its all-reduce with the next step (the larger of the two counts); the others add."""
-    from ..comm.compression import comm_time_per_step
-
-    comm = comm_time_per_step(row["messages"], row["steady_steps"], p, *link)
-    return max(compute_s, comm) if row["method"].startswith("delayed") else compute_s + comm
-
-
-def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64), reference: str = REFERENCE,
-                             no_comm: str = NO_COMM_METHOD) -> list[dict]:
-    """Per model, link and ``p``: each method's predicted time to the quality it reached, against the
-    reference's time to the same quality (its steps less the steps the method lost); speedup > 1 pays.
-
-    The compute of a step is the same for every method: the fastest measured (median) step of any method
-    of the model -- on a quiet machine that of ``no_comm``, whose steps send nothing; on a shared one the
-    smallest is the least disturbed. A method's own compute (top-k's selection, PowerSGD's products) is
-    left out of the prediction; the measured speedups (:func:`speedup_comparisons`) include it."""
-    out = []
-    for model in dict.fromkeys(r["model"] for r in summary):
-        ref, quiet = _row(summary, model, reference), _row(summary, model, no_comm)
-        if ref is None or quiet is None:
-            raise ValueError(f"compression_verdict_rows: {model} needs a {reference!r} and a {no_comm!r} run")
-        compute = min(r["step_s"] for r in summary if r["model"] == model)
-        for name, link in link_params.items():
-            for p in ps:
-                t_ref = predicted_step_s(ref, compute, link, p)
-                for r in summary:
-                    if r["model"] != model or r["method"] == reference:
-                        continue
-                    t = predicted_step_s(r, compute, link, p)
-                    out.append({"model": model, "link": name, "p": p, "method": r["method"],
-                                "bytes_ratio": r["bytes_ratio"], "steps_lost": r["steps_lost"], "steps": r["steps"],
-                                "step_s": t, "reference_step_s": t_ref, "compute_s": compute,
-                                "speedup": ((r["steps"] - r["steps_lost"]) * t_ref) / (r["steps"] * t)
-                                if t > 0 else math.inf})
-    return out
-
-
-def best_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
-    """The ``(model, link, method)`` with the largest predicted speedup per model, link and p."""
-    best: dict[tuple, dict] = {}
-    for r in rows:
-        key = (r["model"], r["link"], r["p"])
-        if key not in best or r["speedup"] > best[key]["speedup"]:
-            best[key] = r
-    return {(r["model"], r["link"], r["method"]) for r in best.values()}
-
-
-def compression_verdict_table(rows: list[dict], p: int | None = None, best_only: bool = False) -> Table:
-    """:func:`compression_verdict_rows` per model, link and method: the compute each step adds to, and per ``p``
-    (``p`` given: that one only) the step, the fp32 step and the speedup. ``best_only``: only the methods with the
-    largest predicted speedup per model, link and p (:func:`best_methods`; every method on every link is ~50
-    rows)."""
-    ps = [p] if p is not None else list(dict.fromkeys(r["p"] for r in rows))
-    per_p = [(q, f" at p = {q}" if p is None else "") for q in ps]
-    named = best_methods(rows) if best_only else None
-    t = Table(["model", "link", "method", "fp32/this bytes", "steps lost", "compute (ms)"]
-              + [c + tag for _, tag in per_p for c in ("step (ms)", "fp32 step (ms)", "speedup")],
-              title=f"predicted at p = {', '.join(map(str, ps))} (this machine's compute; speedup: to the same "
-                    "quality)" + ("; per model, link and p the method predicted to pay most" if best_only else ""))
-    for key in dict.fromkeys((r["model"], r["link"], r["method"]) for r in rows):
-        if named is not None and key not in named:
-            continue
-        mine = {r["p"]: r for r in rows if (r["model"], r["link"], r["method"]) == key and r["p"] in ps}
-        if not mine:
-            continue
-        r = next(iter(mine.values()))
-        row = {"model": key[0], "link": key[1], "method": key[2], "fp32/this bytes": f"{r['bytes_ratio']:.1f}x",
-               "steps lost": f"{r['steps_lost']}/{r['steps']}", "compute (ms)": r["compute_s"] * 1e3}
-        for q, tag in per_p:
-            if q in mine:
-                row.update({f"step (ms){tag}": mine[q]["step_s"] * 1e3,
-                            f"fp32 step (ms){tag}": mine[q]["reference_step_s"] * 1e3,
-                            f"speedup{tag}": mine[q]["speedup"]})
-        t.add(**row)
-    return t
 
 
 def plot_compression(summary: list[dict], rows: list[dict]):
@@ -386,6 +371,50 @@ LOSS_RATIO_EFFECT = 0.02  # final training losses 2% apart: less would not chang
 STALE_AGREE = 0.1  # a tenth of a run: steps lost that agree within this are the same cost of staleness
 
 
+NOT_PAST_FLOOR = "fp32 not past its floor"  # why a model's method rows are left unresolved
+
+
+def _shown(values) -> float:
+    """Half the last of the 4 significant figures the tables show: the resolution of a value read from them."""
+    top = max(abs(v) for v in values) or 1.0
+    return 0.5 * 10 ** (math.floor(math.log10(top)) - 3)
+
+
+def floor_comparisons(summary: list[dict], reference: str = REFERENCE) -> list[compare.Comparison]:
+    """Per model, how far the reference's held-out metric ended past the model's floor (the popularity ranking's
+    HR@10, the token frequencies' loss), over its seeds: **higher** is past it, and only then are the methods
+    judged (:func:`past_floor`)."""
+    out = []
+    for model in dict.fromkeys(r["model"] for r in summary):
+        ref = method_row(summary, model, reference)
+        if ref is None or ref.get("floor") is None:
+            continue
+        sign = 1.0 if ref["higher_is_better"] else -1.0
+        past = [sign * (m - ref["floor"]) for m in ref["metrics"]]
+        n = len(past)
+        se = statistics.stdev(past) / math.sqrt(n) if n > 1 else 0.0
+        out.append(compare.quantity(f"{model}: {ref['metric_name']} past the {ref['floor_name']}, {reference}",
+                                    statistics.mean(past), se, df=n - 1 if n > 1 else None,
+                                    needed=compare.HR_EFFECT if ref["higher_is_better"] else compare.LOSS_EFFECT,
+                                    resolution=_shown(ref["metrics"] + [ref["floor"]]), n=f"{n}/{n}",
+                                    basis=f"seeds of {reference}; 4 figures"))
+    return out
+
+
+def past_floor(summary: list[dict]) -> set[str]:
+    """The models whose reference run ended past their floor (:func:`floor_comparisons` decided **higher**); a model
+    run without a floor counts as past it."""
+    decided = {c.question.split(":")[0]: c.outcome == compare.HIGHER for c in floor_comparisons(summary)}
+    return {r["model"] for r in summary if decided.get(r["model"], True)}
+
+
+def _gated(c: compare.Comparison, model: str, cleared: set[str]) -> compare.Comparison:
+    """``c``, or, where ``model``'s reference did not clear its floor, ``c`` unresolved for :data:`NOT_PAST_FLOOR`."""
+    if model in cleared:
+        return c
+    return replace(c, low=0.0 if c.relative else -math.inf, high=math.inf, basis=NOT_PAST_FLOOR)
+
+
 def _paired_difference(question: str, a: list[float], b: list[float], needed: float, unit: str = ""):
     """``b - a`` paired by seed (the same seed: the same initial weights and batches, so the runs differ only by
     the method): the mean difference with its standard error, n - 1 degrees of freedom. None with fewer than two
@@ -393,29 +422,28 @@ def _paired_difference(question: str, a: list[float], b: list[float], needed: fl
     d = [y - x for x, y in zip(a, b)]
     if len(d) < 2:
         return None
-    top = max(abs(v) for v in a + b) or 1.0
-    shown = 0.5 * 10 ** (math.floor(math.log10(top)) - 3)  # half the last of the 4 figures the table shows
     return compare.quantity(question, statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), needed=needed,
-                            df=len(d) - 1, resolution=shown, unit=unit, n=f"{len(d)} pairs",
+                            df=len(d) - 1, resolution=_shown(a + b), unit=unit, n=f"{len(d)} pairs",
                             basis=f"{len(d)} seeds, paired; 4 figures")
 
 
 def error_feedback_comparisons(summary: list[dict]) -> list[compare.Comparison]:
     """Per model, does top-k without error feedback end worse than with it? The final training loss (without /
     with, paired by seed) and the held-out metric (without - with, paired by seed; HR@10 judged by
-    :data:`course_lib.compare.HR_EFFECT`, a held-out loss by ``LOSS_EFFECT``). Models run at one seed get none."""
-    out = []
+    :data:`course_lib.compare.HR_EFFECT`, a held-out loss by ``LOSS_EFFECT``). Models run at one seed get none;
+    a model whose fp32 run did not clear its floor, rows left unresolved (:func:`past_floor`)."""
+    out, cleared = [], past_floor(summary)
     for model in dict.fromkeys(r["model"] for r in summary):
-        a, b = _row(summary, model, EF_NO), _row(summary, model, EF_YES)
+        a, b = method_row(summary, model, EF_NO), method_row(summary, model, EF_YES)
         if a is None or b is None or len(a["seeds"]) < 2:
             continue
-        out.append(compare.paired_ratio(f"{model}: final training loss, no error feedback / with",
-                                        b["final_losses"], a["final_losses"], needed=LOSS_RATIO_EFFECT,
-                                        basis=f"{len(a['seeds'])} seeds, paired"))
+        loss = compare.paired_ratio(f"{model}: final training loss, no error feedback / with",
+                                    b["final_losses"], a["final_losses"], needed=LOSS_RATIO_EFFECT,
+                                    basis=f"{len(a['seeds'])} seeds, paired")
         needed = compare.HR_EFFECT if a["higher_is_better"] else compare.LOSS_EFFECT
         held = _paired_difference(f"{model}: {a['metric_name']}, no error feedback - with", b["metrics"], a["metrics"],
                                   needed)
-        out += [held] if held is not None else []
+        out += [_gated(c, model, cleared) for c in (loss, held) if c is not None]
     return out
 
 
@@ -428,25 +456,27 @@ def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_
     t0, t1 = by_tau.get("0"), by_tau.get("1")
     if not (t0 and t1):
         return []
-    out = []
+    out, cleared = [], past_floor(summary)
     for model in dict.fromkeys(r["model"] for r in summary):
-        r = _row(summary, model, method)
+        r = method_row(summary, model, method)
         if r is None:
             continue
         spacing = r["eval_every"] / r["steps"] + sim_eval_every / t0
-        out.append(compare.difference(f"{model}: steps lost to one step of staleness, share: real - simulated",
-                                      (t1 - t0) / t0, 0.0, r["steps_lost"] / r["steps"], 0.0, needed=STALE_AGREE,
-                                      resolution=spacing, basis="evaluation spacing of both"))
+        out.append(_gated(compare.difference(f"{model}: steps lost to one step of staleness, share: real - simulated",
+                                             (t1 - t0) / t0, 0.0, r["steps_lost"] / r["steps"], 0.0,
+                                             needed=STALE_AGREE, resolution=spacing,
+                                             basis="evaluation spacing of both"), model, cleared))
     return out
 
 
 def speedup_comparisons(summary: list[dict], reference: str = REFERENCE) -> list[compare.Comparison]:
     """Per model and method, measured on the runs' own 2 ranks: the speedup to the quality the method reached,
     (fp32's steps to that quality x fp32's step) / (the method's steps x its step), from every measured step time
-    of each arm; a method that lost steps is read on fp32's evaluations, whose spacing widens the interval."""
-    out = []
+    of each arm; a method that lost steps is read on fp32's evaluations, whose spacing widens the interval. A model
+    whose fp32 run did not clear its floor: rows left unresolved (:func:`past_floor`)."""
+    out, cleared = [], past_floor(summary)
     for model in dict.fromkeys(r["model"] for r in summary):
-        ref = _row(summary, model, reference)
+        ref = method_row(summary, model, reference)
         for r in summary:
             if r["model"] != model or r["method"] == reference or ref is None:
                 continue
@@ -454,12 +484,6 @@ def speedup_comparisons(summary: list[dict], reference: str = REFERENCE) -> list
             c = compare.ratio(f"{model}: {r['method']}, speedup to its quality at 2 ranks (measured)",
                               [t * scale for t in r["step_times"]], ref["step_times"], needed=compare.TIME_EFFECT,
                               basis=f"{len(r['step_times'])} and {len(ref['step_times'])} step times")
-            out.append(compare.widen(c, r["eval_every"] / r["steps"], "fp32's evaluation spacing")
-                       if r["steps_lost"] else c)
+            c = compare.widen(c, r["eval_every"] / r["steps"], "fp32's evaluation spacing") if r["steps_lost"] else c
+            out.append(_gated(c, model, cleared))
     return out
-
-
-def comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_every: int) -> list[compare.Comparison]:
-    """Every question of the section: error feedback, staleness against the simulation, measured speedups."""
-    return (error_feedback_comparisons(summary) + staleness_comparisons(summary, stale_rows, sim_eval_every)
-            + speedup_comparisons(summary))

@@ -1,6 +1,6 @@
-"""Lesson 08 (course_lib.lessons.l08_collectives, l08_compression): crossovers measured and modelled, ring against
-tree on one host and on independent links, the parameter server's straggler, and the compression section's
-summary, prices and comparisons, fed recorded and simulated results."""
+"""Lesson 08 (course_lib.lessons.l08_collectives, l08_compression, l08_prices): crossovers measured and modelled,
+ring against tree on one host and on independent links, the parameter server's straggler, and the compression
+section's summary, prices and comparisons, fed recorded and simulated results."""
 
 import math
 
@@ -10,6 +10,7 @@ from course_lib import comm, compare
 from course_lib.comm.bench import CollectivesResult
 from course_lib.lessons import l08_collectives as study
 from course_lib.lessons import l08_compression as cstudy
+from course_lib.lessons import l08_prices as prices
 
 from _model_collectives import ALPHA, BETA, GAMMA
 from _model_collectives import model_collectives
@@ -313,14 +314,73 @@ def _verdict_summary(lost_steps):
 
 def test_the_prices_say_compression_pays_on_a_slow_link_and_not_on_a_fast_one():
     links = {"slow": (50e-6, 1 / 1e9), "fast": (5e-6, 1 / 450e9)}
-    rows = cstudy.compression_verdict_rows(_verdict_summary(2), links, ps=(2,))
+    rows = prices.compression_verdict_rows(_verdict_summary(2), links, ps=(2,))
     best = {(r["link"], r["method"]): r["speedup"] for r in rows}
     assert best[("slow", "PowerSGD rank 4")] > 1.05 > best[("fast", "PowerSGD rank 4")]
-    assert ("M", "slow", "PowerSGD rank 4") in cstudy.best_methods(rows)
-    lossy = cstudy.compression_verdict_rows(_verdict_summary(15), {"slow": links["slow"]}, ps=(2,))
-    assert cstudy.best_methods(lossy) == {("M", "slow", "local SGD H=16")}  # 15 of 16 steps lost do not pay
+    assert ("M", "slow", "PowerSGD rank 4") in prices.best_methods(rows)
+    lossy = prices.compression_verdict_rows(_verdict_summary(15), {"slow": links["slow"]}, ps=(2,))
+    assert prices.best_methods(lossy) == {("M", "slow", "local SGD H=16")}  # 15 of 16 steps lost do not pay
     with pytest.raises(ValueError, match="local SGD H=16"):
-        cstudy.compression_verdict_rows([r for r in _verdict_summary(2) if r["method"] != "local SGD H=16"], links)
+        prices.compression_verdict_rows([r for r in _verdict_summary(2) if r["method"] != "local SGD H=16"], links)
     assert all(math.isfinite(r["speedup"]) for r in rows)
-    table = cstudy.compression_verdict_table(rows, best_only=True)
-    assert {(r["link"], r["method"]) for r in table.rows} == {(k[1], k[2]) for k in cstudy.best_methods(rows)}
+    table = prices.compression_verdict_table(rows, best_only=True)
+    assert {(r["link"], r["method"]) for r in table.rows} == {(k[1], k[2]) for k in prices.best_methods(rows)}
+
+
+def test_quoted_links_reduce_at_their_gpus_memory_bandwidth():
+    from course_lib.perf.peaks import REFERENCE_PEAKS
+
+    links = study.links(ALPHA, BETA, GAMMA)
+    assert links[study.MEASURED_LINK] == (ALPHA, BETA, GAMMA)
+    quoted = [k for k in links if k != study.MEASURED_LINK]
+    assert len(quoted) == len(comm.QUOTED_INTERCONNECTS)
+    for name in quoted:
+        device = study.link_device(name)
+        assert links[name][2] == pytest.approx(3 / REFERENCE_PEAKS[device].memory_bandwidth)
+    assert study.link_device(study.MEASURED_LINK) is None
+
+
+def _floored(fp32_metrics, floor=0.4):
+    rows = []
+    for seed, m in enumerate(fp32_metrics):
+        base = [2.0 - 0.1 * i + 0.05 * seed for i in range(8)]
+        rows += [_run("fp32 all-reduce", seed, base, 1000, metric=m), _run("top-0.1% + error feedback", seed, base, 3),
+                 _run("top-0.1%, no error feedback", seed, [x + 0.3 for x in base], 3)]
+    for r in rows:
+        r.update(floor=floor, floor_name="popularity ranking", start=0.38)
+    return cstudy.compression_summary(rows)
+
+
+def test_methods_are_judged_only_where_fp32_cleared_the_floor():
+    past = _floored([0.50, 0.51, 0.49])
+    (floor,) = cstudy.floor_comparisons(past)
+    assert floor.outcome == compare.HIGHER and cstudy.past_floor(past) == {"M"}
+    assert cstudy.error_feedback_comparisons(past)[0].outcome == compare.HIGHER
+    below = _floored([0.35, 0.36, 0.34])
+    assert cstudy.floor_comparisons(below)[0].outcome == compare.LOWER and cstudy.past_floor(below) == set()
+    gated = cstudy.error_feedback_comparisons(below) + cstudy.speedup_comparisons(below)
+    assert gated and all(c.outcome == compare.UNRESOLVED and c.basis == cstudy.NOT_PAST_FLOOR for c in gated)
+    assert [r["method"] for r in cstudy.compression_table(below).rows][-2:] == ["warm start (fp32)",
+                                                                               "popularity ranking (floor)"]
+
+
+def test_a_gpu_link_is_priced_with_the_modelled_compute_not_this_machines():
+    links = {"here": (50e-6, 1 / 1e9, 1 / 40e9), "gpu": (5e-6, 1 / 450e9, 1e-12)}
+    rows = prices.compression_verdict_rows(_verdict_summary(2), links, ps=(2,), modelled={"gpu": {"M": 1e-3}})
+    assert {r["compute_s"] for r in rows if r["link"] == "gpu"} == {1e-3}
+    assert {r["compute_from"] for r in rows if r["link"] == "gpu"} == {"model"}
+    assert {r["compute_s"] for r in rows if r["link"] == "here"} == {0.01}  # the fastest measured step
+    ref = cstudy.method_row(_verdict_summary(2), "M", "fp32 all-reduce")
+    with_gamma = prices.predicted_step_s(ref, 0.0, links["here"], 2)
+    assert with_gamma > prices.predicted_step_s(ref, 0.0, links["here"][:2], 2)  # the additions cost time
+
+
+def test_gpu_compute_comes_from_lesson_09s_model_of_the_gpu_each_quoted_link_joins():
+    spec = cstudy.compression_spec("smoke")
+    spec["models"] = ["neumf"]
+    links = study.links(ALPHA, BETA, GAMMA)
+    got = prices.gpu_compute_s(spec, links)
+    assert set(got) == {k for k in links if study.link_device(k)} and study.MEASURED_LINK not in got
+    same_gpu = {study.link_device(k) for k in got}
+    assert len(same_gpu) > 1 or len({v["NeuMF"] for v in got.values()}) == 1  # one GPU, one step
+    assert all(v["NeuMF"] > 0 for v in got.values())
