@@ -33,12 +33,6 @@ def predicted_step_s(row: dict, compute_s: float, link: tuple, p: int) -> float:
     return max(compute_s, comm) if row["method"].startswith("delayed") else compute_s + comm
 
 
-# Lesson 09's assumptions for a GPU it has not measured (its node prediction): the share of the datasheet peaks
-# reached at every size, and a kernel launch plus the dispatcher per operation. Assumed, not measured.
-GPU_PEAK_SHARE = 0.8
-GPU_OP_OVERHEAD_S = 5e-6
-
-
 def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
     """``{link: {model: seconds}}`` for each link of ``link_params`` that joins a GPU of lesson 09's table
     (:func:`.l08_collectives.link_device`): one rank's step at the runs' per-rank batch, counted on the course's
@@ -47,7 +41,7 @@ def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
     :data:`GPU_OP_OVERHEAD_S`)."""
     from ..perf import model as M
     from ..perf.paleo import SpecDevice, spec_curves
-    from ..perf.peaks import REFERENCE_PEAKS
+    from ..perf.peaks import GPU_OP_OVERHEAD_S, GPU_PEAK_SHARE, REFERENCE_PEAKS
     from .l08_collectives import link_device
 
     devices = {link: REFERENCE_PEAKS[link_device(link)] for link in link_params if link_device(link)}

@@ -32,7 +32,7 @@ from ..data.sampler import DeviceSampler, batch_production_rate
 from ..data.text import shape_only_mlm_data
 from ..parallel.data_parallel import DataParallel
 from ..perf import model as M
-from ..perf.peaks import REFERENCE_PEAKS
+from ..perf.peaks import GPU_OP_OVERHEAD_S, GPU_PEAK_SHARE, REFERENCE_PEAKS
 from ..perf.probe import DeviceCurves, probe_hardware
 from ..tables import Table
 from ..train import mlm, ncf
@@ -440,11 +440,8 @@ def reference_curves(name: str, dtype: str = "bf16", fraction: float = 1.0, over
     return DeviceCurves(name, [(1.0, flops), (1e15, flops)], [(1.0, bw), (1e15, bw)], overhead_s)
 
 
-GPU_OP_OVERHEAD_S = 5e-6  # assumed, not measured: a kernel launch plus the dispatcher, per operation
-
-
 def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: str = "H100 SXM", p: int = 8,
-                    global_batch: int, dtype: str = "bf16", fraction: float = 0.8,
+                    global_batch: int, dtype: str = "bf16", fraction: float = GPU_PEAK_SHARE,
                     op_overhead_s: float = GPU_OP_OVERHEAD_S) -> dict:
     """This lesson's model on a node of ``p`` reference GPUs with NVLink (quoted): step, throughput,
     strong-scaling efficiency and MFU. The device runs at ``fraction`` of its datasheet peaks at every

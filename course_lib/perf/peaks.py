@@ -44,6 +44,11 @@ def _r(name, fp32, tf32, bf16, fp16, mem_gbs, pcie_gbs, source):
                             "fp16": fp16 and fp16 * T}, mem_gbs * G, pcie_gbs * G, source)
 
 
+# What the course assumes of a GPU it has not measured (lesson 09's node prediction, lesson 08's links): the
+# share of the datasheet peaks reached at every size, and a kernel launch plus the dispatcher per operation.
+GPU_PEAK_SHARE = 0.8
+GPU_OP_OVERHEAD_S = 5e-6
+
 REFERENCE_PEAKS = {r.name: r for r in [
     _r("V100 SXM2", 15.7, None, None, 125, 900, 16, "NVIDIA Tesla V100 datasheet (SXM2; fp16 = tensor cores)"),
     _r("A100 40GB SXM", 19.5, 156, 312, 312, 1555, 32, "NVIDIA A100 Tensor Core GPU datasheet (dense figures)"),
