@@ -23,13 +23,14 @@ export CUDA_VISIBLE_DEVICES=
 # and 42 s with 1, on a 2-core box at load 9.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PYTHONDONTWRITEBYTECODE=1
-# Workers (pytest-xdist): the machine's cores, at least 2 and at most 4 (each worker imports torch
-# and most tests are single-threaded; beyond 4 the lessons' chain alone sets the time).
-# COURSE_TEST_WORKERS=0 runs everything in one process, in order.
-WORKERS=${COURSE_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}
-if [ "$WORKERS" != 0 ]; then
-  WORKERS=$(( WORKERS < 2 ? 2 : WORKERS > 4 ? 4 : WORKERS ))
-fi
+# Workers (pytest-xdist): one more than the machine's cores, at least 3 and at most 4. The lessons' chain
+# holds one worker from start to end, and much of the rest waits on what it started (JupyterHub, SLURM,
+# torchrun's rendezvous, podman, Chromium) rather than computing, so a third worker fills the second
+# core's idle time; beyond 4 the lessons' chain alone sets the time. Each worker imports torch, and
+# most tests are single-threaded. COURSE_TEST_WORKERS=N sets the number (0: one process, in order).
+DEFAULT_WORKERS=$(( $(nproc 2>/dev/null || echo 2) + 1 ))
+DEFAULT_WORKERS=$(( DEFAULT_WORKERS < 3 ? 3 : DEFAULT_WORKERS > 4 ? 4 : DEFAULT_WORKERS ))
+WORKERS=${COURSE_TEST_WORKERS:-$DEFAULT_WORKERS}
 start=$(date +%s)
 
 # The linter first: seconds, and a lint error fails the suite before anything slow runs. The

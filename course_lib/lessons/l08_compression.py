@@ -221,7 +221,7 @@ def _bert_runs(spec: dict, methods) -> list[dict]:
 
 
 def compression_worker(rank: int, world_size: int, spec: dict) -> list[dict]:
-    """Every method of ``spec`` on NeuMF and BERT-mini at ``world_size`` ranks (a worker for ``launch``):
+    """Every method of ``spec`` on NeuMF and BERT-tiny at ``world_size`` ranks (a worker for ``launch``):
     one row per (model, method, seed) with bytes per step, step time, losses and the final metric."""
     methods = [tuple(m) for m in spec["methods"]]
     runs = {"neumf": _neumf_runs, "bert": _bert_runs}
