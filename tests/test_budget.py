@@ -47,30 +47,6 @@ def test_no_extensions_to_cut_goes_straight_to_steps():
     assert plan.extensions == 0 and plan.scale < 1 and "edge extensions" not in plan.line()
 
 
-@pytest.mark.parametrize("pace", [0.01, 0.13, 1.0, 5.0])
-def test_every_sized_plan_of_lesson07_is_runnable(pace):
-    # lesson 07's own settings at the sized steps: the warmup within the run, the evaluation interval within
-    # its budget (RunSettings.fit_to_run changes nothing), and the large batch still takes fewer steps
-    from course_lib.lessons import l07_bert_lamb as l07
-
-    def study(large_batches):
-        small, large, _ = l07.budget(256, 1860, large_batches=large_batches)
-        return l07.Study(small_batch=32, large_batch=256, micro_batch=64, small_seqs=small, large_seqs=large,
-                         common=dict(model="mini"))
-
-    full = study(l07.LARGE_BATCHES)
-    plan = l07.size(full, {32: pace, 256: pace * 8}, 700, small_factors=(0.5, 1, 2), large_factors=(0.25, 0.5, 1),
-                    small_extensions=1, large_extensions=2)
-    sized = study(max(2, plan.steps(l07.LARGE_BATCHES)))
-    for b in (32, 256):
-        cfg = sized.config("adam", b)
-        fitted, notes = cfg.fit_to_run(cfg.max_steps)
-        assert not notes and cfg.warmup_steps < cfg.max_steps and cfg.eval_every_steps <= cfg.max_steps
-        assert cfg.max_steps >= round(full.config("adam", b).max_steps * l07.FLOOR_SCALE) - 1
-    assert sized.config("adam", 256).max_steps < sized.config("adam", 32).max_steps
-    assert (plan.scale == 1) == (pace == 0.01) and plan.over_budget == (pace >= 1.0)
-
-
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="floor_scale"):
         size_plan([Runs("x", 1, 10, 0.1)], 10, floor_scale=0)
