@@ -14,7 +14,7 @@ def lesson07_runs(step_small, step_large):
 
 def test_budgets_sum_to_about_55_minutes_on_a_cpu():
     assert 45 * 60 <= total_s("cpu") <= 58 * 60
-    assert budget_s("07_bert_lamb") == budget_s("07") == 700 and budget_s("04_lars") == 400
+    assert budget_s("07_bert_lamb") == budget_s("07") == 700 and budget_s("04_lars") == 480
     assert all(GPU <= BUDGETS_S[k] for k, GPU in __import__("course_lib.budget").budget.GPU_BUDGETS_S.items())
     assert "07 700" in budget_line() and f"{total_s('cpu')} s" in budget_line()
     with pytest.raises(ValueError, match="no budget"):
@@ -63,5 +63,5 @@ def test_make_course_states_the_budgets_up_front():
 
     nbs = [Path("notebooks/04_lars.ipynb"), Path("notebooks/07_bert_lamb.ipynb")]
     each, line = run_notebooks.budgets(nbs, "full")
-    assert each == {"04_lars.ipynb": 400, "07_bert_lamb.ipynb": 700} and "1100 s" in line and "07 700" in line
+    assert each == {"04_lars.ipynb": 480, "07_bert_lamb.ipynb": 700} and "1180 s" in line and "07 700" in line
     assert run_notebooks.budgets(nbs, "smoke") == ({}, "")
