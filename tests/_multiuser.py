@@ -177,8 +177,8 @@ def dependencies_env() -> tuple[Path, float]:
 
 def _clone_suite_packages(env: Path) -> str | None:
     """The dependencies copied from the suite's own venv (hard links where the file system allows),
-    in a venv of Debian's Python: seconds, where pip from the package index took 533 s (on the
-    2-core machine at load 15: venv 23 s, pip 533 s). Only when the suite runs in a
+    in a venv of Debian's Python: seconds, where pip from the package index takes minutes on a busy
+    2-core machine. Only when the suite runs in a
     venv of the same Python minor version (compiled wheels are per minor version) that holds the
     pinned torch; else None (then pip builds it). The course itself is left out (the run installs it
     with ``pip install -e``), and so are the suite's editable-install hooks."""

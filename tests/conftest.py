@@ -106,8 +106,8 @@ def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` with the lessons' chain as one group, chosen here by test id.
 
     Not with ``xdist_group`` marks: pytest-xdist 3.8 groups by suffixing ``item._nodeid``, which
-    pytest 9 no longer reads, so marked tests were spread over workers (lessons 00
-    and 01 started together and lesson 09 ran before 06 had saved its results)."""
+    pytest 9 does not read, so marked tests would be spread over workers and a lesson could start
+    before the one whose saved results it reads had finished."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
