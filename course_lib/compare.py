@@ -443,3 +443,16 @@ def summary_table(directory=None) -> Table | None:
 
 def dumps(comparisons: Iterable[Comparison]) -> str:
     return json.dumps([c.to_dict() for c in comparisons], indent=2)
+
+
+def difference_of_means(question: str, a: Sequence[float], b: Sequence[float], *, needed: float,
+                        resolution: float, basis: str) -> Comparison:
+    """``mean(b) - mean(a)`` from repeated measurements of each arm (seeds, not paired): Welch's t interval (each
+    arm's spread estimated separately, Welch-Satterthwaite degrees of freedom), as :func:`ratio`
+    takes on the log scale, plus ``resolution``. An arm measured once contributes no spread: with a single
+    measurement in either arm the interval is the resolution alone."""
+    ea, eb = mean_estimate(question, a), mean_estimate(question, b)
+    sa, sb = (0.0, 0.0) if min(len(a), len(b)) < 2 else (ea.se, eb.se)
+    df = (sa ** 2 + sb ** 2) ** 2 / (sa ** 4 / (len(a) - 1) + sb ** 4 / (len(b) - 1)) if sa or sb else None
+    return difference(question, ea.value, sa, eb.value, sb, needed=needed, df=df, resolution=resolution,
+                      n=f"{len(a)}/{len(b)}", basis=basis)

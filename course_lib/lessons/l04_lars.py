@@ -29,12 +29,11 @@ SGD and LARS sweeps' cut runs to what the budget leaves after the full-length ru
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import matplotlib.pyplot as plt
 import torch
 
-from ..compare import HR_EFFECT, Comparison, Estimate, difference, estimate, mean_estimate, slope
+from ..compare import HR_EFFECT, Comparison, Estimate, difference, difference_of_means, estimate, slope
 from ..metrics import hr_standard_error
 from ..tables import Table
 from ..sweeps import blew_up, race_rank
@@ -318,25 +317,13 @@ def _hr_difference(question: str, a: float, b: float, users: int) -> Comparison:
                       n="1/1", basis=f"evaluation's sampling error, {users:,} users")
 
 
-def seed_difference(question: str, a: Sequence[float], b: Sequence[float], *, needed: float, resolution: float,
-                    basis: str) -> Comparison:
-    """``mean(b) - mean(a)`` from repeated measurements of each arm (seeds, not paired): Welch's t interval (each
-    arm's spread estimated separately, Welch-Satterthwaite degrees of freedom), as :func:`course_lib.compare.ratio`
-    takes on the log scale, plus ``resolution``. An arm measured once contributes no spread: with a single
-    measurement in either arm the interval is the resolution alone."""
-    ea, eb = mean_estimate(question, a), mean_estimate(question, b)
-    sa, sb = (0.0, 0.0) if min(len(a), len(b)) < 2 else (ea.se, eb.se)
-    df = (sa ** 2 + sb ** 2) ** 2 / (sa ** 4 / (len(a) - 1) + sb ** 4 / (len(b) - 1)) if sa or sb else None
-    return difference(question, ea.value, sa, eb.value, sb, needed=needed, df=df, resolution=resolution,
-                      n=f"{len(a)}/{len(b)}", basis=basis)
-
-
 def rescue_comparison(plain_runs, layerwise_runs, *, users: int) -> Comparison | None:
     """The question the lesson's SGD and LARS runs answer: at the same batch, does the trust ratio let momentum SGD
     reach a higher HR@10? The mean best HR@10 of ``layerwise_runs`` (LARS at its best lr, a run per seed) minus that
-    of ``plain_runs`` (plain SGD at its best lr, the same seeds): :func:`seed_difference`, the seeds' spread widened
-    by the evaluation's sampling error over ``users`` users (the same users at every seed, so the seeds' spread does
-    not hold it). ``higher``: LARS learned more. None where either arm's race run blew up (every lr of it did)."""
+    of ``plain_runs`` (plain SGD at its best lr, the same seeds): :func:`course_lib.compare.difference_of_means`,
+    the seeds' spread widened by the evaluation's sampling error over ``users`` users (the same users at every
+    seed, so the seeds' spread does not hold it). ``higher``: LARS learned more. None where either arm's race run
+    blew up (every lr of it did)."""
     if not plain_runs or not layerwise_runs or blew_up(plain_runs[0]) or blew_up(layerwise_runs[0]):
         return None
     a, b = [_best_hr(r) for r in plain_runs], [_best_hr(r) for r in layerwise_runs]
@@ -345,7 +332,7 @@ def rescue_comparison(plain_runs, layerwise_runs, *, users: int) -> Comparison |
                 f"{plain['peak_lr']:.3g}")
     sampling = _hr_difference(question, sum(a) / len(a), sum(b) / len(b), users)
     seeds = f"{len(a)} and {len(b)} seeds" if min(len(a), len(b)) > 1 else "an arm ran once: no seeds' spread"
-    return seed_difference(question, a, b, needed=HR_EFFECT, resolution=sampling.high - sampling.estimate,
+    return difference_of_means(question, a, b, needed=HR_EFFECT, resolution=sampling.high - sampling.estimate,
                            basis=f"{seeds}; evaluation's sampling error, {users:,} users")
 
 
