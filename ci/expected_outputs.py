@@ -48,6 +48,30 @@ def marked_cells(nb: dict) -> dict[str, dict]:
     return {c["id"]: c for c in nb["cells"] if c["cell_type"] == "code" and MARK in "".join(c["source"])}
 
 
+def checked_prefix(nb: dict) -> dict | None:
+    """The notebook up to and including its last marked cell, or None when no cell is marked: what nbval needs to
+    re-execute. A cell cannot change the output of one that ran before it, so the prefix checks the marked outputs
+    exactly as the whole notebook would, and the training cells after them (most of a lesson's time) are not run a
+    second time; that every cell runs is papermill's check."""
+    last = max((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and MARK in "".join(c["source"])),
+               default=None)
+    return None if last is None else {**nb, "cells": nb["cells"][:last + 1]}
+
+
+def write_prefixes(executed_dir: Path, out: Path) -> list[Path]:
+    """:func:`checked_prefix` of each executed lesson (``executed_dir/notebooks/*.ipynb``), written to
+    ``out/notebooks/``; the paths written, in order. Lessons with no marked cell are left out."""
+    written = []
+    for nb_path in sorted((executed_dir / "notebooks").glob("*.ipynb")):
+        prefix = checked_prefix(json.loads(nb_path.read_text()))
+        if prefix is not None:
+            dest = out / "notebooks" / nb_path.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(json.dumps(prefix, indent=1, ensure_ascii=False) + "\n")
+            written.append(dest)
+    return written
+
+
 def key(notebook: Path) -> str:
     """'notebooks/01_baseline.ipynb' for a lesson or its executed copy."""
     return f"{notebook.parent.name}/{notebook.name}"
@@ -127,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--update", action="store_true", help="rewrite the stored outputs from ci/executed/")
     parser.add_argument("--executed", type=Path, default=EXECUTED)
+    parser.add_argument("--prefixes", type=Path, metavar="OUT",
+                        help="write each executed lesson up to its last marked cell to OUT/notebooks/ (for nbval)")
     opts = parser.parse_args(argv)
+    if opts.prefixes:
+        for path in write_prefixes(opts.executed, opts.prefixes):
+            print(path)
+        return 0
     if opts.update:
         new = update(opts.executed)
         print(f"{EXPECTED.relative_to(REPO)}: {sum(map(len, new.values()))} cells in {len(new)} notebooks")

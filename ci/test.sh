@@ -7,8 +7,8 @@
 #     (packages from ci/install-slurm.sh); tests/test_slurm_multinode.py the same on two nodes of the
 #     virtual cluster (course_lib/cluster.py: network namespaces on shaped links, as root), and
 #     tests/test_multinode.py torchrun across those nodes without SLURM.
-#  2. nbval re-executes the executed lessons and compares the outputs of the cells marked
-#     `# NBVAL_CHECK_OUTPUT` with the papermill run's: deterministic outputs must agree.
+#  2. nbval re-executes the executed lessons, each up to its last cell marked `# NBVAL_CHECK_OUTPUT`,
+#     and compares those cells' outputs with the papermill run's: deterministic outputs must agree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -76,6 +76,14 @@ if [ "${#executed[@]}" -eq 0 ]; then
   echo "ci/test.sh: no executed lessons in ci/executed/notebooks: tests/test_notebooks.py did not run" >&2
   exit 1
 fi
+# nbval re-executes each lesson up to its last marked cell (ci/expected_outputs.py --prefixes): no later cell can
+# change a marked output, and papermill has already run every cell. A lesson with no marked cell is not re-run.
+rm -rf ci/executed/nbval
+mapfile -t prefixes < <("$PY" ci/expected_outputs.py --executed ci/executed --prefixes ci/executed/nbval)
+if [ "${#prefixes[@]}" -eq 0 ]; then
+  echo "ci/test.sh: ci/expected_outputs.py wrote no lesson for nbval (is any cell marked # NBVAL_CHECK_OUTPUT?)" >&2
+  exit 1
+fi
 # nbval's kernels save results too: into a copy of the papermill run's results, never into the
 # learner's runs/interactive/. With every lesson's inputs already there, the notebooks no longer
 # depend on each other's order, and nbval spreads them over the workers, one notebook per worker at
@@ -83,6 +91,6 @@ fi
 rm -rf ci/executed/nbval-results
 cp -r ci/executed/results ci/executed/nbval-results
 COURSE_RESULTS_DIR="$PWD/ci/executed/nbval-results" COURSE_CHECKS_STRICT=1 \
-  "$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider -n "$WORKERS" --dist loadscope "${executed[@]}"
+  "$PY" -m pytest --nbval-lax --nbval-cell-timeout=600 -p no:cacheprovider -n "$WORKERS" --dist loadscope "${prefixes[@]}"
 end=$(date +%s)
 echo "make test: wall time $((end - start)) s (pytest incl. papermill $((unit_end - start)) s, nbval $((end - unit_end)) s)"

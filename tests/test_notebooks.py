@@ -99,6 +99,24 @@ def test_update_rewrites_from_executed_copies_and_keeps_tolerances(tmp_path):
     assert expected_outputs.load(path) == new
 
 
+def test_nbval_reruns_each_lesson_up_to_its_last_marked_cell(tmp_path):
+    """ci/test.sh gives nbval these prefixes: every marked cell and what ran before it, nothing after; a lesson
+    with no marked cell is not re-run."""
+    def cell(source, kind="code"):
+        return {"cell_type": kind, "source": source, "metadata": {}, **({"outputs": []} if kind == "code" else {})}
+    marked = {"cells": [cell("x = 1"), cell("# NBVAL_CHECK_OUTPUT\nprint(x)"), cell("a note", "markdown"),
+                        cell("# NBVAL_CHECK_OUTPUT\nprint(2)"), cell("train()")], "metadata": {}}
+    plain = {"cells": [cell("train()")], "metadata": {}}
+    assert expected_outputs.checked_prefix(marked)["cells"] == marked["cells"][:4]
+    assert expected_outputs.checked_prefix(plain) is None
+    for name, nb in (("01_a.ipynb", marked), ("02_b.ipynb", plain)):
+        (tmp_path / "executed" / "notebooks").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "executed" / "notebooks" / name).write_text(json.dumps(nb))
+    written = expected_outputs.write_prefixes(tmp_path / "executed", tmp_path / "nbval")
+    assert written == [tmp_path / "nbval" / "notebooks" / "01_a.ipynb"]
+    assert json.loads(written[0].read_text())["cells"] == marked["cells"][:4]
+
+
 def test_every_marked_cell_in_the_repository_has_a_stored_output():
     stored = expected_outputs.load()
     for nb in NOTEBOOKS:
