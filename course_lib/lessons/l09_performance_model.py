@@ -356,6 +356,7 @@ def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: s
 
 def node_table(node: dict) -> Table:
     """:func:`node_prediction` as a table."""
-    return Table(["device", "p", "global_batch", "step ms", "sequences/s", "efficiency", "MFU", "overhead share"],
-                 [{**node, "step ms": node["step_s"] * 1e3, "sequences/s": f"{node['samples_per_s']:,.0f}",
+    return Table(["device", "p", "global batch", "step ms", "sequences/s", "efficiency", "MFU", "overhead share"],
+                 [{**node, "global batch": node["global_batch"], "step ms": node["step_s"] * 1e3,
+                   "sequences/s": f"{node['samples_per_s']:,.0f}",
                    "MFU": f"{node['mfu']:.1%}", "overhead share": f"{node['overhead_share']:.0%}"}])
