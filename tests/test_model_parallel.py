@@ -158,7 +158,7 @@ def test_lesson_09s_model_predicts_the_bytes_sent_and_kept_by_each_measured_sche
     for name, e in err.items():
         assert abs(e["sent"]) < 1e-6, (name, e)  # DDP, ZeRO-1 and FSDP2's 1.36x: the same count of bytes
         assert abs(e["state"]) < 1e-6, (name, e)
-    assert "predicted sent" in str(study.memory_table([o["sharded"] for o in two], predicted))
+    assert "model sent" in str(study.memory_table([o["sharded"] for o in two], predicted))
 
 
 def test_the_checks_table_holds_on_the_results_and_the_model_prices_the_bytes(two, four):
