@@ -24,6 +24,8 @@ BERT_SHAPES = {
 
 def bert_shape(name: str, seq_len: int = 512):
     """The :class:`~course_lib.models.bert.BertConfig` of one of :data:`BERT_SHAPES`."""
+    if name not in BERT_SHAPES:
+        raise ValueError(f"unknown BERT {name!r}: choose one of {tuple(BERT_SHAPES)}")
     return bert_config("base", vocab_size=30522, type_vocab_size=2, max_position=max(seq_len, 512),
                        **BERT_SHAPES[name])
 

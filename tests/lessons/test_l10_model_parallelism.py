@@ -249,3 +249,8 @@ def test_the_model_rows_say_whether_lesson_09s_overhead_is_in_them():
     with_it, without = study.step_comparisons(outs, model), study.step_comparisons(outs, model, with_overhead=False)
     assert all("with lesson 09's overhead" in c.basis for c in with_it[1:]) and "overhead" not in with_it[0].basis
     assert all("without lesson 09's overhead" in c.basis for c in without[1:])
+
+
+def test_an_unknown_bert_is_named_with_the_choices():
+    with pytest.raises(ValueError, match="BERT-base"):
+        choice.bert_shape("BERT-xl")
