@@ -37,8 +37,8 @@ class PrecisionSpeed(dict):
     @property
     def spread(self) -> float:
         """The largest (fastest - next fastest) / fastest over the modes (NaN with one repeat)."""
-        gaps = [(v[0] - v[1]) / v[0] for v in (sorted(r, reverse=True) for r in self.repeats.values()) if len(v) > 1]
-        return max(gaps) if gaps else math.nan
+        tops = [sorted(v, reverse=True)[:2] for v in self.repeats.values() if len(v) > 1]
+        return max((a - b) / a for a, b in tops) if tops else math.nan
 
     def ratio(self, mode: str) -> float:
         return self[mode].samples_per_s / self["fp32"].samples_per_s
@@ -57,10 +57,10 @@ def precision_throughput(data, cfg, modes=("fp32", "bf16", "fp16"), *, steps: in
             runs[m].append(throughput(data, cfg.replace(precision=m), device=device, steps=steps,
                                       warmup_steps=warmup_steps))
     best = {m: max(rs, key=lambda r: r["samples_per_s"]) for m, rs in runs.items()}
-    history = lambda r: {"step": list(range(len(r["scale_history"]))), "loss_scale": list(r["scale_history"])}
-    return PrecisionSpeed({m: SpeedRun(m, r["samples_per_s"], r["phase_s"], r["precision"], warmup_steps + steps,
-                                       history(r)) for m, r in best.items()},
-                          {m: [r["samples_per_s"] for r in rs] for m, rs in runs.items()})
+    fastest = {m: SpeedRun(m, r["samples_per_s"], r["phase_s"], r["precision"], warmup_steps + steps,
+                           {"step": list(range(len(r["scale_history"]))), "loss_scale": list(r["scale_history"])})
+               for m, r in best.items()}
+    return PrecisionSpeed(fastest, {m: [r["samples_per_s"] for r in rs] for m, rs in runs.items()})
 
 
 def _ms(run: SpeedRun, phase: str) -> float:
