@@ -26,10 +26,8 @@ def test_row_gradients_grow_with_frequency_and_layers_differ_by_orders_of_magnit
     assert len(spreads) == 2 and all(e.value > 10 for e in spreads)  # an order of magnitude apart or more
     # a mean over 16x the samples: at most the noise's 1/sqrt(16) = 4x fall (signal stays), never 16x
     assert all(ratio[(256, x)] / ratio[(4096, x)] < 8 for x in layers)
-    assert {r["regime"] for r in study.layer_scaling(m)} <= {"noise", "signal", "mixed"}
-    t = study.layer_norms_table(m)
-    assert len(t.rows) == len(layers) and "B=4096" in str(t)
-    assert len(study.layer_scaling_table(m).rows) == len(layers)
+    rows = study.layer_scaling(m).rows
+    assert len(rows) == len(layers) and {r["mostly"] for r in rows} <= {"noise", "signal", "mixed"}
     study.plot_row_gradients(m)
 
 
@@ -49,7 +47,7 @@ def test_noise_falls_as_one_over_sqrt_b_and_signal_stays():
     """Embeddings that fell sqrt(512) = 22.6x are noise; layers that did not fall are signal; the signal's share at the
     large batch follows ||g||² = S + N / B."""
     m = _measured({"gmf_user.weight": 22.6, "gmf_item.weight": 22.9, "mlp.2.weight": 0.92, "out.weight": 0.93})
-    regimes = {r["layer"]: r["regime"] for r in study.layer_scaling(m)}
+    regimes = {r["layer"]: r["mostly"] for r in study.layer_scaling(m).rows}
     assert regimes == {"gmf_user.weight": "noise", "gmf_item.weight": "noise", "mlp.2.weight": "signal",
                        "out.weight": "signal"}
     assert study.signal_share(math.sqrt(512), 512) == pytest.approx(0.0)
@@ -75,13 +73,12 @@ def test_dead_layers_are_read_from_a_trust_ratio_stuck_at_the_fallback():
                "trust_ratio": {"mlp.0.weight": [14.2, 43.7, 394, 1490] + [1.0] * 16,
                                "gmf_user.weight": [394 - i for i in range(20)],
                                "out.weight": [0.14, 1.0] + [0.5] * 18}}  # a single 1 mid-run is not a dead layer
-    assert study.dead_layers(history) == {"mlp.0.weight": 8}
+    dead = {r["layer"]: r["dead from"] for r in study.trust_ratio_table(history).rows}
+    assert dead == {"mlp.0.weight": 8, "gmf_user.weight": None, "out.weight": None}
     rows = {r["layer"]: r for r in study.trust_ratio_table(history).rows}
-    assert rows["mlp.0.weight"]["exactly 1 (no gradient) from step"] == 8
-    assert rows["out.weight"]["exactly 1 (no gradient) from step"] == "—"
-    assert rows["mlp.0.weight"]["peak / median"] == "1.49e+03x"  # the peak against the median of 1
+    assert rows["mlp.0.weight"]["peak/median"] == "1.49e+03x"  # the peak against the median of 1
     alive = {"step": history["step"], "trust_ratio": {"mlp.0.weight": [14.2 + i for i in range(20)]}}
-    assert study.dead_layers(alive) == {}
+    assert study.trust_ratio_table(alive).rows[0]["dead from"] is None
 
 
 def fake_result(batch, lr, ttt, hr=0.76, optimizer="adam", steps=100, max_steps=None) -> TrainResult:
@@ -101,16 +98,16 @@ def test_the_race_table_names_each_optimizers_best_run_and_what_blew_up():
     runs[3].diverged = True
     runs[2].curve = {"hr": [0.1, 0.2, 0.3], "loss": [0.6, 0.55, 0.52]}  # still rising when the race ended
     rows = {r["optimizer"]: r for r in study.race_table(runs, caps={"adam": 2}).rows}
-    assert rows["adam"]["best lr"] == "0.01" and rows["adam"]["bracketed"] == "no: at the edge, cap of 2 reached"
-    assert rows["adam"]["time to target (s)"] == 12.0
-    assert rows["sgd"]["best lr"] == "8" and rows["sgd"]["blew up at lr"] == "32"
-    assert rows["sgd"]["time to target (s)"] == "not reached" and rows["sgd"]["still rising at the end"] is True
-    assert rows["lars"]["bracketed"] == "one lr" and rows["lars"]["blew up at lr"] == "—"
+    assert rows["adam"]["best lr"] == "0.01" and rows["adam"]["bracketed"] == "no (edge, cap 2)"
+    assert rows["adam"]["to target (s)"] == 12.0 and rows["adam"]["rising"] is False
+    assert rows["sgd"]["best lr"] == "8" and rows["sgd"]["blew up at"] == "32"
+    assert rows["sgd"]["to target (s)"] == "not reached" and rows["sgd"]["rising"] is True
+    assert rows["lars"]["bracketed"] == "one lr" and rows["lars"]["blew up at"] == "—"
     # every lr blew up: no best run is ranked among chance-level noise
     blown = [fake_result(131072, lr, None, hr=0.107, optimizer="sgd") for lr in (8.0, 16.0)]
     for r in blown:
         r.diverged = True
-    assert study.race_table(blown, caps={}).rows[0]["best lr"] == "—"
+    assert study.race_table(blown, caps={}).rows[0]["best lr"] is None
     assert study.race_comparisons(blown, floor_hr=0.39, users=6040) == []
 
 
@@ -135,8 +132,6 @@ def test_a_run_that_missed_the_target_is_judged_against_the_popularity_ranking()
     assert outcome(0.106) == compare.LOWER
 
 
-
-
 def test_a_cut_sweep_brackets_the_lr_and_the_full_length_run_is_the_one_judged():
     """SGD and LARS grids run cut (``max_steps``); the table lists the grid's lrs and says whether its best is inside,
     and the verdicts read the best lr's full-length run."""
@@ -147,14 +142,13 @@ def test_a_cut_sweep_brackets_the_lr_and_the_full_length_run_is_the_one_judged()
             for lr, hr in ((4.0, 0.40), (8.0, 0.45), (16.0, 0.50), (32.0, 0.55))] + [
         fake_result(32768, 32.0, None, hr=0.67, optimizer="lars")]
     rows = {r["optimizer"]: r for r in study.race_table(sgd + lars, caps={"sgd": 1, "lars": 1}).rows}
-    assert rows["sgd"]["lrs tried"] == "0.5, 1, 2" and rows["sgd"]["bracketed"] == "yes"
-    assert rows["sgd"]["sweep run (steps)"] == 228 and rows["sgd"]["best HR@10"] == 0.392  # the full-length run
-    assert rows["lars"]["best lr"] == "32" and rows["lars"]["bracketed"] == "no: at the edge, cap of 1 reached"
+    assert rows["sgd"]["lrs"] == "0.5, 1, 2" and rows["sgd"]["bracketed"] == "yes"
+    assert rows["sgd"]["sweep steps"] == 228 and rows["sgd"]["best HR@10"] == 0.392  # the full-length run
+    assert rows["lars"]["best lr"] == "32" and rows["lars"]["bracketed"] == "no (edge, cap 1)"
     kept, labels = study.full_length(sgd + lars, [f"run {i}" for i in range(len(sgd + lars))])
     assert kept == [sgd[-1], lars[-1]] and labels == ["run 3", "run 8"]
     fast = [fake_result(32768, 8.0, 10.0, optimizer="lars", max_steps=228)]  # reached the target in its cut run
     assert study.full_length(sgd + fast, ["a", "b", "c", "d", "e"]) == ([sgd[-1]] + fast, ["d", "e"])
-
 
 
 def _seeds(optimizer, lr, hrs):
@@ -188,10 +182,9 @@ def test_the_sweep_is_sized_by_its_cap_on_extensions_never_by_shorter_runs():
     """At 0.06 s a step (a 1.5-epoch sweep run 17.7 s, a 3-epoch run 31.4 s): plenty of time keeps the cap; less
     lowers it (fewer lr points) down to 0; the sweep's runs and the full-length runs keep their length."""
     full = study.sweep_plan(1000, 0.06, **PLAN)
-    assert full["extensions"] == 2 and full["planned_s"] <= 1000
-    assert study.sweep_plan(300, 0.06, **PLAN)["extensions"] == 1  # 157 + 8 x 17.7 = 299 s
+    assert full["extension cap"] == 2 and full["planned (s)"] <= 1000
+    assert study.sweep_plan(300, 0.06, **PLAN)["extension cap"] == 1  # 157 + 8 x 17.7 = 299 s
     short = study.sweep_plan(100, 0.06, **PLAN)
-    assert short["extensions"] == 0 and short["planned_s"] > 100  # the floor runs anyway
-    assert short["steps"] == full["steps"] == 228 and short["epochs"] == 1.5
-    assert short["reserved_s"] == full["reserved_s"] == 5 * (456 * 0.06 + study.OVERHEAD_S)
-    assert len(study.sweep_plan_table(full).rows) == 1
+    assert short["extension cap"] == 0 and short["planned (s)"] > 100  # the floor runs anyway
+    assert short["sweep steps"] == full["sweep steps"] == 228 and short["sweep epochs"] == 1.5
+    assert short["uncut runs (s)"] == full["uncut runs (s)"] == round(5 * (456 * 0.06 + study.OVERHEAD_S))
