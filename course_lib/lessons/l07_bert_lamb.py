@@ -16,7 +16,6 @@ from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
 from ..train.mlm import MLMTrainConfig, train_mlm
 
-
 BASE_LRS = {"adam": 1e-3, "lamb": 1e-2}  # each optimizer's lr at the small batch
 
 
@@ -74,7 +73,6 @@ def size_study(seq_s: float, budget: float, *, num_train: int, small_batch: int,
 
 
 def sizing_table(sizing: dict, small_batch: int) -> Table:
-    """What :func:`size_study` decided, beside the batch the seed talk reached with LAMB (64k)."""
     rows = {"s/seq": f"{sizing['seq_s']:.3g}", "runs": sizing["runs"], "seqs/run": sizing["seqs"],
             "epochs/run": round(sizing["epochs"], 2), f"steps at {small_batch}": sizing["seqs"] // small_batch,
             "large batch": sizing["large_batch"], "steps at large": sizing["seqs"] // sizing["large_batch"],
@@ -154,7 +152,6 @@ def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensi
 
 
 def best_of(records: dict[str, dict], prefix: str) -> dict:
-    """The lowest held-out loss among the runs labelled ``prefix``..."""
     return min((r for name, r in records.items() if name.startswith(prefix)), key=best_loss_key)
 
 
@@ -179,11 +176,9 @@ def eval_interval(record: dict) -> int:
 
 
 def throughput_table(tp: dict[str, dict], title: str) -> Table:
-    t = Table(["precision", "seq/s", "tokens/s", "vs fp32"], title=title)
-    for mode, r in tp.items():
-        t.add(precision=mode, **{"seq/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
-                                 "vs fp32": round(r["seqs_per_s"] / tp["fp32"]["seqs_per_s"], 2)})
-    return t
+    rows = [{"precision": mode, "seq/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
+             "vs fp32": round(r["seqs_per_s"] / tp["fp32"]["seqs_per_s"], 2)} for mode, r in tp.items()]
+    return Table(["precision", "seq/s", "tokens/s", "vs fp32"], rows, title)
 
 
 def trust_ratio_spread(record: dict) -> dict:
@@ -222,8 +217,7 @@ def _steps(records: list[dict], target: float) -> list[int] | None:
 
 
 def _steps_ratio(question: str, a: list[dict], b: list[dict], target: float) -> list[compare.Comparison]:
-    """Steps to the target, ``b`` / ``a`` (not time: steps do not depend on how busy the machine was), resolved to
-    one evaluation interval; none where a run missed the target."""
+    """Steps to the target (not time: steps do not depend on how busy the machine was), to one evaluation interval."""
     sa, sb = _steps(a, target), _steps(b, target)
     if sa is None or sb is None:
         return []
@@ -232,38 +226,34 @@ def _steps_ratio(question: str, a: list[dict], b: list[dict], target: float) -> 
                           basis=f"{len(sa)}/{len(sb)} run(s); eval every {every}")]
 
 
-def _rates(records: dict) -> dict[int, list[float]]:
-    """Sequences/s per batch: runs at one batch differ in lr and optimizer only, not in the work of a step."""
-    out: dict[int, list[float]] = {}
-    for r in records.values():
-        out.setdefault(r["config"]["global_batch_size"], []).append(r["seqs_per_s"])
-    return out
+def _rates(records: dict, batch: int) -> list[float]:
+    return [r["seqs_per_s"] for r in records.values() if r["config"]["global_batch_size"] == batch]
 
 
 def pace_drift(records: dict) -> float | None:
-    """The machine's spread: highest / lowest sequences/s - 1 of the runs at one batch, the largest over batches."""
-    drifts = [max(v) / min(v) - 1 for v in _rates(records).values() if len(v) > 1 and min(v) > 0]
+    """The machine's spread: highest / lowest sequences/s - 1 of the runs at one batch (same work per step; they
+    differ in lr and optimizer only), the largest over batches."""
+    rates = [_rates(records, b) for b in {r["config"]["global_batch_size"] for r in records.values()}]
+    drifts = [max(v) / min(v) - 1 for v in rates if len(v) > 1 and min(v) > 0]
     return max(drifts) if drifts else None
 
 
 def _seed_spread(records: list[dict]) -> float:
-    """The seeds' range of best losses, at least ``LOSS_SHOWN``."""
     losses = [x for x in map(best_loss_key, records) if math.isfinite(x)]
     return max(LOSS_SHOWN, max(losses) - min(losses)) if len(losses) > 1 else LOSS_SHOWN
 
 
-def batch_comparisons(runs: dict, target: float, small_batch: int, large_batch: int, optimizer: str,
-                      drift: float = 0.0, seed_tags=("best lr",)) -> list[compare.Comparison]:
-    """One optimizer's large batch over its small one: time (to the pace's ``drift`` and the evaluation spacing) and
-    sequences to the target, and the loss at its first evaluation past the small run's budget less that run's."""
-    small = runs.get(f"{optimizer} b={small_batch}")
-    large = [runs[k] for k in (f"{optimizer} b={large_batch} ({t})" for t in seed_tags) if k in runs]
-    ss, sl = _steps([small] if small else [], target), _steps(large, target)
+def batch_comparisons(small: list[dict], large: list[dict], target: float, small_batch: int, large_batch: int,
+                      optimizer: str, drift: float = 0.0) -> list[compare.Comparison]:
+    """One optimizer's large batch (its seeds) over its small one: time (to the pace's ``drift`` and the evaluation
+    spacing) and sequences to the target, and the loss at its first evaluation past the small run's budget less
+    the small run's last."""
+    ss, sl = _steps(small, target), _steps(large, target)
     out = []
     if ss is not None and sl is not None:
-        spacing = max(eval_interval(r) / max(1, n) for r, n in zip([small] + large, ss + sl))
+        spacing = max(eval_interval(r) / max(1, n) for r, n in zip(small + large, ss + sl))
         out += [compare.ratio(f"{optimizer}: time to target, b={large_batch} / b={small_batch}",
-                              [time_to_loss(small, target)[0]], [time_to_loss(r, target)[0] for r in large],
+                              [time_to_loss(r, target)[0] for r in small], [time_to_loss(r, target)[0] for r in large],
                               needed=compare.TIME_EFFECT, resolution=drift + spacing,
                               basis=f"pace drift {drift:.0%}; eval spacing"),
                 compare.ratio(f"{optimizer}: sequences to target, b={large_batch} / b={small_batch}",
@@ -271,7 +261,7 @@ def batch_comparisons(runs: dict, target: float, small_batch: int, large_batch: 
                               resolution=spacing, basis="eval spacing")]
     if not small or not large:
         return out
-    sc, lc = small["curves"], large[0]["curves"]
+    sc, lc = small[0]["curves"], large[0]["curves"]
     budget, small_loss = sc["eval_step"][-1] * small_batch, sc["eval_loss"][-1]
     loss = next((v for st, v in zip(lc["eval_step"], lc["eval_loss"]) if st * large_batch >= budget), None)
     if loss is not None and math.isfinite(loss) and math.isfinite(small_loss):
@@ -319,10 +309,11 @@ def comparisons(runs: dict, small_sweep: dict, sweep: dict, target: float, small
         out += _steps_ratio(f"steps to target, LAMB / Adam, b={b}", at("adam", b), at("lamb", b), target)
     for opt in ("adam", "lamb"):
         out += (lr_comparisons(small_sweep, sweep, opt, small_batch, large_batch, at(opt, large_batch))
-                + batch_comparisons(runs, target, small_batch, large_batch, opt, pace_drift(every) or 0.0, seed_tags))
-    rates = _rates(every)
-    if min(len(rates.get(b, [])) for b in (small_batch, large_batch)) >= 2:
-        out.append(compare.ratio(f"seq/s, b={large_batch} / b={small_batch}", rates[small_batch], rates[large_batch],
+                + batch_comparisons(at(opt, small_batch), at(opt, large_batch), target, small_batch, large_batch, opt,
+                                    pace_drift(every) or 0.0))
+    small, large = _rates(every, small_batch), _rates(every, large_batch)
+    if min(len(small), len(large)) >= 2:
+        out.append(compare.ratio(f"seq/s, b={large_batch} / b={small_batch}", small, large,
                                  needed=compare.SPEED_EFFECT))
     return out
 

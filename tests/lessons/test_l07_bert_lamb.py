@@ -140,11 +140,14 @@ def test_adam_against_lamb_needs_a_gap_beyond_the_seeds_and_the_evaluation_inter
 def test_the_large_batch_on_the_clock_and_in_sequences():
     runs = {"adam b=32": _mlm(120, 4.0, seqs_per_s=176.0, batch=32),
             "adam b=256 (best lr)": _mlm(66, 4.0, seqs_per_s=221.0, batch=256)}
-    time, seqs, _ = st.batch_comparisons(runs, 4.1, 32, 256, "adam", seed_tags=TAGS)
+    def batch(runs, drift=0.0):  # adam's runs at the small batch and the large one's seeds
+        return st.batch_comparisons([runs["adam b=32"]], [runs["adam b=256 (best lr)"]], 4.1, 32, 256, "adam", drift)
+
+    time, seqs, _ = batch(runs)
     assert seqs.estimate == pytest.approx(66 * 256 / (120 * 32)) and seqs.outcome == compare.HIGHER
     assert time.outcome == compare.HIGHER  # 4.4x the sequences at 1.26x the rate: later on the clock
     runs["adam b=256 (best lr)"] = _mlm(12, 4.0, seqs_per_s=2000.0, batch=256)
-    time, seqs, _ = st.batch_comparisons(runs, 4.1, 32, 256, "adam", seed_tags=TAGS)
+    time, seqs, _ = batch(runs)
     assert time.outcome == compare.LOWER
     # a busy machine: runs of the same work at one batch ran at 47.5-182 sequences/s, so the clock is unresolved
     busy = {"adam b=32, x2": _mlm(None, 4.5, seqs_per_s=47.5, batch=32),
@@ -152,9 +155,9 @@ def test_the_large_batch_on_the_clock_and_in_sequences():
     runs = {"adam b=32": _mlm(36, 4.0, seqs_per_s=100.0, batch=32),
             "adam b=256 (best lr)": _mlm(6, 4.0, seqs_per_s=100.0, batch=256)}
     drift = st.pace_drift({**busy, **runs})
-    time = st.batch_comparisons(runs, 4.1, 32, 256, "adam", drift=drift, seed_tags=TAGS)[0]
+    time = batch(runs, drift)[0]
     assert time.outcome == compare.UNRESOLVED and drift == pytest.approx(182 / 47.5 - 1)
-    assert st.batch_comparisons({"adam b=32": _mlm(None, 4.5)}, 4.1, 32, 256, "adam") == []
+    assert st.batch_comparisons([_mlm(None, 4.5)], [], 4.1, 32, 256, "adam") == []
 
 
 def test_throughput_per_batch_from_every_run_at_it():
@@ -193,10 +196,9 @@ def test_equal_sequences_compares_at_the_small_batchs_budget():
     small = _mlm(60, 4.0, batch=32)  # 120 steps x 32 = 3840 sequences, ends at 4.0
     large = {**_mlm(None, 4.5, batch=256), "curves": {"eval_step": [0, 12, 15, 24], "eval_loss": [9.0, 4.6, 4.4, 3.9],
                                                       "eval_time_s": [0, 1, 2, 3]}}
-    runs = {"adam b=32": small, "adam b=256 (best lr)": large}
 
     def equal_sequences():
-        return st.batch_comparisons(runs, 4.1, 32, 256, "adam")[-1]
+        return st.batch_comparisons([small], [large], 4.1, 32, 256, "adam")[-1]
 
     c = equal_sequences()
     assert c.estimate == pytest.approx(0.4) and c.outcome == compare.HIGHER  # the large batch learned less
