@@ -231,8 +231,7 @@ def _rates(records: dict, batch: int) -> list[float]:
 
 
 def pace_drift(records: dict) -> float | None:
-    """The machine's spread: highest / lowest sequences/s - 1 of the runs at one batch (same work per step; they
-    differ in lr and optimizer only), the largest over batches."""
+    """The machine's spread: highest / lowest sequences/s - 1 of runs at one batch (same work per step), at most."""
     rates = [_rates(records, b) for b in {r["config"]["global_batch_size"] for r in records.values()}]
     drifts = [max(v) / min(v) - 1 for v in rates if len(v) > 1 and min(v) > 0]
     return max(drifts) if drifts else None
@@ -245,9 +244,8 @@ def _seed_spread(records: list[dict]) -> float:
 
 def batch_comparisons(small: list[dict], large: list[dict], target: float, small_batch: int, large_batch: int,
                       optimizer: str, drift: float = 0.0) -> list[compare.Comparison]:
-    """One optimizer's large batch (its seeds) over its small one: time (to the pace's ``drift`` and the evaluation
-    spacing) and sequences to the target, and the loss at its first evaluation past the small run's budget less
-    the small run's last."""
+    """One optimizer's large batch (its seeds) over its small one: time to the target (to ``drift`` and the evaluation
+    spacing), sequences to it, and the loss at equal sequences (the first evaluation past the small run's budget)."""
     ss, sl = _steps(small, target), _steps(large, target)
     out = []
     if ss is not None and sl is not None:
@@ -273,8 +271,7 @@ def batch_comparisons(small: list[dict], large: list[dict], target: float, small
 
 def lr_comparisons(small_sweep: dict, sweep: dict, optimizer: str, small_batch: int, large_batch: int,
                    seeds: list[dict]) -> list[compare.Comparison]:
-    """The best lr, large batch over small, against the sqrt rule (to a grid step); the runner-up's loss less the
-    best's (to the ``seeds``' range)."""
+    """The tuned lr, large batch over small, against the sqrt rule; the runner-up lr's best loss less the best's."""
     def swept(records):
         mine = sorted((r for name, r in records.items() if name.startswith(f"{optimizer} b=")), key=best_loss_key)
         lrs = sorted({r["config"]["peak_lr"] for r in mine})
@@ -297,8 +294,7 @@ def lr_comparisons(small_sweep: dict, sweep: dict, optimizer: str, small_batch: 
 
 def comparisons(runs: dict, small_sweep: dict, sweep: dict, target: float, small_batch: int, large_batch: int,
                 seed_tags=("best lr",)) -> list[compare.Comparison]:
-    """Section 3's questions: steps to the target, LAMB / Adam, per batch; per optimizer, its lrs and its large
-    batch against its small one; sequences/s, large batch / small, from every run at each batch."""
+    """Section 3's questions: LAMB / Adam per batch; each optimizer's lrs and batches; sequences/s per batch."""
     def at(opt: str, batch: int) -> list[dict]:  # the tuned small-batch run, or the large batch's seeds
         keys = [f"{opt} b={batch}"] if batch == small_batch else [f"{opt} b={batch} ({t})" for t in seed_tags]
         return [runs[k] for k in keys if k in runs]
@@ -319,8 +315,7 @@ def comparisons(runs: dict, small_sweep: dict, sweep: dict, target: float, small
 
 
 def ablation_comparisons(ablations: dict, reference: str, target: float, seeds: list[dict]) -> list[compare.Comparison]:
-    """Each ablation against the full LAMB's ``seeds``: best loss (to their standard error and 3 decimals) and steps
-    to the target. A diverged ablation: no row."""
+    """Each ablation's best loss and steps to the target against the full LAMB's ``seeds``; a diverged one: none."""
     full = [x for x in map(best_loss_key, seeds) if math.isfinite(x)]
     se = statistics.stdev(full) / math.sqrt(len(full)) if len(full) > 1 else 0.0
     out = []
