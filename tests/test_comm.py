@@ -236,7 +236,7 @@ def test_ddp_bucket_benchmark_on_two_gloo_ranks():
     assert len(result.table().rows) == 4 and len(result.compression_table().rows) == 3
     from course_lib.lessons import l06_data_parallel as study
 
-    assert study.overlap_comparisons(result) and study.timeline_rows(result)
+    assert study.overlap_comparisons(result) and study.timeline_table(result).rows
     assert [c for c in study.compression_comparisons(result) if c.question.startswith("loss after")]
 
 

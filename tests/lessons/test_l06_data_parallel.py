@@ -87,15 +87,15 @@ def _by_question(comps, start):
 
 
 def test_communication_that_doubles_the_step_is_higher_than_the_floor():
-    c = _by_question(study.overlap_comparisons(cpu_tier()), "step time, fastest buckets (25 MiB)")
+    c = _by_question(study.overlap_comparisons(cpu_tier()), "step, 25 MiB / no comm")
     assert c.outcome == HIGHER and c.n == "3 pairs" and c.low > 2
 
 
 def test_overlap_is_judged_on_a_setting_with_more_than_one_bucket():
     comps = study.overlap_comparisons(eight_gpu_tier())
-    overlap = _by_question(comps, "step time, 25 MiB buckets (overlapped) / one all-reduce")
+    overlap = _by_question(comps, "step, 25 MiB / serial")
     assert overlap.outcome == LOWER
-    assert _by_question(comps, "step time, 0.25 MiB / 25 MiB buckets").outcome == HIGHER
+    assert _by_question(comps, "step, 0.25 MiB / 25 MiB").outcome == HIGHER
 
 
 def test_no_setting_with_several_buckets_asks_no_overlap_question():
@@ -103,7 +103,7 @@ def test_no_setting_with_several_buckets_asks_no_overlap_question():
             _row("one all-reduce after backward", 4.0, False, "none", [4.2, 4.9]),
             _row("no communication (floor)", 0.0, None, None, [3.9, 4.8], nbytes=0, n=0)]
     comps = study.overlap_comparisons(_result(2, "gloo", rows))
-    assert [c.question for c in comps] == ["step time, fastest buckets (25 MiB) / no communication"]
+    assert [c.question for c in comps] == ["step, 25 MiB / no comm"]
     assert comps[0].outcome == UNRESOLVED  # overlapping rounds: within the noise
 
 
@@ -116,15 +116,15 @@ def test_one_repeat_is_judged_at_one_runs_resolution():
     assert study.overlap_comparisons(_result(2, "gloo", rows))[0].outcome == HIGHER  # 2.2x, beyond it
 
 
-def test_timeline_rows_split_pending_time_into_overlapped_and_waited():
+def test_the_timeline_splits_pending_time_into_overlapped_and_waited():
     rows = [_row("DDP buckets", 1.0, True, "none", [5.0, 5.1], n=2),  # all-reduces [2, 4.5], [3, 5.5]; last ready 3
             _row("one all-reduce after backward", 4.0, False, "none", [6.0, 6.1])]
     rows[1]["timeline"] = {"backward_start_ms": 1.0, "backward_end_ms": 5.0, "step_ms": 8.0,
                            "allreduces_ms": [[5.2, 7.0, 4e6]]}  # after backward returned
-    buckets, serial = study.timeline_rows(_result(2, "gloo", rows))
-    assert buckets["pending (ms)"] == 3.5 and buckets["under backward (ms)"] == 1.0
-    assert serial["pending (ms)"] == 1.8 and serial["under backward (ms)"] == 0.0
-    assert study.timeline_rows(_result(2, "gloo", [rows[0] | {"timeline": None}])) == []
+    buckets, serial = study.timeline_table(_result(2, "gloo", rows)).rows
+    assert buckets["pending ms"] == 3.5 and buckets["under backward ms"] == 1.0
+    assert serial["pending ms"] == 1.8 and serial["under backward ms"] == 0.0
+    assert study.timeline_table(_result(2, "gloo", [rows[0] | {"timeline": None}])).rows == []
 
 
 # --------------------------------------------------------------------------- compression
@@ -133,7 +133,7 @@ def test_timeline_rows_split_pending_time_into_overlapped_and_waited():
 def test_fp16_that_trains_the_same_is_the_same_and_bf16_refused_is_a_status_line():
     comps = study.compression_comparisons(cpu_tier())
     assert _by_question(comps, "loss after 20 steps, fp16").outcome == SAME
-    assert _by_question(comps, "step time, fp16").estimate > 1  # 9.9-10.1 against 8.6-9.3 ms
+    assert _by_question(comps, "step, fp16").estimate > 1  # 9.9-10.1 against 8.6-9.3 ms
     assert not [c for c in comps if "bf16" in c.question]
     (line,) = study.refusals(cpu_tier())
     assert line.startswith("bf16: not run") and REFUSED in line
@@ -146,7 +146,7 @@ def test_a_loss_a_fifth_of_the_gain_away_is_changed_training():
 
 def test_compression_that_saves_time_on_eight_gpus_is_lower():
     comps = study.compression_comparisons(eight_gpu_tier())
-    assert _by_question(comps, "step time, fp16").outcome == LOWER
+    assert _by_question(comps, "step, fp16").outcome == LOWER
     assert study.refusals(eight_gpu_tier()) == []
 
 
@@ -158,14 +158,14 @@ def test_no_compression_rows_no_comparisons():
 
 
 @pytest.mark.parametrize("p, sent, rounds", [(2, 1.0, 2), (4, 1.5, 6), (8, 1.75, 14)])
-def test_ring_rows_count_the_schedule(p, sent, rounds):
-    row = study.ring_rows(p)
-    assert row["rounds"] == rounds and row["sent / tensor"] == pytest.approx(sent) == row["2(p-1)/p"]
+def test_the_ring_is_counted_on_its_schedule(p, sent, rounds):
+    row = {r["ranks"]: r for r in study.ring_table(8).rows}[p]
+    assert row["rounds"] == rounds and row["sent / n"] == pytest.approx(sent) == row["2(p-1)/p"]
 
 
 def test_ring_table_shows_the_lessons_ranks_and_one_rank_sends_nothing():
     assert [r["ranks"] for r in study.ring_table(3).rows] == [2, 3, 4, 8]
-    assert study.ring_rows(1)["sent per rank"] == 0
+    assert study.ring_table(1).rows[0]["sent"] == 0
 
 
 def _sweep(times_us, spreads_us, p=2, sizes=None):
@@ -185,29 +185,28 @@ def _exact_sweep(spread_us=0.1):
 
 
 def test_a_sweep_on_the_alpha_beta_line_is_described_by_its_fit():
-    comps = study.allreduce_comparisons(_exact_sweep())
+    estimates, comps = study.allreduce_fit(_exact_sweep())
     assert [c.outcome for c in comps] == [SAME, SAME, SAME]
-    est = {e.name: e for e in study.allreduce_estimates(_exact_sweep())}
-    assert est["alpha: latency per all-reduce"].value == pytest.approx(50, rel=1e-3)
-    assert est["the fit's busbw asymptote, 2(p-1)/p / beta"].value == pytest.approx(3.0, rel=1e-3)
-    assert est["alpha / beta: the size where n x beta = alpha"].value == pytest.approx(1e5, rel=1e-3)
+    est = {e.name: e for e in estimates}
+    assert est["alpha"].value == pytest.approx(50, rel=1e-3)
+    assert est["busbw asymptote"].value == pytest.approx(3.0, rel=1e-3)
+    assert est["alpha / beta"].value == pytest.approx(1e5, rel=1e-3)
 
 
 def test_a_sweep_whose_blocks_spread_widely_is_unresolved():
-    comps = study.allreduce_comparisons(_sweep([100, 104, 98], [300, 300, 300]))
+    comps = study.allreduce_fit(_sweep([100, 104, 98], [300, 300, 300]))[1]
     assert comps and all(c.outcome == UNRESOLVED for c in comps)
 
 
 def test_small_messages_far_off_the_fit_are_not_described_by_it():
     """4 B 554.7, 16 B 314.2, 256 B 875, 64 KiB 219.2 us: no line describes these, the smallest least of all."""
     bench = _sweep([554.7, 314.2, 875.0, 219.2], [30, 30, 30, 30], sizes=[4, 16, 256, 65536])
-    first = study.allreduce_comparisons(bench)[0]
-    assert first.question.startswith("all-reduce time at 4 B") and first.decided
+    first = study.allreduce_fit(bench)[1][0]
+    assert first.question.startswith("time at 4 B") and first.decided
 
 
 def test_a_sweep_on_one_rank_has_no_link_to_compare():
-    assert study.allreduce_comparisons(_sweep([5, 5], [1, 1], p=1)) == []
-    assert study.allreduce_estimates(_sweep([5, 5], [1, 1], p=1)) == []
+    assert study.allreduce_fit(_sweep([5, 5], [1, 1], p=1)) == ([], [])
 
 
 # --------------------------------------------------------------------------- scaling
@@ -297,8 +296,8 @@ def test_the_step_fit_recovers_a_fixed_and_a_per_sample_cost():
     assert fit.intercept == pytest.approx(4e-3) and fit.slope == pytest.approx(1e-7)
     est = {e.name: e.value for e in study.scaling_estimates(_rows_for(4e-3, 1e-7))}
     # compute = 80% of the step from 4 x 4 ms / 0.1 us = 160,000 samples per rank
-    assert est["per-rank batch at which compute is 80% of the step"] == pytest.approx(160_000)
-    assert est["share of the 8-rank step that does not shrink"] == pytest.approx(4e-3 / (4e-3 + 1e-7 * 2048))
+    assert est["per-rank batch, compute 80%"] == pytest.approx(160_000)
+    assert est["fixed share, 8 ranks"] == pytest.approx(4e-3 / (4e-3 + 1e-7 * 2048))
 
 
 def test_the_step_fit_takes_out_the_all_reduce_one_rank_does_not_pay():
@@ -312,21 +311,21 @@ def test_the_step_fit_takes_out_the_all_reduce_one_rank_does_not_pay():
 
 def test_a_fit_that_resolves_no_split_quotes_no_per_rank_batch():
     names = [e.name for e in study.scaling_estimates(_rows_for(4e-3, 0.0))]
-    assert "cost per sample (the fit's slope)" in names
+    assert "per sample" in names
     assert not [n for n in names if n.startswith("per-rank batch")]
     assert study.scaling_estimates(_rows_for(4e-3, 1e-7, worlds=(1,))) == []
 
 
 def test_the_efficiency_row_averages_every_seed_of_the_largest_setting():
     rows = study.scaling_rows(SCALED, SCALED_WEAK)
-    (eff,) = [e for e in study.scaling_estimates(rows, repeats=SCALED_AGAIN) if e.name.startswith("strong-scaling")]
+    (eff,) = [e for e in study.scaling_estimates(rows, repeats=SCALED_AGAIN) if e.name.startswith("efficiency")]
     assert eff.value == pytest.approx((12.04 / 9.801 + 12.04 / 9.35) / 4) and eff.low < eff.value < eff.high
 
 
 def test_the_scaling_table_says_how_communication_was_measured():
     runs = {1: _record(1024, 0.01), 2: {**_record(1024, 0.006), "comm_method": "timed: every bucket's all-reduce"}}
     md = study.scaling_table(study.scaling_rows(runs, runs)).to_markdown()
-    assert "comm measured by" in md and "timed: every bucket" in md
+    assert "comm by" in md and "timed: every bucket" in md
 
 
 def test_the_sbatch_file_is_summarised_not_printed_whole():
