@@ -157,7 +157,7 @@ def test_a_noise_probe_measures_off_the_clock_and_leaves_the_run_as_it_was(small
     torch.set_num_threads(1)
     try:
         plain = train_mlm(cfg, small_data, device="cpu", progress="none")
-        probe = study.mlm_noise_probe(small_data, 2, 16, repeats=2, at_steps=at)
+        probe = study.noise_probe(study.mlm_loss, study.mlm_sampler(small_data), 2, 16, repeats=2, at_steps=at)
         probed = train_mlm(cfg, small_data, device="cpu", progress="none", hooks=RunHooks(on_eval=probe))
     finally:
         torch.set_num_threads(threads)

@@ -55,7 +55,7 @@ def test_the_trend_is_decided_only_beyond_the_probes_errors():
 
 def test_the_noise_table_and_the_cost_table_carry_each_probes_pairs():
     probes = _probes([1000, 2000, 3000], [100, 250, 900], repeats=[24, 48, 384])
-    tab = study.noise_table(SimpleNamespace(probes=probes))
+    tab = study.noise_table(probes)
     assert "stderr / B_simple" in tab.columns and [r["repeats"] for r in tab.rows] == [24, 48, 384]
     cost = study.probe_cost_table({"run": SimpleNamespace(probes=probes, probe_time_s=2.0, train_time_s=4.0)})
     row = cost.rows[0]
@@ -75,11 +75,13 @@ def test_probe_steps_spread_over_the_evaluations_and_keep_the_last():
 def test_bert_b_simple_at_target_takes_the_first_probe_there():
     rec = {"probes": [{"step": 2, "eval_loss": 6.0, "b_simple": 10.0}, {"step": 4, "eval_loss": 5.0, "b_simple": 20.0},
                       {"step": 6, "eval_loss": 4.0, "b_simple": 30.0}]}
-    assert study.mlm_b_simple_at_target(rec, 5.5)["b_simple"] == 20.0
-    assert "did not reach" in study.mlm_b_simple_at_target(rec, 1.0)["at"]
-    assert study.mlm_b_simple_at_target(rec, None)["b_simple"] == 30.0
+    assert study.b_simple_at_target(rec, 5.5)["b_simple"] == 20.0
+    assert study.b_simple_at_target(rec, 1.0)["b_simple"] == 30.0  # never reached: the last probe
+    assert study.b_simple_at_target(rec, None)["b_simple"] == 30.0
     with pytest.raises(ValueError, match="no noise-scale probe"):
-        study.mlm_b_simple_at_target({"probes": []}, 5.0)
+        study.b_simple_at_target({"probes": []}, 5.0)
+    neumf = SimpleNamespace(target_hr=0.5, probes=[dict(p, hr=h) for p, h in zip(rec["probes"], (0.3, 0.5, 0.6))])
+    assert study.b_simple_at_target(neumf)["b_simple"] == 20.0
 
 
 PLAN = SimpleNamespace(bert_model="mini", bert_seq_len=64, bert_vocab_size=4096, bert_large_batch_factor=8)
@@ -207,7 +209,8 @@ def _fake_runs(steps_at, monkeypatch):
         steps = need if hit else cap
         return SimpleNamespace(steps_to_target=need if hit else None, epochs_to_target=steps / 100 if hit else None,
                                reached=hit, epochs=steps / 100, samples=steps * cfg.global_batch_size,
-                               best_hr=0.8 if hit else 0.5, curve={"step": [0, steps - 10, steps]})
+                               best_hr=0.8 if hit else 0.5,
+                               curve={"step": [0, steps - 10, steps], "epoch": [0, (steps - 10) / 100, steps / 100]})
 
     monkeypatch.setattr(train, "train_to_target", fake)
     return calls
@@ -271,8 +274,8 @@ def test_the_tuned_sweep_takes_lesson02s_run_at_the_rules_lr_instead_of_running_
         {"rule": "sqrt", "batch size": 1024, "lr": 2e-3, "steps to target": 400, "resolution (steps)": 20},
         {"rule": "linear", "batch size": 4096, "lr": 1.6e-2, "steps to target": 90},  # another rule: not taken
         {"rule": "sqrt", "batch size": 4096, "lr": 5e-3, "steps to target": 100}]}  # another lr: run again
-    known = study.rule_runs_from_lesson02(saved, "full")
-    assert set(known) == {1024, 4096} and study.rule_runs_from_lesson02(saved, "smoke") == {}
+    known = study.lesson02_rows(saved, "full")[1]
+    assert set(known) == {1024, 4096} and study.lesson02_rows(saved, "smoke")[1] == {}
     sweep = study.tuned_sweep(None, TrainConfig(**BASE), (1024, 4096), (0.5, 1.0, 2.0), max_epochs=2.0,
                               eval_every_epochs=0.25, max_extensions=0, known=known)
     assert len(calls) == 5 and [c.max_steps for c in calls[:2]] == [400, 400]  # capped by lesson 02's steps
@@ -283,23 +286,24 @@ def test_the_tuned_sweep_takes_lesson02s_run_at_the_rules_lr_instead_of_running_
 
 
 def test_lesson02_rows_take_the_fastest_rule_and_refuse_too_little():
-    saved = {"rows": [{"batch size": 1024, "steps to target": 300}, {"batch size": 1024, "steps to target": 250},
-                      {"batch size": 4096, "steps to target": None}, {"batch size": 256, "steps to target": 900},
-                      {"batch size": 4096, "steps to target": 90}]}
-    got = [(r["batch size"], r["steps to target"]) for r in study.steps_rows_from_lesson02(saved)]
+    saved = {"profile": "full", "rows": [{"batch size": 1024, "steps to target": 300},
+                                         {"batch size": 1024, "steps to target": 250},
+                                         {"batch size": 4096, "steps to target": None},
+                                         {"batch size": 256, "steps to target": 900},
+                                         {"batch size": 4096, "steps to target": 90}]}
+    got = [(r["batch size"], r["steps to target"]) for r in study.lesson02_rows(saved, "full")[0]]
     assert got == [(256, 900), (1024, 250), (4096, 90)]
-    assert study.steps_rows_from_lesson02(None) is None
-    assert study.steps_rows_from_lesson02({"rows": saved["rows"][:2]}) is None
-    assert study.steps_rows_from_lesson02({**saved, "profile": "smoke"}, profile="full") is None
-    assert len(study.steps_rows_from_lesson02({**saved, "profile": "full"}, profile="full")) == 3
+    assert study.lesson02_rows(None, "full") == (None, {})
+    assert study.lesson02_rows({**saved, "rows": saved["rows"][:2]}, "full")[0] is None
+    assert study.lesson02_rows(saved, "smoke")[0] is None  # another profile trains on other data
 
 
 def test_samples_resolution_is_the_last_evaluation_interval_in_samples():
     r = SimpleNamespace(reached=True, epochs=1.0, samples=4_947_968, steps_to_target=1208, epochs_to_target=1.0,
                         curve={"step": [0, 302, 604, 906, 1208], "epoch": [0.0, 0.25, 0.5, 0.75, 1.0]})
-    assert study.samples_resolution(r) == 1_236_992 and study.samples_to_target(r) == 4_947_968
+    assert study.samples_to_target(r) == (4_947_968, 1_236_992)
     missed = SimpleNamespace(reached=False, epochs=1.0, samples=1, steps_to_target=None, curve={})
-    assert study.samples_resolution(missed) is None and study.samples_to_target(missed) is None
+    assert study.samples_to_target(missed) == (None, None)
 
 
 # --------------------------------------------------------------------------- sections 3 and 4
@@ -379,10 +383,10 @@ RECORDED_ADAPTIVE = [
 
 def test_the_adaptive_runs_counts_are_unresolved_at_their_evaluation_spacing_and_the_same_run_counted_once():
     comps = study.adaptive_comparisons(RECORDED_ADAPTIVE)
-    counts = [c for c in comps if "to target" in c.question]
+    counts = [c for c in comps if "to target, batch = B_simple" in c.question]
     assert len(counts) == 2  # the grown run is the fixed one up to the target: compared once
     assert all(c.outcome == compare.UNRESOLVED for c in counts)  # 906 in (604, 906] against 1,208 in (906, 1,208]
-    ref = next(c for c in comps if "section 1's" in c.question)
+    ref = next(c for c in comps if "section 1" in c.question)
     assert ref.outcome == compare.LOWER  # 2,600 +/- 1,100 against 9,100 +/- 1,400 at the same weights
     switches = [c for c in comps if c.question.startswith("switch")]
     # up to 8,192 on 11,261 +/- 5,000: within the noise; back down on 3,369 +/- 2,000, below 8,192 beyond it
@@ -393,12 +397,13 @@ def test_the_adaptive_run_is_decided_where_its_counts_are_far_apart():
     fine = [dict(r, steps_resolution=10, samples_resolution=10_000, estimates=[], reference=None)
             for r in RECORDED_ADAPTIVE]
     fine[-1].update(steps_to_target=500, samples_to_target=4_000_000)
-    steps, samples = [c for c in study.adaptive_comparisons(fine) if "to target" in c.question]
+    steps, samples = [c for c in study.adaptive_comparisons(fine) if "to target, batch = B_simple" in c.question]
     assert steps.outcome == compare.LOWER and samples.outcome == compare.LOWER
     up = {"step": 1, "b_simple": 20000.0, "stderr": 1000.0, "before": 4096, "batch": 16384, "pairs": 100}
     down = {"step": 2, "b_simple": 1000.0, "stderr": 100.0, "before": 16384, "batch": 4096, "pairs": 100}
     assert [c.outcome for c in study.switch_comparisons([up, down])] == [compare.HIGHER, compare.LOWER]
-    missed = [dict(RECORDED_ADAPTIVE[0]), dict(RECORDED_ADAPTIVE[2], reached=False)]
+    missed = [dict(RECORDED_ADAPTIVE[0]), dict(RECORDED_ADAPTIVE[1], reached=False),
+              dict(RECORDED_ADAPTIVE[2], reached=False)]
     assert study.adaptive_comparisons(missed) == []
     assert "not reached" in str(study.adaptive_table([dict(RECORDED_ADAPTIVE[0], reached=False)]))
     assert "2,600 +/- 1,100" in str(study.adaptive_table(RECORDED_ADAPTIVE))
@@ -427,10 +432,12 @@ def test_the_grown_batch_is_compared_with_the_fixed_one():
     fixed = dict(RECORDED_ADAPTIVE[0], steps_resolution=151, samples_resolution=618_496)
     grown = dict(RECORDED_ADAPTIVE[1], batches=[4096, 16384], steps_to_target=755, steps_resolution=38,
                  samples_to_target=4_947_968, samples_resolution=618_496)
-    steps, samples = study.milestone_comparisons([fixed, grown, RECORDED_ADAPTIVE[2]])
+    steps, samples = study.adaptive_comparisons([fixed, grown, RECORDED_ADAPTIVE[2]])[:2]
+    assert steps.question.startswith("steps to target, batch x 4") and samples.question.startswith("samples")
     assert steps.outcome == compare.LOWER  # 755 against 1,208 steps, each known to an eighth of an epoch
     assert samples.outcome == compare.UNRESOLVED  # the same samples, each known to an eighth of an epoch
-    assert study.milestone_comparisons([fixed, dict(grown, reached=False), RECORDED_ADAPTIVE[2]]) == []
+    missed = study.adaptive_comparisons([fixed, dict(grown, reached=False), RECORDED_ADAPTIVE[2]])
+    assert not any("batch x 4 at epochs (1,) /" in c.question for c in missed)
 
 
 # --------------------------------------------------------------------------- predictable scaling
@@ -446,15 +453,13 @@ def test_the_fit_recovers_a_known_power_law(a, b, c):
     rng = np.random.default_rng(0)  # 0.5 % noise on each point: the exponent within 5 %
     fit = study.fit_power_law(SIZES, [v * (1 + 0.005 * rng.standard_normal()) for v in exact])
     assert fit["b"] == pytest.approx(b, rel=0.05)
-    assert study.size_for_error(fit, study.power_law_error(fit, 2e5)) == pytest.approx(2e5, rel=1e-6)
 
 
-def test_no_size_reaches_the_floor_and_bad_inputs_are_refused():
-    fit = {"a": 2.0, "b": 0.35, "c": 0.05}
-    with pytest.raises(ValueError, match="irreducible"):
-        study.size_for_error(fit, 0.05)
-    with pytest.raises(ValueError, match="does not fall"):
-        study.size_for_error({**fit, "b": -0.1}, 0.2)
+def test_the_law_gives_the_size_an_error_needs_and_none_at_its_floor():
+    rows = _rows(0.35)
+    pred = study.scaling_prediction(rows, {"size": 2e5, "error": 2 * 2e5 ** -0.35 + 0.05})
+    assert pred["size_for_measured"] == pytest.approx(2e5, rel=1e-3)
+    assert study.scaling_prediction(rows, {"size": 2e5, "error": 0.04})["size_for_measured"] is None  # below c
     with pytest.raises(ValueError, match="at least 3"):
         study.fit_power_law([1, 2], [0.5, 0.4])
     with pytest.raises(ValueError, match="positive"):
@@ -483,13 +488,13 @@ def _rows(b):
 
 def test_the_law_is_same_where_it_predicts_and_decided_off_where_it_misses():
     exact = study.scaling_prediction(_rows(0.35), {"size": 300_000, "error": 2 * 3e5 ** -0.35 + 0.05})
-    law, data = study.scaling_comparisons(exact, "NeuMF")
+    law, data = study.scaling_comparisons(exact)
     assert law.outcome == compare.SAME and data.outcome == compare.LOWER  # the law holds, more data helped
     off = study.scaling_prediction(_rows(0.35), {"size": 300_000, "error": 0.2})
-    assert study.scaling_comparisons(off, "NeuMF")[0].outcome == compare.HIGHER
+    assert study.scaling_comparisons(off)[0].outcome == compare.HIGHER
     held = dict(_rows(0.35)[-1], size=300_000, fraction=1.0, converged=False)
     assert "held out" in str(study.scaling_table(_rows(0.35), exact, held))
-    assert "N^+0.010" in study.law_text({"a": 6.7, "b": -0.01, "c": 0.0})
+    assert "N^+0.010" in study.scaling_table(_rows(0.35), {"fit": {"a": 6.7, "b": -0.01, "c": 0.0}}).title
 
 
 def test_a_law_that_misses_its_own_sizes_decides_nothing_at_the_held_out_one():
@@ -499,7 +504,7 @@ def test_a_law_that_misses_its_own_sizes_decides_nothing_at_the_held_out_one():
                             (252086, 1 / 4, 0.3755), (498056, 1 / 2, 0.2745))]
     pred = study.scaling_prediction(rows, {"size": 990027, "fraction": 1.0, "metric": 0.75, "error": 0.25})
     assert pred["residual_rms"] > study.PREDICTION_GOAL
-    law, data = study.scaling_comparisons(pred, "NeuMF")
+    law, data = study.scaling_comparisons(pred)
     assert law.outcome == compare.UNRESOLVED
 
 
@@ -511,6 +516,7 @@ def test_the_plateau_stops_after_patience_evaluations_without_a_new_best():
 
 
 def test_each_size_trains_to_its_plateau_and_reports_its_best(monkeypatch):
+    import course_lib.sweeps as sweeps
     import course_lib.train as train
     import course_lib.train.ncf as ncf
 
@@ -524,9 +530,12 @@ def test_each_size_trains_to_its_plateau_and_reports_its_best(monkeypatch):
 
     monkeypatch.setattr(train, "train_to_target", fake)
     monkeypatch.setattr(ncf, "steps_per_epoch", lambda sub, cfg: 400)
-    data = SimpleNamespace(num_train=1000)
+    monkeypatch.setattr(ncf, "epochs_to_steps", lambda epochs, data, cfg: round(epochs * 400))
     cfg = SimpleNamespace(replace=lambda **kw: SimpleNamespace(**kw))
-    (row,) = study.scaling_runs(data, cfg, (1.0,), max_steps=1200, patience=2)
+    monkeypatch.setattr(sweeps, "scaled_config", lambda base, batch, rule, **kw: cfg)
+    data = SimpleNamespace(num_train=1000, name="x", train_users=torch.arange(1000), train_items=torch.arange(1000))
+    (row,) = study.scaling_runs(data, SimpleNamespace(global_batch_size=256), (1.0,), batch_size=1024,
+                                cap_epochs=3.0, patience=2)
     assert (row["metric"], row["best_step"], row["steps"], row["converged"]) == (0.62, 100, 200, True)
     assert seen[0].max_epochs == 3.0 and seen[0].eval_every_epochs == 0.25 and not seen[0].stop_at_target
     assert "plateau" in str(study.scaling_table([dict(row, size=500, fraction=0.5)] * 3 + [row],
@@ -559,19 +568,19 @@ def _bn_rows(small_local, small_sync, extra=()):
 
 def test_bn_remedies_are_decided_against_local_bn_beyond_the_test_sets_noise():
     comps = {c.question: c for c in study.bn_comparisons(_bn_rows(0.70, 0.85), n_test=4096)}
-    assert comps["accuracy at 4/rank: synchronized BN - local BN"].outcome == compare.HIGHER
-    assert comps["accuracy of local BN: 4/rank - 64/rank"].outcome == compare.LOWER
-    assert comps["step time at 64/rank: synchronized / local BN"].outcome == compare.HIGHER  # 2x the step
+    assert comps["acc at 4/rank: synchronized BN - local BN"].outcome == compare.HIGHER
+    assert comps["acc of local BN: 4/rank - 64/rank"].outcome == compare.LOWER
+    assert comps["ms/step at 64/rank: sync / local"].outcome == compare.HIGHER  # 2x the step
     same = {c.question: c for c in study.bn_comparisons(_bn_rows(0.90, 0.901), n_test=100_000)}
-    assert same["accuracy at 4/rank: synchronized BN - local BN"].outcome == compare.SAME
+    assert same["acc at 4/rank: synchronized BN - local BN"].outcome == compare.SAME
     few = {c.question: c for c in study.bn_comparisons(_bn_rows(0.80, 0.82), n_test=200)}
-    assert few["accuracy at 4/rank: synchronized BN - local BN"].outcome == compare.UNRESOLVED
+    assert few["acc at 4/rank: synchronized BN - local BN"].outcome == compare.UNRESOLVED
     # recomputed statistics that help at both ends: the running averages, not the batch
     rec = study.bn_comparisons(_bn_rows(0.857, 0.858, [(4, "local BN, recomputed stats", 0.90),
                                                        (64, "local BN, recomputed stats", 0.929)]), n_test=4096)
     assert [c.outcome for c in rec if "recomputed" in c.question] == [compare.HIGHER, compare.HIGHER]
     t = study.bn_table(_bn_rows(0.7, 0.85))
-    assert "2 ranks" in t.title and len(t.rows) == 2
+    assert len(t.rows) == 2 and t.rows[0]["acc b=4"] == 0.7
 
 
 def test_recomputed_statistics_are_the_populations():
