@@ -57,12 +57,11 @@ def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
             "parameter_server": parameter_server_worker(rank, world_size, spec["server_configs"])}
 
 
-def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling",
-                       large: str = "ring") -> float | None:
-    """The size (bytes) from which ``large`` stays at least as fast as ``small``, interpolated on a log scale
-    where their time difference crosses zero; 0.0 when ``large`` won at every size, None when it lost the largest."""
+def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling") -> float | None:
+    """The size (bytes) from which the ring stays at least as fast as ``small``, interpolated on a log scale where
+    their time difference crosses zero; 0.0 when the ring won at every size, None when it lost the largest."""
     n, t_small = result.times(p, small)
-    n2, t_large = result.times(p, large)
+    n2, t_large = result.times(p, "ring")
     wins = t_large <= t_small if np.array_equal(n, n2) else np.array([])
     if not len(wins) or not wins[-1]:
         return None
@@ -74,10 +73,10 @@ def measured_crossover(result: CollectivesResult, p: int, small: str = "recursiv
     return float(np.exp(a + (b - a) * (-d0) / (d1 - d0))) if d1 != d0 else float(n[i + 1])
 
 
-def model_crossover(p: int, alpha: float, beta: float, gamma: float = 0.0, small: str = "recursive doubling",
-                    large: str = "ring") -> float | None:
-    """The size above which ``large`` is cheaper than ``small`` in the model (0.0: every size; None: none)."""
-    f_small, f_large = ALLREDUCE_MODELS[small], ALLREDUCE_MODELS[large]
+def model_crossover(p: int, alpha: float, beta: float, gamma: float = 0.0,
+                    small: str = "recursive doubling") -> float | None:
+    """The size above which the ring is cheaper than ``small`` in the model (0.0: every size; None: none)."""
+    f_small, f_large = ALLREDUCE_MODELS[small], ALLREDUCE_MODELS["ring"]
     if f_large(1.0, p, alpha, beta, gamma) <= f_small(1.0, p, alpha, beta, gamma):
         return 0.0
     return cost.crossover_size(f_small, f_large, p, alpha, beta, gamma)

@@ -290,15 +290,13 @@ def _shown(values) -> float:
     return 0.5 * 10 ** (math.floor(math.log10(top)) - 3)
 
 
-def _seed_mean(question: str, xs: list[float], needed: float, shown: list[float], n: str) -> compare.Comparison:
-    """The mean of per-seed values with its standard error (n - 1 dof), plus :func:`_shown`'s resolution."""
+def _seed_mean(question: str, xs: list[float], row: dict, shown: list[float], n: str) -> compare.Comparison:
+    """The mean of per-seed values of ``row``'s metric with its standard error (n - 1 dof), plus :func:`_shown`'s
+    resolution; one point of HR@10 or :data:`course_lib.compare.LOSS_EFFECT` of a loss counts."""
     se = statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
     return compare.quantity(question, statistics.mean(xs), se, df=len(xs) - 1 if len(xs) > 1 else None,
-                            needed=needed, resolution=_shown(shown), n=n, basis="seeds; 4 figures")
-
-
-def _needed(r: dict) -> float:
-    return compare.HR_EFFECT if r["higher_is_better"] else compare.LOSS_EFFECT
+                            needed=compare.HR_EFFECT if row["higher_is_better"] else compare.LOSS_EFFECT,
+                            resolution=_shown(shown), n=n, basis="seeds; 4 figures")
 
 
 def _floor(summary: list[dict], model: str) -> compare.Comparison | None:
@@ -307,7 +305,7 @@ def _floor(summary: list[dict], model: str) -> compare.Comparison | None:
     if ref is None or ref.get("floor") is None:
         return None
     past = [(m - ref["floor"]) * (1 if ref["higher_is_better"] else -1) for m in ref["metrics"]]
-    return _seed_mean(f"{model}: {ref['metric_name']} past floor", past, _needed(ref),
+    return _seed_mean(f"{model}: {ref['metric_name']} past floor", past, ref,
                       ref["metrics"] + [ref["floor"]], f"{len(past)}/{len(past)}")
 
 
@@ -340,13 +338,12 @@ def error_feedback_comparisons(summary: list[dict]) -> list[compare.Comparison]:
         d = [y - x for x, y in zip(b["metrics"], a["metrics"])]
         pairs += [(model, compare.paired_ratio(f"{model}: train loss, no EF/EF", b["final_losses"], a["final_losses"],
                                                needed=LOSS_RATIO_EFFECT, basis=f"{len(d)} seeds, paired")),
-                  (model, _seed_mean(f"{model}: {a['metric_name']}, no EF - EF", d, _needed(a),
+                  (model, _seed_mean(f"{model}: {a['metric_name']}, no EF - EF", d, a,
                                      a["metrics"] + b["metrics"], f"{len(d)} pairs"))]
     return _gate(summary, pairs)
 
 
-def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_every: int,
-                          method: str = "delayed averaging") -> list[compare.Comparison]:
+def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_every: int) -> list[compare.Comparison]:
     """Per model, the share of the run delayed averaging lost less the simulation's extra steps to its target at
     tau = 1 (a share of tau = 0's); both read on evaluations, whose spacing is the resolution."""
     by_tau = {str(row["tau"]): row.get("steps to target") for row in stale_rows}
@@ -356,7 +353,7 @@ def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_
     return _gate(summary, [(r["model"], compare.difference(
         f"{r['model']}: share lost to tau = 1, real - simulated", (t1 - t0) / t0, 0.0, r["steps_lost"] / r["steps"],
         0.0, needed=STALE_AGREE, resolution=r["eval_every"] / r["steps"] + sim_eval_every / t0,
-        basis="evaluation spacing")) for r in summary if r["method"] == method])
+        basis="evaluation spacing")) for r in summary if r["method"] == "delayed averaging"])
 
 
 def speedup_comparisons(summary: list[dict]) -> list[compare.Comparison]:
