@@ -91,10 +91,13 @@ def _size(n: float | None) -> str:
 def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0,
                     seen: bool = False, title: str = "") -> Table:
     """Per ``p``, from which size the ring beats each of :data:`SMALL`, measured and modelled; with ``seen``, also
-    modelled with the latency the all-reduces saw (:func:`alpha_seen`)."""
+    modelled with the latency per round the all-reduces saw: the ring's time at the smallest size over its rounds
+    (on oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
     rows = []
     for p in result.world_sizes:
-        row, a_seen = {"p": p}, alpha_seen(result, p)
+        n, t_ring = result.times(p, "ring")
+        a_seen = float(t_ring[0]) / _rounds("ring", p) if len(n) else None
+        row = {"p": p}
         for small, k in SMALL.items():
             row[f"{k} measured"] = _size(measured_crossover(result, p, small))
             row[f"{k} model"] = _size(model_crossover(p, alpha, beta, gamma, small))
@@ -253,13 +256,6 @@ def links_table(links: dict, gamma: float = 0.0) -> Table:
                            title=f"alpha = {alpha * 1e6:.0f} us, {8 / beta / 1e6:.0f} Mbit/s")
 
 
-def alpha_seen(result: CollectivesResult, p: int) -> float | None:
-    """The latency per round the all-reduces saw: the ring's time at the smallest size over its rounds (on
-    oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
-    n, t = result.times(p, "ring")
-    return float(t[0]) / _rounds("ring", p) if len(n) else None
-
-
 def _rounds(algorithm: str, p: int) -> int:
     return len(SCHEDULES[f"{algorithm} all-reduce"](p, 64).rounds)
 
@@ -267,15 +263,14 @@ def _rounds(algorithm: str, p: int) -> int:
 def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
     """The ping-pong's alpha and bandwidth beside lesson 06's all-reduce fit read as a ring, where it saved one on
     several ranks (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`)."""
-    t = Table(["source", "alpha (us)", "1/beta (GB/s)"])
-    t.add(**{"source": "ping-pong", "alpha (us)": alpha * 1e6, "1/beta (GB/s)": 1 / beta / 1e9})
+    rows = [{"source": "ping-pong", "alpha (us)": alpha * 1e6, "1/beta (GB/s)": 1 / beta / 1e9}]
     if saved06 and saved06.get("allreduce_alpha_s") is not None and saved06.get("world_size", 1) > 1:
         p = saved06["world_size"]
         a06, b06 = cost.link_alpha_beta_from_ring_fit(saved06["allreduce_alpha_s"],
                                                       saved06["allreduce_beta_s_per_byte"], p)
-        t.add(**{"source": f"lesson 06, p = {p}", "alpha (us)": a06 * 1e6,
-                 "1/beta (GB/s)": 1 / b06 / 1e9 if b06 > 0 else None})
-    return t
+        rows.append({"source": f"lesson 06, p = {p}", "alpha (us)": a06 * 1e6,
+                     "1/beta (GB/s)": 1 / b06 / 1e9 if b06 > 0 else None})
+    return _table(rows)
 
 
 # --------------------------------------------------------------------------- the lesson's questions, decided

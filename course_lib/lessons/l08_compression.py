@@ -82,12 +82,6 @@ def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_eve
             "losses": losses, "metric": metric, "curve": curve + [(steps, metric)]}
 
 
-def _cycle(batches):
-    """``next_batch()``: ``(batch, None)`` over ``batches``, epoch after epoch."""
-    it = itertools.chain.from_iterable(itertools.repeat(batches))
-    return lambda: (next(it), None)
-
-
 def _neumf(spec: dict):
     """NeuMF's ``(name, build(seed, lr, batch, method), batches(seed, engine), evaluate(engine), floor())``."""
     data, dev = load_implicit(spec["dataset"], profile=spec["profile"]), torch.device("cpu")
@@ -98,8 +92,10 @@ def _neumf(spec: dict):
     def build(seed, lr, batch, method):  # method None: DDP's own fp32 all-reduce
         return ncf.build_engine(data, cfg(seed, lr, batch), dev, parallel=DataParallel(batch, None, dev, comm=method))
 
-    def batches(seed, engine):
-        return _cycle(ncf.make_batches(data, cfg(seed, 1.0, engine.parallel.batch.global_batch_size)))
+    def batches(seed, engine):  # next_batch() -> (batch, None), epoch after epoch
+        epoch = ncf.make_batches(data, cfg(seed, 1.0, engine.parallel.batch.global_batch_size))
+        it = itertools.chain.from_iterable(itertools.repeat(epoch))
+        return lambda: (next(it), None)
 
     def floor():
         return {"metric_name": "HR@10", "higher_is_better": True, "floor_name": "popularity ranking",
@@ -138,7 +134,7 @@ def _bert(spec: dict):
 MODELS = {"neumf": _neumf, "bert": _bert}
 
 
-def _method_runs(spec: dict, key: str, methods) -> list[dict]:
+def _method_runs(spec: dict, key: str) -> list[dict]:
     """Every method from one warm start of ``spec[key]``, copied into each run's engine in place (DDP and the
     method keep their references): one row per (method, seed), with the model's floor."""
     name, build, batches, evaluate, floor_of = MODELS[key](spec)
@@ -151,7 +147,7 @@ def _method_runs(spec: dict, key: str, methods) -> list[dict]:
     rank0 = warm_engine.parallel.rank == 0
     floor = {"model": name, **floor_of(), "start": evaluate(warm_engine) if rank0 else None}
     rows = []
-    for label, method_name, kw in methods:
+    for label, method_name, kw in spec["methods"]:
         for seed in (s["seeds"] if label in spec["seeded"] else s["seeds"][:1]):
             method = make_method(method_name, **kw)
             engine = build(seed, s["lr"], s["batch"], method)
@@ -168,8 +164,7 @@ def _method_runs(spec: dict, key: str, methods) -> list[dict]:
 
 def compression_worker(rank: int, world_size: int, spec: dict) -> list[dict]:
     """Every method on every model of ``spec`` (a worker for ``launch``): one row per (model, method, seed)."""
-    methods = [tuple(m) for m in spec["methods"]]
-    return [row for key in spec["models"] for row in _method_runs(spec, key, methods)]
+    return [row for key in spec["models"] for row in _method_runs(spec, key)]
 
 
 def smoothed(losses: list[float]) -> list[float]:
