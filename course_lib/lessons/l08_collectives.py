@@ -1,17 +1,11 @@
-"""Lesson 08's measurements: collectives built from messages, measured, modelled, extrapolated.
-
-The mechanics live in :mod:`course_lib.comm` (``collectives``: the algorithms; ``cost``: their
-alpha-beta-gamma formulas; ``bench``: the timing workers; ``plots``: the figures). This module
-says what lesson 08 runs on this machine (:func:`lesson_spec`, :func:`links_spec`), turns the results
-into tables (crossover sizes measured and predicted, bus vs algorithm bandwidth, the extrapolation to
-1024 ranks, ring against tree on one host and on independent links), and decides its questions as
-:class:`course_lib.compare.Comparison` rows. The section on sending fewer bytes is
-:mod:`course_lib.lessons.l08_compression`.
-"""
+"""Lesson 08: the collectives of :mod:`course_lib.comm` measured against their alpha-beta-gamma model, extrapolated,
+run on independent links, and decided as :class:`course_lib.compare.Comparison` rows."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import tempfile
 
 import numpy as np
 
@@ -19,33 +13,29 @@ from .. import compare
 from ..comm import cost
 from ..comm.bench import (ALLREDUCE_BENCH, BROADCAST_BENCH, CollectivesResult, PingPong, collectives_benchmark,
                          measure_gamma, pingpong_benchmark)
-from ..comm.collectives import compare_with_backend
+from ..comm.collectives import SCHEDULES, compare_with_backend
 from ..comm.cost import ALLREDUCE_MODELS
 from ..config import pick
 from ..parallel.staleness import ServerConfig, parameter_server_worker
 from ..perf.peaks import REFERENCE_PEAKS
 from ..tables import Table
 
+SMALL = {"recursive doubling": "RD", "tree": "tree"}  # the ring's rivals for small messages, and their short keys
+
 
 def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, backend: str = "gloo") -> dict:
-    """What lesson 08's one launch measures: groups of 2..``max_ranks`` ranks, sizes, repeats, and
-    the parameter-server runs (gloo only: they send CPU tensors; with ``max_ranks >= 3`` rank 2 is
-    the straggler, else rank 1)."""
+    """What lesson 08's one launch measures on groups of 2..``max_ranks`` ranks. The parameter-server runs send
+    CPU tensors (gloo only); their straggler is rank 2, or rank 1 on 2 ranks."""
     if max_ranks < 2:
-        raise ValueError(f"lesson 08 needs at least 2 ranks, got {max_ranks}")
+        raise ValueError(f"2+ ranks needed, got {max_ranks}")
     top = pick(profile, full=24, smoke=12)  # 2**24 = 16 MiB; smoke: 4 KiB
-    step = pick(profile, full=2, smoke=4)
-    sizes = [2**k for k in range(2, top + 1, step)]
     return {
         "groups": [list(range(p)) for p in range(2, max_ranks + 1)],
         "check_lengths": [1, 3, 5, 33] if profile == "smoke" else [1, 2, 3, 5, 7, 33, 1000],
         "pingpong_sizes": [2**k for k in range(0, pick(profile, full=23, smoke=13), 2)],
-        "pingpong_iters": pick(profile, full=20, smoke=5),
-        "repeats": pick(profile, full=5, smoke=2),
-        "sizes": sizes,
-        "iters": pick(profile, full=8, smoke=2),
-        "warmup": pick(profile, full=2, smoke=1),
-        "segments": 8,
+        "pingpong_iters": pick(profile, full=20, smoke=5), "repeats": pick(profile, full=5, smoke=2),
+        "sizes": [2**k for k in range(2, top + 1, pick(profile, full=2, smoke=4))],
+        "iters": pick(profile, full=8, smoke=2), "warmup": pick(profile, full=2, smoke=1), "segments": 8,
         "server_configs": [ServerConfig(mode=mode, straggler_rank=straggler, delay_s=straggler_delay_s,
                                         budget_s=pick(profile, full=2.0, smoke=0.3), lr=0.05)
                            for straggler in (None, 2 if max_ranks >= 3 else 1) for mode in ("sync", "async")]
@@ -54,51 +44,39 @@ def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, b
 
 
 def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """Lesson 08's measurements in one launch (each launch costs seconds of start-up), in order:
-    correctness against torch.distributed, a ping-pong, the all-reduce and broadcast sweeps on
-    every group of ``spec["groups"]``, ``gamma``, and the parameter-server runs."""
-    groups = spec.get("groups")
-    out = {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=groups),
-           "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec.get("pingpong_iters", 20),
-                                          spec.get("repeats", 5))}
-    out["allreduce"] = collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec.get("iters", 10),
-                                             spec.get("warmup", 2), groups)
-    out["broadcast"] = collectives_benchmark(rank, world_size, spec["sizes"], BROADCAST_BENCH, spec.get("iters", 10),
-                                             spec.get("warmup", 2), groups, spec.get("segments", 8))
-    out["gamma_s_per_byte"] = measure_gamma()
-    out["parameter_server"] = parameter_server_worker(rank, world_size, spec.get("server_configs", []))
-    return out
+    """Everything in one launch (each costs seconds of start-up): correctness against torch.distributed, a
+    ping-pong, the all-reduce and broadcast sweeps on every group, ``gamma``, the parameter-server runs."""
+    sweep = (rank, world_size, spec["sizes"])
+    return {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=spec["groups"]),
+            "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
+                                           spec["repeats"]),
+            "allreduce": collectives_benchmark(*sweep, ALLREDUCE_BENCH, spec["iters"], spec["warmup"], spec["groups"]),
+            "broadcast": collectives_benchmark(*sweep, BROADCAST_BENCH, spec["iters"], spec["warmup"], spec["groups"],
+                                               spec["segments"]),
+            "gamma_s_per_byte": measure_gamma(),
+            "parameter_server": parameter_server_worker(rank, world_size, spec["server_configs"])}
 
 
-def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling",
-                       large: str = "ring") -> float | None:
-    """The measured message size (bytes) from which ``large`` stays at least as fast as ``small``.
-
-    Between the last size where ``small`` won and the next, interpolated on a log scale (the
-    time difference crosses zero there). 0.0 when ``large`` won at every size measured, None
-    when it was not ahead at the largest.
-    """
+def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling") -> float | None:
+    """The size (bytes) from which the ring stays at least as fast as ``small``, interpolated on a log scale where
+    their time difference crosses zero; 0.0 when the ring won at every size, None when it lost the largest."""
     n, t_small = result.times(p, small)
-    n2, t_large = result.times(p, large)
-    if not len(n) or not np.array_equal(n, n2):
+    n2, t_large = result.times(p, "ring")
+    wins = t_large <= t_small if np.array_equal(n, n2) else np.array([])
+    if not len(wins) or not wins[-1]:
         return None
-    wins = t_large <= t_small
     if wins.all():
         return 0.0
-    if not wins[-1]:
-        return None
-    last_loss = int(np.nonzero(~wins)[0][-1])
-    a, b = np.log(n[last_loss]), np.log(n[last_loss + 1])
-    d0 = t_small[last_loss] - t_large[last_loss]  # < 0: small was faster
-    d1 = t_small[last_loss + 1] - t_large[last_loss + 1]  # >= 0
-    return float(np.exp(a + (b - a) * (-d0) / (d1 - d0))) if d1 != d0 else float(n[last_loss + 1])
+    i = int(np.nonzero(~wins)[0][-1])  # the last size ``small`` won
+    a, b = np.log(n[i]), np.log(n[i + 1])
+    d0, d1 = t_small[i] - t_large[i], t_small[i + 1] - t_large[i + 1]  # d0 < 0 <= d1
+    return float(np.exp(a + (b - a) * (-d0) / (d1 - d0))) if d1 != d0 else float(n[i + 1])
 
 
-def model_crossover(p: int, alpha: float, beta: float, gamma: float = 0.0, small: str = "recursive doubling",
-                    large: str = "ring") -> float | None:
-    """The size above which ``large`` is cheaper than ``small`` under the alpha-beta-gamma model
-    (0.0: at every size, e.g. the ring against the tree on 2 ranks; None: at no size)."""
-    f_small, f_large = ALLREDUCE_MODELS[small], ALLREDUCE_MODELS[large]
+def model_crossover(p: int, alpha: float, beta: float, gamma: float = 0.0,
+                    small: str = "recursive doubling") -> float | None:
+    """The size above which the ring is cheaper than ``small`` in the model (0.0: every size; None: none)."""
+    f_small, f_large = ALLREDUCE_MODELS[small], ALLREDUCE_MODELS["ring"]
     if f_large(1.0, p, alpha, beta, gamma) <= f_small(1.0, p, alpha, beta, gamma):
         return 0.0
     return cost.crossover_size(f_small, f_large, p, alpha, beta, gamma)
@@ -110,81 +88,68 @@ def _size(n: float | None) -> str:
     return "every size" if n == 0 else cost.human_bytes(float(round(n)))
 
 
-def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0) -> Table:
-    """Per ``p``: from which size the ring beats recursive doubling and the tree, measured and modelled."""
-    t = Table(["p", "ring < rec. doubling from: measured", "model", "ring < tree from: measured", "model (tree)"],
-              title="crossover message sizes on this machine (model: your ping-pong's alpha, beta and gamma)")
+def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0,
+                    seen: bool = False, title: str = "") -> Table:
+    """Per ``p``, from which size the ring beats each of :data:`SMALL`, measured and modelled; with ``seen``, also
+    modelled with the latency per round the all-reduces saw: the ring's time at the smallest size over its rounds
+    (on oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
+    rows = []
     for p in result.world_sizes:
-        t.add(**{"p": p, "ring < rec. doubling from: measured": _size(measured_crossover(result, p)),
-                 "model": _size(model_crossover(p, alpha, beta, gamma)),
-                 "ring < tree from: measured": _size(measured_crossover(result, p, "tree")),
-                 "model (tree)": _size(model_crossover(p, alpha, beta, gamma, small="tree"))})
-    return t
+        n, t_ring = result.times(p, "ring")
+        a_seen = float(t_ring[0]) / _rounds("ring", p) if len(n) else None
+        row = {"p": p}
+        for small, k in SMALL.items():
+            row[f"{k} measured"] = _size(measured_crossover(result, p, small))
+            row[f"{k} model"] = _size(model_crossover(p, alpha, beta, gamma, small))
+            if seen:
+                row[f"{k} model (seen)"] = _size(model_crossover(p, a_seen, beta, gamma, small) if a_seen else None)
+        rows.append({**row, "alpha seen (us)": a_seen * 1e6 if a_seen else None} if seen else row)
+    return _table(rows, title)
+
+
+def _table(rows: list[dict], title: str = "") -> Table:
+    return Table(list(rows[0]) if rows else [], rows, title)
 
 
 def bandwidth_table(result: CollectivesResult, p: int) -> Table:
-    """algbw and busbw (nccl-tests' convention) of the course's ring and of the backend, per size."""
-    t = Table(["size", "ring algbw (GB/s)", "ring busbw (GB/s)", "backend algbw (GB/s)", "backend busbw (GB/s)",
-               "ring / backend"], title=f"all-reduce bandwidth, p = {p}: busbw = algbw x 2(p-1)/p = "
-                                       f"algbw x {cost.allreduce_busbw_factor(p):.3g}")
-    rows = {(r["algorithm"], r["size_bytes"]): r for r in result.rows if r["p"] == p}
-    for n in sorted({r["size_bytes"] for r in result.rows if r["p"] == p and r["algorithm"] == "ring"}):
-        ring, back = rows.get(("ring", n)), rows.get(("backend", n))
-        if ring is None or back is None:
-            continue
-        t.add(**{"size": cost.human_bytes(n), "ring algbw (GB/s)": ring["algbw_GBps"],
-                 "ring busbw (GB/s)": ring["busbw_GBps"], "backend algbw (GB/s)": back["algbw_GBps"],
-                 "backend busbw (GB/s)": back["busbw_GBps"], "ring / backend": ring["busbw_GBps"] / back["busbw_GBps"]})
-    return t
+    """algbw and busbw (GB/s, nccl-tests' convention) of the course's ring and of the backend, per size."""
+    at = {(r["algorithm"], r["size_bytes"]): r for r in result.rows if r["p"] == p}
+    rows = []
+    for n in sorted({n for a, n in at if a == "ring"}):
+        ring, back = at.get(("ring", n)), at.get(("backend", n))
+        if ring and back:
+            rows.append({"size": cost.human_bytes(n), "ring algbw": ring["algbw_GBps"],
+                         "ring busbw": ring["busbw_GBps"], "backend algbw": back["algbw_GBps"],
+                         "backend busbw": back["busbw_GBps"],
+                         "ring/backend": ring["busbw_GBps"] / back["busbw_GBps"]})
+    return _table(rows, f"p = {p}: busbw = algbw x {cost.allreduce_busbw_factor(p):.3g}")
 
 
 MEASURED_LINK = "this machine (measured)"  # the name :func:`links` gives the learner's own link
-
-
-# The GPU each quoted interconnect joins (lesson 09's table, :data:`course_lib.perf.peaks.REFERENCE_PEAKS`): its
-# reductions run at that GPU's memory bandwidth, not at this machine's.
-LINK_DEVICES = {name: "H100 SXM" for name in cost.QUOTED_INTERCONNECTS}
-
-
-def reduction_gamma(device: str) -> float:
-    """Seconds per byte of ``a += b`` on ``device`` of lesson 09's table, from its datasheet memory bandwidth
-    (model, not measured): each byte of ``a`` reads ``a`` and ``b`` and writes ``a``, three bytes of traffic."""
-    return 3.0 / REFERENCE_PEAKS[device].memory_bandwidth
+LINK_GPU = "H100 SXM"  # the GPU the quoted interconnects join (lesson 09's table): their reductions run on it
 
 
 def links(alpha: float, beta: float, gamma: float = 0.0) -> dict[str, tuple[float, float, float]]:
-    """The learner's link (measured, with this machine's ``gamma``) next to the quoted interconnects, each with
-    the reduction speed of the GPU it joins (:data:`LINK_DEVICES`): name -> (alpha, beta, gamma)."""
-    out = {MEASURED_LINK: (alpha, beta, gamma)}
-    for name, q in cost.QUOTED_INTERCONNECTS.items():
-        out[f"{name} (quoted)"] = (q["alpha_s"], 1.0 / q["bandwidth_Bps"], reduction_gamma(LINK_DEVICES[name]))
-    return out
-
-
-def link_device(link: str) -> str | None:
-    """The GPU of lesson 09's table a link of :func:`links` joins; None for this machine's."""
-    return next((d for name, d in LINK_DEVICES.items() if link == f"{name} (quoted)"), None)
+    """name -> (alpha, beta, gamma): the learner's link, measured, and the quoted interconnects. Their ``gamma`` is a
+    model: ``a += b`` on :data:`LINK_GPU` moves three bytes (read a and b, write a) at its datasheet bandwidth."""
+    gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth
+    return {MEASURED_LINK: (alpha, beta, gamma),
+            **{f"{name} (quoted)": (q["alpha_s"], 1.0 / q["bandwidth_Bps"], gpu_gamma)
+               for name, q in cost.QUOTED_INTERCONNECTS.items()}}
 
 
 def extrapolation_table(link_params: dict, sizes_bytes=(8 * 2**10, 100 * 2**20), ps=(8, 64, 1024)) -> Table:
-    """Predicted all-reduce time of each algorithm, and the cheapest, per link, size and ``p`` (each link with its
-    own ``gamma``: :func:`links`)."""
-    algos = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time)
-    t = Table(["link", "size", "p"] + [f"{a} (ms)" for a in algos] + ["cheapest"],
-              title="all-reduce predicted by the alpha-beta-gamma model (quoted links: gamma from their GPU's "
-                    "datasheet memory bandwidth)")
-    for link, (a, b, gamma) in link_params.items():
-        for n in sizes_bytes:
-            for p in ps:
-                times = {k: f(n, p, a, b, gamma) for k, f in algos.items()}
-                t.add(**{"link": link, "size": cost.human_bytes(n), "p": p,
-                         **{f"{k} (ms)": v * 1e3 for k, v in times.items()}, "cheapest": min(times, key=times.get)})
-    return t
+    """Each algorithm's modelled all-reduce time (ms) and the cheapest, per link (with its own gamma), size, p."""
+    algos, rows = dict(ALLREDUCE_MODELS, rabenseifner=cost.rabenseifner_allreduce_time), []
+    for (link, (a, b, gamma)), n, p in itertools.product(link_params.items(), sizes_bytes, ps):
+        times = {k: f(n, p, a, b, gamma) for k, f in algos.items()}
+        rows.append({"link": link, "size": cost.human_bytes(n), "p": p,
+                     **{f"{k} (ms)": v * 1e3 for k, v in times.items()}, "cheapest": min(times, key=times.get)})
+    return _table(rows)
 
 
 def plot_links(link_params: dict, sizes_bytes) -> list:
-    """:func:`course_lib.comm.plots.plot_extrapolation` once per reduction speed (it prices one ``gamma`` per
-    figure): this machine's link, then the quoted ones at their GPU's."""
+    """:func:`course_lib.comm.plots.plot_extrapolation` once per ``gamma`` (it prices one per figure)."""
     from ..comm.plots import plot_extrapolation
 
     gammas = dict.fromkeys(g for _, _, g in link_params.values())
@@ -195,28 +160,21 @@ def plot_links(link_params: dict, sizes_bytes) -> list:
 LINK_RATE = "1gbit"  # the virtual links (tc's units): slow enough that the link, not the 2 cores, sets the pace
 
 
-ALGORITHM_SCHEDULES = {"ring": "ring all-reduce", "recursive doubling": "recursive doubling all-reduce",
-                       "tree": "tree all-reduce"}
-
-
 def links_spec(profile: str, nodes: int) -> dict:
-    """What lesson 08 measures on ``nodes`` virtual nodes (one rank each): groups of 2..nodes ranks, a few sizes
-    around the crossovers the model puts on a link of :data:`LINK_RATE` (kilobytes to a megabyte), short repeats
-    (a 2 MiB tree all-reduce on 4 ranks moves 8 MiB through its busiest link: 70 ms at 1 Gbit/s)."""
+    """What lesson 08 measures on ``nodes`` virtual nodes, one rank each: sizes around the model's crossovers on a
+    :data:`LINK_RATE` link, short repeats (a 2 MiB tree all-reduce on 4 ranks: 70 ms at 1 Gbit/s)."""
     if nodes < 2:
-        raise ValueError(f"lesson 08 on the virtual cluster needs at least 2 nodes, got {nodes}")
+        raise ValueError(f"2+ nodes needed, got {nodes}")
     return {"groups": [list(range(p)) for p in range(2, nodes + 1)],
             "sizes": [2**k for k in pick(profile, full=(10, 13, 16, 19, 21), smoke=(10, 16))],
-            # up to 4 MiB: the links' token buckets let ~4 ms of the rate through unshaped (cluster._burst_bytes),
-            # so only messages many times that show the set rate
+            # up to 4 MiB: the token buckets let ~4 ms of the rate through unshaped (cluster._burst_bytes)
             "pingpong_sizes": [2**k for k in pick(profile, full=(0, 10, 14, 18, 20, 22), smoke=(0, 14, 17))],
             "pingpong_iters": pick(profile, full=4, smoke=3), "repeats": pick(profile, full=3, smoke=1),
             "iters": pick(profile, full=5, smoke=2), "warmup": 1}
 
 
 def links_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """On the virtual nodes (one rank per node): a ping-pong over one link (alpha, beta of the link), then the
-    all-reduce sweep on every group of ``spec["groups"]``. A worker for ``torchrun -m course_lib.run``."""
+    """A ping-pong over one link, then the all-reduce sweep on every group (a ``torchrun`` worker)."""
     return {"pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
                                            spec["repeats"], warmup=1),
             "allreduce": collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec["iters"],
@@ -224,265 +182,175 @@ def links_worker(rank: int, world_size: int, spec: dict) -> dict:
 
 
 def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: float = 300.0) -> dict:
-    """:func:`links_worker` on a virtual cluster of ``nodes`` nodes on links of ``rate`` (brought up and down here:
-    course_lib/cluster.py, launched as lesson 13 launches, :class:`course_lib.lessons.l13_nodes.VirtualNodes`).
-    ``{"ran": False, "why": ...}`` where the cluster cannot be made (neither root nor user namespaces, programs
-    missing)."""
-    import shutil
-    import tempfile
-
+    """:func:`links_worker` on a virtual cluster (course_lib/cluster.py, launched as lesson 13 launches), brought up
+    and down here; ``{"ran": False, "why": ...}`` where it cannot be made or a step was refused."""
     from .. import cluster as vc
     from .l13_nodes import VirtualNodes
 
     why = vc.unavailable_reason()
     if why is not None:
         return {"ran": False, "why": why}
-    workdir = tempfile.mkdtemp(prefix="l08-")
     try:
-        with vc.up(f"l08-{os.getpid()}", nodes=nodes, rate=rate) as cluster:
-            out = VirtualNodes(cluster, workdir).run("course_lib.lessons.l08_collectives:links_worker", [spec],
-                                                    nnodes=nodes, nproc=1, timeout_s=timeout_s)
-    except vc.ClusterError as err:  # a step refused (e.g. root without CAP_NET_ADMIN in a container): said so
+        with (tempfile.TemporaryDirectory(prefix="l08-", ignore_cleanup_errors=True) as workdir,
+              vc.up(f"l08-{os.getpid()}", nodes=nodes, rate=rate) as cluster):
+            out = VirtualNodes(cluster, workdir).run(f"{__name__}:links_worker", [spec], nnodes=nodes, nproc=1,
+                                                     timeout_s=timeout_s)
+    except vc.ClusterError as err:  # e.g. root without CAP_NET_ADMIN in a container
         return {"ran": False, "why": str(err)}
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     return {"ran": True, "rate": rate, "rate_bits_per_s": vc.parse_rate(rate), "nodes": nodes, **out}
 
 
 def links_collectives(links: dict) -> CollectivesResult:
-    """The links' all-reduce sweep as lesson 08's :class:`CollectivesResult` (gloo: one rank per node; its table's
-    title says where it ran)."""
-    return CollectivesResult(links["allreduce"], f"gloo on {links.get('nodes', '?')} virtual nodes' links")
+    return CollectivesResult(links["allreduce"], f"gloo on {links.get('nodes', '?')} virtual nodes")
 
 
-def critical_path_bytes(algorithm: str, p: int, n_bytes: int) -> float:
-    """Bytes an all-reduce of ``n_bytes`` on ``p`` ranks waits for where every rank has a link of its own: per round
-    the busiest rank's, rounds one after the other (:func:`course_lib.comm.cost.schedule_time` with beta = 1),
-    counted on the very schedule the code runs."""
-    from ..comm.collectives import SCHEDULES
-
-    return cost.schedule_time(SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, max(1, n_bytes // 4)), 0.0, 1.0)
-
-
-def total_bytes(algorithm: str, p: int, n_bytes: int) -> int:
-    """Bytes all ranks send together in that all-reduce (what one shared memory-copy bandwidth carries)."""
-    from ..comm.collectives import SCHEDULES
-
-    return sum(4 * t.count for rnd in SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, max(1, n_bytes // 4)).rounds
-               for t in rnd)
+def schedule_bytes(algorithm: str, p: int, n_bytes: int) -> tuple[float, int]:
+    """Counted on the schedule the code runs, the bytes an all-reduce waits for where every rank has a link of its
+    own (per round the busiest rank's), and the bytes all ranks send (what one shared bandwidth carries)."""
+    schedule = SCHEDULES[f"{algorithm} all-reduce"](p, max(1, n_bytes // 4))
+    return cost.schedule_time(schedule, 0.0, 1.0), sum(4 * t.count for rnd in schedule.rounds for t in rnd)
 
 
 def ring_tree_rows(result: CollectivesResult) -> list[dict]:
-    """Per ``p``, at the largest size measured: the ring's time over the tree's, measured, against the two views:
-    independent links (the ratio of their critical-path bytes) and one shared bandwidth (their total bytes: the
-    same 2(p-1) n, so 1); and the total bytes sent per second (GB/s) by each."""
+    """Per ``p``, at the largest size: the ring's time over the tree's, measured and as the two views predict it
+    (independent links: their critical-path bytes; one shared bandwidth: their total bytes, both 2(p-1) n), and
+    the bytes sent per second (GB/s; the ring's per rank is nccl-tests' busbw)."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
         n2, t_tree = result.times(p, "tree")
         if not len(n) or not np.array_equal(n, n2):
             continue
-        size = int(n[-1])
-        rows.append({"p": p, "size_bytes": size, "measured": float(t_ring[-1] / t_tree[-1]),
-                     "links_model": critical_path_bytes("ring", p, size) / critical_path_bytes("tree", p, size),
-                     "shared_model": total_bytes("ring", p, size) / total_bytes("tree", p, size),
-                     "ring_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9,
-                     # nccl-tests' busbw, algbw x 2(p-1)/p: the ring's total bytes per second per rank
-                     "ring_busbw_GBps": total_bytes("ring", p, size) / float(t_ring[-1]) / 1e9 / p,
-                     "tree_GBps": total_bytes("tree", p, size) / float(t_tree[-1]) / 1e9})
+        (ring_path, ring_sent), (tree_path, tree_sent) = (schedule_bytes(a, p, int(n[-1])) for a in ("ring", "tree"))
+        ring_gbps = ring_sent / float(t_ring[-1]) / 1e9
+        rows.append({"p": p, "size_bytes": int(n[-1]), "measured": float(t_ring[-1] / t_tree[-1]),
+                     "links_model": ring_path / tree_path, "shared_model": ring_sent / tree_sent,
+                     "ring_GBps": ring_gbps, "ring_busbw_GBps": ring_gbps / p,
+                     "tree_GBps": tree_sent / float(t_tree[-1]) / 1e9})
     return rows
 
 
-def ring_tree_table(host_rows: list[dict], link_rows: list[dict] | None = None, links: dict | None = None) -> Table:
-    """The rows :func:`ring_tree_comparisons` decides (:func:`ring_tree_rows`), on one host and, where they ran, on the
-    links: the ring's time over the tree's at the largest size, the two views' predictions, the bytes per second."""
-    t = Table(["measured on", "p", "size", "ring/tree measured", "predicted: links", "predicted: shared",
-               "ring GB/s sent", "tree GB/s sent", "ring busbw (GB/s)"],
-              title="ring against tree at the largest size measured: which view the times follow")
-    where = [("one host", host_rows)] + ([(f"{links['nodes']} virtual nodes, {links['rate']} links", link_rows)]
-                                         if link_rows and links else [])
-    for name, rows in where:
-        for r in rows:
-            t.add(**{"measured on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree measured":
-                     r["measured"], "predicted: links": r["links_model"], "predicted: shared": r["shared_model"],
-                     "ring GB/s sent": r["ring_GBps"], "tree GB/s sent": r["tree_GBps"],
-                     "ring busbw (GB/s)": r["ring_busbw_GBps"]})
-    return t
+def ring_tree_table(host: CollectivesResult, links: dict) -> Table:
+    """:func:`ring_tree_rows` on one host and, where they ran, on the links."""
+    on_links = [(f"{links['nodes']} x {links['rate']}", links_collectives(links))] if links["ran"] else []
+    return _table([{"on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree": r["measured"],
+                    "links model": r["links_model"], "shared model": r["shared_model"], "ring GB/s": r["ring_GBps"],
+                    "tree GB/s": r["tree_GBps"], "ring busbw": r["ring_busbw_GBps"]}
+                   for name, result in [("host", host)] + on_links for r in ring_tree_rows(result)])
 
 
 def link_alpha_beta(pingpong_rows: list[dict]) -> tuple[float, float]:
-    """A shaped link's alpha and beta from its ping-pong: alpha from lesson 08's fit (:class:`PingPong`), beta from
-    the largest message alone (its median time less alpha, per byte). The links' token buckets let ~4 ms of the
-    rate through at once (course_lib/cluster.py), so messages of a few hundred KiB cross faster than the rate and
-    pull a fit over all sizes above it (measured: 2.5 Gbit/s on a 1 Gbit/s link; the 4 MiB message alone: 1.07)."""
+    """A shaped link's alpha (:class:`PingPong`'s fit) and beta from its largest message alone: the token buckets let
+    ~4 ms of the rate through at once, so a fit over all sizes overstates the rate (measured: 2.5 Gbit/s on a
+    1 Gbit/s link; the 4 MiB message alone: 1.07)."""
     alpha, _ = PingPong(pingpong_rows).alpha_beta()
     n = max(r["size_bytes"] for r in pingpong_rows)
     t = float(np.median([r["one_way_s"] for r in pingpong_rows if r["size_bytes"] == n]))
     return alpha, max(t - alpha, 0.01 * t) / n
 
 
-def links_crossover_rows(links: dict, gamma: float = 0.0) -> list[dict]:
-    """Per ``p`` on the independent links: from which size the ring beats recursive doubling and the tree,
-    measured (:func:`measured_crossover`) and modelled with the link's ping-pong alpha and beta."""
-    result = links_collectives(links)
+def links_table(links: dict, gamma: float = 0.0) -> Table:
+    """:func:`crossover_table` on the links, modelled with their ping-pong's alpha and beta and with the alpha seen."""
     alpha, beta = link_alpha_beta(links["pingpong"])
-    rows = []
-    for p in result.world_sizes:
-        seen = alpha_seen(result, p)
-        rows.append({"p": p, "alpha_s": alpha, "beta_s_per_byte": beta, "alpha_seen_s": seen,
-                     **{small: {"measured": measured_crossover(result, p, small),
-                                "model": model_crossover(p, alpha, beta, gamma, small),
-                                "model_seen": model_crossover(p, seen, beta, gamma, small) if seen else None}
-                        for small in ("recursive doubling", "tree")}})
-    return rows
-
-
-def alpha_seen(result: CollectivesResult, p: int) -> float | None:
-    """The latency per round the all-reduces saw at ``p``: the ring's time at the smallest size over its rounds
-    (on oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
-    n, t = result.times(p, "ring")
-    return float(t[0]) / _rounds("ring", p) if len(n) else None
-
-
-def links_table(rows: list[dict], ratios: list[dict], links: dict) -> Table:
-    """The crossovers on the virtual nodes' links, measured against the model, and the ring/tree ratio."""
-    t = Table(["p", "ring < rec. doubling from: measured", "model", "model, alpha seen", "ring < tree from: measured",
-               "model (tree)", "model (tree), alpha seen", "alpha seen (us)", "ring/tree at largest",
-               "predicted: links", "predicted: shared"],
-              title=f"on independent links ({links['nodes']} virtual nodes, {links['rate']} each"
-                    + (f"; model: the link's ping-pong: alpha = {rows[0]['alpha_s'] * 1e6:.0f} us, and "
-                       f"{8 / rows[0]['beta_s_per_byte'] / 1e6:.0f} Mbit/s from its largest message)" if rows else ")"))
-    by_p = {r["p"]: r for r in ratios}
-    for r in rows:
-        q = by_p.get(r["p"], {})
-        t.add(**{"p": r["p"], "ring < rec. doubling from: measured": _size(r["recursive doubling"]["measured"]),
-                 "model": _size(r["recursive doubling"]["model"]),
-                 "model, alpha seen": _size(r["recursive doubling"]["model_seen"]),
-                 "ring < tree from: measured": _size(r["tree"]["measured"]), "model (tree)": _size(r["tree"]["model"]),
-                 "model (tree), alpha seen": _size(r["tree"]["model_seen"]),
-                 "alpha seen (us)": r["alpha_seen_s"] * 1e6 if r["alpha_seen_s"] else None,
-                 "ring/tree at largest": q.get("measured"), "predicted: links": q.get("links_model"),
-                 "predicted: shared": q.get("shared_model")})
-    return t
+    return crossover_table(links_collectives(links), alpha, beta, gamma, seen=True,
+                           title=f"alpha = {alpha * 1e6:.0f} us, {8 / beta / 1e6:.0f} Mbit/s")
 
 
 def _rounds(algorithm: str, p: int) -> int:
-    from ..comm.collectives import SCHEDULES
+    return len(SCHEDULES[f"{algorithm} all-reduce"](p, 64).rounds)
 
-    return len(SCHEDULES[ALGORITHM_SCHEDULES[algorithm]](p, 64).rounds)
 
 def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
-    """The ping-pong's alpha and bandwidth beside lesson 06's all-reduce fit read as a ring of messages
-    (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`), where lesson 06 saved one on several ranks."""
-    t = Table(["source", "alpha (us)", "1/beta (GB/s)"], title="a message's latency and bandwidth, two ways")
-    t.add(**{"source": "ping-pong (this lesson)", "alpha (us)": alpha * 1e6, "1/beta (GB/s)": 1 / beta / 1e9})
+    """The ping-pong's alpha and bandwidth beside lesson 06's all-reduce fit read as a ring, where it saved one on
+    several ranks (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`)."""
+    rows = [{"source": "ping-pong", "alpha (us)": alpha * 1e6, "1/beta (GB/s)": 1 / beta / 1e9}]
     if saved06 and saved06.get("allreduce_alpha_s") is not None and saved06.get("world_size", 1) > 1:
         p = saved06["world_size"]
         a06, b06 = cost.link_alpha_beta_from_ring_fit(saved06["allreduce_alpha_s"],
                                                       saved06["allreduce_beta_s_per_byte"], p)
-        t.add(**{"source": f"lesson 06's all-reduce fit, read as a ring on {p} ranks", "alpha (us)": a06 * 1e6,
-                 "1/beta (GB/s)": 1 / b06 / 1e9 if b06 > 0 else None})
-    return t
+        rows.append({"source": f"lesson 06, p = {p}", "alpha (us)": a06 * 1e6,
+                     "1/beta (GB/s)": 1 / b06 / 1e9 if b06 > 0 else None})
+    return _table(rows)
 
 
 # --------------------------------------------------------------------------- the lesson's questions, decided
 TIMING_RESOLUTION = 0.2  # a ratio of two single timings (each a median over blocks) moves this much between runs
-# of the same sweep on a shared machine: the interval of every comparison read from one timing per arm
+# of the same sweep on a shared machine
 
 
-def _sweep_step(result: CollectivesResult) -> float:
+def _timed(question: str, a: float, b: float, needed: float = compare.TIME_EFFECT) -> compare.Comparison:
+    """``b / a``, one timing each: the interval is :data:`TIMING_RESOLUTION`."""
+    return compare.ratio(question, [a], [b], needed=needed, resolution=TIMING_RESOLUTION, basis="one timing each")
+
+
+def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, gamma: float,
+                          where: str) -> list[compare.Comparison]:
+    """Per ``p`` and rival, the measured crossover over the modelled one, resolved to one step of the sweep (the
+    measured one is interpolated between two sizes). "every size" and "never" have no ratio: the table shows them."""
     sizes = sorted({r["size_bytes"] for r in result.rows})
-    return max([b / a for a, b in zip(sizes, sizes[1:])] or [2.0])
-
-
-def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, gamma: float, where: str,
-                          ps=None) -> list[compare.Comparison]:
-    """Did the model place each crossover (the ring against recursive doubling and the tree, per ``p``)? The
-    measured size over the modelled one; the measured size is interpolated between two sizes of the sweep, so
-    its resolution is one step of the sweep. Crossovers at "every size" or "never" have no ratio: the
-    crossover table shows them."""
-    step = _sweep_step(result)
+    step = max([b / a for a, b in zip(sizes, sizes[1:])] or [2.0])
     out = []
-    for p in ps or result.world_sizes:
-        for small in ("recursive doubling", "tree"):
+    for p in result.world_sizes:
+        for small in SMALL:
             m, x = measured_crossover(result, p, small), model_crossover(p, alpha, beta, gamma, small)
             if m and x:
-                out.append(compare.quantity_ratio(
-                    f"crossover ring/{small}, p = {p} ({where}): measured / model", m / x, 0.0,
-                    needed=compare.MODEL_EFFECT, resolution=step - 1, basis=f"one step of the sweep ({step:g}x)"))
+                out.append(compare.quantity_ratio(f"crossover ring/{small}, p = {p}, {where}: measured/model", m / x,
+                                                  0.0, needed=compare.MODEL_EFFECT, resolution=step - 1,
+                                                  basis=f"sweep step {step:g}x"))
     return out
 
 
 def tied_round_comparisons(result: CollectivesResult, where: str) -> list[compare.Comparison]:
-    """Where the ring and another algorithm have as many rounds at ``p`` (the model ties them on latency: its
-    crossover is "every size"), which was faster below the measured crossover: the ring's time over the other's,
-    paired size by size (a geometric mean over the sizes, a t interval across them, plus one timing's
-    resolution)."""
+    """Where the ring has as many rounds as a rival (the model ties their latency), the ring's time over the rival's
+    below the measured crossover, paired size by size, plus one timing's resolution."""
     out = []
     for p in result.world_sizes:
         for small in ("tree", "recursive doubling"):
-            if _rounds("ring", p) != _rounds(small, p):
+            (n, t_small), (n2, t_ring) = result.times(p, small), result.times(p, "ring")
+            if _rounds("ring", p) != _rounds(small, p) or not len(n) or not np.array_equal(n, n2):
                 continue
             crossover = measured_crossover(result, p, small)
-            n, t_small = result.times(p, small)
-            n2, t_ring = result.times(p, "ring")
-            if not len(n) or not np.array_equal(n, n2):
-                continue
             below = [i for i, x in enumerate(n) if crossover is None or x < crossover]
-            if not below:
-                continue
-            out.append(compare.paired_ratio(
-                f"ring / {small} time below the crossover, p = {p} ({where})", [t_small[i] for i in below],
-                [t_ring[i] for i in below], needed=compare.TIME_EFFECT, resolution=TIMING_RESOLUTION,
-                basis=f"{len(below)} sizes, one timing each"))
+            if below:
+                out.append(compare.paired_ratio(f"ring/{small} below crossover, p = {p}, {where}", t_small[below],
+                                                t_ring[below], needed=compare.TIME_EFFECT,
+                                                resolution=TIMING_RESOLUTION, basis=f"{len(below)} sizes"))
     return out
 
 
-def ring_tree_comparisons(rows: list[dict], where: str) -> list[compare.Comparison]:
-    """Which view the ring-against-tree times at the largest size follow (:func:`ring_tree_rows`, largest p):
-    the measured ratio over what independent links predict, and over what one shared bandwidth predicts. "same"
-    for one of them and not the other says which view fits."""
-    if not rows:
-        return []
-    r = rows[-1]
-    return [compare.quantity_ratio(f"ring/tree at {_size(r['size_bytes'])}, p = {r['p']} ({where}): measured / "
-                                   f"{view}", r["measured"] / r[key], 0.0, needed=compare.MODEL_EFFECT,
-                                   resolution=TIMING_RESOLUTION, basis="one timing per algorithm")
-            for view, key in (("independent links", "links_model"), ("one shared bandwidth", "shared_model"))]
-
-
 def busbw_comparisons(rows: list[dict], where: str) -> list[compare.Comparison]:
-    """Is the ring's busbw at the largest size the same across p, the property the convention is for? Its value
-    at the largest p over the smallest (:func:`ring_tree_rows`)."""
+    """The ring's busbw at the largest size, largest p over smallest: the convention means it to be the same."""
     if len(rows) < 2:
         return []
     lo, hi = rows[0], rows[-1]
-    return [compare.ratio(f"ring busbw at the largest size, p = {hi['p']} / p = {lo['p']} ({where})",
-                          [lo["ring_busbw_GBps"]], [hi["ring_busbw_GBps"]], needed=compare.MODEL_EFFECT,
-                          resolution=TIMING_RESOLUTION, basis="one timing per p")]
+    return [_timed(f"ring busbw, p = {hi['p']}/p = {lo['p']}, {where}", lo["ring_busbw_GBps"],
+                   hi["ring_busbw_GBps"], compare.MODEL_EFFECT)]
 
 
 def small_large_comparisons(result: CollectivesResult, where: str) -> list[compare.Comparison]:
-    """Small messages want few rounds, large ones few bytes per link: at the largest p, the ring's time over the
-    faster of the tree and recursive doubling at the smallest and at the largest size."""
+    """At the largest p, the ring's time over the faster rival's, at the smallest and the largest size."""
     p = max(result.world_sizes)
     n, t_ring = result.times(p, "ring")
     if not len(n):
         return []
     out = []
-    for i, which in ((0, "smallest"), (len(n) - 1, "largest")):
-        other = min(("tree", "recursive doubling"), key=lambda a: result.times(p, a)[1][i])
-        out.append(compare.ratio(f"ring / {other} at the {which} size, {_size(n[i])}, p = {p} ({where})",
-                                 [result.times(p, other)[1][i]], [t_ring[i]], needed=compare.TIME_EFFECT,
-                                 resolution=TIMING_RESOLUTION, basis="one timing per algorithm"))
+    for i in (0, len(n) - 1):
+        other = min(SMALL, key=lambda a: result.times(p, a)[1][i])
+        out.append(_timed(f"ring/{other} at {_size(n[i])}, p = {p}, {where}", result.times(p, other)[1][i], t_ring[i]))
     return out
 
 
+def ring_tree_comparisons(rows: list[dict], where: str) -> list[compare.Comparison]:
+    """At the largest ``p`` of :func:`ring_tree_rows`, the measured ring/tree over each view's prediction: "same"
+    for one view and not the other says which view the times follow."""
+    return [_timed(f"ring/tree, p = {r['p']}, {where}: measured/{view}", r[key], r["measured"], compare.MODEL_EFFECT)
+            for r in rows[-1:] for view, key in (("links", "links_model"), ("shared", "shared_model"))]
+
+
 def links_comparisons(links: dict, host: CollectivesResult, gamma: float = 0.0) -> list[compare.Comparison]:
-    """The section on independent links, decided: ring against tree on the host (and on the links where they
-    ran), the links' crossovers against the model, and the tied rounds on the links."""
-    out = ring_tree_comparisons(ring_tree_rows(host), "one host")
-    if not links.get("ran"):
+    """Ring against tree on the links where they ran and on the host, then the links' crossovers and tied rounds."""
+    out = ring_tree_comparisons(ring_tree_rows(host), "host")
+    if not links["ran"]:
         return out
     result = links_collectives(links)
     alpha, beta = link_alpha_beta(links["pingpong"])
@@ -490,14 +358,8 @@ def links_comparisons(links: dict, host: CollectivesResult, gamma: float = 0.0) 
             + crossover_comparisons(result, alpha, beta, gamma, "links") + tied_round_comparisons(result, "links"))
 
 
-SERVER_MODES = ("sync", "async")
-
-
 def server_comparisons(records: list) -> list[compare.Comparison]:
-    """The straggler's cost per mode: updates/s with the straggler over without (one run each, read with one
-    timing's resolution). Synchronous rounds wait for the slowest rank; asynchronous updates do not."""
-    by = {(r["mode"], bool(r["straggler_rank"])): r for r in records}
-    return [compare.ratio(f"parameter server ({mode}): updates/s with a straggler / without",
-                          [by[(mode, False)]["updates_per_s"]], [by[(mode, True)]["updates_per_s"]],
-                          needed=compare.SPEED_EFFECT, resolution=TIMING_RESOLUTION, basis="one run each")
-            for mode in SERVER_MODES if (mode, False) in by and (mode, True) in by]
+    """Per mode, updates/s with the straggler over without: synchronous rounds wait for it, asynchronous ones not."""
+    by = {(r["mode"], bool(r["straggler_rank"])): r["updates_per_s"] for r in records}
+    return [_timed(f"{mode} updates/s: straggler/none", by[(mode, False)], by[(mode, True)], compare.SPEED_EFFECT)
+            for mode in ("sync", "async") if (mode, False) in by and (mode, True) in by]
