@@ -15,6 +15,7 @@ from ..optuna_search import STRATEGIES, neumf_objective, open_study, run_search,
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
 from ..train.ncf import TrainConfig, steps_per_epoch
+from . import l09_performance_model as performance_study
 
 
 def lesson_spec(profile: str, *, seeds: int | None = None) -> dict:
@@ -65,7 +66,6 @@ def trial_records(study, curve: str = "curve_hr") -> list[dict]:
 
 
 def searched(study, objective, budget: int, strategy: str, seed: int, path, curve: str = "curve_hr") -> dict:
-    """Run ``study`` to ``budget``; the search's record."""
     start = time.perf_counter()
     run_search(study, objective, budget=budget)
     return {"strategy": strategy, "seed": seed, "seconds": time.perf_counter() - start, "journal": str(path),
@@ -199,8 +199,6 @@ def trial_seconds(records: list[dict], data, spec: dict) -> dict[str, list[float
 
 def model_trial_seconds(data, spec: dict, curves, *, optimizers=("adam", "lamb"), device=None) -> dict[str, float]:
     """Per optimizer, lesson 09's predicted step on this device's ``curves`` x a full trial's steps (no evaluation)."""
-    from . import l09_performance_model as performance_study
-
     base = base_config(spec, 0.5)
     steps = math.ceil(spec["max_epochs"] * steps_per_epoch(data, base))
     return {opt: performance_study.ncf_step_prediction(data, base.replace(optimizer=opt), curves, device=device).step_s
@@ -208,8 +206,7 @@ def model_trial_seconds(data, spec: dict, curves, *, optimizers=("adam", "lamb")
 
 
 def pruning_table(trial_s: dict[str, list[float]], predicted_s: dict[str, float], time_limit_s: float | None) -> Table:
-    """Per optimizer: lesson 09's and the trials' (median) seconds for a full trial, and what the limit prunes
-    (every trial counted: their spread can straddle the limit)."""
+    """Per optimizer: lesson 09's and the trials' (median) full-trial seconds, and what the limit prunes (of each)."""
     t = Table(["optimizer", "model s", "trials s", "model / trials", "limit s", "pruned", "trials over"])
     for opt, s in sorted(predicted_s.items()):
         v = trial_s.get(opt, [])
@@ -228,15 +225,9 @@ def demo_time_limit(predicted_s: dict[str, float]) -> float | None:
     return None if hi <= 1.1 * lo else (lo + hi) / 2
 
 
-def summary(records: list[dict], rows: list[dict], spec: dict, target_hr: float) -> dict:
-    """What the lesson saves: the spec, the table rows and the per-seed progress."""
-    return {"spec": dict(spec), "target_hr": target_hr, "rows": rows,
-            "progress": {f"{r['strategy']}-seed{r['seed']}": progress(r, spec["eval_every"]) for r in records}}
-
-
 def live_comparisons(rows: list[dict], spec: dict) -> list[compare.Comparison]:
-    """Per pruning strategy, epochs to the target over random search's, widened by one evaluation's spacing; a
-    miss counts at the budget. Where both missed on every seed nothing bounds the ratio: unresolved."""
+    """Per pruning strategy, epochs to the target over random search's, widened by an evaluation's spacing; a miss
+    counts at the budget, and where both missed on every seed nothing bounds the ratio."""
     per, budget = spec["eval_every"], spec["budget"] * spec["eval_every"]
     by = {r["strategy"]: [budget if v is None else v for v in r["to target"]] for r in rows}
     missed = {r["strategy"]: all(v is None for v in r["to target"]) for r in rows}
@@ -253,11 +244,8 @@ def live_comparisons(rows: list[dict], spec: dict) -> list[compare.Comparison]:
 
 
 def late_cuts_table(records: list[dict], per_point: float) -> Table:
-    """Every pruned trial whose configuration another search (same sampler seed) trained to the end: where it
-    was cut, its HR@10 there, its final HR@10 and the cutting search's best (above it: a late bloomer)."""
-    def best_of(t):
-        return max(_finite(t["curve_hr"][1:]), default=None)
-
+    """Every pruned trial that another search (same sampler seed) trained to the end; above the cutter's best: late."""
+    best_of = lambda t: max(_finite(t["curve_hr"][1:]), default=None)
     done = [(best_of(t), r, t) for r in records for t in r["trials"]
             if t["state"] == "COMPLETE" and best_of(t) is not None]
     seeds = len({r["seed"] for r in records}) > 1

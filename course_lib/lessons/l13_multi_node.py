@@ -1,6 +1,5 @@
-"""Lesson 13 on many nodes: one link's alpha-beta from lesson 08's fit, 1 node x W against W nodes x 1 at gradient
-accumulation k (the micro-batch fixed: the all-reduce is paid once per k micro-batches) measured and by lesson 09's
-step model, and time to target from lesson 02's steps. The nodes are :mod:`.l13_nodes`."""
+"""Lesson 13 on many nodes: a link's alpha-beta (lesson 08's fit), 1 node x W against W nodes x 1 at accumulation k
+(micro-batch fixed), measured and by lesson 09's step model, and time to target from lesson 02's steps."""
 
 from __future__ import annotations
 
@@ -42,15 +41,11 @@ def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmu
             "runs": ncf_runs(rank, world_size, cfgs, spec)}
 
 
-def run_ks(ks=K_VALUES, repeats: int = REPEATS) -> list[int]:
-    """Each k once, then the two ends alternately (a slow moment then falls on no one k's repeats alone)."""
-    return list(ks) + [k for _ in range(repeats - 1) for k in (ks[0], ks[-1])]
-
-
 def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
             ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4, repeats: int = REPEATS) -> dict:
     """1 node x W and W nodes x 1, a launch each: the sweeps ``near`` and ``far``, and :func:`layout_rows`."""
-    ks = run_ks(ks, repeats)
+    # each k once, then the two ends alternately: a slow moment of the machine falls on no one k's repeats alone
+    ks = list(ks) + [k for _ in range(repeats - 1) for k in (ks[0], ks[-1])]
     cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
     out = {"layouts": []}
     for key, layout, nnodes, nproc in zip(("near", "far"), layouts(world_size), (1, world_size), (world_size, 1)):
@@ -75,12 +70,10 @@ def step_fit(rows: list[dict], near: dict, grad_bytes: int, micro_batch: int, wo
 
 
 def step_fit_table(fit: dict):
-    basis = "weighted line over k"
     return compare.estimates_table([
-        compare.estimate("compute/sample/rank", fit["compute_s_per_sample"] * 1e6, fit["compute_se"] * 1e6,
-                         df=fit["df"], unit="us", basis=basis),
-        compare.estimate("overhead/step", fit["overhead_s"] * 1e3, fit["overhead_se"] * 1e3, df=fit["df"], unit="ms",
-                         basis=basis)])
+        compare.estimate(name, fit[key] * scale, fit[se] * scale, df=fit["df"], unit=unit, basis="weighted line over k")
+        for name, key, se, scale, unit in (("compute/sample/rank", "compute_s_per_sample", "compute_se", 1e6, "us"),
+                                           ("overhead/step", "overhead_s", "overhead_se", 1e3, "ms"))])
 
 
 def link_rate(rows: list[dict], ranks: int = 2) -> dict:
@@ -177,7 +170,7 @@ def layout_table(rows: list[dict], predicted: list[dict]) -> Table:
     got = {(_near(r), r["k"]): r["step_s"] for r in rows}
     pred = {(_near(r), r["k"]): r for r in predicted}
     ratios, model_ratios = layout_ratios(rows), layout_ratios(predicted)
-    pct = lambda d, k: f"{d[k]:.0%}" if k in d else "—"  # noqa: E731
+    pct = lambda d, k: f"{d[k]:.0%}" if k in d else "—"
     return Table(cols, [dict(zip(cols, [k, f"{p['global_batch']:,}", _ms(got.get((True, k))), _ms(p["step_s"]),
                                         _ms(got.get((False, k))), _ms(pred[(False, k)]["step_s"]), pct(ratios, k),
                                         pct(model_ratios, k)]))

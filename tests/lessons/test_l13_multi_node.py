@@ -94,9 +94,21 @@ def test_the_accumulation_rate_puts_the_crossover_inside_the_sweep_and_100_mbit_
     assert crossover((1.1e-3, 8 / 100e6)) > 2 * L.K_VALUES[-1]  # 100 Mbit/s: far beyond it
 
 
+class _Runner:
+    """A runner that records the configs it was given and times every step at 0.1 s per micro-batch."""
+    path = "virtual"
+
+    def run(self, worker, args, *, nnodes, nproc):
+        self.ks = [c["global_batch_size"] // (4 * c["micro_batch_size"]) for c in args[3]]
+        return {"sweep": [], "runs": [{"config": c, "train_time_s": 0.1 * k, "steps": 1} for c, k in zip(args[3],
+                                                                                                       self.ks)]}
+
+
 def test_the_repeats_run_at_both_ends_and_are_kept_per_k():
-    assert L.run_ks((1, 2, 4), repeats=3) == [1, 2, 4, 1, 4, 1, 4]
-    assert L.run_ks((1, 2), repeats=1) == [1, 2]
+    runner = _Runner()
+    got = L.measure(runner, [1024], 64, 1, {}, ks=(1, 2, 4), world_size=4, repeats=3)
+    assert runner.ks == [1, 2, 4, 1, 4, 1, 4]  # the ends alternate: a slow moment falls on no one k alone
+    assert [len(r["step_s_runs"]) for r in got["layouts"][:3]] == [3, 1, 3]
     records = [{"config": {"global_batch_size": 256 * k}, "train_time_s": t, "steps": 2}
                for k, t in zip([1, 2, 1, 2], [0.2, 0.3, 0.22, 0.34])]
     rows = L.layout_rows("1 node x 4", records, [1, 2, 1, 2])
