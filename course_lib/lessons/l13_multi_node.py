@@ -273,19 +273,13 @@ def ttt_table(measured: list[dict], model: list[dict]) -> Table:
     return t
 
 
-def end_ks(rows: list[dict]) -> list[int]:
-    """The smallest and the largest k measured on both layouts."""
-    ks = sorted(layout_ratios([r for r in rows if r["source"] != "model"]))
-    return sorted({ks[0], ks[-1]}) if ks else []
-
-
 def layout_comparisons(rows: list[dict], hidden_at: float = HIDDEN_AT) -> list[compare.Comparison]:
     """At the ends of k, W nodes x 1's throughput over 1 node x W's (every run) against ``hidden_at``; the interval
     the runs' spread and the timing resolution (two launches)."""
     runs = {(_near(r), r["k"]): (r["layout"], [r["global_batch"] / s for s in r.get("step_s_runs", [r["step_s"]])])
             for r in rows if r["source"] != "model"}
-    out = []
-    for k in end_ks(rows):
+    ks, out = sorted(layout_ratios([r for r in rows if r["source"] != "model"])), []
+    for k in sorted({ks[0], ks[-1]}) if ks else []:
         (_, near), (layout, far) = runs[(True, k)], runs[(False, k)]
         c = compare.ratio(f"throughput at k={k}, {layout} / 1 node", near, far, needed=compare.EXACT,
                           resolution=TIMING_RESOLUTION,
@@ -348,10 +342,10 @@ def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_
     ax = ax or plt.subplots(figsize=(6.5, 4))[1]
     model = layout_ratios(curve)
     ax.semilogx(list(model), list(model.values()), "--", base=2, color="tab:orange", label="lesson 09's model")
-    ratios = layout_ratios(rows) if rows else {}
+    ratios = layout_ratios(rows)
     if ratios:
         ax.semilogx(list(ratios), list(ratios.values()), "o", base=2, color="tab:blue", label="measured")
-        for k, c in zip(end_ks(rows), layout_comparisons(rows, hidden_at)):
+        for k, c in zip(sorted({min(ratios), max(ratios)}), layout_comparisons(rows, hidden_at)):
             ax.errorbar([k], [c.estimate], yerr=[[c.estimate - c.low], [c.high - c.estimate]], color="tab:blue",
                         capsize=4)
         ax.set_xticks(sorted(ratios), [str(k) for k in sorted(ratios)])
