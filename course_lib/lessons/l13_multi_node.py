@@ -10,8 +10,12 @@ from dataclasses import replace
 from .. import cluster as vc
 from .. import compare
 from ..comm import cost
+from ..comm.bench import allreduce_benchmark
 from ..metrics import jackknife_stderr
+from ..models.ncf import NeuMF
 from ..tables import Table
+from ..train.ncf import TrainConfig
+from ..train.workers import RunSpec, load_data, ncf_runs, ncf_worker
 
 # past lesson 09's crossover on a quiet 2-core machine, 4 nodes on 2 Gbit/s links (k ~10; on 100 Mbit/s ~350)
 K_VALUES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -22,21 +26,16 @@ TIMING_RESOLUTION = 0.10  # a time from a few timed steps, or one median of a fe
 # without lesson 02's curve, the linear-scaling ideal through about its smallest batch's (batch, steps): ASSUMED
 ASSUMED_STEPS = (256, 16000)
 
-
-def layouts(world_size: int) -> tuple[str, str]:
-    return f"1 node x {world_size}", f"{world_size} nodes x 1"
-
-
-def _near(row: dict) -> bool:
-    return row["layout"].startswith("1 node x ")
+layouts = lambda w: (f"1 node x {w}", f"{w} nodes x 1")
+_near = lambda row: row["layout"].startswith("1 node x ")
+_ms = lambda v, digits=1: "—" if v is None else f"{v * 1e3:.{digits}f}"
+_bits = lambda rate: ("no rate" if rate is None else f"{rate / 1e9:.2f} Gbit/s" if rate >= 1e9
+                      else f"{rate / 1e6:.0f} Mbit/s")
 
 
 def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmup: int, cfgs: list[dict],
                  spec: dict) -> dict:
     """The all-reduce sweep, then NeuMF at each config, in one launch (a launch costs seconds on every node)."""
-    from ..comm.bench import allreduce_benchmark
-    from ..train.workers import ncf_runs
-
     return {"sweep": allreduce_benchmark(rank, world_size, sizes, iters, warmup),
             "runs": ncf_runs(rank, world_size, cfgs, spec)}
 
@@ -98,10 +97,9 @@ def link_rate(rows: list[dict], ranks: int = 2) -> dict:
 def link_comparisons(near: dict, far: dict, set_rate_bits_per_s: float | None, path: str) -> list[compare.Comparison]:
     """The fitted rate over the virtual cluster's set one; where measured, the links' per-message cost minus
     loopback's (no latency is emulated: a difference says the intercepts are not one cost of gloo's)."""
-    out = []
-    rate, rel = far.get("rate_bits_per_s"), far.get("rate_rel_err")
     if path == "model":
-        return out
+        return []
+    out, rate, rel = [], far.get("rate_bits_per_s"), far.get("rate_rel_err")
     if path == "virtual" and set_rate_bits_per_s and rate and rel:
         out.append(compare.quantity_ratio("link rate, fitted / set", rate / set_rate_bits_per_s, rel,
                                           needed=LINK_TOLERANCE, df=far["sizes"] - 1, n=str(far["sizes"]),
@@ -121,10 +119,6 @@ def link_table(near: dict, far: dict, nodes: int) -> Table:
         for where, fit in zip((f"{w} ({how})" for w, how in zip(layouts(nodes), ("loopback", "links"))), (near, far))])
 
 
-def _bits(rate: float | None) -> str:
-    return "no rate" if rate is None else f"{rate / 1e9:.2f} Gbit/s" if rate >= 1e9 else f"{rate / 1e6:.0f} Mbit/s"
-
-
 def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict | None = None,
                    ks=K_VALUES) -> list[dict]:
     """One TrainConfig dict per k: the micro-batch fixed, the global batch ``world_size * micro_batch * k``."""
@@ -134,11 +128,9 @@ def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict
 
 def layout_rows(layout: str, records: list[dict], ks=K_VALUES, source: str = "virtual") -> list[dict]:
     """One row per k (``ks``: each record's k, repeats included): mean step time, samples/s, each run's step time."""
-    runs: dict[int, list[dict]] = {}
-    for k, r in zip(ks, records):
-        runs.setdefault(k, []).append(r)
     out = []
-    for k, rs in runs.items():
+    for k in dict.fromkeys(ks):
+        rs = [r for k_r, r in zip(ks, records) if k_r == k]
         steps = [r["train_time_s"] / max(1, r["steps"]) for r in rs]
         batch, step = rs[0]["config"]["global_batch_size"], sum(steps) / len(steps)
         out.append({"layout": layout, "k": k, "global_batch": batch, "samples_per_s": batch / step, "step_s": step,
@@ -158,10 +150,6 @@ def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch:
             rows.append({"layout": layout, "k": k, "global_batch": world_size * micro_batch * k,
                          "samples_per_s": world_size * micro_batch * k / step, "step_s": step, "source": "model"})
     return rows
-
-
-def _ms(v: float | None, digits: int = 1) -> str:
-    return "—" if v is None else f"{v * 1e3:.{digits}f}"
 
 
 def layout_table(rows: list[dict], predicted: list[dict]) -> Table:
@@ -185,8 +173,8 @@ def layout_ratios(rows: list[dict], key: str = "samples_per_s") -> dict[int, flo
 
 
 def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[float, int, int] | None:
-    """A line ``step_s = a + c k`` through each layout's rows, and the k where W nodes x 1 run at ``hidden_at`` of
-    1 node x W's throughput: ``(k, the next power of two, its global batch)``; None where they never get there."""
+    """Lines ``step_s = a + c k`` through each layout's rows: ``(k, next power of two, its batch)`` where the W nodes
+    reach ``hidden_at`` of one node's throughput; None where they never do."""
     fits = {}
     for side in (True, False):
         rs = [r for r in rows if _near(r) == side and r.get("step_s")]
@@ -226,23 +214,21 @@ def steps_at(points: list[tuple[int, int]] | None, batch: int) -> tuple[float | 
     """Steps to target at ``batch``: measured, log-log interpolated, None outside lesson 02's batches (its curve
     bends where it leaves perfect scaling), or assumed without them; and which."""
     if points is None:
-        b0, s0 = ASSUMED_STEPS
-        return s0 * b0 / batch, "assumed"
+        return ASSUMED_STEPS[1] * ASSUMED_STEPS[0] / batch, "assumed"
     at = dict(points)
     if batch in at:
         return float(at[batch]), "measured"
-    lo, hi = points[0][0], points[-1][0]
-    if not lo < batch < hi:
+    if not points[0][0] < batch < points[-1][0]:
         return None, "outside"
     (b0, s0), (b1, s1) = next((p, q) for p, q in zip(points, points[1:]) if p[0] < batch < q[0])
     w = math.log(batch / b0) / math.log(b1 / b0)
     return math.exp(math.log(s0) + w * math.log(s1 / s0)), "interpolated"
 
 
-def ttt_rows(layouts: list[dict], points: list[tuple[int, int]] | None) -> list[dict]:
+def ttt_rows(rows: list[dict], points: list[tuple[int, int]] | None) -> list[dict]:
     """Time to target per layout row: the steps at its global batch (:func:`steps_at`) x its time per step."""
     out = []
-    for r in layouts:
+    for r in rows:
         steps, how = steps_at(points, r["global_batch"])
         out.append({"layout": r["layout"], "k": r["k"], "global_batch": r["global_batch"], "step_s": r["step_s"],
                     "steps": steps, "steps_how": how, "source": r["source"],
@@ -319,11 +305,11 @@ def plot_sweeps(near_rows: list[dict], far_rows: list[dict], near_fit: dict, far
 
     ax = ax or plt.subplots(figsize=(6.5, 4))[1]
     for rows, fit, label, color in zip((near_rows, far_rows), (near_fit, far_fit), layouts(ranks), ("tab:blue", "red")):
-        n = np.array([r["size_bytes"] for r in rows], dtype=float)
+        n = [r["size_bytes"] for r in rows]
         ax.loglog(n, [r["time_s"] for r in rows], "o", color=color, label=f"{label}, measured")
-        grid = np.geomspace(n.min(), n.max(), 50)
-        model = [cost.ring_allreduce_time(x, ranks, fit["alpha_s"], fit["beta_s_per_byte"]) for x in grid]
-        ax.loglog(grid, model, "-", color=color, alpha=0.6, label=f"{label}, fit: {_bits(fit['rate_bits_per_s'])}")
+        grid = np.geomspace(min(n), max(n), 50)
+        ax.loglog(grid, [cost.ring_allreduce_time(x, ranks, fit["alpha_s"], fit["beta_s_per_byte"]) for x in grid],
+                  "-", color=color, alpha=0.6, label=f"{label}, fit: {_bits(fit['rate_bits_per_s'])}")
     ax.set(xlabel="message (bytes)", ylabel="all-reduce time (s)")
     ax.legend(fontsize=8)
     return ax
@@ -360,10 +346,6 @@ def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_
 
 def grad_bytes(spec: dict, cfg: dict | None = None) -> int:
     """Bytes of NeuMF's fp32 gradients for ``spec``'s data (what each step's all-reduce sums)."""
-    from ..models.ncf import NeuMF
-    from ..train.ncf import TrainConfig
-    from ..train.workers import RunSpec, load_data
-
     data = load_data(RunSpec(**spec))
     c = TrainConfig(**{"global_batch_size": 256, **(cfg or {})})
     model = NeuMF(data.num_users, data.num_items, factors=c.factors, layers=c.layers)
@@ -372,8 +354,6 @@ def grad_bytes(spec: dict, cfg: dict | None = None) -> int:
 
 def one_process_compute(micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None) -> float:
     """Seconds of compute per sample in this process (the model path's input: no cluster to measure on)."""
-    from ..train.workers import ncf_worker
-
     (cfg,) = layout_configs(micro_batch, 1, steps, base_cfg, ks=(1,))
     record = ncf_worker(0, 1, cfg, spec)
     return record["train_time_s"] / max(1, record["steps"]) / micro_batch
