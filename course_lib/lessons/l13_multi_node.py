@@ -138,9 +138,8 @@ def layout_rows(layout: str, records: list[dict], ks=K_VALUES, source: str = "vi
     return out
 
 
-def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple[float, float],
-                      far: tuple[float, float], ks=K_VALUES, world_size: int = 4,
-                      overhead_s: float = 0.0) -> list[dict]:
+def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple, far: tuple,
+                      ks=K_VALUES, world_size: int = 4, overhead_s: float = 0.0) -> list[dict]:
     """Lesson 09's step: ``k * b * t_sample``, ``overhead_s``, a ring all-reduce at ``near`` or ``far``."""
     rows = []
     for layout, (alpha, beta) in zip(layouts(world_size), (near, far)):
@@ -196,8 +195,7 @@ def private_workdir() -> str:
 
 
 def lesson02_steps(saved: dict | None, profile: str | None = None) -> tuple[list[tuple[int, int]] | None, str]:
-    """``(points, line)``: lesson 02's fewest steps to target per batch (sorted), and where the steps come from;
-    None where it is missing, of another profile (other data) or has fewer than two batches at the target."""
+    """Lesson 02's fewest steps to target per batch (None: missing, other data, under two batches) and their source."""
     best: dict[int, int] = {}
     for r in (saved or {}).get("rows") or []:
         if r.get("steps to target"):
@@ -237,8 +235,7 @@ def ttt_rows(rows: list[dict], points: list[tuple[int, int]] | None) -> list[dic
 
 
 def ttt_table(measured: list[dict], model: list[dict]) -> Table:
-    """Per layout and k of the model: steps to target, samples over the smallest k's, then step, time to target
-    and W nodes over one node, measured (without a cluster none) and by the model."""
+    """Per layout and k of the model: lesson 02's steps, then step and time to target, measured and by the model."""
     cols = ["layout", "k", "batch", "steps", "how", "samples/first", "ms", "s", "ratio", "model ms", "model s",
             "model ratio"]
     got = {(r["layout"], r["k"]): r for r in measured}
@@ -260,8 +257,7 @@ def ttt_table(measured: list[dict], model: list[dict]) -> Table:
 
 
 def layout_comparisons(rows: list[dict], hidden_at: float = HIDDEN_AT) -> list[compare.Comparison]:
-    """At the ends of k, W nodes x 1's throughput over 1 node x W's (every run) against ``hidden_at``; the interval
-    the runs' spread and the timing resolution (two launches)."""
+    """At the ends of k, W nodes' throughput over one node's (every run; two launches: timing resolution)."""
     runs = {(_near(r), r["k"]): (r["layout"], [r["global_batch"] / s for s in r.get("step_s_runs", [r["step_s"]])])
             for r in rows if r["source"] != "model"}
     ks, out = sorted(layout_ratios([r for r in rows if r["source"] != "model"])), []
