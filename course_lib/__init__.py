@@ -28,6 +28,7 @@ MAP = (
                  "reads) and launcher.py (launch() from a notebook cell and its supervisor: watchdog, "
                  "interrupt shield, log pump, fork server)"),
         ("node_loss", "which node a lost peer was: a multi-node job's error names the node and its ranks"),
+        ("nodes", "a worker run on nodes, a virtual cluster's or SLURM's (lessons 08 and 13)"),
     )),
     ("Decisions and records", (
         ("tiers", "the tier plan: every per-tier decision, a pure function of a hardware description"),

@@ -35,13 +35,12 @@ def test_epochs_to_target_counts_earlier_trials_and_the_points_of_the_reaching_o
     assert study.epochs_to_target(r, 0.5, per_point=0.5) == (4 + 2) * 0.5
     assert study.epochs_to_target(r, 0.9, per_point=0.5) is None
     assert study.progress(r, 0.5) == [(2.0, 0.3), (4.0, 0.7)]
-    assert study.trials_at_target(r, 0.5) == 1 and study.trials_at_target(r, 0.3) == 2
 
 
 def test_the_strategy_table_counts_per_seed_the_trials_that_reached_the_target():
     rows = _rows((None, 2), (3, None))
-    assert [r["trials at target (per seed)"] for r in rows] == [[0, 1], [1, 0]]
-    assert study.strategy_table(rows, 0.5).rows[0]["trials at target (per seed)"] == "0, 1"
+    assert [r["at target"] for r in rows] == [[0, 1], [1, 0]]
+    assert study.strategy_table(rows).rows[0]["at target"] == "0, 1"
 
 
 def test_edge_extension_runs_grow_toward_the_best_lr():
@@ -51,7 +50,7 @@ def test_edge_extension_runs_grow_toward_the_best_lr():
 
 def test_grid_cost_is_k_to_the_axes():
     t = study.grid_cost_table(2.0, axes=5, points=(3,))
-    assert t.rows[0]["runs (k^axes)"] == 243 and t.rows[0]["epochs (runs x epochs per run)"] == 486
+    assert t.rows[0]["runs"] == 243 and t.rows[0]["epochs"] == 486
 
 
 def _rows(random_reach, hb_reach):
@@ -74,20 +73,13 @@ def test_hyperband_brackets_match_optunas_own(tmp_path):
     assert ours[0]["rungs"] == [1, 2, 4] and ours[-1]["rungs"] == []
 
 
-def test_too_slow_table_prunes_the_slower_optimizer():
-    recs = [_record("random", 0, [_trial(1, [0, 0.1], "COMPLETE", "adam", 1000.0),
-                                  _trial(1, [0, 0.1], "COMPLETE", "lamb", 500.0)])]
-    t = study.too_slow_table(recs, samples_per_epoch=1000, max_epochs=2.0, time_limit_s=3.0)
-    assert {r["optimizer"]: r["pruned before training"] for r in t.rows} == {"adam": "no", "lamb": "yes"}
-
-
 @pytest.mark.slow
 def test_neumf_trials_are_pruned_inside_the_engine(tmp_path):
     from course_lib.data import load_implicit
 
     data = load_implicit("synthetic", profile="smoke")
     spec = {**study.lesson_spec("smoke", seeds=1), "budget": 6}
-    rec = study.run_one(data, spec, 0.3, "successive_halving", 0, tmp_path)
+    (rec,) = study.run_all(data, {**spec, "seeds": [0], "strategies": ["successive_halving"]}, 0.3, tmp_path)
     states = [t["state"] for t in rec["trials"]]
     assert "PRUNED" in states and "COMPLETE" in states
     pruned = [t for t in rec["trials"] if t["state"] == "PRUNED"]
@@ -117,8 +109,8 @@ def test_bert_steps_to_the_target_count_earlier_trials():
     assert to_loss(r, 5.0, 2) == (3 + 2) * 2
     assert to_loss(r, 4.0, 2) is None
     row = bert.bert_rows([r], BSPEC)[0]
-    assert row["best held-out loss"] == 4.5 and row["steps spent"] == 12 and row["steps to target"] == 10
-    assert bert.bert_progress(r, eval_every=2) == [(6.0, 5.8), (12.0, 4.5)]
+    assert row["loss"] == 4.5 and row["steps"] == 12 and row["to target"] == 10
+    assert study.progress(r, 2, curve="curve_loss", minimize=True) == [(6.0, 5.8), (12.0, 4.5)]
 
 
 @pytest.mark.slow
@@ -178,13 +170,15 @@ def test_lesson09s_model_prices_a_full_trial_and_the_table_prunes_over_the_limit
     assert set(predicted) == {"adam", "lamb"} and all(0 < s < 60 for s in predicted.values())
     records = [_record("random", 0, [_trial(2, [0.1, 0.2, 0.3], optimizer="adam", speed=1e5),
                                      _trial(2, [0.1, 0.2, 0.3], optimizer="lamb", speed=5e4)])]
-    tab = study.pruning_table(records, {"adam": 1.0, "lamb": 3.0}, samples_per_epoch=1e5, max_epochs=1.0,
-                              time_limit_s=2.0)
+    trial_s = study.trial_seconds(records, data, spec)
+    per_sample = trial_s["adam"][0] * 1e5  # a full trial's samples
+    assert trial_s == {"adam": [per_sample / 1e5], "lamb": [per_sample / 5e4]}
+    tab = study.pruning_table({"adam": [1.0], "lamb": [2.0, 2.5]}, {"adam": 1.0, "lamb": 3.0}, time_limit_s=2.2)
     rows = {r["optimizer"]: r for r in tab.rows}
-    assert rows["adam"]["pruned before training"] == "no" and rows["lamb"]["pruned before training"] == "yes"
-    assert rows["adam"]["the trials' throughput (s)"] == 1.0 and rows["lamb"]["model / trials"] == 1.5
-    alone = study.pruning_table([], {"adam": 1.0}, samples_per_epoch=1e5, max_epochs=1.0, time_limit_s=2.0)
-    assert alone.rows[0]["the trials' throughput (s)"] == "no trial"
+    assert rows["adam"]["pruned"] == "no" and rows["lamb"]["pruned"] == "yes"
+    assert rows["lamb"]["trials over"] == "1 of 2"
+    assert rows["adam"]["trials s"] == 1.0 and rows["lamb"]["model / trials"] == round(3.0 / 2.25, 2)
+    assert study.pruning_table({}, {"adam": 1.0}, time_limit_s=2.0).rows[0]["trials s"] == "no trial"
 
 
 def test_lesson07s_saved_setting_carries_its_lamb_runs_steps():
@@ -233,7 +227,7 @@ def test_late_cuts_table_marks_a_cut_configuration_that_ended_above_the_cutters_
     t = study.late_cuts_table([_record("successive_halving", 0, [cut, other]), _record("random", 0, [full])], 0.5)
     (row,) = t.rows
     assert row["cut by"] == "successive_halving" and row["cut at epoch"] == 0.5 and row["final HR@10"] == 0.7
-    assert row["cutting search's best"] == 0.6 and row["late bloomer"] == "yes"
+    assert row["cutter's best"] == 0.6 and row["late bloomer"] == "yes"
 
 
 def _par(seq_wall, par_wall, seq_speeds, par_speeds):
@@ -252,14 +246,12 @@ def test_parallel_comparisons_read_the_wall_time_and_each_trials_speed():
 
 
 def test_pruning_comparisons_say_where_the_model_prices_trials_too_low():
-    recs = [_record("random", 0, [_trial(2, [0, 0.2], optimizer=o, speed=s)
-                                  for o, s in [("adam", 1000.0), ("adam", 1010.0), ("adam", 990.0),
-                                               ("lamb", 500.0), ("lamb", 400.0), ("lamb", 600.0)]])]
-    comps = study.pruning_comparisons(recs, {"adam": 1.0, "lamb": 4.0}, samples_per_epoch=1000, max_epochs=2.0)
+    trial_s = {"adam": [2000 / s for s in (1000.0, 1010.0, 990.0)], "lamb": [2000 / s for s in (500.0, 400.0, 600.0)]}
+    comps = study.pruning_comparisons(trial_s, {"adam": 1.0, "lamb": 4.0})
     by = {c.question.split("(")[-1].rstrip(")"): c for c in comps}
     assert by["adam"].outcome == compare.LOWER  # 1 s predicted, 2 s measured
     assert by["lamb"].outcome in (compare.SAME, compare.UNRESOLVED) and by["lamb"].low < 1 < by["lamb"].high
-    assert study.pruning_comparisons([], {"adam": 1.0}, samples_per_epoch=1000, max_epochs=2.0) == []
+    assert study.pruning_comparisons({}, {"adam": 1.0}) == []
 
 
 BSPEC2 = {**BSPEC, "strategies": ["random", "grid"]}
@@ -289,11 +281,11 @@ def test_bert_comparison_sets_the_best_found_against_token_frequencies_and_lesso
     grid = _bert_record("grid", 0, [[7.0, 6.6, 6.2, 6.1], [7.0, 6.5, 6.1, 5.9]])
     spec = {**BSPEC2, "lamb_curve": [(2, 6.0), (6, 4.6), (10, 4.0)]}
     comps = bert.bert_comparisons([rand, grid], bert.bert_rows([rand, grid], spec), spec, unigram_loss=4.9)
-    assert len(comps) == 3 and "token frequencies" in comps[1].question and "by step 6" in comps[2].question
+    assert len(comps) == 3 and "unigram" in comps[1].question and "by step 6" in comps[2].question
     assert comps[1].outcome == compare.HIGHER  # 5.8 against the frequencies' 4.9: no context learned
     assert comps[2].outcome == compare.HIGHER  # 5.8 against lesson 07's 4.6: the trials trained slower
     tab = bert.bert_table(bert.bert_rows([rand, grid], spec), spec, unigram_loss=4.9)
-    assert tab.rows[-1]["strategy"] == "token frequencies alone" and tab.rows[-1]["best held-out loss"] == 4.9
+    assert tab.rows[-1]["strategy"] == "unigram" and tab.rows[-1]["loss"] == 4.9
 
 
 def test_replay_comparison_is_lower_for_an_early_leader_and_higher_for_a_late_bloomer():
@@ -308,19 +300,19 @@ def test_replay_comparison_is_lower_for_an_early_leader_and_higher_for_a_late_bl
 
 def test_tpe_comparison_uses_the_retrainings_spread_and_needs_the_models_draws():
     win = {"pool_hr": 0.70}
-    rows = [{"strategy": "hyperband", "seeds": 1, "trials (median)": 10, "best HR@10 (median)": 0.60},
-            {"strategy": "tpe_hyperband", "seeds": 1, "trials (median)": 10, "best HR@10 (median)": 0.70}]
+    rows = [{"strategy": "hyperband", "seeds": 1, "trials": 10, "best HR@10": 0.60},
+            {"strategy": "tpe_hyperband", "seeds": 1, "trials": 10, "best HR@10": 0.70}]
     tight = replay.confirm_table(win, [{"seed": s, "best HR@10": 0.70 + 0.001 * s, "epochs to target": 1.0}
                                        for s in (1, 2, 3)], 0.65)
     (c,) = replay.tpe_comparisons(rows, tight)
     assert c.outcome == compare.HIGHER
     loose = replay.confirm_table(win, [{"seed": 1, "best HR@10": 0.55, "epochs to target": None}], 0.65)
     assert replay.tpe_comparisons(rows, loose)[0].outcome == compare.UNRESOLVED
-    rows[1]["trials (median)"] = search.TPE_STARTUP_TRIALS
+    rows[1]["trials"] = search.TPE_STARTUP_TRIALS
     assert replay.tpe_comparisons(rows, tight) == []
 
 
 def test_confirm_table_counts_epochs_as_the_replay_does():
     win = {"pool_hr": 0.7, "curve": [0.5, 0.69, 0.7]}
-    t = replay.confirm_table(win, [{"seed": 1, "best HR@10": 0.6, "epochs to target": None}], 0.68, per=0.5)
+    t = replay.confirm_table(win, [{"seed": 1, "best HR@10": 0.6, "epochs to target": "not reached"}], 0.68, per=0.5)
     assert t.rows[0]["epochs to target"] == 1.0 and t.rows[1]["epochs to target"] == "not reached"
