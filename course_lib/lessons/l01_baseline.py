@@ -1,5 +1,4 @@
-"""Lesson 01's measurements of one device's step besides the optimizer's and compile's (:mod:`.l01_step`): the
-baseline's phases and pace, SGD against the popularity floor, the data-loading ladder, throughput, a profile."""
+"""Lesson 01: the baseline's phases and pace, SGD against popularity, the loader ladder, throughput, a profile."""
 
 import math
 import os
@@ -11,20 +10,18 @@ from torch.profiler import ProfilerActivity, profile
 from .. import compare
 from ..data.movielens import ImplicitData
 from ..data.sampler import time_loading
+from ..ladder import pace_uncertainty
 from ..metrics import hr_standard_error
 from ..tables import Table
-from ..train.engine import PHASES, RunHooks
-from ..train.ncf import TrainConfig, TrainResult, make_batches, train_to_target
-from .l01_step import alternating, on_device
-
-UNTIMED = RunHooks(evaluate_points=False, time_phases=False)
+from ..train.engine import PHASES
+from ..train.ncf import TrainConfig, TrainResult, make_batches
+from .l01_step import alternating, on_device, timed_run
 
 
 def embedding_share(model: torch.nn.Module) -> float:
     """The fraction of ``model``'s parameters in its embedding tables."""
-    total = sum(p.numel() for p in model.parameters())
     tables = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
-    return tables / total if total else 0.0
+    return tables / max(1, sum(p.numel() for p in model.parameters()))
 
 
 def phase_table(result: TrainResult, profile=None) -> Table:
@@ -55,10 +52,9 @@ def pace_table(result: TrainResult, *, min_share: float = 0.1) -> Table:
              for s0, s1, t0, t1 in zip(steps, steps[1:], times, times[1:]) if s1 > s0]
     spans = [x for x in spans if x[1] >= min_share * max(n for _, n, _ in spans)] if spans else []
     fastest = min((ms for _, _, ms in spans), default=None)
-    t = Table(["first step", "steps", "ms/step", "vs fastest"])
-    for s0, n, ms in spans:
-        t.add(**{"first step": s0, "steps": n, "ms/step": round(ms, 3), "vs fastest": round(ms / fastest, 2)})
-    return t
+    return Table(["first step", "steps", "ms/step", "vs fastest"],
+                 [{"first step": s0, "steps": n, "ms/step": round(ms, 3), "vs fastest": round(ms / fastest, 2)}
+                  for s0, n, ms in spans])
 
 
 def pace_drift_table(pace: dict) -> Table:
@@ -78,8 +74,6 @@ def pace_drift_table(pace: dict) -> Table:
 def pace_noise(pace: dict) -> float:
     """The least uncertainty of a ratio of two timings taken at different moments of lesson 01
     (:func:`course_lib.ladder.pace_uncertainty`); 0 where the yardstick was timed once only."""
-    from ..ladder import pace_uncertainty
-
     if not pace.get("before") or not pace.get("after"):
         return 0.0
     return pace_uncertainty({"pace": {**pace, "rate": pace.get("rate") or (pace["before"] + pace["after"]) / 2}})
@@ -98,19 +92,18 @@ def loader_rungs(workers: int) -> list[tuple[str, dict]]:
     return rungs + [("batched, no workers", {"loader": "dataloader-batched"}), ("device sampler", {"loader": "device"})]
 
 
-def _loader_pass(data: ImplicitData, c: TrainConfig, run: dict, load_samples: int, train_steps: int) -> dict:
+def _loader_pass(data: ImplicitData, c: TrainConfig, device, load_samples: int, train_steps: int) -> dict:
     """One rung once: its first batch's wait, loading alone, and training (``train_steps`` less 1 step)."""
     batches = make_batches(data, c)
     try:
         if c.loader == "device":
-            time_loading(batches, 4 * c.global_batch_size, run["device"])  # its first epoch's permutation
+            time_loading(batches, 4 * c.global_batch_size, device)  # its first epoch's permutation
         elif c.persistent_workers:
             next(iter(batches))  # the workers start once; the timed epoch below reuses them
-        first, sps, _ = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), run["device"])
+        first, sps, _ = time_loading(batches, load_samples * (10 if c.loader == "device" else 1), device)
     finally:
         getattr(batches, "close", lambda: None)()  # no worker outlives its rung
-    one = train_to_target(data, c.replace(max_steps=1), **run)
-    many = train_to_target(data, c.replace(max_steps=train_steps), **run)
+    one, many = (timed_run(data, c, device, steps, phases=False) for steps in (1, train_steps))
     steady_s = many.train_time_s - one.train_time_s
     # a load spike can make the 1-step run the longer: then the pass measured nothing (None, not 1e12 samples/s)
     return {"first_batch_s": first, "load_sps": sps,
@@ -129,10 +122,9 @@ def loader_comparison(data: ImplicitData, cfg: TrainConfig | None = None, *, dev
     rungs = [(name, cfg.replace(**{**base, **change})) for name, change in loader_rungs(workers)]
     rows = [{"rung": name, "measured": device.type == "cuda" or name != "+ pin_memory", "passes": [{}, {}]}
             for name, _ in rungs]
-    run = dict(device=device, progress="none", hooks=UNTIMED)
-    train_to_target(data, cfg.replace(**base, max_steps=5), **run)  # the process's first steps pay one-time costs
+    timed_run(data, cfg.replace(**base), device, 5, phases=False)  # the process's first steps pay one-time costs
     measured = [(row, c) for row, (_, c) in zip(rows, rungs) if row["measured"]]
-    passes = alternating(measured, 2, lambda rc: _loader_pass(data, rc[1], run, load_samples, train_steps))
+    passes = alternating(measured, 2, lambda rc: _loader_pass(data, rc[1], device, load_samples, train_steps))
     for (row, _), ps in zip(measured, passes):
         rates = {k: max((q[k] for q in ps if q[k] is not None), default=math.nan) for k in ("load_sps", "train_sps")}
         row.update(passes=ps, first_batch_s=min(q["first_batch_s"] for q in ps), **rates)
@@ -196,10 +188,8 @@ def throughput_vs_batch(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, de
     t = Table(["batch size", "steps", "samples/s", "ms/step"])
     for b in batch_sizes:
         c = cfg.replace(global_batch_size=b)
-        # an untimed run first: allocator and thread-pool warm-up for this shape
-        train_to_target(data, c.replace(max_steps=2), device=device, progress="none", hooks=UNTIMED)
-        r = train_to_target(data, c.replace(max_steps=max(min_steps, samples_per_point // b)), device=device,
-                            progress="none", hooks=UNTIMED)
+        timed_run(data, c, device, 2, phases=False)  # allocator and thread-pool warm-up for this shape
+        r = timed_run(data, c, device, max(min_steps, samples_per_point // b), phases=False)
         t.add(**{"batch size": b, "steps": r.steps, "samples/s": round(r.samples_per_s),
                  "ms/step": 1000 * r.train_time_s / max(1, r.steps)})
     return t
@@ -226,8 +216,6 @@ class StepProfile:
 
     table: str
     phase_s: dict
-    steps: int
-    device: str
 
     def __str__(self) -> str:
         return self.table
@@ -237,17 +225,16 @@ def profile_steps(data: ImplicitData, cfg: TrainConfig, *, steps: int = 20, devi
                   sort_by: str | None = None, row_limit: int = 10) -> StepProfile:
     """``torch.profiler`` over a few training steps."""
     data, device = on_device(data, device)  # outside the profile: the dataset's copy is not a training step
-    run = dict(device=device, progress="none", hooks=RunHooks(evaluate_points=False, time_phases=True))
-    train_to_target(data, cfg.replace(max_steps=3), **run)  # warm-up
+    timed_run(data, cfg, device, 3)  # warm-up
     # kineto prints "USDT: ... profiler_start/stop" lines to stderr at its default level; 6 is above its highest
     # (torch 2.13: 5 still prints them). Read when it first starts; a level the user chose is kept
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     cuda = device.type == "cuda"
     with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
-        train_to_target(data, cfg.replace(max_steps=steps), **run)
+        timed_run(data, cfg, device, steps)
     events = prof.key_averages()
     phase_s = {e.key: ((getattr(e, "device_time_total", 0.0) if cuda else 0.0) or e.cpu_time_total) / 1e6
                for e in events if e.key in PHASES}
     table = events.table(sort_by=sort_by or ("cuda_time_total" if cuda else "cpu_time_total"), row_limit=row_limit,
                          max_name_column_width=60)
-    return StepProfile(table, phase_s, steps, str(device))
+    return StepProfile(table, phase_s)

@@ -5,6 +5,7 @@ compiled steps. Every run is :func:`course_lib.train.train_to_target`'s loop wit
 import math
 import statistics
 
+import numpy as np
 import torch
 
 from .. import compare
@@ -27,13 +28,13 @@ def on_device(data: ImplicitData, device) -> tuple[ImplicitData, torch.device]:
     return data.to(device), device
 
 
-def _timed_run(data: ImplicitData, cfg: TrainConfig, device, steps: int, phases: bool = True) -> TrainResult:
+def timed_run(data: ImplicitData, cfg: TrainConfig, device, steps: int, phases: bool = True) -> TrainResult:
     return train_to_target(data, cfg.replace(max_steps=steps), device=device, progress="none",
                            hooks=RunHooks(evaluate_points=False, time_phases=phases))
 
 
 def _step_s(data: ImplicitData, cfg: TrainConfig, device, steps: int) -> float:
-    r = _timed_run(data, cfg, device, steps, phases=False)
+    r = timed_run(data, cfg, device, steps, phases=False)
     return r.train_time_s / r.steps
 
 
@@ -60,10 +61,10 @@ def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, s
               for b in batch_sizes for name, changes in variants]
     steps = {b: max(min_steps, samples_per_point // b) for b in batch_sizes}
     for b, _, c in points:
-        _timed_run(data, c, device, 2)
+        timed_run(data, c, device, 2)
 
     def measure(point):
-        r = _timed_run(data, point[2], device, steps[point[0]])
+        r = timed_run(data, point[2], device, steps[point[0]])
         return r.phase_time_s["optimizer"] / r.steps, r.train_time_s / r.steps
 
     runs = {(b, name): times for (b, name, _), times in zip(points, alternating(points, repeats, measure))}
@@ -115,16 +116,14 @@ def fastest_adam(rows: list[dict], batch: int | None = None) -> str:
     at larger ones), the largest median speedup at ``batch`` (default: the smallest) above 1, else "auto". An
     undecided lead counts: the default, slowest by the best estimate, would slow every rung's reference."""
     batch = min(r["batch size"] for r in rows) if batch is None else batch
-    best, lead = "auto", 1.0
-    for impl in ("foreach", "fused"):
+
+    def lead(impl: str) -> float:
         mine = {r["batch size"]: r for r in rows if r["variant"] == f"dense Adam, {impl}" and not r["baseline"]}
-        if batch not in mine or any(paired_speedup("", r["step_ratios"]).outcome == compare.LOWER
-                                    for r in mine.values()):
-            continue
-        speedup = statistics.median(mine[batch]["step_ratios"])
-        if speedup > lead:
-            best, lead = impl, speedup
-    return best
+        slower = any(paired_speedup("", r["step_ratios"]).outcome == compare.LOWER for r in mine.values())
+        return 0.0 if batch not in mine or slower else statistics.median(mine[batch]["step_ratios"])
+
+    best = max(("foreach", "fused"), key=lead)  # the first of equal leads
+    return best if lead(best) > 1.0 else "auto"
 
 
 def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epochs: float, seeds=(0, 1),
@@ -177,11 +176,8 @@ def _hr_estimate(hrs: list[float], users: int) -> tuple[float, float]:
 
 def _hr_at_step(curve: dict, step: float) -> float | None:
     """HR@10 on a curve at ``step``, on the straight line between the evaluations around it; None outside it."""
-    pts = list(zip(curve["step"], curve["hr"]))
-    for (s0, h0), (s1, h1) in zip(pts, pts[1:]):
-        if s0 <= step <= s1 and s1 > s0:
-            return h0 + (h1 - h0) * (step - s0) / (s1 - s0)
-    return None
+    steps = curve["step"]
+    return float(np.interp(step, steps, curve["hr"])) if steps and steps[0] <= step <= steps[-1] else None
 
 
 def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int | None = None, impl: str = "auto"
@@ -230,10 +226,10 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
     for b in batch_sizes:
         steps = max(min_steps, samples_per_point // b)
         pair = [eager.replace(global_batch_size=b), compiled.replace(global_batch_size=b)]
-        _timed_run(data, pair[0], device, 2)  # eager warm-up at this shape
+        timed_run(data, pair[0], device, 2)  # eager warm-up at this shape
         before = cache["fxgraph_cache_hit"], cache["fxgraph_cache_miss"]
         try:
-            first = _timed_run(data, pair[1], device, 1, phases=False)
+            first = timed_run(data, pair[1], device, 1, phases=False)
         except Exception as err:  # noqa: BLE001 -- any compiler failure: report it, stay eager
             lines = str(err).strip().splitlines()
             out["error"] = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]

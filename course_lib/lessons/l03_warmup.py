@@ -1,6 +1,5 @@
-"""Lesson 03, warmup against none: the batch to try it at (where lesson 02's linear rule missed the target: Goyal et
-al.'s warmup rescues it at large batch), as many lengths as the budget holds, and the verdicts. At one batch and peak
-lr a step costs the same whatever the warmup, so steps to target are what warmup changes."""
+"""Lesson 03, warmup against none where lesson 02's linear rule missed (Goyal et al.: warmup rescues it at large
+batch). At one batch and peak lr a step costs the same whatever the warmup: steps to target are what it changes."""
 
 import math
 import statistics
@@ -18,8 +17,7 @@ def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profi
                   max_batch: int | None = None) -> list[int]:
     """The batches up to ``max_batch`` (beyond, an epoch has too few steps to warm up over) at which lesson 02's
     linear rule missed the target, ascending; [] where lesson 02 saved nothing for this dataset, target and profile."""
-    if not saved02 or (saved02.get("dataset"), saved02.get("target_hr"), saved02.get("profile")) != (
-            dataset, target_hr, profile):
+    if not saved02 or [saved02.get(k) for k in ("dataset", "target_hr", "profile")] != [dataset, target_hr, profile]:
         return []
     return sorted({r["batch size"] for r in saved02.get("rows") or []
                    if r.get("rule") == "linear" and r.get("time to target (s)") is None
@@ -33,8 +31,7 @@ def rule_break_batch(saved02: dict | None, today: tuple[int, str, str], *, datas
     misses = linear_misses(saved02, dataset=dataset, target_hr=target_hr, profile=profile, max_batch=max_batch)
     if misses:
         return misses[0], "linear", "the smallest batch where lesson 02's linear rule missed"
-    batch, rule, why = today
-    return batch, rule, f"{RULE_HELD}; {why}"
+    return today[0], today[1], f"{RULE_HELD}; {today[2]}"
 
 
 def missed_run_s(saved02: dict | None, batch: int, samples_per_epoch: int, **where) -> float | None:
