@@ -15,8 +15,9 @@ def launch_table(launch_s: float, world_size: int, start_method: str, first: boo
     """This launch (``first``: the kernel's first, which starts the fork server) and, with ``again_s``, the next
     one, what every later launch costs: forked workers import only the worker's module, spawned ones torch too."""
     t = Table(["launch", "workers", "s"])
+    forked = f"{world_size} workers forked from the fork server"
     for launch, s, started in (("this one", launch_s, first), ("the next", again_s, False)):
-        how = f"{'started the fork server (one torch import), ' if started else ''}{world_size} workers forked from it"
+        how = f"{forked} (just started)" if started else forked
         if start_method != "forkserver":
             how = f"{world_size} fresh processes, each importing torch"
         if s is not None:

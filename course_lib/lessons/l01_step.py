@@ -50,9 +50,8 @@ def alternating(points: list, repeats: int, measure) -> list[list]:
 
 def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, samples_per_point: int = 25_600,
                          min_steps: int = 8, repeats: int = 3, variants=OPTIMIZER_VARIANTS, device=None) -> dict:
-    """Per batch and Adam variant, after an untimed run each: ``optimizer_ms`` and ``step_ms`` (medians) and, per
-    :func:`alternating` repeat, ``optimizer_ratios`` / ``step_ratios``: the time of torch's default implementation
-    (``baseline_impl``, its rows ``baseline``) over this variant's."""
+    """Per batch and Adam variant, after an untimed run: median ``optimizer_ms`` and ``step_ms``, and per
+    :func:`alternating` repeat the default's time (``baseline_impl``, rows ``baseline``) over the variant's."""
     data, device = on_device(data, device)
     base = cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none")
     baseline_impl = resolved_adam_impl(make_optimizer(build_model(data, base).to(device), base))
@@ -128,9 +127,8 @@ def fastest_adam(rows: list[dict], batch: int | None = None) -> str:
 
 def lazy_adam_accuracy(data: ImplicitData, reference: TrainResult, *, budget_epochs: float, seeds=(0, 1),
                        device=None) -> list[dict]:
-    """HR@10 and NDCG@10 of dense Adam and of SparseAdam tables after ``budget_epochs`` in the ``reference`` run's
-    setting (the baseline's), per seed, each with its curve. Dense Adam at the reference's seed *is* the reference
-    up to the budget (the same batches and steps: tested), read from its curve where it evaluated there."""
+    """HR@10 and NDCG@10 of dense and lazy Adam per seed after ``budget_epochs`` in the ``reference`` run's setting;
+    dense Adam at its seed *is* the reference (tested), read from its curve where it evaluated at the budget."""
     data, device = on_device(data, device)
     ref_cfg = TrainConfig.from_dict(reference.config)
     steps = max(1, round(budget_epochs * reference.steps_per_epoch))
@@ -182,9 +180,8 @@ def _hr_at_step(curve: dict, step: float) -> float | None:
 
 def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int | None = None, impl: str = "auto"
                          ) -> list[compare.Comparison]:
-    """Lazy against dense Adam's HR@10 after the same steps; with ``comp`` and ``batch``, also the whole step's
-    speedup there (lazy over dense Adam's ``impl``) and HR@10 after the same seconds: the cheaper optimizer at the
-    budget against the other's curves at those seconds (:func:`step_times`)."""
+    """Lazy against dense Adam's HR@10 after the same steps; with ``comp`` and ``batch`` also the step's speedup (over
+    dense Adam's ``impl``) and HR@10 after the same seconds, the cheaper at the budget against the other's curves."""
     by = {name: [r for r in rows if r["optimizer"] == name] for name in ("dense Adam", LAZY)}
     (dense_name, dense), (lazy_name, lazy) = by.items()
     users, df, n = rows[0]["users"], len(dense) + len(lazy) - 2 or None, f"{len(dense)}/{len(lazy)} seeds"
@@ -211,9 +208,8 @@ def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int 
 def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mode: str = "default",
                        backend: str = "inductor", samples_per_point: int = 25_600, min_steps: int = 8,
                        repeats: int = 3, device=None) -> dict:
-    """Per batch, the one-off compile time (a compiled 1-step run less a compiled step), then eager and compiled in
-    ``repeats`` :func:`alternating` pairs. The process's compile caches are cleared, so the compile is real
-    (inductor's disk cache may serve graphs: ``cache_hits``); a compiler that fails is reported in ``error``."""
+    """Per batch, the compile time (a compiled 1-step run less a step), then :func:`alternating` eager and compiled
+    runs. Compile caches are cleared (inductor's disk cache may serve graphs: ``cache_hits``); a failure: ``error``."""
     from torch._dynamo.utils import counters
 
     cache = counters["inductor"]
@@ -231,8 +227,7 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
         try:
             first = timed_run(data, pair[1], device, 1, phases=False)
         except Exception as err:  # noqa: BLE001 -- any compiler failure: report it, stay eager
-            lines = str(err).strip().splitlines()
-            out["error"] = f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+            out["error"] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:300]
             break
         hits, misses = cache["fxgraph_cache_hit"] - before[0], cache["fxgraph_cache_miss"] - before[1]
         times = alternating(pair, repeats, lambda c: _step_s(data, c, device, steps))

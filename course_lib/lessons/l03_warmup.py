@@ -77,7 +77,8 @@ def rescue_comparison(decide, chosen: str, *, users: int, baseline_label: str = 
     a, b = decide.runs_of(baseline_label), decide.runs_of(chosen)
     (ma, sa), (mb, sb) = _hr_arm(a, users), _hr_arm(b, users)
     return compare.difference(f"best HR@10, {chosen} - {baseline_label}", ma, sa, mb, sb, needed=compare.HR_EFFECT,
-                              df=len(a) + len(b) - 2 or None, n=f"{len(a)}/{len(b)}", basis=f"{users} users")
+                              df=len(a) + len(b) - 2 or None, n=f"{len(a)}/{len(b)}",
+                              basis=f"binomial errors, {users} users")
 
 
 def _per_step(r) -> float | None:
