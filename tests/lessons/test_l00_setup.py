@@ -7,13 +7,12 @@ from course_lib.lessons import l00_setup as study
 
 def test_the_launch_table_follows_how_the_workers_started():
     first = study.launch_table(2.7, 2, "forkserver", first=True, again_s=0.31)
-    assert [r["seconds"] for r in first.rows] == [2.7, 0.31]
-    assert "started the fork server" in first.rows[0]["how the workers started"]
-    assert "running fork server" in first.rows[1]["how the workers started"]
+    assert [r["s"] for r in first.rows] == [2.7, 0.31]
+    assert "started" in first.rows[0]["workers"] and "started" not in first.rows[1]["workers"]
     later = study.launch_table(0.4, 2, "forkserver", first=False)
-    assert len(later.rows) == 1 and "started" not in later.rows[0]["how the workers started"]
+    assert len(later.rows) == 1 and "started" not in later.rows[0]["workers"]
     spawned = study.launch_table(5.1, 4, "spawn", again_s=4.8)  # no fork server: every launch imports torch
-    assert all("fork server" not in r["how the workers started"] for r in spawned.rows)
+    assert all("fork server" not in r["workers"] for r in spawned.rows)
 
 
 def test_the_backend_reason_names_what_decided_it():

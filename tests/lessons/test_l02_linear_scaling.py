@@ -21,12 +21,12 @@ def _sweep(resolution=20):
 def test_regimes_are_read_from_the_steps_to_target_slope():
     regimes = study.scaling_regimes(_sweep())
     assert [r["regime"] for r in regimes] == [None, "perfect scaling", "diminishing returns",
-                                              "maximal data parallelism", "not reached (the rules broke)"]
+                                              "maximal data parallelism", "not reached"]
     assert regimes[1]["slope"] == pytest.approx(-1.0) and regimes[2]["rule"] == "linear"  # the better rule per batch
     assert regimes[2]["slope"] == pytest.approx(-0.5) and regimes[2]["resolved"]
     table = study.regime_table(regimes)
     assert [r["batch size"] for r in table.rows] == [1024, 4096, 16384, 65536]  # the smallest batch has no step up
-    assert table.rows[0]["resolved"] == "yes" and table.rows[-1]["resolved"] == "—"
+    assert table.rows[0]["resolved"] == "yes" and table.rows[-1].get("resolved") is None
 
 
 def test_a_slope_one_evaluation_could_move_across_a_threshold_is_a_tendency():
@@ -41,8 +41,8 @@ def test_the_rule_table_says_where_each_rule_reached_the_target():
             for b, t, d in ((1024, 5.0, False), (16384, None, False), (65536, None, True))]
     rows += [{"rule": "sqrt", "batch size": b, "time to target (s)": 4.0, "diverged": False} for b in (1024, 65536)]
     linear, sqrt = study.rule_table(rows).rows
-    assert linear["reached the target at batch"] == "1024" and linear["missed it at batch"] == "16384"
-    assert linear["diverged at batch"] == "65536" and sqrt["largest reached"] == 65536
+    assert linear["reached at"] == "1024" and linear["missed at"] == "16384"
+    assert linear["diverged at"] == "65536" and sqrt["largest reached"] == 65536
 
 
 def _run(batch, test_hr, train_hr, epochs=1.0, reached=True):

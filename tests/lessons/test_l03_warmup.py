@@ -34,15 +34,15 @@ def test_a_run_without_warmup_that_diverged_gives_no_steps_ratio_and_the_table_s
     runs[0] = _run(None, None, 0, diverged=True, hr=None)
     assert study.steps_comparisons(runs, LABELS) == []
     row = study.steps_table(runs, LABELS).rows[0]
-    assert row["steps to target"] == "diverged" and row["s per step"] is None
-    assert study.steps_table(runs, LABELS).rows[2]["s per step"] == 0.1
+    assert row["steps to target"] == "diverged" and row["s/step"] is None
+    assert study.steps_table(runs, LABELS).rows[2]["s/step"] == 0.1
 
 
 def test_the_deciding_table_adds_the_first_loss_and_the_pace():
     d = Confirmed(["no warmup", "linear 20"], [[_run(12.0, 120, 0, loss1=0.508)], [_run(6.0, 60, 20, loss1=0.620)]], 1)
     rows = study.deciding_table(d, "linear 20").rows
-    assert [r["loss at the first evaluation"] for r in rows] == [0.508, 0.620]
-    assert [r["s per step"] for r in rows] == [0.1, 0.1]
+    assert [r["first loss"] for r in rows] == [0.508, 0.620]
+    assert [r["s/step"] for r in rows] == [0.1, 0.1]
 
 
 TODAY = (65536, "sqrt", "4x the batch of the rung below (16384)")  # the next batch up from lesson 02's sqrt rung
