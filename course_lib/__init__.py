@@ -77,6 +77,8 @@ MAP = (
         ("journal", "lesson 12's journal files: a cut-off line repaired, 0600, study folders that never collide"),
         ("optuna_search", "the Optuna search: random search / successive halving / Hyperband in a journal "
                           "file several processes share, the objectives, the search worker (lesson 12)"),
+        ("bert_setting", "lesson 07's saved BERT setting (model, target, small-batch runs) as lessons 11 and 12 "
+                         "read it"),
         ("ladder", "the trick ladder: the one writer and reader of its rungs (lessons 01-06)"),
         ("ladder_view", "the ladder's figure, and the seed talk's ladder beside this machine's"),
         ("batch_science", "the estimators of lesson 11: gradient noise scale, the Hessian's top eigenvalue "

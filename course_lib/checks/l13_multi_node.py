@@ -2,8 +2,8 @@
 
 The learner's ``accumulation_to_hide(compute_s_per_sample, grad_bytes, micro_batch, near, far, hidden_at, ks)``
 is compared with :func:`reference` (lesson 09's view of a step: ``k * b`` samples of compute, then one ring
-all-reduce of the gradients over 4 ranks; ``course_lib.lessons.l13_multi_node.hiding_k`` computes the same,
-tests/lessons/test_l13_multi_node.py checks they agree), on links where the answer is k = 1, a k in between, and none.
+all-reduce of the gradients over 4 ranks, as lesson 13's model prices it), on links where the answer is k = 1,
+a k in between, and none.
 """
 
 from __future__ import annotations

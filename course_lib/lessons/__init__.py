@@ -33,7 +33,7 @@ them and from an earlier lesson's module (lesson 12 reads lesson 07's saved sett
     l12_replay.py                the tabular benchmark: a pool's curves replayed over many seeds, the winner
     l12_bert.py                  the same search on lesson 07's BERT
     l13_multi_node.py            a link's alpha-beta, 1 node x W vs W nodes x 1 with accumulation, time to target
-    l13_nodes.py                 the path (SLURM, virtual cluster, model), running on nodes, a node lost
+    l13_nodes.py                 the path (SLURM, virtual cluster, model), a node lost
     l13_hierarchy.py             the two-level all-reduce
     l13_placement.py             the input's placement: a shard per node or the whole set
 """

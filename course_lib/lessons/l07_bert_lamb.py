@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import torch
 
 from .. import compare
-from ..bert_setting import saved_setting  # noqa: F401  (lessons 11 and 12 import it from here)
 from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table

@@ -185,7 +185,7 @@ def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: f
     """:func:`links_worker` on a virtual cluster (course_lib/cluster.py, launched as lesson 13 launches), brought up
     and down here; ``{"ran": False, "why": ...}`` where it cannot be made or a step was refused."""
     from .. import cluster as vc
-    from .l13_nodes import VirtualNodes
+    from ..nodes import VirtualNodes
 
     why = vc.unavailable_reason()
     if why is not None:

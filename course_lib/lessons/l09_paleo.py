@@ -8,13 +8,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from functools import lru_cache
+
+import torch
+
 from .. import compare
+from ..parallel.data_parallel import DataParallel
 from ..perf import model as M
 from ..perf import paleo as P
 from ..perf import paleo_nets as N
-from ..perf.paleo_counts import net_counts
 from ..perf.peaks import REFERENCE_PEAKS
+from ..precision import Precision
 from ..tables import Table
+from ..train.engine import Engine
 
 WORKERS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -296,3 +302,36 @@ def cli(argv=None) -> int:
     else:
         print(paleo_scaling_table(rows))
     return 0
+
+
+# Paleo's first half with the course's counter: any classifier's training step counted on the meta device
+# (shapes, no values: AlexNet at batch 2048 counts in a second and no memory), through the course's Engine with
+# Paleo's update, plain SGD.
+
+
+def cross_entropy_sum(net, micro):
+    """The engine's ``loss_sum``: cross-entropy summed over the batch."""
+    x, y = micro
+    return torch.nn.functional.cross_entropy(net(x), y, reduction="sum")
+
+
+def count_module_step(model: torch.nn.Module, input_shape, batch: int, lr: float = 0.01) -> M.StepCounts:
+    """One training step of the classifier ``model`` counted on the ``meta`` device (``model`` is moved there:
+    its weights are dropped)."""
+    meta = torch.device("meta")
+    model = model.to(meta).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, foreach=True)
+    engine = Engine(model, optimizer, precision=Precision("fp32", meta), parallel=DataParallel(batch, None, meta),
+                    loss_sum=cross_entropy_sum)
+    x = torch.empty((batch, *input_shape), device=meta)
+    y = torch.zeros(batch, dtype=torch.long, device=meta)
+    return M.count_step(engine, (x, y), batch_size=batch)
+
+
+@lru_cache(maxsize=8)
+def net_counts(name: str) -> tuple[M.StepCounts, M.StepCounts]:
+    """Steps of one of :data:`course_lib.perf.paleo_nets.NETS` counted at batch 1 and 2 (each count is linear
+    in the batch)."""
+    with torch.device("meta"):
+        one, two = N.build(name), N.build(name)
+    return count_module_step(one, one.input_shape, 1), count_module_step(two, two.input_shape, 2)

@@ -71,7 +71,7 @@ def probe_steps(cfg, points: int) -> set[int]:
 def bert_setting(saved07: dict | None, profile: str, plan) -> dict:
     """Lesson 07's small-batch Adam run (model, sequence length, batches, steps, tuned lr, precision, target loss),
     repeated here with the probe; without lesson 07's result in this profile, its defaults."""
-    from .l07_bert_lamb import saved_setting
+    from ..bert_setting import saved_setting
     from ..train.mlm import MLMTrainConfig
 
     lesson07 = saved_setting(saved07, profile, plan)

@@ -13,7 +13,7 @@ from ..config import pick
 from ..optuna_search import mlm_objective, open_study
 from ..tables import Table
 from ..train.mlm import MLMTrainConfig
-from .l07_bert_lamb import saved_setting
+from ..bert_setting import saved_setting
 from .l12_hyperparameter_search import epochs_to_target, progress, searched
 
 LOSS_RESOLUTION = 1e-3  # the table's rounding of a held-out loss: the least a best loss is known to

@@ -11,7 +11,7 @@ code github.com/TalwalkarLab/paleo) prices a data-parallel step as compute + com
 
 Here the compute is the course's own (:mod:`.model`): every operation of a real training step of a
 ``torch.nn.Module`` counted on PyTorch's ``meta`` device
-(:func:`.paleo_counts.count_module_step`: shapes, no values, so AlexNet
+(:func:`course_lib.lessons.l09_paleo.count_module_step`: shapes, no values, so AlexNet
 at batch 2048 counts in a second and no memory), priced by the roofline
 ``max(flops / F, bytes / B)`` on a device given by its specification sheet (:class:`SpecDevice`).
 Paleo *adds* the two terms of each layer (``combine="sum"`` reproduces that); the roofline takes

@@ -184,17 +184,17 @@ def test_lesson09s_model_prices_a_full_trial_and_the_table_prunes_over_the_limit
 def test_lesson07s_saved_setting_carries_its_lamb_runs_steps():
     import types
 
-    from course_lib.lessons import l07_bert_lamb as l07
+    from course_lib.bert_setting import saved_setting
 
     saved = {"profile": "full", "model": "mini", "seq_len": 64, "target_loss": 4.5,
              "runs": [{"label": "adam b=32", "steps_to_loss": 36, "global_batch_size": 32},
                       {"label": "lamb b=32", "steps_to_loss": 56, "global_batch_size": 32},
                       {"label": "lamb b=256 (best lr)", "steps_to_loss": 22, "global_batch_size": 256}]}
     plan = types.SimpleNamespace(bert_model="mini", bert_seq_len=64, bert_vocab_size=4096)
-    got = l07.saved_setting(saved, "full", plan)
+    got = saved_setting(saved, "full", plan)
     assert (got["target_steps"], got["target_batch"], got["lamb_steps"]) == (36, 32, 56)
     saved["runs"][1]["steps_to_loss"] = None
-    assert l07.saved_setting(saved, "full", plan)["lamb_steps"] is None
+    assert saved_setting(saved, "full", plan)["lamb_steps"] is None
 
 
 
