@@ -48,11 +48,16 @@ def run_bert_one(data, bspec: dict, strategy: str, seed: int, directory, *, devi
         {"base_lr": bspec["grid_lrs"], "warmup_fraction": [bspec["grid_warmup"]]}, seed=seed)
     study = open_study(name, path, strategy="random", seed=seed, max_resource=bspec["max_resource"],
                        direction="minimize", sampler=grid)
+    return searched(study, mlm_objective(data, bert_base_config(bspec), device=device), bspec["budget"], strategy,
+                    seed, path, "curve_loss")
+
+
+def bert_base_config(bspec: dict):
+    """The setting every BERT trial starts from (the trial sets the lr and the warmup), in lesson 07's precision."""
     b = bspec["batch"]
-    cfg = MLMTrainConfig(optimizer=bspec["optimizer"], model=bspec["model"], global_batch_size=b, micro_batch_size=b,
-                         base_batch_size=b, max_steps=bspec["max_steps"], warmup_steps=0,
-                         eval_every_steps=bspec["eval_every"], dropout=0.0, precision="auto", seed=0)  # as lesson 07
-    return searched(study, mlm_objective(data, cfg, device=device), bspec["budget"], strategy, seed, path, "curve_loss")
+    return MLMTrainConfig(optimizer=bspec["optimizer"], model=bspec["model"], global_batch_size=b, micro_batch_size=b,
+                          base_batch_size=b, max_steps=bspec["max_steps"], warmup_steps=0,
+                          eval_every_steps=bspec["eval_every"], dropout=0.0, precision="auto", seed=0)
 
 
 def _finite(t: dict, start: int = 1) -> list[float]:
