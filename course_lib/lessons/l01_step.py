@@ -17,8 +17,6 @@ from ..train.engine import RunHooks
 from ..train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
 
 LAZY = "SparseAdam tables + Adam"
-OPTIMIZER_VARIANTS = tuple((f"dense Adam, {impl}", {"adam_impl": impl}) for impl in ("for-loop", "foreach", "fused")
-                           ) + ((LAZY, {"sparse_embeddings": True}),)
 
 
 def on_device(data: ImplicitData, device) -> tuple[ImplicitData, torch.device]:
@@ -43,15 +41,16 @@ def alternating(points: list, repeats: int, measure) -> list[list]:
 
 
 def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, samples_per_point: int = 25_600,
-                         min_steps: int = 8, repeats: int = 3, variants=OPTIMIZER_VARIANTS, device=None) -> dict:
+                         min_steps: int = 8, repeats: int = 3, device=None) -> dict:
     """Per batch and Adam variant, after an untimed run: median ``optimizer_ms`` and ``step_ms``, and per
     :func:`alternating` repeat the default's time (``baseline_impl``, rows ``baseline``) over the variant's."""
     data, device = on_device(data, device)
     base = cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none")
     baseline_impl = resolved_adam_impl(make_optimizer(build_model(data, base).to(device), base))
     baseline_name = f"dense Adam, {baseline_impl}"  # one of the variants
+    variants = [(f"dense Adam, {impl}", {"adam_impl": impl}) for impl in ("for-loop", "foreach", "fused")]
     points = [(b, name, base.replace(global_batch_size=b, **changes))
-              for b in batch_sizes for name, changes in variants]
+              for b in batch_sizes for name, changes in variants + [(LAZY, {"sparse_embeddings": True})]]
     steps = {b: max(min_steps, samples_per_point // b) for b in batch_sizes}
     for b, _, c in points:
         timed_run(data, c, device, 2)
