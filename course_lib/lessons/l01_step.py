@@ -1,6 +1,5 @@
-"""Lesson 01's optimizer step and torch.compile in paired repeats: dense Adam's implementations and SparseAdam tables
-(:func:`fastest_adam` is the one the baseline trains with), lazy Adam's HR@10 against dense Adam's, eager against
-compiled steps. Every run is :func:`course_lib.train.train_to_target`'s loop with one setting changed."""
+"""Lesson 01's optimizer step and torch.compile in paired repeats (Adam implementations, SparseAdam tables, lazy
+Adam's HR@10, compiled steps); every run is :func:`course_lib.train.train_to_target`'s loop, one setting changed."""
 
 import math
 import statistics
@@ -18,8 +17,6 @@ from ..train.engine import RunHooks
 from ..train.ncf import TrainConfig, TrainResult, build_model, make_optimizer, samples_per_epoch, train_to_target
 
 LAZY = "SparseAdam tables + Adam"
-OPTIMIZER_VARIANTS = tuple((f"dense Adam, {impl}", {"adam_impl": impl}) for impl in ("for-loop", "foreach", "fused")
-                           ) + ((LAZY, {"sparse_embeddings": True}),)
 
 
 def on_device(data: ImplicitData, device) -> tuple[ImplicitData, torch.device]:
@@ -33,11 +30,6 @@ def timed_run(data: ImplicitData, cfg: TrainConfig, device, steps: int, phases: 
                            hooks=RunHooks(evaluate_points=False, time_phases=phases))
 
 
-def _step_s(data: ImplicitData, cfg: TrainConfig, device, steps: int) -> float:
-    r = timed_run(data, cfg, device, steps, phases=False)
-    return r.train_time_s / r.steps
-
-
 def alternating(points: list, repeats: int, measure) -> list[list]:
     """Per point, ``measure(point)`` in each of ``repeats`` passes, every other one reversed: drift favours none."""
     out = [[] for _ in points]
@@ -49,15 +41,16 @@ def alternating(points: list, repeats: int, measure) -> list[list]:
 
 
 def optimizer_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, samples_per_point: int = 25_600,
-                         min_steps: int = 8, repeats: int = 3, variants=OPTIMIZER_VARIANTS, device=None) -> dict:
+                         min_steps: int = 8, repeats: int = 3, device=None) -> dict:
     """Per batch and Adam variant, after an untimed run: median ``optimizer_ms`` and ``step_ms``, and per
     :func:`alternating` repeat the default's time (``baseline_impl``, rows ``baseline``) over the variant's."""
     data, device = on_device(data, device)
     base = cfg.replace(optimizer="adam", adam_impl="auto", sparse_embeddings=False, compile="none")
     baseline_impl = resolved_adam_impl(make_optimizer(build_model(data, base).to(device), base))
     baseline_name = f"dense Adam, {baseline_impl}"  # one of the variants
+    variants = [(f"dense Adam, {impl}", {"adam_impl": impl}) for impl in ("for-loop", "foreach", "fused")]
     points = [(b, name, base.replace(global_batch_size=b, **changes))
-              for b in batch_sizes for name, changes in variants]
+              for b in batch_sizes for name, changes in variants + [(LAZY, {"sparse_embeddings": True})]]
     steps = {b: max(min_steps, samples_per_point // b) for b in batch_sizes}
     for b, _, c in points:
         timed_run(data, c, device, 2)
@@ -91,16 +84,15 @@ def _row(comp: dict, batch: int, variant: str) -> dict:
 
 
 def optimizer_table(comp: dict) -> Table:
-    t = Table(["batch size", "Adam", "optimizer ms", "step ms", "optimizer share", "optimizer x", "step x"],
-              title=f"{comp['device']}, median of {comp['repeats']} paired runs")
-    for r in comp["rows"]:
-        ref = _row(comp, r["batch size"], "auto")
-        speedups = {} if r["baseline"] else {"optimizer x": round(ref["optimizer_ms"] / r["optimizer_ms"], 2),
-                                             "step x": round(ref["step_ms"] / r["step_ms"], 2)}
-        t.add(**{"batch size": r["batch size"], "Adam": r["variant"] + (" (default)" if r["baseline"] else ""),
-                 "optimizer ms": round(r["optimizer_ms"], 3), "step ms": round(r["step_ms"], 3),
-                 "optimizer share": f"{r['optimizer_ms'] / r['step_ms']:.0%}", **speedups})
-    return t
+    def speedup(r: dict, key: str) -> float | None:
+        return None if r["baseline"] else round(_row(comp, r["batch size"], "auto")[key] / r[key], 2)
+
+    return Table(["batch size", "Adam", "optimizer ms", "step ms", "optimizer share", "optimizer x", "step x"],
+                 [{"batch size": r["batch size"], "Adam": r["variant"] + (" (default)" if r["baseline"] else ""),
+                   "optimizer ms": round(r["optimizer_ms"], 3), "step ms": round(r["step_ms"], 3),
+                   "optimizer share": f"{r['optimizer_ms'] / r['step_ms']:.0%}",
+                   "optimizer x": speedup(r, "optimizer_ms"), "step x": speedup(r, "step_ms")} for r in comp["rows"]],
+                 f"{comp['device']}, median of {comp['repeats']} paired runs")
 
 
 def optimizer_comparisons(comp: dict) -> list[compare.Comparison]:
@@ -111,9 +103,9 @@ def optimizer_comparisons(comp: dict) -> list[compare.Comparison]:
 
 
 def fastest_adam(rows: list[dict], batch: int | None = None) -> str:
-    """The dense Adam the baseline trains with: of "foreach" and "fused" decided slower at no batch (the rungs train
-    at larger ones), the largest median speedup at ``batch`` (default: the smallest) above 1, else "auto". An
-    undecided lead counts: the default, slowest by the best estimate, would slow every rung's reference."""
+    """The dense Adam the baseline trains with: of "foreach" and "fused" decided slower at no batch (rungs train at
+    larger ones), the largest median speedup above 1 at ``batch`` (default: the smallest), else "auto". An undecided
+    lead counts: the default, slowest by the best estimate, would slow every rung's reference."""
     batch = min(r["batch size"] for r in rows) if batch is None else batch
 
     def lead(impl: str) -> float:
@@ -160,22 +152,14 @@ def accuracy_table(rows: list[dict]) -> Table:
 
 
 def step_times(comp: dict, batch: int, impl: str = "auto") -> dict[str, float]:
-    """ms per step of dense Adam's ``impl`` (the baseline's) and of SparseAdam tables at ``batch``, timed side by
-    side, under :func:`lazy_adam_accuracy`'s names."""
+    """ms per step of dense Adam's ``impl`` and of SparseAdam tables at ``batch``, under the accuracy rows' names."""
     return {"dense Adam": _row(comp, batch, impl)["step_ms"], LAZY: _row(comp, batch, LAZY)["step_ms"]}
 
 
 def _hr_estimate(hrs: list[float], users: int) -> tuple[float, float]:
-    """The seeds' mean HR@10 and its standard error: their spread, at least one evaluation's sampling error over
-    ``users`` users (which two seeds can underestimate)."""
+    """The seeds' mean HR@10 and standard error: their spread, at least one evaluation's sampling error."""
     spread = statistics.stdev(hrs) if len(hrs) > 1 else 0.0
     return statistics.mean(hrs), max(spread, hr_standard_error(statistics.mean(hrs), users)) / math.sqrt(len(hrs))
-
-
-def _hr_at_step(curve: dict, step: float) -> float | None:
-    """HR@10 on a curve at ``step``, on the straight line between the evaluations around it; None outside it."""
-    steps = curve["step"]
-    return float(np.interp(step, steps, curve["hr"])) if steps and steps[0] <= step <= steps[-1] else None
 
 
 def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int | None = None, impl: str = "auto"
@@ -197,8 +181,9 @@ def accuracy_comparisons(rows: list[dict], comp: dict | None = None, batch: int 
     step_ms = step_times(comp, batch, impl)
     cheap, dear = (lazy_name, dense_name) if step_ms[lazy_name] < step_ms[dense_name] else (dense_name, lazy_name)
     at = rows[0]["steps"] * step_ms[cheap] / step_ms[dear]  # the steps the dearer one runs in the same seconds
-    points = [_hr_at_step(r["curve"], at) for r in by[dear] if r.get("curve")]
-    if points and None not in points:
+    curves = [r["curve"] for r in by[dear] if r.get("curve")]
+    if curves and all(c["step"] and c["step"][0] <= at <= c["step"][-1] for c in curves):  # interpolated, not extended
+        points = [float(np.interp(at, c["step"], c["hr"])) for c in curves]
         out.append(compare.difference(f"HR@10, {cheap} - {dear}, same seconds", *_hr_estimate(points, users),
                                       *(d if cheap == dense_name else l_), needed=compare.HR_EFFECT, df=df, n=n,
                                       basis="paired step times"))
@@ -230,7 +215,8 @@ def compile_comparison(data: ImplicitData, cfg: TrainConfig, batch_sizes, *, mod
             out["error"] = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"[:300]
             break
         hits, misses = cache["fxgraph_cache_hit"] - before[0], cache["fxgraph_cache_miss"] - before[1]
-        times = alternating(pair, repeats, lambda c: _step_s(data, c, device, steps))
+        runs = alternating(pair, repeats, lambda c: timed_run(data, c, device, steps, phases=False))
+        times = [[r.train_time_s / r.steps for r in rs] for rs in runs]
         eager_s, compiled_s = (statistics.median(t) for t in times)
         out["rows"].append({"batch size": b, "steps": steps, "eager_ms": 1000 * eager_s,
                             "compiled_ms": 1000 * compiled_s, "compile_s": max(0.0, first.train_time_s - compiled_s),

@@ -1,5 +1,4 @@
-"""Lesson 07's study: Adam vs LAMB at the largest batch the budget allows, each at its own swept lr; every run is
-``train_mlm`` with the same sequences at every batch. Sizing, settings, sweeps, tables and verdicts."""
+"""Lesson 07: Adam vs LAMB at the largest batch the budget allows, each at its own swept lr (``train_mlm`` runs)."""
 
 from __future__ import annotations
 
@@ -13,16 +12,15 @@ from .. import compare
 from ..progress import resolve_progress
 from ..sweeps import sweep_with_edge_extension
 from ..tables import Table
-from ..train.mlm import MLMTrainConfig, train_mlm
+from ..train.mlm import MLMTrainConfig, throughput, train_mlm
 
 BASE_LRS = {"adam": 1e-3, "lamb": 1e-2}  # each optimizer's lr at the small batch
 
 
 @dataclass(frozen=True)
 class Study:
-    """The study's settings; :meth:`config` is the one place a run's come from: the sqrt rule scales ``base_lrs``
-    from ``small_batch`` to ``batch`` (times ``lr_factor``); every run gets ``seqs`` sequences (the same epochs at
-    every batch, as the seed talk's rungs), 20% warmup at a large batch, 10% at the small; 40 evaluations a run."""
+    """:meth:`config` gives every run its settings: the sqrt rule scales ``base_lrs`` from ``small_batch``; ``seqs``
+    sequences at every batch (as the seed talk's rungs); 20% warmup at a large batch, 10% at the small."""
 
     small_batch: int
     large_batch: int
@@ -80,20 +78,10 @@ def sizing_table(sizing: dict, small_batch: int) -> Table:
     return Table(["quantity", "value"], [{"quantity": k, "value": v} for k, v in rows.items()])
 
 
-def make_study(sizing: dict, *, small_batch: int, world_size: int, max_micro_batch: int, common: dict,
-               base_lrs: dict | None = None) -> Study:
-    """The :class:`Study` at ``sizing``; a rank's micro batch is at most ``large_batch // world_size``."""
-    large = sizing["large_batch"]
-    return Study(small_batch=small_batch, large_batch=large, micro_batch=min(large // world_size, max_micro_batch),
-                 seqs=sizing["seqs"], base_lrs=dict(base_lrs or BASE_LRS), common=common)
-
-
 def measure_seq_s(data, *, small_batch: int, max_micro_batch: int, common: dict, device, steps: int = 3,
                   repeats: int = 2) -> float:
     """Seconds per sequence: the slower of the small batch and one micro batch (what an accumulated large batch
-    repeats), each the fastest of ``repeats`` (the least disturbed: lesson 05's rule)."""
-    from ..train.mlm import throughput
-
+    repeats), each the fastest of ``repeats`` (lesson 05's rule)."""
     probe = Study(small_batch=small_batch, large_batch=max_micro_batch, micro_batch=max_micro_batch,
                   seqs=max_micro_batch * (steps + 4), common=common)
     best: dict[int, float] = {}
@@ -140,11 +128,11 @@ def sweep_lr(study: Study, optimizer: str, data, *, device, factors, max_extensi
              batch: int | None = None) -> dict[str, dict]:
     """``{label: record}`` at ``batch`` (default: the large one) per lr factor, extended past a best at the edge."""
     batch = batch or study.large_batch
+    rule = "sqrt rule" if batch > study.small_batch else "base lr"
 
     def run(f: float) -> dict:
-        rule = "sqrt rule" if batch > study.small_batch else "base lr"
-        cfg = study.config(optimizer, batch, lr_factor=f, label=f"{optimizer} b={batch}, {rule} x{f:g}")
-        return train(cfg, data, device=device)
+        return train(study.config(optimizer, batch, lr_factor=f, label=f"{optimizer} b={batch}, {rule} x{f:g}"), data,
+                     device=device)
 
     done = sweep_with_edge_extension(run, factors, best_loss_key, max_extensions=max_extensions)
     return {r["label"]: r for r in done.values()}
@@ -175,14 +163,14 @@ def eval_interval(record: dict) -> int:
 
 
 def throughput_table(tp: dict[str, dict], title: str) -> Table:
-    rows = [{"precision": mode, "seq/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
-             "vs fp32": round(r["seqs_per_s"] / tp["fp32"]["seqs_per_s"], 2)} for mode, r in tp.items()]
-    return Table(["precision", "seq/s", "tokens/s", "vs fp32"], rows, title)
+    return Table(["precision", "seq/s", "tokens/s", "vs fp32"],
+                 [{"precision": mode, "seq/s": round(r["seqs_per_s"], 1), "tokens/s": round(r["tokens_per_s"]),
+                   "vs fp32": round(r["seqs_per_s"] / tp["fp32"]["seqs_per_s"], 2)} for mode, r in tp.items()], title)
 
 
 def trust_ratio_spread(record: dict) -> dict:
     """LAMB's trust ratios (``table``: weights x steps), per step the largest over the smallest; at the peak lr, the lr
-    and the median ratio to 3 figures, so that their product is the printed numbers' (LAMB's step per element)."""
+    and the median ratio to the 3 figures printed (their product: LAMB's step per element)."""
     table = torch.tensor(list(record["trust_ratios"].values()))  # (weights, steps)
     spread = table.max(0).values / table.min(0).values
     lrs = record.get("curves", {}).get("lr") or [0.0]
@@ -299,17 +287,17 @@ def comparisons(runs: dict, small_sweep: dict, sweep: dict, target: float, small
         return [runs[k] for k in keys if k in runs]
 
     every = {**small_sweep, **sweep, **runs}
+    drift = pace_drift(every) or 0.0
     out = []
     for b in (small_batch, large_batch):
         out += _steps_ratio(f"steps to target, LAMB / Adam, b={b}", at("adam", b), at("lamb", b), target)
     for opt in ("adam", "lamb"):
-        out += (lr_comparisons(small_sweep, sweep, opt, small_batch, large_batch, at(opt, large_batch))
-                + batch_comparisons(at(opt, small_batch), at(opt, large_batch), target, small_batch, large_batch, opt,
-                                    pace_drift(every) or 0.0))
-    small, large = _rates(every, small_batch), _rates(every, large_batch)
-    if min(len(small), len(large)) >= 2:
-        out.append(compare.ratio(f"seq/s, b={large_batch} / b={small_batch}", small, large,
-                                 needed=compare.SPEED_EFFECT))
+        small, large = at(opt, small_batch), at(opt, large_batch)
+        out += (lr_comparisons(small_sweep, sweep, opt, small_batch, large_batch, large)
+                + batch_comparisons(small, large, target, small_batch, large_batch, opt, drift))
+    rates = _rates(every, small_batch), _rates(every, large_batch)
+    if min(map(len, rates)) >= 2:
+        out.append(compare.ratio(f"seq/s, b={large_batch} / b={small_batch}", *rates, needed=compare.SPEED_EFFECT))
     return out
 
 
@@ -329,8 +317,7 @@ def ablation_comparisons(ablations: dict, reference: str, target: float, seeds: 
 
 
 def precision_comparisons(tp: dict, saved05: dict | None, records: dict) -> list[compare.Comparison]:
-    """bf16 / fp32 throughput of this BERT, and over lesson 05's NeuMF's (``saved05``: None where it did not run),
-    one short run per mode, to the drift of the lesson's runs (``records``), else ``THROUGHPUT_RESOLUTION``."""
+    """bf16 / fp32 seq/s of this BERT, and over lesson 05's NeuMF's, to the drift of the lesson's ``records``."""
     if "bf16" not in tp:
         return []
     drift = pace_drift(records) or THROUGHPUT_RESOLUTION
@@ -339,7 +326,7 @@ def precision_comparisons(tp: dict, saved05: dict | None, records: dict) -> list
     out = [compare.quantity_ratio("seq/s, bf16 / fp32", bert, 0.0, needed=compare.SPEED_EFFECT, resolution=drift,
                                   basis=basis)]
     if saved05 and saved05.get("bf16") and saved05.get("fp32"):
-        neumf = saved05["bf16"] / saved05["fp32"]
-        out.append(compare.quantity_ratio("bf16 speedup, BERT / NeuMF", bert / neumf, 0.0, needed=compare.SPEED_EFFECT,
-                                          resolution=(1 + drift) ** 2 - 1, basis=basis + ", both lessons"))
+        out.append(compare.quantity_ratio("bf16 speedup, BERT / NeuMF", bert * saved05["fp32"] / saved05["bf16"], 0.0,
+                                          needed=compare.SPEED_EFFECT, resolution=(1 + drift) ** 2 - 1,
+                                          basis=basis + ", both lessons"))
     return out
