@@ -24,8 +24,7 @@ SMALL = {"recursive doubling": "RD", "tree": "tree"}  # the ring's rivals for sm
 
 
 def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, backend: str = "gloo") -> dict:
-    """What lesson 08's one launch measures on groups of 2..``max_ranks`` ranks. The parameter-server runs send
-    CPU tensors (gloo only); their straggler is rank 2, or rank 1 on 2 ranks."""
+    """What lesson 08's one launch measures on groups of 2..``max_ranks`` ranks (parameter server: gloo only)."""
     if max_ranks < 2:
         raise ValueError(f"2+ ranks needed, got {max_ranks}")
     top = pick(profile, full=24, smoke=12)  # 2**24 = 16 MiB; smoke: 4 KiB
@@ -44,8 +43,7 @@ def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, b
 
 
 def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """Everything in one launch (each costs seconds of start-up): correctness against torch.distributed, a
-    ping-pong, the all-reduce and broadcast sweeps on every group, ``gamma``, the parameter-server runs."""
+    """Everything in one launch: each launch costs seconds of start-up."""
     sweep = (rank, world_size, spec["sizes"])
     return {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=spec["groups"]),
             "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
@@ -91,8 +89,7 @@ def _size(n: float | None) -> str:
 def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0,
                     seen: bool = False, title: str = "") -> Table:
     """Per ``p``, from which size the ring beats each of :data:`SMALL`, measured and modelled; with ``seen``, also
-    modelled with the latency per round the all-reduces saw: the ring's time at the smallest size over its rounds
-    (on oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
+    with the alpha per round the all-reduces saw (oversubscribed cores: many times the ping-pong's)."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
@@ -130,8 +127,8 @@ LINK_GPU = "H100 SXM"  # the GPU the quoted interconnects join (lesson 09's tabl
 
 
 def links(alpha: float, beta: float, gamma: float = 0.0) -> dict[str, tuple[float, float, float]]:
-    """name -> (alpha, beta, gamma): the learner's link, measured, and the quoted interconnects. Their ``gamma`` is a
-    model: ``a += b`` on :data:`LINK_GPU` moves three bytes (read a and b, write a) at its datasheet bandwidth."""
+    """name -> (alpha, beta, gamma): the learner's link and the quoted ones, whose ``a += b`` on :data:`LINK_GPU`
+    moves three bytes per byte at its datasheet bandwidth."""
     gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth
     return {MEASURED_LINK: (alpha, beta, gamma),
             **{f"{name} (quoted)": (q["alpha_s"], 1.0 / q["bandwidth_Bps"], gpu_gamma)
@@ -161,8 +158,8 @@ LINK_RATE = "1gbit"  # the virtual links (tc's units): slow enough that the link
 
 
 def links_spec(profile: str, nodes: int) -> dict:
-    """What lesson 08 measures on ``nodes`` virtual nodes, one rank each: sizes around the model's crossovers on a
-    :data:`LINK_RATE` link, short repeats (a 2 MiB tree all-reduce on 4 ranks: 70 ms at 1 Gbit/s)."""
+    """Sizes around the model's crossovers on ``nodes`` :data:`LINK_RATE` links, short repeats (a 2 MiB tree
+    all-reduce on 4 ranks: 70 ms at 1 Gbit/s)."""
     if nodes < 2:
         raise ValueError(f"2+ nodes needed, got {nodes}")
     return {"groups": [list(range(p)) for p in range(2, nodes + 1)],
@@ -174,7 +171,6 @@ def links_spec(profile: str, nodes: int) -> dict:
 
 
 def links_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """A ping-pong over one link, then the all-reduce sweep on every group (a ``torchrun`` worker)."""
     return {"pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
                                            spec["repeats"], warmup=1),
             "allreduce": collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec["iters"],
@@ -182,8 +178,8 @@ def links_worker(rank: int, world_size: int, spec: dict) -> dict:
 
 
 def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: float = 300.0) -> dict:
-    """:func:`links_worker` on a virtual cluster (course_lib/cluster.py, launched as lesson 13 launches), brought up
-    and down here; ``{"ran": False, "why": ...}`` where it cannot be made or a step was refused."""
+    """:func:`links_worker` on a virtual cluster brought up and down here; ``{"ran": False, "why": ...}`` where
+    it cannot be made."""
     from .. import cluster as vc
     from ..nodes import VirtualNodes
 
@@ -212,9 +208,8 @@ def schedule_bytes(algorithm: str, p: int, n_bytes: int) -> tuple[float, int]:
 
 
 def ring_tree_rows(result: CollectivesResult) -> list[dict]:
-    """Per ``p``, at the largest size: the ring's time over the tree's, measured and as the two views predict it
-    (independent links: their critical-path bytes; one shared bandwidth: their total bytes, both 2(p-1) n), and
-    the bytes sent per second (GB/s; the ring's per rank is nccl-tests' busbw)."""
+    """Per ``p``, at the largest size: ring/tree measured and as the two views of :func:`schedule_bytes` predict
+    it, and the bytes sent per second (the ring's per rank is nccl-tests' busbw)."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
@@ -231,7 +226,6 @@ def ring_tree_rows(result: CollectivesResult) -> list[dict]:
 
 
 def ring_tree_table(host: CollectivesResult, links: dict) -> Table:
-    """:func:`ring_tree_rows` on one host and, where they ran, on the links."""
     on_links = [(f"{links['nodes']} x {links['rate']}", links_collectives(links))] if links["ran"] else []
     return _table([{"on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree": r["measured"],
                     "links model": r["links_model"], "shared model": r["shared_model"], "ring GB/s": r["ring_GBps"],
@@ -250,7 +244,6 @@ def link_alpha_beta(pingpong_rows: list[dict]) -> tuple[float, float]:
 
 
 def links_table(links: dict, gamma: float = 0.0) -> Table:
-    """:func:`crossover_table` on the links, modelled with their ping-pong's alpha and beta and with the alpha seen."""
     alpha, beta = link_alpha_beta(links["pingpong"])
     return crossover_table(links_collectives(links), alpha, beta, gamma, seen=True,
                            title=f"alpha = {alpha * 1e6:.0f} us, {8 / beta / 1e6:.0f} Mbit/s")
@@ -261,8 +254,7 @@ def _rounds(algorithm: str, p: int) -> int:
 
 
 def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
-    """The ping-pong's alpha and bandwidth beside lesson 06's all-reduce fit read as a ring, where it saved one on
-    several ranks (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`)."""
+    """The ping-pong's alpha and bandwidth beside lesson 06's several-rank all-reduce fit read as a ring."""
     rows = [{"source": "ping-pong", "alpha (us)": alpha * 1e6, "1/beta (GB/s)": 1 / beta / 1e9}]
     if saved06 and saved06.get("allreduce_alpha_s") is not None and saved06.get("world_size", 1) > 1:
         p = saved06["world_size"]
@@ -274,19 +266,17 @@ def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
 
 
 # --------------------------------------------------------------------------- the lesson's questions, decided
-TIMING_RESOLUTION = 0.2  # a ratio of two single timings (each a median over blocks) moves this much between runs
-# of the same sweep on a shared machine
+TIMING_RESOLUTION = 0.2  # how much a ratio of two single timings moves between runs on a shared machine
 
 
 def _timed(question: str, a: float, b: float, needed: float = compare.TIME_EFFECT) -> compare.Comparison:
-    """``b / a``, one timing each: the interval is :data:`TIMING_RESOLUTION`."""
     return compare.ratio(question, [a], [b], needed=needed, resolution=TIMING_RESOLUTION, basis="one timing each")
 
 
 def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, gamma: float,
                           where: str) -> list[compare.Comparison]:
-    """Per ``p`` and rival, the measured crossover over the modelled one, resolved to one step of the sweep (the
-    measured one is interpolated between two sizes). "every size" and "never" have no ratio: the table shows them."""
+    """Per ``p`` and rival, the measured crossover (interpolated) over the modelled one, to one step of the sweep;
+    "every size" and "never" have no ratio."""
     sizes = sorted({r["size_bytes"] for r in result.rows})
     step = max([b / a for a, b in zip(sizes, sizes[1:])] or [2.0])
     out = []
@@ -301,8 +291,8 @@ def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, 
 
 
 def tied_round_comparisons(result: CollectivesResult, where: str) -> list[compare.Comparison]:
-    """Where the ring has as many rounds as a rival (the model ties their latency), the ring's time over the rival's
-    below the measured crossover, paired size by size, plus one timing's resolution."""
+    """Where the ring has as many rounds as a rival (the model ties their latency), ring/rival below the measured
+    crossover, paired by size."""
     out = []
     for p in result.world_sizes:
         for small in ("tree", "recursive doubling"):
@@ -341,14 +331,12 @@ def small_large_comparisons(result: CollectivesResult, where: str) -> list[compa
 
 
 def ring_tree_comparisons(rows: list[dict], where: str) -> list[compare.Comparison]:
-    """At the largest ``p`` of :func:`ring_tree_rows`, the measured ring/tree over each view's prediction: "same"
-    for one view and not the other says which view the times follow."""
+    """At the largest ``p``, measured ring/tree over each view's prediction: which view the times follow."""
     return [_timed(f"ring/tree, p = {r['p']}, {where}: measured/{view}", r[key], r["measured"], compare.MODEL_EFFECT)
             for r in rows[-1:] for view, key in (("links", "links_model"), ("shared", "shared_model"))]
 
 
 def links_comparisons(links: dict, host: CollectivesResult, gamma: float = 0.0) -> list[compare.Comparison]:
-    """Ring against tree on the links where they ran and on the host, then the links' crossovers and tied rounds."""
     out = ring_tree_comparisons(ring_tree_rows(host), "host")
     if not links["ran"]:
         return out
