@@ -33,6 +33,7 @@ def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, b
         "check_lengths": [1, 3, 5, 33] if profile == "smoke" else [1, 2, 3, 5, 7, 33, 1000],
         "pingpong_sizes": [2**k for k in range(0, pick(profile, full=23, smoke=13), 2)],
         "pingpong_iters": pick(profile, full=20, smoke=5), "repeats": pick(profile, full=5, smoke=2),
+        "pingpong_warmup": 3,
         "sizes": [2**k for k in range(2, top + 1, pick(profile, full=2, smoke=4))],
         "iters": pick(profile, full=8, smoke=2), "warmup": pick(profile, full=2, smoke=1), "segments": 8,
         "server_configs": [ServerConfig(mode=mode, straggler_rank=straggler, delay_s=straggler_delay_s,
@@ -43,21 +44,17 @@ def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, b
 
 
 def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """Everything in one launch: each launch costs seconds of start-up."""
-    sweep = (rank, world_size, spec["sizes"])
+    """Everything in one launch (each costs seconds of start-up): :func:`links_worker`'s sweeps and the rest."""
     return {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=spec["groups"]),
-            "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
-                                           spec["repeats"]),
-            "allreduce": collectives_benchmark(*sweep, ALLREDUCE_BENCH, spec["iters"], spec["warmup"], spec["groups"]),
-            "broadcast": collectives_benchmark(*sweep, BROADCAST_BENCH, spec["iters"], spec["warmup"], spec["groups"],
-                                               spec["segments"]),
+            **links_worker(rank, world_size, spec),
+            "broadcast": collectives_benchmark(rank, world_size, spec["sizes"], BROADCAST_BENCH, spec["iters"],
+                                               spec["warmup"], spec["groups"], spec["segments"]),
             "gamma_s_per_byte": measure_gamma(),
             "parameter_server": parameter_server_worker(rank, world_size, spec["server_configs"])}
 
 
 def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling") -> float | None:
-    """The size (bytes) from which the ring stays at least as fast as ``small``, interpolated on a log scale where
-    their time difference crosses zero; 0.0 when the ring won at every size, None when it lost the largest."""
+    """The size from which the ring stays as fast as ``small`` (log-interpolated; 0.0: all sizes, None: never)."""
     n, t_small = result.times(p, small)
     n2, t_large = result.times(p, "ring")
     wins = t_large <= t_small if np.array_equal(n, n2) else np.array([])
@@ -87,9 +84,9 @@ def _size(n: float | None) -> str:
 
 
 def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0,
-                    seen: bool = False, title: str = "") -> Table:
+                    seen: bool = False) -> Table:
     """Per ``p``, from which size the ring beats each of :data:`SMALL`, measured and modelled; with ``seen``, also
-    with the alpha per round the all-reduces saw (oversubscribed cores: many times the ping-pong's)."""
+    with the alpha per round the all-reduces saw (on oversubscribed cores: many times the ping-pong's)."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
@@ -101,7 +98,7 @@ def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma:
             if seen:
                 row[f"{k} model (seen)"] = _size(model_crossover(p, a_seen, beta, gamma, small) if a_seen else None)
         rows.append({**row, "alpha seen (us)": a_seen * 1e6 if a_seen else None} if seen else row)
-    return _table(rows, title)
+    return _table(rows)
 
 
 def _table(rows: list[dict], title: str = "") -> Table:
@@ -127,8 +124,7 @@ LINK_GPU = "H100 SXM"  # the GPU the quoted interconnects join (lesson 09's tabl
 
 
 def links(alpha: float, beta: float, gamma: float = 0.0) -> dict[str, tuple[float, float, float]]:
-    """name -> (alpha, beta, gamma): the learner's link and the quoted ones, whose ``a += b`` on :data:`LINK_GPU`
-    moves three bytes per byte at its datasheet bandwidth."""
+    """name -> (alpha, beta, gamma): the learner's link and the quoted ones (``a += b`` on :data:`LINK_GPU`)."""
     gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth
     return {MEASURED_LINK: (alpha, beta, gamma),
             **{f"{name} (quoted)": (q["alpha_s"], 1.0 / q["bandwidth_Bps"], gpu_gamma)
@@ -158,8 +154,7 @@ LINK_RATE = "1gbit"  # the virtual links (tc's units): slow enough that the link
 
 
 def links_spec(profile: str, nodes: int) -> dict:
-    """Sizes around the model's crossovers on ``nodes`` :data:`LINK_RATE` links, short repeats (a 2 MiB tree
-    all-reduce on 4 ranks: 70 ms at 1 Gbit/s)."""
+    """Sizes around the model's crossovers on ``nodes`` :data:`LINK_RATE` links (2 MiB on 4 ranks: 70 ms)."""
     if nodes < 2:
         raise ValueError(f"2+ nodes needed, got {nodes}")
     return {"groups": [list(range(p)) for p in range(2, nodes + 1)],
@@ -167,19 +162,18 @@ def links_spec(profile: str, nodes: int) -> dict:
             # up to 4 MiB: the token buckets let ~4 ms of the rate through unshaped (cluster._burst_bytes)
             "pingpong_sizes": [2**k for k in pick(profile, full=(0, 10, 14, 18, 20, 22), smoke=(0, 14, 17))],
             "pingpong_iters": pick(profile, full=4, smoke=3), "repeats": pick(profile, full=3, smoke=1),
-            "iters": pick(profile, full=5, smoke=2), "warmup": 1}
+            "pingpong_warmup": 1, "iters": pick(profile, full=5, smoke=2), "warmup": 1}
 
 
 def links_worker(rank: int, world_size: int, spec: dict) -> dict:
     return {"pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
-                                           spec["repeats"], warmup=1),
+                                           spec["repeats"], spec["pingpong_warmup"]),
             "allreduce": collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec["iters"],
                                                spec["warmup"], spec["groups"])}
 
 
 def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: float = 300.0) -> dict:
-    """:func:`links_worker` on a virtual cluster brought up and down here; ``{"ran": False, "why": ...}`` where
-    it cannot be made."""
+    """:func:`links_worker` on a virtual cluster brought up here; ``{"ran": False, "why": ...}`` where it cannot."""
     from .. import cluster as vc
     from ..nodes import VirtualNodes
 
@@ -208,8 +202,7 @@ def schedule_bytes(algorithm: str, p: int, n_bytes: int) -> tuple[float, int]:
 
 
 def ring_tree_rows(result: CollectivesResult) -> list[dict]:
-    """Per ``p``, at the largest size: ring/tree measured and as the two views of :func:`schedule_bytes` predict
-    it, and the bytes sent per second (the ring's per rank is nccl-tests' busbw)."""
+    """Per ``p``, at the largest size: ring/tree measured and as the two views of :func:`schedule_bytes` predict."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
@@ -234,19 +227,12 @@ def ring_tree_table(host: CollectivesResult, links: dict) -> Table:
 
 
 def link_alpha_beta(pingpong_rows: list[dict]) -> tuple[float, float]:
-    """A shaped link's alpha (:class:`PingPong`'s fit) and beta from its largest message alone: the token buckets let
-    ~4 ms of the rate through at once, so a fit over all sizes overstates the rate (measured: 2.5 Gbit/s on a
-    1 Gbit/s link; the 4 MiB message alone: 1.07)."""
+    """A shaped link's alpha and its beta from the largest message alone: a fit over all sizes overstates the rate
+    that the token buckets let through (measured on 1 Gbit/s: 2.5 Gbit/s; the 4 MiB message alone: 1.07)."""
     alpha, _ = PingPong(pingpong_rows).alpha_beta()
     n = max(r["size_bytes"] for r in pingpong_rows)
     t = float(np.median([r["one_way_s"] for r in pingpong_rows if r["size_bytes"] == n]))
     return alpha, max(t - alpha, 0.01 * t) / n
-
-
-def links_table(links: dict, gamma: float = 0.0) -> Table:
-    alpha, beta = link_alpha_beta(links["pingpong"])
-    return crossover_table(links_collectives(links), alpha, beta, gamma, seen=True,
-                           title=f"alpha = {alpha * 1e6:.0f} us, {8 / beta / 1e6:.0f} Mbit/s")
 
 
 def _rounds(algorithm: str, p: int) -> int:
@@ -275,8 +261,7 @@ def _timed(question: str, a: float, b: float, needed: float = compare.TIME_EFFEC
 
 def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, gamma: float,
                           where: str) -> list[compare.Comparison]:
-    """Per ``p`` and rival, the measured crossover (interpolated) over the modelled one, to one step of the sweep;
-    "every size" and "never" have no ratio."""
+    """Per ``p`` and rival, the measured crossover over the modelled one, to one step of the sweep."""
     sizes = sorted({r["size_bytes"] for r in result.rows})
     step = max([b / a for a, b in zip(sizes, sizes[1:])] or [2.0])
     out = []
@@ -291,8 +276,7 @@ def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, 
 
 
 def tied_round_comparisons(result: CollectivesResult, where: str) -> list[compare.Comparison]:
-    """Where the ring has as many rounds as a rival (the model ties their latency), ring/rival below the measured
-    crossover, paired by size."""
+    """Where the model ties the ring's latency with a rival's (as many rounds), ring/rival below the crossover."""
     out = []
     for p in result.world_sizes:
         for small in ("tree", "recursive doubling"):

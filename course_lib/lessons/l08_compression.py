@@ -1,6 +1,5 @@
-"""Lesson 08's last section: PowerSGD, top-k with and without error feedback (EF), local SGD and delayed averaging in
-the course's one training step (:mod:`course_lib.comm.compression`), on NeuMF and BERT-tiny at 2 ranks from a warm
-start past each model's floor, decided against the fp32 all-reduce; priced elsewhere in :mod:`.l08_prices`."""
+"""Lesson 08's last section: PowerSGD, top-k with and without error feedback (EF), local SGD and delayed averaging
+on NeuMF and BERT-tiny at 2 ranks from a warm start past each model's floor, against the fp32 all-reduce."""
 
 from __future__ import annotations
 
@@ -37,8 +36,7 @@ SEEDED = (REFERENCE, EF_YES, EF_NO)  # run at every seed; the others at the firs
 
 
 def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
-    """Per model, a warm start past its floor (fp32), then the same steps of every method from it: a multiple of 16,
-    so local SGD's H = 16 averages a whole number of times."""
+    """Per model, a warm start past its floor, then the same steps (H = 16 divides them) of every method."""
     return {
         "profile": profile, "dataset": dataset,
         "neumf": {"warm": {"batch": pick(profile, full=8192, smoke=512), "steps": pick(profile, full=160, smoke=4),
@@ -49,8 +47,7 @@ def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
         "bert": {"preset": "tiny", "seq_len": 32, "vocab_size": pick(profile, full=4096, smoke=1024),
                  "warm": {"batch": pick(profile, full=32, smoke=8), "steps": pick(profile, full=40, smoke=4),
                           "lr": 2e-2, "seed": 100},
-                 # a quarter of the warm start's lr: at 2e-2 the held-out loss of one seed jumped by more than
-                 # the 32 steps gain, so the seed spread hid every method's steps lost
+                 # a quarter of the warm start's lr: at 2e-2 one seed's jumps hid every method's steps lost
                  "batch": pick(profile, full=32, smoke=4), "steps": pick(profile, full=32, smoke=16), "lr": 5e-3,
                  "seeds": pick(profile, full=[0, 1, 2], smoke=[0]),
                  "max_tokens": pick(profile, full=None, smoke=200_000)},
@@ -59,8 +56,7 @@ def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
 
 
 def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_every: int = 0) -> dict:
-    """Bytes and step times past the method's warm-up, every step's training loss, the held-out metric at the end
-    (rank 0) and every ``curve_every`` steps (what steps lost are read on)."""
+    """Bytes and step times past the method's warm-up, losses, and the held-out metric every ``curve_every`` steps."""
     losses, times, curve = [], [], []
     for step in range(1, steps + 1):
         batch, count = next_batch()
@@ -299,14 +295,10 @@ def floor_comparisons(summary: list[dict]) -> list[compare.Comparison]:
     return [c for c in (_floor(summary, m) for m in _models(summary)) if c is not None]
 
 
-def past_floor(summary: list[dict]) -> set[str]:
-    """The models whose fp32 run ended past their floor; a model run without a floor counts as past it."""
-    return {m for m in _models(summary) if (c := _floor(summary, m)) is None or c.outcome == compare.HIGHER}
-
-
 def _gate(summary: list[dict], pairs) -> list[compare.Comparison]:
-    """The comparisons of ``pairs`` ``(model, c)``, unresolved where the model's fp32 run did not clear its floor."""
-    cleared = past_floor(summary)
+    """The comparisons of ``pairs`` ``(model, c)``, unresolved where the model's fp32 run did not clear its floor
+    (a model run without a floor clears it)."""
+    cleared = {m for m in _models(summary) if (c := _floor(summary, m)) is None or c.outcome == compare.HIGHER}
     return [c if model in cleared else replace(c, low=0.0 if c.relative else -math.inf, high=math.inf,
                                                basis=NOT_PAST_FLOOR) for model, c in pairs]
 
@@ -327,8 +319,7 @@ def error_feedback_comparisons(summary: list[dict]) -> list[compare.Comparison]:
 
 
 def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_every: int) -> list[compare.Comparison]:
-    """Per model, the share of the run delayed averaging lost less the simulation's at tau = 1, to the spacing of
-    their evaluations."""
+    """Per model, the share of the run delayed averaging lost less the simulation's at tau = 1."""
     by_tau = {str(row["tau"]): row.get("steps to target") for row in stale_rows}
     t0, t1 = by_tau.get("0"), by_tau.get("1")
     if not (t0 and t1):
@@ -340,8 +331,7 @@ def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_
 
 
 def speedup_comparisons(summary: list[dict]) -> list[compare.Comparison]:
-    """Per model and method on the runs' 2 ranks: fp32's time to the method's quality over the method's, from every
-    step time; steps lost widen it by fp32's evaluation spacing."""
+    """Per model and method on the runs' 2 ranks: fp32's time to the method's quality over the method's."""
     refs, pairs = {r["model"]: r for r in summary if r["method"] == REFERENCE}, []
     for r in summary:
         if r["model"] in refs and r["method"] != REFERENCE:

@@ -10,8 +10,7 @@ from .l08_compression import MODELS, REFERENCE, method_row
 
 
 def predicted_step_s(row: dict, compute_s: float, link: tuple, p: int) -> float:
-    """``compute_s`` plus a method's counted messages per step on ``p`` ranks over ``link`` (alpha, beta[, gamma]);
-    delayed averaging overlaps them with the step."""
+    """``compute_s`` plus a method's counted messages per step (delayed averaging: overlapped with the step)."""
     from ..comm import cost
     from ..comm.compression import message_time
 
@@ -21,8 +20,7 @@ def predicted_step_s(row: dict, compute_s: float, link: tuple, p: int) -> float:
 
 
 def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
-    """``{link: {model: seconds}}``: one rank's step, counted here and priced by lesson 09's step model on the GPU
-    the quoted links join."""
+    """``{link: {model: seconds}}``: one rank's step priced by lesson 09's step model on the quoted links' GPU."""
     from ..perf import model as M
     from ..perf.paleo import SpecDevice, spec_curves
     from ..perf.peaks import GPU_OP_OVERHEAD_S, GPU_PEAK_SHARE, REFERENCE_PEAKS
@@ -44,9 +42,8 @@ def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
 
 def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
                              modelled: dict | None = None) -> list[dict]:
-    """Per model, link, ``p`` and method: fp32's predicted time to the method's quality over the method's. Every
-    method's compute is the GPU's (``modelled``) or the model's fastest measured step (local SGD H=16's, which
-    sends nothing); a method's own compute (top-k's selection) is left out: the measured speedups include it."""
+    """Per model, link, ``p`` and method: fp32's predicted time to the method's quality over the method's, on the
+    GPU's compute (``modelled``) or the fastest measured step; a method's own compute is left out."""
     out, modelled = [], modelled or {}
     for model in dict.fromkeys(r["model"] for r in summary):
         ref = method_row(summary, model, REFERENCE)
@@ -60,12 +57,11 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
                 for r in summary:
                     if r["model"] == model and r["method"] != REFERENCE:
                         t = predicted_step_s(r, compute, link, p)
-                        out.append({"model": model, "link": name, "p": p, "method": r["method"],
-                                    "bytes_ratio": r["bytes_ratio"], "steps_lost": r["steps_lost"],
-                                    "steps": r["steps"], "step_s": t, "reference_step_s": t_ref, "compute_s": compute,
+                        speedup = (r["steps"] - r["steps_lost"]) * t_ref / (r["steps"] * t) if t > 0 else math.inf
+                        out.append({"model": model, "link": name, "p": p, "method": r["method"], "step_s": t,
+                                    "reference_step_s": t_ref, "compute_s": compute, "speedup": speedup,
                                     "compute_from": "model" if name in modelled else "measured",
-                                    "speedup": (r["steps"] - r["steps_lost"]) * t_ref / (r["steps"] * t)
-                                    if t > 0 else math.inf})
+                                    **{k: r[k] for k in ("bytes_ratio", "steps_lost", "steps")}})
     return out
 
 
@@ -79,8 +75,7 @@ def best_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
 
 
 def compression_verdict_table(rows: list[dict], best_only: bool = False) -> Table:
-    """One row per model, link and method, the times per ``p``; ``best_only``: those of :func:`best_methods` (all
-    are ~50 rows)."""
+    """One row per model, link and method, the times per ``p``; ``best_only``: those of :func:`best_methods`."""
     keep, out = best_methods(rows) if best_only else None, {}
     for r in rows:
         key = (r["model"], r["link"], r["method"])
