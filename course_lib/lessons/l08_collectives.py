@@ -27,14 +27,13 @@ def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, b
     """What lesson 08's one launch measures on groups of 2..``max_ranks`` ranks (parameter server: gloo only)."""
     if max_ranks < 2:
         raise ValueError(f"2+ ranks needed, got {max_ranks}")
-    top = pick(profile, full=24, smoke=12)  # 2**24 = 16 MiB; smoke: 4 KiB
     return {
         "groups": [list(range(p)) for p in range(2, max_ranks + 1)],
         "check_lengths": [1, 3, 5, 33] if profile == "smoke" else [1, 2, 3, 5, 7, 33, 1000],
         "pingpong_sizes": [2**k for k in range(0, pick(profile, full=23, smoke=13), 2)],
         "pingpong_iters": pick(profile, full=20, smoke=5), "repeats": pick(profile, full=5, smoke=2),
         "pingpong_warmup": 3,
-        "sizes": [2**k for k in range(2, top + 1, pick(profile, full=2, smoke=4))],
+        "sizes": [2**k for k in range(2, pick(profile, full=24, smoke=12) + 1, pick(profile, full=2, smoke=4))],
         "iters": pick(profile, full=8, smoke=2), "warmup": pick(profile, full=2, smoke=1), "segments": 8,
         "server_configs": [ServerConfig(mode=mode, straggler_rank=straggler, delay_s=straggler_delay_s,
                                         budget_s=pick(profile, full=2.0, smoke=0.3), lr=0.05)
@@ -108,14 +107,11 @@ def _table(rows: list[dict], title: str = "") -> Table:
 def bandwidth_table(result: CollectivesResult, p: int) -> Table:
     """algbw and busbw (GB/s, nccl-tests' convention) of the course's ring and of the backend, per size."""
     at = {(r["algorithm"], r["size_bytes"]): r for r in result.rows if r["p"] == p}
-    rows = []
-    for n in sorted({n for a, n in at if a == "ring"}):
-        ring, back = at.get(("ring", n)), at.get(("backend", n))
-        if ring and back:
-            rows.append({"size": cost.human_bytes(n), "ring algbw": ring["algbw_GBps"],
-                         "ring busbw": ring["busbw_GBps"], "backend algbw": back["algbw_GBps"],
-                         "backend busbw": back["busbw_GBps"],
-                         "ring/backend": ring["busbw_GBps"] / back["busbw_GBps"]})
+    rows = [{"size": cost.human_bytes(n), "ring algbw": ring["algbw_GBps"], "ring busbw": ring["busbw_GBps"],
+             "backend algbw": back["algbw_GBps"], "backend busbw": back["busbw_GBps"],
+             "ring/backend": ring["busbw_GBps"] / back["busbw_GBps"]}
+            for n in sorted({n for a, n in at if a == "ring"})
+            if (ring := at.get(("ring", n))) and (back := at.get(("backend", n)))]
     return _table(rows, f"p = {p}: busbw = algbw x {cost.allreduce_busbw_factor(p):.3g}")
 
 
@@ -125,7 +121,7 @@ LINK_GPU = "H100 SXM"  # the GPU the quoted interconnects join (lesson 09's tabl
 
 def links(alpha: float, beta: float, gamma: float = 0.0) -> dict[str, tuple[float, float, float]]:
     """name -> (alpha, beta, gamma): the learner's link and the quoted ones (``a += b`` on :data:`LINK_GPU`)."""
-    gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth
+    gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth  # a += b reads a and b, writes a
     return {MEASURED_LINK: (alpha, beta, gamma),
             **{f"{name} (quoted)": (q["alpha_s"], 1.0 / q["bandwidth_Bps"], gpu_gamma)
                for name, q in cost.QUOTED_INTERCONNECTS.items()}}
@@ -195,8 +191,7 @@ def links_collectives(links: dict) -> CollectivesResult:
 
 
 def schedule_bytes(algorithm: str, p: int, n_bytes: int) -> tuple[float, int]:
-    """Counted on the schedule the code runs, the bytes an all-reduce waits for where every rank has a link of its
-    own (per round the busiest rank's), and the bytes all ranks send (what one shared bandwidth carries)."""
+    """Bytes an all-reduce waits for on links of their own, and bytes all ranks send, counted on its schedule."""
     schedule = SCHEDULES[f"{algorithm} all-reduce"](p, max(1, n_bytes // 4))
     return cost.schedule_time(schedule, 0.0, 1.0), sum(4 * t.count for rnd in schedule.rounds for t in rnd)
 
@@ -251,7 +246,6 @@ def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
     return _table(rows)
 
 
-# --------------------------------------------------------------------------- the lesson's questions, decided
 TIMING_RESOLUTION = 0.2  # how much a ratio of two single timings moves between runs on a shared machine
 
 

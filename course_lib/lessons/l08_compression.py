@@ -127,35 +127,33 @@ def _bert(spec: dict):
 MODELS = {"neumf": _neumf, "bert": _bert}
 
 
-def _method_runs(spec: dict, key: str) -> list[dict]:
-    """One row per (method, seed) from one warm start, loaded in place (DDP and the method keep references)."""
-    name, build, batches, evaluate, floor_of = MODELS[key](spec)
-    s, w = spec[key], spec[key]["warm"]
-    warm_engine = build(w["seed"], w["lr"], w["batch"], None)
-    next_batch = batches(w["seed"], warm_engine)
-    for _ in range(w["steps"]):
-        warm_engine.step(*next_batch())
-    warm = copy.deepcopy({"model": warm_engine.model.state_dict(), "optimizer": warm_engine.optimizer.state_dict()})
-    rank0 = warm_engine.parallel.rank == 0
-    floor = {"model": name, **floor_of(), "start": evaluate(warm_engine) if rank0 else None}
-    rows = []
-    for label, method_name, kw in spec["methods"]:
-        for seed in (s["seeds"] if label in spec["seeded"] else s["seeds"][:1]):
-            method = make_method(method_name, **kw)
-            engine = build(seed, s["lr"], s["batch"], method)
-            engine.model.load_state_dict(warm["model"])
-            engine.optimizer.load_state_dict(warm["optimizer"])
-            engine.set_lr(s["lr"])
-            every = s["steps"] // (4 if key == "neumf" else 8) if method_name == "fp32" else 0
-            out = _run_fixed_steps(engine, batches(seed, engine), s["steps"], method, evaluate, every)
-            if every and rank0:  # the reference's curve starts where every method did
-                out["curve"] = [(0, floor["start"])] + out["curve"]
-            rows.append({"method": label, "seed": seed, **floor, **out})
-    return rows
-
-
 def compression_worker(rank: int, world_size: int, spec: dict) -> list[dict]:
-    return [row for key in spec["models"] for row in _method_runs(spec, key)]
+    """One row per (model, method, seed), every method from the model's one warm start, loaded in place (DDP and the
+    method keep references)."""
+    rows = []
+    for key in spec["models"]:
+        name, build, batches, evaluate, floor_of = MODELS[key](spec)
+        s, w = spec[key], spec[key]["warm"]
+        warm_engine = build(w["seed"], w["lr"], w["batch"], None)
+        next_batch = batches(w["seed"], warm_engine)
+        for _ in range(w["steps"]):
+            warm_engine.step(*next_batch())
+        warm = copy.deepcopy({"model": warm_engine.model.state_dict(),
+                              "optimizer": warm_engine.optimizer.state_dict()})
+        floor = {"model": name, **floor_of(), "start": evaluate(warm_engine) if rank == 0 else None}
+        for label, method_name, kw in spec["methods"]:
+            for seed in (s["seeds"] if label in spec["seeded"] else s["seeds"][:1]):
+                method = make_method(method_name, **kw)
+                engine = build(seed, s["lr"], s["batch"], method)
+                engine.model.load_state_dict(warm["model"])
+                engine.optimizer.load_state_dict(warm["optimizer"])
+                engine.set_lr(s["lr"])
+                every = s["steps"] // (4 if key == "neumf" else 8) if method_name == "fp32" else 0
+                out = _run_fixed_steps(engine, batches(seed, engine), s["steps"], method, evaluate, every)
+                if every and rank == 0:  # the reference's curve starts where every method did
+                    out["curve"] = [(0, floor["start"])] + out["curve"]
+                rows.append({"method": label, "seed": seed, **floor, **out})
+    return rows
 
 
 def smoothed(losses: list[float]) -> list[float]:
@@ -261,7 +259,6 @@ def plot_compression(summary: list[dict], rows: list[dict]):
     return fig, axes
 
 
-# --------------------------------------------------------------------------- the section's questions, decided
 LOSS_RATIO_EFFECT = 0.02  # final training losses 2% apart: less would not change which method one picks
 STALE_AGREE = 0.1  # a tenth of a run: steps lost that agree within this are the same cost of staleness
 NOT_PAST_FLOOR = "fp32 below floor"  # the basis of a method row left unresolved
@@ -296,8 +293,7 @@ def floor_comparisons(summary: list[dict]) -> list[compare.Comparison]:
 
 
 def _gate(summary: list[dict], pairs) -> list[compare.Comparison]:
-    """The comparisons of ``pairs`` ``(model, c)``, unresolved where the model's fp32 run did not clear its floor
-    (a model run without a floor clears it)."""
+    """``pairs`` ``(model, c)``'s comparisons, unresolved where fp32 did not clear the model's floor (if it has one)."""
     cleared = {m for m in _models(summary) if (c := _floor(summary, m)) is None or c.outcome == compare.HIGHER}
     return [c if model in cleared else replace(c, low=0.0 if c.relative else -math.inf, high=math.inf,
                                                basis=NOT_PAST_FLOOR) for model, c in pairs]
