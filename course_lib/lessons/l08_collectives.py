@@ -24,17 +24,16 @@ SMALL = {"recursive doubling": "RD", "tree": "tree"}  # the ring's rivals for sm
 
 
 def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, backend: str = "gloo") -> dict:
-    """What lesson 08's one launch measures on groups of 2..``max_ranks`` ranks. The parameter-server runs send
-    CPU tensors (gloo only); their straggler is rank 2, or rank 1 on 2 ranks."""
+    """What lesson 08's one launch measures on groups of 2..``max_ranks`` ranks (parameter server: gloo only)."""
     if max_ranks < 2:
         raise ValueError(f"2+ ranks needed, got {max_ranks}")
-    top = pick(profile, full=24, smoke=12)  # 2**24 = 16 MiB; smoke: 4 KiB
     return {
         "groups": [list(range(p)) for p in range(2, max_ranks + 1)],
         "check_lengths": [1, 3, 5, 33] if profile == "smoke" else [1, 2, 3, 5, 7, 33, 1000],
         "pingpong_sizes": [2**k for k in range(0, pick(profile, full=23, smoke=13), 2)],
         "pingpong_iters": pick(profile, full=20, smoke=5), "repeats": pick(profile, full=5, smoke=2),
-        "sizes": [2**k for k in range(2, top + 1, pick(profile, full=2, smoke=4))],
+        "pingpong_warmup": 3,
+        "sizes": [2**k for k in range(2, pick(profile, full=24, smoke=12) + 1, pick(profile, full=2, smoke=4))],
         "iters": pick(profile, full=8, smoke=2), "warmup": pick(profile, full=2, smoke=1), "segments": 8,
         "server_configs": [ServerConfig(mode=mode, straggler_rank=straggler, delay_s=straggler_delay_s,
                                         budget_s=pick(profile, full=2.0, smoke=0.3), lr=0.05)
@@ -44,22 +43,17 @@ def lesson_spec(profile: str, max_ranks: int, straggler_delay_s: float = 0.02, b
 
 
 def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """Everything in one launch (each costs seconds of start-up): correctness against torch.distributed, a
-    ping-pong, the all-reduce and broadcast sweeps on every group, ``gamma``, the parameter-server runs."""
-    sweep = (rank, world_size, spec["sizes"])
+    """Everything in one launch (each costs seconds of start-up): :func:`links_worker`'s sweeps and the rest."""
     return {"correctness": compare_with_backend(rank, world_size, spec["check_lengths"], groups=spec["groups"]),
-            "pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
-                                           spec["repeats"]),
-            "allreduce": collectives_benchmark(*sweep, ALLREDUCE_BENCH, spec["iters"], spec["warmup"], spec["groups"]),
-            "broadcast": collectives_benchmark(*sweep, BROADCAST_BENCH, spec["iters"], spec["warmup"], spec["groups"],
-                                               spec["segments"]),
+            **links_worker(rank, world_size, spec),
+            "broadcast": collectives_benchmark(rank, world_size, spec["sizes"], BROADCAST_BENCH, spec["iters"],
+                                               spec["warmup"], spec["groups"], spec["segments"]),
             "gamma_s_per_byte": measure_gamma(),
             "parameter_server": parameter_server_worker(rank, world_size, spec["server_configs"])}
 
 
 def measured_crossover(result: CollectivesResult, p: int, small: str = "recursive doubling") -> float | None:
-    """The size (bytes) from which the ring stays at least as fast as ``small``, interpolated on a log scale where
-    their time difference crosses zero; 0.0 when the ring won at every size, None when it lost the largest."""
+    """The size from which the ring stays as fast as ``small`` (log-interpolated; 0.0: all sizes, None: never)."""
     n, t_small = result.times(p, small)
     n2, t_large = result.times(p, "ring")
     wins = t_large <= t_small if np.array_equal(n, n2) else np.array([])
@@ -89,10 +83,9 @@ def _size(n: float | None) -> str:
 
 
 def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma: float = 0.0,
-                    seen: bool = False, title: str = "") -> Table:
+                    seen: bool = False) -> Table:
     """Per ``p``, from which size the ring beats each of :data:`SMALL`, measured and modelled; with ``seen``, also
-    modelled with the latency per round the all-reduces saw: the ring's time at the smallest size over its rounds
-    (on oversubscribed cores a round waits for all its ranks to be scheduled: many times the ping-pong's alpha)."""
+    with the alpha per round the all-reduces saw (on oversubscribed cores: many times the ping-pong's)."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
@@ -104,7 +97,7 @@ def crossover_table(result: CollectivesResult, alpha: float, beta: float, gamma:
             if seen:
                 row[f"{k} model (seen)"] = _size(model_crossover(p, a_seen, beta, gamma, small) if a_seen else None)
         rows.append({**row, "alpha seen (us)": a_seen * 1e6 if a_seen else None} if seen else row)
-    return _table(rows, title)
+    return _table(rows)
 
 
 def _table(rows: list[dict], title: str = "") -> Table:
@@ -114,14 +107,11 @@ def _table(rows: list[dict], title: str = "") -> Table:
 def bandwidth_table(result: CollectivesResult, p: int) -> Table:
     """algbw and busbw (GB/s, nccl-tests' convention) of the course's ring and of the backend, per size."""
     at = {(r["algorithm"], r["size_bytes"]): r for r in result.rows if r["p"] == p}
-    rows = []
-    for n in sorted({n for a, n in at if a == "ring"}):
-        ring, back = at.get(("ring", n)), at.get(("backend", n))
-        if ring and back:
-            rows.append({"size": cost.human_bytes(n), "ring algbw": ring["algbw_GBps"],
-                         "ring busbw": ring["busbw_GBps"], "backend algbw": back["algbw_GBps"],
-                         "backend busbw": back["busbw_GBps"],
-                         "ring/backend": ring["busbw_GBps"] / back["busbw_GBps"]})
+    rows = [{"size": cost.human_bytes(n), "ring algbw": ring["algbw_GBps"], "ring busbw": ring["busbw_GBps"],
+             "backend algbw": back["algbw_GBps"], "backend busbw": back["busbw_GBps"],
+             "ring/backend": ring["busbw_GBps"] / back["busbw_GBps"]}
+            for n in sorted({n for a, n in at if a == "ring"})
+            if (ring := at.get(("ring", n))) and (back := at.get(("backend", n)))]
     return _table(rows, f"p = {p}: busbw = algbw x {cost.allreduce_busbw_factor(p):.3g}")
 
 
@@ -130,9 +120,8 @@ LINK_GPU = "H100 SXM"  # the GPU the quoted interconnects join (lesson 09's tabl
 
 
 def links(alpha: float, beta: float, gamma: float = 0.0) -> dict[str, tuple[float, float, float]]:
-    """name -> (alpha, beta, gamma): the learner's link, measured, and the quoted interconnects. Their ``gamma`` is a
-    model: ``a += b`` on :data:`LINK_GPU` moves three bytes (read a and b, write a) at its datasheet bandwidth."""
-    gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth
+    """name -> (alpha, beta, gamma): the learner's link and the quoted ones (``a += b`` on :data:`LINK_GPU`)."""
+    gpu_gamma = 3.0 / REFERENCE_PEAKS[LINK_GPU].memory_bandwidth  # a += b reads a and b, writes a
     return {MEASURED_LINK: (alpha, beta, gamma),
             **{f"{name} (quoted)": (q["alpha_s"], 1.0 / q["bandwidth_Bps"], gpu_gamma)
                for name, q in cost.QUOTED_INTERCONNECTS.items()}}
@@ -161,8 +150,7 @@ LINK_RATE = "1gbit"  # the virtual links (tc's units): slow enough that the link
 
 
 def links_spec(profile: str, nodes: int) -> dict:
-    """What lesson 08 measures on ``nodes`` virtual nodes, one rank each: sizes around the model's crossovers on a
-    :data:`LINK_RATE` link, short repeats (a 2 MiB tree all-reduce on 4 ranks: 70 ms at 1 Gbit/s)."""
+    """Sizes around the model's crossovers on ``nodes`` :data:`LINK_RATE` links (2 MiB on 4 ranks: 70 ms)."""
     if nodes < 2:
         raise ValueError(f"2+ nodes needed, got {nodes}")
     return {"groups": [list(range(p)) for p in range(2, nodes + 1)],
@@ -170,20 +158,18 @@ def links_spec(profile: str, nodes: int) -> dict:
             # up to 4 MiB: the token buckets let ~4 ms of the rate through unshaped (cluster._burst_bytes)
             "pingpong_sizes": [2**k for k in pick(profile, full=(0, 10, 14, 18, 20, 22), smoke=(0, 14, 17))],
             "pingpong_iters": pick(profile, full=4, smoke=3), "repeats": pick(profile, full=3, smoke=1),
-            "iters": pick(profile, full=5, smoke=2), "warmup": 1}
+            "pingpong_warmup": 1, "iters": pick(profile, full=5, smoke=2), "warmup": 1}
 
 
 def links_worker(rank: int, world_size: int, spec: dict) -> dict:
-    """A ping-pong over one link, then the all-reduce sweep on every group (a ``torchrun`` worker)."""
     return {"pingpong": pingpong_benchmark(rank, world_size, spec["pingpong_sizes"], spec["pingpong_iters"],
-                                           spec["repeats"], warmup=1),
+                                           spec["repeats"], spec["pingpong_warmup"]),
             "allreduce": collectives_benchmark(rank, world_size, spec["sizes"], ALLREDUCE_BENCH, spec["iters"],
                                                spec["warmup"], spec["groups"])}
 
 
 def measure_on_links(spec: dict, nodes: int, rate: str = LINK_RATE, timeout_s: float = 300.0) -> dict:
-    """:func:`links_worker` on a virtual cluster (course_lib/cluster.py, launched as lesson 13 launches), brought up
-    and down here; ``{"ran": False, "why": ...}`` where it cannot be made or a step was refused."""
+    """:func:`links_worker` on a virtual cluster brought up here; ``{"ran": False, "why": ...}`` where it cannot."""
     from .. import cluster as vc
     from ..nodes import VirtualNodes
 
@@ -205,16 +191,13 @@ def links_collectives(links: dict) -> CollectivesResult:
 
 
 def schedule_bytes(algorithm: str, p: int, n_bytes: int) -> tuple[float, int]:
-    """Counted on the schedule the code runs, the bytes an all-reduce waits for where every rank has a link of its
-    own (per round the busiest rank's), and the bytes all ranks send (what one shared bandwidth carries)."""
+    """Bytes an all-reduce waits for on links of their own, and bytes all ranks send, counted on its schedule."""
     schedule = SCHEDULES[f"{algorithm} all-reduce"](p, max(1, n_bytes // 4))
     return cost.schedule_time(schedule, 0.0, 1.0), sum(4 * t.count for rnd in schedule.rounds for t in rnd)
 
 
 def ring_tree_rows(result: CollectivesResult) -> list[dict]:
-    """Per ``p``, at the largest size: the ring's time over the tree's, measured and as the two views predict it
-    (independent links: their critical-path bytes; one shared bandwidth: their total bytes, both 2(p-1) n), and
-    the bytes sent per second (GB/s; the ring's per rank is nccl-tests' busbw)."""
+    """Per ``p``, at the largest size: ring/tree measured and as the two views of :func:`schedule_bytes` predict."""
     rows = []
     for p in result.world_sizes:
         n, t_ring = result.times(p, "ring")
@@ -231,7 +214,6 @@ def ring_tree_rows(result: CollectivesResult) -> list[dict]:
 
 
 def ring_tree_table(host: CollectivesResult, links: dict) -> Table:
-    """:func:`ring_tree_rows` on one host and, where they ran, on the links."""
     on_links = [(f"{links['nodes']} x {links['rate']}", links_collectives(links))] if links["ran"] else []
     return _table([{"on": name, "p": r["p"], "size": _size(r["size_bytes"]), "ring/tree": r["measured"],
                     "links model": r["links_model"], "shared model": r["shared_model"], "ring GB/s": r["ring_GBps"],
@@ -240,20 +222,12 @@ def ring_tree_table(host: CollectivesResult, links: dict) -> Table:
 
 
 def link_alpha_beta(pingpong_rows: list[dict]) -> tuple[float, float]:
-    """A shaped link's alpha (:class:`PingPong`'s fit) and beta from its largest message alone: the token buckets let
-    ~4 ms of the rate through at once, so a fit over all sizes overstates the rate (measured: 2.5 Gbit/s on a
-    1 Gbit/s link; the 4 MiB message alone: 1.07)."""
+    """A shaped link's alpha and its beta from the largest message alone: a fit over all sizes overstates the rate
+    that the token buckets let through (measured on 1 Gbit/s: 2.5 Gbit/s; the 4 MiB message alone: 1.07)."""
     alpha, _ = PingPong(pingpong_rows).alpha_beta()
     n = max(r["size_bytes"] for r in pingpong_rows)
     t = float(np.median([r["one_way_s"] for r in pingpong_rows if r["size_bytes"] == n]))
     return alpha, max(t - alpha, 0.01 * t) / n
-
-
-def links_table(links: dict, gamma: float = 0.0) -> Table:
-    """:func:`crossover_table` on the links, modelled with their ping-pong's alpha and beta and with the alpha seen."""
-    alpha, beta = link_alpha_beta(links["pingpong"])
-    return crossover_table(links_collectives(links), alpha, beta, gamma, seen=True,
-                           title=f"alpha = {alpha * 1e6:.0f} us, {8 / beta / 1e6:.0f} Mbit/s")
 
 
 def _rounds(algorithm: str, p: int) -> int:
@@ -261,8 +235,7 @@ def _rounds(algorithm: str, p: int) -> int:
 
 
 def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
-    """The ping-pong's alpha and bandwidth beside lesson 06's all-reduce fit read as a ring, where it saved one on
-    several ranks (:func:`course_lib.comm.cost.link_alpha_beta_from_ring_fit`)."""
+    """The ping-pong's alpha and bandwidth beside lesson 06's several-rank all-reduce fit read as a ring."""
     rows = [{"source": "ping-pong", "alpha (us)": alpha * 1e6, "1/beta (GB/s)": 1 / beta / 1e9}]
     if saved06 and saved06.get("allreduce_alpha_s") is not None and saved06.get("world_size", 1) > 1:
         p = saved06["world_size"]
@@ -273,20 +246,16 @@ def alpha_beta_table(saved06: dict | None, alpha: float, beta: float) -> Table:
     return _table(rows)
 
 
-# --------------------------------------------------------------------------- the lesson's questions, decided
-TIMING_RESOLUTION = 0.2  # a ratio of two single timings (each a median over blocks) moves this much between runs
-# of the same sweep on a shared machine
+TIMING_RESOLUTION = 0.2  # how much a ratio of two single timings moves between runs on a shared machine
 
 
 def _timed(question: str, a: float, b: float, needed: float = compare.TIME_EFFECT) -> compare.Comparison:
-    """``b / a``, one timing each: the interval is :data:`TIMING_RESOLUTION`."""
     return compare.ratio(question, [a], [b], needed=needed, resolution=TIMING_RESOLUTION, basis="one timing each")
 
 
 def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, gamma: float,
                           where: str) -> list[compare.Comparison]:
-    """Per ``p`` and rival, the measured crossover over the modelled one, resolved to one step of the sweep (the
-    measured one is interpolated between two sizes). "every size" and "never" have no ratio: the table shows them."""
+    """Per ``p`` and rival, the measured crossover over the modelled one, to one step of the sweep."""
     sizes = sorted({r["size_bytes"] for r in result.rows})
     step = max([b / a for a, b in zip(sizes, sizes[1:])] or [2.0])
     out = []
@@ -301,8 +270,7 @@ def crossover_comparisons(result: CollectivesResult, alpha: float, beta: float, 
 
 
 def tied_round_comparisons(result: CollectivesResult, where: str) -> list[compare.Comparison]:
-    """Where the ring has as many rounds as a rival (the model ties their latency), the ring's time over the rival's
-    below the measured crossover, paired size by size, plus one timing's resolution."""
+    """Where the model ties the ring's latency with a rival's (as many rounds), ring/rival below the crossover."""
     out = []
     for p in result.world_sizes:
         for small in ("tree", "recursive doubling"):
@@ -341,14 +309,12 @@ def small_large_comparisons(result: CollectivesResult, where: str) -> list[compa
 
 
 def ring_tree_comparisons(rows: list[dict], where: str) -> list[compare.Comparison]:
-    """At the largest ``p`` of :func:`ring_tree_rows`, the measured ring/tree over each view's prediction: "same"
-    for one view and not the other says which view the times follow."""
+    """At the largest ``p``, measured ring/tree over each view's prediction: which view the times follow."""
     return [_timed(f"ring/tree, p = {r['p']}, {where}: measured/{view}", r[key], r["measured"], compare.MODEL_EFFECT)
             for r in rows[-1:] for view, key in (("links", "links_model"), ("shared", "shared_model"))]
 
 
 def links_comparisons(links: dict, host: CollectivesResult, gamma: float = 0.0) -> list[compare.Comparison]:
-    """Ring against tree on the links where they ran and on the host, then the links' crossovers and tied rounds."""
     out = ring_tree_comparisons(ring_tree_rows(host), "host")
     if not links["ran"]:
         return out

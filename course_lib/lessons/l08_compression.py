@@ -1,6 +1,5 @@
-"""Lesson 08's last section: PowerSGD, top-k with and without error feedback (EF), local SGD and delayed averaging in
-the course's one training step (:mod:`course_lib.comm.compression`), on NeuMF and BERT-tiny at 2 ranks from a warm
-start past each model's floor, decided against the fp32 all-reduce; priced elsewhere in :mod:`.l08_prices`."""
+"""Lesson 08's last section: PowerSGD, top-k with and without error feedback (EF), local SGD and delayed averaging
+on NeuMF and BERT-tiny at 2 ranks from a warm start past each model's floor, against the fp32 all-reduce."""
 
 from __future__ import annotations
 
@@ -37,9 +36,7 @@ SEEDED = (REFERENCE, EF_YES, EF_NO)  # run at every seed; the others at the firs
 
 
 def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
-    """Per model, a warm start (fp32 steps that take it past its floor, so the methods are compared where it learns
-    more than the floor), then a fixed number of steps of every method from it: a multiple of 16, so local SGD's
-    H = 16 averages a whole number of times."""
+    """Per model, a warm start past its floor, then the same steps (H = 16 divides them) of every method."""
     return {
         "profile": profile, "dataset": dataset,
         "neumf": {"warm": {"batch": pick(profile, full=8192, smoke=512), "steps": pick(profile, full=160, smoke=4),
@@ -50,8 +47,7 @@ def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
         "bert": {"preset": "tiny", "seq_len": 32, "vocab_size": pick(profile, full=4096, smoke=1024),
                  "warm": {"batch": pick(profile, full=32, smoke=8), "steps": pick(profile, full=40, smoke=4),
                           "lr": 2e-2, "seed": 100},
-                 # a quarter of the warm start's lr: at 2e-2 the held-out loss of one seed jumped by more than
-                 # the 32 steps gain, so the seed spread hid every method's steps lost
+                 # a quarter of the warm start's lr: at 2e-2 one seed's jumps hid every method's steps lost
                  "batch": pick(profile, full=32, smoke=4), "steps": pick(profile, full=32, smoke=16), "lr": 5e-3,
                  "seeds": pick(profile, full=[0, 1, 2], smoke=[0]),
                  "max_tokens": pick(profile, full=None, smoke=200_000)},
@@ -60,8 +56,7 @@ def compression_spec(profile: str, dataset: str = "ml-1m") -> dict:
 
 
 def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_every: int = 0) -> dict:
-    """Bytes and step times from the method's warm-up on, every step's training loss, the final held-out metric
-    (rank 0) and, with ``curve_every``, the metric every that many steps (what steps lost are read on)."""
+    """Bytes and step times past the method's warm-up, losses, and the held-out metric every ``curve_every`` steps."""
     losses, times, curve = [], [], []
     for step in range(1, steps + 1):
         batch, count = next_batch()
@@ -69,8 +64,7 @@ def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_eve
         loss, _ = engine.step(batch, count)
         sync(engine.device)
         times.append(time.perf_counter() - t0)
-        # each rank's share is W x its part of the global mean, so the mean of the shares is the global batch's
-        # (an all-reduce outside the recorder: not training)
+        # the mean of the ranks' shares is the global batch's loss (outside the recorder: not training)
         dist.all_reduce(loss)
         losses.append(float(loss) / dist.get_world_size())
         if curve_every and step % curve_every == 0 and step < steps and engine.parallel.rank == 0:
@@ -83,7 +77,7 @@ def _run_fixed_steps(engine, next_batch, steps: int, method, evaluate, curve_eve
 
 
 def _neumf(spec: dict):
-    """NeuMF's ``(name, build(seed, lr, batch, method), batches(seed, engine), evaluate(engine), floor())``."""
+    """``(name, build(seed, lr, batch, method), batches(seed, engine), evaluate(engine), floor())``."""
     data, dev = load_implicit(spec["dataset"], profile=spec["profile"]), torch.device("cpu")
 
     def cfg(seed, lr, batch):
@@ -104,7 +98,6 @@ def _neumf(spec: dict):
 
 
 def _bert(spec: dict):
-    """BERT's ``(name, build, batches, evaluate, floor)`` as :func:`_neumf`'s; trained with LAMB."""
     s, dev = spec["bert"], torch.device("cpu")
     data = build_mlm_data(load_corpus("pydoc"), vocab_size=s["vocab_size"], seq_len=s["seq_len"], device=dev,
                           max_tokens=s["max_tokens"])
@@ -134,37 +127,33 @@ def _bert(spec: dict):
 MODELS = {"neumf": _neumf, "bert": _bert}
 
 
-def _method_runs(spec: dict, key: str) -> list[dict]:
-    """Every method from one warm start of ``spec[key]``, copied into each run's engine in place (DDP and the
-    method keep their references): one row per (method, seed), with the model's floor."""
-    name, build, batches, evaluate, floor_of = MODELS[key](spec)
-    s, w = spec[key], spec[key]["warm"]
-    warm_engine = build(w["seed"], w["lr"], w["batch"], None)
-    next_batch = batches(w["seed"], warm_engine)
-    for _ in range(w["steps"]):
-        warm_engine.step(*next_batch())
-    warm = copy.deepcopy({"model": warm_engine.model.state_dict(), "optimizer": warm_engine.optimizer.state_dict()})
-    rank0 = warm_engine.parallel.rank == 0
-    floor = {"model": name, **floor_of(), "start": evaluate(warm_engine) if rank0 else None}
-    rows = []
-    for label, method_name, kw in spec["methods"]:
-        for seed in (s["seeds"] if label in spec["seeded"] else s["seeds"][:1]):
-            method = make_method(method_name, **kw)
-            engine = build(seed, s["lr"], s["batch"], method)
-            engine.model.load_state_dict(warm["model"])
-            engine.optimizer.load_state_dict(warm["optimizer"])
-            engine.set_lr(s["lr"])
-            every = s["steps"] // (4 if key == "neumf" else 8) if method_name == "fp32" else 0
-            out = _run_fixed_steps(engine, batches(seed, engine), s["steps"], method, evaluate, every)
-            if every and rank0:  # the reference's curve starts where every method did
-                out["curve"] = [(0, floor["start"])] + out["curve"]
-            rows.append({"method": label, "seed": seed, **floor, **out})
-    return rows
-
-
 def compression_worker(rank: int, world_size: int, spec: dict) -> list[dict]:
-    """Every method on every model of ``spec`` (a worker for ``launch``): one row per (model, method, seed)."""
-    return [row for key in spec["models"] for row in _method_runs(spec, key)]
+    """One row per (model, method, seed), every method from the model's one warm start, loaded in place (DDP and the
+    method keep references)."""
+    rows = []
+    for key in spec["models"]:
+        name, build, batches, evaluate, floor_of = MODELS[key](spec)
+        s, w = spec[key], spec[key]["warm"]
+        warm_engine = build(w["seed"], w["lr"], w["batch"], None)
+        next_batch = batches(w["seed"], warm_engine)
+        for _ in range(w["steps"]):
+            warm_engine.step(*next_batch())
+        warm = copy.deepcopy({"model": warm_engine.model.state_dict(),
+                              "optimizer": warm_engine.optimizer.state_dict()})
+        floor = {"model": name, **floor_of(), "start": evaluate(warm_engine) if rank == 0 else None}
+        for label, method_name, kw in spec["methods"]:
+            for seed in (s["seeds"] if label in spec["seeded"] else s["seeds"][:1]):
+                method = make_method(method_name, **kw)
+                engine = build(seed, s["lr"], s["batch"], method)
+                engine.model.load_state_dict(warm["model"])
+                engine.optimizer.load_state_dict(warm["optimizer"])
+                engine.set_lr(s["lr"])
+                every = s["steps"] // (4 if key == "neumf" else 8) if method_name == "fp32" else 0
+                out = _run_fixed_steps(engine, batches(seed, engine), s["steps"], method, evaluate, every)
+                if every and rank == 0:  # the reference's curve starts where every method did
+                    out["curve"] = [(0, floor["start"])] + out["curve"]
+                rows.append({"method": label, "seed": seed, **floor, **out})
+    return rows
 
 
 def smoothed(losses: list[float]) -> list[float]:
@@ -174,9 +163,8 @@ def smoothed(losses: list[float]) -> list[float]:
 
 
 def steps_lost(reference_curve, metric: float, *, higher_is_better: bool, tolerance: float = 0.0) -> int:
-    """How many of its steps the reference could have skipped and still reach ``metric``: its last evaluated step
-    less the first step it was as good, on the straight line between two evaluations (rounded up). 0 within
-    ``tolerance`` of its end (the seed spread) or better than all of its curve ``[(step, metric), ...]``."""
+    """The steps the reference could have skipped and still reach ``metric``, interpolated between evaluations of
+    its curve ``[(step, metric), ...]``; 0 within ``tolerance`` (the seed spread) of its end or better than it."""
     if not reference_curve:
         raise ValueError("no evaluated steps")
     sign = 1.0 if higher_is_better else -1.0
@@ -195,8 +183,7 @@ def steps_lost(reference_curve, metric: float, *, higher_is_better: bool, tolera
 
 
 def compression_summary(rows: list[dict]) -> list[dict]:
-    """One row per (model, method): bytes per step and fp32's over them, step time, final losses and held-out
-    metrics per seed, and the steps lost, read on fp32's curve of the same seed, within fp32's seed spread none."""
+    """One row per (model, method); steps lost are read on fp32's curve of the same seed."""
     ref = {(r["model"], r["seed"]): r for r in rows if r["method"] == REFERENCE}
     out = []
     for model, method in dict.fromkeys((r["model"], r["method"]) for r in rows):
@@ -230,19 +217,18 @@ def _span(values) -> str:
 
 
 def compression_table(summary: list[dict]) -> Table:
-    """The methods side by side (train loss per seed, held-out over the seeds), each model's warm start and floor
-    below its methods."""
-    t = Table(["model", "method", "bytes/step", "fp32/this", "step (ms)", "train loss", "held-out", "steps lost"])
+    """The methods side by side, each model's warm start and floor below its methods."""
+    rows = []
     for i, r in enumerate(summary):
-        t.add(**{"model": r["model"], "method": r["method"], "bytes/step": f"{r['bytes_per_step']:,.0f}",
-                 "fp32/this": f"{r['bytes_ratio']:.1f}x", "step (ms)": r["step_s"] * 1e3,
-                 "train loss": " / ".join(f"{x:.4g}" for x in r["final_losses"]),  # in seed order: paired by seed
-                 "held-out": f"{r['metric_name']} {_span(r['metrics'])}",
-                 "steps lost": f"{r['steps_lost']}/{r['steps']}"})
+        rows.append({"model": r["model"], "method": r["method"], "bytes/step": f"{r['bytes_per_step']:,.0f}",
+                     "fp32/this": f"{r['bytes_ratio']:.1f}x", "step (ms)": r["step_s"] * 1e3,
+                     "train loss": " / ".join(f"{x:.4g}" for x in r["final_losses"]),  # in seed order
+                     "held-out": f"{r['metric_name']} {_span(r['metrics'])}",
+                     "steps lost": f"{r['steps_lost']}/{r['steps']}"})
         if r.get("floor") is not None and (i + 1 == len(summary) or summary[i + 1]["model"] != r["model"]):
-            for name, value in (("warm start (fp32)", r["start"]), (f"{r['floor_name']} (floor)", r["floor"])):
-                t.add(model=r["model"], method=name, **{"held-out": f"{r['metric_name']} {_span([value])}"})
-    return t
+            rows += [{"model": r["model"], "method": name, "held-out": f"{r['metric_name']} {_span([value])}"}
+                     for name, value in (("warm start (fp32)", r["start"]), (f"{r['floor_name']} (floor)", r["floor"]))]
+    return Table(list(rows[0]) if rows else [], rows)
 
 
 def method_row(summary: list[dict], model: str, method: str) -> dict | None:
@@ -273,21 +259,19 @@ def plot_compression(summary: list[dict], rows: list[dict]):
     return fig, axes
 
 
-# --------------------------------------------------------------------------- the section's questions, decided
 LOSS_RATIO_EFFECT = 0.02  # final training losses 2% apart: less would not change which method one picks
 STALE_AGREE = 0.1  # a tenth of a run: steps lost that agree within this are the same cost of staleness
 NOT_PAST_FLOOR = "fp32 below floor"  # the basis of a method row left unresolved
 
 
 def _shown(values) -> float:
-    """Half the last of the 4 significant figures the tables show: the resolution of a value read from them."""
+    """Half the last of the 4 significant figures the tables show."""
     top = max(abs(v) for v in values) or 1.0
     return 0.5 * 10 ** (math.floor(math.log10(top)) - 3)
 
 
 def _seed_mean(question: str, xs: list[float], row: dict, shown: list[float], n: str) -> compare.Comparison:
-    """The mean of per-seed values of ``row``'s metric with its standard error (n - 1 dof), plus :func:`_shown`'s
-    resolution; one point of HR@10 or :data:`course_lib.compare.LOSS_EFFECT` of a loss counts."""
+    """The mean of per-seed values of ``row``'s metric with its standard error, to :func:`_shown`'s resolution."""
     se = statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
     return compare.quantity(question, statistics.mean(xs), se, df=len(xs) - 1 if len(xs) > 1 else None,
                             needed=compare.HR_EFFECT if row["higher_is_better"] else compare.LOSS_EFFECT,
@@ -305,26 +289,18 @@ def _floor(summary: list[dict], model: str) -> compare.Comparison | None:
 
 
 def floor_comparisons(summary: list[dict]) -> list[compare.Comparison]:
-    """Per model, :func:`_floor`: **higher** is past it, and only then are the methods judged (:func:`past_floor`)."""
     return [c for c in (_floor(summary, m) for m in _models(summary)) if c is not None]
 
 
-def past_floor(summary: list[dict]) -> set[str]:
-    """The models whose fp32 run ended past their floor; a model run without a floor counts as past it."""
-    return {m for m in _models(summary) if (c := _floor(summary, m)) is None or c.outcome == compare.HIGHER}
-
-
 def _gate(summary: list[dict], pairs) -> list[compare.Comparison]:
-    """The comparisons of ``pairs`` ``(model, comparison)``, left unresolved (:data:`NOT_PAST_FLOOR`) where the
-    model's fp32 run did not clear its floor."""
-    cleared = past_floor(summary)
+    """``pairs`` ``(model, c)``'s comparisons, unresolved where fp32 did not clear the model's floor (if it has one)."""
+    cleared = {m for m in _models(summary) if (c := _floor(summary, m)) is None or c.outcome == compare.HIGHER}
     return [c if model in cleared else replace(c, low=0.0 if c.relative else -math.inf, high=math.inf,
                                                basis=NOT_PAST_FLOOR) for model, c in pairs]
 
 
 def error_feedback_comparisons(summary: list[dict]) -> list[compare.Comparison]:
-    """Per model run at 2+ seeds, does top-k end worse without EF? Final training loss (no EF / EF) and held-out
-    metric (no EF - EF), both paired by seed (the same initial weights and batches)."""
+    """Per model run at 2+ seeds, top-k's final train loss and held-out metric without EF against with, by seed."""
     pairs = []
     for model in _models(summary):
         a, b = method_row(summary, model, EF_NO), method_row(summary, model, EF_YES)
@@ -339,8 +315,7 @@ def error_feedback_comparisons(summary: list[dict]) -> list[compare.Comparison]:
 
 
 def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_every: int) -> list[compare.Comparison]:
-    """Per model, the share of the run delayed averaging lost less the simulation's extra steps to its target at
-    tau = 1 (a share of tau = 0's); both read on evaluations, whose spacing is the resolution."""
+    """Per model, the share of the run delayed averaging lost less the simulation's at tau = 1."""
     by_tau = {str(row["tau"]): row.get("steps to target") for row in stale_rows}
     t0, t1 = by_tau.get("0"), by_tau.get("1")
     if not (t0 and t1):
@@ -352,9 +327,7 @@ def staleness_comparisons(summary: list[dict], stale_rows: list[dict], sim_eval_
 
 
 def speedup_comparisons(summary: list[dict]) -> list[compare.Comparison]:
-    """Per model and method, measured on the runs' 2 ranks: (fp32's steps to the method's quality x fp32's step) /
-    (the method's steps x its step), from every step time of each arm; steps lost widen it by fp32's evaluation
-    spacing."""
+    """Per model and method on the runs' 2 ranks: fp32's time to the method's quality over the method's."""
     refs, pairs = {r["model"]: r for r in summary if r["method"] == REFERENCE}, []
     for r in summary:
         if r["model"] in refs and r["method"] != REFERENCE:

@@ -10,8 +10,7 @@ from .l08_compression import MODELS, REFERENCE, method_row
 
 
 def predicted_step_s(row: dict, compute_s: float, link: tuple, p: int) -> float:
-    """``compute_s`` plus a method's counted messages per step on ``p`` ranks over ``link`` (alpha, beta[, gamma]);
-    delayed averaging overlaps its all-reduce with the next step (the larger of the two counts)."""
+    """``compute_s`` plus a method's counted messages per step (delayed averaging: overlapped with the step)."""
     from ..comm import cost
     from ..comm.compression import message_time
 
@@ -21,8 +20,7 @@ def predicted_step_s(row: dict, compute_s: float, link: tuple, p: int) -> float:
 
 
 def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
-    """``{link: {model: seconds}}`` for each quoted link: one rank's step at the runs' per-rank batch, counted on the
-    course's step here (one process) and priced by lesson 09's step model on the GPU the link joins."""
+    """``{link: {model: seconds}}``: one rank's step priced by lesson 09's step model on the quoted links' GPU."""
     from ..perf import model as M
     from ..perf.paleo import SpecDevice, spec_curves
     from ..perf.peaks import GPU_OP_OVERHEAD_S, GPU_PEAK_SHARE, REFERENCE_PEAKS
@@ -44,11 +42,8 @@ def gpu_compute_s(spec: dict, link_params: dict) -> dict[str, dict[str, float]]:
 
 def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
                              modelled: dict | None = None) -> list[dict]:
-    """Per model, link, ``p`` and method: fp32's predicted time to the quality the method reached (its steps less
-    those the method lost) over the method's; speedup > 1 pays. A step's compute is the same for every method: on a
-    link of ``modelled`` (:func:`gpu_compute_s`) the GPU's, else the model's fastest measured step (on a quiet
-    machine local SGD H=16's, which sends nothing). A method's own compute (top-k's selection, PowerSGD's products)
-    is left out here; the measured speedups include it."""
+    """Per model, link, ``p`` and method: fp32's predicted time to the method's quality over the method's, on the
+    GPU's compute (``modelled``) or the fastest measured step; a method's own compute is left out."""
     out, modelled = [], modelled or {}
     for model in dict.fromkeys(r["model"] for r in summary):
         ref = method_row(summary, model, REFERENCE)
@@ -62,12 +57,11 @@ def compression_verdict_rows(summary: list[dict], link_params: dict, ps=(2, 64),
                 for r in summary:
                     if r["model"] == model and r["method"] != REFERENCE:
                         t = predicted_step_s(r, compute, link, p)
-                        out.append({"model": model, "link": name, "p": p, "method": r["method"],
-                                    "bytes_ratio": r["bytes_ratio"], "steps_lost": r["steps_lost"],
-                                    "steps": r["steps"], "step_s": t, "reference_step_s": t_ref, "compute_s": compute,
+                        speedup = (r["steps"] - r["steps_lost"]) * t_ref / (r["steps"] * t) if t > 0 else math.inf
+                        out.append({"model": model, "link": name, "p": p, "method": r["method"], "step_s": t,
+                                    "reference_step_s": t_ref, "compute_s": compute, "speedup": speedup,
                                     "compute_from": "model" if name in modelled else "measured",
-                                    "speedup": (r["steps"] - r["steps_lost"]) * t_ref / (r["steps"] * t)
-                                    if t > 0 else math.inf})
+                                    **{k: r[k] for k in ("bytes_ratio", "steps_lost", "steps")}})
     return out
 
 
@@ -81,22 +75,15 @@ def best_methods(rows: list[dict]) -> set[tuple[str, str, str]]:
 
 
 def compression_verdict_table(rows: list[dict], best_only: bool = False) -> Table:
-    """:func:`compression_verdict_rows` per model, link and method, with the step, fp32's step and the speedup per
-    ``p``; ``best_only``: the methods of :func:`best_methods` (every method on every link is ~50 rows)."""
-    ps = list(dict.fromkeys(r["p"] for r in rows))
-    keep = best_methods(rows) if best_only else {(r["model"], r["link"], r["method"]) for r in rows}
-    t = Table(["model", "link", "method", "fp32/this", "steps lost", "compute (ms)", "from"]
-              + [f"{c} p={p}" for p in ps for c in ("step (ms)", "fp32 (ms)", "speedup")])
-    for key in dict.fromkeys((r["model"], r["link"], r["method"]) for r in rows):
-        if key not in keep:
-            continue
-        mine = {r["p"]: r for r in rows if (r["model"], r["link"], r["method"]) == key}
-        r = next(iter(mine.values()))
-        row = {"model": key[0], "link": key[1], "method": key[2], "fp32/this": f"{r['bytes_ratio']:.1f}x",
-               "steps lost": f"{r['steps_lost']}/{r['steps']}", "compute (ms)": r["compute_s"] * 1e3,
-               "from": r["compute_from"]}
-        for p, q in mine.items():
-            row.update({f"step (ms) p={p}": q["step_s"] * 1e3, f"fp32 (ms) p={p}": q["reference_step_s"] * 1e3,
-                        f"speedup p={p}": q["speedup"]})
-        t.add(**row)
-    return t
+    """One row per model, link and method, the times per ``p``; ``best_only``: those of :func:`best_methods`."""
+    keep, out = best_methods(rows) if best_only else None, {}
+    for r in rows:
+        key = (r["model"], r["link"], r["method"])
+        if keep is None or key in keep:
+            row = out.setdefault(key, {"model": key[0], "link": key[1], "method": key[2],
+                                       "fp32/this": f"{r['bytes_ratio']:.1f}x",
+                                       "steps lost": f"{r['steps_lost']}/{r['steps']}",
+                                       "compute (ms)": r["compute_s"] * 1e3, "from": r["compute_from"]})
+            row.update({f"step (ms) p={r['p']}": r["step_s"] * 1e3,
+                        f"fp32 (ms) p={r['p']}": r["reference_step_s"] * 1e3, f"speedup p={r['p']}": r["speedup"]})
+    return Table(list(next(iter(out.values()), {})), list(out.values()))
