@@ -1,5 +1,4 @@
-"""Lesson 02, the linear scaling rule: where each rule reached the target, Shallue's regimes from the steps to
-target, and whether the generalization gap grew with the batch."""
+"""Lesson 02, the linear scaling rule: where each rule reached the target, Shallue's regimes, the generalization gap."""
 
 import math
 

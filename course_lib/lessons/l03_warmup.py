@@ -1,5 +1,4 @@
-"""Lesson 03, warmup against none where lesson 02's linear rule missed (Goyal et al.: warmup rescues it at large
-batch). At one batch and peak lr a step costs the same whatever the warmup: steps to target are what it changes."""
+"""Lesson 03 (Goyal et al.): warmup against none where lesson 02's linear rule missed; it changes steps to target."""
 
 import math
 import statistics
@@ -10,13 +9,10 @@ from ..sweeps import target_resolution
 from ..tables import Table
 from .l02_linear_scaling import STEPS_EFFECT
 
-RULE_HELD = "lesson 02's linear rule missed nowhere saved for this dataset, target and profile"
-
 
 def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profile: str,
                   max_batch: int | None = None) -> list[int]:
-    """Ascending, the batches up to ``max_batch`` (beyond, an epoch is too short to warm up over) where lesson 02's
-    saved linear rule, for this dataset, target and profile, missed the target."""
+    """Ascending, the batches up to ``max_batch`` where lesson 02's linear rule missed (same data, target, profile)."""
     if not saved02 or [saved02.get(k) for k in ("dataset", "target_hr", "profile")] != [dataset, target_hr, profile]:
         return []
     return sorted({r["batch size"] for r in saved02.get("rows") or []
@@ -26,11 +22,12 @@ def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profi
 
 def rule_break_batch(saved02: dict | None, today: tuple[int, str, str], *, dataset: str, target_hr: float,
                      profile: str, max_batch: int | None = None) -> tuple[int, str, str]:
-    """``(batch, rule, why)``: the smallest linear miss, else ``today``'s with :data:`RULE_HELD` in ``why``."""
+    """``(batch, rule, why)``: the smallest batch where lesson 02's linear rule missed, else ``today``'s."""
     misses = linear_misses(saved02, dataset=dataset, target_hr=target_hr, profile=profile, max_batch=max_batch)
     if misses:
         return misses[0], "linear", "the smallest batch where lesson 02's linear rule missed"
-    return today[0], today[1], f"{RULE_HELD}; {today[2]}"
+    return today[0], today[1], ("lesson 02's linear rule missed nowhere saved for this dataset, target and profile; "
+                                f"{today[2]}")
 
 
 def missed_run_s(saved02: dict | None, batch: int, samples_per_epoch: int, **where) -> float | None:

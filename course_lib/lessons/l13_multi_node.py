@@ -1,5 +1,4 @@
-"""Lesson 13 on many nodes: a link's alpha-beta, 1 node x W against W nodes x 1 at accumulation k (micro-batch
-fixed), measured and by lesson 09's step model, and time to target from lesson 02's steps."""
+"""Lesson 13 on many nodes: a link's alpha-beta, 1 node x W against W nodes x 1 at accumulation k, time to target."""
 
 from __future__ import annotations
 
@@ -39,13 +38,12 @@ def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmu
             "runs": ncf_runs(rank, world_size, cfgs, spec)}
 
 
-def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
-            ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4, repeats: int = REPEATS) -> dict:
-    """1 node x W and W nodes x 1, a launch each: the sweeps ``near`` and ``far``, and per layout and k the mean
-    step time, samples/s and each run's step time (``layouts``)."""
+def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, ks=K_VALUES, iters: int = 5,
+            warmup: int = 1, world_size: int = 4, repeats: int = REPEATS) -> dict:
+    """1 node x W and W nodes x 1, a launch each: the sweeps ``near``, ``far`` and per layout and k its step times."""
     # each k once, then the two ends alternately: a slow moment of the machine falls on no one k's repeats alone
     ks = list(ks) + [k for _ in range(repeats - 1) for k in (ks[0], ks[-1])]
-    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
+    cfgs = layout_configs(micro_batch, world_size, steps, ks)
     out = {"layouts": []}
     for key, layout, nnodes, nproc in zip(("near", "far"), layouts(world_size), (1, world_size), (world_size, 1)):
         got = runner.run("course_lib.lessons.l13_multi_node:nodes_worker", [list(sizes), iters, warmup, cfgs, spec],
@@ -60,13 +58,9 @@ def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, 
 
 
 def step_fit(rows: list[dict], near: dict, grad_bytes: int, micro_batch: int, world_size: int = 4) -> dict:
-    """Lesson 09's step model: a line ``step = a + c k`` (weighted 1 / step^2) through one node's runs; its ``c``
-    per sample is the compute, its ``a`` less the loopback all-reduce the overhead."""
-    pts = [(r["k"], s) for r in rows if _near(r) for s in r.get("step_s_runs", [r["step_s"]])]
-    xs, ys = [k for k, _ in pts], [s for _, s in pts]
-    if len(set(xs)) < 2:
-        raise ValueError("the model's compute needs one node's rows at two ks at least")
-    fit = compare.line_fit(xs, ys, weights=[1 / y ** 2 for y in ys])
+    """Lesson 09's step model, a line ``step = a + c k`` through one node's runs: ``c`` the compute, ``a`` overhead."""
+    xs, ys = zip(*[(r["k"], s) for r in rows if _near(r) for s in r.get("step_s_runs", [r["step_s"]])])
+    fit = compare.line_fit(xs, ys, weights=[1 / y ** 2 for y in ys])  # raises under two distinct ks
     t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
     return {"compute_s_per_sample": max(fit.slope, 0.0) / micro_batch, "compute_se": fit.slope_se / micro_batch,
             "overhead_s": max(fit.intercept - t_ar, 0.0), "overhead_se": fit.intercept_se, "df": fit.df}
@@ -119,10 +113,9 @@ def link_table(near: dict, far: dict, nodes: int) -> Table:
         for where, fit in zip((f"{w} ({how})" for w, how in zip(layouts(nodes), ("loopback", "links"))), (near, far))])
 
 
-def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict | None = None,
-                   ks=K_VALUES) -> list[dict]:
+def layout_configs(micro_batch: int, world_size: int, steps: int, ks=K_VALUES) -> list[dict]:
     """One TrainConfig dict per k: the micro-batch fixed, the global batch ``world_size * micro_batch * k``."""
-    return [{**(base_cfg or {}), "global_batch_size": world_size * micro_batch * k, "micro_batch_size": micro_batch,
+    return [{"global_batch_size": world_size * micro_batch * k, "micro_batch_size": micro_batch,
              "max_steps": steps, "stop_at_target": False, "target_hr": None} for k in ks]
 
 
@@ -154,8 +147,7 @@ def layout_table(rows: list[dict], predicted: list[dict]) -> Table:
 
 def layout_ratios(rows: list[dict], key: str = "samples_per_s") -> dict[int, float]:
     """k -> ``key`` (throughput) of W nodes x 1 over 1 node x W, at the ks where both have one."""
-    near = {r["k"]: r[key] for r in rows if _near(r) and r[key]}
-    far = {r["k"]: r[key] for r in rows if not _near(r) and r[key]}
+    near, far = ({r["k"]: r[key] for r in rows if _near(r) == side and r[key]} for side in (True, False))
     return {k: far[k] / near[k] for k in sorted(near) if k in far}
 
 
@@ -175,10 +167,8 @@ def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[floa
 
 def lesson02_steps(saved: dict | None, profile: str | None = None) -> tuple[list[tuple[int, int]] | None, str]:
     """Lesson 02's fewest steps to target per batch (None: missing, other data, under two batches) and their source."""
-    best: dict[int, int] = {}
-    for r in (saved or {}).get("rows") or []:
-        if r.get("steps to target"):
-            best[int(r["batch size"])] = min(best.get(int(r["batch size"]), math.inf), r["steps to target"])
+    reached = [r for r in (saved or {}).get("rows") or [] if r.get("steps to target")]
+    best = {int(r["batch size"]): r["steps to target"] for r in sorted(reached, key=lambda r: -r["steps to target"])}
     why = ("lesson 02 has not run here" if not saved or not saved.get("rows") else
            f"lesson 02 ran the {saved.get('profile')!r} profile" if profile and saved.get("profile") != profile else
            f"{len(best)} of lesson 02's batches reached the target" if len(best) < 2 else None)
@@ -206,9 +196,8 @@ def ttt_rows(rows: list[dict], points: list[tuple[int, int]] | None) -> list[dic
     out = []
     for r in rows:
         steps, how = steps_at(points, r["global_batch"])
-        out.append({"layout": r["layout"], "k": r["k"], "global_batch": r["global_batch"], "step_s": r["step_s"],
-                    "steps": steps, "steps_how": how, "source": r["source"],
-                    "time_to_target_s": steps * r["step_s"] if steps is not None else None})
+        out.append({**{k: r[k] for k in ("layout", "k", "global_batch", "step_s")}, "steps": steps, "steps_how": how,
+                    "source": r["source"], "time_to_target_s": steps * r["step_s"] if steps is not None else None})
     return out
 
 
@@ -308,8 +297,7 @@ def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_
             ax.errorbar([k], [c.estimate], yerr=[[c.estimate - c.low], [c.high - c.estimate]], color="tab:blue",
                         capsize=4)
         ax.set_xticks(sorted(ratios), [str(k) for k in sorted(ratios)])
-    crossed = extrapolated_k(curve, hidden_at)
-    if crossed:
+    if crossed := extrapolated_k(curve, hidden_at):
         ax.axvline(crossed[0], color="tab:orange", lw=0.8, ls=":", label=f"model's crossover, k = {crossed[0]:.0f}")
     ax.axhline(hidden_at, color="grey", lw=0.8, ls=":", label=f"{hidden_at:.0%} of one node")
     ax.set(xlabel="accumulation k (micro-batch fixed)", ylabel="throughput, W nodes x 1 / 1 node x W", ylim=(0, 1.2))
@@ -324,9 +312,9 @@ def grad_bytes(spec: dict) -> int:
     return 4 * sum(p.numel() for p in model.parameters())
 
 
-def one_process_compute(micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None) -> float:
+def one_process_compute(micro_batch: int, steps: int, spec: dict) -> float:
     """Seconds of compute per sample in this process (the model path's input: no cluster to measure on)."""
-    record = ncf_worker(0, 1, layout_configs(micro_batch, 1, steps, base_cfg, ks=(1,))[0], spec)
+    record = ncf_worker(0, 1, layout_configs(micro_batch, 1, steps, ks=(1,))[0], spec)
     return record["train_time_s"] / max(1, record["steps"]) / micro_batch
 
 
