@@ -1,5 +1,4 @@
-"""Lesson 02, the linear scaling rule: where each rule reached the target, Shallue's regimes from the steps to
-target, and whether the generalization gap grew with the batch."""
+"""Lesson 02, the linear scaling rule: where each rule reached the target, Shallue's regimes, the generalization gap."""
 
 import math
 
@@ -20,10 +19,8 @@ def _by(items, key) -> dict:
 
 
 def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[dict]:
-    """Shallue et al.'s (2018) regimes: per batch the run with the fewest steps to target (the better rule: their
-    regimes assume an lr tuned per batch), and the log-log slope from the last batch that reached it, perfect scaling
-    up to ``perfect``, maximal data parallelism from ``flat``. ``resolved``: the slope is further from the nearest
-    threshold than an evaluation interval at either end could move it; ``near regime``: the one across it."""
+    """Shallue et al.'s (2018) regimes from the log-log slope of each batch's fewest steps to target (their regimes
+    assume an lr tuned per batch); ``resolved``: the evaluation intervals cannot move it across a threshold."""
     out, prev = [], None
     for b, runs in sorted(_by(rows, lambda r: r["batch size"]).items()):
         reached = [r for r in runs if r.get("steps to target") is not None]
@@ -48,22 +45,16 @@ def scaling_regimes(rows, *, perfect: float = -0.8, flat: float = -0.2) -> list[
 
 
 def regime_table(regimes: list[dict]) -> Table:
-    """Each step up in batch: its slope, its ± (the evaluations), its regime, and where unresolved its tendency."""
-    t = Table(["from batch", "batch size", "rule", "steps to target", "slope", "±", "regime", "resolved"])
-    for r in regimes:
-        if r["from batch"] is None and r["steps to target"] is not None:
-            continue  # the smallest batch: no step up to it
-        row = {k: r.get(k) for k in ("from batch", "batch size", "rule", "steps to target", "slope", "regime")}
-        row["±"] = r.get("slope uncertainty")
-        if r["resolved"] is not None:
-            row["resolved"] = "yes" if r["resolved"] else f"tendency: near {r['near regime']}"
-        t.add(**row)
-    return t
+    """Each step up in batch: its slope ± the evaluations, its regime, and where unresolved its tendency."""
+    cols = ["from batch", "batch size", "rule", "steps to target", "slope", "±", "regime", "resolved"]
+    return Table(cols, [
+        {**{k: r.get(k) for k in cols}, "±": r.get("slope uncertainty"), "resolved": None if r["resolved"] is None
+         else "yes" if r["resolved"] else f"tendency: near {r['near regime']}"}
+        for r in regimes if r["from batch"] is not None or r["steps to target"] is None])
 
 
 def rule_table(rows) -> Table:
-    """Per rule (:func:`course_lib.sweeps.sweep_rows`): the batches where it reached the target, missed it and
-    diverged, and the largest it reached it at."""
+    """Per rule: the batches where it reached the target, missed it and diverged, and the largest reached."""
     t = Table(["rule", "reached at", "missed at", "diverged at", "largest reached"])
     for rule, rs in _by(rows, lambda r: r["rule"]).items():
         hit = sorted(r["batch size"] for r in rs if r["time to target (s)"] is not None)
@@ -86,9 +77,8 @@ def gap_table(results, labels, *, baseline=None) -> Table:
 
 
 def gap_comparisons(results, labels, *, users: int) -> list[compare.Comparison]:
-    """Per rule, the gap at the largest batch that reached the target minus at the smallest, within their sampling
-    errors (each HR@10 a fraction of ``users``). A run that missed the target learned less, so had less to overfit:
-    left out."""
+    """Per rule, the gap at the largest batch that reached the target minus at the smallest (a run that missed
+    learned less, so had less to overfit: left out), within binomial errors over ``users``."""
     reached = [(label, r) for r, label in zip(results, labels) if r.generalization_gap is not None and r.reached]
     out = []
     for rule, pairs in _by(reached, lambda p: p[0]).items():

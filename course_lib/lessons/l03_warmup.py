@@ -1,5 +1,4 @@
-"""Lesson 03, warmup against none where lesson 02's linear rule missed (Goyal et al.: warmup rescues it at large
-batch). At one batch and peak lr a step costs the same whatever the warmup: steps to target are what it changes."""
+"""Lesson 03 (Goyal et al.): warmup against none where lesson 02's linear rule missed; it changes steps to target."""
 
 import math
 import statistics
@@ -10,13 +9,10 @@ from ..sweeps import target_resolution
 from ..tables import Table
 from .l02_linear_scaling import STEPS_EFFECT
 
-RULE_HELD = "lesson 02's linear rule missed nowhere saved for this dataset, target and profile"
-
 
 def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profile: str,
                   max_batch: int | None = None) -> list[int]:
-    """The batches up to ``max_batch`` (beyond, an epoch has too few steps to warm up over) at which lesson 02's
-    linear rule missed the target, ascending; [] where lesson 02 saved nothing for this dataset, target and profile."""
+    """Ascending, the batches up to ``max_batch`` where lesson 02's linear rule missed (same data, target, profile)."""
     if not saved02 or [saved02.get(k) for k in ("dataset", "target_hr", "profile")] != [dataset, target_hr, profile]:
         return []
     return sorted({r["batch size"] for r in saved02.get("rows") or []
@@ -26,17 +22,16 @@ def linear_misses(saved02: dict | None, *, dataset: str, target_hr: float, profi
 
 def rule_break_batch(saved02: dict | None, today: tuple[int, str, str], *, dataset: str, target_hr: float,
                      profile: str, max_batch: int | None = None) -> tuple[int, str, str]:
-    """``(batch, rule, why)``: the smallest of :func:`linear_misses` with the linear rule, else ``today``'s choice
-    with :data:`RULE_HELD` first in ``why``."""
+    """``(batch, rule, why)``: the smallest batch where lesson 02's linear rule missed, else ``today``'s."""
     misses = linear_misses(saved02, dataset=dataset, target_hr=target_hr, profile=profile, max_batch=max_batch)
     if misses:
         return misses[0], "linear", "the smallest batch where lesson 02's linear rule missed"
-    return today[0], today[1], f"{RULE_HELD}; {today[2]}"
+    return today[0], today[1], ("lesson 02's linear rule missed nowhere saved for this dataset, target and profile; "
+                                f"{today[2]}")
 
 
 def missed_run_s(saved02: dict | None, batch: int, samples_per_epoch: int, **where) -> float | None:
-    """The training seconds of lesson 02's linear-rule run at ``batch`` where it missed the target (``where``: as
-    :func:`linear_misses`): what a run without warmup costs here, the whole budget; None where none was saved."""
+    """Seconds of lesson 02's linear run that missed at ``batch`` (a run without warmup here); None if unsaved."""
     if batch not in linear_misses(saved02, **where):
         return None
     r = next(r for r in saved02["rows"] if r.get("rule") == "linear" and r["batch size"] == batch)
@@ -45,13 +40,11 @@ def missed_run_s(saved02: dict | None, batch: int, samples_per_epoch: int, **whe
 
 def sized_lengths(lengths: list[tuple[str, float]], *, run_s: float | None, budget_s: float, repeats: int,
                   other_s: float = 0.0) -> tuple[list[tuple[str, float]], str]:
-    """``(lengths kept, line)``: the warmups ``(kind, epochs)`` whose worst case fits ``budget_s`` besides ``other_s``,
-    every run taking ``run_s`` (no warmup, each warmup, ``repeats`` at more seeds). The linear ones are cut from the
-    ends of their range inwards (one middle length stays), then the other shapes; ``run_s`` None: all kept."""
+    """``(lengths kept, line)``: the warmups ``(kind, epochs)`` whose runs of ``run_s`` (none, each, ``repeats``)
+    fit ``budget_s`` besides ``other_s``; cut first the linear ones from their ends inwards, then other shapes."""
     if run_s is None:
         return list(lengths), ""
     linear = sorted((x for x in lengths if x[0] == "linear"), key=lambda x: x[1])
-    # the longest, the shortest, the next longest, ...: all but one middle length, then the other shapes
     order = [linear[-1 - i // 2] if i % 2 == 0 else linear[i // 2] for i in range(len(linear) - 1)]
     order += [x for x in lengths if x[0] != "linear"]
     kept = list(lengths)
@@ -72,8 +65,7 @@ def _hr_arm(runs, users: int) -> tuple[float, float]:
 
 
 def rescue_comparison(decide, chosen: str, *, users: int, baseline_label: str = "no warmup") -> compare.Comparison:
-    """The best HR@10 the chosen warmup reached within the budget minus no warmup's, over the deciding runs' seeds
-    (``decide``: :class:`course_lib.sweeps.Confirmed`); a rescued run's best is the target, a diverged run's 0."""
+    """Best HR@10 in the budget, ``chosen`` - no warmup, over :class:`~course_lib.sweeps.Confirmed`'s seeds."""
     a, b = decide.runs_of(baseline_label), decide.runs_of(chosen)
     (ma, sa), (mb, sb) = _hr_arm(a, users), _hr_arm(b, users)
     return compare.difference(f"best HR@10, {chosen} - {baseline_label}", ma, sa, mb, sb, needed=compare.HR_EFFECT,
@@ -87,19 +79,15 @@ def _per_step(r) -> float | None:
 
 def steps_table(results, labels) -> Table:
     """Each run's steps to target, ± the evaluations' spacing there, its time and seconds per step."""
-    t = Table(["run", "warmup steps", "steps to target", "± steps", "time to target (s)", "s/step"])
-    for r, label in zip(results, labels):
-        reached = r.steps_to_target is not None
-        t.add(**{"run": label, "warmup steps": r.config.get("warmup_steps") or 0,
-                 "steps to target": r.steps_to_target if reached else ("diverged" if r.diverged else "not reached"),
-                 "± steps": target_resolution(r) if reached else None,
-                 "time to target (s)": r.time_to_target_s, "s/step": _per_step(r)})
-    return t
+    return Table(["run", "warmup steps", "steps to target", "± steps", "time to target (s)", "s/step"], [
+        {"run": label, "warmup steps": r.config.get("warmup_steps") or 0, "time to target (s)": r.time_to_target_s,
+         "steps to target": r.steps_to_target or ("diverged" if r.diverged else "not reached"),
+         "± steps": target_resolution(r) if r.steps_to_target else None, "s/step": _per_step(r)}
+        for r, label in zip(results, labels)])
 
 
 def steps_comparisons(results, labels, *, baseline_label: str = "no warmup") -> list[compare.Comparison]:
-    """Each warmup run's steps to target over no warmup's (one seed each), within the larger of the two runs'
-    evaluation spacings; none for a run that missed the target."""
+    """Each warmup's steps to target / no warmup's (one seed each, those that reached it), within the evaluations."""
     base = results[labels.index(baseline_label)]
     out = []
     for r, label in zip(results, labels):
@@ -113,8 +101,7 @@ def steps_comparisons(results, labels, *, baseline_label: str = "no warmup") -> 
 
 
 def deciding_table(decide, rung: str) -> Table:
-    """:meth:`course_lib.sweeps.Confirmed.table` (``rung`` marked) with each run's loss at its first evaluation (a
-    run that blew up early shows it there) and seconds per step."""
+    """:meth:`Confirmed.table` with each run's loss at its first evaluation (an early blow-up shows there), s/step."""
     t = decide.table(chosen=rung)
     t.columns = t.columns + ["first loss", "s/step"]
     runs = [r for label in decide.labels for r in decide.runs_of(label)]  # the order Confirmed.table adds them

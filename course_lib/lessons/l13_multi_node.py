@@ -1,10 +1,8 @@
-"""Lesson 13 on many nodes: a link's alpha-beta (lesson 08's fit), 1 node x W against W nodes x 1 at accumulation k
-(micro-batch fixed), measured and by lesson 09's step model, and time to target from lesson 02's steps."""
+"""Lesson 13 on many nodes: a link's alpha-beta, 1 node x W against W nodes x 1 at accumulation k, time to target."""
 
 from __future__ import annotations
 
 import math
-import tempfile
 from dataclasses import replace
 
 from .. import cluster as vc
@@ -40,29 +38,29 @@ def nodes_worker(rank: int, world_size: int, sizes: list[int], iters: int, warmu
             "runs": ncf_runs(rank, world_size, cfgs, spec)}
 
 
-def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None,
-            ks=K_VALUES, iters: int = 5, warmup: int = 1, world_size: int = 4, repeats: int = REPEATS) -> dict:
-    """1 node x W and W nodes x 1, a launch each: the sweeps ``near`` and ``far``, and :func:`layout_rows`."""
+def measure(runner, sizes: list[int], micro_batch: int, steps: int, spec: dict, ks=K_VALUES, iters: int = 5,
+            warmup: int = 1, world_size: int = 4, repeats: int = REPEATS) -> dict:
+    """1 node x W and W nodes x 1, a launch each: the sweeps ``near``, ``far`` and per layout and k its step times."""
     # each k once, then the two ends alternately: a slow moment of the machine falls on no one k's repeats alone
     ks = list(ks) + [k for _ in range(repeats - 1) for k in (ks[0], ks[-1])]
-    cfgs = layout_configs(micro_batch, world_size, steps, base_cfg, ks)
+    cfgs = layout_configs(micro_batch, world_size, steps, ks)
     out = {"layouts": []}
     for key, layout, nnodes, nproc in zip(("near", "far"), layouts(world_size), (1, world_size), (world_size, 1)):
         got = runner.run("course_lib.lessons.l13_multi_node:nodes_worker", [list(sizes), iters, warmup, cfgs, spec],
                          nnodes=nnodes, nproc=nproc)
         out[key] = got["sweep"]
-        out["layouts"] += layout_rows(layout, got["runs"], ks, source=runner.path)
+        for k in dict.fromkeys(ks):
+            steps = [r["train_time_s"] / max(1, r["steps"]) for k_r, r in zip(ks, got["runs"]) if k_r == k]
+            batch, step = world_size * micro_batch * k, sum(steps) / len(steps)
+            out["layouts"].append({"layout": layout, "k": k, "global_batch": batch, "samples_per_s": batch / step,
+                                   "step_s": step, "step_s_runs": steps, "source": runner.path})
     return out
 
 
 def step_fit(rows: list[dict], near: dict, grad_bytes: int, micro_batch: int, world_size: int = 4) -> dict:
-    """Lesson 09's step model from 1 node x W's runs: a line ``step = a + c k`` weighted 1 / step^2 (relative
-    noise); ``c / micro_batch`` the compute per sample, ``a`` less the loopback all-reduce the overhead."""
-    pts = [(r["k"], s) for r in rows if _near(r) for s in r.get("step_s_runs", [r["step_s"]])]
-    xs, ys = [k for k, _ in pts], [s for _, s in pts]
-    if len(set(xs)) < 2:
-        raise ValueError("the model's compute needs one node's rows at two ks at least")
-    fit = compare.line_fit(xs, ys, weights=[1 / y ** 2 for y in ys])
+    """Lesson 09's step model, a line ``step = a + c k`` through one node's runs: ``c`` the compute, ``a`` overhead."""
+    xs, ys = zip(*[(r["k"], s) for r in rows if _near(r) for s in r.get("step_s_runs", [r["step_s"]])])
+    fit = compare.line_fit(xs, ys, weights=[1 / y ** 2 for y in ys])  # raises under two distinct ks
     t_ar = cost.ring_allreduce_time(grad_bytes, world_size, near["alpha_s"], near["beta_s_per_byte"])
     return {"compute_s_per_sample": max(fit.slope, 0.0) / micro_batch, "compute_se": fit.slope_se / micro_batch,
             "overhead_s": max(fit.intercept - t_ar, 0.0), "overhead_se": fit.intercept_se, "df": fit.df}
@@ -76,8 +74,7 @@ def step_fit_table(fit: dict):
 
 
 def link_rate(rows: list[dict], ranks: int = 2) -> dict:
-    """Lesson 08's fit read as one link (undoing the ``2 (p-1)/p`` bytes an all-reduce sends out of each node),
-    with jackknife errors (a size left out in turn; None under 3 sizes)."""
+    """Lesson 08's fit as one link (undoing the all-reduce's ``2 (p-1)/p``), jackknife errors from 3 sizes."""
     def fit(rows):
         alpha, beta = cost.fit_alpha_beta([r["size_bytes"] for r in rows], [r["time_s"] for r in rows])
         return (alpha, beta, *cost.link_alpha_beta_from_ring_fit(alpha, beta, ranks))
@@ -95,10 +92,7 @@ def link_rate(rows: list[dict], ranks: int = 2) -> dict:
 
 
 def link_comparisons(near: dict, far: dict, set_rate_bits_per_s: float | None, path: str) -> list[compare.Comparison]:
-    """The fitted rate over the virtual cluster's set one; where measured, the links' per-message cost minus
-    loopback's (no latency is emulated: a difference says the intercepts are not one cost of gloo's)."""
-    if path == "model":
-        return []
+    """Fitted rate / set rate; links' per-message cost - loopback's (no latency is emulated: equal if one cost)."""
     out, rate, rel = [], far.get("rate_bits_per_s"), far.get("rate_rel_err")
     if path == "virtual" and set_rate_bits_per_s and rate and rel:
         out.append(compare.quantity_ratio("link rate, fitted / set", rate / set_rate_bits_per_s, rel,
@@ -119,23 +113,10 @@ def link_table(near: dict, far: dict, nodes: int) -> Table:
         for where, fit in zip((f"{w} ({how})" for w, how in zip(layouts(nodes), ("loopback", "links"))), (near, far))])
 
 
-def layout_configs(micro_batch: int, world_size: int, steps: int, base_cfg: dict | None = None,
-                   ks=K_VALUES) -> list[dict]:
+def layout_configs(micro_batch: int, world_size: int, steps: int, ks=K_VALUES) -> list[dict]:
     """One TrainConfig dict per k: the micro-batch fixed, the global batch ``world_size * micro_batch * k``."""
-    return [{**(base_cfg or {}), "global_batch_size": world_size * micro_batch * k, "micro_batch_size": micro_batch,
+    return [{"global_batch_size": world_size * micro_batch * k, "micro_batch_size": micro_batch,
              "max_steps": steps, "stop_at_target": False, "target_hr": None} for k in ks]
-
-
-def layout_rows(layout: str, records: list[dict], ks=K_VALUES, source: str = "virtual") -> list[dict]:
-    """One row per k (``ks``: each record's k, repeats included): mean step time, samples/s, each run's step time."""
-    out = []
-    for k in dict.fromkeys(ks):
-        rs = [r for k_r, r in zip(ks, records) if k_r == k]
-        steps = [r["train_time_s"] / max(1, r["steps"]) for r in rs]
-        batch, step = rs[0]["config"]["global_batch_size"], sum(steps) / len(steps)
-        out.append({"layout": layout, "k": k, "global_batch": batch, "samples_per_s": batch / step, "step_s": step,
-                    "step_s_runs": steps, "source": source})
-    return out
 
 
 def predicted_layouts(compute_s_per_sample: float, grad_bytes: int, micro_batch: int, near: tuple, far: tuple,
@@ -166,21 +147,16 @@ def layout_table(rows: list[dict], predicted: list[dict]) -> Table:
 
 def layout_ratios(rows: list[dict], key: str = "samples_per_s") -> dict[int, float]:
     """k -> ``key`` (throughput) of W nodes x 1 over 1 node x W, at the ks where both have one."""
-    near = {r["k"]: r[key] for r in rows if _near(r) and r[key]}
-    far = {r["k"]: r[key] for r in rows if not _near(r) and r[key]}
+    near, far = ({r["k"]: r[key] for r in rows if _near(r) == side and r[key]} for side in (True, False))
     return {k: far[k] / near[k] for k in sorted(near) if k in far}
 
 
 def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[float, int, int] | None:
-    """Lines ``step_s = a + c k`` through each layout's rows: ``(k, next power of two, its batch)`` where the W nodes
-    reach ``hidden_at`` of one node's throughput; None where they never do."""
-    fits = {}
-    for side in (True, False):
-        rs = [r for r in rows if _near(r) == side and r.get("step_s")]
-        fits[side] = compare.line_fit([r["k"] for r in rs], [r["step_s"] for r in rs]) if len(rs) >= 2 else None
-    if None in fits.values():
+    """``(k, next power of two, its batch)`` where lines through each layout's step times cross ``hidden_at``."""
+    sides = [[(r["k"], r["step_s"]) for r in rows if _near(r) == side and r.get("step_s")] for side in (True, False)]
+    if min(len(pts) for pts in sides) < 2:
         return None
-    (a_n, c_n), (a_f, c_f) = ((f.intercept, f.slope) for f in (fits[True], fits[False]))
+    (a_n, c_n), (a_f, c_f) = ((f.intercept, f.slope) for f in (compare.line_fit(*zip(*pts)) for pts in sides))
     gain = c_n - hidden_at * c_f
     if gain <= 0 or c_n <= 0:
         return None
@@ -189,17 +165,10 @@ def extrapolated_k(rows: list[dict], hidden_at: float = HIDDEN_AT) -> tuple[floa
     return k, k2, int(round(k2 * next(r["global_batch"] / r["k"] for r in rows if r.get("step_s"))))
 
 
-def private_workdir() -> str:
-    """A private folder (0700) for the run files."""
-    return tempfile.mkdtemp(prefix="l13-")
-
-
 def lesson02_steps(saved: dict | None, profile: str | None = None) -> tuple[list[tuple[int, int]] | None, str]:
     """Lesson 02's fewest steps to target per batch (None: missing, other data, under two batches) and their source."""
-    best: dict[int, int] = {}
-    for r in (saved or {}).get("rows") or []:
-        if r.get("steps to target"):
-            best[int(r["batch size"])] = min(best.get(int(r["batch size"]), math.inf), r["steps to target"])
+    reached = [r for r in (saved or {}).get("rows") or [] if r.get("steps to target")]
+    best = {int(r["batch size"]): r["steps to target"] for r in sorted(reached, key=lambda r: -r["steps to target"])}
     why = ("lesson 02 has not run here" if not saved or not saved.get("rows") else
            f"lesson 02 ran the {saved.get('profile')!r} profile" if profile and saved.get("profile") != profile else
            f"{len(best)} of lesson 02's batches reached the target" if len(best) < 2 else None)
@@ -209,8 +178,7 @@ def lesson02_steps(saved: dict | None, profile: str | None = None) -> tuple[list
 
 
 def steps_at(points: list[tuple[int, int]] | None, batch: int) -> tuple[float | None, str]:
-    """Steps to target at ``batch``: measured, log-log interpolated, None outside lesson 02's batches (its curve
-    bends where it leaves perfect scaling), or assumed without them; and which."""
+    """Steps to target at ``batch`` and how: measured, log-log interpolated, assumed, or None outside (it bends)."""
     if points is None:
         return ASSUMED_STEPS[1] * ASSUMED_STEPS[0] / batch, "assumed"
     at = dict(points)
@@ -228,9 +196,8 @@ def ttt_rows(rows: list[dict], points: list[tuple[int, int]] | None) -> list[dic
     out = []
     for r in rows:
         steps, how = steps_at(points, r["global_batch"])
-        out.append({"layout": r["layout"], "k": r["k"], "global_batch": r["global_batch"], "step_s": r["step_s"],
-                    "steps": steps, "steps_how": how, "source": r["source"],
-                    "time_to_target_s": steps * r["step_s"] if steps is not None else None})
+        out.append({**{k: r[k] for k in ("layout", "k", "global_batch", "step_s")}, "steps": steps, "steps_how": how,
+                    "source": r["source"], "time_to_target_s": steps * r["step_s"] if steps is not None else None})
     return out
 
 
@@ -288,7 +255,7 @@ def beyond_table(rows: list[dict], predicted: list[dict], hidden_at: float = HID
     """Where :func:`extrapolated_k` puts the crossover, measured and by the model."""
     out = []
     for source, group in (("measured", rows), ("model", predicted)):
-        k, k2, batch = (extrapolated_k(group, hidden_at) if group else None) or ("never", "-", "-")
+        k, k2, batch = extrapolated_k(group, hidden_at) or ("never", "-", "-")
         out.append({"source": source, "k": k if isinstance(k, str) else round(k, 1), "power of two": k2,
                     "batch": batch if isinstance(batch, str) else f"{batch:,}"})
     return Table(["source", "k", "power of two", "batch"], out)
@@ -313,8 +280,7 @@ def plot_sweeps(near_rows: list[dict], far_rows: list[dict], near_fit: dict, far
 
 def k_grid(ks=K_VALUES, beyond: int = 4) -> list[float]:
     """A fine geometric grid of k from the smallest k run to ``beyond`` times the largest: the model's curve."""
-    top = math.log2(ks[-1] * beyond / ks[0])
-    return [ks[0] * 2 ** (i / 4) for i in range(int(round(4 * top)) + 1)]
+    return [ks[0] * 2 ** (i / 4) for i in range(round(4 * math.log2(ks[-1] * beyond / ks[0])) + 1)]
 
 
 def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_AT, ax=None):
@@ -331,8 +297,7 @@ def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_
             ax.errorbar([k], [c.estimate], yerr=[[c.estimate - c.low], [c.high - c.estimate]], color="tab:blue",
                         capsize=4)
         ax.set_xticks(sorted(ratios), [str(k) for k in sorted(ratios)])
-    crossed = extrapolated_k(curve, hidden_at)
-    if crossed:
+    if crossed := extrapolated_k(curve, hidden_at):
         ax.axvline(crossed[0], color="tab:orange", lw=0.8, ls=":", label=f"model's crossover, k = {crossed[0]:.0f}")
     ax.axhline(hidden_at, color="grey", lw=0.8, ls=":", label=f"{hidden_at:.0%} of one node")
     ax.set(xlabel="accumulation k (micro-batch fixed)", ylabel="throughput, W nodes x 1 / 1 node x W", ylim=(0, 1.2))
@@ -340,18 +305,16 @@ def plot_layouts(rows: list[dict], curve: list[dict], hidden_at: float = HIDDEN_
     return ax
 
 
-def grad_bytes(spec: dict, cfg: dict | None = None) -> int:
+def grad_bytes(spec: dict) -> int:
     """Bytes of NeuMF's fp32 gradients for ``spec``'s data (what each step's all-reduce sums)."""
-    data = load_data(RunSpec(**spec))
-    c = TrainConfig(**{"global_batch_size": 256, **(cfg or {})})
+    data, c = load_data(RunSpec(**spec)), TrainConfig(global_batch_size=256)
     model = NeuMF(data.num_users, data.num_items, factors=c.factors, layers=c.layers)
     return 4 * sum(p.numel() for p in model.parameters())
 
 
-def one_process_compute(micro_batch: int, steps: int, spec: dict, base_cfg: dict | None = None) -> float:
+def one_process_compute(micro_batch: int, steps: int, spec: dict) -> float:
     """Seconds of compute per sample in this process (the model path's input: no cluster to measure on)."""
-    (cfg,) = layout_configs(micro_batch, 1, steps, base_cfg, ks=(1,))
-    record = ncf_worker(0, 1, cfg, spec)
+    record = ncf_worker(0, 1, layout_configs(micro_batch, 1, steps, ks=(1,))[0], spec)
     return record["train_time_s"] / max(1, record["steps"]) / micro_batch
 
 
