@@ -263,7 +263,6 @@ def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[
 
 
 def comparison_table(rows: list[dict]) -> Table:
-    """Per step: predicted and measured, the error, and the prediction's largest part."""
     cols = ["model", "batch", "ranks", "predicted (ms)", "measured (ms)", "error", "largest part"]
     return Table(cols, [{**r, "error": f"{r['error']:+.0%}", "largest part": max(
         r["prediction"].parts(), key=r["prediction"].parts().get)} for r in rows])

@@ -129,7 +129,7 @@ def decision_rows(names, *, world_size: int, device_bytes: float, micro_batch: i
             smaller = (micro, found) if found else None
         rows.append({"model": name, "parameters": schemes._n_params(bert_counts(name, seq_len)[0]),
                      "micro_batch": micro_batch, "predictions": preds, "choice": best, "smaller": smaller,
-                     "why": decision_reason(preds, best, device_bytes, world_size)})
+                     "why": decision_reason(preds, best, device_bytes, world_size), "accumulated": accumulated})
     return rows
 
 
@@ -151,7 +151,6 @@ def decision_reason(preds: list, best, device_bytes: float, world_size: int) -> 
 
 
 def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Table:
-    """Per model: DDP and DDP accumulating against the choice, why, and where nothing fits, what does at less."""
     micro = rows[0]["micro_batch"] if rows else 0
     t = Table(["model", "params", "DDP memory", "DDP accumulating", "choice", "memory", "step", "DDP / choice",
                "why", "fits at"], title=f"{world_size} x {device_bytes / GiB:.1f} GiB, micro-batch {micro}")
@@ -162,8 +161,7 @@ def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Ta
               why=r["why"], choice=_scheme_label(c) if c else "nothing",
               memory=_gib(c.memory_bytes) if c else "-", step=_duration(c.step_s) if c else "-",
               **{"DDP memory": _gib(ddp.memory_bytes),
-                 "DDP accumulating": _priced(next((p for p in r["predictions"]
-                                                   if p.scheme == schemes.ACCUMULATION), None)),
+                 "DDP accumulating": _priced(r["accumulated"]),
                  "DDP / choice": f"{ddp.step_s / c.step_s:.2f}x" if c else "-",
                  "fits at": f"{r['smaller'][0]}: {_priced(r['smaller'][1])}" if r["smaller"] else "-"})
     return t

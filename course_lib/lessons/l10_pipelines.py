@@ -18,7 +18,6 @@ ASYNC_TOLERANCE = 1e-6  # the pipeline against its one-process replay (the same 
 
 
 def bubble_table(rows: list[dict]) -> Table:
-    """Per schedule and m: the bubble, formula and measured, their difference split by cause, the gradients' check."""
     def pts(r, a, b):
         return f"{100 * (r[a] - r[b]):+.1f}"
 
