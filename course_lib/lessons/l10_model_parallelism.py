@@ -59,7 +59,6 @@ def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
 
 
 def equal_mark(diff: float | None) -> str:
-    """A cell for a largest difference from one process: "yes" within :data:`TOLERANCE`, "NO", or "n/a"."""
     return "n/a" if diff is None else ("yes" if diff <= TOLERANCE else "NO")
 
 

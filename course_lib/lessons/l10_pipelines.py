@@ -84,7 +84,6 @@ def plot_timelines(per_rank: list[dict], m: int, run: int = 0):
 
 
 def bert_pipeline_equal(outs: list[dict]) -> bool:
-    """Every stage's gradients in the pipeline over BERT equal one process's."""
     return all(r["grad_diff"] <= TOLERANCE for o in outs for r in o["bert_pipeline"]["rows"])
 
 
@@ -149,7 +148,6 @@ def stash_comparisons(gaps: dict[int, float], tol: float = ASYNC_TOLERANCE) -> l
 
 
 def async_equal(rows: list[dict], tol: float = ASYNC_TOLERANCE) -> bool:
-    """Every run (both modes, every depth) equals its one-process replay within ``tol``."""
     return bool(rows) and all(r["replay_diff"] <= tol for r in rows)
 
 
