@@ -178,7 +178,7 @@ def _lesson10_checks(outs, device_of_rank):
     assert [o["tensor"]["device"] for o in outs] == [device_of_rank(r) for r in range(len(outs))]
     assert {o["sharded"]["device"] for o in outs} == {o["pipeline"]["device"] for o in outs} == \
         {device_of_rank(r) for r in range(len(outs))}
-    assert study.tensor_all_equal(outs)
+    assert study.tensor_max_diff(outs) <= study.TOLERANCE
     rows = pipeline.measured_bubbles([o["pipeline"] for o in outs])
     assert all(r["grad_diff"] <= study.TOLERANCE for r in rows)
     assert all(r["native_grad_diff"] <= study.TOLERANCE for r in rows if r["native_grad_diff"] is not None)

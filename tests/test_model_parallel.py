@@ -176,7 +176,7 @@ def test_one_rank_runs_every_worker_with_nothing_to_send():
     """The degenerate launch (one stage, no neighbour, a 1 x 1 mesh): what tests/test_gpu.py runs on one GPU."""
     outs = cdist.launch(study.lesson_worker, 1, study.lesson_spec("smoke", mesh_dp=1), backend="gloo",
                         threads_per_worker=1, quiet=True, timeout_s=scaled(300))
-    assert study.tensor_all_equal(outs) and study.sharded_equal([o["sharded"] for o in outs])
+    assert study.tensor_max_diff(outs) <= study.TOLERANCE and study.sharded_equal([o["sharded"] for o in outs])
     rows = pipeline.measured_bubbles([o["pipeline"] for o in outs])
     assert all(r["grad_diff"] <= TOL and r["native_grad_diff"] <= TOL and r["predicted"] == 0.0 for r in rows)
     assert outs[0]["halo"]["halo_bytes_per_exchange"] == 0 and outs[0]["mesh"]["grad_diff"] <= TOL

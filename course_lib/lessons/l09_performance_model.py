@@ -1,6 +1,5 @@
-"""Lesson 09's measurements: the step model (:mod:`course_lib.perf`) against the course's step, NeuMF and BERT on
-one rank and on two, one thread each (the same compute per rank: they differ by communication), and the model
-on a node of reference GPUs. Its traps are :mod:`.l09_scaling`, Paleo's case studies :mod:`.l09_paleo`."""
+"""Lesson 09: the step model (:mod:`course_lib.perf`) against NeuMF's and BERT's steps on one rank and on two, one
+thread each, and on a node of reference GPUs. Its traps: :mod:`.l09_scaling`; Paleo: :mod:`.l09_paleo`."""
 
 from __future__ import annotations
 
@@ -42,19 +41,17 @@ def threads(n: int):
 
 
 def lesson_spec(profile: str, dataset: str = "ml-1m", bert_preset: str | None = None) -> dict:
-    """What lesson 09 measures: each model's global batches (on 1 and 2 ranks), steps per point, probe, sweep."""
     return {
         "profile": profile, "dataset": dataset,
         "ncf_batches": pick(profile, full=[1024, 4096, 16384], smoke=[256, 2048]),
-        "bert": {"preset": bert_preset or pick(profile, full="mini", smoke="tiny"), "seq_len": pick(profile, full=64,
-                 smoke=32), "vocab_size": pick(profile, full=4096, smoke=1024)},
+        "bert": {"preset": bert_preset or pick(profile, full="mini", smoke="tiny"),
+                 "seq_len": pick(profile, full=64, smoke=32), "vocab_size": pick(profile, full=4096, smoke=1024)},
         "bert_batches": pick(profile, full=[8, 16, 32], smoke=[4, 16]),
         "steps": pick(profile, full=15, smoke=3), "warmup": pick(profile, full=3, smoke=1),
         "matmul_sizes": pick(profile, full=(32, 64, 128, 256, 512, 1024), smoke=(32, 64, 128, 256)),
         "copy_sizes": [2**k for k in range(12, pick(profile, full=27, smoke=23), 2)],
         "allreduce_sizes": [2**k for k in range(8, pick(profile, full=25, smoke=21), pick(profile, full=2, smoke=3))],
-        "allreduce_iters": pick(profile, full=10, smoke=4),
-        "repeats": pick(profile, full=3, smoke=2),
+        "allreduce_iters": pick(profile, full=10, smoke=4), "repeats": pick(profile, full=3, smoke=2),
     }
 
 
@@ -75,7 +72,7 @@ def _ncf_stepper(cfg: ncf.TrainConfig, data, dev: torch.device):
 
 
 def _stepper(kind: str, spec: dict, batch: int, data):
-    """:func:`_ncf_stepper` of ``kind``'s step at global ``batch``, on the CPU."""
+    """:func:`_ncf_stepper` for ``kind`` at global ``batch``, on the CPU."""
     dev = torch.device("cpu")
     if kind == "neumf":
         return _ncf_stepper(ncf_config(batch), data, dev)
@@ -105,9 +102,8 @@ def _median_seconds(fn, n: int, warmup: int = 0, dev: torch.device = torch.devic
 
 
 def bert_step_counts(cfg, batches, seq_len: int, *, gpu: bool = True) -> list[M.StepCounts]:
-    """The course's BERT step (AdamW, clipping) for ``cfg`` counted on the ``meta`` device at each of ``batches``
-    sequences of ``seq_len`` (BERT-large: seconds, no memory). The 15 % masked are drawn on the CPU (they set the MLM
-    head's rows). ``gpu``: Adam ``foreach``, as a GPU runs it, not the CPU's ~9 operations per parameter tensor."""
+    """The course's BERT step for ``cfg`` counted on the ``meta`` device (BERT-large: seconds, no memory) at each
+    of ``batches``, its masks drawn on the CPU. ``gpu``: Adam ``foreach``, not the CPU's ~9 ops per tensor."""
     from ..models.bert import BertForMLM
 
     meta, cpu = torch.device("meta"), torch.device("cpu")
@@ -135,8 +131,7 @@ def bert_step_counts(cfg, batches, seq_len: int, *, gpu: bool = True) -> list[M.
 
 
 def ncf_step_prediction(data, cfg: ncf.TrainConfig, curves, *, device=None, tiny_steps: int = 5) -> M.StepPrediction:
-    """The model of a step of the NeuMF setting ``cfg`` on ``device`` (its ``curves``), with the overhead of
-    ``tiny_steps`` at a tiny batch and the sampler's time: lesson 12 prunes with it."""
+    """The model of the NeuMF step ``cfg`` on ``device``, its overhead timed at a tiny batch: lesson 12 prunes by it."""
     dev = torch.device(device or "cpu")
     data = data.to(dev)
     counts = _counted(*_ncf_stepper(cfg, data, dev), cfg.global_batch_size)
@@ -181,8 +176,7 @@ def _probe(spec: dict) -> dict:
 
 
 def _timed(kind: str, spec: dict, data, world_size: int = 1) -> dict:
-    """Seconds of the course's step (next batch and ``Engine.step``, DDP in a process group) at a tiny batch per
-    rank and at each global batch, and of the sampler per batch."""
+    """Seconds of the step (DDP in a process group) at a tiny batch per rank and each global batch, and of the data."""
     def measured(batch):
         engine, next_args = _stepper(kind, spec, batch, data)
         return _median_seconds(lambda: engine.step(*next_args()), spec["steps"], spec["warmup"])
@@ -193,11 +187,9 @@ def _timed(kind: str, spec: dict, data, world_size: int = 1) -> dict:
 
 
 def one_rank_measurements(spec: dict, models=MODELS) -> dict:
-    """Lesson 09 on one rank, one thread: the probe, each model's step counted at each batch per rank (global, half
-    of it for 2 ranks, tiny) and :func:`_timed`."""
-    out = {"probe": None, "models": {}}
+    """Lesson 09 on one rank, one thread: the probe, each step counted per batch per rank, :func:`_timed`."""
     with threads(1):
-        out["probe"] = _probe(spec)
+        out = {"probe": _probe(spec), "models": {}}
         for kind in models:
             data = _data_for(kind, spec)
             per_rank = {TINY_BATCH, *_batches(kind, spec), *(b // 2 for b in _batches(kind, spec))}
@@ -207,13 +199,10 @@ def one_rank_measurements(spec: dict, models=MODELS) -> dict:
 
 
 def two_rank_worker(rank: int, world_size: int, spec: dict, models=MODELS) -> dict:
-    """Lesson 09 on ``world_size`` ranks (a ``launch`` worker): the probe with every rank busy, the all-reduce
-    sweep and :func:`_timed`."""
-    out = {"probe": _probe(spec), "models": {}}
-    out["allreduce"] = allreduce_benchmark(rank, world_size, spec["allreduce_sizes"], spec["allreduce_iters"], 2)
-    for kind in models:
-        out["models"][kind] = _timed(kind, spec, _data_for(kind, spec), world_size)
-    return out
+    """Lesson 09 on ``world_size`` ranks: the probe with every rank busy, the all-reduce sweep, :func:`_timed`."""
+    return {"probe": _probe(spec),
+            "allreduce": allreduce_benchmark(rank, world_size, spec["allreduce_sizes"], spec["allreduce_iters"], 2),
+            "models": {kind: _timed(kind, spec, _data_for(kind, spec), world_size) for kind in models}}
 
 
 def link_from(two: dict) -> tuple[float, float, tuple[float, float]]:
@@ -224,7 +213,6 @@ def link_from(two: dict) -> tuple[float, float, tuple[float, float]]:
 
 
 def one_rank_overhead(one: dict, kind: str) -> float:
-    """The per-step overhead of ``kind``'s step on one rank (:func:`course_lib.perf.model.step_overhead`)."""
     m = one["models"][kind]
     return M.step_overhead(m["tiny_s"], m["counts"][TINY_BATCH], DeviceCurves.from_dict(one["probe"]["curves"]))
 
@@ -232,17 +220,15 @@ def one_rank_overhead(one: dict, kind: str) -> float:
 def overhead_table(one: dict) -> Table:
     """Per model: the step measured at a tiny batch (ms), what the roofline explains of it, and the rest."""
     curves = DeviceCurves.from_dict(one["probe"]["curves"])
-    t = Table(["model", "batch", "measured", "roofline", "overhead", "operations"])
-    for kind, m in one["models"].items():
-        tiny = m["counts"][TINY_BATCH]
-        t.add(model=kind, batch=TINY_BATCH, measured=m["tiny_s"] * 1e3, roofline=M.roofline_sum(tiny, curves) * 1e3,
-              overhead=one_rank_overhead(one, kind) * 1e3, operations=len(tiny.ops))
-    return t
+    return Table(["model", "batch", "measured", "roofline", "overhead", "operations"], [
+        {"model": kind, "batch": TINY_BATCH, "measured": m["tiny_s"] * 1e3,
+         "roofline": M.roofline_sum(m["counts"][TINY_BATCH], curves) * 1e3,
+         "overhead": one_rank_overhead(one, kind) * 1e3, "operations": len(m["counts"][TINY_BATCH].ops)}
+        for kind, m in one["models"].items()])
 
 
 def step_overheads(one: dict, two: dict | None, kind: str) -> dict[int, float]:
-    """``{ranks: seconds}``: the overhead on 1 rank and on 2 (the tiny data-parallel step beyond its roofline and
-    modelled all-reduce: DDP's hooks), never below one rank's."""
+    """``{ranks: seconds}``: the overhead on 1 rank and on 2 (beyond the modelled all-reduce: DDP's hooks)."""
     overhead = {1: one_rank_overhead(one, kind)}
     if two:
         tiny, curves2 = one["models"][kind]["counts"][TINY_BATCH], DeviceCurves.from_dict(two["probe"]["curves"])
@@ -260,16 +246,14 @@ def saved_overheads(one: dict, two: dict | None, models=MODELS) -> dict:
 
 def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[dict]:
     """Per model, global batch and ranks (1; 2 when ``two`` is given): predicted and measured step."""
-    curves1 = DeviceCurves.from_dict(one["probe"]["curves"])
-    curves2 = DeviceCurves.from_dict(two["probe"]["curves"]) if two else None
-    link = link_from(two)[2] if two else None
+    runs = [(1, one, None)] + ([(2, two, link_from(two)[2])] if two else [])
     rows = []
     for kind in models:
-        m1 = one["models"][kind]
         overhead = step_overheads(one, two, kind)
         for b in _batches(kind, spec):
-            for p, curves, m in [(1, curves1, m1)] + ([(2, curves2, two["models"][kind])] if two else []):
-                pred = M.predict_step(m1["counts"][b // p], curves, world_size=p, link=link if p > 1 else None,
+            for p, run, link in runs:
+                m, curves = run["models"][kind], DeviceCurves.from_dict(run["probe"]["curves"])
+                pred = M.predict_step(one["models"][kind]["counts"][b // p], curves, world_size=p, link=link,
                                       data_s=m["data_s"][b], step_overhead_s=overhead[p])
                 measured = m["measured_s"][b]
                 rows.append({"model": kind if kind == "neumf" else f"bert-{spec['bert']['preset']}", "batch": b,
@@ -279,7 +263,6 @@ def predictions(one: dict, two: dict | None, spec: dict, models=MODELS) -> list[
 
 
 def comparison_table(rows: list[dict]) -> Table:
-    """Per step: predicted and measured, the error, and the prediction's largest part."""
     cols = ["model", "batch", "ranks", "predicted (ms)", "measured (ms)", "error", "largest part"]
     return Table(cols, [{**r, "error": f"{r['error']:+.0%}", "largest part": max(
         r["prediction"].parts(), key=r["prediction"].parts().get)} for r in rows])
@@ -294,7 +277,7 @@ def parts_table(rows: list[dict]) -> Table:
 
 
 def calibration_step(row: dict) -> bool:
-    """Was the overhead measured on ``row``'s step (:data:`TINY_BATCH` per rank)? Then it tests nothing."""
+    """Was the overhead measured on ``row``'s step? Then it tests nothing."""
     return row["batch"] == TINY_BATCH * row["ranks"]
 
 
@@ -305,8 +288,7 @@ def median_error(rows: list[dict]) -> float:
 
 
 def model_comparisons(rows: list[dict]) -> list[compare.Comparison]:
-    """Predicted / measured step per model and over all (:func:`course_lib.compare.paired_ratio`), calibration
-    steps left out; a group with fewer than two steps has no row."""
+    """Predicted / measured step per model and over all, calibration steps left out, groups of two steps or more."""
     held = [r for r in rows if not calibration_step(r)]
     groups = {m: [r for r in held if r["model"] == m] for m in dict.fromkeys(r["model"] for r in held)}
     if len(groups) > 1:
@@ -340,8 +322,7 @@ def reference_curves(name: str, dtype: str = "bf16", fraction: float = 1.0, over
 def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: str = "H100 SXM", p: int = 8,
                     global_batch: int, dtype: str = "bf16", fraction: float = GPU_PEAK_SHARE,
                     op_overhead_s: float = GPU_OP_OVERHEAD_S) -> dict:
-    """This model on a node of ``p`` reference GPUs over NVLink (quoted), at ``fraction`` of the peaks and
-    ``op_overhead_s`` per operation (assumed: this machine's overhead is not a GPU's)."""
+    """This model on ``p`` reference GPUs over NVLink at ``fraction`` of the peaks and an assumed per-op overhead."""
     q = cost.QUOTED_INTERCONNECTS["NVLink 4 via NVSwitch (H100 node)"]
     curves = reference_curves(device, dtype, fraction, op_overhead_s)
     link = (q["alpha_s"], 1 / q["bandwidth_Bps"])
@@ -355,7 +336,6 @@ def node_prediction(counts_a: M.StepCounts, counts_b: M.StepCounts, *, device: s
 
 
 def node_table(node: dict) -> Table:
-    """:func:`node_prediction` as a table."""
     return Table(["device", "p", "global batch", "step ms", "sequences/s", "efficiency", "MFU", "overhead share"],
                  [{**node, "global batch": node["global_batch"], "step ms": node["step_s"] * 1e3,
                    "sequences/s": f"{node['samples_per_s']:,.0f}",

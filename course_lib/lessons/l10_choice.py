@@ -1,5 +1,4 @@
-"""Lesson 10's "which scheme, for which model?": lesson 09's model (:mod:`course_lib.perf.schemes`) of BERT on a
-node of 8 GPUs, and the decision table for this machine (every scheme, and DDP with accumulation)."""
+"""Lesson 10's "which scheme, for which model?": lesson 09's model of BERT on a node of 8 GPUs, and on this one."""
 
 from __future__ import annotations
 
@@ -23,7 +22,6 @@ BERT_SHAPES = {
 
 
 def bert_shape(name: str, seq_len: int = 512):
-    """The :class:`~course_lib.models.bert.BertConfig` of one of :data:`BERT_SHAPES`."""
     if name not in BERT_SHAPES:
         raise ValueError(f"unknown BERT {name!r}: choose one of {tuple(BERT_SHAPES)}")
     return bert_config("base", vocab_size=30522, type_vocab_size=2, max_position=max(seq_len, 512),
@@ -32,21 +30,18 @@ def bert_shape(name: str, seq_len: int = 512):
 
 @functools.lru_cache(maxsize=16)
 def bert_counts(name: str, seq_len: int) -> tuple:
-    """Lesson 09's counts of the BERT step at 2 and 4 sequences (other batches interpolate them), on the meta
-    device with the optimizer as one multi-tensor operation, as on a GPU. Cached: both tables use them."""
+    """Lesson 09's counts of the BERT step at 2 and 4 sequences (others interpolate), as on a GPU. Cached."""
     return tuple(performance_study.bert_step_counts(bert_shape(name, seq_len), (2, 4), seq_len, gpu=True))
 
 
 def _predict(name, seq_len, micro_batch, world_size, **kw) -> list:
-    """Every scheme of model ``name`` at ``micro_batch`` sequences per device (tensor and pipeline: the same global
-    batch in micro-batches of ``micro_batch``)."""
+    """Every scheme of model ``name`` at ``micro_batch`` sequences per device (tensor, pipeline: per micro-batch)."""
     return schemes.predict_all(*bert_counts(name, seq_len), world_size=world_size,
                                global_batch=micro_batch * world_size, micro_batch=micro_batch,
                                values_per_sample=seq_len * bert_shape(name, seq_len).hidden_size, **kw)
 
 
 def node_predictions(names, *, world_size: int, micro_batch: int, seq_len: int, **kw) -> dict[str, list]:
-    """Per model: every scheme on ``world_size`` devices of ``curves`` joined by ``link``."""
     return {name: _predict(name, seq_len, micro_batch, world_size, **kw) for name in names}
 
 
@@ -71,32 +66,24 @@ def _scheme_label(p) -> str:
 
 
 def _priced(p) -> str:
-    """A scheme with its memory and step, or "-"."""
     return f"{_scheme_label(p)} ({_gib(p.memory_bytes)}, {_duration(p.step_s)})" if p else "-"
 
 
 def node_table(by_link: dict[str, dict[str, list]]) -> Table:
-    """Per model and scheme: memory per rank, of it activations, bytes sent per rank per step, the step on each
-    link of ``by_link`` (name -> :func:`node_predictions`), and on the first its exposed communication and
-    throughput."""
+    """Per model and scheme on each link of ``by_link`` (name -> :func:`node_predictions`): memory, bytes sent, step."""
     links = list(by_link)
     first = links[0]
-    t = Table(["model", "scheme", "memory", "activations", "sent"] + [f"step ms, {k}" for k in links]
-              + [f"exposed ms, {first}", f"seq/s, {first}"])
-    for name, preds in by_link[first].items():
-        for i, p in enumerate(preds):
-            t.add(model=name, scheme=_scheme_label(p), memory=_gib(p.memory_bytes), activations=_gib(p.activations),
-                  sent=cost.human_bytes(p.sent_bytes),
-                  **{f"step ms, {k}": f"{by_link[k][name][i].step_s * 1e3:.1f}" for k in links},
-                  **{f"exposed ms, {first}": f"{p.exposed_comm_s * 1e3:.2f}",
-                     f"seq/s, {first}": f"{p.samples_per_s:,.0f}"})
-    return t
+    return Table(["model", "scheme", "memory", "activations", "sent"] + [f"step ms, {k}" for k in links]
+                 + [f"exposed ms, {first}", f"seq/s, {first}"], [
+        {"model": name, "scheme": _scheme_label(p), "memory": _gib(p.memory_bytes), "activations": _gib(p.activations),
+         "sent": cost.human_bytes(p.sent_bytes),
+         **{f"step ms, {k}": f"{by_link[k][name][i].step_s * 1e3:.1f}" for k in links},
+         f"exposed ms, {first}": f"{p.exposed_comm_s * 1e3:.2f}", f"seq/s, {first}": f"{p.samples_per_s:,.0f}"}
+        for name, preds in by_link[first].items() for i, p in enumerate(preds)])
 
 
 def node_choice_table(by_link: dict[str, dict[str, list]], device_bytes: float) -> Table:
-    """Per model, on the first link: the choice (:func:`course_lib.perf.schemes.fastest_that_fits`), its step, the
-    schemes as fast, tensor parallelism's step over the choice's on every link, its excess and exposed
-    communication, and the schemes over ``device_bytes``."""
+    """Per model on the first link: the choice, the schemes as fast, TP against it on every link, those too big."""
     links = list(by_link)
     t = Table(["model", "choice", "step ms", "as fast"] + [f"TP / choice, {k}" for k in links]
               + ["TP excess ms", "TP exposed ms", "too big"])
@@ -123,13 +110,11 @@ def node_choice_table(by_link: dict[str, dict[str, list]], device_bytes: float) 
 
 def decision_rows(names, *, world_size: int, device_bytes: float, micro_batch: int, seq_len: int, curves, link,
                   precision: str, op_overhead_s: float | None = None) -> list[dict]:
-    """Per model: every scheme on this machine (one device: DDP only) and DDP accumulating the same global batch
-    in the fewest micro-batches that fit, the choice and why; when nothing fits, the largest halved micro-batch
-    at which something does (``smaller``)."""
+    """Per model: every scheme on this machine and DDP accumulating, the choice, why, and a smaller micro-batch."""
+    kw = dict(curves=curves, link=link, precision=precision, op_overhead_s=op_overhead_s)
+    kinds = schemes.SCHEMES if world_size > 1 else ("DDP",)
     rows = []
     for name in names:
-        kw = dict(curves=curves, link=link, precision=precision, op_overhead_s=op_overhead_s)
-        kinds = schemes.SCHEMES if world_size > 1 else ("DDP",)
         accumulated = schemes.predict_accumulated(
             *bert_counts(name, seq_len), world_size=world_size, global_batch=micro_batch * world_size,
             device_bytes=device_bytes, values_per_sample=seq_len * bert_shape(name, seq_len).hidden_size, **kw)
@@ -144,7 +129,7 @@ def decision_rows(names, *, world_size: int, device_bytes: float, micro_batch: i
             smaller = (micro, found) if found else None
         rows.append({"model": name, "parameters": schemes._n_params(bert_counts(name, seq_len)[0]),
                      "micro_batch": micro_batch, "predictions": preds, "choice": best, "smaller": smaller,
-                     "why": decision_reason(preds, best, device_bytes, world_size)})
+                     "why": decision_reason(preds, best, device_bytes, world_size), "accumulated": accumulated})
     return rows
 
 
@@ -166,8 +151,6 @@ def decision_reason(preds: list, best, device_bytes: float, world_size: int) -> 
 
 
 def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Table:
-    """Per model: DDP's memory, DDP accumulating, the choice, its memory, step and speed-up over DDP, why, and
-    the smaller micro-batch at which something fits (where nothing does)."""
     micro = rows[0]["micro_batch"] if rows else 0
     t = Table(["model", "params", "DDP memory", "DDP accumulating", "choice", "memory", "step", "DDP / choice",
                "why", "fits at"], title=f"{world_size} x {device_bytes / GiB:.1f} GiB, micro-batch {micro}")
@@ -178,8 +161,7 @@ def decision_table(rows: list[dict], device_bytes: float, world_size: int) -> Ta
               why=r["why"], choice=_scheme_label(c) if c else "nothing",
               memory=_gib(c.memory_bytes) if c else "-", step=_duration(c.step_s) if c else "-",
               **{"DDP memory": _gib(ddp.memory_bytes),
-                 "DDP accumulating": _priced(next((p for p in r["predictions"]
-                                                   if p.scheme == schemes.ACCUMULATION), None)),
+                 "DDP accumulating": _priced(r["accumulated"]),
                  "DDP / choice": f"{ddp.step_s / c.step_s:.2f}x" if c else "-",
                  "fits at": f"{r['smaller'][0]}: {_priced(r['smaller'][1])}" if r["smaller"] else "-"})
     return t

@@ -1,5 +1,4 @@
-"""Lesson 10's measurements, in one launch: tensor, pipeline, sharded and spatial parallelism (the mechanics are
-:mod:`course_lib.parallel`'s), the sharded steps against DDP and lesson 09's model, and every exact check."""
+"""Lesson 10's one launch: tensor, pipeline, sharded and spatial parallelism against one process, DDP and lesson 09."""
 
 from __future__ import annotations
 
@@ -12,18 +11,20 @@ from ..models.bert import bert_config
 from ..parallel import hybrid, pipeline, sharded, spatial, tensor
 from ..perf import model as M
 from ..perf import schemes
+from ..perf.probe import probe_hardware
 from ..tables import Table
 
 TOLERANCE = 1e-5  # fp32, relative to the largest value compared: "equal to one process"
 TENSOR_KEYS = ("mlp_out", "mlp_input_grad", "mlp_weight_grads", "block_out", "block_input_grad",
                "block_weight_grads", "gathered_out", "row_full_input_out")
 DTENSOR_KEYS = ("dtensor_out", "dtensor_input_grad", "dtensor_weight_grad", "dtensor_vs_ours")
+MEASURED_SCHEMES = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "FSDP2": "FSDP"}  # measured here -> lesson 09's model
+STEP_RESOLUTION = 0.10  # a step timed as the median of a few steps on a shared machine: good to about 10 %
 
 
 def lesson_spec(profile: str, mesh_dp: int | None = None) -> dict:
-    """What the launch runs, by profile; with ``mesh_dp``, also the ``dp x (W / dp)`` mesh. The pipeline's compute
-    per micro-batch (full: about 10 ms at m = 8 on one core) must dwarf a message's latency (gloo: about 0.1 ms),
-    which the bubble's formula takes as zero; smoke only checks the paths."""
+    """What the launch runs, by profile (``mesh_dp``: also the ``dp x (W / dp)`` mesh). A pipeline's micro-batch
+    (full: about 10 ms) must dwarf a gloo message (about 0.1 ms), which the bubble's formula takes as zero."""
     return {"mesh_dp": mesh_dp,
         "tensor": {"batch": 5, "hidden": 12, "intermediate": 30, "heads": 3, "seq": 4},
         "pipeline": {"width": pick(profile, full=1024, smoke=128), "depth": 8,
@@ -58,7 +59,6 @@ def lesson_worker(rank: int, world_size: int, spec: dict) -> dict:
 
 
 def equal_mark(diff: float | None) -> str:
-    """A cell for a largest difference from one process: "yes" within :data:`TOLERANCE`, "NO", or "n/a"."""
     return "n/a" if diff is None else ("yes" if diff <= TOLERANCE else "NO")
 
 
@@ -75,24 +75,13 @@ def tensor_max_diff(outs: list[dict]) -> float:
                for k in keys)
 
 
-def tensor_all_equal(outs: list[dict]) -> bool:
-    return tensor_max_diff(outs) <= TOLERANCE
-
-
 def collectives_table(outs: list[dict]) -> Table:
     """The collectives one forward + backward of the MLP ran (CommDebugMode), and rank 0's shard of ``fc``."""
     ours, dt = outs[0]["tensor"], outs[0]["dtensor"]
-    t = Table(["MLP", "collectives", "fc shard"])
-    for name, counts, shard in (("ours", ours["mlp_collectives"], f"{ours['mlp_local_features']} of "
-                                 f"{ours['intermediate']} rows"),
-                                ("DTensor", dt["dtensor_collectives"], dt["dtensor_local_shape"])):
-        t.add(MLP=name, collectives=", ".join(f"{k}: {v}" for k, v in counts.items()), **{"fc shard": shard})
-    return t
-
-
-MEASURED_SCHEMES = {"DDP": "DDP", "ZeRO-1": "ZeRO-1", "FSDP2": "FSDP"}  # measured here -> lesson 09's model
-OVERHEAD_MISSING = "lesson 09 has not saved its per-step overhead here: the model leaves it out"
-OVERHEAD_NOT_GPU = "lesson 09 measured its per-step overhead on CPU ranks: the model leaves it out"
+    rows = [("ours", ours["mlp_collectives"], f"{ours['mlp_local_features']} of {ours['intermediate']} rows"),
+            ("DTensor", dt["dtensor_collectives"], dt["dtensor_local_shape"])]
+    return Table(["MLP", "collectives", "fc shard"], [
+        {"MLP": n, "collectives": ", ".join(f"{k}: {v}" for k, v in c.items()), "fc shard": sh} for n, c, sh in rows])
 
 
 def _held(o: dict, name: str) -> float:
@@ -100,13 +89,12 @@ def _held(o: dict, name: str) -> float:
 
 
 def lesson09_overhead(saved09: dict | None, world_size: int, device: str) -> tuple[float | None, str]:
-    """Lesson 09's per-step overhead of its BERT step (the data-parallel one when ``world_size`` > 1) per operation,
-    or None where it is not saved or ``device`` is not the CPU it was measured on; and a line that says which."""
+    """Lesson 09's BERT step overhead per operation (data-parallel if ``world_size`` > 1) or None, and a line why."""
     saved = (saved09 or {}).get("step_overhead", {}).get("bert")
     if not saved:
-        return None, OVERHEAD_MISSING
+        return None, "lesson 09 has not saved its per-step overhead here: the model leaves it out"
     if device != "cpu":
-        return None, OVERHEAD_NOT_GPU
+        return None, "lesson 09 measured its per-step overhead on CPU ranks: the model leaves it out"
     ranks = "2" if world_size > 1 and "2" in saved else "1"
     o = saved[ranks]
     per_op = M.overhead_per_op(o["overhead_s"], o["operations"])
@@ -137,20 +125,18 @@ def _ms(seconds: float) -> str:
 
 
 def memory_table(outs: list[dict], predicted: dict | None = None) -> Table:
-    """Per scheme, on rank 0: the state it holds, the bytes it sent in one step, the step (slowest rank), the final
-    weights' largest difference from DDP's, and (``predicted``: :func:`sharded_predictions`) the model's values."""
-    o = outs[0]
-    hb = cost.human_bytes
+    """Per scheme on rank 0: state, bytes sent, step (slowest rank), weights against DDP's, and the ``predicted``."""
+    o, hb = outs[0], cost.human_bytes
     t = Table(["scheme", "parameters", "gradients", "optimizer", "total", "vs DDP", "model total", "sent",
                "model sent", "step ms", "model step ms", "max |w - w_DDP|"],
               title=f"rank 0 of {len(outs)}, {o['n_params']:,} parameters")
     for name in MEASURED_SCHEMES:
         r, p = o[name], (predicted or {}).get(name)
-        t.add(scheme=name, parameters=hb(r["parameters"]), gradients=hb(r["gradients"]),
-              optimizer=hb(r["optimizer_state"]), total=hb(_held(o, name)),
-              sent=f"{hb(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
-              **{"vs DDP": f"{_held(o, name) / _held(o, 'DDP'):.2f}x", "step ms": _ms(_slowest(outs, name)),
-                 "model total": hb(p.state_bytes) if p else "-", "model sent": hb(p.sent_bytes) if p else "-",
+        t.add(**{"scheme": name, "parameters": hb(r["parameters"]), "gradients": hb(r["gradients"]),
+                 "optimizer": hb(r["optimizer_state"]), "total": hb(_held(o, name)),
+                 "vs DDP": f"{_held(o, name) / _held(o, 'DDP'):.2f}x", "model total": hb(p.state_bytes) if p else "-",
+                 "sent": f"{hb(r['sent_bytes'])} ({r['sent_bytes'] / o['DDP']['sent_bytes']:.2f}x)",
+                 "model sent": hb(p.sent_bytes) if p else "-", "step ms": _ms(_slowest(outs, name)),
                  "model step ms": _ms(p.step_s) if p else "-",
                  "max |w - w_DDP|": f"{max(x[name]['max_diff_from_ddp'] for x in outs):.1e}"})
     return t
@@ -164,25 +150,19 @@ def prediction_error(outs: list[dict], predicted: dict) -> dict:
             for name, p in ((n, predicted[n]) for n in MEASURED_SCHEMES)}
 
 
-STEP_RESOLUTION = 0.10  # a step timed as the median of a few steps on a shared machine: good to about 10 %
-
-
 def step_comparisons(outs: list[dict], predicted: dict | None, with_overhead: bool = True) -> list[compare.Comparison]:
-    """FSDP2's step against DDP's and (``predicted``) the model's step against each measured one. Each step was
-    timed once per scheme: the interval is :data:`STEP_RESOLUTION` plus how far the ranks' times were apart."""
+    """FSDP2's step against DDP's, and each ``predicted`` against its measured one, to a stated resolution."""
     def res(*names):
         return STEP_RESOLUTION + max(max(x[n]["step_s"] for x in outs) / min(x[n]["step_s"] for x in outs) - 1
                                      for n in names)
 
     basis = "median; 10 % + rank spread"
-    model_basis = basis + ("; with lesson 09's overhead" if with_overhead else "; without lesson 09's overhead")
-    out = [compare.ratio("step, FSDP2 / DDP", [_slowest(outs, "DDP")], [_slowest(outs, "FSDP2")],
-                         needed=compare.SPEED_EFFECT, resolution=res("DDP", "FSDP2"), basis=basis)]
-    for name in MEASURED_SCHEMES if predicted else ():
-        out.append(compare.quantity_ratio(f"step, model / measured: {name}",
-                                          predicted[name].step_s / _slowest(outs, name), 0.0,
-                                          needed=compare.MODEL_EFFECT, resolution=res(name), basis=model_basis, n="1"))
-    return out
+    model_basis = f"{basis}; {'with' if with_overhead else 'without'} lesson 09's overhead"
+    return [compare.ratio("step, FSDP2 / DDP", [_slowest(outs, "DDP")], [_slowest(outs, "FSDP2")],
+                          needed=compare.SPEED_EFFECT, resolution=res("DDP", "FSDP2"), basis=basis)] + [
+        compare.quantity_ratio(f"step, model / measured: {name}", predicted[name].step_s / _slowest(outs, name), 0.0,
+                               needed=compare.MODEL_EFFECT, resolution=res(name), basis=model_basis, n="1")
+        for name in (MEASURED_SCHEMES if predicted else ())]
 
 
 def fsdp_within_goal(outs: list[dict]) -> tuple[bool, float, float]:
@@ -199,24 +179,16 @@ def sharded_equal(outs: list[dict], rel: float = 1e-4) -> bool:
 
 
 def comm_table(param_bytes: float, world_size: int) -> Table:
-    """Bytes each rank sends per step, per scheme (ring collectives), and their collectives: AR all-reduce, RS
-    reduce-scatter, AG all-gather."""
-    t = Table(["scheme", "collectives", "sent per rank", "vs DDP"],
-              title=f"{cost.human_bytes(param_bytes)} of gradients, W = {world_size}")
+    """Bytes each rank sends per step, per scheme, with ring collectives."""
     how = {"DDP": "AR", "ZeRO-1": "RS + AG", "ZeRO-2": "RS + AG", "ZeRO-3 / FSDP": "AG + AG + RS"}
-    ddp = sharded.comm_bytes_per_step(param_bytes, world_size, "DDP")
-    for s in sharded.SCHEMES:
-        b = sharded.comm_bytes_per_step(param_bytes, world_size, s)
-        t.add(**{"scheme": s, "collectives": how[s], "sent per rank": cost.human_bytes(b), "vs DDP": f"{b / ddp:.1f}x"})
-    return t
+    sent = {s: sharded.comm_bytes_per_step(param_bytes, world_size, s) for s in sharded.SCHEMES}
+    return Table(["scheme", "collectives", "sent per rank", "vs DDP"], [
+        {"scheme": s, "collectives": how[s], "sent per rank": cost.human_bytes(b), "vs DDP": f"{b / sent['DDP']:.1f}x"}
+        for s, b in sent.items()], title=f"{cost.human_bytes(param_bytes)} of gradients, W = {world_size}")
 
 
 def learner_curves(device: str, precision: str, repeats: int = 2):
-    """``(curves, probe)``: this machine's device as lesson 09 probes it (a CPU at one thread, as each rank runs),
-    the matmul curve scaled to the 16-bit peak when ``precision`` is mixed on a GPU."""
-    from ..perf.model import scale_curves
-    from ..perf.probe import probe_hardware
-
+    """``(curves, probe)`` of this device as lesson 09 probes it (a CPU: one thread); mixed GPU: the 16-bit peak."""
     if device == "cpu":
         with performance_study.threads(1):
             probe = probe_hardware("cpu", matmul_sizes=(64, 128, 256, 512), copy_sizes=[2**k for k in range(12, 25, 2)],
@@ -227,14 +199,13 @@ def learner_curves(device: str, precision: str, repeats: int = 2):
     if precision == "mixed" and device != "cpu":
         fast = max((probe.matmul_by_dtype.get(d, (0, 0))[0] for d in ("bf16", "fp16")), default=0)
         if fast > 0:
-            curves = scale_curves(curves, flops_factor=fast / probe.matmul_by_dtype["fp32"][0])
+            curves = M.scale_curves(curves, flops_factor=fast / probe.matmul_by_dtype["fp32"][0])
     return curves, probe
 
 
 def checks_table(tensor_outs: list[dict], bubble_rows: list[dict], sharded_outs: list[dict], halo_outs: list[dict],
                  mesh_outs: list[dict], deep_rows: list[dict] | None = None) -> Table:
-    """Every exact check, one row each: the largest difference from one process (or bytes held over DDP's), its
-    bound, and whether it holds."""
+    """Every exact check: the largest difference from one process (or bytes held over DDP's) against its bound."""
     t = Table(["check", "largest", "bound", "holds"])
 
     def add(check, value, bound=TOLERANCE, fmt="{:.1e}"):

@@ -1,6 +1,5 @@
-"""Lesson 10's pipelines: GPipe's and 1F1B's bubble at 2, 3 and 4 stages against ``(p-1)/(m+p-1)``, their
-timelines, and PipeDream's asynchronous pipeline (staleness, weight stashing, its replay). The mechanics are
-:mod:`course_lib.parallel.pipeline` and :mod:`course_lib.parallel.async_pipeline`."""
+"""Lesson 10's pipelines: GPipe's and 1F1B's bubble against ``(p-1)/(m+p-1)``, their timelines, and PipeDream's
+asynchronous pipeline (staleness, weight stashing). The mechanics are :mod:`course_lib.parallel`'s."""
 
 from __future__ import annotations
 
@@ -14,35 +13,32 @@ from ..parallel import pipeline
 from ..tables import Table
 from .l10_model_parallelism import TOLERANCE, equal_mark
 
+BUBBLE_GOAL_POINTS = 10.0  # lesson 10's goal: measured within 10 points of the formula
+ASYNC_TOLERANCE = 1e-6  # the pipeline against its one-process replay (the same stale updates)
+
 
 def bubble_table(rows: list[dict]) -> Table:
-    """Per schedule and m: the bubble, formula and measured, their difference split by cause, the gradients' check."""
-    t = Table(["schedule", "p", "m", "formula", "measured", "diff pts", "unequal ops", "between ops", "fwd ms", "CPU",
-               "grads", "torch"], title=f"median of {rows[0]['runs']} runs" if rows else "")
-    for r in rows:
-        pts = lambda a, b: f"{100 * (r[a] - r[b]):+.1f}"
-        t.add(schedule=r["schedule"], p=r["p"], m=r["m"], formula=f"{r['predicted']:.3f}",
-              measured=f"{r['measured']:.3f}", CPU="n/a" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}",
-              grads=equal_mark(r["grad_diff"]),
-              # torch.distributed.pipelining: Schedule1F1B refuses m < p; it runs at the main launch's p only
-              torch=equal_mark(r["native_grad_diff"]) if r["native_grad_diff"] is not None
-              else "n/a (m < p)" if r["schedule"] == "1F1B" and r["m"] < r["p"] else "not run",
-              **{"diff pts": pts("measured", "predicted"), "unequal ops": pts("replayed", "predicted"),
-                 "between ops": pts("measured", "replayed"), "fwd ms": f"{r['forward_ms']:.2f}"})
-    return t
+    def pts(r, a, b):
+        return f"{100 * (r[a] - r[b]):+.1f}"
+
+    return Table(["schedule", "p", "m", "formula", "measured", "diff pts", "unequal ops", "between ops", "fwd ms",
+                  "CPU", "grads", "torch"], [
+        {**r, "formula": f"{r['predicted']:.3f}", "measured": f"{r['measured']:.3f}",
+         "diff pts": pts(r, "measured", "predicted"), "unequal ops": pts(r, "replayed", "predicted"),
+         "between ops": pts(r, "measured", "replayed"), "fwd ms": f"{r['forward_ms']:.2f}",
+         "CPU": "n/a" if r["cpu_share"] is None else f"{r['cpu_share']:.0%}", "grads": equal_mark(r["grad_diff"]),
+         # torch.distributed.pipelining: Schedule1F1B refuses m < p; it runs at the main launch's p only
+         "torch": equal_mark(r["native_grad_diff"]) if r["native_grad_diff"] is not None
+         else "n/a (m < p)" if r["schedule"] == "1F1B" and r["m"] < r["p"] else "not run"}
+        for r in rows], title=f"median of {rows[0]['runs']} runs" if rows else "")
 
 
 def worst_bubble_gap(rows: list[dict]) -> float:
-    """The largest |measured - predicted| over the rows, in points."""
     return max(100 * abs(r["measured"] - r["predicted"]) for r in rows)
 
 
-BUBBLE_GOAL_POINTS = 10.0  # lesson 10's goal: measured within 10 points of the formula
-
-
 def bubble_comparisons(rows: list[dict], goal: float = BUBBLE_GOAL_POINTS) -> list[compare.Comparison]:
-    """Per depth with two rows or more: measured - formula in points, the mean over its schedules and m with the t
-    interval of their spread, against ``goal``."""
+    """Per depth with two rows or more: the mean of measured - formula (points) over its rows, against ``goal``."""
     out = []
     for p in sorted({r["p"] for r in rows}):
         gaps = [100 * (r["measured"] - r["predicted"]) for r in rows if r["p"] == p]
@@ -56,14 +52,12 @@ def bubble_comparisons(rows: list[dict], goal: float = BUBBLE_GOAL_POINTS) -> li
 
 
 def _mean_ops(events) -> tuple[float, float]:
-    """The mean forward and mean backward time of ``events``."""
     return tuple(sum(e.end - e.start for e in events if e.kind == k) / max(1, sum(e.kind == k for e in events))
                  for k in "FB")
 
 
 def plot_timelines(per_rank: list[dict], m: int, run: int = 0):
-    """Per schedule: which rank computes what when (light: forward, dark: backward), measured, then simulated
-    with the measured mean op times. Returns ``(fig, axes)``."""
+    """``(fig, axes)``: per schedule, which rank computes what when, measured, then simulated at the mean op times."""
     import matplotlib.pyplot as plt
 
     names = [n for n in pipeline.SCHEDULES if any(r["schedule"] == n and r["m"] == m for r in per_rank[0]["rows"])]
@@ -90,27 +84,19 @@ def plot_timelines(per_rank: list[dict], m: int, run: int = 0):
 
 
 def bert_pipeline_equal(outs: list[dict]) -> bool:
-    """Every stage's gradients in the pipeline over BERT equal one process's."""
     return all(r["grad_diff"] <= TOLERANCE for o in outs for r in o["bert_pipeline"]["rows"])
 
 
 def in_flight_table(p: int, m: int) -> Table:
     """Micro-batches whose activations each stage holds at most, per schedule."""
-    t = Table(["schedule"] + [f"stage {s}" for s in range(p)])
-    for name, make in pipeline.SCHEDULES.items():
-        t.add(schedule=name, **{f"stage {s}": v for s, v in enumerate(pipeline.peak_in_flight(make(p, m)))})
-    return t
-
-
-ASYNC_TOLERANCE = 1e-6  # the pipeline against its one-process replay (the same stale updates)
+    return Table(["schedule"] + [f"stage {s}" for s in range(p)], [
+        {"schedule": name, **{f"stage {s}": v for s, v in enumerate(pipeline.peak_in_flight(make(p, m)))}}
+        for name, make in pipeline.SCHEDULES.items()])
 
 
 def four_rank_spec(profile: str) -> dict:
-    """The second launch, on 4 gloo ranks: ``async``, PipeDream's pipeline at depths 2 to 4 in both modes (full: a
-    wider stack, so each op is long beside a message); ``deep``, GPipe and 1F1B at 3 and 4 stages of 12 layers (a
-    forward of about a millisecond at m = 8 in full). ``convergence``: the same stale updates over a longer run,
-    replayed in one process at depths 1 (synchronous SGD), 2 and 4; lr 1.0: the largest of 0.5 / 1 / 2 / 3 at
-    which, on our runs, the synchronous model kept improving with depth-independent steps."""
+    """The 4-rank launch: PipeDream's pipeline, GPipe and 1F1B at 3 and 4 stages, and the stale updates' replay.
+    Convergence's lr 1.0: the largest of 0.5 / 1 / 2 / 3 at which synchronous SGD kept improving on our runs."""
     return {"async": {"width": pick(profile, full=256, smoke=32), "depth": 8,
                       "micro_batch": pick(profile, full=64, smoke=16), "n": pick(profile, full=48, smoke=12),
                       "lr": 0.5, "depths": [2, 3, 4]},
@@ -128,8 +114,7 @@ def four_rank_worker(rank: int, world_size: int, spec: dict) -> dict:
 
 
 def async_rows(outs: list[dict], spec: dict) -> list[dict]:
-    """One row per depth and mode; the steady state's idle simulated with one mean op time for every stage (blind
-    to unequal stages), replayed with each op's, and measured."""
+    """Per depth and mode: the steady state's idle simulated at the mean op time, replayed with each op's, measured."""
     rows = []
     for r in ap.collect([o["async"] if "async" in o else o for o in outs]):
         p, n, ev = r["p"], spec["n"], r["events"]
@@ -156,38 +141,32 @@ def stash_gaps(rows: list[dict]) -> dict[int, float]:
 
 
 def stash_comparisons(gaps: dict[int, float], tol: float = ASYNC_TOLERANCE) -> list[compare.Comparison]:
-    """Per depth: the unstashed run's drift from the stashed one against zero, to ``tol`` (the pipeline's
-    resolution against its replay): "higher" is a drift resolved."""
+    """Per depth: the unstashed run's drift from the stashed one against zero, resolved to the replay's ``tol``."""
     return [compare.quantity(f"drift unstashed, p = {p}", g, 0.0, needed=compare.EXACT, resolution=tol,
                              basis=f"resolution {tol:g}: replay", n="1")
             for p, g in sorted(gaps.items())]
 
 
 def async_equal(rows: list[dict], tol: float = ASYNC_TOLERANCE) -> bool:
-    """Every run (both modes, every depth) equals its one-process replay within ``tol``."""
     return bool(rows) and all(r["replay_diff"] <= tol for r in rows)
 
 
 def async_table(rows: list[dict]) -> Table:
     """:func:`async_rows` as a table (an idle fraction that rounds below 0 shows as 0)."""
-    t = Table(["p", "weights", "staleness", "versions", "bubble formula", "bubble", "steady simulated",
-               "steady replayed", "steady", "fwd ms", "CPU", "|pipe - replay|"],
-              title=f"{rows[0]['n']} micro-batches" if rows else "")
-    for r in rows:
-        t.add(p=r["p"], weights=r["mode"], staleness=" ".join(map(str, r["staleness"])),
-              versions=" ".join(map(str, r["held"])), bubble=f"{r['bubble_measured']:.3f}",
-              steady=f"{max(r['steady_measured'], 0.0):.3f}",
-              CPU="-" if r.get("cpu_share") is None else f"{r['cpu_share']:.0%}",
-              **{"bubble formula": f"{r['bubble_formula']:.3f}", "fwd ms": f"{r['forward_ms']:.2f}",
-                 "steady simulated": f"{max(r['steady_simulated'], 0.0):.3f}",
-                 "steady replayed": "-" if r.get("steady_replayed") is None else f"{max(r['steady_replayed'], 0):.3f}",
-                 "|pipe - replay|": f"{r['replay_diff']:.1e}"})
-    return t
+    return Table(["p", "weights", "staleness", "versions", "bubble formula", "bubble", "steady simulated",
+                  "steady replayed", "steady", "fwd ms", "CPU", "|pipe - replay|"], [
+        {"p": r["p"], "weights": r["mode"], "staleness": " ".join(map(str, r["staleness"])),
+         "versions": " ".join(map(str, r["held"])), "bubble formula": f"{r['bubble_formula']:.3f}",
+         "bubble": f"{r['bubble_measured']:.3f}", "steady simulated": f"{max(r['steady_simulated'], 0.0):.3f}",
+         "steady replayed": "-" if r.get("steady_replayed") is None else f"{max(r['steady_replayed'], 0):.3f}",
+         "steady": f"{max(r['steady_measured'], 0.0):.3f}", "fwd ms": f"{r['forward_ms']:.2f}",
+         "CPU": "-" if r.get("cpu_share") is None else f"{r['cpu_share']:.0%}",
+         "|pipe - replay|": f"{r['replay_diff']:.1e}"}
+        for r in rows], title=f"{rows[0]['n']} micro-batches" if rows else "")
 
 
 def versions_table(row: dict, shown: int = 8) -> Table:
-    """Per stage: the versions its forward, its backward and its update used. A pair (forward's, updated) is read
-    by the mode: stashed, the backward used the forward's version; not stashed, the updated one."""
+    """Per stage: the versions its forward, backward and update used (a pair: the backward's is read by the mode)."""
     t = Table(["micro-batch"] + [f"stage {s}" for s in range(row["p"])], title=f"p = {row['p']}, {row['mode']}")
     for i in range(min(shown, row["n"])):
         cells = {}
@@ -212,15 +191,14 @@ def staleness_convergence(spec: dict) -> list[dict]:
 
 
 def staleness_table(conv: list[dict]) -> Table:
-    """The held-out losses against synchronous SGD and the stashed run: one seed each, a table, not a verdict."""
+    """The held-out losses against synchronous SGD and the stashed run (one seed each: no verdict)."""
     sync = next(r for r in conv if r["p"] == 1)["held_out_loss"]
     stashed = {r["p"]: r["held_out_loss"] for r in conv if r["mode"] == "stashed"}
-    t = Table(["p", "weights", "held-out loss", "vs sync", "vs stashed"])
-    for r in conv:
-        loss, ref = r["held_out_loss"], stashed.get(r["p"])
-        t.add(p=r["p"], weights=r["mode"], **{"held-out loss": f"{loss:.4f}", "vs sync": f"{loss / sync - 1:+.1%}",
-                 "vs stashed": f"{loss / ref - 1:+.1%}" if r["mode"] == "not stashed" and ref else "-"})
-    return t
+    return Table(["p", "weights", "held-out loss", "vs sync", "vs stashed"], [
+        {"p": r["p"], "weights": r["mode"], "held-out loss": f"{r['held_out_loss']:.4f}",
+         "vs sync": f"{r['held_out_loss'] / sync - 1:+.1%}",
+         "vs stashed": f"{r['held_out_loss'] / stashed[r['p']] - 1:+.1%}"
+         if r["mode"] == "not stashed" and stashed.get(r["p"]) else "-"} for r in conv])
 
 
 def plot_staleness(conv: list[dict], window: int = 10):
