@@ -16,7 +16,7 @@ from __future__ import annotations
 ALONE = {
     "02_linear_scaling.ipynb": ["lesson 01 has not saved an lr", "lesson 01's baseline run is not saved here"],
     "03_warmup.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting",
-                        "lesson 02's linear rule missed the target at no batch saved here"],
+                        "lesson 02's linear rule missed nowhere saved"],
     "04_lars.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting"],
     "05_mixed_precision.ipynb": ["lesson 01 has not saved an lr", "rung is saved: this lesson's default setting",
                                  "not saved here (lesson 07 measures it)"],
@@ -29,7 +29,7 @@ ALONE = {
     "11_batch_size_science.ipynb": ["lesson 01 has not saved an lr", "lesson 02's result is missing",
                                     "lesson 07's defaults"],
     "12_hyperparameter_search.ipynb": ["lesson 07 has not saved a smoke-profile run here"],
-    "13_multi_node.ipynb": ["lesson 02's steps to target are not here"],
+    "13_multi_node.ipynb": ["lesson 02 has not run here"],
 }
 READS_RESULTS = ("load_results(", "start_from(", "load_baseline(", "baseline_lr(")
 
