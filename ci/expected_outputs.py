@@ -44,8 +44,12 @@ def cell_text(cell: dict) -> str:
     return _ANSI.sub("", "".join(parts))
 
 
+def is_marked(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and MARK in "".join(cell["source"])
+
+
 def marked_cells(nb: dict) -> dict[str, dict]:
-    return {c["id"]: c for c in nb["cells"] if c["cell_type"] == "code" and MARK in "".join(c["source"])}
+    return {c["id"]: c for c in nb["cells"] if is_marked(c)}
 
 
 def checked_prefix(nb: dict) -> dict | None:
@@ -53,8 +57,7 @@ def checked_prefix(nb: dict) -> dict | None:
     re-execute. A cell cannot change the output of one that ran before it, so the prefix checks the marked outputs
     exactly as the whole notebook would, and the training cells after them (most of a lesson's time) are not run a
     second time; that every cell runs is papermill's check."""
-    last = max((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code" and MARK in "".join(c["source"])),
-               default=None)
+    last = max((i for i, c in enumerate(nb["cells"]) if is_marked(c)), default=None)
     return None if last is None else {**nb, "cells": nb["cells"][:last + 1]}
 
 

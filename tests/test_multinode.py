@@ -212,12 +212,12 @@ def test_a_node_killed_mid_run_is_named_nothing_is_left_and_the_resumed_job_matc
 def test_the_two_level_all_reduce_runs_across_the_nodes_and_saves_link_bytes(cluster, tmp_path):
     """Lesson 13's hierarchy worker on 2 nodes x 2 ranks (a 4 MiB message at 200 Mbit/s: the link sets the pace)."""
     from course_lib.lessons import l13_hierarchy as H
-    from course_lib.lessons import l13_nodes as L
+    from course_lib.nodes import VirtualNodes
 
     slow = cluster.set_rate("200mbit")
     try:
-        rows = L.VirtualNodes(slow, tmp_path).run("course_lib.lessons.l13_hierarchy:hierarchy_worker",
-                                                  [[4**11], 3], nnodes=2, nproc=2, timeout_s=scaled(JOB_TIMEOUT_S))
+        rows = VirtualNodes(slow, tmp_path).run("course_lib.lessons.l13_hierarchy:hierarchy_worker",
+                                                [[4**11], 3], nnodes=2, nproc=2, timeout_s=scaled(JOB_TIMEOUT_S))
     finally:
         cluster.set_rate("1gbit")
     reading = H.hierarchy_table(rows).to_markdown()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import cluster as vc
 from .. import compare
-from ..nodes import SlurmNodes, VirtualNodes, log_tails, start, torchrun_cmd, wait  # noqa: F401 (the lesson's runners)
+from ..nodes import log_tails, start, torchrun_cmd, wait
 from ..tables import Table
 
 PATHS = ("slurm", "virtual", "model")
