@@ -14,7 +14,7 @@ from ..optuna_search import mlm_objective, open_study
 from ..tables import Table
 from ..train.mlm import MLMTrainConfig
 from ..bert_setting import saved_setting
-from .l12_hyperparameter_search import epochs_to_target, progress, searched
+from .l12_hyperparameter_search import epochs_to_target, finite, progress, searched
 
 LOSS_RESOLUTION = 1e-3  # the table's rounding of a held-out loss: the least a best loss is known to
 GRID_FACTORS = (0.5, 1.0, 2.0)  # lesson 07's lr grid around its tuned lr (before any edge extension)
@@ -61,7 +61,7 @@ def bert_base_config(bspec: dict):
 
 
 def _finite(t: dict, start: int = 1) -> list[float]:
-    return [v for v in t["curve_loss"][start:] if v is not None and math.isfinite(v)]
+    return finite(t["curve_loss"][start:])
 
 
 def _best_trial(record: dict):

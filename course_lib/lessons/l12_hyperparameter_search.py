@@ -105,7 +105,8 @@ def parallel_record(pspec: dict, outs: list[dict], wall_s: float) -> dict:
             "trials": trial_records(study)}
 
 
-def _finite(values) -> list[float]:
+def finite(values) -> list[float]:
+    """The values of a trial's curve that are numbers (a pruned or diverged point is None or nan)."""
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
@@ -114,7 +115,7 @@ def progress(record: dict, per_point: float, *, curve: str = "curve_hr", minimiz
     spent, best, out = 0.0, (math.inf if minimize else 0.0), []
     for t in record["trials"]:
         spent += t["budget"] * per_point
-        best = (min if minimize else max)([best] + _finite(t[curve][1:]))
+        best = (min if minimize else max)([best] + finite(t[curve][1:]))
         out.append((spent, best))
     return out
 
@@ -142,7 +143,7 @@ def strategy_rows(records: list[dict], target_hr: float, per_point: float) -> li
         rows.append({"strategy": strategy, "seeds": len(mine), "to target": reach,
                      "median to target": None if math.isinf(median) else median,
                      "trials": statistics.median(len(r["trials"]) for r in mine),
-                     "at target": [sum(any(v >= target_hr for v in _finite(t["curve_hr"][1:])) for t in r["trials"])
+                     "at target": [sum(any(v >= target_hr for v in finite(t["curve_hr"][1:])) for t in r["trials"])
                                    for r in mine],
                      "pruned": statistics.median(sum(t["state"] == "PRUNED" for t in r["trials"]) for r in mine),
                      "best HR@10": statistics.median(e[1] for e in ends),
@@ -245,7 +246,7 @@ def live_comparisons(rows: list[dict], spec: dict) -> list[compare.Comparison]:
 
 def late_cuts_table(records: list[dict], per_point: float) -> Table:
     """Every pruned trial that another search (same sampler seed) trained to the end; above the cutter's best: late."""
-    best_of = lambda t: max(_finite(t["curve_hr"][1:]), default=None)
+    best_of = lambda t: max(finite(t["curve_hr"][1:]), default=None)
     done = [(best_of(t), r, t) for r in records for t in r["trials"]
             if t["state"] == "COMPLETE" and best_of(t) is not None]
     seeds = len({r["seed"] for r in records}) > 1
