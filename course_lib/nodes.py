@@ -18,7 +18,7 @@ _UNSET = ("GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZ
 
 def torchrun_cmd(nnodes: int, nproc: int, head: str, port: int, module_args: list[str]) -> list[str]:
     return [str(Path(sys.executable).parent / "torchrun"), "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{head}:{port}", "--rdzv-id", f"l13-{port}", "-m",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{head}:{port}", "--rdzv-id", f"nodes-{port}", "-m",
             *module_args]
 
 
